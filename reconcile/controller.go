@@ -1,0 +1,144 @@
+package reconcile
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+
+	"rawwatch/store"
+)
+
+// Request is one unit of work: a key, and what the watcher said about it.
+type Request[T store.Object] struct {
+	Key string
+	// Deleted holds the last Deleted delta for Key since it was last handled
+	// (nil if none): the object's final state, or with FinalStateUnknown its
+	// last known state. The key may exist again (deleted, then re-created).
+	Deleted *store.Delta[T]
+}
+
+// Reconciler does the work for one key. It must be safe to call from several
+// goroutines, for different keys.
+type Reconciler[T store.Object] interface {
+	Reconcile(ctx context.Context, req Request[T]) error
+}
+
+// Observer hears what the workers do (metrics, --explain). Optional.
+type Observer interface {
+	// Started: worker took key from the queue.
+	Started(worker int, key string)
+	// Finished: the reconcile of key ended after d; retryIn > 0 when the key
+	// was requeued after an error.
+	Finished(worker int, key string, d time.Duration, err error, retryIn time.Duration)
+}
+
+// Controller connects watcher deltas to a queue and runs workers over it.
+type Controller[T store.Object] struct {
+	Queue      *store.Queue
+	Reconciler Reconciler[T]
+	Observer   Observer
+	Logger     klog.Logger
+
+	mu         sync.Mutex
+	tombstones map[string]store.Delta[T]
+}
+
+// OnDelta is the watcher's handler: it enqueues the key of every change and
+// remembers deletions for the reconciler.
+func (c *Controller[T]) OnDelta(d store.Delta[T]) {
+	if d.Type == store.Deleted {
+		c.mu.Lock()
+		if c.tombstones == nil {
+			c.tombstones = map[string]store.Delta[T]{}
+		}
+		c.tombstones[d.Key] = d
+		c.mu.Unlock()
+	}
+	c.Queue.Add(d.Key)
+}
+
+func (c *Controller[T]) takeTombstone(key string) *store.Delta[T] {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok := c.tombstones[key]
+	if !ok {
+		return nil
+	}
+	delete(c.tombstones, key)
+	return &d
+}
+
+// putBackTombstone restores a tombstone whose handling failed, unless a newer
+// deletion arrived meanwhile.
+func (c *Controller[T]) putBackTombstone(d *store.Delta[T]) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, newer := c.tombstones[d.Key]; !newer {
+		c.tombstones[d.Key] = *d
+	}
+}
+
+// Run starts workers and blocks until ctx ends and the queue has shut down;
+// work in flight finishes first (each worker completes its current key).
+func (c *Controller[T]) Run(ctx context.Context, workers int) {
+	if c.Logger.GetSink() == nil {
+		c.Logger = klog.Background()
+	}
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Go(func() {
+			for c.processNext(ctx, i) {
+			}
+		})
+	}
+	<-ctx.Done()
+	c.Queue.ShutDown()
+	wg.Wait()
+}
+
+// processNext handles one key; it returns false when the queue shut down.
+func (c *Controller[T]) processNext(ctx context.Context, worker int) bool {
+	key, shutdown := c.Queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.Queue.Done(key)
+	if c.Observer != nil {
+		c.Observer.Started(worker, key)
+	}
+	// The reconcile runs to completion even if ctx ends meanwhile: a status
+	// write cut in half helps nobody. It gets its own bounded context.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	req := Request[T]{Key: key, Deleted: c.takeTombstone(key)}
+	start := time.Now()
+	err := c.Reconciler.Reconcile(rctx, req)
+	var retryIn time.Duration
+	switch {
+	case err == nil:
+		c.Queue.Forget(key)
+	case apierrors.IsConflict(err):
+		// Someone wrote the object after the version we read. The watch will
+		// bring the new version; retry then, without raising an alarm.
+		retryIn = c.retry(key, req)
+		c.Logger.V(2).Info("Conflict writing, will retry", "key", key, "retryIn", retryIn)
+	default:
+		retryIn = c.retry(key, req)
+		c.Logger.Error(err, "Reconcile failed, will retry", "key", key,
+			"retries", c.Queue.Retries(key), "retryIn", retryIn)
+	}
+	if c.Observer != nil {
+		c.Observer.Finished(worker, key, time.Since(start), err, retryIn)
+	}
+	return true
+}
+
+func (c *Controller[T]) retry(key string, req Request[T]) time.Duration {
+	if req.Deleted != nil {
+		c.putBackTombstone(req.Deleted)
+	}
+	return c.Queue.AddRateLimited(key)
+}

@@ -1,0 +1,132 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"rawwatch/api/v1alpha1"
+	"rawwatch/store"
+)
+
+// FailMessage is the spec.message that makes reconciliation fail on purpose.
+const FailMessage = "fail"
+
+// ErrRequestedFailure is returned for objects whose spec asks to fail.
+var ErrRequestedFailure = errors.New(`spec.message is "fail": failing on purpose`)
+
+// Event reasons the reconciler records.
+const (
+	ReasonProcessed = "Processed"
+	ReasonFailed    = "ReconcileFailed"
+)
+
+// StatusWriter writes an object's status through the /status subresource.
+type StatusWriter interface {
+	UpdateStatus(ctx context.Context, obj *v1alpha1.MyResource) (*v1alpha1.MyResource, error)
+}
+
+// MyResourceReconciler reconciles MyResources.
+type MyResourceReconciler struct {
+	Store    *store.Store[*v1alpha1.MyResource]
+	Client   StatusWriter
+	Recorder record.EventRecorder
+	Logger   klog.Logger
+	// Now gives the time for condition transitions (default metav1.Now).
+	Now func() metav1.Time
+}
+
+// Reconcile brings one key's status up to date.
+func (r *MyResourceReconciler) Reconcile(ctx context.Context, req Request[*v1alpha1.MyResource]) error {
+	obj, exists := r.Store.Get(req.Key)
+	if d := req.Deleted; d != nil && (!exists || obj.UID != d.Object.UID) {
+		r.deleted(*d)
+	}
+	if !exists {
+		return nil
+	}
+
+	desired := Desired(obj, r.now())
+	if equality.Semantic.DeepEqual(obj.Status, desired) {
+		return failure(desired) // nothing to write; a Failed object still retries
+	}
+	updated := obj.DeepCopy() // the cached object is shared: never modify it
+	updated.Status = desired
+	if _, err := r.Client.UpdateStatus(ctx, updated); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil // deleted meanwhile; its DELETED event is on its way
+		}
+		return fmt.Errorf("updating status of %s: %w", req.Key, err)
+	}
+	r.log().V(2).Info("Status written", "key", req.Key, "phase", desired.Phase,
+		"generation", obj.Generation, "resourceVersion", obj.ResourceVersion)
+	if r.Recorder != nil {
+		if desired.Phase == v1alpha1.PhaseFailed {
+			r.Recorder.Event(obj, corev1.EventTypeWarning, ReasonFailed, desired.Message)
+		} else {
+			r.Recorder.Eventf(obj, corev1.EventTypeNormal, ReasonProcessed, "Processed generation %d", obj.Generation)
+		}
+	}
+	return failure(desired)
+}
+
+// deleted handles an object that left the cluster. The controller owns no
+// other objects, so there is nothing to delete in turn: it logs the deletion
+// with the last state it knew (the queue's retry history for the key is
+// already forgotten by the controller once this returns nil).
+func (r *MyResourceReconciler) deleted(d store.Delta[*v1alpha1.MyResource]) {
+	last := d.Object
+	r.log().Info("MyResource deleted", "key", d.Key, "uid", last.UID,
+		"lastResourceVersion", last.ResourceVersion, "lastPhase", last.Status.Phase,
+		"finalStateUnknown", d.FinalStateUnknown)
+}
+
+func failure(st v1alpha1.MyResourceStatus) error {
+	if st.Phase == v1alpha1.PhaseFailed {
+		return ErrRequestedFailure
+	}
+	return nil
+}
+
+// Desired is the status obj should have: a pure function of the object (and
+// the clock, for a condition that changes). Conditions keep their
+// lastTransitionTime when their status does not change, so Desired of an
+// up-to-date object equals its current status.
+func Desired(obj *v1alpha1.MyResource, now metav1.Time) v1alpha1.MyResourceStatus {
+	st := *obj.Status.DeepCopy()
+	st.ObservedGeneration = obj.Generation
+	cond := metav1.Condition{Type: v1alpha1.ConditionReady, ObservedGeneration: obj.Generation, LastTransitionTime: now}
+	if obj.Spec.Message == FailMessage {
+		st.Phase = v1alpha1.PhaseFailed
+		st.Message = ErrRequestedFailure.Error()
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonFailed, st.Message
+	} else {
+		st.Phase = v1alpha1.PhaseProcessed
+		st.Message = obj.Spec.Message
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, ReasonProcessed, "processed generation "+fmt.Sprint(obj.Generation)
+	}
+	meta.SetStatusCondition(&st.Conditions, cond)
+	return st
+}
+
+func (r *MyResourceReconciler) now() metav1.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return metav1.Now()
+}
+
+func (r *MyResourceReconciler) log() klog.Logger {
+	if r.Logger.GetSink() == nil {
+		return klog.Background()
+	}
+	return r.Logger
+}

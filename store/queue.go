@@ -1,0 +1,216 @@
+package store
+
+import (
+	"sync"
+	"time"
+)
+
+// Queue is a work queue of keys with the guarantees controllers rely on:
+//
+//   - dedup: a key waiting in the queue is there once, however often it is added;
+//   - exclusivity: between Get and Done a key belongs to one worker; adding it
+//     meanwhile marks it dirty, and Done puts it back for exactly one more run;
+//   - fairness: keys come out in the order they first became dirty;
+//   - retries: AddRateLimited re-adds a key after its RateLimiter delay, and
+//     Forget resets that delay once the key succeeds;
+//   - shutdown: ShutDown makes Get return shutdown=true at once; workers finish
+//     the key they hold, and delayed adds are dropped.
+//
+// The zero value is not usable; call NewQueue.
+type Queue struct {
+	limiter RateLimiter
+	// Observe, when set before use, hears every add (deduped or not), so that
+	// metrics or --explain can report it. It is called without the lock held.
+	Observe func(key string, deduped bool)
+
+	mu sync.Mutex
+	// ready wakes workers blocked in Get; idle wakes WaitIdle. Two conds on
+	// one mutex, so that a Signal meant for a worker is never spent on WaitIdle.
+	ready, idle *sync.Cond
+	// order holds dirty keys that are not being processed, oldest first.
+	order []string
+	// dirty: keys that need processing (in order, or being processed and to
+	// be re-queued by Done).
+	dirty map[string]struct{}
+	// processing: keys handed out by Get and not yet Done.
+	processing map[string]struct{}
+	// waiting: keys scheduled by AddAfter, with the timer that will add them.
+	waiting  map[string]*delayed
+	shutdown bool
+}
+
+type delayed struct {
+	at    time.Time
+	timer *time.Timer
+}
+
+// NewQueue returns a queue whose retries follow limiter (DefaultRateLimiter if nil).
+func NewQueue(limiter RateLimiter) *Queue {
+	if limiter == nil {
+		limiter = DefaultRateLimiter()
+	}
+	q := &Queue{
+		limiter:    limiter,
+		dirty:      map[string]struct{}{},
+		processing: map[string]struct{}{},
+		waiting:    map[string]*delayed{},
+	}
+	q.ready = sync.NewCond(&q.mu)
+	q.idle = sync.NewCond(&q.mu)
+	return q
+}
+
+// Add marks key as needing processing. It is a no-op after ShutDown.
+func (q *Queue) Add(key string) {
+	q.mu.Lock()
+	deduped := q.addLocked(key)
+	q.mu.Unlock()
+	if q.Observe != nil {
+		q.Observe(key, deduped)
+	}
+}
+
+// addLocked reports whether the add was absorbed by an earlier one.
+func (q *Queue) addLocked(key string) (deduped bool) {
+	if q.shutdown {
+		return true
+	}
+	if _, ok := q.dirty[key]; ok {
+		return true
+	}
+	q.dirty[key] = struct{}{}
+	if _, busy := q.processing[key]; busy {
+		return false // Done will queue it
+	}
+	q.order = append(q.order, key)
+	q.ready.Signal()
+	return false
+}
+
+// AddAfter adds key once d has passed. If key is already scheduled, the
+// earlier of the two times wins.
+func (q *Queue) AddAfter(key string, d time.Duration) {
+	if d <= 0 {
+		q.Add(key)
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.shutdown {
+		return
+	}
+	at := time.Now().Add(d)
+	if w, ok := q.waiting[key]; ok {
+		if !w.at.After(at) {
+			return
+		}
+		w.timer.Stop()
+	}
+	w := &delayed{at: at}
+	w.timer = time.AfterFunc(d, func() {
+		q.mu.Lock()
+		if q.waiting[key] != w { // replaced by an earlier AddAfter, or shut down
+			q.mu.Unlock()
+			return
+		}
+		delete(q.waiting, key)
+		q.mu.Unlock()
+		q.Add(key)
+	})
+	q.waiting[key] = w
+}
+
+// AddRateLimited re-adds key after the delay its rate limiter gives it, and
+// returns that delay.
+func (q *Queue) AddRateLimited(key string) time.Duration {
+	d := q.limiter.When(key)
+	q.AddAfter(key, d)
+	return d
+}
+
+// Forget clears key's retry history (call it when key succeeded).
+func (q *Queue) Forget(key string) { q.limiter.Forget(key) }
+
+// Retries is how many rate-limited retries key had since its last Forget.
+func (q *Queue) Retries(key string) int { return q.limiter.Retries(key) }
+
+// Get blocks until a key is ready and hands it to the caller, who must call
+// Done(key) when finished. shutdown is true once ShutDown was called: the
+// caller should stop.
+func (q *Queue) Get() (key string, shutdown bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.order) == 0 && !q.shutdown {
+		q.ready.Wait()
+	}
+	if q.shutdown {
+		return "", true
+	}
+	key = q.order[0]
+	q.order[0] = ""
+	q.order = q.order[1:]
+	q.processing[key] = struct{}{}
+	delete(q.dirty, key)
+	return key, false
+}
+
+// Done ends the processing of key. If key was added while it was being
+// processed, it goes back to the queue now.
+func (q *Queue) Done(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.processing, key)
+	if _, again := q.dirty[key]; again && !q.shutdown {
+		q.order = append(q.order, key)
+		q.ready.Signal()
+	}
+	if len(q.processing) == 0 {
+		q.idle.Broadcast()
+	}
+}
+
+// ShutDown stops the queue: adds are ignored, delayed adds are cancelled, and
+// every Get returns shutdown=true. Keys already handed out stay valid until
+// their Done; WaitIdle waits for that.
+func (q *Queue) ShutDown() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.shutdown = true
+	for key, w := range q.waiting {
+		w.timer.Stop()
+		delete(q.waiting, key)
+	}
+	q.ready.Broadcast()
+}
+
+// WaitIdle blocks until no key is being processed. After ShutDown it is how
+// the owner waits for in-flight work to finish.
+func (q *Queue) WaitIdle() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.processing) > 0 {
+		q.idle.Wait()
+	}
+}
+
+// ShuttingDown reports whether ShutDown was called.
+func (q *Queue) ShuttingDown() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.shutdown
+}
+
+// Len is the number of keys ready to be handed out (not counting keys being
+// processed or waiting for a delay).
+func (q *Queue) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.order)
+}
+
+// Pending is the number of keys scheduled by AddAfter and not yet added.
+func (q *Queue) Pending() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.waiting)
+}

@@ -1,0 +1,78 @@
+package store
+
+// Replacement builds the result of a relist beside the live store, page by
+// page, and swaps it in with Commit: readers see the old contents or the new,
+// never a half-built mix.
+//
+// To keep a relist's memory peak low, an item whose resourceVersion matches the
+// stored object is not kept: the stored object is reused and the freshly
+// decoded copy becomes garbage at once. Only objects that really changed are
+// held twice while the relist runs.
+type Replacement[T Object] struct {
+	s     *Store[T]
+	items map[string]T
+	// keep lists keys whose listed item could not be decoded: the store keeps
+	// what it has for them rather than reporting them deleted.
+	keep map[string]struct{}
+}
+
+// NewReplacement starts a relist. Only one should be open at a time, and the
+// store should not be written by anyone else until it is committed.
+func (s *Store[T]) NewReplacement() *Replacement[T] {
+	return &Replacement[T]{s: s, items: map[string]T{}, keep: map[string]struct{}{}}
+}
+
+// Add records a listed object.
+func (r *Replacement[T]) Add(obj T) {
+	obj.SetManagedFields(nil)
+	key := KeyOf(obj)
+	if old, ok := r.s.Get(key); ok && old.GetResourceVersion() == obj.GetResourceVersion() {
+		obj = old
+	}
+	r.items[key] = obj
+}
+
+// Keep records that key was listed but its item could not be understood.
+func (r *Replacement[T]) Keep(key string) { r.keep[key] = struct{}{} }
+
+// Len is the number of objects recorded so far.
+func (r *Replacement[T]) Len() int { return len(r.items) }
+
+// Commit makes the listed objects the store's whole contents, in one step,
+// and returns what changed: Added and Updated for listed objects that are new
+// or have a new resourceVersion, and Deleted (FinalStateUnknown) for stored
+// keys the list no longer has. Unchanged objects produce no delta.
+func (r *Replacement[T]) Commit() []Delta[T] {
+	s := r.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	var deltas []Delta[T]
+	for key, old := range s.items {
+		if _, listed := r.items[key]; listed {
+			continue
+		}
+		if _, kept := r.keep[key]; kept {
+			r.items[key] = old
+			continue
+		}
+		deltas = append(deltas, Delta[T]{Type: Deleted, Key: key, Object: old, FinalStateUnknown: true})
+	}
+	for key, obj := range r.items {
+		old, existed := s.items[key]
+		switch {
+		case !existed:
+			deltas = append(deltas, Delta[T]{Type: Added, Key: key, Object: obj})
+		case old != obj:
+			deltas = append(deltas, Delta[T]{Type: Updated, Key: key, Object: obj, Old: old})
+		}
+	}
+
+	s.items = r.items
+	s.byNamespace = map[string]map[string]struct{}{}
+	for key, obj := range s.items {
+		index(s.byNamespace, obj.GetNamespace(), key)
+	}
+	r.items, r.keep = nil, nil
+	return deltas
+}

@@ -1,0 +1,176 @@
+package store
+
+import (
+	"sort"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Object is what the store can hold: any Kubernetes object with metadata.
+type Object interface {
+	metav1.Object
+	comparable
+}
+
+// KeyOf returns the store key of obj: "namespace/name", or "name" for a
+// cluster-scoped object. It is the key the queue carries, too.
+func KeyOf(obj metav1.Object) string {
+	return Key(obj.GetNamespace(), obj.GetName())
+}
+
+// Key builds a store key from its parts.
+func Key(namespace, name string) string {
+	if namespace == "" {
+		return name
+	}
+	return namespace + "/" + name
+}
+
+// SplitKey is the inverse of Key.
+func SplitKey(key string) (namespace, name string) {
+	for i := 0; i < len(key); i++ {
+		if key[i] == '/' {
+			return key[:i], key[i+1:]
+		}
+	}
+	return "", key
+}
+
+// Store is a thread-safe cache of objects of one type, keyed by KeyOf, with an
+// index by namespace. The zero value is not usable; call New.
+//
+// The store takes ownership of the objects given to it: it clears their
+// managedFields (server-side-apply bookkeeping, often the largest part of an
+// object and never needed by a controller) and shares them with readers.
+type Store[T Object] struct {
+	mu          sync.RWMutex
+	items       map[string]T
+	byNamespace map[string]map[string]struct{}
+}
+
+// New returns an empty store.
+func New[T Object]() *Store[T] {
+	return &Store[T]{items: map[string]T{}, byNamespace: map[string]map[string]struct{}{}}
+}
+
+// Get returns the object stored under key.
+func (s *Store[T]) Get(key string) (T, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	obj, ok := s.items[key]
+	return obj, ok
+}
+
+// Len is the number of objects stored.
+func (s *Store[T]) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.items)
+}
+
+// Keys returns every key, sorted.
+func (s *Store[T]) Keys() []string {
+	s.mu.RLock()
+	keys := make([]string, 0, len(s.items))
+	for k := range s.items {
+		keys = append(keys, k)
+	}
+	s.mu.RUnlock()
+	sort.Strings(keys)
+	return keys
+}
+
+// List returns every object, in no particular order.
+func (s *Store[T]) List() []T {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]T, 0, len(s.items))
+	for _, obj := range s.items {
+		out = append(out, obj)
+	}
+	return out
+}
+
+// ListNamespace returns the objects of one namespace, using the index.
+func (s *Store[T]) ListNamespace(namespace string) []T {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	keys := s.byNamespace[namespace]
+	out := make([]T, 0, len(keys))
+	for k := range keys {
+		out = append(out, s.items[k])
+	}
+	return out
+}
+
+// Upsert stores obj (a watch ADDED or MODIFIED event) and says what changed.
+// changed is false when the stored object already has obj's resourceVersion:
+// a duplicate delivery, which needs no reaction.
+func (s *Store[T]) Upsert(obj T) (d Delta[T], changed bool) {
+	obj.SetManagedFields(nil)
+	key := KeyOf(obj)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, existed := s.items[key]
+	if existed && old.GetResourceVersion() == obj.GetResourceVersion() {
+		return Delta[T]{}, false
+	}
+	s.put(key, obj)
+	if existed {
+		return Delta[T]{Type: Updated, Key: key, Object: obj, Old: old}, true
+	}
+	return Delta[T]{Type: Added, Key: key, Object: obj}, true
+}
+
+// Delete removes obj's key (a watch DELETED event; obj is the server's final
+// state). known is false when the key was not stored: nothing to react to.
+func (s *Store[T]) Delete(obj T) (d Delta[T], known bool) {
+	obj.SetManagedFields(nil)
+	return s.DeleteKey(KeyOf(obj), obj)
+}
+
+// DeleteKey removes key. final, when non-zero, is the server's final state of
+// the object; otherwise the delta carries the last stored object and is marked
+// FinalStateUnknown.
+func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, existed := s.items[key]
+	if !existed {
+		return Delta[T]{}, false
+	}
+	s.remove(key, old)
+	var zero T
+	if final == zero {
+		return Delta[T]{Type: Deleted, Key: key, Object: old, FinalStateUnknown: true}, true
+	}
+	return Delta[T]{Type: Deleted, Key: key, Object: final}, true
+}
+
+// put and remove keep items and the namespace index in step. Callers hold mu.
+func (s *Store[T]) put(key string, obj T) {
+	s.items[key] = obj
+	index(s.byNamespace, obj.GetNamespace(), key)
+}
+
+// index adds key to the namespace index idx.
+func index(idx map[string]map[string]struct{}, namespace, key string) {
+	set := idx[namespace]
+	if set == nil {
+		set = map[string]struct{}{}
+		idx[namespace] = set
+	}
+	set[key] = struct{}{}
+}
+
+func (s *Store[T]) remove(key string, old T) {
+	delete(s.items, key)
+	ns := old.GetNamespace()
+	if set := s.byNamespace[ns]; set != nil {
+		delete(set, key)
+		if len(set) == 0 {
+			delete(s.byNamespace, ns)
+		}
+	}
+}

@@ -1,0 +1,256 @@
+package watcher
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"rawwatch/store"
+)
+
+// What the API server sends, in JSON.
+//
+// A LIST answers with one object, its items an array, its metadata holding the
+// list's resourceVersion and, when more pages remain, a continue token:
+//
+//	{"apiVersion":"example.com/v1alpha1","kind":"MyResourceList",
+//	 "items":[{...},{...}],
+//	 "metadata":{"continue":"eyJ2Ijo...","resourceVersion":"466"}}
+//
+// A WATCH answers with a stream of frames, one JSON object each:
+//
+//	{"type":"ADDED","object":{...the object...}}
+//	{"type":"BOOKMARK","object":{"kind":"MyResource","metadata":{"resourceVersion":"487"}}}
+//	{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired",
+//	                          "message":"too old resource version: 2 (216)"}}
+//
+// The decoders below read both incrementally, so neither a long list page nor
+// a stream is ever held whole in memory, and one object that does not decode
+// costs that object only: the frame around it is intact, so the rest goes on.
+
+// Event types of the watch protocol.
+const (
+	Added    = "ADDED"
+	Modified = "MODIFIED"
+	Deleted  = "DELETED"
+	Bookmark = "BOOKMARK"
+	Error    = "ERROR"
+)
+
+// initialEventsEnd is the annotation on the bookmark that ends a WatchList's
+// initial events (metav1.InitialEventsAnnotationKey).
+const initialEventsEnd = metav1.InitialEventsAnnotationKey
+
+// Event is one decoded watch frame.
+type Event[T Object] struct {
+	Type string
+	// Object is set for ADDED, MODIFIED and DELETED.
+	Object T
+	// RV is the event's resourceVersion (all types but ERROR).
+	RV string
+	// InitialEventsEnd marks the bookmark that closes a WatchList's initial events.
+	InitialEventsEnd bool
+	// Err is the server's error, for ERROR frames.
+	Err error
+}
+
+// SkipError reports a frame or list item that could not be understood. It is
+// not fatal: the decoder can go on with the next one.
+type SkipError struct {
+	What string // "ADDED event", "list item", ...
+	// Key and RV are recovered from the metadata when possible.
+	Key, RV string
+	Err     error
+}
+
+func (e *SkipError) Error() string {
+	if e.Key != "" {
+		return fmt.Sprintf("skipped %s for %s (resourceVersion %q): %v", e.What, e.Key, e.RV, e.Err)
+	}
+	return fmt.Sprintf("skipped %s: %v", e.What, e.Err)
+}
+
+func (e *SkipError) Unwrap() error { return e.Err }
+
+// Object is what the watcher can decode: a store.Object that carries its
+// apiVersion and kind (every generated Kubernetes type does, via TypeMeta).
+type Object interface {
+	store.Object
+	GetObjectKind() schema.ObjectKind
+}
+
+// Codec turns one object's JSON into T and checks its apiVersion/kind.
+type Codec[T Object] struct {
+	// GVK, when set, is the apiVersion/kind every object must carry.
+	GVK schema.GroupVersionKind
+}
+
+type typeAndMeta struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+}
+
+// Decode decodes one object. On failure it returns a *SkipError carrying
+// whatever of the object's identity could still be read.
+func (c Codec[T]) Decode(what string, raw []byte) (T, error) {
+	var obj T
+	err := json.Unmarshal(raw, &obj)
+	var zero T
+	if err == nil && obj == zero {
+		err = errors.New("object is null")
+	}
+	if err == nil && !c.GVK.Empty() {
+		if gvk := obj.GetObjectKind().GroupVersionKind(); gvk != c.GVK {
+			err = fmt.Errorf("got apiVersion %q kind %q, want %s", gvk.GroupVersion(), gvk.Kind, c.GVK)
+		}
+	}
+	if err == nil {
+		return obj, nil
+	}
+	skip := &SkipError{What: what, Err: err}
+	var tm typeAndMeta
+	if json.Unmarshal(raw, &tm) == nil && tm.Metadata.Name != "" {
+		skip.Key, skip.RV = store.Key(tm.Metadata.Namespace, tm.Metadata.Name), tm.Metadata.ResourceVersion
+	}
+	return zero, skip
+}
+
+// decodeList reads a LIST response, handing each item to add and each item it
+// cannot decode to bad, and returns the list's metadata. A malformed response
+// (not a list at all) is an error.
+func decodeList[T Object](r io.Reader, c Codec[T], add func(T), bad func(*SkipError)) (metav1.ListMeta, error) {
+	var meta metav1.ListMeta
+	dec := json.NewDecoder(r)
+	if err := expectDelim(dec, '{'); err != nil {
+		return meta, fmt.Errorf("decoding list: %w", err)
+	}
+	sawItems := false
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return meta, fmt.Errorf("decoding list: %w", err)
+		}
+		switch tok {
+		case "metadata":
+			err = dec.Decode(&meta)
+		case "items":
+			sawItems = true
+			err = decodeItems(dec, c, add, bad)
+		default: // apiVersion, kind, anything new
+			var skip json.RawMessage
+			err = dec.Decode(&skip)
+		}
+		if err != nil {
+			return meta, fmt.Errorf("decoding list %q: %w", tok, err)
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return meta, fmt.Errorf("decoding list: %w", err)
+	}
+	if !sawItems && meta.ResourceVersion == "" {
+		return meta, errors.New("decoding list: response has neither items nor metadata")
+	}
+	return meta, nil
+}
+
+func decodeItems[T Object](dec *json.Decoder, c Codec[T], add func(T), bad func(*SkipError)) error {
+	if tok, err := dec.Token(); err != nil {
+		return err
+	} else if tok == nil {
+		return nil // "items": null
+	} else if tok != json.Delim('[') {
+		return fmt.Errorf("items is %v, not an array", tok)
+	}
+	for dec.More() {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return err
+		}
+		obj, err := c.Decode("list item", raw)
+		if err != nil {
+			bad(err.(*SkipError))
+			continue
+		}
+		add(obj)
+	}
+	_, err := dec.Token() // ']'
+	return err
+}
+
+func expectDelim(dec *json.Decoder, want json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok != want {
+		return fmt.Errorf("expected %q, got %v", want, tok)
+	}
+	return nil
+}
+
+// eventDecoder reads watch frames from a stream.
+type eventDecoder[T Object] struct {
+	dec   *json.Decoder
+	codec Codec[T]
+}
+
+func newEventDecoder[T Object](r io.Reader, c Codec[T]) *eventDecoder[T] {
+	return &eventDecoder[T]{dec: json.NewDecoder(r), codec: c}
+}
+
+type frame struct {
+	Type   string          `json:"type"`
+	Object json.RawMessage `json:"object"`
+}
+
+// Next returns the next event. io.EOF means the server closed the stream
+// cleanly; a *SkipError means this frame was skipped and Next may be called
+// again; any other error means the stream is broken.
+func (d *eventDecoder[T]) Next() (Event[T], error) {
+	var f frame
+	if err := d.dec.Decode(&f); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			// Well-formed JSON of the wrong shape: the frame is consumed.
+			return Event[T]{}, &SkipError{What: "watch frame", Err: err}
+		}
+		return Event[T]{}, err
+	}
+	switch f.Type {
+	case Added, Modified, Deleted:
+		obj, err := d.codec.Decode(f.Type+" event", f.Object)
+		if err != nil {
+			return Event[T]{Type: f.Type}, err
+		}
+		return Event[T]{Type: f.Type, Object: obj, RV: obj.GetResourceVersion()}, nil
+	case Bookmark:
+		var tm typeAndMeta
+		if err := json.Unmarshal(f.Object, &tm); err != nil || tm.Metadata.ResourceVersion == "" {
+			return Event[T]{Type: f.Type}, &SkipError{What: "BOOKMARK", Err: fmt.Errorf("no resourceVersion in %s", snippet(f.Object))}
+		}
+		return Event[T]{Type: Bookmark, RV: tm.Metadata.ResourceVersion,
+			InitialEventsEnd: tm.Metadata.Annotations[initialEventsEnd] == "true"}, nil
+	case Error:
+		var status metav1.Status
+		if err := json.Unmarshal(f.Object, &status); err != nil || status.Status == "" {
+			return Event[T]{Type: Error, Err: fmt.Errorf("watch ERROR event: %s", snippet(f.Object))}, nil
+		}
+		return Event[T]{Type: Error, Err: apierrors.FromObject(&status)}, nil
+	}
+	return Event[T]{Type: f.Type}, &SkipError{What: "watch frame", Err: fmt.Errorf("unknown event type %q", f.Type)}
+}
+
+func snippet(b []byte) string {
+	b = bytes.TrimSpace(b)
+	if len(b) > 200 {
+		return string(b[:200]) + "…"
+	}
+	return string(b)
+}

@@ -1,0 +1,84 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ErrorClass is what the loop needs to know about an error: not its text, only
+// which way to go next.
+type ErrorClass int
+
+const (
+	// NoError: the request or stream ended normally.
+	NoError ErrorClass = iota
+	// Canceled: our own context ended; the loop stops.
+	Canceled
+	// Expired: the resourceVersion we asked for is gone from the server's
+	// history (HTTP 410 Gone, reason Expired, "too old resource version", or an
+	// expired continue token). Only a fresh LIST can resynchronise us.
+	Expired
+	// TooLargeRV: the server has not caught up with the resourceVersion we
+	// asked for (a lagging watch cache). Asking for "latest" works.
+	TooLargeRV
+	// Throttled: HTTP 429; the server may say how long to wait (Retry-After).
+	Throttled
+	// Denied: HTTP 401 or 403. Credentials or RBAC are wrong; retrying will not
+	// help until someone fixes them, so the loop logs it loudly and backs off.
+	Denied
+	// Transient: anything else — connection refused or reset, a cut stream,
+	// 5xx, a timeout, a stream we could not parse. Retry the same step.
+	Transient
+)
+
+func (c ErrorClass) String() string {
+	return [...]string{"none", "canceled", "expired", "too-large-rv", "throttled", "denied", "transient"}[c]
+}
+
+// Classify sorts err into an ErrorClass. retryAfter is the delay the server
+// asked for, if any.
+func Classify(err error) (class ErrorClass, retryAfter time.Duration) {
+	if err == nil {
+		return NoError, 0
+	}
+	if errors.Is(err, context.Canceled) {
+		return Canceled, 0
+	}
+	if s, ok := retrySeconds(err); ok {
+		retryAfter = time.Duration(s) * time.Second
+	}
+	switch {
+	case isExpired(err):
+		return Expired, 0
+	case apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge),
+		strings.Contains(err.Error(), "Too large resource version"):
+		return TooLargeRV, retryAfter
+	case apierrors.IsTooManyRequests(err):
+		return Throttled, retryAfter
+	case apierrors.IsUnauthorized(err), apierrors.IsForbidden(err):
+		return Denied, 0
+	}
+	return Transient, retryAfter
+}
+
+func isExpired(err error) bool {
+	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+		return true
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && status.Status().Code == http.StatusGone {
+		return true
+	}
+	// Servers and proxies that lose the status still keep etcd's wording.
+	return strings.Contains(err.Error(), "too old resource version")
+}
+
+func retrySeconds(err error) (int, bool) {
+	return apierrors.SuggestsClientDelay(err)
+}

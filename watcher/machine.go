@@ -1,0 +1,176 @@
+package watcher
+
+import (
+	"fmt"
+	"time"
+)
+
+// State is where the list-then-watch loop is.
+//
+//	          ┌──────── list failed ───────┐
+//	          ▼                            │
+//	     ┌─────────┐  listed at RV    ┌──────────┐
+//	───▶ │ Listing │ ───────────────▶ │ Watching │ ◀─┐ stream ended after a
+//	     └─────────┘                  └──────────┘ ──┘ healthy run: re-WATCH
+//	          ▲                         │      │       from the last RV
+//	  back off│          error before   │      │ 410 Gone / Expired
+//	    ┌────────────┐   any event      │      ▼
+//	    │ BackingOff │ ◀────────────────┘ ┌───────────┐
+//	    └────────────┘ ◀─ list failed ─── │ Relisting │ ── listed ─▶ Watching
+//	                                      └───────────┘
+//
+// Listing is the first list (the store is empty; every object becomes an
+// Added delta). Relisting is every later one: the result replaces the store
+// and keys that disappeared come out as Deleted deltas. BackingOff waits, then
+// returns to the state that failed.
+type State int
+
+const (
+	Listing State = iota
+	Watching
+	BackingOff
+	Relisting
+	Stopped
+)
+
+func (s State) String() string {
+	return [...]string{"Listing", "Watching", "BackingOff", "Relisting", "Stopped"}[s]
+}
+
+// Op is the request an Outcome reports on.
+type Op int
+
+const (
+	OpList Op = iota
+	OpWatch
+)
+
+// Outcome is what happened to one LIST (all its pages) or one WATCH stream.
+type Outcome struct {
+	Op  Op
+	Err error
+	// RV is, for a LIST, the list's resourceVersion; for a WATCH, the last
+	// resourceVersion the stream delivered ("" if it delivered none).
+	RV string
+	// Events counts the events and bookmarks a WATCH delivered.
+	Events int
+	// Duration is how long a WATCH stream stayed open.
+	Duration time.Duration
+}
+
+// MinHealthyWatch: a watch that closes sooner than this without delivering
+// anything was not healthy (the server or a proxy is refusing us politely),
+// and the next attempt backs off. This is client-go's rule too.
+const MinHealthyWatch = time.Second
+
+// Machine is the loop's state and its transition rules, free of I/O: the loop
+// performs the request the state calls for and feeds the Outcome to Step.
+type Machine struct {
+	State State
+	// RV is the last resourceVersion we are synced to: from the last list,
+	// then from every event and bookmark. A re-WATCH starts here.
+	RV string
+	// FromLatest means the next LIST must ask for the latest data
+	// (resourceVersion "") because the RV we had is unavailable.
+	FromLatest bool
+	// Synced is true once a list has completed.
+	Synced bool
+	// resume is the state BackingOff leads back to.
+	resume State
+}
+
+// Next tells the loop how to carry out a transition.
+type Next struct {
+	// MinDelay is the least time a BackingOff state must wait (the server's
+	// Retry-After); the backoff may ask for longer.
+	MinDelay time.Duration
+	// ResetBackoff: the last stream was healthy; start the backoff afresh.
+	ResetBackoff bool
+	// Class is how the outcome's error was classified.
+	Class ErrorClass
+	// Reason explains the transition, for logs and --explain.
+	Reason string
+}
+
+// ListRV is the resourceVersion the next LIST asks for. The first list asks
+// for "" (the latest data, read consistently, which the server paginates; "0"
+// would be served from the watch cache in one unpaginated response). A relist
+// asks for "not older than" our RV, unless that RV is known to be gone.
+func (m *Machine) ListRV() string {
+	if m.FromLatest {
+		return ""
+	}
+	return m.RV
+}
+
+// Step applies an outcome and moves the machine to its next state.
+func (m *Machine) Step(o Outcome) Next {
+	class, retryAfter := Classify(o.Err)
+	if class == Canceled {
+		m.State = Stopped
+		return Next{Class: class, Reason: "stopped"}
+	}
+	switch o.Op {
+	case OpList:
+		return m.stepList(o, class, retryAfter)
+	default:
+		return m.stepWatch(o, class, retryAfter)
+	}
+}
+
+func (m *Machine) stepList(o Outcome, class ErrorClass, retryAfter time.Duration) Next {
+	if class == NoError {
+		m.RV, m.FromLatest, m.Synced = o.RV, false, true
+		m.State = Watching
+		return Next{Reason: "listed at resourceVersion " + o.RV}
+	}
+	if (class == Expired || class == TooLargeRV) && !m.FromLatest {
+		// The RV (or continue token) we listed with is unusable: list again,
+		// at once, from the latest data. A second failure backs off.
+		m.FromLatest = true
+		return Next{Class: class, Reason: fmt.Sprintf("list at resourceVersion %q failed (%v): list again from the latest", m.RV, o.Err)}
+	}
+	return m.backoff(m.State, class, retryAfter, fmt.Sprintf("list failed (%s): %v", class, o.Err))
+}
+
+func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duration) Next {
+	if o.RV != "" {
+		m.RV = o.RV
+	}
+	healthy := o.Events > 0 || o.Duration >= MinHealthyWatch
+	switch {
+	case class == Expired:
+		reason := fmt.Sprintf("resourceVersion %s expired (%v): relist", m.RV, o.Err)
+		if !healthy {
+			return m.backoff(Relisting, class, 0, reason)
+		}
+		m.State = Relisting
+		return Next{Class: class, ResetBackoff: true, Reason: reason}
+	case class == Throttled:
+		return m.backoff(Watching, class, retryAfter, fmt.Sprintf("watch throttled: %v", o.Err))
+	case healthy:
+		reason := fmt.Sprintf("watch ended after %d events: re-watch from resourceVersion %s", o.Events, m.RV)
+		if o.Err != nil {
+			reason = fmt.Sprintf("watch broke after %d events (%v): re-watch from resourceVersion %s", o.Events, o.Err, m.RV)
+		}
+		m.State = Watching
+		return Next{Class: class, ResetBackoff: true, Reason: reason}
+	case class == NoError:
+		return m.backoff(Watching, class, 0, "watch closed at once with no events")
+	default:
+		return m.backoff(Watching, class, retryAfter, fmt.Sprintf("watch failed (%s): %v", class, o.Err))
+	}
+}
+
+func (m *Machine) backoff(resume State, class ErrorClass, minDelay time.Duration, reason string) Next {
+	m.resume = resume
+	m.State = BackingOff
+	return Next{MinDelay: minDelay, Class: class, Reason: reason}
+}
+
+// BackoffDone ends a BackingOff state: the machine returns to the step that failed.
+func (m *Machine) BackoffDone() {
+	if m.State == BackingOff {
+		m.State = m.resume
+	}
+}

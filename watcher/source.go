@@ -1,0 +1,51 @@
+package watcher
+
+import (
+	"context"
+	"io"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+)
+
+// Source is the watcher's only window on the API server: two kinds of GET on
+// one resource, each answering with a body for the decoders.
+//
+//	LIST   GET /apis/GROUP/VERSION/[namespaces/NS/]RESOURCE?limit=500&resourceVersion=...
+//	WATCH  GET ...RESOURCE?watch=true&resourceVersion=RV&allowWatchBookmarks=true&timeoutSeconds=...
+//
+// A failed request returns an error that the apimachinery error helpers
+// understand (*errors.StatusError for any HTTP status the server answered).
+type Source interface {
+	List(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error)
+}
+
+// RESTSource is a Source backed by a client-go REST client for the resource's
+// group and version (credentials, TLS and client-side rate limits come from its
+// rest.Config). It never retries on its own: retrying is the loop's job, so that
+// every attempt is visible to it.
+type RESTSource struct {
+	Client   rest.Interface
+	Resource string
+	// Namespace limits the source to one namespace; "" means all namespaces.
+	Namespace string
+}
+
+func (s RESTSource) List(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
+	opts.Watch = false
+	return s.request(opts).Stream(ctx)
+}
+
+func (s RESTSource) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
+	opts.Watch = true
+	return s.request(opts).Stream(ctx)
+}
+
+func (s RESTSource) request(opts metav1.ListOptions) *rest.Request {
+	return s.Client.Get().
+		Namespace(s.Namespace).
+		Resource(s.Resource).
+		VersionedParams(&opts, metav1.ParameterCodec).
+		MaxRetries(0)
+}

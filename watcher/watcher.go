@@ -1,0 +1,312 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"rawwatch/store"
+)
+
+// Options tune a Watcher. The zero value of every field means its default.
+type Options[T Object] struct {
+	// PageSize is the LIST page size (limit); default 500, as client-go's pager.
+	PageSize int64
+	// WatchTimeoutMin/Max bound the timeoutSeconds of each WATCH, chosen at
+	// random between them so that many clients do not reconnect in step.
+	// Default 5 and 10 minutes, as client-go's Reflector.
+	WatchTimeoutMin, WatchTimeoutMax time.Duration
+	// NewBackoff makes the retry backoff. Default: exponential from 800 ms,
+	// doubling, capped at 30 s, ±50% jitter, never giving up.
+	NewBackoff func() backoff.BackOff
+	// Handler is called, on the loop's goroutine, for every change applied to
+	// the store, after the store was updated. It must not block (enqueue a key).
+	Handler func(store.Delta[T])
+	// Observer hears about every step of the loop (optional).
+	Observer Observer
+	// Codec decodes objects; set its GVK to reject objects of another kind.
+	Codec Codec[T]
+	// Logger defaults to klog's global logger.
+	Logger klog.Logger
+}
+
+// DefaultBackoff is the retry backoff used when Options.NewBackoff is nil:
+// the delays client-go's Reflector uses (800 ms doubling to a 30 s cap).
+func DefaultBackoff() backoff.BackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 800 * time.Millisecond
+	b.Multiplier = 2
+	b.RandomizationFactor = 0.5
+	b.MaxInterval = 30 * time.Second
+	b.MaxElapsedTime = 0 // never stop
+	b.Reset()
+	return b
+}
+
+// Watcher keeps a Store in step with one resource on the API server by
+// listing it, then watching it from the list's resourceVersion, forever.
+type Watcher[T Object] struct {
+	source Source
+	store  *store.Store[T]
+	opts   Options[T]
+	log    klog.Logger
+	stats  Stats
+	obs    Observer
+
+	rv         atomic.Pointer[string]
+	synced     chan struct{}
+	syncedOnce sync.Once
+}
+
+// New returns a watcher that fills s from src. Call Run to start it.
+func New[T Object](src Source, s *store.Store[T], opts Options[T]) *Watcher[T] {
+	if opts.PageSize == 0 {
+		opts.PageSize = 500
+	}
+	if opts.WatchTimeoutMin == 0 {
+		opts.WatchTimeoutMin = 5 * time.Minute
+	}
+	if opts.WatchTimeoutMax < opts.WatchTimeoutMin {
+		opts.WatchTimeoutMax = 2 * opts.WatchTimeoutMin
+	}
+	if opts.NewBackoff == nil {
+		opts.NewBackoff = DefaultBackoff
+	}
+	if opts.Handler == nil {
+		opts.Handler = func(store.Delta[T]) {}
+	}
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = klog.Background()
+	}
+	w := &Watcher[T]{source: src, store: s, opts: opts, log: opts.Logger, synced: make(chan struct{})}
+	w.obs = observers{&w.stats}
+	if opts.Observer != nil {
+		w.obs = observers{&w.stats, opts.Observer}
+	}
+	empty := ""
+	w.rv.Store(&empty)
+	return w
+}
+
+// Synced is closed once the first list is in the store.
+func (w *Watcher[T]) Synced() <-chan struct{} { return w.synced }
+
+// ResourceVersion is the last resourceVersion the store is synced to.
+func (w *Watcher[T]) ResourceVersion() string { return *w.rv.Load() }
+
+// Stats returns the loop's counters.
+func (w *Watcher[T]) Stats() StatsSnapshot { return w.stats.Snapshot() }
+
+// Run drives the state machine until ctx ends. It only returns then: every
+// failure is retried.
+func (w *Watcher[T]) Run(ctx context.Context) {
+	m := Machine{State: Listing}
+	bo := w.opts.NewBackoff()
+	var minDelay time.Duration
+	for {
+		from := m.State
+		var o Outcome
+		switch m.State {
+		case Stopped:
+			return
+		case Listing, Relisting:
+			o = w.list(ctx, m.ListRV())
+		case Watching:
+			o = w.watch(ctx, m.RV)
+		case BackingOff:
+			delay := max(bo.NextBackOff(), minDelay)
+			w.obs.BackingOff(delay, Transient)
+			w.log.V(4).Info("Backing off", "delay", delay)
+			select {
+			case <-ctx.Done():
+				m.State = Stopped
+			case <-time.After(delay):
+				m.BackoffDone()
+			}
+			w.obs.StateChanged(from, m.State, "waited "+delay.Round(time.Millisecond).String())
+			continue
+		}
+		if ctx.Err() != nil {
+			o.Err = context.Canceled
+		}
+		next := m.Step(o)
+		if next.ResetBackoff {
+			bo.Reset()
+		}
+		minDelay = next.MinDelay
+		w.setRV(m.RV)
+		w.logStep(from, m.State, next)
+		w.obs.StateChanged(from, m.State, next.Reason)
+	}
+}
+
+func (w *Watcher[T]) logStep(from, to State, next Next) {
+	switch next.Class {
+	case Denied:
+		w.log.Error(nil, "Access denied: check the credentials and RBAC rules (list, watch)", "from", from, "to", to, "reason", next.Reason)
+	case Transient, Throttled, TooLargeRV:
+		w.log.V(1).Info("Retrying", "from", from, "to", to, "reason", next.Reason)
+	case Expired:
+		w.log.V(1).Info("Resource version expired", "from", from, "to", to, "reason", next.Reason)
+	default:
+		w.log.V(3).Info("State change", "from", from, "to", to, "reason", next.Reason)
+	}
+}
+
+func (w *Watcher[T]) setRV(rv string) { w.rv.Store(&rv) }
+
+// list reads every page into a Replacement and swaps it into the store.
+// Continue pages carry only the token: the server serves them from the
+// snapshot the first page was read at, and refuses the token (410 Expired)
+// once etcd has compacted that snapshot, which sends us back to page one.
+func (w *Watcher[T]) list(ctx context.Context, rv string) Outcome {
+	repl := w.store.NewReplacement()
+	opts := metav1.ListOptions{ResourceVersion: rv, Limit: w.opts.PageSize}
+	for page := 1; ; page++ {
+		body, err := w.source.List(ctx, opts)
+		if err != nil {
+			return Outcome{Op: OpList, Err: err}
+		}
+		items := 0
+		meta, err := decodeList(body, w.opts.Codec,
+			func(obj T) { items++; repl.Add(obj) },
+			func(skip *SkipError) {
+				if skip.Key != "" {
+					repl.Keep(skip.Key)
+				}
+				w.skipped(skip)
+			})
+		body.Close()
+		if err != nil {
+			return Outcome{Op: OpList, Err: err}
+		}
+		w.obs.ListPage(page, items, meta.Continue, meta.ResourceVersion)
+		if meta.Continue == "" {
+			rv = meta.ResourceVersion
+			break
+		}
+		opts = metav1.ListOptions{Limit: w.opts.PageSize, Continue: meta.Continue}
+	}
+	w.commit(repl, rv)
+	return Outcome{Op: OpList, RV: rv}
+}
+
+// commit swaps a finished (re)list into the store and hands out its deltas.
+func (w *Watcher[T]) commit(repl *store.Replacement[T], rv string) {
+	size := repl.Len()
+	deltas := repl.Commit()
+	var added, updated, deleted int
+	for _, d := range deltas {
+		switch d.Type {
+		case store.Added:
+			added++
+		case store.Updated:
+			updated++
+		case store.Deleted:
+			deleted++
+		}
+	}
+	w.setRV(rv)
+	w.obs.Replaced(rv, size, added, updated, deleted)
+	for _, d := range deltas {
+		w.opts.Handler(d)
+	}
+	w.syncedOnce.Do(func() { close(w.synced) })
+}
+
+// watch opens one WATCH from rv and applies its events until it ends.
+func (w *Watcher[T]) watch(ctx context.Context, rv string) Outcome {
+	timeout := w.watchTimeout()
+	secs := int64(timeout / time.Second)
+	opts := metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &secs}
+	// The server ends the stream after timeoutSeconds; the deadline is a
+	// backstop for a server that went silent without closing the connection.
+	wctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
+	defer cancel()
+
+	w.obs.WatchStarted(rv, timeout, false)
+	start := time.Now()
+	body, err := w.source.Watch(wctx, opts)
+	if err != nil {
+		return Outcome{Op: OpWatch, Err: err}
+	}
+	defer body.Close()
+	o := w.consume(newEventDecoder(body, w.opts.Codec))
+	o.Duration = time.Since(start)
+	w.obs.WatchEnded(o.Events, o.Duration, o.Err)
+	return o
+}
+
+func (w *Watcher[T]) watchTimeout() time.Duration {
+	lo, hi := w.opts.WatchTimeoutMin, w.opts.WatchTimeoutMax
+	d := lo
+	if hi > lo {
+		d += rand.N(hi - lo)
+	}
+	return max(d.Truncate(time.Second), time.Second)
+}
+
+// consume applies events from one stream to the store until the stream ends.
+func (w *Watcher[T]) consume(dec *eventDecoder[T]) Outcome {
+	o := Outcome{Op: OpWatch}
+	for {
+		ev, err := dec.Next()
+		var skip *SkipError
+		switch {
+		case errors.Is(err, io.EOF):
+			return o
+		case errors.As(err, &skip):
+			w.skipped(skip)
+			if ev.Type == Deleted && skip.Key != "" {
+				// We cannot read the final state, but we know the key is gone.
+				if d, known := w.store.DeleteKey(skip.Key, *new(T)); known {
+					w.opts.Handler(d)
+				}
+			}
+			continue
+		case err != nil:
+			o.Err = err
+			return o
+		}
+		switch ev.Type {
+		case Error:
+			o.Err = ev.Err
+			return o
+		case Bookmark:
+			w.obs.BookmarkReceived(ev.RV, ev.InitialEventsEnd)
+		default:
+			w.apply(ev)
+		}
+		o.Events++
+		o.RV = ev.RV
+		w.setRV(ev.RV)
+	}
+}
+
+// apply writes one event to the store and hands the delta to the handler.
+func (w *Watcher[T]) apply(ev Event[T]) {
+	var d store.Delta[T]
+	var changed bool
+	if ev.Type == Deleted {
+		d, changed = w.store.Delete(ev.Object)
+	} else {
+		d, changed = w.store.Upsert(ev.Object)
+	}
+	w.obs.EventReceived(ev.Type, store.KeyOf(ev.Object), ev.RV)
+	if changed {
+		w.opts.Handler(d)
+	}
+}
+
+func (w *Watcher[T]) skipped(err *SkipError) {
+	w.log.Error(err, "Skipping an object that cannot be decoded")
+	w.obs.Skipped(err)
+}
