@@ -1,0 +1,72 @@
+package controlplane
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Shared is one control plane for a whole test binary, started on first use:
+//
+//	var cp = &controlplane.Shared{}
+//
+//	func TestMain(m *testing.M) { code := m.Run(); cp.Stop(); os.Exit(code) }
+//
+//	func TestSomething(t *testing.T) { c := cp.Get(t); ... }
+//
+// Tests that run no server (unit tests) never start it.
+type Shared struct {
+	Options Options
+
+	once sync.Once
+	cp   *ControlPlane
+	err  error
+
+	uncachedOnce sync.Once
+	uncached     *APIServer
+	uncachedErr  error
+}
+
+// Get returns the running control plane, starting it if needed; it fails the
+// test if the control plane cannot start.
+func (s *Shared) Get(t testing.TB) *ControlPlane {
+	t.Helper()
+	s.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		opts := s.Options
+		if opts.Logf == nil {
+			opts.Logf = t.Logf
+		}
+		s.cp, s.err = Start(ctx, opts)
+	})
+	if s.err != nil {
+		t.Fatalf("starting the local control plane: %v", s.err)
+	}
+	return s.cp
+}
+
+// Uncached returns a second apiserver on the same etcd with its watch cache
+// off (started on first use): there, a WATCH or paginated LIST at a
+// resourceVersion older than etcd's last compaction gets a real 410 Gone.
+func (s *Shared) Uncached(t testing.TB) *APIServer {
+	t.Helper()
+	cp := s.Get(t)
+	s.uncachedOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		s.uncached, s.uncachedErr = cp.AddAPIServer(ctx, "apiserver-nocache", "--watch-cache=false")
+	})
+	if s.uncachedErr != nil {
+		t.Fatalf("starting an apiserver without watch cache: %v", s.uncachedErr)
+	}
+	return s.uncached
+}
+
+// Stop stops the control plane if it was started.
+func (s *Shared) Stop() {
+	if s.cp != nil {
+		s.cp.Stop()
+	}
+}

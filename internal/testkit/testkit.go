@@ -1,0 +1,104 @@
+// Package testkit has the small helpers the tests against the local control
+// plane share: a namespace per test, many objects at once, and waiting.
+package testkit
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"rawwatch/api/v1alpha1"
+	"rawwatch/client"
+)
+
+// Namespace creates a namespace named after the test and deletes it when the
+// test ends.
+func Namespace(t testing.TB, cfg *rest.Config) string {
+	t.Helper()
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(name) > 50 {
+		name = name[:50]
+	}
+	name = fmt.Sprintf("%s-%d", strings.Trim(name, "-"), time.Now().UnixNano()%100000)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if _, err := kube.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = kube.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return name
+}
+
+// Client returns a MyResource client for cfg, failing the test on error.
+func Client(t testing.TB, cfg *rest.Config) *client.Client {
+	t.Helper()
+	c, err := client.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// New returns a MyResource ready to create.
+func New(namespace, name, message string) *v1alpha1.MyResource {
+	return &v1alpha1.MyResource{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec:       v1alpha1.MyResourceSpec{Message: message},
+	}
+}
+
+// CreateMany creates n MyResources named prefix-0..n-1 with 16 writers in
+// parallel.
+func CreateMany(ctx context.Context, c *client.Client, namespace, prefix string, n int) error {
+	const writers = 16
+	next := make(chan int)
+	errs := make(chan error, writers)
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Go(func() {
+			for i := range next {
+				if _, err := c.Create(ctx, New(namespace, fmt.Sprintf("%s-%d", prefix, i), "hello")); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	func() {
+		defer close(next)
+		for i := range n {
+			select {
+			case next <- i:
+			case err := <-errs:
+				errs <- err
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// Eventually polls cond every 20 ms until it is true or timeout passes, then
+// fails the test with msg.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s: "+msg, append([]any{timeout}, args...)...)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

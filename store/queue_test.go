@@ -1,0 +1,209 @@
+package store
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestQueueDedup(t *testing.T) {
+	q := NewQueue(nil)
+	var deduped []bool
+	q.Observe = func(_ string, d bool) { deduped = append(deduped, d) }
+	q.Add("a")
+	q.Add("b")
+	q.Add("a")
+	if q.Len() != 2 {
+		t.Fatalf("len = %d, want 2", q.Len())
+	}
+	if fmt.Sprint(deduped) != "[false false true]" {
+		t.Fatalf("observed dedup = %v", deduped)
+	}
+	k1, _ := q.Get()
+	k2, _ := q.Get()
+	if k1 != "a" || k2 != "b" {
+		t.Fatalf("order = %s %s, want a b", k1, k2)
+	}
+}
+
+func TestQueueKeyAddedWhileProcessingComesBackOnceAfterDone(t *testing.T) {
+	q := NewQueue(nil)
+	q.Add("a")
+	key, _ := q.Get()
+	for range 5 {
+		q.Add("a") // an update arrives while a worker holds the key
+	}
+	if q.Len() != 0 {
+		t.Fatal("a key being processed must not be handed to another worker")
+	}
+	q.Done(key)
+	if q.Len() != 1 {
+		t.Fatalf("after Done the key must be back once, len = %d", q.Len())
+	}
+	q.Get()
+	q.Done("a")
+	if q.Len() != 0 {
+		t.Fatal("the key came back twice")
+	}
+}
+
+func TestQueueNeverProcessesAKeyConcurrently(t *testing.T) {
+	q := NewQueue(nil)
+	const keys, workers, adds = 10, 8, 5000
+	var busy [keys]atomic.Int32
+	var processed atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				key, shutdown := q.Get()
+				if shutdown {
+					return
+				}
+				var i int
+				fmt.Sscan(key, &i)
+				if busy[i].Add(1) != 1 {
+					t.Errorf("key %s processed by two workers at once", key)
+				}
+				time.Sleep(50 * time.Microsecond)
+				busy[i].Add(-1)
+				processed.Add(1)
+				q.Done(key)
+			}
+		})
+	}
+	for n := range adds {
+		q.Add(fmt.Sprint(n % keys))
+	}
+	for q.Len() > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	q.ShutDown()
+	q.WaitIdle()
+	wg.Wait()
+	if p := processed.Load(); p == 0 || p > adds {
+		t.Fatalf("processed %d times", p)
+	}
+}
+
+func TestExponentialLimiterGrowsAndCaps(t *testing.T) {
+	l := NewExponentialLimiter(5*time.Millisecond, 100*time.Millisecond)
+	var got []time.Duration
+	for range 7 {
+		got = append(got, l.When("k"))
+	}
+	want := []time.Duration{5, 10, 20, 40, 80, 100, 100}
+	for i := range want {
+		if got[i] != want[i]*time.Millisecond {
+			t.Fatalf("delays = %v", got)
+		}
+	}
+	if l.Retries("k") != 7 || l.When("other") != 5*time.Millisecond {
+		t.Fatal("keys must have separate histories")
+	}
+	l.Forget("k")
+	if l.Retries("k") != 0 || l.When("k") != 5*time.Millisecond {
+		t.Fatal("Forget must reset the history")
+	}
+}
+
+func TestBucketLimiterSpacesRetriesOfAllKeys(t *testing.T) {
+	l := MaxOf(NewExponentialLimiter(time.Millisecond, time.Millisecond), NewBucketLimiter(10, 2))
+	// The burst passes; the third retry (of any key) waits for a token.
+	if l.When("a") > time.Millisecond || l.When("b") > time.Millisecond {
+		t.Fatal("burst must pass")
+	}
+	if d := l.When("c"); d < 50*time.Millisecond {
+		t.Fatalf("third retry delayed %v, want about 100ms", d)
+	}
+}
+
+func TestAddRateLimitedWaitsThenAdds(t *testing.T) {
+	q := NewQueue(NewExponentialLimiter(20*time.Millisecond, time.Second))
+	start := time.Now()
+	if d := q.AddRateLimited("k"); d != 20*time.Millisecond {
+		t.Fatalf("first retry delay %v", d)
+	}
+	if q.Len() != 0 || q.Pending() != 1 {
+		t.Fatal("a rate-limited key must wait")
+	}
+	key, _ := q.Get()
+	if key != "k" || time.Since(start) < 20*time.Millisecond {
+		t.Fatalf("got %q after %v", key, time.Since(start))
+	}
+	q.Done(key)
+	if q.Retries("k") != 1 {
+		t.Fatal("retry not counted")
+	}
+	q.Forget("k")
+	if q.Retries("k") != 0 {
+		t.Fatal("Forget must clear the count")
+	}
+}
+
+func TestAddAfterKeepsTheEarliestTime(t *testing.T) {
+	q := NewQueue(nil)
+	q.AddAfter("k", time.Hour)
+	q.AddAfter("k", 10*time.Millisecond)
+	q.AddAfter("k", time.Hour) // a later time does not push it back
+	done := make(chan string)
+	go func() { k, _ := q.Get(); done <- k }()
+	select {
+	case k := <-done:
+		if k != "k" {
+			t.Fatal(k)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the earliest AddAfter did not fire")
+	}
+	if q.Pending() != 0 {
+		t.Fatal("fired key still pending")
+	}
+}
+
+func TestShutDownLetsInFlightWorkFinish(t *testing.T) {
+	q := NewQueue(nil)
+	q.Add("busy")
+	q.Add("queued")
+	q.AddAfter("later", time.Hour)
+	key, _ := q.Get()
+
+	q.ShutDown()
+	if _, shutdown := q.Get(); !shutdown {
+		t.Fatal("Get after ShutDown must report shutdown")
+	}
+	q.Add("new")
+	if q.Pending() != 0 {
+		t.Fatal("delayed adds must be cancelled")
+	}
+	idle := make(chan struct{})
+	go func() { q.WaitIdle(); close(idle) }()
+	select {
+	case <-idle:
+		t.Fatal("WaitIdle returned while a key is still being processed")
+	case <-time.After(20 * time.Millisecond):
+	}
+	q.Done(key)
+	select {
+	case <-idle:
+	case <-time.After(5 * time.Second):
+		t.Fatal("WaitIdle did not return after the last Done")
+	}
+}
+
+func TestShutDownWakesBlockedWorkers(t *testing.T) {
+	q := NewQueue(nil)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			if _, shutdown := q.Get(); !shutdown {
+				t.Error("expected shutdown")
+			}
+		})
+	}
+	time.Sleep(10 * time.Millisecond)
+	q.ShutDown()
+	wg.Wait()
+}

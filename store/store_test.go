@@ -1,0 +1,147 @@
+package store
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"rawwatch/api/v1alpha1"
+)
+
+func obj(ns, name, rv string) *v1alpha1.MyResource {
+	return &v1alpha1.MyResource{ObjectMeta: metav1.ObjectMeta{
+		Namespace: ns, Name: name, ResourceVersion: rv,
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+	}}
+}
+
+func names(objs []*v1alpha1.MyResource) []string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, KeyOf(o))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestKeys(t *testing.T) {
+	if k := KeyOf(obj("ns", "a", "")); k != "ns/a" {
+		t.Fatal(k)
+	}
+	if k := Key("", "cluster-wide"); k != "cluster-wide" {
+		t.Fatal(k)
+	}
+	for _, k := range []string{"ns/a", "a"} {
+		ns, name := SplitKey(k)
+		if Key(ns, name) != k {
+			t.Fatalf("SplitKey(%q) = %q, %q", k, ns, name)
+		}
+	}
+}
+
+func TestUpsertDeleteAndIndex(t *testing.T) {
+	s := New[*v1alpha1.MyResource]()
+	d, changed := s.Upsert(obj("a", "x", "1"))
+	if !changed || d.Type != Added || d.Key != "a/x" {
+		t.Fatalf("first upsert: %+v %v", d, changed)
+	}
+	if got, _ := s.Get("a/x"); got.ManagedFields != nil {
+		t.Fatal("managedFields must be stripped before storing")
+	}
+	if _, changed := s.Upsert(obj("a", "x", "1")); changed {
+		t.Fatal("same resourceVersion again must be a no-op")
+	}
+	d, changed = s.Upsert(obj("a", "x", "2"))
+	if !changed || d.Type != Updated || d.Old.ResourceVersion != "1" || d.Object.ResourceVersion != "2" {
+		t.Fatalf("update: %+v", d)
+	}
+	s.Upsert(obj("a", "y", "3"))
+	s.Upsert(obj("b", "z", "4"))
+	if got := names(s.ListNamespace("a")); fmt.Sprint(got) != "[a/x a/y]" {
+		t.Fatalf("namespace a = %v", got)
+	}
+	if s.Len() != 3 || fmt.Sprint(s.Keys()) != "[a/x a/y b/z]" {
+		t.Fatalf("keys = %v", s.Keys())
+	}
+	d, known := s.Delete(obj("b", "z", "5"))
+	if !known || d.Type != Deleted || d.FinalStateUnknown || d.Object.ResourceVersion != "5" {
+		t.Fatalf("delete: %+v", d)
+	}
+	if len(s.ListNamespace("b")) != 0 {
+		t.Fatal("deleted object still indexed")
+	}
+	if _, known := s.Delete(obj("b", "z", "6")); known {
+		t.Fatal("deleting an unknown key must report it unknown")
+	}
+}
+
+func TestReplaceProducesDeltasAndKeepsUnchangedObjects(t *testing.T) {
+	s := New[*v1alpha1.MyResource]()
+	for _, o := range []*v1alpha1.MyResource{obj("a", "same", "1"), obj("a", "changed", "2"), obj("a", "gone", "3"), obj("b", "broken", "4")} {
+		s.Upsert(o)
+	}
+	before, _ := s.Get("a/same")
+
+	r := s.NewReplacement()
+	r.Add(obj("a", "same", "1"))
+	r.Add(obj("a", "changed", "20"))
+	r.Add(obj("c", "new", "30"))
+	r.Keep("b/broken") // listed, but undecodable: not a deletion
+	deltas := r.Commit()
+
+	got := map[string]Delta[*v1alpha1.MyResource]{}
+	for _, d := range deltas {
+		got[d.Key] = d
+	}
+	if len(deltas) != 3 {
+		t.Fatalf("deltas = %+v", deltas)
+	}
+	if d := got["a/changed"]; d.Type != Updated || d.Old.ResourceVersion != "2" {
+		t.Errorf("changed: %+v", d)
+	}
+	if d := got["c/new"]; d.Type != Added {
+		t.Errorf("new: %+v", d)
+	}
+	if d := got["a/gone"]; d.Type != Deleted || !d.FinalStateUnknown || d.Object.ResourceVersion != "3" {
+		t.Errorf("gone: %+v (must carry the last known object)", d)
+	}
+	if after, _ := s.Get("a/same"); after != before {
+		t.Error("an unchanged object must keep its stored copy (no second copy in memory)")
+	}
+	if _, ok := s.Get("b/broken"); !ok {
+		t.Error("a kept key must stay in the store")
+	}
+	if fmt.Sprint(names(s.ListNamespace("a"))) != "[a/changed a/same]" || len(s.ListNamespace("c")) != 1 {
+		t.Errorf("index after replace: a=%v c=%v", names(s.ListNamespace("a")), names(s.ListNamespace("c")))
+	}
+}
+
+func TestConcurrentReadersAndWriter(t *testing.T) {
+	s := New[*v1alpha1.MyResource]()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := range 2000 {
+			s.Upsert(obj("ns", fmt.Sprint(i%50), fmt.Sprint(i)))
+			if i%100 == 0 {
+				r := s.NewReplacement()
+				r.Add(obj("ns", "0", fmt.Sprint(i)))
+				r.Commit()
+			}
+		}
+	})
+	for range 4 {
+		wg.Go(func() {
+			for range 2000 {
+				for _, o := range s.ListNamespace("ns") {
+					if _, ok := s.Get(KeyOf(o)); !ok && s.Len() > 50 {
+						t.Error("impossible store size")
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -1,0 +1,443 @@
+package watcher_test
+
+import (
+	"context"
+	"io"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"rawwatch/api/v1alpha1"
+	"rawwatch/faultproxy"
+	"rawwatch/internal/controlplane"
+	"rawwatch/internal/testkit"
+	"rawwatch/store"
+	"rawwatch/watcher"
+)
+
+// One control plane for this test binary, started by the first test that needs it.
+var shared = &controlplane.Shared{}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	shared.Stop()
+	os.Exit(code)
+}
+
+type object = *v1alpha1.MyResource
+
+// recorder keeps what the watcher told its handler and observer.
+type recorder struct {
+	watcher.NopObserver
+	mu            sync.Mutex
+	deltas        []store.Delta[object]
+	watchRVs      []string
+	replaced      int
+	lastRelistDel int
+}
+
+func (r *recorder) handle(d store.Delta[object]) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.deltas = append(r.deltas, d)
+}
+
+func (r *recorder) WatchStarted(rv string, _ time.Duration, _ bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.watchRVs = append(r.watchRVs, rv)
+}
+
+// find returns the last delta of key with type t.
+func (r *recorder) find(key string, t store.DeltaType) (store.Delta[object], bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.deltas) - 1; i >= 0; i-- {
+		if d := r.deltas[i]; d.Key == key && d.Type == t {
+			return d, true
+		}
+	}
+	return store.Delta[object]{}, false
+}
+
+func (r *recorder) count(t store.DeltaType) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, d := range r.deltas {
+		if d.Type == t {
+			n++
+		}
+	}
+	return n
+}
+
+type running struct {
+	w     *watcher.Watcher[object]
+	store *store.Store[object]
+	rec   *recorder
+}
+
+// fastBackoff keeps the tests quick; the shape (exponential, capped) is the default's.
+func fastBackoff() backoff.BackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 50*time.Millisecond, 500*time.Millisecond, 0
+	b.Reset()
+	return b
+}
+
+// start runs a watcher on one namespace through cfg until the test ends.
+func start(t *testing.T, cfg *rest.Config, ns string, opts watcher.Options[object]) *running {
+	t.Helper()
+	c := testkit.Client(t, cfg)
+	r := &running{store: store.New[object](), rec: &recorder{}}
+	opts.Handler = r.rec.handle
+	opts.Observer = r.rec
+	opts.Codec = watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind}
+	if opts.NewBackoff == nil {
+		opts.NewBackoff = fastBackoff
+	}
+	r.w = watcher.New(watcher.RESTSource{Client: c.REST(), Resource: v1alpha1.Resource, Namespace: ns}, r.store, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-r.w.Synced():
+	case <-time.After(time.Minute):
+		t.Fatal("watcher did not sync within a minute")
+	}
+	return r
+}
+
+func proxyTo(t *testing.T, cp *controlplane.ControlPlane, a *controlplane.APIServer) (*faultproxy.Proxy, *rest.Config) {
+	t.Helper()
+	cert, err := cp.ServingCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := faultproxy.New(a.URL, cert, cp.CAPool())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	cfg := a.Config()
+	cfg.Host = p.URL
+	return p, cfg
+}
+
+// The initial LIST of 1,200 objects with page size 100 takes 12 pages, and
+// the store ends with every object.
+func TestInitialListIsPaginated(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ns := testkit.Namespace(t, cp.Config())
+	ctx := context.Background()
+	if err := testkit.CreateMany(ctx, testkit.Client(t, cp.Config()), ns, "obj", 1200); err != nil {
+		t.Fatal(err)
+	}
+	proxy, cfg := proxyTo(t, cp, cp.APIServer)
+	r := start(t, cfg, ns, watcher.Options[object]{PageSize: 100})
+
+	st := r.w.Stats()
+	if st.ListPages < 12 || proxy.Counts().Lists < 12 {
+		t.Errorf("list took %d pages (%d LIST requests seen by the proxy), want at least 12", st.ListPages, proxy.Counts().Lists)
+	}
+	if n := r.store.Len(); n != 1200 {
+		t.Errorf("store holds %d objects, want 1200", n)
+	}
+	if n := r.rec.count(store.Added); n != 1200 {
+		t.Errorf("initial list produced %d Added deltas, want 1200", n)
+	}
+	if st.Lists != 1 || st.Relists != 0 {
+		t.Errorf("lists %d relists %d, want 1 and 0", st.Lists, st.Relists)
+	}
+}
+
+// Create, update and delete each reach the store and the handler, in order.
+func TestWatchDeliversEvents(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ns := testkit.Namespace(t, cp.Config())
+	c := testkit.Client(t, cp.Config())
+	r := start(t, cp.Config(), ns, watcher.Options[object]{})
+	ctx := context.Background()
+	key := ns + "/x"
+
+	created, err := c.Create(ctx, testkit.New(ns, "x", "one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.find(key, store.Added); return ok }, "no Added delta")
+
+	created.Spec.Message = "two"
+	updated, err := c.Update(ctx, created)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		d, ok := r.rec.find(key, store.Updated)
+		return ok && d.Object.Spec.Message == "two" && d.Old.Spec.Message == "one"
+	}, "no Updated delta with old and new objects")
+	if got, _ := r.store.Get(key); got.ResourceVersion != updated.ResourceVersion {
+		t.Errorf("store has resourceVersion %s, want %s", got.ResourceVersion, updated.ResourceVersion)
+	}
+
+	if err := c.Delete(ctx, ns, "x", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.find(key, store.Deleted); return ok }, "no Deleted delta")
+	if d, _ := r.rec.find(key, store.Deleted); d.FinalStateUnknown {
+		t.Error("a DELETED event carries the final state; it must not be marked unknown")
+	}
+	if _, ok := r.store.Get(key); ok {
+		t.Error("deleted object still in the store")
+	}
+}
+
+// Bookmarks move the watcher's resourceVersion forward even when no event of
+// ours happens: writes elsewhere advance the cluster's RV, and the bookmark
+// brings it to us, so a re-watch starts from a recent RV.
+func TestBookmarksAdvanceTheResourceVersion(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ns := testkit.Namespace(t, cp.Config())
+	other := testkit.Namespace(t, cp.Config())
+	// This apiserver sends a bookmark shortly before a watch's timeoutSeconds
+	// ends (and every minute): a 15 s watch gets one within about 13 s.
+	r := start(t, cp.Config(), ns, watcher.Options[object]{WatchTimeoutMin: 15 * time.Second, WatchTimeoutMax: 15 * time.Second})
+	listRV := r.w.ResourceVersion()
+
+	written, err := testkit.Client(t, cp.Config()).Create(context.Background(), testkit.New(other, "elsewhere", "hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 45*time.Second, func() bool { return r.w.Stats().Bookmarks > 0 }, "no bookmark received")
+
+	st := r.w.Stats()
+	if st.Events != 0 {
+		t.Fatalf("the watched namespace had %d events; the test needs none", st.Events)
+	}
+	if !rvAtLeast(st.LastBookmarkRV, written.ResourceVersion) {
+		t.Errorf("bookmark RV %s is older than a write made before it (%s)", st.LastBookmarkRV, written.ResourceVersion)
+	}
+	if rv := r.w.ResourceVersion(); !rvAtLeast(rv, st.LastBookmarkRV) || rv == listRV {
+		t.Errorf("watcher RV %s did not advance from the list's %s to the bookmark's %s", rv, listRV, st.LastBookmarkRV)
+	}
+}
+
+// rvAtLeast compares resourceVersions numerically. (Clients must treat RVs as
+// opaque; this test knows they are etcd revisions.)
+func rvAtLeast(a, b string) bool {
+	return len(a) > len(b) || (len(a) == len(b) && a >= b)
+}
+
+// A cut WATCH connection, and a server that refuses connections for a while,
+// are followed by a re-WATCH from the last RV: no relist, nothing missed.
+func TestBrokenWatchResumesWithoutRelist(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ns := testkit.Namespace(t, cp.Config())
+	c := testkit.Client(t, cp.Config())
+	ctx := context.Background()
+	if err := testkit.CreateMany(ctx, c, ns, "before", 5); err != nil {
+		t.Fatal(err)
+	}
+	proxy, cfg := proxyTo(t, cp, cp.APIServer)
+	r := start(t, cfg, ns, watcher.Options[object]{})
+	testkit.Eventually(t, 10*time.Second, func() bool { return proxy.OpenWatches() == 1 }, "no watch open")
+
+	// 1. Cut the stream mid-way.
+	rvAtCut := r.w.ResourceVersion()
+	if n := proxy.CutWatches(); n != 1 {
+		t.Fatalf("cut %d watches, want 1", n)
+	}
+	if _, err := c.Create(ctx, testkit.New(ns, "after-cut", "hi")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.find(ns+"/after-cut", store.Added); return ok },
+		"object created after the cut never arrived")
+
+	// 2. Refuse connections for a while: the watcher backs off and retries.
+	proxy.Refuse()
+	backoffsBefore := r.w.Stats().Backoffs
+	if _, err := c.Create(ctx, testkit.New(ns, "while-down", "hi")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().Backoffs >= backoffsBefore+2 }, "no backoff while refused")
+	if err := proxy.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.find(ns+"/while-down", store.Added); return ok },
+		"object created while the server was unreachable never arrived")
+
+	st := r.w.Stats()
+	if st.Lists != 1 || st.Relists != 0 || proxy.Counts().Lists != 1 {
+		t.Errorf("lists %d relists %d (proxy saw %d LISTs): a broken watch must not cause a relist", st.Lists, st.Relists, proxy.Counts().Lists)
+	}
+	r.rec.mu.Lock()
+	rvs := append([]string(nil), r.rec.watchRVs...)
+	r.rec.mu.Unlock()
+	if len(rvs) < 3 {
+		t.Fatalf("watch RVs %v: want the first watch, one after the cut, more after refusal", rvs)
+	}
+	if rvs[1] != rvAtCut {
+		t.Errorf("re-watch after the cut started at %s, want the last RV %s", rvs[1], rvAtCut)
+	}
+	if n := r.store.Len(); n != 7 {
+		t.Errorf("store holds %d objects, want 7", n)
+	}
+}
+
+// A watch whose resourceVersion etcd has compacted gets a real 410 from an
+// apiserver without watch cache: the watcher relists, the relist replaces
+// the store, and an object deleted while the watch was down comes out as a
+// Deleted delta carrying its last known state.
+func TestCompactedResourceVersionRelistsAndReportsDeletions(t *testing.T) {
+	cp := shared.Get(t)
+	uncached := shared.Uncached(t)
+	ns := testkit.Namespace(t, cp.Config())
+	c := testkit.Client(t, cp.Config())
+	ctx := context.Background()
+	for _, name := range []string{"keep", "change", "gone"} {
+		if _, err := c.Create(ctx, testkit.New(ns, name, "v1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxy, cfg := proxyTo(t, cp, uncached)
+	r := start(t, cfg, ns, watcher.Options[object]{})
+	lastKnownGone, _ := r.store.Get(ns + "/gone")
+
+	// The watcher loses the server; meanwhile the world moves on and etcd
+	// compacts away the history the watcher would need to catch up.
+	proxy.Refuse()
+	if err := c.Delete(ctx, ns, "gone", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	change, _ := c.Get(ctx, ns, "change")
+	change.Spec.Message = "v2"
+	if _, err := c.Update(ctx, change); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Create(ctx, testkit.New(ns, "fresh", "v1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := proxy.Accept(); err != nil {
+		t.Fatal(err)
+	}
+
+	testkit.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Relists == 1 }, "no relist after the 410")
+	d, ok := r.rec.find(ns+"/gone", store.Deleted)
+	if !ok {
+		t.Fatal("the object deleted during the gap produced no Deleted delta")
+	}
+	if !d.FinalStateUnknown || d.Object.UID != lastKnownGone.UID || d.Object.ResourceVersion != lastKnownGone.ResourceVersion {
+		t.Errorf("gap deletion: unknown=%v object rv %s; want unknown=true and the last known object (rv %s)",
+			d.FinalStateUnknown, d.Object.ResourceVersion, lastKnownGone.ResourceVersion)
+	}
+	if d, ok := r.rec.find(ns+"/change", store.Updated); !ok || d.Object.Spec.Message != "v2" {
+		t.Errorf("the object changed during the gap: Updated delta %v %+v", ok, d.Object)
+	}
+	if _, ok := r.rec.find(ns+"/fresh", store.Added); !ok {
+		t.Error("the object created during the gap produced no Added delta")
+	}
+	if _, ok := r.rec.find(ns+"/keep", store.Updated); ok {
+		t.Error("an unchanged object must produce no delta on relist")
+	}
+	assertStoreMatchesServer(t, c, ns, r.store)
+}
+
+// A paginated LIST whose snapshot etcd compacts between two pages gets 410
+// for its continue token; the watcher starts that list over and completes it.
+func TestExpiredContinueTokenRestartsTheList(t *testing.T) {
+	cp := shared.Get(t)
+	uncached := shared.Uncached(t)
+	ns := testkit.Namespace(t, cp.Config())
+	c := testkit.Client(t, cp.Config())
+	ctx := context.Background()
+	if err := testkit.CreateMany(ctx, c, ns, "obj", 250); err != nil {
+		t.Fatal(err)
+	}
+	other := testkit.Namespace(t, cp.Config())
+	src := &compactAfterFirstPage{
+		Source: watcher.RESTSource{Client: testkit.Client(t, uncached.Config()).REST(), Resource: v1alpha1.Resource, Namespace: ns},
+		// A compaction only removes revisions older than the one it compacts
+		// to, so write once after the list's snapshot, then compact.
+		compact: func(ctx context.Context) error {
+			if _, err := c.Create(ctx, testkit.New(other, "newer", "hi")); err != nil {
+				return err
+			}
+			_, err := cp.Compact(ctx)
+			return err
+		},
+	}
+	s := store.New[object]()
+	w := watcher.New(src, s, watcher.Options[object]{PageSize: 100, NewBackoff: fastBackoff,
+		Codec: watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind}})
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go w.Run(runCtx)
+	select {
+	case <-w.Synced():
+	case <-time.After(time.Minute):
+		t.Fatal("no sync")
+	}
+	st := w.Stats()
+	if src.expired == 0 {
+		t.Fatal("the continue token never expired: the test did not test anything")
+	}
+	if st.ListPages < 4 || st.Lists != 1 || s.Len() != 250 {
+		t.Errorf("pages %d lists %d store %d; want ≥4 pages (1 + a full restart of 3), 1 list, 250 objects", st.ListPages, st.Lists, s.Len())
+	}
+}
+
+type compactAfterFirstPage struct {
+	watcher.Source
+	compact func(context.Context) error
+	pages   int
+	expired int
+}
+
+func (s *compactAfterFirstPage) List(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
+	body, err := s.Source.List(ctx, opts)
+	if err != nil {
+		if opts.Continue != "" {
+			s.expired++
+		}
+		return nil, err
+	}
+	s.pages++
+	if s.pages == 1 {
+		if err := s.compact(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return body, nil
+}
+
+func assertStoreMatchesServer(t *testing.T, c interface {
+	List(context.Context, string, metav1.ListOptions) (*v1alpha1.MyResourceList, error)
+}, ns string, s *store.Store[object]) {
+	t.Helper()
+	list, err := c.List(context.Background(), ns, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != s.Len() {
+		t.Errorf("store has %d objects, server %d", s.Len(), len(list.Items))
+	}
+	for _, item := range list.Items {
+		got, ok := s.Get(store.KeyOf(&item))
+		if !ok || got.ResourceVersion != item.ResourceVersion {
+			t.Errorf("%s: store rv %v, server rv %s", item.Name, got, item.ResourceVersion)
+		}
+	}
+}
