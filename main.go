@@ -1,9 +1,9 @@
 // Command rawwatch runs the MyResource controller: a list-then-watch loop
 // written out by hand (package watcher) feeding a store and a key queue
-// (package store) drained by reconcile workers (package reconcile).
+// (package store) drained by reconcile workers (package reconcile); package
+// internal/app assembles them.
 //
-// This file is wiring only: flags, clients, and the order things start and
-// stop in.
+// This file is wiring only: flags, the client configuration, and signals.
 package main
 
 import (
@@ -12,23 +12,14 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
-	"rawwatch/api/v1alpha1"
-	"rawwatch/client"
-	"rawwatch/reconcile"
-	"rawwatch/store"
-	"rawwatch/watcher"
+	"rawwatch/internal/app"
 )
 
 type options struct {
@@ -40,6 +31,9 @@ type options struct {
 	burst                       int
 	retryBase, retryMax         time.Duration
 }
+
+// version is set at build time (-ldflags "-X main.version=...").
+var version = "dev"
 
 func main() {
 	os.Exit(run(os.Args[1:]))
@@ -59,8 +53,13 @@ func run(args []string) int {
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst of requests to the API server")
 	fs.DurationVar(&o.retryBase, "retry-base-delay", 5*time.Millisecond, "delay before the first retry of a failed key (doubles each retry)")
 	fs.DurationVar(&o.retryMax, "retry-max-delay", 1000*time.Second, "longest delay between retries of a failed key")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *showVersion {
+		fmt.Println("rawwatch", version)
+		return 0
 	}
 	if o.workers < 1 || o.pageSize < 1 {
 		fmt.Fprintln(os.Stderr, "rawwatch: --workers and --page-size must be at least 1")
@@ -99,7 +98,7 @@ func restConfig(o options) (*rest.Config, error) {
 		return nil, fmt.Errorf("loading client configuration: %w", err)
 	}
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
-	cfg.UserAgent = "rawwatch"
+	cfg.UserAgent = "rawwatch/" + version
 	return cfg, nil
 }
 
@@ -108,55 +107,17 @@ func runController(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	myClient, err := client.New(cfg)
+	a, err := app.New(app.Options{
+		Config:    cfg,
+		Namespace: o.namespace,
+		Workers:   o.workers,
+		PageSize:  o.pageSize,
+		RetryBase: o.retryBase,
+		RetryMax:  o.retryMax,
+		Logger:    klog.Background(),
+	})
 	if err != nil {
 		return err
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	log := klog.FromContext(ctx)
-
-	events := record.NewBroadcaster(record.WithContext(ctx))
-	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	defer events.Shutdown()
-	recorder := events.NewRecorder(client.Scheme, corev1.EventSource{Component: "rawwatch"})
-
-	cache := store.New[*v1alpha1.MyResource]()
-	queue := store.NewQueue(store.MaxOf(
-		store.NewExponentialLimiter(o.retryBase, o.retryMax),
-		store.NewBucketLimiter(10, 100),
-	))
-	ctrl := &reconcile.Controller[*v1alpha1.MyResource]{
-		Queue:  queue,
-		Logger: log.WithName("controller"),
-		Reconciler: &reconcile.MyResourceReconciler{
-			Store: cache, Client: myClient, Recorder: recorder, Logger: log.WithName("reconciler"),
-		},
-	}
-	w := watcher.New(
-		watcher.RESTSource{Client: myClient.REST(), Resource: v1alpha1.Resource, Namespace: o.namespace},
-		cache,
-		watcher.Options[*v1alpha1.MyResource]{
-			PageSize: o.pageSize,
-			Handler:  ctrl.OnDelta,
-			Codec:    watcher.Codec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind},
-			Logger:   log.WithName("watcher"),
-		})
-
-	var wg sync.WaitGroup
-	wg.Go(func() { w.Run(ctx) })
-
-	klog.InfoS("Waiting for the first list", "server", cfg.Host, "namespace", o.namespace)
-	select {
-	case <-w.Synced():
-	case <-ctx.Done():
-		wg.Wait()
-		return nil
-	}
-	klog.InfoS("Synced; starting workers", "objects", cache.Len(), "resourceVersion", w.ResourceVersion(), "workers", o.workers)
-	ctrl.Run(ctx, o.workers) // returns after ctx ends and in-flight work is done
-	wg.Wait()
-	return nil
+	return a.Run(ctx) // returns after ctx ends and in-flight work is done
 }

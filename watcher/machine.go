@@ -86,8 +86,9 @@ type Next struct {
 	MinDelay time.Duration
 	// ResetBackoff: the last stream was healthy; start the backoff afresh.
 	ResetBackoff bool
-	// Class is how the outcome's error was classified.
+	// Class is how the outcome's error was classified, Err the error itself.
 	Class ErrorClass
+	Err   error
 	// Reason explains the transition, for logs and --explain.
 	Reason string
 }
@@ -110,12 +111,14 @@ func (m *Machine) Step(o Outcome) Next {
 		m.State = Stopped
 		return Next{Class: class, Reason: "stopped"}
 	}
-	switch o.Op {
-	case OpList:
-		return m.stepList(o, class, retryAfter)
-	default:
-		return m.stepWatch(o, class, retryAfter)
+	var next Next
+	if o.Op == OpList {
+		next = m.stepList(o, class, retryAfter)
+	} else {
+		next = m.stepWatch(o, class, retryAfter)
 	}
+	next.Err = o.Err
+	return next
 }
 
 func (m *Machine) stepList(o Outcome, class ErrorClass, retryAfter time.Duration) Next {

@@ -110,7 +110,7 @@ func (w *Watcher[T]) Stats() StatsSnapshot { return w.stats.Snapshot() }
 func (w *Watcher[T]) Run(ctx context.Context) {
 	m := Machine{State: Listing}
 	bo := w.opts.NewBackoff()
-	var minDelay time.Duration
+	var last Next
 	for {
 		from := m.State
 		var o Outcome
@@ -122,8 +122,8 @@ func (w *Watcher[T]) Run(ctx context.Context) {
 		case Watching:
 			o = w.watch(ctx, m.RV)
 		case BackingOff:
-			delay := max(bo.NextBackOff(), minDelay)
-			w.obs.BackingOff(delay, Transient)
+			delay := max(bo.NextBackOff(), last.MinDelay)
+			w.obs.BackingOff(delay, last.Class)
 			w.log.V(4).Info("Backing off", "delay", delay)
 			select {
 			case <-ctx.Done():
@@ -137,25 +137,29 @@ func (w *Watcher[T]) Run(ctx context.Context) {
 		if ctx.Err() != nil {
 			o.Err = context.Canceled
 		}
-		next := m.Step(o)
-		if next.ResetBackoff {
+		last = m.Step(o)
+		if last.ResetBackoff {
 			bo.Reset()
 		}
-		minDelay = next.MinDelay
 		w.setRV(m.RV)
-		w.logStep(from, m.State, next)
-		w.obs.StateChanged(from, m.State, next.Reason)
+		w.logStep(from, m.State, last)
+		w.obs.StateChanged(from, m.State, last.Reason)
 	}
 }
 
+// logStep logs a transition: failures that make the loop wait at the default
+// level (a user must see why nothing happens), a relist at the default level
+// (it is expensive and rare), everything else at -v=3.
 func (w *Watcher[T]) logStep(from, to State, next Next) {
-	switch next.Class {
-	case Denied:
-		w.log.Error(nil, "Access denied: check the credentials and RBAC rules (list, watch)", "from", from, "to", to, "reason", next.Reason)
-	case Transient, Throttled, TooLargeRV:
-		w.log.V(1).Info("Retrying", "from", from, "to", to, "reason", next.Reason)
-	case Expired:
-		w.log.V(1).Info("Resource version expired", "from", from, "to", to, "reason", next.Reason)
+	switch {
+	case next.Class == Denied:
+		w.log.Error(next.Err, "Access denied: check the credentials and the RBAC rules (this controller needs list and watch); backing off", "after", from)
+	case to == BackingOff && next.Err != nil:
+		w.log.Error(next.Err, "Request failed; backing off", "after", from, "class", next.Class)
+	case to == BackingOff:
+		w.log.Info("Backing off", "after", from, "reason", next.Reason)
+	case to == Relisting:
+		w.log.Info("Relisting", "reason", next.Reason)
 	default:
 		w.log.V(3).Info("State change", "from", from, "to", to, "reason", next.Reason)
 	}

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The hand-written machinery must not lean on client-go's: no informers,
+// reflectors, DeltaFIFO, indexers or workqueue in watcher/, store/ or
+// reconcile/ (the comparison harness is the one place they may appear).
+// client-go's REST transport imports workqueue internally for certificate
+// rotation; that is a dependency of the HTTP client, not of this code, so the
+// rule is about what these packages import themselves.
+func TestRawPackagesDoNotImportInformerMachinery(t *testing.T) {
+	forbidden := []string{
+		"k8s.io/client-go/tools/cache",
+		"k8s.io/client-go/util/workqueue",
+		"k8s.io/client-go/informers",
+		"k8s.io/client-go/tools/pager",
+		"k8s.io/client-go/tools/watch",
+		"sigs.k8s.io/controller-runtime",
+	}
+	for _, dir := range []string{"watcher", "store", "reconcile"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("no Go files in %s: %v", dir, err)
+		}
+		for _, file := range files {
+			f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, imp := range f.Imports {
+				path, _ := strconv.Unquote(imp.Path.Value)
+				for _, bad := range forbidden {
+					if path == bad || strings.HasPrefix(path, bad+"/") {
+						t.Errorf("%s imports %s", file, path)
+					}
+				}
+			}
+		}
+	}
+}

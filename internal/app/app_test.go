@@ -1,0 +1,388 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"rawwatch/api/v1alpha1"
+	"rawwatch/client"
+	"rawwatch/internal/app"
+	"rawwatch/internal/controlplane"
+	"rawwatch/internal/testkit"
+	"rawwatch/reconcile"
+)
+
+var shared = &controlplane.Shared{}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	shared.Stop()
+	os.Exit(code)
+}
+
+type object = app.Object
+
+// spy wraps the real reconciler and status writer: it records every call,
+// counts writes, and fails the test if one key is reconciled by two workers
+// at once.
+type spy struct {
+	t     *testing.T
+	inner reconcile.Reconciler[object]
+	write reconcile.StatusWriter
+
+	mu      sync.Mutex
+	busy    map[string]bool
+	calls   map[string][]call
+	writes  map[string]int
+	onWrite func(ctx context.Context, obj object) // runs before a write (test hooks)
+	writeEr []error
+}
+
+type call struct {
+	at      time.Time
+	deleted bool
+	err     error
+}
+
+func newSpy(t *testing.T) *spy {
+	return &spy{t: t, busy: map[string]bool{}, calls: map[string][]call{}, writes: map[string]int{}}
+}
+
+func (s *spy) Reconcile(ctx context.Context, req reconcile.Request[object]) error {
+	s.mu.Lock()
+	if s.busy[req.Key] {
+		s.t.Errorf("key %s reconciled by two workers at once", req.Key)
+	}
+	s.busy[req.Key] = true
+	s.mu.Unlock()
+	err := s.inner.Reconcile(ctx, req)
+	s.mu.Lock()
+	s.busy[req.Key] = false
+	s.calls[req.Key] = append(s.calls[req.Key], call{at: time.Now(), deleted: req.Deleted != nil, err: err})
+	s.mu.Unlock()
+	return err
+}
+
+func (s *spy) UpdateStatus(ctx context.Context, obj object) (object, error) {
+	if s.onWrite != nil {
+		s.onWrite(ctx, obj)
+	}
+	out, err := s.write.UpdateStatus(ctx, obj)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		s.writes[obj.Namespace+"/"+obj.Name]++
+	} else {
+		s.writeEr = append(s.writeEr, err)
+	}
+	return out, err
+}
+
+func (s *spy) callsOf(key string) []call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]call(nil), s.calls[key]...)
+}
+
+func (s *spy) writesOf(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writes[key]
+}
+
+// logLines collects log output to check what was (not) logged as an error.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) add(prefix, args string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, prefix+" "+args)
+}
+
+func (l *logLines) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			n++
+		}
+	}
+	return n
+}
+
+// startApp runs the assembled controller on namespace ns until the test ends.
+func startApp(t *testing.T, ns string, workers int) (*app.App, *spy, *logLines) {
+	t.Helper()
+	cp := shared.Get(t)
+	s := newSpy(t)
+	logs := &logLines{}
+	a, err := app.New(app.Options{
+		Config:    cp.Config(),
+		Namespace: ns,
+		Workers:   workers,
+		RetryBase: 20 * time.Millisecond,
+		Logger:    funcr.New(logs.add, funcr.Options{Verbosity: 2}),
+		WrapStatusWriter: func(w reconcile.StatusWriter) reconcile.StatusWriter {
+			s.write = w
+			return s
+		},
+		WrapReconciler: func(r reconcile.Reconciler[object]) reconcile.Reconciler[object] {
+			s.inner = r
+			return s
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	testkit.Eventually(t, time.Minute, func() bool {
+		select {
+		case <-a.Watcher.Synced():
+			return true
+		default:
+			return false
+		}
+	}, "controller did not sync")
+	return a, s, logs
+}
+
+func waitStatus(t *testing.T, c *client.Client, ns, name string, ok func(*v1alpha1.MyResource) bool, what string) *v1alpha1.MyResource {
+	t.Helper()
+	var last *v1alpha1.MyResource
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		obj, err := c.Get(context.Background(), ns, name)
+		if err != nil {
+			return false
+		}
+		last = obj
+		return ok(obj)
+	}, "%s/%s: %s; last status %+v", ns, name, what, func() any {
+		if last == nil {
+			return nil
+		}
+		return last.Status
+	}())
+	return last
+}
+
+func TestCreateUpdateDelete(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ns := testkit.Namespace(t, cp.Config())
+	c := testkit.Client(t, cp.Config())
+	ctx := context.Background()
+	a, spy, _ := startApp(t, ns, 2)
+	key := ns + "/demo"
+
+	created, err := c.Create(ctx, testkit.New(ns, "demo", "hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := waitStatus(t, c, ns, "demo", func(o *v1alpha1.MyResource) bool {
+		return o.Status.Phase == v1alpha1.PhaseProcessed && o.Status.ObservedGeneration == 1
+	}, "want Processed at generation 1")
+	if obj.Status.Message != "hello" || !meta.IsStatusConditionTrue(obj.Status.Conditions, v1alpha1.ConditionReady) {
+		t.Errorf("status = %+v", obj.Status)
+	}
+
+	// The status write went through /status: a status sent with a spec update is ignored.
+	obj.Spec.Message = "hello again"
+	obj.Status.Phase = "Failed"
+	if _, err := c.Update(ctx, obj); err != nil {
+		t.Fatal(err)
+	}
+	obj = waitStatus(t, c, ns, "demo", func(o *v1alpha1.MyResource) bool {
+		return o.Generation == 2 && o.Status.ObservedGeneration == 2 && o.Status.Message == "hello again"
+	}, "want observedGeneration 2 after a spec update")
+	if obj.Status.Phase != v1alpha1.PhaseProcessed {
+		t.Errorf("phase %q: the main resource endpoint must not have changed the status", obj.Status.Phase)
+	}
+
+	// Events are recorded on the object (what kubectl describe shows).
+	kube := kubernetes.NewForConfigOrDie(cp.Config())
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		evs, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=demo"})
+		if err != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if e.Reason == reconcile.ReasonProcessed && e.InvolvedObject.UID == created.UID {
+				return true
+			}
+		}
+		return false
+	}, "no Processed event for the object")
+
+	// Idempotence: a reconcile with nothing changed writes nothing.
+	writes, calls := spy.writesOf(key), len(spy.callsOf(key))
+	a.Queue.Add(key)
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(spy.callsOf(key)) > calls }, "no reconcile after Add")
+	if spy.writesOf(key) != writes {
+		t.Errorf("a reconcile with nothing changed made %d writes", spy.writesOf(key)-writes)
+	}
+
+	if err := c.Delete(ctx, ns, "demo", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		calls := spy.callsOf(key)
+		return len(calls) > 0 && calls[len(calls)-1].deleted
+	}, "the reconciler never saw the deletion")
+}
+
+func TestFailRetriesWithGrowingDelay(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ns := testkit.Namespace(t, cp.Config())
+	c := testkit.Client(t, cp.Config())
+	_, spy, _ := startApp(t, ns, 2)
+	key := ns + "/broken"
+	if _, err := c.Create(context.Background(), testkit.New(ns, "broken", reconcile.FailMessage)); err != nil {
+		t.Fatal(err)
+	}
+	obj := waitStatus(t, c, ns, "broken", func(o *v1alpha1.MyResource) bool { return o.Status.Phase == v1alpha1.PhaseFailed },
+		"want Failed")
+	if !strings.Contains(obj.Status.Message, "fail") || meta.IsStatusConditionTrue(obj.Status.Conditions, v1alpha1.ConditionReady) {
+		t.Errorf("status = %+v", obj.Status)
+	}
+	// Retries at 20 ms, 40, 80, 160, 320, 640...: wait for eight calls.
+	testkit.Eventually(t, 30*time.Second, func() bool { return len(spy.callsOf(key)) >= 8 }, "not retried")
+	calls := spy.callsOf(key)
+	for _, c := range calls {
+		if !errors.Is(c.err, reconcile.ErrRequestedFailure) {
+			t.Fatalf("call returned %v", c.err)
+		}
+	}
+	// The first calls mix retries with the watch event of our own status
+	// write; from then on each gap must be about twice the previous one.
+	var gaps []time.Duration
+	for i := len(calls) - 4; i < len(calls); i++ {
+		gaps = append(gaps, calls[i].at.Sub(calls[i-1].at))
+	}
+	for i := 1; i < len(gaps); i++ {
+		if gaps[i] < gaps[i-1]*3/2 {
+			t.Fatalf("retry gaps %v do not grow", gaps)
+		}
+	}
+	if spy.writesOf(key) != 1 {
+		t.Errorf("%d status writes for a failing object; retries must not rewrite an unchanged status", spy.writesOf(key))
+	}
+}
+
+// A status write based on a stale object gets a real 409 from the server; the
+// controller retries quietly and converges.
+func TestConflictIsRetriedQuietly(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ns := testkit.Namespace(t, cp.Config())
+	c := testkit.Client(t, cp.Config())
+	ctx := context.Background()
+	_, spy, logs := startApp(t, ns, 2)
+	var once sync.Once
+	spy.onWrite = func(ctx context.Context, obj object) {
+		once.Do(func() { // someone else writes the object first
+			cur, err := c.Get(ctx, obj.Namespace, obj.Name)
+			if err == nil {
+				cur.Labels = map[string]string{"touched": "yes"}
+				_, err = c.Update(ctx, cur)
+			}
+			if err != nil {
+				t.Errorf("concurrent update: %v", err)
+			}
+		})
+	}
+	if _, err := c.Create(ctx, testkit.New(ns, "contended", "hi")); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, c, ns, "contended", func(o *v1alpha1.MyResource) bool { return o.Status.Phase == v1alpha1.PhaseProcessed }, "want Processed")
+	spy.mu.Lock()
+	conflicts := 0
+	for _, err := range spy.writeEr {
+		if apierrors.IsConflict(err) {
+			conflicts++
+		}
+	}
+	spy.mu.Unlock()
+	if conflicts != 1 {
+		t.Fatalf("%d conflicts from the server, want 1", conflicts)
+	}
+	if n := logs.count("Reconcile failed"); n != 0 {
+		t.Errorf("a conflict was logged as an error %d times", n)
+	}
+}
+
+// Many updates to many keys with four workers: every key converges and no key
+// is ever in two workers at once (the spy checks).
+func TestManyUpdatesConverge(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ns := testkit.Namespace(t, cp.Config())
+	c := testkit.Client(t, cp.Config())
+	ctx := context.Background()
+	a, _, _ := startApp(t, ns, 4)
+	if err := testkit.CreateMany(ctx, c, ns, "obj", 50); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		var wg sync.WaitGroup
+		for i := range 50 {
+			wg.Go(func() {
+				name := fmt.Sprintf("obj-%d", i)
+				for {
+					o, err := c.Get(ctx, ns, name)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					o.Spec.Message = fmt.Sprintf("round %d", round)
+					if _, err = c.Update(ctx, o); !apierrors.IsConflict(err) {
+						if err != nil {
+							t.Error(err)
+						}
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	testkit.Eventually(t, time.Minute, func() bool {
+		list, err := c.List(ctx, ns, metav1.ListOptions{})
+		if err != nil || len(list.Items) != 50 {
+			return false
+		}
+		for _, o := range list.Items {
+			if o.Status.ObservedGeneration != o.Generation || o.Status.Message != "round 2" {
+				return false
+			}
+		}
+		return true
+	}, "not every object reached status for its last generation")
+	if a.Store.Len() != 50 {
+		t.Errorf("store has %d objects", a.Store.Len())
+	}
+}

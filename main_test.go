@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"rawwatch/api/v1alpha1"
+	"rawwatch/internal/controlplane"
+	"rawwatch/internal/testkit"
+)
+
+var shared = &controlplane.Shared{}
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "rawwatch-bin-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "rawwatch")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		panic("building rawwatch: " + err.Error() + "\n" + string(out))
+	}
+	code := m.Run()
+	shared.Stop()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is the rawwatch binary running in the background.
+type proc struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	logs bytes.Buffer
+	done chan struct{}
+}
+
+func (p *proc) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.Write(b)
+}
+
+func (p *proc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.String()
+}
+
+func startBinary(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(binary, args...), done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("rawwatch output:\n%s", p.output())
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and returns the exit code.
+func (p *proc) stop(t *testing.T) int {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("rawwatch did not exit within 30s of SIGTERM")
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+func TestBinaryReconcilesAndStopsCleanly(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ns := testkit.Namespace(t, cp.Config())
+	p := startBinary(t, nil, "--kubeconfig", cp.Kubeconfig, "--namespace", ns, "--page-size", "10", "-v=2")
+	c := testkit.Client(t, cp.Config())
+	if _, err := c.Create(context.Background(), testkit.New(ns, "hello", "from the binary")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		o, err := c.Get(context.Background(), ns, "hello")
+		return err == nil && o.Status.Phase == v1alpha1.PhaseProcessed && o.Status.ObservedGeneration == o.Generation
+	}, "object not processed by the binary")
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0", code)
+	}
+	if !strings.Contains(p.output(), "Stopped cleanly") {
+		t.Error("no clean-stop log line")
+	}
+}
+
+// The kubeconfig comes from $KUBECONFIG, and --context picks a context in it.
+func TestBinaryUsesKubeconfigEnvAndContext(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	cfg, err := clientcmd.LoadFromFile(cp.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second context whose cluster is a port nobody listens on.
+	cfg.Clusters["dead"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1", CertificateAuthorityData: cfg.Clusters["local"].CertificateAuthorityData}
+	cfg.Contexts["dead"] = &clientcmdapi.Context{Cluster: "dead", AuthInfo: "admin"}
+	cfg.CurrentContext = "dead"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	ns := testkit.Namespace(t, cp.Config())
+	c := testkit.Client(t, cp.Config())
+	if _, err := c.Create(context.Background(), testkit.New(ns, "ctx", "hi")); err != nil {
+		t.Fatal(err)
+	}
+
+	// The current context is dead: the controller says so, retries, and stops cleanly.
+	dead := startBinary(t, []string{"KUBECONFIG=" + path}, "--namespace", ns)
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		out := dead.output()
+		return strings.Contains(out, "Request failed; backing off") && strings.Contains(out, "connection refused")
+	}, "no clear error about the unreachable server")
+	if code := dead.stop(t); code != 0 {
+		t.Fatalf("exit code %d, want 0", code)
+	}
+
+	// --context local reaches the real server.
+	live := startBinary(t, []string{"KUBECONFIG=" + path}, "--context", "local", "--namespace", ns)
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		o, err := c.Get(context.Background(), ns, "ctx")
+		return err == nil && o.Status.Phase == v1alpha1.PhaseProcessed
+	}, "not processed with --context local")
+	live.stop(t)
+
+	// A context that does not exist is a configuration error: exit 1, clearly.
+	missing := startBinary(t, []string{"KUBECONFIG=" + path}, "--context", "nope")
+	<-missing.done
+	if code := missing.cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(missing.output(), `nope\" does not exist`) {
+		t.Fatalf("exit %d, output:\n%s", code, missing.output())
+	}
+}
+
+func TestBinaryRejectsBadFlags(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"--workers", "0"}, {"--page-size", "-1"}, {"--no-such-flag"}} {
+		out, err := exec.Command(binary, args...).CombinedOutput()
+		if code := exitCode(err); code != 2 {
+			t.Errorf("%v: exit %d, want 2\n%s", args, code, out)
+		}
+	}
+}
+
+func exitCode(err error) int {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}

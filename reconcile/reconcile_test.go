@@ -1,0 +1,254 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+
+	"rawwatch/api/v1alpha1"
+	"rawwatch/store"
+)
+
+type object = *v1alpha1.MyResource
+
+func myResource(name, message string, generation int64) object {
+	return &v1alpha1.MyResource{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "example.com/v1alpha1", Kind: "MyResource"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), Generation: generation, ResourceVersion: "1"},
+		Spec:       v1alpha1.MyResourceSpec{Message: message},
+	}
+}
+
+var t0 = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+
+func TestDesired(t *testing.T) {
+	ok := Desired(myResource("a", "hello", 3), t0)
+	if ok.Phase != v1alpha1.PhaseProcessed || ok.Message != "hello" || ok.ObservedGeneration != 3 {
+		t.Fatalf("processed status = %+v", ok)
+	}
+	if c := ok.Conditions; len(c) != 1 || c[0].Type != "Ready" || c[0].Status != metav1.ConditionTrue || c[0].ObservedGeneration != 3 {
+		t.Fatalf("conditions = %+v", c)
+	}
+	failed := Desired(myResource("b", "fail", 1), t0)
+	if failed.Phase != v1alpha1.PhaseFailed || failed.Conditions[0].Status != metav1.ConditionFalse || !strings.Contains(failed.Message, "fail") {
+		t.Fatalf("failed status = %+v", failed)
+	}
+	// An object whose status is already what Desired says needs nothing: the
+	// condition keeps its transition time, so a later clock changes nothing.
+	up := myResource("a", "hello", 3)
+	up.Status = ok
+	if again := Desired(up, metav1.NewTime(t0.Add(time.Hour))); !equality.Semantic.DeepEqual(again, up.Status) {
+		t.Fatalf("Desired of an up-to-date object changed it:\n%+v\n%+v", again, up.Status)
+	}
+	// A status change moves the transition time.
+	up.Spec.Message = "fail"
+	if c := Desired(up, metav1.NewTime(t0.Add(time.Hour))).Conditions[0]; !c.LastTransitionTime.Equal(&metav1.Time{Time: t0.Add(time.Hour)}) {
+		t.Fatalf("transition time not updated: %v", c.LastTransitionTime)
+	}
+}
+
+// fakeWriter records status writes and can fail them.
+type fakeWriter struct {
+	mu     sync.Mutex
+	writes []object
+	err    error
+}
+
+func (f *fakeWriter) UpdateStatus(_ context.Context, obj object) (object, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	f.writes = append(f.writes, obj)
+	return obj, nil
+}
+
+func newReconciler(objs ...object) (*MyResourceReconciler, *fakeWriter, *record.FakeRecorder) {
+	s := store.New[object]()
+	for _, o := range objs {
+		s.Upsert(o)
+	}
+	w := &fakeWriter{}
+	rec := record.NewFakeRecorder(10)
+	return &MyResourceReconciler{Store: s, Client: w, Recorder: rec, Now: func() metav1.Time { return t0 }}, w, rec
+}
+
+func TestReconcileWritesOnceAndNeverTouchesTheCache(t *testing.T) {
+	cached := myResource("a", "hello", 2)
+	r, w, events := newReconciler(cached)
+	ctx := context.Background()
+
+	if err := r.Reconcile(ctx, Request[object]{Key: "ns/a"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.writes) != 1 || w.writes[0].Status.Phase != v1alpha1.PhaseProcessed || w.writes[0].Status.ObservedGeneration != 2 {
+		t.Fatalf("writes = %+v", w.writes)
+	}
+	if w.writes[0] == cached || cached.Status.Phase != "" {
+		t.Fatal("the reconciler modified the cached object instead of a copy")
+	}
+	if ev := <-events.Events; !strings.HasPrefix(ev, "Normal Processed") {
+		t.Fatalf("event = %q", ev)
+	}
+
+	// The watch brings back the written object; reconciling again writes nothing.
+	written := w.writes[0].DeepCopy()
+	written.ResourceVersion = "2"
+	r.Store.Upsert(written)
+	if err := r.Reconcile(ctx, Request[object]{Key: "ns/a"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.writes) != 1 {
+		t.Fatalf("a re-run with nothing changed wrote %d more times", len(w.writes)-1)
+	}
+	if len(events.Events) != 0 {
+		t.Fatal("a re-run with nothing changed recorded an event")
+	}
+}
+
+func TestReconcileFailMessage(t *testing.T) {
+	r, w, events := newReconciler(myResource("f", "fail", 1))
+	ctx := context.Background()
+	if err := r.Reconcile(ctx, Request[object]{Key: "ns/f"}); !errors.Is(err, ErrRequestedFailure) {
+		t.Fatalf("err = %v", err)
+	}
+	if len(w.writes) != 1 || w.writes[0].Status.Phase != v1alpha1.PhaseFailed {
+		t.Fatalf("writes = %+v", w.writes)
+	}
+	if ev := <-events.Events; !strings.HasPrefix(ev, "Warning ReconcileFailed") {
+		t.Fatalf("event = %q", ev)
+	}
+	r.Store.Upsert(func() object { o := w.writes[0].DeepCopy(); o.ResourceVersion = "2"; return o }())
+	// Still failing: an error again (so the queue retries), but no new write.
+	if err := r.Reconcile(ctx, Request[object]{Key: "ns/f"}); !errors.Is(err, ErrRequestedFailure) || len(w.writes) != 1 {
+		t.Fatalf("retry: err %v, writes %d", err, len(w.writes))
+	}
+}
+
+func TestReconcileWriteErrors(t *testing.T) {
+	r, w, _ := newReconciler(myResource("a", "hello", 1))
+	w.err = apierrors.NewNotFound(schema.GroupResource{Group: "example.com", Resource: "myresources"}, "a")
+	if err := r.Reconcile(context.Background(), Request[object]{Key: "ns/a"}); err != nil {
+		t.Fatalf("NotFound (deleted meanwhile) must not be an error: %v", err)
+	}
+	w.err = apierrors.NewConflict(schema.GroupResource{Group: "example.com", Resource: "myresources"}, "a", errors.New("stale"))
+	if err := r.Reconcile(context.Background(), Request[object]{Key: "ns/a"}); !apierrors.IsConflict(err) {
+		t.Fatalf("a conflict must reach the controller as one: %v", err)
+	}
+}
+
+// capture is a logger that keeps its lines.
+type capture struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (c *capture) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.lines = append(c.lines, prefix+" "+args)
+	}, funcr.Options{})
+}
+
+func (c *capture) grep(s string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, l := range c.lines {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func TestReconcileDeletion(t *testing.T) {
+	r, w, _ := newReconciler()
+	logs := &capture{}
+	r.Logger = logs.logger()
+	last := myResource("gone", "hello", 1)
+	last.Status.Phase = v1alpha1.PhaseProcessed
+	err := r.Reconcile(context.Background(), Request[object]{Key: "ns/gone",
+		Deleted: &store.Delta[object]{Type: store.Deleted, Key: "ns/gone", Object: last, FinalStateUnknown: true}})
+	if err != nil || len(w.writes) != 0 {
+		t.Fatalf("err %v, writes %d", err, len(w.writes))
+	}
+	lines := logs.grep("MyResource deleted")
+	if len(lines) != 1 || !strings.Contains(lines[0], `"finalStateUnknown"=true`) || !strings.Contains(lines[0], `"lastPhase"="Processed"`) {
+		t.Fatalf("deletion log = %v", lines)
+	}
+}
+
+// fakeReconciler returns errors from a script, one per call.
+type fakeReconciler struct {
+	mu    sync.Mutex
+	calls []Request[object]
+	errs  []error
+}
+
+func (f *fakeReconciler) Reconcile(_ context.Context, req Request[object]) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, req)
+	if len(f.errs) == 0 {
+		return nil
+	}
+	err := f.errs[0]
+	f.errs = f.errs[1:]
+	return err
+}
+
+func TestControllerErrorPolicy(t *testing.T) {
+	conflict := apierrors.NewConflict(schema.GroupResource{Resource: "myresources"}, "a", errors.New("stale"))
+	fake := &fakeReconciler{errs: []error{conflict, conflict, errors.New("boom"), nil}}
+	logs := &capture{}
+	q := store.NewQueue(store.NewExponentialLimiter(time.Millisecond, 10*time.Millisecond))
+	c := &Controller[object]{Queue: q, Reconciler: fake, Logger: logs.logger()}
+	last := myResource("a", "x", 1)
+	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: last})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx, 2); close(done) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		fake.mu.Lock()
+		n := len(fake.calls)
+		fake.mu.Unlock()
+		if n == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reconciles, want 4 (two conflicts, one error, one success)", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+
+	if errs := logs.grep("Reconcile failed"); len(errs) != 1 {
+		t.Errorf("error lines = %v: conflicts must be retried quietly, other errors logged", errs)
+	}
+	if q.Retries("ns/a") != 0 {
+		t.Error("success must forget the retry history")
+	}
+	for i, call := range fake.calls {
+		if call.Deleted == nil || call.Deleted.Object != last {
+			t.Errorf("call %d lost the tombstone: %+v", i, call.Deleted)
+		}
+	}
+}
