@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -101,4 +103,24 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// ServiceAccountToken creates (if needed) ServiceAccount namespace/name and
+// returns a token for it from the TokenRequest API, valid for an hour: the
+// credential a pod running as that ServiceAccount would get.
+func ServiceAccountToken(t testing.TB, cfg *rest.Config, namespace, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	if _, err := kube.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating ServiceAccount %s/%s: %v", namespace, name, err)
+	}
+	hour := int64(3600)
+	tr, err := kube.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &hour}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest for %s/%s: %v", namespace, name, err)
+	}
+	return tr.Status.Token
 }
