@@ -32,6 +32,10 @@ func (r *Replacement[T]) Add(obj T) {
 	r.items[key] = obj
 }
 
+// Remove drops a recorded object (a WatchList's initial events may, in
+// principle, delete what they added).
+func (r *Replacement[T]) Remove(obj T) { delete(r.items, KeyOf(obj)) }
+
 // Keep records that key was listed but its item could not be understood.
 func (r *Replacement[T]) Keep(key string) { r.keep[key] = struct{}{} }
 

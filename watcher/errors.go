@@ -32,13 +32,16 @@ const (
 	// Denied: HTTP 401 or 403. Credentials or RBAC are wrong; retrying will not
 	// help until someone fixes them, so the loop logs it loudly and backs off.
 	Denied
+	// Refused: HTTP 400, 405 or 422, the server does not accept the request as
+	// made: for a WatchList, a server without that feature.
+	Refused
 	// Transient: anything else — connection refused or reset, a cut stream,
 	// 5xx, a timeout, a stream we could not parse. Retry the same step.
 	Transient
 )
 
 func (c ErrorClass) String() string {
-	return [...]string{"none", "canceled", "expired", "too-large-rv", "throttled", "denied", "transient"}[c]
+	return [...]string{"none", "canceled", "expired", "too-large-rv", "throttled", "denied", "refused", "transient"}[c]
 }
 
 // Classify sorts err into an ErrorClass. retryAfter is the delay the server
@@ -63,6 +66,8 @@ func Classify(err error) (class ErrorClass, retryAfter time.Duration) {
 		return Throttled, retryAfter
 	case apierrors.IsUnauthorized(err), apierrors.IsForbidden(err):
 		return Denied, 0
+	case apierrors.IsBadRequest(err), apierrors.IsInvalid(err), apierrors.IsMethodNotSupported(err):
+		return Refused, 0
 	}
 	return Transient, retryAfter
 }

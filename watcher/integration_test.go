@@ -441,3 +441,57 @@ func assertStoreMatchesServer(t *testing.T, c interface {
 		}
 	}
 }
+
+// WatchList: the initial state arrives as ADDED events on a WATCH, ends with
+// the initial-events-end bookmark, and the same stream carries on with live
+// events: no LIST request at all.
+func TestWatchListStreamsTheInitialStateAndKeepsTheStream(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ns := testkit.Namespace(t, cp.Config())
+	c := testkit.Client(t, cp.Config())
+	ctx := context.Background()
+	if err := testkit.CreateMany(ctx, c, ns, "obj", 300); err != nil {
+		t.Fatal(err)
+	}
+	proxy, cfg := proxyTo(t, cp, cp.APIServer)
+	r := start(t, cfg, ns, watcher.Options[object]{WatchList: true})
+	if n := r.store.Len(); n != 300 || r.rec.count(store.Added) != 300 {
+		t.Fatalf("store %d objects, %d Added deltas; want 300", n, r.rec.count(store.Added))
+	}
+	if _, err := c.Create(ctx, testkit.New(ns, "live", "hi")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.find(ns+"/live", store.Added); return ok }, "live event not delivered")
+	st, counts := r.w.Stats(), proxy.Counts()
+	if counts.Lists != 0 || counts.Watches != 1 || st.Watches != 1 || st.Lists != 1 || st.ListPages != 0 {
+		t.Errorf("proxy saw %d LISTs and %d WATCHes; watcher stats %+v: want no LIST and one WATCH for sync and live events", counts.Lists, counts.Watches, st)
+	}
+}
+
+// An apiserver with the WatchList feature off refuses the request; the
+// watcher falls back to a paginated LIST and works as usual.
+func TestWatchListFallsBackToListWhenTheServerRefuses(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ctx := context.Background()
+	old, err := cp.AddAPIServer(ctx, "apiserver-no-watchlist", "--feature-gates=WatchList=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Stop()
+	ns := testkit.Namespace(t, cp.Config())
+	c := testkit.Client(t, cp.Config())
+	if err := testkit.CreateMany(ctx, c, ns, "obj", 20); err != nil {
+		t.Fatal(err)
+	}
+	proxy, cfg := proxyTo(t, cp, old)
+	r := start(t, cfg, ns, watcher.Options[object]{WatchList: true, PageSize: 10})
+	if n := r.store.Len(); n != 20 {
+		t.Fatalf("store %d objects, want 20", n)
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool { return proxy.OpenWatches() == 1 }, "no live watch after the fallback")
+	if counts, st := proxy.Counts(), r.w.Stats(); counts.Lists != 2 || st.ListPages != 2 || counts.Watches != 2 {
+		t.Errorf("proxy saw %d LISTs, %d WATCHes (stats %+v): want the refused WatchList, two LIST pages, then one live WATCH", counts.Lists, counts.Watches, st)
+	}
+}

@@ -75,6 +75,9 @@ type Machine struct {
 	FromLatest bool
 	// Synced is true once a list has completed.
 	Synced bool
+	// WatchList: the list step is a WATCH with sendInitialEvents (see
+	// Options.WatchList). It turns false, for good, if the server refuses it.
+	WatchList bool
 	// resume is the state BackingOff leads back to.
 	resume State
 }
@@ -126,6 +129,12 @@ func (m *Machine) stepList(o Outcome, class ErrorClass, retryAfter time.Duration
 		m.RV, m.FromLatest, m.Synced = o.RV, false, true
 		m.State = Watching
 		return Next{Reason: "listed at resourceVersion " + o.RV}
+	}
+	if class == Refused && m.WatchList {
+		// An apiserver without the WatchList feature rejects the request's
+		// parameters (400 or 422): use the paginated LIST from now on.
+		m.WatchList = false
+		return Next{Class: class, Reason: fmt.Sprintf("server refused WatchList (%v): falling back to paginated LIST", o.Err)}
 	}
 	if (class == Expired || class == TooLargeRV) && !m.FromLatest {
 		// The RV (or continue token) we listed with is unusable: list again,

@@ -49,6 +49,8 @@ func TestClassify(t *testing.T) {
 		{errRefused, Transient, 0},
 		{io.ErrUnexpectedEOF, Transient, 0},
 		{err500, Transient, 0},
+		{apierrors.NewBadRequest("resourceVersionMatch is forbidden for watch"), Refused, 0},
+		{apierrors.NewInvalid(schema.GroupKind{Kind: "ListOptions"}, "", nil), Refused, 0},
 	}
 	for _, c := range cases {
 		class, after := Classify(c.err)
@@ -169,4 +171,23 @@ func TestMachineStops(t *testing.T) {
 			t.Fatalf("op %d: state %s after cancel, want Stopped", op, m.State)
 		}
 	}
+}
+
+func TestMachineWatchListFallsBackToListWhenRefused(t *testing.T) {
+	m := &Machine{WatchList: true}
+	run(t, m, []step{
+		{in: Outcome{Op: OpList, Err: apierrors.NewBadRequest("sendInitialEvents is forbidden")}, state: Listing, listRV: ""},
+	})
+	if m.WatchList {
+		t.Fatal("a refused WatchList must switch the machine to LIST for good")
+	}
+	// A WatchList that fails otherwise keeps trying WatchList.
+	m = &Machine{WatchList: true}
+	run(t, m, []step{{in: Outcome{Op: OpList, Err: errRefused}, state: BackingOff, listRV: ""}})
+	if !m.WatchList {
+		t.Fatal("a connection error is no reason to give up WatchList")
+	}
+	// Without WatchList, a 400 on a LIST is just an error: back off.
+	m = &Machine{}
+	run(t, m, []step{{in: Outcome{Op: OpList, Err: apierrors.NewBadRequest("bad")}, state: BackingOff, listRV: ""}})
 }

@@ -36,6 +36,12 @@ type Options[T Object] struct {
 	Codec Codec[T]
 	// Logger defaults to klog's global logger.
 	Logger klog.Logger
+	// WatchList makes the watcher get its initial state from a WATCH with
+	// sendInitialEvents=true instead of a paginated LIST (KEP-3157): the
+	// server streams the objects one by one, ends them with a bookmark
+	// annotated k8s.io/initial-events-end, and the same stream goes on with
+	// live events. If the server refuses it, the watcher falls back to LIST.
+	WatchList bool
 }
 
 // DefaultBackoff is the retry backoff used when Options.NewBackoff is nil:
@@ -108,9 +114,12 @@ func (w *Watcher[T]) Stats() StatsSnapshot { return w.stats.Snapshot() }
 // Run drives the state machine until ctx ends. It only returns then: every
 // failure is retried.
 func (w *Watcher[T]) Run(ctx context.Context) {
-	m := Machine{State: Listing}
+	m := Machine{State: Listing, WatchList: w.opts.WatchList}
 	bo := w.opts.NewBackoff()
 	var last Next
+	// open is a stream a WatchList left open after its initial events: the
+	// next Watching step carries on reading it instead of making a request.
+	var open *stream[T]
 	for {
 		from := m.State
 		var o Outcome
@@ -118,9 +127,17 @@ func (w *Watcher[T]) Run(ctx context.Context) {
 		case Stopped:
 			return
 		case Listing, Relisting:
-			o = w.list(ctx, m.ListRV())
+			if m.WatchList {
+				o, open = w.watchList(ctx, m.ListRV())
+			} else {
+				o = w.list(ctx, m.ListRV())
+			}
 		case Watching:
-			o = w.watch(ctx, m.RV)
+			if open != nil {
+				o, open = w.drain(open), nil
+			} else {
+				o = w.watch(ctx, m.RV)
+			}
 		case BackingOff:
 			delay := max(bo.NextBackOff(), last.MinDelay)
 			w.obs.BackingOff(delay, last.Class)
@@ -226,25 +243,52 @@ func (w *Watcher[T]) commit(repl *store.Replacement[T], rv string) {
 	w.syncedOnce.Do(func() { close(w.synced) })
 }
 
-// watch opens one WATCH from rv and applies its events until it ends.
-func (w *Watcher[T]) watch(ctx context.Context, rv string) Outcome {
+// stream is an open WATCH response.
+type stream[T Object] struct {
+	body   io.ReadCloser
+	dec    *eventDecoder[T]
+	cancel context.CancelFunc
+	start  time.Time
+}
+
+// open starts a WATCH with opts (resourceVersion and any WatchList fields
+// set by the caller), adding bookmarks and a jittered timeout.
+func (w *Watcher[T]) open(ctx context.Context, opts metav1.ListOptions) (*stream[T], error) {
 	timeout := w.watchTimeout()
 	secs := int64(timeout / time.Second)
-	opts := metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &secs}
+	opts.AllowWatchBookmarks, opts.TimeoutSeconds = true, &secs
 	// The server ends the stream after timeoutSeconds; the deadline is a
 	// backstop for a server that went silent without closing the connection.
 	wctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
-	defer cancel()
-
-	w.obs.WatchStarted(rv, timeout, false)
+	w.obs.WatchStarted(opts.ResourceVersion, timeout, opts.SendInitialEvents != nil)
 	start := time.Now()
 	body, err := w.source.Watch(wctx, opts)
 	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &stream[T]{body: body, dec: newEventDecoder(body, w.opts.Codec), cancel: cancel, start: start}, nil
+}
+
+func (s *stream[T]) close() {
+	s.body.Close()
+	s.cancel()
+}
+
+// watch opens one WATCH from rv and applies its events until it ends.
+func (w *Watcher[T]) watch(ctx context.Context, rv string) Outcome {
+	s, err := w.open(ctx, metav1.ListOptions{ResourceVersion: rv})
+	if err != nil {
 		return Outcome{Op: OpWatch, Err: err}
 	}
-	defer body.Close()
-	o := w.consume(newEventDecoder(body, w.opts.Codec))
-	o.Duration = time.Since(start)
+	return w.drain(s)
+}
+
+// drain applies a stream's events to the store until it ends, and closes it.
+func (w *Watcher[T]) drain(s *stream[T]) Outcome {
+	defer s.close()
+	o := w.consume(s.dec)
+	o.Duration = time.Since(s.start)
 	w.obs.WatchEnded(o.Events, o.Duration, o.Err)
 	return o
 }
