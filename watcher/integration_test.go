@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -37,6 +38,7 @@ type recorder struct {
 	mu            sync.Mutex
 	deltas        []store.Delta[object]
 	watchRVs      []string
+	watchInitial  []bool
 	replaced      int
 	lastRelistDel int
 }
@@ -47,10 +49,11 @@ func (r *recorder) handle(d store.Delta[object]) {
 	r.deltas = append(r.deltas, d)
 }
 
-func (r *recorder) WatchStarted(rv string, _ time.Duration, _ bool) {
+func (r *recorder) WatchStarted(rv string, _ time.Duration, initialEvents bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.watchRVs = append(r.watchRVs, rv)
+	r.watchInitial = append(r.watchInitial, initialEvents)
 }
 
 // find returns the last delta of key with type t.
@@ -491,7 +494,16 @@ func TestWatchListFallsBackToListWhenTheServerRefuses(t *testing.T) {
 		t.Fatalf("store %d objects, want 20", n)
 	}
 	testkit.Eventually(t, 10*time.Second, func() bool { return proxy.OpenWatches() == 1 }, "no live watch after the fallback")
-	if counts, st := proxy.Counts(), r.w.Stats(); counts.Lists != 2 || st.ListPages != 2 || counts.Watches != 2 {
-		t.Errorf("proxy saw %d LISTs, %d WATCHes (stats %+v): want the refused WatchList, two LIST pages, then one live WATCH", counts.Lists, counts.Watches, st)
+	// (A fresh apiserver's watch cache may still be catching up with the
+	// list's RV and answer "too large resource version" once: the watcher
+	// backs off and watches again, so more than one live WATCH is fine.)
+	r.rec.mu.Lock()
+	initial := append([]bool(nil), r.rec.watchInitial...)
+	r.rec.mu.Unlock()
+	if len(initial) < 2 || !initial[0] || slices.Contains(initial[1:], true) {
+		t.Errorf("WATCH requests with sendInitialEvents: %v; want the first only", initial)
+	}
+	if counts, st := proxy.Counts(), r.w.Stats(); counts.Lists != 2 || st.ListPages != 2 || st.Lists != 1 {
+		t.Errorf("proxy saw %d LISTs (stats %+v): want two LIST pages making one list", counts.Lists, st)
 	}
 }
