@@ -507,3 +507,37 @@ func TestWatchListFallsBackToListWhenTheServerRefuses(t *testing.T) {
 		t.Errorf("proxy saw %d LISTs (stats %+v): want two LIST pages making one list", counts.Lists, st)
 	}
 }
+
+// An apiserver restart starts its watch cache afresh: a WATCH from any older
+// resourceVersion gets 410. The watcher must relist once and carry on
+// watching — not relist at its old RV, get data as of exactly that RV, and
+// expire again forever (the bug the comparison harness found).
+func TestAPIServerRestartRelistsOnceAndResumes(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ctx := context.Background()
+	a, err := cp.AddAPIServer(ctx, "apiserver-restarted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	ns := testkit.Namespace(t, cp.Config())
+	c := testkit.Client(t, cp.Config())
+	if err := testkit.CreateMany(ctx, c, ns, "obj", 30); err != nil {
+		t.Fatal(err)
+	}
+	r := start(t, a.Config(), ns, watcher.Options[object]{PageSize: 10})
+	if err := a.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Relists >= 1 }, "no relist after the restart")
+	if _, err := c.Create(ctx, testkit.New(ns, "after-restart", "hi")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.find(ns+"/after-restart", store.Added); return ok },
+		"the watch did not resume after the relist")
+	if n := r.w.Stats().Relists; n != 1 {
+		t.Errorf("%d relists after one restart, want 1", n)
+	}
+	assertStoreMatchesServer(t, c, ns, r.store)
+}

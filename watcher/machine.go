@@ -98,8 +98,9 @@ type Next struct {
 
 // ListRV is the resourceVersion the next LIST asks for. The first list asks
 // for "" (the latest data, read consistently, which the server paginates; "0"
-// would be served from the watch cache in one unpaginated response). A relist
-// asks for "not older than" our RV, unless that RV is known to be gone.
+// would be served from the watch cache in one unpaginated response), and so
+// does a relist after a 410. Otherwise (a relist for another reason) it asks
+// for data "not older than" our RV.
 func (m *Machine) ListRV() string {
 	if m.FromLatest {
 		return ""
@@ -152,7 +153,13 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 	healthy := o.Events > 0 || o.Duration >= MinHealthyWatch
 	switch {
 	case class == Expired:
-		reason := fmt.Sprintf("resourceVersion %s expired (%v): relist", m.RV, o.Err)
+		// The server no longer has the history after our RV. Relist from
+		// the latest data: a LIST "not older than" our RV could be served
+		// from etcd at exactly that RV (it is not compacted yet), and a
+		// WATCH from it would expire again, forever. This happens after
+		// every apiserver restart: its new watch cache starts after our RV.
+		m.FromLatest = true
+		reason := fmt.Sprintf("resourceVersion %s expired (%v): relist from the latest", m.RV, o.Err)
 		if !healthy {
 			return m.backoff(Relisting, class, 0, reason)
 		}

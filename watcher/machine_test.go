@@ -131,13 +131,15 @@ func TestMachineConnectionErrorsRewatchWithoutRelist(t *testing.T) {
 func TestMachineExpiredRelists(t *testing.T) {
 	m := &Machine{State: Watching, RV: "100", Synced: true}
 	run(t, m, []step{
-		// ERROR 410 after a healthy stream: relist at once, "not older than" our RV.
-		{in: healthy("130", errExpired), state: Relisting, rv: "130", listRV: "130", reset: true},
-		// That RV is compacted too: list again at once from the latest.
-		{in: Outcome{Op: OpList, Err: errExpired}, state: Relisting, rv: "130", listRV: ""},
+		// ERROR 410 after a healthy stream: relist at once, from the latest
+		// data (a list at our old RV could be served at exactly that RV, and
+		// a watch from there would expire again).
+		{in: healthy("130", errExpired), state: Relisting, rv: "130", listRV: "", reset: true},
+		// The relist fails too: back off, still from the latest.
+		{in: Outcome{Op: OpList, Err: errExpired}, state: BackingOff, rv: "130", listRV: ""},
 		{in: Outcome{Op: OpList, RV: "200"}, state: Watching, rv: "200", listRV: "200"},
 		// 410 straight away on a fresh watch: relist, but only after a backoff.
-		{in: Outcome{Op: OpWatch, Err: errGone}, state: BackingOff, rv: "200", listRV: "200"},
+		{in: Outcome{Op: OpWatch, Err: errGone}, state: BackingOff, rv: "200", listRV: ""},
 	})
 	if m.State != Relisting {
 		t.Fatalf("after backoff the machine must relist, is %s", m.State)
