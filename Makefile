@@ -7,7 +7,7 @@ SHELL := /bin/bash
 GO    ?= go
 TOOLS := ./hack/ensure-tools.sh
 
-.PHONY: all build test unit vet manifests verify-manifests tools demo cluster run clean
+.PHONY: all build test unit vet manifests verify-manifests tools demo cluster run clean bench
 
 all: build
 
@@ -45,3 +45,8 @@ run: build ## the controller against your cluster: make run ARGS="--kubeconfig ~
 
 clean:
 	rm -rf bin out
+
+bench: tools ## the comparison harness (default scenario) and the delivery benchmark, into out/compare
+	$(GO) build -o bin/compare ./cmd/compare
+	bin/compare --out out/compare
+	$(GO) test -run '^$$' -bench Delivery -benchtime 5x ./compare | tee out/compare/delivery.txt

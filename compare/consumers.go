@@ -1,0 +1,349 @@
+package compare
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"rawwatch/api/v1alpha1"
+	"rawwatch/client"
+	"rawwatch/reconcile"
+	"rawwatch/store"
+	"rawwatch/watcher"
+)
+
+// Consumer kinds.
+const (
+	KindRaw          = "raw"
+	KindRawWatchList = "raw-watchlist"
+	KindInformer     = "informer"
+	KindInformerList = "informer-list"
+	KindBare         = "bare"
+)
+
+// AllKinds is every consumer, in report order.
+var AllKinds = []string{KindRaw, KindRawWatchList, KindInformer, KindInformerList, KindBare}
+
+// consumer is one way of keeping up with the MyResources of a namespace.
+type consumer interface {
+	// run consumes until ctx ends; synced is closed after the initial sync.
+	run(ctx context.Context, synced chan<- struct{})
+	// storeLen is the number of cached objects (-1 without a cache).
+	storeLen() int
+	// dump is the cache as key → resourceVersion (nil without a cache).
+	dump() map[string]string
+}
+
+type object = *v1alpha1.MyResource
+
+// ---- raw: this project's watcher + store + queue ----
+
+type rawConsumer struct {
+	store *store.Store[object]
+	w     *watcher.Watcher[object]
+	ctrl  *reconcile.Controller[object]
+}
+
+// noopReconciler reads the object from the cache, as a reconciler would, and
+// does nothing else: the harness times the machinery, not a reconcile.
+type noopReconciler struct{ store *store.Store[object] }
+
+func (n noopReconciler) Reconcile(_ context.Context, req reconcile.Request[object]) error {
+	n.store.Get(req.Key)
+	return nil
+}
+
+func newRaw(cfg *rest.Config, ns string, rec *recorder, watchList bool, dropEvery int) (consumer, error) {
+	c, err := client.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r := &rawConsumer{store: store.New[object]()}
+	r.ctrl = &reconcile.Controller[object]{Queue: store.NewQueue(nil), Reconciler: noopReconciler{r.store}}
+	var src watcher.Source = watcher.RESTSource{Client: c.REST(), Resource: v1alpha1.Resource, Namespace: ns}
+	if dropEvery > 0 {
+		src = droppingSource{Source: src, every: dropEvery}
+	}
+	r.w = watcher.New(src, r.store, watcher.Options[object]{
+		WatchList: watchList,
+		Codec:     watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind},
+		Handler: func(d store.Delta[object]) {
+			typ := byte(EvAdd)
+			switch d.Type {
+			case store.Updated:
+				typ = EvUpdate
+			case store.Deleted:
+				typ = EvDelete
+			}
+			rec.event(typ, d.Object.ResourceVersion, d.Key)
+			r.ctrl.OnDelta(d)
+		},
+	})
+	return r, nil
+}
+
+func (r *rawConsumer) run(ctx context.Context, synced chan<- struct{}) {
+	var wg sync.WaitGroup
+	wg.Go(func() { r.w.Run(ctx) })
+	select {
+	case <-r.w.Synced():
+		close(synced)
+		r.ctrl.Run(ctx, 2)
+	case <-ctx.Done():
+	}
+	wg.Wait()
+}
+
+func (r *rawConsumer) storeLen() int { return r.store.Len() }
+
+func (r *rawConsumer) dump() map[string]string {
+	out := map[string]string{}
+	for _, o := range r.store.List() {
+		out[store.KeyOf(o)] = o.ResourceVersion
+	}
+	return out
+}
+
+// ---- informer: client-go SharedIndexInformer + workqueue, sample-controller style ----
+
+type informerConsumer struct {
+	informer cache.SharedIndexInformer
+	queue    workqueue.TypedRateLimitingInterface[string]
+}
+
+func newInformer(cfg *rest.Config, ns string, rec *recorder) (consumer, error) {
+	c, err := client.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	lw := cache.NewListWatchFromClient(c.REST(), v1alpha1.Resource, ns, fields.Everything())
+	inf := cache.NewSharedIndexInformer(lw, &v1alpha1.MyResource{}, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
+	enqueue := func(typ byte, obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		o, ok := obj.(object)
+		if !ok {
+			return
+		}
+		key := store.KeyOf(o)
+		rec.event(typ, o.ResourceVersion, key)
+		q.Add(key)
+	}
+	_, err = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { enqueue(EvAdd, obj) },
+		UpdateFunc: func(old, obj any) {
+			if old.(object).ResourceVersion == obj.(object).ResourceVersion {
+				enqueue(EvResync, obj)
+				return
+			}
+			enqueue(EvUpdate, obj)
+		},
+		DeleteFunc: func(obj any) { enqueue(EvDelete, obj) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &informerConsumer{informer: inf, queue: q}, nil
+}
+
+func (i *informerConsumer) run(ctx context.Context, synced chan<- struct{}) {
+	defer i.queue.ShutDown()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { i.informer.RunWithContext(ctx) })
+	if !cache.WaitForCacheSync(ctx.Done(), i.informer.HasSynced) {
+		return
+	}
+	close(synced)
+	for range 2 {
+		wg.Go(func() {
+			for {
+				key, shutdown := i.queue.Get()
+				if shutdown {
+					return
+				}
+				_, _, _ = i.informer.GetIndexer().GetByKey(key)
+				i.queue.Forget(key)
+				i.queue.Done(key)
+			}
+		})
+	}
+	<-ctx.Done()
+	i.queue.ShutDown()
+}
+
+func (i *informerConsumer) storeLen() int { return len(i.informer.GetIndexer().ListKeys()) }
+
+func (i *informerConsumer) dump() map[string]string {
+	out := map[string]string{}
+	for _, obj := range i.informer.GetIndexer().List() {
+		o := obj.(object)
+		out[store.KeyOf(o)] = o.ResourceVersion
+	}
+	return out
+}
+
+// ---- bare: LIST + WATCH with client-go's decoder, no cache, no queue ----
+
+type bareConsumer struct {
+	c        *client.Client
+	ns       string
+	rec      *recorder
+	pageSize int64
+}
+
+func newBare(cfg *rest.Config, ns string, rec *recorder) (consumer, error) {
+	c, err := client.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &bareConsumer{c: c, ns: ns, rec: rec, pageSize: 500}, nil
+}
+
+func (b *bareConsumer) list(ctx context.Context) (string, error) {
+	opts := metav1.ListOptions{Limit: b.pageSize}
+	for {
+		l, err := b.c.List(ctx, b.ns, opts)
+		if err != nil {
+			return "", err
+		}
+		for i := range l.Items {
+			o := &l.Items[i]
+			b.rec.event(EvAdd, o.ResourceVersion, store.KeyOf(o))
+		}
+		if l.Continue == "" {
+			return l.ResourceVersion, nil
+		}
+		opts = metav1.ListOptions{Limit: b.pageSize, Continue: l.Continue}
+	}
+}
+
+func (b *bareConsumer) run(ctx context.Context, synced chan<- struct{}) {
+	rv, needList, first := "", true, true
+	for ctx.Err() == nil {
+		if needList {
+			var err error
+			if rv, err = b.list(ctx); err != nil {
+				sleep(ctx, time.Second)
+				continue
+			}
+			needList = false
+			if first {
+				close(synced)
+				first = false
+			}
+		}
+		w, err := b.c.REST().Get().Namespace(b.ns).Resource(v1alpha1.Resource).
+			VersionedParams(&metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}, metav1.ParameterCodec).
+			Param("watch", "true").Watch(ctx)
+		if err != nil {
+			needList = apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
+			sleep(ctx, time.Second)
+			continue
+		}
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Error {
+				err := apierrors.FromObject(ev.Object)
+				needList = apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
+				break
+			}
+			o, ok := ev.Object.(object)
+			if !ok {
+				continue
+			}
+			rv = o.ResourceVersion
+			switch ev.Type {
+			case watch.Added:
+				b.rec.event(EvAdd, rv, store.KeyOf(o))
+			case watch.Modified:
+				b.rec.event(EvUpdate, rv, store.KeyOf(o))
+			case watch.Deleted:
+				b.rec.event(EvDelete, rv, store.KeyOf(o))
+			}
+		}
+		w.Stop()
+	}
+}
+
+func (b *bareConsumer) storeLen() int           { return -1 }
+func (b *bareConsumer) dump() map[string]string { return nil }
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// ---- a broken consumer, for the harness's own test ----
+
+// droppingSource loses every n-th watch frame: a consumer built on it must get
+// a failing verdict, which proves the verdict is computed from real data.
+type droppingSource struct {
+	watcher.Source
+	every int
+}
+
+func (d droppingSource) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
+	body, err := d.Source.Watch(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		defer body.Close()
+		r := bufio.NewReaderSize(body, 64<<10)
+		for n := 1; ; n++ {
+			line, err := r.ReadBytes('\n')
+			if len(line) > 0 && (n%d.every != 0 || bytes.Contains(line, []byte(`"BOOKMARK"`))) {
+				if _, werr := pw.Write(line); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+		}
+	}()
+	return struct {
+		io.Reader
+		io.Closer
+	}{pr, closerFunc(func() error { pr.Close(); return body.Close() })}, nil
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
+
+// newConsumer builds the consumer of the given kind.
+func newConsumer(kind string, cfg *rest.Config, ns string, rec *recorder, dropEvery int) (consumer, error) {
+	switch kind {
+	case KindRaw:
+		return newRaw(cfg, ns, rec, false, dropEvery)
+	case KindRawWatchList:
+		return newRaw(cfg, ns, rec, true, dropEvery)
+	case KindInformer, KindInformerList:
+		// informer-list runs with KUBE_FEATURE_WatchListClient=false in its
+		// environment (client-go reads its feature gates from there).
+		return newInformer(cfg, ns, rec)
+	case KindBare:
+		return newBare(cfg, ns, rec)
+	}
+	return nil, fmt.Errorf("unknown consumer kind %q", kind)
+}

@@ -1,0 +1,33 @@
+// Package compare answers, with numbers, what the raw approach costs or saves
+// compared with client-go's informers.
+//
+// One run puts the same load on one API server and measures several
+// consumers side by side, each in its own process so that one's garbage never
+// counts against another:
+//
+//	raw            this project's watcher + store + queue (paginated LIST, then WATCH)
+//	raw-watchlist  the same with WatchList (sendInitialEvents) instead of LIST
+//	informer       a client-go SharedIndexInformer + workqueue, sample-controller
+//	               style, with client-go's defaults (which use WatchList on
+//	               servers that support it)
+//	informer-list  the same informer with client-go's WatchListClient feature
+//	               off, so it LISTs like the raw watcher does
+//	bare           a bare LIST + WATCH that only decodes events: the ceiling
+//
+// The reconcilers are replaced by no-op workers that read the object from
+// the cache, as a reconciler would. Every consumer records, at its event
+// handler, each event's key, type, resourceVersion and arrival time; the load
+// generator records when each write was acknowledged and the resourceVersion
+// it got. Joining the two gives a delivery latency for every event.
+//
+// The harness (Run) drives the phases: create N objects; start the consumers
+// and time their initial sync; a sustained update phase; a forced relist (the
+// apiserver is restarted: its watch cache starts afresh, and every watch from
+// an older resourceVersion gets 410 Gone); deletes. It then checks each
+// consumer's correctness — its final cache equals a fresh LIST, it saw every
+// write, and every key's events arrived in resourceVersion order — and writes
+// a Markdown table, JSON and an SVG chart (report.go, svg.go).
+//
+// This is the only package of the project that imports client-go's informer
+// machinery (tools/cache, util/workqueue): it is the thing being compared.
+package compare

@@ -1,0 +1,514 @@
+package compare
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"rawwatch/client"
+	"rawwatch/internal/controlplane"
+	"rawwatch/store"
+)
+
+// Options configure a comparison run.
+type Options struct {
+	// Kubeconfig points at the server to use; "" starts a local control plane.
+	Kubeconfig string
+	// Objects is N, the number of objects created before the consumers start.
+	Objects int
+	// UpdateRate is the target of the update phase (updates per second; 0 =
+	// as fast as the server takes them), UpdateDuration its length.
+	UpdateRate     float64
+	UpdateDuration time.Duration
+	// DeleteFraction of the objects is deleted in the last phase (the rest
+	// stays, so the final caches can be compared with the server).
+	DeleteFraction float64
+	// Relist forces a relist with N objects present, by restarting the
+	// apiserver: RestartAPIServer does it (set by Run when it starts the
+	// local control plane itself; without it there is no relist phase).
+	Relist           bool
+	RestartAPIServer func(context.Context) error
+	// Kinds are the consumers to run (default AllKinds).
+	Kinds []string
+	// Writers is the load generator's parallelism; Payload an annotation
+	// size added to every object (bytes).
+	Writers, Payload int
+	// OutDir receives events, results and the report.
+	OutDir string
+	// Binary runs "BINARY consume ..." for each consumer (default: this executable).
+	Binary string
+	// Break makes a consumer lose every n-th watch frame (kind → n), to
+	// prove that the verdict catches a broken consumer.
+	Break map[string]int
+	// Profile makes every consumer write a heap profile at each phase end.
+	Profile bool
+	// Progress receives progress bars and phase lines (optional).
+	Progress io.Writer
+}
+
+// Phase is a named time span of the run.
+type Phase struct {
+	Name       string  `json:"name"`
+	Start, End int64   `json:"-"`
+	StartS     float64 `json:"start"` // seconds since the run began
+	EndS       float64 `json:"end"`
+}
+
+// Run performs a whole comparison and returns its report.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	if opts.Objects <= 0 {
+		return nil, errors.New("compare: Objects must be positive")
+	}
+	if len(opts.Kinds) == 0 {
+		opts.Kinds = AllKinds
+	}
+	if opts.Writers == 0 {
+		opts.Writers = 16
+	}
+	if opts.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		opts.Binary = exe
+	}
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
+		return nil, err
+	}
+	h := &harness{opts: opts, start: time.Now()}
+	defer h.cleanup()
+	if err := h.connect(ctx); err != nil {
+		return nil, err
+	}
+	if err := h.run(ctx); err != nil {
+		return nil, err
+	}
+	return h.report()
+}
+
+type harness struct {
+	opts       Options
+	start      time.Time
+	cp         *controlplane.ControlPlane
+	kubeconfig string
+	cfg        *rest.Config
+	client     *client.Client
+	namespace  string
+	load       *Load
+	consumers  []*child
+	phases     []Phase
+	writes     []Write
+	serverRVs  map[string]string
+	relisted   bool
+}
+
+func (h *harness) logf(format string, args ...any) {
+	fmt.Fprintf(h.opts.Progress, "%6.1fs  "+format+"\n", append([]any{time.Since(h.start).Seconds()}, args...)...)
+}
+
+func (h *harness) phase(name string, f func() error) error {
+	h.logf("phase %s", name)
+	p := Phase{Name: name, Start: time.Now().UnixNano()}
+	err := f()
+	p.End = time.Now().UnixNano()
+	h.phases = append(h.phases, p)
+	return err
+}
+
+func (h *harness) connect(ctx context.Context) error {
+	if h.opts.Kubeconfig == "" {
+		h.logf("starting a local control plane")
+		cp, err := controlplane.Start(ctx, controlplane.Options{Logf: func(f string, a ...any) { h.logf(f, a...) }})
+		if err != nil {
+			return err
+		}
+		h.cp, h.kubeconfig = cp, cp.Kubeconfig
+		h.opts.RestartAPIServer = cp.APIServer.Restart
+	} else {
+		h.kubeconfig = h.opts.Kubeconfig
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", h.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = -1, 0 // the load generator is paced by its own limiter
+	h.cfg = cfg
+	if h.client, err = client.New(cfg); err != nil {
+		return err
+	}
+	h.namespace = fmt.Sprintf("compare-%d", time.Now().Unix())
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: h.namespace}}
+	if _, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating namespace %s: %w", h.namespace, err)
+	}
+	h.load = &Load{Client: h.client, Namespace: h.namespace, Writers: h.opts.Writers, Payload: h.opts.Payload, Progress: h.opts.Progress}
+	return nil
+}
+
+func (h *harness) cleanup() {
+	for _, c := range h.consumers {
+		c.kill()
+	}
+	if h.cfg != nil && h.namespace != "" && h.cp == nil {
+		_ = kubernetes.NewForConfigOrDie(h.cfg).CoreV1().Namespaces().Delete(context.Background(), h.namespace, metav1.DeleteOptions{})
+	}
+	if h.cp != nil {
+		h.cp.Stop()
+	}
+}
+
+func (h *harness) run(ctx context.Context) error {
+	n := h.opts.Objects
+	err := h.phase("create", func() error {
+		w, err := h.load.Create(ctx, n)
+		h.writes = append(h.writes, w...)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	err = h.phase("sync", func() error {
+		for _, kind := range h.opts.Kinds {
+			c, err := h.spawn(kind)
+			if err != nil {
+				return err
+			}
+			h.consumers = append(h.consumers, c)
+		}
+		h.waitAll(10*time.Minute, "initial sync", func(s status) bool { return s.synced })
+		for _, c := range h.consumers {
+			if !c.status().synced {
+				return fmt.Errorf("consumer %s did not sync\n%s", c.kind, c.stderrTail())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	h.mark("after-sync")
+
+	var updates []Write
+	err = h.phase("update", func() error {
+		var err error
+		updates, err = h.load.Update(ctx, h.opts.UpdateRate, h.opts.UpdateDuration, 0)
+		h.writes = append(h.writes, updates...)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	h.logf("%d updates written (%.0f/s)", len(updates), float64(len(updates))/h.opts.UpdateDuration.Seconds())
+	h.waitAll(2*time.Minute, "update delivery", func(s status) bool { return s.updates >= int64(len(updates)) })
+	h.mark("after-updates")
+
+	if h.opts.Relist && h.opts.RestartAPIServer != nil {
+		lists := map[*child]int64{}
+		for _, c := range h.consumers {
+			lists[c] = c.status().lists
+		}
+		err = h.phase("relist", func() error {
+			// A restarted apiserver's watch cache starts at the current
+			// revision, and a watch from an older one gets 410 Gone. The
+			// consumers are at the revision of their last event; writes
+			// elsewhere move the current revision past it.
+			if err := h.bump(ctx); err != nil {
+				return err
+			}
+			if err := h.opts.RestartAPIServer(ctx); err != nil {
+				return err
+			}
+			// A consumer has recovered when it has listed again and
+			// delivers a write made after the restart: it watches again.
+			if err := h.waitEach(2*time.Minute, "relist", func(c *child, s status) bool { return s.lists > lists[c] }); err != nil {
+				return err
+			}
+			before := map[*child]int64{}
+			for _, c := range h.consumers {
+				before[c] = c.status().updates
+			}
+			probe, err := h.load.Update(ctx, 0, 0, 1)
+			if err != nil {
+				return err
+			}
+			h.writes = append(h.writes, probe...)
+			return h.waitEach(2*time.Minute, "relist recovery", func(c *child, s status) bool {
+				return s.updates > before[c] && (s.storeLen < 0 || s.storeLen == n)
+			})
+		})
+		if err != nil {
+			return err
+		}
+		h.relisted = true
+		h.mark("after-relist")
+	}
+
+	del := int(float64(n) * h.opts.DeleteFraction)
+	err = h.phase("delete", func() error {
+		w, err := h.load.Delete(ctx, del)
+		h.writes = append(h.writes, w...)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	h.waitAll(2*time.Minute, "delete delivery", func(s status) bool {
+		return s.deletes >= int64(del) && (s.storeLen < 0 || s.storeLen == n-del)
+	})
+	list, err := h.client.List(ctx, h.namespace, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	h.serverRVs = map[string]string{}
+	for i := range list.Items {
+		h.serverRVs[store.KeyOf(&list.Items[i])] = list.Items[i].ResourceVersion
+	}
+	for _, c := range h.consumers {
+		c.stop()
+	}
+	for _, c := range h.consumers {
+		if err := c.wait(time.Minute); err != nil {
+			return fmt.Errorf("consumer %s: %w", c.kind, err)
+		}
+	}
+	return nil
+}
+
+// bump writes a few objects in a namespace no consumer watches.
+func (h *harness) bump(ctx context.Context) error {
+	kube := kubernetes.NewForConfigOrDie(h.cfg)
+	for i := range 3 {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", GenerateName: "compare-bump-"},
+			Data: map[string]string{"i": strconv.Itoa(i)}}
+		if _, err := kube.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (h *harness) mark(label string) {
+	for _, c := range h.consumers {
+		c.send("mark " + label)
+	}
+	h.waitAll(time.Minute, "mark "+label, func(s status) bool { return s.marked[label] })
+}
+
+// waitAll waits until every consumer's status satisfies ok. A consumer that
+// stops making progress for quietPeriod is not waited for any longer (a
+// broken consumer must not stall the run: its verdict will show what it
+// missed); neither is anyone after timeout. Only a consumer that exited is
+// an error.
+func (h *harness) waitAll(timeout time.Duration, what string, ok func(status) bool) error {
+	return h.waitEach(timeout, what, func(_ *child, s status) bool { return ok(s) })
+}
+
+const quietPeriod = 5 * time.Second
+
+func (h *harness) waitEach(timeout time.Duration, what string, ok func(*child, status) bool) error {
+	deadline := time.Now().Add(timeout)
+	last := map[*child]status{}
+	moved := map[*child]time.Time{}
+	for {
+		var late, quiet []string
+		for _, c := range h.consumers {
+			s := c.status()
+			if s.exited != nil {
+				return fmt.Errorf("consumer %s exited during %s: %v\n%s", c.kind, what, s.exited, c.stderrTail())
+			}
+			if ok(c, s) {
+				continue
+			}
+			if p, seen := last[c]; !seen || p.progress() != s.progress() {
+				last[c], moved[c] = s, time.Now()
+			}
+			if time.Since(moved[c]) > quietPeriod {
+				quiet = append(quiet, c.kind)
+				continue
+			}
+			late = append(late, c.kind)
+		}
+		if len(late) == 0 {
+			if len(quiet) > 0 {
+				h.logf("%s: %s made no progress for %s; going on without them", what, strings.Join(quiet, ", "), quietPeriod)
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			h.logf("timed out waiting for %s: %s", what, strings.Join(late, ", "))
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ---- a consumer process ----
+
+type child struct {
+	kind                   string
+	cmd                    *exec.Cmd
+	stdin                  io.WriteCloser
+	eventsPath, resultPath string
+	stderrPath             string
+	done                   chan struct{}
+
+	mu sync.Mutex
+	st status
+}
+
+type status struct {
+	synced                          bool
+	adds, updates, deletes, resyncs int64
+	storeLen                        int
+	lists                           int64
+	marked                          map[string]bool
+	exited                          error
+}
+
+func (h *harness) spawn(kind string) (*child, error) {
+	c := &child{
+		kind:       kind,
+		eventsPath: filepath.Join(h.opts.OutDir, kind+".events"),
+		resultPath: filepath.Join(h.opts.OutDir, kind+".json"),
+		stderrPath: filepath.Join(h.opts.OutDir, kind+".log"),
+		done:       make(chan struct{}),
+		st:         status{marked: map[string]bool{}},
+	}
+	args := []string{"consume", "--kind", kind, "--kubeconfig", h.kubeconfig, "--namespace", h.namespace,
+		"--events", c.eventsPath, "--result", c.resultPath}
+	if n := h.opts.Break[kind]; n > 0 {
+		args = append(args, "--drop-every", strconv.Itoa(n))
+	}
+	if h.opts.Profile {
+		args = append(args, "--profile-dir", h.opts.OutDir)
+	}
+	c.cmd = exec.Command(h.opts.Binary, args...)
+	watchList := "true"
+	if kind == KindInformerList {
+		watchList = "false"
+	}
+	c.cmd.Env = append(os.Environ(), "KUBE_FEATURE_WatchListClient="+watchList)
+	stderr, err := os.Create(c.stderrPath)
+	if err != nil {
+		return nil, err
+	}
+	c.cmd.Stderr = stderr
+	stdout, err := c.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	if err := c.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go c.read(stdout)
+	go func() {
+		err := c.cmd.Wait()
+		stderr.Close()
+		c.mu.Lock()
+		if err == nil {
+			err = errors.New("exited")
+		}
+		c.st.exited = err
+		c.mu.Unlock()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+func (c *child) read(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		c.mu.Lock()
+		switch f[0] {
+		case "synced":
+			c.st.synced = true
+		case "marked":
+			if len(f) > 1 {
+				c.st.marked[f[1]] = true
+			}
+		case "status":
+			if len(f) == 7 {
+				v := make([]int64, 6)
+				for i := range v {
+					v[i], _ = strconv.ParseInt(f[i+1], 10, 64)
+				}
+				c.st.adds, c.st.updates, c.st.deletes, c.st.resyncs = v[0], v[1], v[2], v[3]
+				c.st.storeLen, c.st.lists = int(v[4]), v[5]
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+// progress is what changes while a consumer works.
+func (s status) progress() [6]int64 {
+	return [6]int64{s.adds, s.updates, s.deletes, s.resyncs, int64(s.storeLen), s.lists}
+}
+
+func (c *child) status() status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.st
+	s.marked = map[string]bool{}
+	for k, v := range c.st.marked {
+		s.marked[k] = v
+	}
+	return s
+}
+
+func (c *child) send(line string) { fmt.Fprintln(c.stdin, line) }
+
+func (c *child) stop() { c.send("stop") }
+
+func (c *child) wait(timeout time.Duration) error {
+	select {
+	case <-c.done:
+	case <-time.After(timeout):
+		c.kill()
+		return errors.New("did not stop")
+	}
+	if c.cmd.ProcessState.ExitCode() != 0 {
+		return fmt.Errorf("exit code %d\n%s", c.cmd.ProcessState.ExitCode(), c.stderrTail())
+	}
+	return nil
+}
+
+func (c *child) kill() {
+	if c.cmd.Process != nil {
+		_ = c.cmd.Process.Kill()
+	}
+}
+
+func (c *child) stderrTail() string {
+	b, _ := os.ReadFile(c.stderrPath)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 15 {
+		lines = lines[len(lines)-15:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,98 @@
+package compare_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"rawwatch/compare"
+	"rawwatch/internal/controlplane"
+)
+
+var shared = &controlplane.Shared{}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	shared.Stop()
+	os.Exit(code)
+}
+
+// A short run of the whole harness against the local control plane: every
+// consumer converges and passes, the report is written, and a consumer
+// broken on purpose (it loses every 7th watch frame) fails its verdict — the
+// verdict comes from what the consumers really did.
+func TestShortRunWithABrokenConsumer(t *testing.T) {
+	cp := shared.Get(t)
+	ctx := context.Background()
+	// A dedicated apiserver, so that restarting it (the forced relist)
+	// disturbs no other test.
+	a, err := cp.AddAPIServer(ctx, "apiserver-compare")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := cp.WriteKubeconfig(kubeconfig, a); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "compare")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/compare").CombinedOutput(); err != nil {
+		t.Fatalf("building cmd/compare: %v\n%s", err, out)
+	}
+	const broken = compare.KindRawWatchList
+	var progress strings.Builder
+	report, err := compare.Run(ctx, compare.Options{
+		Kubeconfig: kubeconfig, Objects: 300, UpdateRate: 200, UpdateDuration: 3 * time.Second,
+		DeleteFraction: 0.5, Relist: true, RestartAPIServer: a.Restart,
+		OutDir: filepath.Join(dir, "out"), Binary: bin, Writers: 8,
+		Break: map[string]int{broken: 7}, Progress: &progress,
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	if err := report.Write(filepath.Join(dir, "out")); err != nil {
+		t.Fatal(err)
+	}
+	if len(report.Consumers) != len(compare.AllKinds) {
+		t.Fatalf("%d consumers in the report", len(report.Consumers))
+	}
+	if report.Updates < 100 || report.Deletes != 150 || !report.Relist {
+		t.Errorf("load: %d updates, %d deletes, relist %v", report.Updates, report.Deletes, report.Relist)
+	}
+	for _, c := range report.Consumers {
+		if c.Kind == broken {
+			if c.Verdict.OK || c.Verdict.Missing == 0 {
+				t.Errorf("%s lost every 7th frame and still got %s", c.Kind, c.Verdict)
+			}
+			continue
+		}
+		if !c.Verdict.OK {
+			t.Errorf("%s: %s", c.Kind, c.Verdict)
+		}
+		if c.Latency.Count != report.Updates+report.Deletes { // the updates include the probe after the relist
+			t.Errorf("%s: %d latencies for %d updates and %d deletes", c.Kind, c.Latency.Count, report.Updates, report.Deletes)
+		}
+		if c.HeapAfterSync == 0 || c.RelistPeakHeap == 0 || c.SyncSeconds <= 0 || c.Relists < 1 || c.Requests.Watches < 2 {
+			t.Errorf("%s: figures missing: %+v", c.Kind, c)
+		}
+	}
+	if report.AllCorrect {
+		t.Error("AllCorrect with a broken consumer")
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "out", "report.md"))
+	svg, _ := os.ReadFile(filepath.Join(dir, "out", "report.svg"))
+	js, _ := os.ReadFile(filepath.Join(dir, "out", "report.json"))
+	for _, kind := range compare.AllKinds {
+		if !strings.Contains(string(md), "| "+kind+" |") || !strings.Contains(string(svg), kind) || !strings.Contains(string(js), `"kind": "`+kind+`"`) {
+			t.Errorf("%s missing from the report files", kind)
+		}
+	}
+	if !strings.Contains(string(md), "FAIL") || strings.Count(string(svg), "<polyline") < 2*len(compare.AllKinds)-1 {
+		t.Errorf("report.md or report.svg incomplete:\n%s", md)
+	}
+}

@@ -1,0 +1,154 @@
+package compare
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// ConsumerOptions are what the harness tells a consumer process.
+type ConsumerOptions struct {
+	Kind       string
+	Kubeconfig string
+	Namespace  string
+	// EventsPath receives one line per handler call; ResultPath the Result.
+	EventsPath, ResultPath string
+	// DropEvery > 0 breaks the consumer on purpose (raw kinds only).
+	DropEvery int
+	// ProfileDir, if set, receives a heap profile at every mark
+	// (KIND-LABEL.heap.pprof), for `go tool pprof`.
+	ProfileDir string
+}
+
+// ConsumerResult is what a consumer process reports when it stops.
+type ConsumerResult struct {
+	Kind     string            `json:"kind"`
+	Begin    int64             `json:"begin"`    // unix ns: the consumer started
+	SyncedAt int64             `json:"syncedAt"` // unix ns: the initial sync ended
+	Requests RequestCounts     `json:"requests"`
+	Samples  []MemSample       `json:"samples"`
+	Store    map[string]string `json:"store,omitempty"` // key → resourceVersion
+}
+
+// The protocol between the harness and a consumer process, one line each:
+//
+//	consumer → harness (stdout):  synced
+//	                              status ADDS UPDATES DELETES RESYNCS STORELEN LISTS   (every 200 ms)
+//	                              marked LABEL
+//	harness → consumer (stdin):   mark LABEL   (force a GC, record the live heap)
+//	                              stop         (write the result and exit)
+
+// RunConsumer is the main of a consumer process.
+func RunConsumer(opts ConsumerOptions, stdin io.Reader, stdout io.Writer) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", opts.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	// Every consumer gets the same client-side limits: generous enough that
+	// none of them is throttled by its own client.
+	cfg.QPS, cfg.Burst = 200, 400
+	if opts.ProfileDir != "" {
+		runtime.MemProfileRate = 4096 // fine-grained heap profiles (slower; only when asked)
+	}
+	rec, err := newRecorder(opts.EventsPath)
+	if err != nil {
+		return err
+	}
+	rec.countRequests(cfg)
+	c, err := newConsumer(opts.Kind, cfg, opts.Namespace, rec, opts.DropEvery)
+	if err != nil {
+		return err
+	}
+
+	var outMu sync.Mutex
+	say := func(format string, args ...any) {
+		outMu.Lock()
+		defer outMu.Unlock()
+		fmt.Fprintf(stdout, format+"\n", args...)
+	}
+	stopSampling := make(chan struct{})
+	go rec.sampleEvery(100*time.Millisecond, stopSampling)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	result := ConsumerResult{Kind: opts.Kind, Begin: time.Now().UnixNano()}
+	synced := make(chan struct{})
+	done := make(chan struct{})
+	go func() { c.run(ctx, synced); close(done) }()
+	go func() {
+		select {
+		case <-synced:
+			result.SyncedAt = time.Now().UnixNano()
+			say("synced")
+		case <-ctx.Done():
+		}
+	}()
+	go func() {
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				say("%s", rec.statusLine(c.storeLen()))
+			}
+		}
+	}()
+
+	in := bufio.NewScanner(stdin)
+	for in.Scan() {
+		cmd, arg, _ := strings.Cut(in.Text(), " ")
+		if cmd == "stop" {
+			break
+		}
+		if cmd == "mark" {
+			rec.sample(arg)
+			if opts.ProfileDir != "" {
+				if err := writeHeapProfile(filepath.Join(opts.ProfileDir, opts.Kind+"-"+arg+".heap.pprof")); err != nil {
+					return err
+				}
+			}
+			say("marked %s", arg)
+		}
+	}
+	result.Store = c.dump()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+	}
+	close(stopSampling)
+	result.Requests = rec.counts.snapshot()
+	rec.samplesMu.Lock()
+	result.Samples = rec.samples
+	rec.samplesMu.Unlock()
+	if err := rec.close(); err != nil {
+		return err
+	}
+	b, err := json.Marshal(result)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(opts.ResultPath, b, 0o644)
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pprof.Lookup("heap").WriteTo(f, 0)
+}

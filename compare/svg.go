@@ -1,0 +1,109 @@
+package compare
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+var palette = map[string]string{
+	KindRaw: "#1f77b4", KindRawWatchList: "#17becf", KindInformer: "#d62728", KindInformerList: "#ff7f0e", KindBare: "#2ca02c",
+}
+
+// SVG draws two charts side by side: the delivery-latency CDF of each
+// consumer (log scale), and each consumer's heap in use over the run, with
+// the phases marked.
+func (r *Report) SVG() string {
+	const w, h, pad = 520, 340, 50
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", 2*w, h+40)
+	b.WriteString(`<rect width="100%" height="100%" fill="white"/>` + "\n")
+
+	// Left: latency CDF.
+	lo, hi := math.Inf(1), 0.0
+	for _, c := range r.Consumers {
+		for _, l := range c.latencies {
+			if l > 0 {
+				lo, hi = math.Min(lo, l), math.Max(hi, l)
+			}
+		}
+	}
+	if hi > 0 {
+		lo, hi = math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
+		if hi == lo {
+			hi++
+		}
+		x := func(ms float64) float64 {
+			return pad + (math.Log10(math.Max(ms, math.Pow(10, lo)))-lo)/(hi-lo)*(w-2*pad)
+		}
+		y := func(p float64) float64 { return h - pad - p*(h-2*pad) }
+		axes(&b, 0, w, h, pad, "delivery latency (ms, log scale)", "fraction of events")
+		for e := lo; e <= hi; e++ {
+			fmt.Fprintf(&b, `<text x="%.0f" y="%d" text-anchor="middle">%g</text>`+"\n", x(math.Pow(10, e)), h-pad+14, math.Pow(10, e))
+		}
+		for _, p := range []float64{0, 0.5, 0.9, 0.99, 1} {
+			fmt.Fprintf(&b, `<text x="%d" y="%.0f" text-anchor="end">%g</text><line x1="%d" x2="%d" y1="%.0f" y2="%.0f" stroke="#eee"/>`+"\n",
+				pad-4, y(p)+4, p, pad, w-pad, y(p), y(p))
+		}
+		for _, c := range r.Consumers {
+			s := slices.Clone(c.latencies)
+			slices.Sort(s)
+			if len(s) == 0 {
+				continue
+			}
+			var pts []string
+			step := max(1, len(s)/400)
+			for i := 0; i < len(s); i += step {
+				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(s[i]), y(float64(i+1)/float64(len(s)))))
+			}
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(s[len(s)-1]), y(1)))
+			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`+"\n", palette[c.Kind], strings.Join(pts, " "))
+		}
+	}
+
+	// Right: heap in use over time.
+	var tmax, mmax float64
+	for _, c := range r.Consumers {
+		for _, p := range c.heap {
+			tmax, mmax = math.Max(tmax, p[0]), math.Max(mmax, p[1])
+		}
+	}
+	if tmax > 0 {
+		ox := float64(w)
+		x := func(t float64) float64 { return ox + pad + t/tmax*(w-2*pad) }
+		y := func(m float64) float64 { return h - pad - m/(mmax*1.1)*(h-2*pad) }
+		axes(&b, w, w, h, pad, "seconds since start", "heap in use (MiB)")
+		for _, p := range r.Phases {
+			fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%d" y2="%d" stroke="#ccc" stroke-dasharray="3,3"/><text x="%.0f" y="%d" fill="#888">%s</text>`+"\n",
+				x(p.StartS), x(p.StartS), pad, h-pad, x(p.StartS)+2, pad+10, p.Name)
+		}
+		for i := 0; i <= 4; i++ {
+			m := mmax * 1.1 * float64(i) / 4
+			fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">%.0f</text>`+"\n", ox+pad-4, y(m)+4, m)
+		}
+		fmt.Fprintf(&b, `<text x="%.0f" y="%d" text-anchor="middle">%.0f</text>`+"\n", x(tmax), h-pad+14, tmax)
+		for _, c := range r.Consumers {
+			var pts []string
+			for _, p := range c.heap {
+				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(p[0]), y(p[1])))
+			}
+			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.2" points="%s"/>`+"\n", palette[c.Kind], strings.Join(pts, " "))
+		}
+	}
+
+	// Legend.
+	for i, c := range r.Consumers {
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n",
+			pad+i*150, h+14, palette[c.Kind], pad+i*150+16, h+24, c.Kind)
+	}
+	b.WriteString("</svg>\n")
+	return b.String()
+}
+
+func axes(b *strings.Builder, ox, w, h, pad int, xlabel, ylabel string) {
+	fmt.Fprintf(b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="black"/><line x1="%d" x2="%d" y1="%d" y2="%d" stroke="black"/>`+"\n",
+		ox+pad, ox+w-pad, h-pad, h-pad, ox+pad, ox+pad, pad, h-pad)
+	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="middle">%s</text>`+"\n", ox+w/2, h-pad+30, xlabel)
+	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="middle" transform="rotate(-90 %d %d)">%s</text>`+"\n", ox+14, h/2, ox+14, h/2, ylabel)
+}

@@ -1,0 +1,134 @@
+package compare
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+
+	"rawwatch/api/v1alpha1"
+)
+
+// The update phase of a harness run is bounded by how fast the apiserver
+// accepts writes (a few hundred to a thousand per second on two cores), so
+// every consumer keeps up and their events/s are equal. This benchmark
+// measures what each consumer could take: a fake apiserver replays a
+// pre-encoded WATCH stream of MODIFIED events as fast as the consumer reads
+// it, and the clock runs from the first byte to the last handler call.
+//
+//	go test -run '^$' -bench Delivery -benchtime 5x ./compare
+func BenchmarkDelivery(b *testing.B) {
+	const objects, events = 1000, 20000
+	list, stream := replayData(objects, events)
+	for _, kind := range []string{KindRaw, KindInformerList, KindBare} {
+		b.Run(kind, func(b *testing.B) {
+			srv := httptest.NewServer(replayServer(list, stream))
+			defer srv.Close()
+			cfg := &rest.Config{Host: srv.URL, QPS: -1}
+			var total time.Duration
+			for b.Loop() {
+				total += deliver(b, kind, cfg, events)
+			}
+			b.ReportMetric(float64(events*b.N)/total.Seconds(), "events/s")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// deliver runs one consumer against the replay server until it has handled
+// every event, and returns how long the events took.
+func deliver(b *testing.B, kind string, cfg *rest.Config, events int) time.Duration {
+	rec, err := newRecorder(os.DevNull)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rec.close()
+	c, err := newConsumer(kind, rest.CopyConfig(cfg), "bench", rec, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	synced, done := make(chan struct{}), make(chan struct{})
+	go func() { c.run(ctx, synced); close(done) }()
+	<-synced
+	start := time.Now()
+	for rec.updates.Load() < int64(events) {
+		time.Sleep(100 * time.Microsecond)
+	}
+	d := time.Since(start)
+	cancel()
+	<-done
+	return d
+}
+
+// replayData builds a LIST body of n objects at resourceVersion 1, and a
+// WATCH body of m MODIFIED events, round-robin over them, at RVs 2, 3, ...
+// The objects look like what kube-apiserver sends for the harness's objects:
+// labels, a managedFields entry, a status.
+func replayData(n, m int) (list, stream []byte) {
+	now := metav1.NewTime(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	obj := func(i, rv int) *v1alpha1.MyResource {
+		return &v1alpha1.MyResource{
+			TypeMeta: metav1.TypeMeta{APIVersion: "example.com/v1alpha1", Kind: "MyResource"},
+			ObjectMeta: metav1.ObjectMeta{
+				Name: fmt.Sprintf("obj-%06d", i), Namespace: "bench", UID: types.UID(fmt.Sprintf("6f1e9a1c-0000-4000-8000-%012d", i)),
+				ResourceVersion: strconv.Itoa(rv), Generation: int64(rv), CreationTimestamp: now,
+				Labels: map[string]string{"app": "compare"},
+				ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "compare", Operation: metav1.ManagedFieldsOperationUpdate,
+					APIVersion: "example.com/v1alpha1", Time: &now, FieldsType: "FieldsV1",
+					FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{".":{},"f:app":{}}},"f:spec":{".":{},"f:message":{}}}`)}}},
+			},
+			Spec:   v1alpha1.MyResourceSpec{Message: fmt.Sprintf("update %d", rv)},
+			Status: v1alpha1.MyResourceStatus{Phase: v1alpha1.PhaseProcessed, Message: "processed", ObservedGeneration: int64(rv)},
+		}
+	}
+	items := make([]v1alpha1.MyResource, n)
+	for i := range items {
+		items[i] = *obj(i, 1)
+	}
+	l := v1alpha1.MyResourceList{TypeMeta: metav1.TypeMeta{APIVersion: "example.com/v1alpha1", Kind: "MyResourceList"},
+		ListMeta: metav1.ListMeta{ResourceVersion: "1"}, Items: items}
+	list, _ = json.Marshal(l)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	for e := range m {
+		_ = enc.Encode(map[string]any{"type": "MODIFIED", "object": obj(e%n, e+2)})
+	}
+	return list, buf.Bytes()
+}
+
+// replayServer answers LISTs with list and WATCHes with stream, then holds
+// the watch open until the client goes away.
+func replayServer(list, stream []byte) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Query().Get("watch") == "" {
+			w.Write(list)
+			return
+		}
+		if r.URL.Query().Get("sendInitialEvents") == "true" {
+			http.Error(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"BadRequest","code":400}`, http.StatusBadRequest)
+			return
+		}
+		f := w.(http.Flusher)
+		for rest := stream; len(rest) > 0; {
+			n := min(len(rest), 64<<10)
+			if _, err := w.Write(rest[:n]); err != nil {
+				return
+			}
+			f.Flush()
+			rest = rest[n:]
+		}
+		<-r.Context().Done()
+	})
+}
