@@ -100,7 +100,9 @@ func start(t *testing.T, cfg *rest.Config, ns string, opts watcher.Options[objec
 	c := testkit.Client(t, cfg)
 	r := &running{store: store.New[object](), rec: &recorder{}}
 	opts.Handler = r.rec.handle
-	opts.Observer = r.rec
+	if opts.Observer == nil {
+		opts.Observer = r.rec
+	}
 	opts.Codec = watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind}
 	if opts.NewBackoff == nil {
 		opts.NewBackoff = fastBackoff

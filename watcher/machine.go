@@ -80,6 +80,8 @@ type Machine struct {
 	WatchList bool
 	// resume is the state BackingOff leads back to.
 	resume State
+	// relisted: a 410 sent us to relist and no watch has been healthy since.
+	relisted bool
 }
 
 // Next tells the loop how to carry out a transition.
@@ -151,6 +153,9 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 		m.RV = o.RV
 	}
 	healthy := o.Events > 0 || o.Duration >= MinHealthyWatch
+	if healthy {
+		m.relisted = false
+	}
 	switch {
 	case class == Expired:
 		// The server no longer has the history after our RV. Relist from
@@ -160,11 +165,15 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 		// every apiserver restart: its new watch cache starts after our RV.
 		m.FromLatest = true
 		reason := fmt.Sprintf("resourceVersion %s expired (%v): relist from the latest", m.RV, o.Err)
-		if !healthy {
+		// The first 410 relists at once, whatever the backoff grew to while
+		// the server was away: the relist is what recovers us. A 410 again
+		// before any healthy watch means something is wrong: back off.
+		if m.relisted && !healthy {
 			return m.backoff(Relisting, class, 0, reason)
 		}
+		m.relisted = true
 		m.State = Relisting
-		return Next{Class: class, ResetBackoff: true, Reason: reason}
+		return Next{Class: class, ResetBackoff: healthy, Reason: reason}
 	case class == Throttled:
 		return m.backoff(Watching, class, retryAfter, fmt.Sprintf("watch throttled: %v", o.Err))
 	case healthy:

@@ -138,8 +138,15 @@ func TestMachineExpiredRelists(t *testing.T) {
 		// The relist fails too: back off, still from the latest.
 		{in: Outcome{Op: OpList, Err: errExpired}, state: BackingOff, rv: "130", listRV: ""},
 		{in: Outcome{Op: OpList, RV: "200"}, state: Watching, rv: "200", listRV: "200"},
-		// 410 straight away on a fresh watch: relist, but only after a backoff.
-		{in: Outcome{Op: OpWatch, Err: errGone}, state: BackingOff, rv: "200", listRV: ""},
+		// A healthy watch, then a 410 straight away on a fresh watch (as
+		// after an apiserver restart, following failed reconnects): relist
+		// at once, not after the backoff the reconnects grew.
+		{in: healthy("210", nil), state: Watching, rv: "210", listRV: "210", reset: true},
+		{in: Outcome{Op: OpWatch, Err: errRefused}, state: BackingOff, rv: "210", listRV: "210"},
+		{in: Outcome{Op: OpWatch, Err: errGone}, state: Relisting, rv: "210", listRV: ""},
+		{in: Outcome{Op: OpList, RV: "300"}, state: Watching, rv: "300", listRV: "300"},
+		// 410 again before any healthy watch: now back off before relisting.
+		{in: Outcome{Op: OpWatch, Err: errGone}, state: BackingOff, rv: "300", listRV: ""},
 	})
 	if m.State != Relisting {
 		t.Fatalf("after backoff the machine must relist, is %s", m.State)
