@@ -151,6 +151,16 @@ func (q *Queue) Get() (key string, shutdown bool) {
 	q.order = q.order[1:]
 	q.processing[key] = struct{}{}
 	delete(q.dirty, key)
+	// Go maps and slices keep their size after a burst: a queue that once
+	// held every key of a 10,000-object list would keep that memory for
+	// ever. Start afresh whenever the queue drains (an empty map costs a
+	// header until its first key).
+	if len(q.order) == 0 {
+		q.order = nil
+	}
+	if len(q.dirty) == 0 {
+		q.dirty = map[string]struct{}{}
+	}
 	return key, false
 }
 
@@ -165,6 +175,7 @@ func (q *Queue) Done(key string) {
 		q.ready.Signal()
 	}
 	if len(q.processing) == 0 {
+		q.processing = map[string]struct{}{} // as in Get: drop a burst's capacity
 		q.idle.Broadcast()
 	}
 }

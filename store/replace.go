@@ -24,7 +24,7 @@ func (s *Store[T]) NewReplacement() *Replacement[T] {
 
 // Add records a listed object.
 func (r *Replacement[T]) Add(obj T) {
-	obj.SetManagedFields(nil)
+	own(obj)
 	key := KeyOf(obj)
 	if old, ok := r.s.Get(key); ok && old.GetResourceVersion() == obj.GetResourceVersion() {
 		obj = old

@@ -40,9 +40,9 @@ func SplitKey(key string) (namespace, name string) {
 // Store is a thread-safe cache of objects of one type, keyed by KeyOf, with an
 // index by namespace. The zero value is not usable; call New.
 //
-// The store takes ownership of the objects given to it: it clears their
-// managedFields (server-side-apply bookkeeping, often the largest part of an
-// object and never needed by a controller) and shares them with readers.
+// The store takes ownership of the objects given to it: it slims them (see
+// own: no managedFields, shared copies of repeated strings) and shares them
+// with readers.
 type Store[T Object] struct {
 	mu          sync.RWMutex
 	items       map[string]T
@@ -108,7 +108,7 @@ func (s *Store[T]) ListNamespace(namespace string) []T {
 // changed is false when the stored object already has obj's resourceVersion:
 // a duplicate delivery, which needs no reaction.
 func (s *Store[T]) Upsert(obj T) (d Delta[T], changed bool) {
-	obj.SetManagedFields(nil)
+	own(obj)
 	key := KeyOf(obj)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -126,7 +126,7 @@ func (s *Store[T]) Upsert(obj T) (d Delta[T], changed bool) {
 // Delete removes obj's key (a watch DELETED event; obj is the server's final
 // state). known is false when the key was not stored: nothing to react to.
 func (s *Store[T]) Delete(obj T) (d Delta[T], known bool) {
-	obj.SetManagedFields(nil)
+	own(obj)
 	return s.DeleteKey(KeyOf(obj), obj)
 }
 

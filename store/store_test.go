@@ -5,6 +5,7 @@ import (
 	"sort"
 	"sync"
 	"testing"
+	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -51,6 +52,15 @@ func TestUpsertDeleteAndIndex(t *testing.T) {
 	if got, _ := s.Get("a/x"); got.ManagedFields != nil {
 		t.Fatal("managedFields must be stripped before storing")
 	}
+	// Repeated strings are shared: two objects of one namespace hold the
+	// same bytes for it, not two copies.
+	s.Upsert(obj(string([]byte("a")), "y2", "1"))
+	x, _ := s.Get("a/x")
+	y, _ := s.Get("a/y2")
+	if unsafe.StringData(x.Namespace) != unsafe.StringData(y.Namespace) {
+		t.Error("namespace strings are not interned")
+	}
+	s.Delete(y)
 	if _, changed := s.Upsert(obj("a", "x", "1")); changed {
 		t.Fatal("same resourceVersion again must be a no-op")
 	}

@@ -1,0 +1,33 @@
+package store
+
+import (
+	"unique"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// own prepares an object the store takes ownership of, so that it costs as
+// little memory as it can for as long as it is cached:
+//
+//   - managedFields go: server-side-apply bookkeeping, often the largest part
+//     of an object, which a controller never reads;
+//   - the strings every object of a namespace and type repeats (namespace,
+//     apiVersion, kind) are replaced by one shared copy each (package
+//     unique), instead of one copy per object as the JSON decoder made them.
+func own[T Object](obj T) {
+	obj.SetManagedFields(nil)
+	obj.SetNamespace(intern(obj.GetNamespace()))
+	if k, ok := any(obj).(interface{ GetObjectKind() schema.ObjectKind }); ok {
+		if tm, ok := k.GetObjectKind().(*metav1.TypeMeta); ok {
+			tm.APIVersion, tm.Kind = intern(tm.APIVersion), intern(tm.Kind)
+		}
+	}
+}
+
+func intern(s string) string {
+	if s == "" {
+		return s
+	}
+	return unique.Make(s).Value()
+}
