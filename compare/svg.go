@@ -21,16 +21,16 @@ func (r *Report) SVG() string {
 	b.WriteString(`<rect width="100%" height="100%" fill="white"/>` + "\n")
 
 	// Left: latency CDF.
-	lo, hi := math.Inf(1), 0.0
+	// Latencies below 0.1 ms (many events arrive before the writer has its
+	// response) are drawn at 0.1 ms.
+	lo, hi := -1.0, 0.0
 	for _, c := range r.Consumers {
 		for _, l := range c.latencies {
-			if l > 0 {
-				lo, hi = math.Min(lo, l), math.Max(hi, l)
-			}
+			hi = math.Max(hi, l)
 		}
 	}
 	if hi > 0 {
-		lo, hi = math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
+		hi = math.Max(math.Ceil(math.Log10(hi)), lo+1)
 		if hi == lo {
 			hi++
 		}
@@ -40,9 +40,13 @@ func (r *Report) SVG() string {
 		y := func(p float64) float64 { return h - pad - p*(h-2*pad) }
 		axes(&b, 0, w, h, pad, "delivery latency (ms, log scale)", "fraction of events")
 		for e := lo; e <= hi; e++ {
-			fmt.Fprintf(&b, `<text x="%.0f" y="%d" text-anchor="middle">%g</text>`+"\n", x(math.Pow(10, e)), h-pad+14, math.Pow(10, e))
+			label := fmt.Sprintf("%g", math.Pow(10, e))
+			if e == lo {
+				label = "≤" + label
+			}
+			fmt.Fprintf(&b, `<text x="%.0f" y="%d" text-anchor="middle">%s</text>`+"\n", x(math.Pow(10, e)), h-pad+14, label)
 		}
-		for _, p := range []float64{0, 0.5, 0.9, 0.99, 1} {
+		for _, p := range []float64{0, 0.25, 0.5, 0.75, 0.9, 1} {
 			fmt.Fprintf(&b, `<text x="%d" y="%.0f" text-anchor="end">%g</text><line x1="%d" x2="%d" y1="%.0f" y2="%.0f" stroke="#eee"/>`+"\n",
 				pad-4, y(p)+4, p, pad, w-pad, y(p), y(p))
 		}
@@ -74,9 +78,9 @@ func (r *Report) SVG() string {
 		x := func(t float64) float64 { return ox + pad + t/tmax*(w-2*pad) }
 		y := func(m float64) float64 { return h - pad - m/(mmax*1.1)*(h-2*pad) }
 		axes(&b, w, w, h, pad, "seconds since start", "heap in use (MiB)")
-		for _, p := range r.Phases {
+		for i, p := range r.Phases { // labels on two rows, so that short phases do not overlap
 			fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%d" y2="%d" stroke="#ccc" stroke-dasharray="3,3"/><text x="%.0f" y="%d" fill="#888">%s</text>`+"\n",
-				x(p.StartS), x(p.StartS), pad, h-pad, x(p.StartS)+2, pad+10, p.Name)
+				x(p.StartS), x(p.StartS), pad, h-pad, x(p.StartS)+2, pad+10+12*(i%2), p.Name)
 		}
 		for i := 0; i <= 4; i++ {
 			m := mmax * 1.1 * float64(i) / 4
