@@ -287,3 +287,18 @@ func (e *Elector) newLeader(identity string) {
 		e.cfg.Observer.NewLeader(identity)
 	}
 }
+
+// Observers fans every call out to several observers, in order.
+type Observers []Observer
+
+func (o Observers) Leading(identity string, leading bool) {
+	for _, x := range o {
+		x.Leading(identity, leading)
+	}
+}
+
+func (o Observers) NewLeader(identity string) {
+	for _, x := range o {
+		x.NewLeader(identity)
+	}
+}

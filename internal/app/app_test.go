@@ -126,13 +126,14 @@ func (l *logLines) count(s string) int {
 	return n
 }
 
-// startApp runs the assembled controller on namespace ns until the test ends.
-func startApp(t *testing.T, ns string, workers int) (*app.App, *spy, *logLines) {
+// startApp runs the assembled controller on namespace ns until the test ends;
+// tune changes the options first.
+func startApp(t *testing.T, ns string, workers int, tune ...func(*app.Options)) (*app.App, *spy, *logLines) {
 	t.Helper()
 	cp := shared.Get(t)
 	s := newSpy(t)
 	logs := &logLines{}
-	a, err := app.New(app.Options{
+	opts := app.Options{
 		Config:    cp.Config(),
 		Namespace: ns,
 		Workers:   workers,
@@ -146,7 +147,11 @@ func startApp(t *testing.T, ns string, workers int) (*app.App, *spy, *logLines) 
 			s.inner = r
 			return s
 		},
-	})
+	}
+	for _, f := range tune {
+		f(&opts)
+	}
+	a, err := app.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
