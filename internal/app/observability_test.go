@@ -107,10 +107,10 @@ func TestMetricsOfARunningController(t *testing.T) {
 	moved("rawwatch_watch_requests_total", 1)
 	moved("rawwatch_resource_version", 4)
 	for series, want := range map[string]float64{
-		"rawwatch_lists_total":                    1,
-		"rawwatch_relists_total":                  0,
-		"rawwatch_store_objects":                  4,
-		"rawwatch_leader":                         1,
+		"rawwatch_lists_total":                     1,
+		"rawwatch_relists_total":                   0,
+		"rawwatch_store_objects":                   4,
+		"rawwatch_leader":                          1,
 		`rawwatch_watcher_state{state="Watching"}`: 1,
 	} {
 		if after[series] != want {
