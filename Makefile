@@ -7,12 +7,18 @@ SHELL := /bin/bash
 GO    ?= go
 TOOLS := ./hack/ensure-tools.sh
 
-.PHONY: all build test unit vet manifests verify-manifests tools demo cluster run clean
+.PHONY: all build test unit vet manifests verify-manifests tools demo cluster run clean image-binary
+
+# The version stamped into binaries.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 all: build
 
 build: ## the controller binary, bin/rawwatch
-	$(GO) build -o bin/rawwatch .
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/rawwatch .
+
+image-binary: ## the binary the Dockerfile builds, built here by its own go build line, and checked
+	VERSION=$(VERSION) ./hack/image-binary.sh
 
 tools: ## etcd, kube-apiserver, kubectl and controller-gen into bin/
 	$(TOOLS) etcd kube-apiserver kubectl controller-gen
@@ -28,7 +34,7 @@ verify-manifests: ## fail if the generated files differ from what the Go types s
 vet:
 	$(GO) vet ./...
 
-test: tools verify-manifests vet ## everything CI runs
+test: tools verify-manifests vet image-binary ## everything CI runs
 	$(GO) test -race -timeout 30m ./...
 
 unit: ## only the tests that need no control plane
