@@ -7,10 +7,11 @@ SHELL := /bin/bash
 GO    ?= go
 TOOLS := ./hack/ensure-tools.sh
 
-.PHONY: all build test unit vet manifests verify-manifests tools demo cluster run clean image-binary
+.PHONY: all build test unit vet manifests verify-manifests tools demo cluster run clean image-binary deploy undeploy
 
-# The version stamped into binaries.
+# The version stamped into binaries and the image tag `make deploy` uses.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMG     ?= rawwatch:$(VERSION)
 
 all: build
 
@@ -48,6 +49,14 @@ cluster: tools ## keep a local control plane running (kubeconfig: out/kubeconfig
 
 run: build ## the controller against your cluster: make run ARGS="--kubeconfig ~/.kube/config"
 	bin/rawwatch $(ARGS)
+
+deploy: ## apply config/ to the cluster of $$KUBECONFIG (server-side) with image $(IMG)
+	$(TOOLS) kubectl
+	IMG=$(IMG) ./hack/deploy.sh
+
+undeploy: ## delete what deploy applied (the CRD too, and with it every MyResource)
+	$(TOOLS) kubectl
+	bin/kubectl delete --ignore-not-found -k config/
 
 clean:
 	rm -rf bin out
