@@ -22,6 +22,7 @@ import (
 	"rawwatch/internal/app"
 	"rawwatch/internal/clientconfig"
 	"rawwatch/leader"
+	"rawwatch/watcher"
 )
 
 type options struct {
@@ -30,6 +31,7 @@ type options struct {
 	namespace                   string
 	workers                     int
 	pageSize                    int64
+	minWatchTimeout             time.Duration
 	qps                         float64
 	burst                       int
 	retryBase, retryMax         time.Duration
@@ -58,6 +60,7 @@ func run(args []string) int {
 	fs.StringVar(&o.namespace, "namespace", "", "watch only this namespace (default: all namespaces)")
 	fs.IntVar(&o.workers, "workers", 2, "number of reconcile workers")
 	fs.Int64Var(&o.pageSize, "page-size", 500, "LIST page size (limit)")
+	fs.DurationVar(&o.minWatchTimeout, "min-watch-timeout", 5*time.Minute, "each WATCH asks the server to end it after a random time between this and twice this")
 	fs.Float64Var(&o.qps, "kube-api-qps", 50, "client-side limit of requests per second to the API server")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst of requests to the API server")
 	fs.DurationVar(&o.retryBase, "retry-base-delay", 5*time.Millisecond, "delay before the first retry of a failed key (doubles each retry)")
@@ -79,8 +82,8 @@ func run(args []string) int {
 		fmt.Println("rawwatch", version)
 		return 0
 	}
-	if o.workers < 1 || o.pageSize < 1 {
-		fmt.Fprintln(os.Stderr, "rawwatch: --workers and --page-size must be at least 1")
+	if o.workers < 1 || o.pageSize < 1 || o.minWatchTimeout < time.Second {
+		fmt.Fprintln(os.Stderr, "rawwatch: --workers and --page-size must be at least 1, --min-watch-timeout at least 1s")
 		return 2
 	}
 	if o.leaderElect {
@@ -156,6 +159,7 @@ func runController(ctx context.Context, o options) error {
 		Namespace:      o.namespace,
 		Workers:        o.workers,
 		PageSize:       o.pageSize,
+		Watch:          watcher.Options[app.Object]{WatchTimeoutMin: o.minWatchTimeout},
 		RetryBase:      o.retryBase,
 		RetryMax:       o.retryMax,
 		Logger:         klog.Background(),

@@ -96,7 +96,8 @@ const want = `12:00:00.001 LEASE     held by other-pod
 12:00:00.013 DONE      worker 0 reconciled default/a in 2ms
 12:00:00.014 WORKER 1  picks default/broken
 12:00:00.015 RETRY     default/broken in 10ms: spec.message is "fail"
-             ↳ The reconcile failed: the key comes back after a per-key delay that doubles each time (5 ms up).
+             ↳ The reconcile failed: the key comes back after a per-key delay that doubles with each failure
+             ↳ (from --retry-base-delay), so a failing key does not crowd out the others.
 12:00:00.016 WORKER 1  picks default/a
 12:00:00.017 CONFLICT  default/a: the object changed since we read it; retry in 5ms
              ↳ 409 Conflict: the object changed after the version we read. The watch is bringing the new
