@@ -128,7 +128,7 @@ var hints = map[string]string{
 	"ENQUEUE": "The queue holds keys, not objects: a worker reads the latest object from the store when it\n" +
 		"gets there, so ten changes while a key waits cost one reconcile.",
 	"WORKER": "A worker takes the oldest waiting key. No other worker can take this key until it is Done.",
-	"RETRY":  "The reconcile failed: the key comes back after a per-key delay that doubles with each failure\n" +
+	"RETRY": "The reconcile failed: the key comes back after a per-key delay that doubles with each failure\n" +
 		"(from --retry-base-delay), so a failing key does not crowd out the others.",
 	"CONFLICT": "409 Conflict: the object changed after the version we read. The watch is bringing the new\n" +
 		"version; the retry will see it. Not an error worth a log line.",
