@@ -55,7 +55,7 @@ func TestProbesBeforeTheFirstList(t *testing.T) {
 }
 
 // Scraping a controller at work: the metrics move with what it does.
-func TestMetricsOfARunningController(t *testing.T) {
+func TestMetricsMoveWithTheWork(t *testing.T) {
 	t.Parallel()
 	cp := shared.Get(t)
 	ns := testkit.Namespace(t, cp.Config())
