@@ -11,7 +11,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"rawwatch/internal/testkit"
 )
@@ -191,16 +190,7 @@ func TestLeaderElectionFailover(t *testing.T) {
 	t.Logf("%d keys, reconciles per key (first leader + second): %s; no overlap", keys, strings.Join(counts, " "))
 
 	// Take the Lease away from the new leader: it stops its workers and exits 1.
-	leases := kubernetes.NewForConfigOrDie(cp.Config()).CoordinationV1().Leases(ns)
-	lease, err := leases.Get(ctx, "rawwatch", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	thief, minute, now := "thief", int32(60), metav1.NewMicroTime(time.Now())
-	lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds, lease.Spec.RenewTime = &thief, &minute, &now
-	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	testkit.StealLease(t, cp.Config(), ns, "rawwatch", "thief")
 	select {
 	case <-b.done:
 	case <-time.After(15 * time.Second):

@@ -126,16 +126,7 @@ func TestLostLeaseStopsTheWork(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, a.e.IsLeader, "a never led")
 
 	// Someone else writes themselves into the Lease, valid for a minute.
-	leases := kubernetes.NewForConfigOrDie(cp.Config()).CoordinationV1().Leases(ns)
-	lease, err := leases.Get(context.Background(), "rawwatch-test", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	thief, minute, now := "thief", int32(60), metav1.NewMicroTime(time.Now())
-	lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds, lease.Spec.RenewTime = &thief, &minute, &now
-	if _, err := leases.Update(context.Background(), lease, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	testkit.StealLease(t, cp.Config(), ns, "rawwatch-test", "thief")
 	stolen := time.Now()
 
 	select {
@@ -157,7 +148,8 @@ func TestLostLeaseStopsTheWork(t *testing.T) {
 	t.Logf("lease stolen; work told to stop after %s (renew deadline 2s); Run returned after %s",
 		ctxEnd.Sub(stolen).Round(time.Millisecond), returned.Sub(stolen).Round(time.Millisecond))
 	// The Lease still names the thief: losing it must not clear it.
-	lease, err = leases.Get(context.Background(), "rawwatch-test", metav1.GetOptions{})
+	leases := kubernetes.NewForConfigOrDie(cp.Config()).CoordinationV1().Leases(ns)
+	lease, err := leases.Get(context.Background(), "rawwatch-test", metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != "thief" {
 		t.Fatalf("lease after the loss: %v %v", lease.Spec.HolderIdentity, err)
 	}

@@ -189,3 +189,20 @@ func Scrape(t testing.TB, url string) map[string]float64 {
 	}
 	return out
 }
+
+// StealLease writes holder into Lease namespace/name as its holder, renewed
+// now and valid for a minute: what another candidate taking over looks like
+// to the one that held it.
+func StealLease(t testing.TB, cfg *rest.Config, namespace, name, holder string) {
+	t.Helper()
+	leases := kubernetes.NewForConfigOrDie(cfg).CoordinationV1().Leases(namespace)
+	lease, err := leases.Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("getting Lease %s/%s: %v", namespace, name, err)
+	}
+	minute, now := int32(60), metav1.NewMicroTime(time.Now())
+	lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds, lease.Spec.RenewTime = &holder, &minute, &now
+	if _, err := leases.Update(context.Background(), lease, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("taking Lease %s/%s: %v", namespace, name, err)
+	}
+}
