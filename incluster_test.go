@@ -97,6 +97,19 @@ func TestInClusterWithAServiceAccountToken(t *testing.T) {
 	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != identity {
 		t.Fatalf("lease rawwatch-system/rawwatch: %+v, %v; want held by %s", lease.Spec, err, identity)
 	}
+	// client-go records "<identity> became leader" on the Lease.
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		evs, err := kube.CoreV1().Events("rawwatch-system").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Lease,reason=LeaderElection"})
+		if err != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if e.Message == identity+" became leader" {
+				return true
+			}
+		}
+		return false
+	}, "no LeaderElection Event on the Lease")
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit %d after SIGTERM", code)
 	}
