@@ -278,7 +278,10 @@ func TestFailRetriesWithGrowingDelay(t *testing.T) {
 	testkit.Eventually(t, 30*time.Second, func() bool { return len(spy.callsOf(key)) >= 8 }, "not retried")
 	calls := spy.callsOf(key)
 	for _, c := range calls {
-		if !errors.Is(c.err, reconcile.ErrRequestedFailure) {
+		// A retry 20 ms after the first write may read the cache before the
+		// watch has brought that write back (likely on a loaded machine): the
+		// server answers 409, and the key is retried just the same.
+		if !errors.Is(c.err, reconcile.ErrRequestedFailure) && !apierrors.IsConflict(c.err) {
 			t.Fatalf("call returned %v", c.err)
 		}
 	}
