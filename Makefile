@@ -7,12 +7,19 @@ SHELL := /bin/bash
 GO    ?= go
 TOOLS := ./hack/ensure-tools.sh
 
-.PHONY: all build test unit vet manifests verify-manifests tools demo cluster run clean bench
+.PHONY: all build test unit vet manifests verify-manifests tools demo cluster run clean bench image-binary deploy undeploy
+
+# The version stamped into binaries and the image tag `make deploy` uses.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMG     ?= rawwatch:$(VERSION)
 
 all: build
 
 build: ## the controller binary, bin/rawwatch
-	$(GO) build -o bin/rawwatch .
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/rawwatch .
+
+image-binary: ## the binary the Dockerfile builds, built here by its own go build line, and checked
+	VERSION=$(VERSION) ./hack/image-binary.sh
 
 tools: ## etcd, kube-apiserver, kubectl and controller-gen into bin/
 	$(TOOLS) etcd kube-apiserver kubectl controller-gen
@@ -28,11 +35,11 @@ verify-manifests: ## fail if the generated files differ from what the Go types s
 vet:
 	$(GO) vet ./...
 
-test: tools verify-manifests vet ## everything CI runs
+test: tools verify-manifests vet image-binary ## everything CI runs
 	$(GO) test -race -timeout 30m ./...
 
 unit: ## only the tests that need no control plane
-	$(GO) test -race -run 'Machine|Classify|Decode|Queue|Limiter|Store|Keys|Upsert|Replace|Desired|Reconcile[A-Z]|Controller|RawPackages|AddAfter|AddRateLimited|ShutDown' ./...
+	$(GO) test -race -run 'Machine|Classify|Decode|Queue|Limiter|Store|Keys|Upsert|Replace|Desired|Reconcile[A-Z]|Controller|RawPackages|AddAfter|AddRateLimited|ShutDown|Observer|Unfinished|Registries|Checks|AddWhileServing|Narration|Colour|LongRuns|KubeconfigWins|NeitherKubeconfig|InClusterWhen|Validate|Dockerfile' ./...
 
 demo: tools build ## local control plane + CRD + samples + controller, then kubectl get
 	./hack/demo.sh
@@ -42,6 +49,14 @@ cluster: tools ## keep a local control plane running (kubeconfig: out/kubeconfig
 
 run: build ## the controller against your cluster: make run ARGS="--kubeconfig ~/.kube/config"
 	bin/rawwatch $(ARGS)
+
+deploy: ## apply config/ to the cluster of $$KUBECONFIG (server-side) with image $(IMG)
+	$(TOOLS) kubectl
+	IMG=$(IMG) ./hack/deploy.sh
+
+undeploy: ## delete what deploy applied (the CRD too, and with it every MyResource)
+	$(TOOLS) kubectl
+	bin/kubectl delete --ignore-not-found -k config/
 
 clean:
 	rm -rf bin out

@@ -16,20 +16,29 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"rawwatch/explain"
 	"rawwatch/internal/app"
+	"rawwatch/internal/clientconfig"
+	"rawwatch/leader"
+	"rawwatch/watcher"
 )
 
 type options struct {
 	kubeconfig, context, master string
+	serviceAccountDir           string
 	namespace                   string
 	workers                     int
 	pageSize                    int64
+	minWatchTimeout             time.Duration
 	qps                         float64
 	burst                       int
 	retryBase, retryMax         time.Duration
+	metricsAddr, healthAddr     string
+	explain                     bool
+	leaderElect                 bool
+	lease                       leader.Config
 }
 
 // version is set at build time (-ldflags "-X main.version=...").
@@ -46,13 +55,25 @@ func run(args []string) int {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to a kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)")
 	fs.StringVar(&o.context, "context", "", "kubeconfig context to use (default: its current-context)")
 	fs.StringVar(&o.master, "master", "", "API server address, overriding the kubeconfig's")
+	fs.StringVar(&o.serviceAccountDir, "serviceaccount-dir", clientconfig.DefaultServiceAccountDir,
+		"where the in-cluster configuration reads the service account's token, ca.crt and namespace (used when no kubeconfig is found)")
 	fs.StringVar(&o.namespace, "namespace", "", "watch only this namespace (default: all namespaces)")
 	fs.IntVar(&o.workers, "workers", 2, "number of reconcile workers")
 	fs.Int64Var(&o.pageSize, "page-size", 500, "LIST page size (limit)")
+	fs.DurationVar(&o.minWatchTimeout, "min-watch-timeout", 5*time.Minute, "each WATCH asks the server to end it after a random time between this and twice this")
 	fs.Float64Var(&o.qps, "kube-api-qps", 50, "client-side limit of requests per second to the API server")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst of requests to the API server")
 	fs.DurationVar(&o.retryBase, "retry-base-delay", 5*time.Millisecond, "delay before the first retry of a failed key (doubles each retry)")
 	fs.DurationVar(&o.retryMax, "retry-max-delay", 1000*time.Second, "longest delay between retries of a failed key")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", "0", `address to serve /metrics on, e.g. ":8080" ("0": off)`)
+	fs.StringVar(&o.healthAddr, "health-probe-bind-address", "0", `address to serve /healthz, /readyz and /leaderz on, e.g. ":8081" ("0": off)`)
+	fs.BoolVar(&o.explain, "explain", false, "narrate every list, watch event, queue operation and reconcile on stdout, for learning (colour on a terminal)")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "run the workers only while holding a Lease, so that several replicas can run with one active")
+	fs.StringVar(&o.lease.Name, "leader-elect-resource-name", "rawwatch", "name of the Lease")
+	fs.StringVar(&o.lease.Namespace, "leader-elect-resource-namespace", "", "namespace of the Lease (default: the pod's own namespace)")
+	fs.DurationVar(&o.lease.LeaseDuration, "leader-elect-lease-duration", leader.DefaultLeaseDuration, "how long a standby waits after the last renewal before taking over")
+	fs.DurationVar(&o.lease.RenewDeadline, "leader-elect-renew-deadline", leader.DefaultRenewDeadline, "how long the leader tries to renew before giving up (and exiting)")
+	fs.DurationVar(&o.lease.RetryPeriod, "leader-elect-retry-period", leader.DefaultRetryPeriod, "how often candidates try to acquire, and the leader to renew")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -61,9 +82,15 @@ func run(args []string) int {
 		fmt.Println("rawwatch", version)
 		return 0
 	}
-	if o.workers < 1 || o.pageSize < 1 {
-		fmt.Fprintln(os.Stderr, "rawwatch: --workers and --page-size must be at least 1")
+	if o.workers < 1 || o.pageSize < 1 || o.minWatchTimeout < time.Second {
+		fmt.Fprintln(os.Stderr, "rawwatch: --workers and --page-size must be at least 1, --min-watch-timeout at least 1s")
 		return 2
+	}
+	if o.leaderElect {
+		if err := leaderConfig(&o); err != nil {
+			fmt.Fprintln(os.Stderr, "rawwatch:", err)
+			return 2
+		}
 	}
 	defer klog.Flush()
 
@@ -88,15 +115,27 @@ func run(args []string) int {
 	return 0
 }
 
-func restConfig(o options) (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = o.kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: o.context}
-	overrides.ClusterInfo.Server = o.master
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("loading client configuration: %w", err)
+// leaderConfig completes the Lease's settings: its namespace defaults to the
+// pod's own, which outside a pod must be given.
+func leaderConfig(o *options) error {
+	if o.lease.Namespace == "" {
+		ns, err := clientconfig.Namespace(o.serviceAccountDir)
+		if err != nil {
+			return fmt.Errorf("--leader-elect needs --leader-elect-resource-namespace: %w", err)
+		}
+		o.lease.Namespace = ns
 	}
+	return o.lease.Validate()
+}
+
+func restConfig(o options) (*rest.Config, error) {
+	cfg, source, err := clientconfig.Load(clientconfig.Options{
+		Kubeconfig: o.kubeconfig, Context: o.context, Master: o.master, ServiceAccountDir: o.serviceAccountDir,
+	})
+	if err != nil {
+		return nil, err
+	}
+	klog.InfoS("Client configuration", "source", source, "server", cfg.Host)
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	cfg.UserAgent = "rawwatch/" + version
 	return cfg, nil
@@ -107,17 +146,31 @@ func runController(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	var narrator *explain.Narrator
+	if o.explain {
+		narrator = explain.New(os.Stdout, explain.Options{Color: explain.UseColor(os.Stdout)})
+	}
+	var lease *leader.Config
+	if o.leaderElect {
+		lease = &o.lease
+	}
 	a, err := app.New(app.Options{
-		Config:    cfg,
-		Namespace: o.namespace,
-		Workers:   o.workers,
-		PageSize:  o.pageSize,
-		RetryBase: o.retryBase,
-		RetryMax:  o.retryMax,
-		Logger:    klog.Background(),
+		Config:         cfg,
+		Namespace:      o.namespace,
+		Workers:        o.workers,
+		PageSize:       o.pageSize,
+		Watch:          watcher.Options[app.Object]{WatchTimeoutMin: o.minWatchTimeout},
+		RetryBase:      o.retryBase,
+		RetryMax:       o.retryMax,
+		Logger:         klog.Background(),
+		Version:        version,
+		MetricsAddr:    o.metricsAddr,
+		HealthAddr:     o.healthAddr,
+		Explain:        narrator,
+		LeaderElection: lease,
 	})
 	if err != nil {
 		return err
 	}
-	return a.Run(ctx) // returns after ctx ends and in-flight work is done
+	return a.Run(ctx) // returns after ctx ends (or the lease is lost) and in-flight work is done
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -161,7 +162,10 @@ func TestBinaryUsesKubeconfigEnvAndContext(t *testing.T) {
 
 func TestBinaryRejectsBadFlags(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"--workers", "0"}, {"--page-size", "-1"}, {"--no-such-flag"}} {
+	for _, args := range [][]string{{"--workers", "0"}, {"--page-size", "-1"}, {"--no-such-flag"}, {"--min-watch-timeout", "0s"},
+		{"--leader-elect", "--serviceaccount-dir", t.TempDir()},                                             // outside a pod the Lease's namespace must be given
+		{"--leader-elect", "--leader-elect-resource-namespace", "x", "--leader-elect-lease-duration", "5s"}, // not above the 10s renew deadline
+	} {
 		out, err := exec.Command(binary, args...).CombinedOutput()
 		if code := exitCode(err); code != 2 {
 			t.Errorf("%v: exit %d, want 2\n%s", args, code, out)
@@ -177,4 +181,37 @@ func exitCode(err error) int {
 		return -1
 	}
 	return 0
+}
+
+// waitLog waits until the binary's output matches re and returns the first
+// match's submatches.
+func (p *proc) waitLog(t *testing.T, timeout time.Duration, re *regexp.Regexp) []string {
+	t.Helper()
+	var m []string
+	testkit.Eventually(t, timeout, func() bool {
+		m = re.FindStringSubmatch(p.output())
+		return m != nil
+	}, "no log line matching %s", re)
+	return m
+}
+
+var servingRE = regexp.MustCompile(`"Serving ([^"]*)" address="([^"]+)"`)
+
+// addresses returns the base URLs the binary serves metrics and probes on
+// (started with --metrics-bind-address and --health-probe-bind-address 127.0.0.1:0).
+func (p *proc) addresses(t *testing.T) (metrics, probes string) {
+	t.Helper()
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		metrics, probes = "", ""
+		for _, m := range servingRE.FindAllStringSubmatch(p.output(), -1) {
+			if strings.Contains(m[1], "metrics") {
+				metrics = m[2]
+			}
+			if strings.Contains(m[1], "probes") {
+				probes = m[2]
+			}
+		}
+		return metrics != "" && probes != ""
+	}, "the binary did not say where it serves metrics and probes")
+	return metrics, probes
 }

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # demo.sh — the controller on a local control plane, from nothing to
-# reconciled objects, in about a minute (after the one-time tool build).
+# reconciled objects, narrated by --explain as it works (about a minute after
+# the one-time tool build). The narration is the controller's stdout (in
+# colour on a terminal); its klog log goes to out/controller.log.
 #
 #   make demo                                   local etcd + kube-apiserver
 #   make demo CLUSTER_KUBECONFIG=~/.kube/config your cluster (CRD and samples
@@ -17,6 +19,14 @@ cleanup() {
 trap cleanup EXIT
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# waitfor SECONDS CMD...: poll until CMD succeeds (quietly).
+waitfor() {
+	local tries=$(($1 * 4)); shift
+	for _ in $(seq 1 "$tries"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.25; done
+	echo "demo: timed out waiting for: $*" >&2
+	return 1
+}
+settle() { sleep 1; } # let the narration of the last step print before the next heading
 
 if [ -n "${CLUSTER_KUBECONFIG:-}" ]; then
 	kubeconfig=$CLUSTER_KUBECONFIG
@@ -30,39 +40,51 @@ else
 	go build -o bin/controlplane ./cmd/controlplane
 	bin/controlplane --kubeconfig "$kubeconfig" 2> out/controlplane.log &
 	pids+=($!)
-	for _ in $(seq 1 120); do [ -s "$kubeconfig" ] && break; sleep 1; done
-	[ -s "$kubeconfig" ] || { cat out/controlplane.log; exit 1; }
+	waitfor 120 test -s "$kubeconfig" || { cat out/controlplane.log; exit 1; }
 	cat out/controlplane.log
 fi
 k() { $kubectl --kubeconfig "$kubeconfig" "$@"; }
+phase() { [ "$(k get myresource "$1" -o jsonpath='{.status.phase}')" = "$2" ]; }
 
-say "Applying the samples (testdata/samples/myresources.yaml)"
+say "Applying the samples (testdata/samples/myresources.yaml) before the controller starts"
 k apply -f testdata/samples/myresources.yaml
 
-say "Starting the controller (log: out/controller.log)"
-bin/rawwatch --kubeconfig "$kubeconfig" --namespace default -v=2 > out/controller.log 2>&1 &
+say "Starting the controller with --explain (page size 2, so the LIST takes pages; watches end after 10-20 s)"
+bin/rawwatch --kubeconfig "$kubeconfig" --namespace default --explain --page-size 2 --min-watch-timeout 10s \
+	--retry-base-delay 250ms --metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0 \
+	-v=3 2> out/controller.log &
 pids+=($!)
-for _ in $(seq 1 60); do
-	[ "$(k get myresource hello -o jsonpath='{.status.phase}' 2>/dev/null)" = Processed ] && break
-	sleep 0.5
-done
+waitfor 60 phase hello Processed
+settle
 k get myresources
 
-say "Editing one object: a new generation, reconciled again"
+say "Editing one object: a MODIFIED event, a new generation, reconciled again"
 k patch myresource hello --type merge -p '{"spec":{"message":"edited by the demo"}}'
-sleep 2
+waitfor 30 sh -c "[ \"\$($kubectl --kubeconfig $kubeconfig get myresource hello -o jsonpath='{.status.observedGeneration}')\" = 2 ]"
+settle
 k get myresources -o custom-columns=NAME:.metadata.name,PHASE:.status.phase,GENERATION:.metadata.generation,OBSERVED:.status.observedGeneration,MESSAGE:.status.message
 
-say "The failing one: status, conditions and Events (kubectl describe)"
+say "The failing one (spec.message: fail) is retried with doubling delays; its status and Events"
 k describe myresource broken | sed -n '/^Status:/,$p'
 
-say "Deleting one object: the controller sees the deletion"
+say "Deleting one object: a DELETED event carries its final state to the reconciler"
 k delete myresource greeting
-sleep 2
-grep -h "MyResource deleted" out/controller.log || true
+waitfor 30 grep -q "MyResource deleted" out/controller.log
+settle
 
-say "The CRD's schema rejects bad input (testdata/samples/invalid.yaml)"
+say "Waiting for the server to end the watch: a BOOKMARK first, then CLOSED and a RE-WATCH from the last resourceVersion"
+waitfor 40 grep -q 'to="Watching" reason="watch ended' out/controller.log
+settle
+
+say "The CRD's schema rejects bad input (testdata/samples/invalid.yaml): the controller never sees it"
 k apply -f testdata/samples/invalid.yaml || true
+
+addr=$(sed -nE 's/.*"Serving metrics and probes[^"]*" address="([^"]+)".*/\1/p' out/controller.log | head -1)
+if [ -n "$addr" ] && command -v curl >/dev/null; then
+	say "Probes and metrics ($addr)"
+	curl -s "$addr/readyz?verbose"
+	curl -s "$addr/metrics" | grep -E '^(rawwatch_(lists|watch_restarts|watch_bookmarks|reconcile)_total|rawwatch_watch_events_total|workqueue_(adds|retries)_total|rawwatch_resource_version)' || true
+fi
 
 say "Final state"
 k get myresources

@@ -35,6 +35,21 @@ type Observer interface {
 	Finished(worker int, key string, d time.Duration, err error, retryIn time.Duration)
 }
 
+// Observers fans every call out to several observers, in order.
+type Observers []Observer
+
+func (o Observers) Started(worker int, key string) {
+	for _, x := range o {
+		x.Started(worker, key)
+	}
+}
+
+func (o Observers) Finished(worker int, key string, d time.Duration, err error, retryIn time.Duration) {
+	for _, x := range o {
+		x.Finished(worker, key, d, err, retryIn)
+	}
+}
+
 // Controller connects watcher deltas to a queue and runs workers over it.
 type Controller[T store.Object] struct {
 	Queue      *store.Queue
@@ -106,6 +121,7 @@ func (c *Controller[T]) processNext(ctx context.Context, worker int) bool {
 		return false
 	}
 	defer c.Queue.Done(key)
+	c.Logger.V(4).Info("Reconciling", "worker", worker, "key", key)
 	if c.Observer != nil {
 		c.Observer.Started(worker, key)
 	}
@@ -116,6 +132,8 @@ func (c *Controller[T]) processNext(ctx context.Context, worker int) bool {
 	req := Request[T]{Key: key, Deleted: c.takeTombstone(key)}
 	start := time.Now()
 	err := c.Reconciler.Reconcile(rctx, req)
+	d := time.Since(start)
+	c.Logger.V(4).Info("Reconciled", "worker", worker, "key", key, "duration", d, "ok", err == nil)
 	var retryIn time.Duration
 	switch {
 	case err == nil:
@@ -131,7 +149,7 @@ func (c *Controller[T]) processNext(ctx context.Context, worker int) bool {
 			"retries", c.Queue.Retries(key), "retryIn", retryIn)
 	}
 	if c.Observer != nil {
-		c.Observer.Finished(worker, key, time.Since(start), err, retryIn)
+		c.Observer.Finished(worker, key, d, err, retryIn)
 	}
 	return true
 }

@@ -22,6 +22,11 @@ type Queue struct {
 	// Observe, when set before use, hears every add (deduped or not), so that
 	// metrics or --explain can report it. It is called without the lock held.
 	Observe func(key string, deduped bool)
+	// ObserveWait, when set before use, hears every key Get hands out, with
+	// how long it waited since the add that made it dirty: the queue latency.
+	// Only the queue can measure it exactly, because only it knows, under its
+	// lock, when a key became dirty. It is called without the lock held.
+	ObserveWait func(key string, waited time.Duration)
 
 	mu sync.Mutex
 	// ready wakes workers blocked in Get; idle wakes WaitIdle. Two conds on
@@ -35,8 +40,10 @@ type Queue struct {
 	// processing: keys handed out by Get and not yet Done.
 	processing map[string]struct{}
 	// waiting: keys scheduled by AddAfter, with the timer that will add them.
-	waiting  map[string]*delayed
-	shutdown bool
+	waiting map[string]*delayed
+	// dirtySince: when each dirty key was added (kept only for ObserveWait).
+	dirtySince map[string]time.Time
+	shutdown   bool
 }
 
 type delayed struct {
@@ -54,6 +61,7 @@ func NewQueue(limiter RateLimiter) *Queue {
 		dirty:      map[string]struct{}{},
 		processing: map[string]struct{}{},
 		waiting:    map[string]*delayed{},
+		dirtySince: map[string]time.Time{},
 	}
 	q.ready = sync.NewCond(&q.mu)
 	q.idle = sync.NewCond(&q.mu)
@@ -79,6 +87,9 @@ func (q *Queue) addLocked(key string) (deduped bool) {
 		return true
 	}
 	q.dirty[key] = struct{}{}
+	if q.ObserveWait != nil {
+		q.dirtySince[key] = time.Now()
+	}
 	if _, busy := q.processing[key]; busy {
 		return false // Done will queue it
 	}
@@ -139,11 +150,11 @@ func (q *Queue) Retries(key string) int { return q.limiter.Retries(key) }
 // caller should stop.
 func (q *Queue) Get() (key string, shutdown bool) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	for len(q.order) == 0 && !q.shutdown {
 		q.ready.Wait()
 	}
 	if q.shutdown {
+		q.mu.Unlock()
 		return "", true
 	}
 	key = q.order[0]
@@ -151,6 +162,8 @@ func (q *Queue) Get() (key string, shutdown bool) {
 	q.order = q.order[1:]
 	q.processing[key] = struct{}{}
 	delete(q.dirty, key)
+	since, timed := q.dirtySince[key]
+	delete(q.dirtySince, key)
 	// Go maps and slices keep their size after a burst: a queue that once
 	// held every key of a 10,000-object list would keep that memory for
 	// ever. Start afresh whenever the queue drains (an empty map costs a
@@ -159,7 +172,11 @@ func (q *Queue) Get() (key string, shutdown bool) {
 		q.order = nil
 	}
 	if len(q.dirty) == 0 {
-		q.dirty = map[string]struct{}{}
+		q.dirty, q.dirtySince = map[string]struct{}{}, map[string]time.Time{}
+	}
+	q.mu.Unlock()
+	if timed && q.ObserveWait != nil {
+		q.ObserveWait(key, time.Since(since))
 	}
 	return key, false
 }

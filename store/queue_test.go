@@ -207,3 +207,27 @@ func TestShutDownWakesBlockedWorkers(t *testing.T) {
 	q.ShutDown()
 	wg.Wait()
 }
+
+// ObserveWait reports how long a key waited from the add that made it dirty
+// to the Get that handed it out; a deduped add does not restart the clock.
+func TestQueueObserveWaitMeasuresFromTheFirstAdd(t *testing.T) {
+	q := NewQueue(nil)
+	var waits []time.Duration
+	q.ObserveWait = func(key string, waited time.Duration) {
+		if key != "a" {
+			t.Errorf("ObserveWait(%q)", key)
+		}
+		waits = append(waits, waited)
+	}
+	q.Add("a")
+	time.Sleep(20 * time.Millisecond)
+	q.Add("a") // deduped: the key has been waiting since the first add
+	q.Get()
+	q.Add("a") // while processing: waits until Done, and that counts
+	time.Sleep(10 * time.Millisecond)
+	q.Done("a")
+	q.Get()
+	if len(waits) != 2 || waits[0] < 20*time.Millisecond || waits[1] < 10*time.Millisecond {
+		t.Fatalf("waits = %v, want [>=20ms >=10ms]", waits)
+	}
+}

@@ -124,50 +124,51 @@ func (s *Stats) Snapshot() StatsSnapshot {
 	}
 }
 
-// observers fans one call out to several observers.
-type observers []Observer
+// Observers fans every call out to several observers, in order: the watcher
+// uses it for its own Stats, and an application for its metrics and narration.
+type Observers []Observer
 
-func (o observers) StateChanged(from, to State, reason string) {
+func (o Observers) StateChanged(from, to State, reason string) {
 	for _, x := range o {
 		x.StateChanged(from, to, reason)
 	}
 }
-func (o observers) ListPage(page, items int, cont, rv string) {
+func (o Observers) ListPage(page, items int, cont, rv string) {
 	for _, x := range o {
 		x.ListPage(page, items, cont, rv)
 	}
 }
-func (o observers) Replaced(rv string, size, added, updated, deleted int) {
+func (o Observers) Replaced(rv string, size, added, updated, deleted int) {
 	for _, x := range o {
 		x.Replaced(rv, size, added, updated, deleted)
 	}
 }
-func (o observers) WatchStarted(rv string, timeout time.Duration, initial bool) {
+func (o Observers) WatchStarted(rv string, timeout time.Duration, initial bool) {
 	for _, x := range o {
 		x.WatchStarted(rv, timeout, initial)
 	}
 }
-func (o observers) EventReceived(t, key, rv string) {
+func (o Observers) EventReceived(t, key, rv string) {
 	for _, x := range o {
 		x.EventReceived(t, key, rv)
 	}
 }
-func (o observers) BookmarkReceived(rv string, end bool) {
+func (o Observers) BookmarkReceived(rv string, end bool) {
 	for _, x := range o {
 		x.BookmarkReceived(rv, end)
 	}
 }
-func (o observers) WatchEnded(events int, d time.Duration, err error) {
+func (o Observers) WatchEnded(events int, d time.Duration, err error) {
 	for _, x := range o {
 		x.WatchEnded(events, d, err)
 	}
 }
-func (o observers) BackingOff(d time.Duration, c ErrorClass) {
+func (o Observers) BackingOff(d time.Duration, c ErrorClass) {
 	for _, x := range o {
 		x.BackingOff(d, c)
 	}
 }
-func (o observers) Skipped(err *SkipError) {
+func (o Observers) Skipped(err *SkipError) {
 	for _, x := range o {
 		x.Skipped(err)
 	}

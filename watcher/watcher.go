@@ -93,9 +93,9 @@ func New[T Object](src Source, s *store.Store[T], opts Options[T]) *Watcher[T] {
 		opts.Logger = klog.Background()
 	}
 	w := &Watcher[T]{source: src, store: s, opts: opts, log: opts.Logger, synced: make(chan struct{})}
-	w.obs = observers{&w.stats}
+	w.obs = Observers{&w.stats}
 	if opts.Observer != nil {
-		w.obs = observers{&w.stats, opts.Observer}
+		w.obs = Observers{&w.stats, opts.Observer}
 	}
 	empty := ""
 	w.rv.Store(&empty)

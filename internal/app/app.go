@@ -6,15 +6,30 @@
 //
 // main.go turns flags into Options; tests and the benchmark harness build the
 // same App with hooks to observe or replace parts.
+//
+// Around that core, the App plugs in what running in production needs:
+// Prometheus metrics (package metrics) and the --explain narration (package
+// explain) on every hook, /healthz, /readyz and /leaderz (package health),
+// and, with leader election (package leader), workers that run only while
+// this replica holds the Lease. A standby replica still lists and watches, so
+// its cache is warm when it takes over; its deltas are not queued (a standby
+// could otherwise gather tombstones without bound), and the new leader queues
+// every key in its store instead — the same resync a controller-runtime
+// controller does when it starts. Deletions that happened while it stood by
+// are therefore not replayed; this controller has nothing to clean up on
+// deletion (a controller that has must use a finalizer anyway).
 package app
 
 import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
@@ -23,6 +38,10 @@ import (
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/client"
+	"rawwatch/explain"
+	"rawwatch/health"
+	"rawwatch/leader"
+	"rawwatch/metrics"
 	"rawwatch/reconcile"
 	"rawwatch/store"
 	"rawwatch/watcher"
@@ -49,6 +68,18 @@ type Options struct {
 	// (tests use them to count writes or inject failures).
 	WrapStatusWriter func(reconcile.StatusWriter) reconcile.StatusWriter
 	WrapReconciler   func(reconcile.Reconciler[Object]) reconcile.Reconciler[Object]
+
+	// Version is reported as rawwatch_build_info.
+	Version string
+	// MetricsAddr serves /metrics, HealthAddr /healthz, /readyz and /leaderz
+	// ("" or "0": off; the same address serves both). New binds them, so a
+	// port in use fails at once; Run serves them.
+	MetricsAddr, HealthAddr string
+	// Explain, when set, narrates every mechanic (--explain).
+	Explain *explain.Narrator
+	// LeaderElection, when set, runs the workers only while this process
+	// holds the Lease it names. Its Observer, EventRecorder and Logger are set by New.
+	LeaderElection *leader.Config
 }
 
 // App is an assembled controller.
@@ -58,9 +89,18 @@ type App struct {
 	Watcher    *watcher.Watcher[Object]
 	Controller *reconcile.Controller[Object]
 	Client     *client.Client
+	Metrics    *metrics.Metrics
+	// Elector is nil without leader election.
+	Elector *leader.Elector
+	// Liveness, Readiness and Leadership are the checks behind /healthz,
+	// /readyz and /leaderz.
+	Liveness, Readiness, Leadership health.Checks
 
-	opts   Options
-	events record.EventBroadcaster
+	opts    Options
+	kube    kubernetes.Interface
+	events  record.EventBroadcaster
+	enqueue atomic.Bool // deltas reach the queue (false on a standby)
+	servers servers
 }
 
 // New builds an App; nothing runs until Run.
@@ -90,7 +130,7 @@ func New(opts Options) (*App, error) {
 		return nil, err
 	}
 
-	a := &App{Client: myClient, opts: opts, Store: store.New[Object]()}
+	a := &App{Client: myClient, opts: opts, Store: store.New[Object](), kube: kube}
 	a.events = record.NewBroadcaster()
 	a.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	recorder := a.events.NewRecorder(client.Scheme, corev1.EventSource{Component: "rawwatch"})
@@ -99,6 +139,27 @@ func New(opts Options) (*App, error) {
 		store.NewExponentialLimiter(opts.RetryBase, opts.RetryMax),
 		store.NewBucketLimiter(10, 100),
 	))
+	a.Metrics = metrics.New(metrics.Options{Version: opts.Version,
+		QueueDepth: a.Queue.Len, QueueDelayed: a.Queue.Pending, StoreObjects: a.Store.Len})
+	narrator := opts.Explain
+	a.Queue.Observe = a.Metrics.Added
+	a.Queue.ObserveWait = a.Metrics.Waited
+	workerObservers := reconcile.Observers{a.Metrics}
+	watchObservers := watcher.Observers{a.Metrics}
+	leaderObservers := leader.Observers{a.Metrics}
+	if narrator != nil {
+		a.Queue.Observe = func(key string, deduped bool) { a.Metrics.Added(key, deduped); narrator.Enqueued(key, deduped) }
+		a.Queue.ObserveWait = func(key string, d time.Duration) { a.Metrics.Waited(key, d); narrator.Waited(key, d) }
+		workerObservers = append(workerObservers, narrator)
+		watchObservers = append(watchObservers, narrator)
+		leaderObservers = append(leaderObservers, narrator)
+	}
+	if opts.WorkerObserver != nil {
+		workerObservers = append(workerObservers, opts.WorkerObserver)
+	}
+	if opts.Watch.Observer != nil {
+		watchObservers = append(watchObservers, opts.Watch.Observer)
+	}
 	var status reconcile.StatusWriter = myClient
 	if opts.WrapStatusWriter != nil {
 		status = opts.WrapStatusWriter(status)
@@ -110,36 +171,97 @@ func New(opts Options) (*App, error) {
 		rec = opts.WrapReconciler(rec)
 	}
 	a.Controller = &reconcile.Controller[Object]{
-		Queue: a.Queue, Reconciler: rec, Observer: opts.WorkerObserver, Logger: log.WithName("controller"),
+		Queue: a.Queue, Reconciler: rec, Observer: workerObservers, Logger: log.WithName("controller"),
 	}
 
 	wopts := opts.Watch
 	wopts.PageSize = opts.PageSize
-	wopts.Handler = a.Controller.OnDelta
+	wopts.Observer = watchObservers
+	wopts.Handler = func(d store.Delta[Object]) {
+		if narrator != nil {
+			narrator.Delta(d.Type, d.Key, d.FinalStateUnknown)
+		}
+		if a.enqueue.Load() {
+			a.Controller.OnDelta(d)
+		}
+	}
 	wopts.Codec = watcher.Codec[Object]{GVK: v1alpha1.GroupVersionKind}
 	wopts.Logger = log.WithName("watcher")
 	src := watcher.RESTSource{Client: myClient.REST(), Resource: v1alpha1.Resource, Namespace: opts.Namespace}
 	a.Watcher = watcher.New(src, a.Store, wopts)
+
+	if opts.LeaderElection == nil {
+		a.enqueue.Store(true)
+		a.Metrics.Leading("", true)
+	} else {
+		lc := *opts.LeaderElection
+		lc.Observer, lc.EventRecorder, lc.Logger = leaderObservers, recorder, log.WithName("leader")
+		if a.Elector, err = leader.New(opts.Config, lc); err != nil {
+			return nil, err
+		}
+	}
+	a.addChecks()
+	if a.servers, err = listen(opts.MetricsAddr, opts.HealthAddr); err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 
-// Run runs the watcher, waits for its first list, then runs the workers until
-// ctx ends. It returns once in-flight reconciles have finished.
+// Run serves the endpoints, runs the watcher, waits for its first list, then
+// runs the workers until ctx ends — with leader election, only while this
+// process holds the Lease. It returns once in-flight reconciles have
+// finished: nil after ctx ended, leader.ErrLost if the Lease was lost.
 func (a *App) Run(ctx context.Context) error {
 	log := a.opts.Logger
 	defer a.events.Shutdown()
+	metricsHandler, probesHandler := a.handlers()
+	stopServing := a.servers.serve(log, metricsHandler, probesHandler)
+	defer stopServing() // last: the probes answer while the rest drains
+	watchCtx, stopWatching := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(func() { a.Watcher.Run(ctx) })
+	defer stopWatching() // a lost lease ends the watcher too
+	wg.Go(func() { a.Watcher.Run(watchCtx) })
+	wg.Go(func() { a.whoAmI(watchCtx) })
 
 	log.Info("Waiting for the first list", "server", a.opts.Config.Host, "namespace", a.opts.Namespace)
+	if a.Elector == nil {
+		a.work(ctx)
+		return nil
+	}
+	return a.Elector.Run(ctx, a.work)
+}
+
+// work waits for the first list and runs the workers until ctx ends.
+func (a *App) work(ctx context.Context) {
 	select {
 	case <-a.Watcher.Synced():
 	case <-ctx.Done():
-		return nil
+		return
 	}
-	log.Info("Synced; starting workers", "objects", a.Store.Len(),
+	if !a.enqueue.Swap(true) {
+		// We just took over: what happened before reached the store but not
+		// the queue. Every key gets a reconcile (a level-triggered resync).
+		keys := a.Store.Keys()
+		if a.opts.Explain != nil {
+			a.opts.Explain.Note("RESYNC", "this replica now leads: all %d keys in the store go to the queue", len(keys))
+		}
+		for _, key := range keys {
+			a.Queue.Add(key)
+		}
+	}
+	a.opts.Logger.Info("Synced; starting workers", "objects", a.Store.Len(),
 		"resourceVersion", a.Watcher.ResourceVersion(), "workers", a.opts.Workers)
 	a.Controller.Run(ctx, a.opts.Workers)
-	return nil
+}
+
+// whoAmI logs who the server says we are (kubectl auth whoami): with an
+// in-cluster token, the ServiceAccount the RBAC rules must grant.
+func (a *App) whoAmI(ctx context.Context) {
+	review, err := a.kube.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		a.opts.Logger.V(1).Info("Could not ask the server who we are", "err", err)
+		return
+	}
+	a.opts.Logger.Info("Authenticated", "user", review.Status.UserInfo.Username, "groups", review.Status.UserInfo.Groups)
 }

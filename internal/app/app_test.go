@@ -126,13 +126,14 @@ func (l *logLines) count(s string) int {
 	return n
 }
 
-// startApp runs the assembled controller on namespace ns until the test ends.
-func startApp(t *testing.T, ns string, workers int) (*app.App, *spy, *logLines) {
+// startApp runs the assembled controller on namespace ns until the test ends;
+// tune changes the options first.
+func startApp(t *testing.T, ns string, workers int, tune ...func(*app.Options)) (*app.App, *spy, *logLines) {
 	t.Helper()
 	cp := shared.Get(t)
 	s := newSpy(t)
 	logs := &logLines{}
-	a, err := app.New(app.Options{
+	opts := app.Options{
 		Config:    cp.Config(),
 		Namespace: ns,
 		Workers:   workers,
@@ -146,7 +147,11 @@ func startApp(t *testing.T, ns string, workers int) (*app.App, *spy, *logLines) 
 			s.inner = r
 			return s
 		},
-	})
+	}
+	for _, f := range tune {
+		f(&opts)
+	}
+	a, err := app.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +278,10 @@ func TestFailRetriesWithGrowingDelay(t *testing.T) {
 	testkit.Eventually(t, 30*time.Second, func() bool { return len(spy.callsOf(key)) >= 8 }, "not retried")
 	calls := spy.callsOf(key)
 	for _, c := range calls {
-		if !errors.Is(c.err, reconcile.ErrRequestedFailure) {
+		// A retry 20 ms after the first write may read the cache before the
+		// watch has brought that write back (likely on a loaded machine): the
+		// server answers 409, and the key is retried just the same.
+		if !errors.Is(c.err, reconcile.ErrRequestedFailure) && !apierrors.IsConflict(c.err) {
 			t.Fatalf("call returned %v", c.err)
 		}
 	}

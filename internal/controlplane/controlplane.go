@@ -366,10 +366,28 @@ func ensureBinaries(root string, opts Options) error {
 		return fmt.Errorf("%s missing from %s", strings.Join(missing, ", "), opts.BinDir)
 	}
 	opts.Logf("building %s (kube-apiserver takes about 5 minutes)", strings.Join(missing, ", "))
-	cmd := exec.Command(filepath.Join(root, "hack", "ensure-tools.sh"), missing...)
+	return buildTools(root, missing...)
+}
+
+// Tool is the path of bin/NAME at the repository root (kubectl, etcd, ...),
+// built by hack/ensure-tools.sh first if it is missing.
+func Tool(name string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(root, "bin", name)
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	return path, buildTools(root, name)
+}
+
+func buildTools(root string, names ...string) error {
+	cmd := exec.Command(filepath.Join(root, "hack", "ensure-tools.sh"), names...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("building %s: %w", strings.Join(missing, ", "), err)
+		return fmt.Errorf("building %s: %w", strings.Join(names, ", "), err)
 	}
 	return nil
 }

@@ -1,14 +1,21 @@
 // Package testkit has the small helpers the tests against the local control
-// plane share: a namespace per test, many objects at once, and waiting.
+// plane share: a namespace per test, many objects at once, waiting, and
+// reading a controller's HTTP endpoints (probes, Prometheus metrics).
 package testkit
 
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -123,4 +130,79 @@ func ServiceAccountToken(t testing.TB, cfg *rest.Config, namespace, name string)
 		t.Fatalf("TokenRequest for %s/%s: %v", namespace, name, err)
 	}
 	return tr.Status.Token
+}
+
+// HTTPGet fetches url and returns the status code and body (code 0 when the
+// request itself failed, e.g. nothing listens yet).
+func HTTPGet(url string) (int, string) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// Scrape reads a Prometheus /metrics endpoint into a map from series to value:
+// `name{label="value",...}` for counters and gauges (labels sorted), and
+// `name_count{...}` / `name_sum{...}` for histograms and summaries.
+func Scrape(t testing.TB, url string) map[string]float64 {
+	t.Helper()
+	code, body := HTTPGet(url)
+	if code != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, code, body)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("parsing %s: %v", url, err)
+	}
+	out := map[string]float64{}
+	for name, fam := range families {
+		for _, m := range fam.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			sort.Strings(labels)
+			series := ""
+			if len(labels) > 0 {
+				series = "{" + strings.Join(labels, ",") + "}"
+			}
+			switch {
+			case m.Counter != nil:
+				out[name+series] = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				out[name+series] = m.GetGauge().GetValue()
+			case m.Untyped != nil:
+				out[name+series] = m.GetUntyped().GetValue()
+			case m.Histogram != nil:
+				out[name+"_count"+series] = float64(m.GetHistogram().GetSampleCount())
+				out[name+"_sum"+series] = m.GetHistogram().GetSampleSum()
+			case m.Summary != nil:
+				out[name+"_count"+series] = float64(m.GetSummary().GetSampleCount())
+				out[name+"_sum"+series] = m.GetSummary().GetSampleSum()
+			}
+		}
+	}
+	return out
+}
+
+// StealLease writes holder into Lease namespace/name as its holder, renewed
+// now and valid for a minute: what another candidate taking over looks like
+// to the one that held it.
+func StealLease(t testing.TB, cfg *rest.Config, namespace, name, holder string) {
+	t.Helper()
+	leases := kubernetes.NewForConfigOrDie(cfg).CoordinationV1().Leases(namespace)
+	lease, err := leases.Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("getting Lease %s/%s: %v", namespace, name, err)
+	}
+	minute, now := int32(60), metav1.NewMicroTime(time.Now())
+	lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds, lease.Spec.RenewTime = &holder, &minute, &now
+	if _, err := leases.Update(context.Background(), lease, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("taking Lease %s/%s: %v", namespace, name, err)
+	}
 }

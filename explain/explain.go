@@ -1,0 +1,396 @@
+// Package explain narrates, for someone learning how informers work, every
+// mechanic of the controller as it happens (rawwatch --explain):
+//
+//	14:02:11.204 LIST      page 1: 2 items, continue token "eyJ2IjoibWV0YS5r…" → next page
+//	14:02:11.209 LIST      page 2: 1 item, last page: the list is at resourceVersion 2711
+//	14:02:11.209 SYNCED    the store holds 3 objects at resourceVersion 2711 (3 Added deltas)
+//	14:02:11.209 DELTA       Added default/hello
+//	14:02:11.209 ENQUEUE   default/hello
+//	14:02:11.210 WATCH     from resourceVersion 2711 (bookmarks on; the server ends it after 7m12s)
+//	14:02:11.230 WORKER 0  picks default/hello (waited 21ms in the queue)
+//	14:02:11.236 DONE      worker 0 reconciled default/hello in 6ms
+//	14:02:11.240 MODIFIED  default/hello                       resourceVersion 2712
+//
+// The first time a kind of line appears, an indented hint below it says why
+// it happens. Colour is used only when asked for (UseColor decides that for a
+// terminal).
+//
+// Narrator implements the same hooks as package metrics: watcher.Observer,
+// reconcile.Observer, the queue's Observe and ObserveWait (Enqueued, Waited),
+// the watcher's delta handler (Delta) and leader.Observer. It is pure: it only
+// writes lines to an io.Writer, so its tests feed it calls and read the text.
+package explain
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/term"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"rawwatch/store"
+	"rawwatch/watcher"
+)
+
+// Options tune a Narrator.
+type Options struct {
+	// Color turns on ANSI colours.
+	Color bool
+	// Now gives the time printed on each line (default time.Now).
+	Now func() time.Time
+	// Burst is how many DELTA or ENQUEUE lines in a row are printed before
+	// the rest of the run is summed up in one line (default 10): a list of
+	// ten thousand objects is worth a few example lines, not ten thousand.
+	Burst int
+}
+
+// UseColor reports whether colour suits f: a terminal, with NO_COLOR unset
+// (https://no-color.org) and TERM not "dumb".
+func UseColor(f *os.File) bool {
+	return term.IsTerminal(int(f.Fd())) && os.Getenv("NO_COLOR") == "" && os.Getenv("TERM") != "dumb"
+}
+
+// Narrator writes the narration. It is safe for concurrent use.
+type Narrator struct {
+	w    io.Writer
+	opts Options
+
+	mu         sync.Mutex
+	hinted     map[string]bool
+	lists      int                      // completed lists
+	inReplace  bool                     // between Replaced and the next state change
+	afterClose bool                     // the last stream ended; the next WATCH resumes it
+	waited     map[string]time.Duration // key → how long it waited in the queue
+	busy       map[string]bool          // keys being reconciled
+	run        int                      // consecutive DELTA/ENQUEUE lines
+	hidden     map[string]int           // ...of which left out, by tag
+}
+
+// New returns a Narrator writing to w.
+func New(w io.Writer, opts Options) *Narrator {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Burst == 0 {
+		opts.Burst = 10
+	}
+	return &Narrator{w: w, opts: opts, hinted: map[string]bool{}, waited: map[string]time.Duration{},
+		busy: map[string]bool{}, hidden: map[string]int{}}
+}
+
+const (
+	reset   = "\x1b[0m"
+	bold    = "\x1b[1m"
+	dim     = "\x1b[2m"
+	red     = "\x1b[31m"
+	green   = "\x1b[32m"
+	yellow  = "\x1b[33m"
+	blue    = "\x1b[34m"
+	magenta = "\x1b[35m"
+	cyan    = "\x1b[36m"
+)
+
+// colours of the tags; tags not listed are printed plain.
+var colours = map[string]string{
+	"LIST": blue, "RELIST": magenta + bold, "SYNCED": blue + bold, "REPLACED": magenta + bold,
+	"WATCH": blue, "RE-WATCH": blue, "CLOSED": cyan, "BOOKMARK": cyan,
+	"ADDED": green, "MODIFIED": yellow, "DELETED": red,
+	"410 GONE": magenta + bold, "EXPIRED": magenta, "FAILED": red, "BACKOFF": red, "SKIPPED": red,
+	"RETRY": yellow, "CONFLICT": yellow, "DONE": green, "LEADER": green + bold, "LEASE": cyan,
+}
+
+// hints explain a kind of line, once.
+var hints = map[string]string{
+	"LIST": "A paginated LIST: each page has at most --page-size items and a continue token for the next;\n" +
+		"all pages are read from one snapshot, whose resourceVersion the last page reports.",
+	"RELIST": "A relist builds a new store beside the old one and swaps it in at once;\n" +
+		"comparing the two yields exactly the changes the broken watch missed.",
+	"SYNCED": "The cache is now a faithful copy of the cluster. From here on it changes only through watch events.",
+	"WATCH": "The server streams every change made after that resourceVersion, in order;\n" +
+		"each event moves our resourceVersion forward, so we always know where to resume.",
+	"RE-WATCH": "Resuming from the last resourceVersion we saw: nothing is listed again, nothing is missed.",
+	"ADDED":    "Applied to the store first; then the key (not the object) goes to the queue.",
+	"DELETED":  "The event carries the object's final state; the reconciler receives it with the key (a tombstone).",
+	"BOOKMARK": "No object changed: the server says \"you are up to date to here\", so that a re-WATCH\n" +
+		"after a disconnect starts from a recent resourceVersion rather than an old, possibly compacted one.",
+	"CLOSED": "Watch streams end all the time (server timeouts, restarts, proxies). One that was healthy\n" +
+		"is resumed at once from the last resourceVersion; one that failed at once waits a backoff first.",
+	"410 GONE": "etcd keeps a limited history. Once the changes after our resourceVersion are compacted away\n" +
+		"no watch can resume from it: only a new LIST resynchronises the cache.",
+	"DELTA": "A change the (re)list found. Deleted deltas marked FinalStateUnknown are objects that vanished\n" +
+		"while we were not watching (client-go's DeletedFinalStateUnknown).",
+	"BACKOFF": "Exponential backoff with jitter (0.8 s doubling to 30 s), so failing clients do not hammer\n" +
+		"the server in step; a 429 waits at least its Retry-After.",
+	"ENQUEUE": "The queue holds keys, not objects: a worker reads the latest object from the store when it\n" +
+		"gets there, so ten changes while a key waits cost one reconcile.",
+	"WORKER": "A worker takes the oldest waiting key. No other worker can take this key until it is Done.",
+	"RETRY": "The reconcile failed: the key comes back after a per-key delay that doubles with each failure\n" +
+		"(from --retry-base-delay), so a failing key does not crowd out the others.",
+	"CONFLICT": "409 Conflict: the object changed after the version we read. The watch is bringing the new\n" +
+		"version; the retry will see it. Not an error worth a log line.",
+	"LEASE": "Only the replica holding the Lease reconciles; the others watch (their cache stays warm)\n" +
+		"and take over when the holder stops renewing it.",
+}
+
+// line writes one narration line (and its hint, the first time).
+func (n *Narrator) line(tag, format string, args ...any) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.lineLocked(tag, format, args...)
+}
+
+func (n *Narrator) lineLocked(tag, format string, args ...any) {
+	burst := tag == "DELTA" || tag == "ENQUEUE"
+	if !burst {
+		n.flushLocked()
+	} else if n.run++; n.run > n.opts.Burst {
+		n.hidden[tag]++
+		return
+	}
+	n.print(tag, fmt.Sprintf(format, args...))
+	kind := tag
+	if _, ok := hints[kind]; !ok { // "WORKER 1" is a WORKER line
+		kind, _, _ = strings.Cut(tag, " ")
+	}
+	if h, ok := hints[kind]; ok && !n.hinted[kind] {
+		n.hinted[kind] = true
+		for _, l := range strings.Split(h, "\n") {
+			n.write(strings.Repeat(" ", 13)+"↳ "+l, dim)
+		}
+	}
+}
+
+// flushLocked ends a run of DELTA/ENQUEUE lines, summing up what it left out.
+func (n *Narrator) flushLocked() {
+	n.run = 0
+	if len(n.hidden) == 0 {
+		return
+	}
+	var parts []string
+	for _, tag := range []string{"DELTA", "ENQUEUE"} {
+		if c := n.hidden[tag]; c > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", c, tag))
+		}
+	}
+	n.hidden = map[string]int{}
+	n.print("…", "and "+strings.Join(parts, " + ")+" lines more like these")
+}
+
+func (n *Narrator) print(tag, text string) {
+	ts := n.opts.Now().Format("15:04:05.000")
+	padded := fmt.Sprintf("%-9s", tag)
+	if n.opts.Color {
+		if c, ok := colours[tag]; ok {
+			padded = c + padded + reset
+		}
+		ts = dim + ts + reset
+	}
+	fmt.Fprintf(n.w, "%s %s %s\n", ts, padded, text)
+}
+
+func (n *Narrator) write(s, colour string) {
+	if n.opts.Color {
+		s = colour + s + reset
+	}
+	fmt.Fprintln(n.w, s)
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, word)
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
+
+func short(token string) string {
+	if len(token) > 16 {
+		return token[:16] + "…"
+	}
+	return token
+}
+
+// Note narrates a step of the application itself (not one of the hooks).
+func (n *Narrator) Note(tag, format string, args ...any) { n.line(tag, format, args...) }
+
+// The watcher.Observer methods.
+
+func (n *Narrator) StateChanged(from, to watcher.State, reason string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.inReplace = false
+	switch {
+	case to == watcher.Relisting && from == watcher.Watching:
+		n.lineLocked("410 GONE", "%s → RELIST", reason)
+	case to == from && (to == watcher.Relisting || to == watcher.Listing):
+		n.lineLocked("EXPIRED", "%s", reason)
+	case to == watcher.BackingOff:
+		n.lineLocked("FAILED", "%s", reason)
+	case to == watcher.Stopped:
+		n.lineLocked("STOPPED", "the watcher stopped")
+	}
+}
+
+func (n *Narrator) ListPage(page, items int, continueToken, rv string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	tag := "LIST"
+	if n.lists > 0 {
+		tag = "RELIST"
+	}
+	if continueToken != "" {
+		n.lineLocked(tag, "page %d: %s, continue token %q → next page", page, plural(items, "item"), short(continueToken))
+	} else {
+		n.lineLocked(tag, "page %d: %s, last page: the list is at resourceVersion %s", page, plural(items, "item"), rv)
+	}
+}
+
+func (n *Narrator) Replaced(rv string, size, added, updated, deleted int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.lists == 0 {
+		n.lineLocked("SYNCED", "the store holds %s at resourceVersion %s (%d Added deltas)", plural(size, "object"), rv, added)
+	} else {
+		n.lineLocked("REPLACED", "the store, in one step, with %s at resourceVersion %s: %d added, %d updated, %d deleted, the rest unchanged (no delta)",
+			plural(size, "object"), rv, added, updated, deleted)
+	}
+	n.lists++
+	n.inReplace = true
+}
+
+// Delta hears every change handed to the controller; only those a (re)list
+// produced are narrated (a watch event has its own line already).
+func (n *Narrator) Delta(t store.DeltaType, key string, finalStateUnknown bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.inReplace {
+		return
+	}
+	note := ""
+	if finalStateUnknown {
+		note = " (FinalStateUnknown: deleted while we were not watching; the last state we knew goes with it)"
+	}
+	n.lineLocked("DELTA", "  %s %s%s", t, key, note)
+}
+
+func (n *Narrator) WatchStarted(rv string, timeout time.Duration, _ bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.afterClose {
+		n.afterClose = false
+		n.lineLocked("RE-WATCH", "from resourceVersion %s (bookmarks on; the server ends it after %s)", rv, timeout)
+		return
+	}
+	n.lineLocked("WATCH", "from resourceVersion %s (bookmarks on; the server ends it after %s)", rv, timeout)
+}
+
+func (n *Narrator) EventReceived(eventType, key, rv string) {
+	n.line(eventType, "%-35s resourceVersion %s", key, rv)
+}
+
+func (n *Narrator) BookmarkReceived(rv string, _ bool) {
+	n.line("BOOKMARK", "→ resourceVersion %s (no object changed)", rv)
+}
+
+func (n *Narrator) WatchEnded(events int, d time.Duration, err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.afterClose = true
+	text := fmt.Sprintf("the stream ended after %s, open %s", plural(events, "event"), d.Round(time.Millisecond))
+	if err != nil {
+		text += ": " + err.Error()
+	}
+	n.lineLocked("CLOSED", "%s", text)
+}
+
+func (n *Narrator) BackingOff(delay time.Duration, class watcher.ErrorClass) {
+	n.line("BACKOFF", "wait %s before retrying (%s error)", delay.Round(time.Millisecond), class)
+}
+
+func (n *Narrator) Skipped(err *watcher.SkipError) {
+	what := err.What
+	if err.Key != "" {
+		what += " for " + err.Key
+	}
+	n.line("SKIPPED", "%s does not decode (%v): left out, the rest goes on", what, err.Err)
+}
+
+// The queue hooks.
+
+// Enqueued is the queue's Observe hook.
+func (n *Narrator) Enqueued(key string, deduped bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case deduped:
+		n.lineLocked("ENQUEUE", "%s (deduped: already waiting; one reconcile covers both)", key)
+	case n.busy[key]:
+		n.lineLocked("ENQUEUE", "%s (being reconciled now: it runs once more when that is Done)", key)
+	default:
+		n.lineLocked("ENQUEUE", "%s", key)
+	}
+}
+
+// Waited is the queue's ObserveWait hook.
+func (n *Narrator) Waited(key string, d time.Duration) {
+	n.mu.Lock()
+	n.waited[key] = d
+	n.mu.Unlock()
+}
+
+// The reconcile.Observer methods.
+
+func (n *Narrator) Started(worker int, key string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.busy[key] = true
+	wait := ""
+	if d, ok := n.waited[key]; ok {
+		delete(n.waited, key)
+		wait = fmt.Sprintf(" (waited %s in the queue)", roundSmall(d))
+	}
+	n.lineLocked(fmt.Sprintf("WORKER %d", worker), "picks %s%s", key, wait)
+}
+
+func (n *Narrator) Finished(worker int, key string, d time.Duration, err error, retryIn time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.busy, key)
+	switch {
+	case err == nil:
+		n.lineLocked("DONE", "worker %d reconciled %s in %s", worker, key, roundSmall(d))
+	case apierrors.IsConflict(err):
+		n.lineLocked("CONFLICT", "%s: the object changed since we read it; retry in %s", key, roundSmall(retryIn))
+	default:
+		n.lineLocked("RETRY", "%s in %s: %v", key, roundSmall(retryIn), err)
+	}
+}
+
+// The leader.Observer methods.
+
+func (n *Narrator) Leading(identity string, leading bool) {
+	if leading {
+		n.line("LEADER", "this replica (%s) holds the lease: the workers start", identity)
+	} else {
+		n.line("LEADER", "this replica (%s) stopped leading: its workers have stopped", identity)
+	}
+}
+
+func (n *Narrator) NewLeader(identity string) {
+	n.line("LEASE", "held by %s", identity)
+}
+
+// roundSmall rounds a duration to a readable precision.
+func roundSmall(d time.Duration) time.Duration {
+	switch {
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond)
+	case d < time.Second:
+		return d.Round(100 * time.Microsecond)
+	default:
+		return d.Round(time.Millisecond)
+	}
+}

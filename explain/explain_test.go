@@ -1,0 +1,196 @@
+package explain
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"rawwatch/store"
+	"rawwatch/watcher"
+)
+
+// clock advances one millisecond per reading, from 12:00:00.
+func clock() func() time.Time {
+	t := time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC)
+	return func() time.Time { t = t.Add(time.Millisecond); return t }
+}
+
+// story plays, in the order the real loop makes them, the calls of a first
+// list, a watch, the queue and workers, a bookmark, a closed stream, a 410
+// and its relist, a failure with backoff, and a change of leader.
+func story(n *Narrator) {
+	n.NewLeader("other-pod")
+	n.ListPage(1, 2, "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MTIzfQ", "")
+	n.ListPage(2, 1, "", "100")
+	n.Replaced("100", 3, 3, 0, 0)
+	n.Delta(store.Added, "default/a", false)
+	n.Enqueued("default/a", false)
+	n.StateChanged(watcher.Listing, watcher.Watching, "listed at resourceVersion 100")
+	n.WatchStarted("100", 7*time.Minute, false)
+	n.Leading("this-pod", true)
+	n.Waited("default/a", 3*time.Millisecond)
+	n.Started(0, "default/a")
+	n.EventReceived(watcher.Modified, "default/a", "101")
+	n.Delta(store.Updated, "default/a", false) // a watch event's delta: not narrated again
+	n.Enqueued("default/a", false)             // while a worker holds it
+	n.Enqueued("default/a", true)
+	n.Finished(0, "default/a", 2*time.Millisecond, nil, 0)
+	n.Started(1, "default/broken")
+	n.Finished(1, "default/broken", time.Millisecond, errors.New(`spec.message is "fail"`), 10*time.Millisecond)
+	n.Started(1, "default/a")
+	conflict := apierrors.NewConflict(schema.GroupResource{Group: "example.com", Resource: "myresources"}, "a", errors.New("stale"))
+	n.Finished(1, "default/a", time.Millisecond, conflict, 5*time.Millisecond)
+	n.BookmarkReceived("150", false)
+	n.WatchEnded(3, 5*time.Minute, nil)
+	n.StateChanged(watcher.Watching, watcher.Watching, "watch ended after 3 events: re-watch from resourceVersion 150")
+	n.WatchStarted("150", 6*time.Minute, false)
+	n.EventReceived(watcher.Deleted, "default/b", "151")
+	gone := errors.New("too old resource version: 151 (300)")
+	n.WatchEnded(0, 2*time.Second, gone)
+	n.StateChanged(watcher.Watching, watcher.Relisting, "resourceVersion 151 expired (too old resource version: 151 (300)): relist")
+	n.ListPage(1, 2, "", "310")
+	n.Replaced("310", 2, 1, 0, 1)
+	n.Delta(store.Deleted, "default/c", true)
+	n.Enqueued("default/c", false)
+	n.StateChanged(watcher.Relisting, watcher.Watching, "listed at resourceVersion 310")
+	n.WatchStarted("310", 8*time.Minute, false)
+	n.WatchEnded(0, 0, errors.New("connection refused"))
+	n.StateChanged(watcher.Watching, watcher.BackingOff, "watch failed (transient): connection refused")
+	n.BackingOff(1600*time.Millisecond, watcher.Transient)
+	n.StateChanged(watcher.BackingOff, watcher.Watching, "waited 1.6s")
+	n.Skipped(&watcher.SkipError{What: "MODIFIED event", Key: "default/bad", Err: errors.New("spec: expected object")})
+	n.Leading("this-pod", false)
+	n.StateChanged(watcher.Watching, watcher.Stopped, "stopped")
+}
+
+const want = `12:00:00.001 LEASE     held by other-pod
+             ↳ Only the replica holding the Lease reconciles; the others watch (their cache stays warm)
+             ↳ and take over when the holder stops renewing it.
+12:00:00.002 LIST      page 1: 2 items, continue token "eyJ2IjoibWV0YS5r…" → next page
+             ↳ A paginated LIST: each page has at most --page-size items and a continue token for the next;
+             ↳ all pages are read from one snapshot, whose resourceVersion the last page reports.
+12:00:00.003 LIST      page 2: 1 item, last page: the list is at resourceVersion 100
+12:00:00.004 SYNCED    the store holds 3 objects at resourceVersion 100 (3 Added deltas)
+             ↳ The cache is now a faithful copy of the cluster. From here on it changes only through watch events.
+12:00:00.005 DELTA       Added default/a
+             ↳ A change the (re)list found. Deleted deltas marked FinalStateUnknown are objects that vanished
+             ↳ while we were not watching (client-go's DeletedFinalStateUnknown).
+12:00:00.006 ENQUEUE   default/a
+             ↳ The queue holds keys, not objects: a worker reads the latest object from the store when it
+             ↳ gets there, so ten changes while a key waits cost one reconcile.
+12:00:00.007 WATCH     from resourceVersion 100 (bookmarks on; the server ends it after 7m0s)
+             ↳ The server streams every change made after that resourceVersion, in order;
+             ↳ each event moves our resourceVersion forward, so we always know where to resume.
+12:00:00.008 LEADER    this replica (this-pod) holds the lease: the workers start
+12:00:00.009 WORKER 0  picks default/a (waited 3ms in the queue)
+             ↳ A worker takes the oldest waiting key. No other worker can take this key until it is Done.
+12:00:00.010 MODIFIED  default/a                           resourceVersion 101
+12:00:00.011 ENQUEUE   default/a (being reconciled now: it runs once more when that is Done)
+12:00:00.012 ENQUEUE   default/a (deduped: already waiting; one reconcile covers both)
+12:00:00.013 DONE      worker 0 reconciled default/a in 2ms
+12:00:00.014 WORKER 1  picks default/broken
+12:00:00.015 RETRY     default/broken in 10ms: spec.message is "fail"
+             ↳ The reconcile failed: the key comes back after a per-key delay that doubles with each failure
+             ↳ (from --retry-base-delay), so a failing key does not crowd out the others.
+12:00:00.016 WORKER 1  picks default/a
+12:00:00.017 CONFLICT  default/a: the object changed since we read it; retry in 5ms
+             ↳ 409 Conflict: the object changed after the version we read. The watch is bringing the new
+             ↳ version; the retry will see it. Not an error worth a log line.
+12:00:00.018 BOOKMARK  → resourceVersion 150 (no object changed)
+             ↳ No object changed: the server says "you are up to date to here", so that a re-WATCH
+             ↳ after a disconnect starts from a recent resourceVersion rather than an old, possibly compacted one.
+12:00:00.019 CLOSED    the stream ended after 3 events, open 5m0s
+             ↳ Watch streams end all the time (server timeouts, restarts, proxies). One that was healthy
+             ↳ is resumed at once from the last resourceVersion; one that failed at once waits a backoff first.
+12:00:00.020 RE-WATCH  from resourceVersion 150 (bookmarks on; the server ends it after 6m0s)
+             ↳ Resuming from the last resourceVersion we saw: nothing is listed again, nothing is missed.
+12:00:00.021 DELETED   default/b                           resourceVersion 151
+             ↳ The event carries the object's final state; the reconciler receives it with the key (a tombstone).
+12:00:00.022 CLOSED    the stream ended after 0 events, open 2s: too old resource version: 151 (300)
+12:00:00.023 410 GONE  resourceVersion 151 expired (too old resource version: 151 (300)): relist → RELIST
+             ↳ etcd keeps a limited history. Once the changes after our resourceVersion are compacted away
+             ↳ no watch can resume from it: only a new LIST resynchronises the cache.
+12:00:00.024 RELIST    page 1: 2 items, last page: the list is at resourceVersion 310
+             ↳ A relist builds a new store beside the old one and swaps it in at once;
+             ↳ comparing the two yields exactly the changes the broken watch missed.
+12:00:00.025 REPLACED  the store, in one step, with 2 objects at resourceVersion 310: 1 added, 0 updated, 1 deleted, the rest unchanged (no delta)
+12:00:00.026 DELTA       Deleted default/c (FinalStateUnknown: deleted while we were not watching; the last state we knew goes with it)
+12:00:00.027 ENQUEUE   default/c
+12:00:00.028 RE-WATCH  from resourceVersion 310 (bookmarks on; the server ends it after 8m0s)
+12:00:00.029 CLOSED    the stream ended after 0 events, open 0s: connection refused
+12:00:00.030 FAILED    watch failed (transient): connection refused
+12:00:00.031 BACKOFF   wait 1.6s before retrying (transient error)
+             ↳ Exponential backoff with jitter (0.8 s doubling to 30 s), so failing clients do not hammer
+             ↳ the server in step; a 429 waits at least its Retry-After.
+12:00:00.032 SKIPPED   MODIFIED event for default/bad does not decode (spec: expected object): left out, the rest goes on
+12:00:00.033 LEADER    this replica (this-pod) stopped leading: its workers have stopped
+12:00:00.034 STOPPED   the watcher stopped
+`
+
+func TestNarration(t *testing.T) {
+	var out bytes.Buffer
+	story(New(&out, Options{Now: clock()}))
+	if got := out.String(); got != want {
+		t.Errorf("narration differs; got:\n%s", got)
+		gl, wl := strings.Split(got, "\n"), strings.Split(want, "\n")
+		for i := range min(len(gl), len(wl)) {
+			if gl[i] != wl[i] {
+				t.Fatalf("first difference, line %d:\n got %q\nwant %q", i+1, gl[i], wl[i])
+			}
+		}
+	}
+}
+
+// Colour only when asked: tags and timestamps get ANSI codes, text does not.
+func TestColour(t *testing.T) {
+	var plain, coloured bytes.Buffer
+	story(New(&plain, Options{Now: clock()}))
+	story(New(&coloured, Options{Now: clock(), Color: true}))
+	if strings.Contains(plain.String(), "\x1b[") {
+		t.Error("escape codes without Color")
+	}
+	for _, want := range []string{
+		"\x1b[2m12:00:00.010\x1b[0m \x1b[33mMODIFIED \x1b[0m default/a",
+		"\x1b[35m\x1b[1m410 GONE \x1b[0m resourceVersion 151",
+		"\x1b[2m             ↳ etcd keeps a limited history.",
+	} {
+		if !strings.Contains(coloured.String(), want) {
+			t.Errorf("coloured output lacks %q", want)
+		}
+	}
+	if stripped := strings.NewReplacer("\x1b[0m", "", "\x1b[1m", "", "\x1b[2m", "", "\x1b[31m", "", "\x1b[32m", "",
+		"\x1b[33m", "", "\x1b[34m", "", "\x1b[35m", "", "\x1b[36m", "").Replace(coloured.String()); stripped != plain.String() {
+		t.Error("colour changed the text")
+	}
+}
+
+// A list of many objects prints Burst example lines, then one summary when
+// something else happens.
+func TestLongRunsAreSummedUp(t *testing.T) {
+	var out bytes.Buffer
+	n := New(&out, Options{Now: clock(), Burst: 4})
+	n.ListPage(1, 25, "", "7")
+	n.Replaced("7", 25, 25, 0, 0)
+	for i := range 25 {
+		n.Delta(store.Added, fmt.Sprintf("ns/o-%d", i), false)
+		n.Enqueued(fmt.Sprintf("ns/o-%d", i), false)
+	}
+	n.StateChanged(watcher.Listing, watcher.Watching, "listed")
+	n.WatchStarted("7", time.Minute, false)
+	text := out.String()
+	if c := strings.Count(text, "DELTA  ") + strings.Count(text, "ENQUEUE  "); c != 4 {
+		t.Errorf("%d example lines, want 4:\n%s", c, text)
+	}
+	if !strings.Contains(text, "…         and 23 DELTA + 23 ENQUEUE lines more like these\n") {
+		t.Errorf("no summary line:\n%s", text)
+	}
+	if strings.Index(text, "more like these") > strings.Index(text, "WATCH") {
+		t.Errorf("the summary must come before the WATCH line:\n%s", text)
+	}
+}

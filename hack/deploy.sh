@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# deploy.sh — apply config/ (Namespace, CRD, RBAC, Deployment, metrics Service,
+# PodDisruptionBudget) to the cluster kubectl points at ($KUBECONFIG, or
+# ~/.kube/config), by server-side apply, with the controller image $IMG.
+#
+#   IMG=registry.example/rawwatch:v1.0.0 hack/deploy.sh     (what `make deploy` runs)
+#
+# The image goes in through a kustomize overlay written to out/deploy, so that
+# config/ itself stays as committed. Extra kubectl arguments: $KUBECTL_ARGS
+# (e.g. --force-conflicts after someone edited the objects by hand).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+img=${IMG:?set IMG to the image to deploy, e.g. IMG=registry.example/rawwatch:v1.0.0}
+
+# Split IMG into a name and a tag or digest; the colon of a registry's port
+# (registry.example:5000/rawwatch) is not a tag.
+name=$img tag="" digest=""
+if [[ $img == *@* ]]; then
+	name=${img%@*} digest=${img#*@}
+elif [[ ${img##*/} == *:* ]]; then
+	name=${img%:*} tag=${img##*:}
+fi
+
+mkdir -p out/deploy
+{
+	echo "# Written by hack/deploy.sh: config/ with the image $img."
+	echo "apiVersion: kustomize.config.k8s.io/v1beta1"
+	echo "kind: Kustomization"
+	echo "resources:"
+	echo "- ../../config"
+	echo "images:"
+	echo "- name: rawwatch"
+	echo "  newName: $name"
+	if [ -n "$digest" ]; then echo "  digest: $digest"; fi
+	if [ -n "$tag" ]; then echo "  newTag: $tag"; fi
+} > out/deploy/kustomization.yaml
+
+# shellcheck disable=SC2086 # KUBECTL_ARGS is a list of arguments
+bin/kubectl apply --server-side --field-manager=rawwatch-deploy ${KUBECTL_ARGS:-} -k out/deploy
+echo "deploy.sh: applied; watch the rollout with: bin/kubectl -n rawwatch-system rollout status deployment/rawwatch"

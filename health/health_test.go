@@ -1,0 +1,72 @@
+package health
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+)
+
+func get(t *testing.T, mux *http.ServeMux, path string) (int, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+	body, _ := io.ReadAll(rec.Result().Body)
+	return rec.Code, string(body)
+}
+
+func TestChecks(t *testing.T) {
+	var synced atomic.Bool
+	var c Checks
+	c.Add("ping", func() error { return nil })
+	c.Add("synced", func() error {
+		if !synced.Load() {
+			return errors.New("waiting for the first list")
+		}
+		return nil
+	})
+	mux := http.NewServeMux()
+	c.Mount(mux, "readyz")
+
+	cases := []struct {
+		path string
+		code int
+		body string
+	}{
+		{"/readyz", 503, "[+]ping ok\n[-]synced failed: waiting for the first list\nreadyz check failed\n"},
+		{"/readyz/ping", 200, "ok\n"},
+		{"/readyz/synced", 503, "synced check failed: waiting for the first list\n"},
+		{"/readyz/nope", 404, "no readyz check named \"nope\"\n"},
+		{"/readyz?exclude=synced", 200, "ok\n"},
+	}
+	for _, tc := range cases {
+		if code, body := get(t, mux, tc.path); code != tc.code || body != tc.body {
+			t.Errorf("GET %s = %d %q, want %d %q", tc.path, code, body, tc.code, tc.body)
+		}
+	}
+
+	synced.Store(true)
+	if code, body := get(t, mux, "/readyz"); code != 200 || body != "ok\n" {
+		t.Errorf("GET /readyz = %d %q once synced", code, body)
+	}
+	if code, body := get(t, mux, "/readyz?verbose"); code != 200 || body != "[+]ping ok\n[+]synced ok\nreadyz check passed\n" {
+		t.Errorf("GET /readyz?verbose = %d %q", code, body)
+	}
+}
+
+// Checks added while being served are picked up (the leader check is added
+// once leader election is set up).
+func TestAddWhileServing(t *testing.T) {
+	var c Checks
+	mux := http.NewServeMux()
+	c.Mount(mux, "healthz")
+	if code, _ := get(t, mux, "/healthz"); code != 200 {
+		t.Fatalf("no checks: %d, want 200", code)
+	}
+	c.Add("leader-election", func() error { return errors.New("lease not renewed for 40s") })
+	if code, body := get(t, mux, "/healthz"); code != 503 || body != "[-]leader-election failed: lease not renewed for 40s\nhealthz check failed\n" {
+		t.Fatalf("GET /healthz = %d %q", code, body)
+	}
+}

@@ -1,0 +1,304 @@
+// Package leader runs work only while this process holds a lease, so that of
+// several replicas of the controller exactly one reconciles at a time.
+//
+// The election itself is client-go's tools/leaderelection on a
+// coordination.k8s.io Lease, the mechanism kube-controller-manager and
+// controller-runtime use: the holder renews the Lease every RetryPeriod; if it
+// cannot renew for RenewDeadline it gives up; a candidate takes over a Lease
+// that nobody renewed for LeaseDuration. This package adds what that library
+// leaves to its caller:
+//
+//   - Order at the handover. The lease is released (so a standby takes over at
+//     once instead of waiting out LeaseDuration) only after the work function
+//     has returned, i.e. after in-flight reconciles finished. client-go's
+//     ReleaseOnCancel alone would release as soon as the context ends, while
+//     reconciles may still be writing.
+//   - A clear end. Losing the lease (a renewal failed for RenewDeadline, or
+//     another holder took it) stops the work and Run returns ErrLost once it
+//     has stopped. The caller should exit: that is what kube-controller-manager
+//     and controller-runtime do, and what a Deployment expects (the pod
+//     restarts and rejoins as a candidate, with fresh state).
+//   - Its own client. Renewals use a copy of the rest.Config with its own
+//     client-side rate limiter and a request timeout of RenewDeadline/2, so a
+//     busy reconciler or one hung connection cannot make the leader miss its
+//     deadline.
+//
+// A lease is not a lock with fencing: if the leader's process freezes longer
+// than LeaseDuration, a new leader may start while the old one, thawing, still
+// finishes the reconcile it was in. The renew deadline (shorter than the lease)
+// makes the old leader stop first in every case short of that.
+package leader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+)
+
+// ErrLost is returned by Run when the lease was lost while leading.
+var ErrLost = errors.New("leader election lost: stopped the workers; exiting so that a restart rejoins as a candidate")
+
+// Defaults of the durations: client-go's and controller-runtime's.
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+)
+
+// Observer hears about leadership (metrics, --explain).
+type Observer interface {
+	// Leading: this process (identity) started (true) or stopped (false) leading.
+	Leading(identity string, leading bool)
+	// NewLeader: the lease is held by identity, possibly this process.
+	NewLeader(identity string)
+}
+
+// Config describes the election.
+type Config struct {
+	// Namespace and Name of the Lease.
+	Namespace, Name string
+	// Identity of this candidate; default hostname_UUID (in a pod, the
+	// hostname is the pod's name).
+	Identity string
+	// LeaseDuration, RenewDeadline, RetryPeriod: see the package doc. Zero
+	// means the default; they must satisfy LeaseDuration > RenewDeadline >
+	// 1.2 × RetryPeriod. The Lease stores whole seconds.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Observer is optional.
+	Observer Observer
+	// EventRecorder, when set, records LeaderElection Events on the Lease.
+	EventRecorder resourcelock.EventRecorder
+	Logger        klog.Logger
+}
+
+// Validate fills in defaults and checks the durations.
+func (c *Config) Validate() error {
+	if c.Namespace == "" || c.Name == "" {
+		return errors.New("leader election needs the Lease's namespace and name")
+	}
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = DefaultLeaseDuration
+	}
+	if c.RenewDeadline == 0 {
+		c.RenewDeadline = DefaultRenewDeadline
+	}
+	if c.RetryPeriod == 0 {
+		c.RetryPeriod = DefaultRetryPeriod
+	}
+	switch {
+	case c.LeaseDuration < time.Second || c.LeaseDuration%time.Second != 0:
+		return fmt.Errorf("lease duration %s must be a whole number of seconds (the Lease stores seconds)", c.LeaseDuration)
+	case c.LeaseDuration <= c.RenewDeadline:
+		return fmt.Errorf("lease duration %s must be longer than the renew deadline %s", c.LeaseDuration, c.RenewDeadline)
+	case c.RetryPeriod <= 0 || c.RenewDeadline <= time.Duration(leaderelection.JitterFactor*float64(c.RetryPeriod)):
+		return fmt.Errorf("renew deadline %s must be longer than %.1f × the retry period %s", c.RenewDeadline, leaderelection.JitterFactor, c.RetryPeriod)
+	}
+	if c.Identity == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("leader election identity: %w", err)
+		}
+		c.Identity = host + "_" + string(uuid.NewUUID())
+	}
+	if c.Logger.GetSink() == nil {
+		c.Logger = klog.Background()
+	}
+	return nil
+}
+
+// Elector campaigns for one Lease. Create it with New, then call Run once.
+type Elector struct {
+	cfg      Config
+	le       *leaderelection.LeaderElector
+	watchdog *leaderelection.HealthzAdaptor
+	leading  atomic.Bool
+
+	// set by Run, read by the elector's callbacks
+	lead         func(context.Context)
+	ctx          context.Context
+	stopElecting context.CancelFunc
+	leadDone     chan struct{}
+	mu           sync.Mutex
+	state        state
+}
+
+type state int
+
+const (
+	candidate state = iota // not leading (yet)
+	working                // lead is running
+	finished               // Run is over or stopping: lead must not start
+)
+
+// New prepares an election; restCfg is copied (see the package doc).
+func New(restCfg *rest.Config, c Config) (*Elector, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	cfg := rest.CopyConfig(restCfg)
+	cfg.Timeout = max(c.RenewDeadline/2, time.Second)
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	cfg.UserAgent += " leader-election"
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	e := &Elector{cfg: c, watchdog: leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name},
+		Client:     kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: c.Identity, EventRecorder: c.EventRecorder},
+	}
+	e.le, err = leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		Name:            c.Namespace + "/" + c.Name,
+		LeaseDuration:   c.LeaseDuration,
+		RenewDeadline:   c.RenewDeadline,
+		RetryPeriod:     c.RetryPeriod,
+		ReleaseOnCancel: true, // Run cancels only once lead has returned
+		WatchDog:        e.watchdog,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: e.startedLeading,
+			OnStoppedLeading: func() {},
+			OnNewLeader:      e.newLeader,
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.watchdog.SetLeaderElection(e.le)
+	return e, nil
+}
+
+// Identity is this candidate's identity, as written into the Lease.
+func (e *Elector) Identity() string { return e.cfg.Identity }
+
+// IsLeader reports whether the work function is running (we lead).
+func (e *Elector) IsLeader() bool { return e.leading.Load() }
+
+// Leader is the holder of the Lease as last observed ("" if none yet).
+func (e *Elector) Leader() string { return e.le.GetLeader() }
+
+// Check is a liveness check: it fails when this process believes it leads but
+// has not renewed the Lease for LeaseDuration plus 20 s (a stuck leader, which
+// the kubelet should restart).
+func (e *Elector) Check() error { return e.watchdog.Check(nil) }
+
+// Run campaigns until ctx ends. While this process holds the Lease it runs
+// lead, with a context that ends when ctx does or the Lease is lost; lead must
+// return once that context is done and its work has stopped.
+//
+// Run returns nil after ctx ended (having released the Lease if it held it,
+// once lead returned), or ErrLost after the Lease was lost and lead returned.
+func (e *Elector) Run(ctx context.Context, lead func(context.Context)) error {
+	log := e.cfg.Logger
+	// The election runs on its own context: ending ctx must not stop the
+	// renewals while in-flight work drains.
+	electCtx, stopElecting := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), log))
+	defer stopElecting()
+	e.mu.Lock()
+	e.lead, e.ctx, e.stopElecting, e.leadDone = lead, ctx, stopElecting, make(chan struct{})
+	e.mu.Unlock()
+
+	stop := context.AfterFunc(ctx, func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.state != working { // a candidate stops campaigning at once
+			e.state = finished
+			stopElecting()
+		} // a leader's lead sees ctx end, drains, then stops the election
+	})
+	defer stop()
+
+	log.Info("Campaigning for the leader lease", "lease", e.cfg.Namespace+"/"+e.cfg.Name, "identity", e.cfg.Identity,
+		"leaseDuration", e.cfg.LeaseDuration, "renewDeadline", e.cfg.RenewDeadline, "retryPeriod", e.cfg.RetryPeriod)
+	e.le.Run(electCtx) // returns when the renewals stop, or when electCtx ends before we lead
+
+	e.mu.Lock()
+	wasLeading := e.state == working
+	e.state = finished
+	e.mu.Unlock()
+	if wasLeading {
+		<-e.leadDone
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	// Only ending ctx or lead returning stops the election, and lead returns
+	// only when its context ends: we got here because a renewal failed.
+	log.Error(ErrLost, "Lost the leader lease", "lease", e.cfg.Namespace+"/"+e.cfg.Name, "identity", e.cfg.Identity)
+	return ErrLost
+}
+
+// startedLeading is client-go's OnStartedLeading; lctx ends when the
+// renewals stop.
+func (e *Elector) startedLeading(lctx context.Context) {
+	e.mu.Lock()
+	if e.state != candidate { // shutting down already: do not start work
+		e.mu.Unlock()
+		return
+	}
+	e.state = working
+	lead, ctx, stopElecting, done := e.lead, e.ctx, e.stopElecting, e.leadDone
+	e.mu.Unlock()
+	defer close(done)
+
+	wctx, cancel := context.WithCancel(lctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel) // shutdown ends the work too
+	defer stop()
+
+	e.cfg.Logger.Info("Became the leader: starting the workers", "identity", e.cfg.Identity)
+	e.leading.Store(true)
+	if e.cfg.Observer != nil {
+		e.cfg.Observer.Leading(e.cfg.Identity, true)
+	}
+	lead(wctx)
+	e.leading.Store(false)
+	if e.cfg.Observer != nil {
+		e.cfg.Observer.Leading(e.cfg.Identity, false)
+	}
+	e.cfg.Logger.Info("Stopped leading: the workers have stopped", "identity", e.cfg.Identity)
+	stopElecting() // now release the Lease (if we still hold it)
+}
+
+func (e *Elector) newLeader(identity string) {
+	if identity == "" {
+		return
+	}
+	if identity != e.cfg.Identity {
+		e.cfg.Logger.Info("Another replica leads; standing by with a warm cache", "leader", identity)
+	}
+	if e.cfg.Observer != nil {
+		e.cfg.Observer.NewLeader(identity)
+	}
+}
+
+// Observers fans every call out to several observers, in order.
+type Observers []Observer
+
+func (o Observers) Leading(identity string, leading bool) {
+	for _, x := range o {
+		x.Leading(identity, leading)
+	}
+}
+
+func (o Observers) NewLeader(identity string) {
+	for _, x := range o {
+		x.NewLeader(identity)
+	}
+}

@@ -1,0 +1,174 @@
+package leader_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"rawwatch/internal/controlplane"
+	"rawwatch/internal/testkit"
+	"rawwatch/leader"
+)
+
+var shared = &controlplane.Shared{}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	shared.Stop()
+	os.Exit(code)
+}
+
+// Short durations keep the tests quick; they still leave the leader a
+// renew deadline of 2 s on a busy two-core machine.
+func config(ns, identity string) leader.Config {
+	return leader.Config{Namespace: ns, Name: "rawwatch-test", Identity: identity,
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond}
+}
+
+// candidate runs one Elector whose work records when it ran.
+type candidate struct {
+	e      *leader.Elector
+	cancel context.CancelFunc
+	done   chan struct{} // closed when Run returned err
+	err    error
+
+	mu         sync.Mutex
+	start, end time.Time
+	workCtxEnd time.Time
+}
+
+func campaign(t *testing.T, c leader.Config, drain time.Duration) *candidate {
+	t.Helper()
+	e, err := leader.New(shared.Get(t).Config(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cand := &candidate{e: e, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(cand.done)
+		cand.err = e.Run(ctx, func(ctx context.Context) {
+			cand.mu.Lock()
+			cand.start = time.Now()
+			cand.mu.Unlock()
+			<-ctx.Done()
+			cand.mu.Lock()
+			cand.workCtxEnd = time.Now()
+			cand.mu.Unlock()
+			time.Sleep(drain) // in-flight reconciles finishing
+			cand.mu.Lock()
+			cand.end = time.Now()
+			cand.mu.Unlock()
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-cand.done:
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return within 10s of cancel")
+		}
+	})
+	return cand
+}
+
+func (c *candidate) times() (start, workCtxEnd, end time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.start, c.workCtxEnd, c.end
+}
+
+// One candidate leads; the other waits. When the leader shuts down, it keeps
+// the lease until its work has drained, then releases it, and the standby
+// takes over at once — long before the lease would have expired.
+func TestHandoverWaitsForWorkToDrain(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ns := testkit.Namespace(t, cp.Config())
+	a := campaign(t, config(ns, "a"), 500*time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, a.e.IsLeader, "a never led")
+	b := campaign(t, config(ns, "b"), 0)
+	testkit.Eventually(t, 10*time.Second, func() bool { return b.e.Leader() == "a" }, "b never saw a lead")
+	if b.e.IsLeader() {
+		t.Fatal("b leads while a holds the lease")
+	}
+
+	stopped := time.Now()
+	a.cancel()
+	if <-a.done; a.err != nil {
+		t.Fatalf("a's Run after cancel: %v", a.err)
+	}
+	testkit.Eventually(t, 10*time.Second, b.e.IsLeader, "b never took over")
+	_, _, aEnd := a.times()
+	bStart, _, _ := b.times()
+	if !bStart.After(aEnd) {
+		t.Fatalf("b started at %s, before a's work ended at %s", bStart.Format(time.StampMicro), aEnd.Format(time.StampMicro))
+	}
+	handover := bStart.Sub(aEnd)
+	t.Logf("a stopped; its work drained for %s; b took over %s after a's work ended", aEnd.Sub(stopped).Round(time.Millisecond), handover.Round(time.Millisecond))
+	if handover > 2*time.Second { // the lease is 3 s: a release must beat waiting it out
+		t.Errorf("handover took %s: the lease was not released", handover)
+	}
+}
+
+// A leader whose lease is taken away stops its work and Run says ErrLost.
+func TestLostLeaseStopsTheWork(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ns := testkit.Namespace(t, cp.Config())
+	a := campaign(t, config(ns, "a"), 100*time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, a.e.IsLeader, "a never led")
+
+	// Someone else writes themselves into the Lease, valid for a minute.
+	testkit.StealLease(t, cp.Config(), ns, "rawwatch-test", "thief")
+	stolen := time.Now()
+
+	select {
+	case <-a.done:
+		if !errors.Is(a.err, leader.ErrLost) {
+			t.Fatalf("Run = %v, want ErrLost", a.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a did not notice it lost the lease")
+	}
+	returned := time.Now()
+	_, ctxEnd, end := a.times()
+	if end.IsZero() || end.After(returned) {
+		t.Fatal("Run returned before the work had stopped")
+	}
+	if a.e.IsLeader() {
+		t.Error("IsLeader after losing the lease")
+	}
+	t.Logf("lease stolen; work told to stop after %s (renew deadline 2s); Run returned after %s",
+		ctxEnd.Sub(stolen).Round(time.Millisecond), returned.Sub(stolen).Round(time.Millisecond))
+	// The Lease still names the thief: losing it must not clear it.
+	leases := kubernetes.NewForConfigOrDie(cp.Config()).CoordinationV1().Leases(ns)
+	lease, err := leases.Get(context.Background(), "rawwatch-test", metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != "thief" {
+		t.Fatalf("lease after the loss: %v %v", lease.Spec.HolderIdentity, err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for name, c := range map[string]leader.Config{
+		"no name":             {Namespace: "ns"},
+		"lease <= renew":      {Namespace: "ns", Name: "n", LeaseDuration: 10 * time.Second, RenewDeadline: 10 * time.Second},
+		"renew <= 1.2 retry":  {Namespace: "ns", Name: "n", RenewDeadline: 2 * time.Second, RetryPeriod: 2 * time.Second},
+		"fractional seconds":  {Namespace: "ns", Name: "n", LeaseDuration: 1500 * time.Millisecond, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond},
+		"lease under one sec": {Namespace: "ns", Name: "n", LeaseDuration: 500 * time.Millisecond, RenewDeadline: 100 * time.Millisecond, RetryPeriod: 10 * time.Millisecond},
+	} {
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	c := leader.Config{Namespace: "ns", Name: "n"}
+	if err := c.Validate(); err != nil || c.LeaseDuration != 15*time.Second || c.Identity == "" {
+		t.Errorf("defaults: %+v %v", c, err)
+	}
+}

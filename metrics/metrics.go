@@ -1,0 +1,291 @@
+// Package metrics exports what the controller does as Prometheus metrics,
+// served on /metrics.
+//
+// Metrics is an observer of every part: it implements watcher.Observer (lists,
+// watches, events, bookmarks, relists, backoffs), reconcile.Observer (what the
+// workers do), and has methods for the queue's hooks (Added for
+// store.Queue.Observe, Waited for store.Queue.ObserveWait) and for leader
+// election (Leading). internal/app plugs it in; nothing here does I/O.
+//
+// The queue metrics carry the names and meaning of client-go's workqueue
+// metrics (workqueue_depth, workqueue_adds_total, workqueue_queue_duration_seconds,
+// workqueue_work_duration_seconds, workqueue_retries_total, ...), with
+// name="myresources", so that dashboards made for informer-based controllers
+// work here unchanged and the two can be compared side by side. Everything
+// specific to this controller is prefixed rawwatch_.
+//
+// Each Metrics has its own registry (not Prometheus' global one), so several
+// controllers can run in one process, as they do in tests.
+package metrics
+
+import (
+	"net/http"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"rawwatch/watcher"
+)
+
+// QueueName is the value of the name label on the workqueue_* metrics.
+const QueueName = "myresources"
+
+// Options say where the gauges that are read at scrape time come from.
+// Nil functions leave their gauge out.
+type Options struct {
+	// Version goes into rawwatch_build_info.
+	Version string
+	// QueueDepth is the number of keys ready to be handed out (Queue.Len).
+	QueueDepth func() int
+	// QueueDelayed is the number of keys waiting out a retry delay (Queue.Pending).
+	QueueDelayed func() int
+	// StoreObjects is the number of objects in the store (Store.Len).
+	StoreObjects func() int
+}
+
+// Metrics holds the controller's collectors. Create it with New.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	adds, dedupedAdds, retries   prometheus.Counter
+	queueLatency, workDuration   prometheus.Histogram
+	reconciles                   *prometheus.CounterVec
+	reconcileErrors              prometheus.Counter
+	reconcileDuration            *prometheus.HistogramVec
+	listPages, lists, relists    prometheus.Counter
+	relistDeltas                 *prometheus.CounterVec
+	watches, restarts, bookmarks prometheus.Counter
+	events, backoffs             *prometheus.CounterVec
+	skipped                      prometheus.Counter
+	resourceVersion, leader      prometheus.Gauge
+	state                        *prometheus.GaugeVec
+
+	mu      sync.Mutex
+	working map[int]time.Time // worker → when it took its current key
+	listed  bool              // a list completed (the next one is a relist)
+	now     func() time.Time
+}
+
+// New creates the collectors and registers them, with Go runtime and process
+// metrics, in a new registry.
+func New(opts Options) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry(), working: map[int]time.Time{}, now: time.Now}
+	queue := prometheus.Labels{"name": QueueName}
+	counter := func(name, help string, labels prometheus.Labels) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels})
+		m.reg.MustRegister(c)
+		return c
+	}
+	counterVec := func(name, help string, label string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{label})
+		m.reg.MustRegister(c)
+		return c
+	}
+	gaugeFunc := func(name, help string, labels prometheus.Labels, f func() float64) {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, f))
+	}
+	intFunc := func(name, help string, labels prometheus.Labels, f func() int) {
+		if f != nil {
+			gaugeFunc(name, help, labels, func() float64 { return float64(f()) })
+		}
+	}
+	// client-go's workqueue buckets: 10 ns to 100 s, by factors of ten.
+	queueBuckets := prometheus.ExponentialBuckets(10e-9, 10, 11)
+
+	// The queue.
+	intFunc("workqueue_depth", "Keys ready to be handed to a worker.", queue, opts.QueueDepth)
+	m.adds = counter("workqueue_adds_total", "Adds that made a key dirty (deduped adds are not counted).", queue)
+	m.dedupedAdds = counter("rawwatch_queue_deduped_adds_total", "Adds absorbed because the key was already waiting.", queue)
+	m.retries = counter("workqueue_retries_total", "Keys re-added after a failed reconcile (rate-limited).", queue)
+	m.queueLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "workqueue_queue_duration_seconds",
+		Help: "How long a key waited in the queue before a worker took it.", ConstLabels: queue, Buckets: queueBuckets})
+	m.workDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "workqueue_work_duration_seconds",
+		Help: "How long a worker held a key (from Get to the end of its reconcile).", ConstLabels: queue, Buckets: queueBuckets})
+	m.reg.MustRegister(m.queueLatency, m.workDuration)
+	intFunc("rawwatch_queue_delayed", "Keys waiting out a retry delay before they are added again.", queue, opts.QueueDelayed)
+	gaugeFunc("workqueue_unfinished_work_seconds", "Seconds the keys being processed now have been in progress, summed.", queue,
+		func() float64 { sum, _ := m.inFlight(); return sum })
+	gaugeFunc("workqueue_longest_running_processor_seconds", "Seconds the longest-running reconcile in progress has taken so far.", queue,
+		func() float64 { _, longest := m.inFlight(); return longest })
+
+	// The reconciler.
+	m.reconciles = counterVec("rawwatch_reconcile_total", "Reconciles by result: success, error or conflict (a 409, retried quietly).", "result")
+	m.reconcileErrors = counter("rawwatch_reconcile_errors_total", "Reconciles that returned an error (conflicts included).", nil)
+	m.reconcileDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rawwatch_reconcile_duration_seconds",
+		Help: "How long one reconcile took, by result.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"result"})
+	m.reg.MustRegister(m.reconcileDuration)
+
+	// The watcher.
+	m.listPages = counter("rawwatch_list_pages_total", "LIST requests that returned a page.", nil)
+	m.lists = counter("rawwatch_lists_total", "Completed lists, the first one included.", nil)
+	m.relists = counter("rawwatch_relists_total", "Completed lists after the first: a watch could not resume (410 Gone).", nil)
+	m.relistDeltas = counterVec("rawwatch_relist_deltas_total", "Changes relists found, by type (Deleted: gone while the watch was down).", "type")
+	m.watches = counter("rawwatch_watch_requests_total", "WATCH requests made.", nil)
+	m.restarts = counter("rawwatch_watch_restarts_total", "WATCH requests that resumed a stream that ended (no relist).", nil)
+	m.events = counterVec("rawwatch_watch_events_total", "Watch events applied to the store, by type.", "type")
+	m.bookmarks = counter("rawwatch_watch_bookmarks_total", "BOOKMARK events: the resourceVersion moved, no object changed.", nil)
+	m.backoffs = counterVec("rawwatch_backoffs_total", "Waits before retrying a failed LIST or WATCH, by error class.", "class")
+	m.skipped = counter("rawwatch_skipped_objects_total", "List items and watch events that could not be decoded.", nil)
+	m.resourceVersion = prometheus.NewGauge(prometheus.GaugeOpts{Name: "rawwatch_resource_version",
+		Help: "The resourceVersion the store is synced to, as a number (etcd's revision)."})
+	m.state = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rawwatch_watcher_state",
+		Help: "1 for the state the list-then-watch loop is in, 0 for the others."}, []string{"state"})
+	m.reg.MustRegister(m.resourceVersion, m.state)
+	for s := watcher.Listing; s <= watcher.Stopped; s++ {
+		m.state.WithLabelValues(s.String()).Set(0)
+	}
+	m.state.WithLabelValues(watcher.Listing.String()).Set(1)
+	intFunc("rawwatch_store_objects", "Objects in the store.", nil, opts.StoreObjects)
+
+	// The process.
+	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{Name: "rawwatch_leader",
+		Help: "1 while this process holds the leader lease and runs the workers (always 1 without leader election)."})
+	build := prometheus.NewGauge(prometheus.GaugeOpts{Name: "rawwatch_build_info", Help: "Always 1; the labels say what is running.",
+		ConstLabels: prometheus.Labels{"version": opts.Version, "go_version": runtime.Version()}})
+	build.Set(1)
+	m.reg.MustRegister(m.leader, build, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry is where the collectors are registered (add your own there).
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the metrics in Prometheus' exposition formats.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Added is the queue's Observe hook: an add, deduped or not.
+func (m *Metrics) Added(_ string, deduped bool) {
+	if deduped {
+		m.dedupedAdds.Inc()
+	} else {
+		m.adds.Inc()
+	}
+}
+
+// Waited is the queue's ObserveWait hook: a key waited d before a worker took it.
+func (m *Metrics) Waited(_ string, d time.Duration) { m.queueLatency.Observe(d.Seconds()) }
+
+// Leading records whether this process leads (leader.Observer).
+func (m *Metrics) Leading(_ string, leading bool) {
+	if leading {
+		m.leader.Set(1)
+	} else {
+		m.leader.Set(0)
+	}
+}
+
+// NewLeader is part of leader.Observer; who else leads is not a metric.
+func (m *Metrics) NewLeader(string) {}
+
+// Started is part of reconcile.Observer.
+func (m *Metrics) Started(worker int, _ string) {
+	m.mu.Lock()
+	m.working[worker] = m.now()
+	m.mu.Unlock()
+}
+
+// Finished is part of reconcile.Observer.
+func (m *Metrics) Finished(worker int, _ string, d time.Duration, err error, retryIn time.Duration) {
+	m.mu.Lock()
+	started, ok := m.working[worker]
+	delete(m.working, worker)
+	now := m.now()
+	m.mu.Unlock()
+	if ok {
+		m.workDuration.Observe(now.Sub(started).Seconds())
+	}
+	result := "success"
+	switch {
+	case apierrors.IsConflict(err):
+		result = "conflict"
+	case err != nil:
+		result = "error"
+	}
+	if err != nil {
+		m.reconcileErrors.Inc()
+	}
+	m.reconciles.WithLabelValues(result).Inc()
+	m.reconcileDuration.WithLabelValues(result).Observe(d.Seconds())
+	if retryIn > 0 {
+		m.retries.Inc()
+	}
+}
+
+// inFlight sums and maximises the age of the reconciles in progress.
+func (m *Metrics) inFlight() (sum, longest float64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	for _, started := range m.working {
+		age := now.Sub(started).Seconds()
+		sum += age
+		longest = max(longest, age)
+	}
+	return sum, longest
+}
+
+// The watcher.Observer methods.
+
+func (m *Metrics) StateChanged(from, to watcher.State, _ string) {
+	m.state.WithLabelValues(from.String()).Set(0)
+	m.state.WithLabelValues(to.String()).Set(1)
+	// A WATCH that follows a WATCH (at once, or after backing off) resumes a
+	// stream; one that follows a list is the first of its kind.
+	if to == watcher.Watching && (from == watcher.Watching || from == watcher.BackingOff) {
+		m.restarts.Inc()
+	}
+}
+
+func (m *Metrics) ListPage(int, int, string, string) { m.listPages.Inc() }
+
+func (m *Metrics) Replaced(rv string, _, added, updated, deleted int) {
+	m.lists.Inc()
+	m.mu.Lock()
+	relist := m.listed
+	m.listed = true
+	m.mu.Unlock()
+	if relist {
+		m.relists.Inc()
+		m.relistDeltas.WithLabelValues("Added").Add(float64(added))
+		m.relistDeltas.WithLabelValues("Updated").Add(float64(updated))
+		m.relistDeltas.WithLabelValues("Deleted").Add(float64(deleted))
+	}
+	m.setRV(rv)
+}
+
+func (m *Metrics) WatchStarted(string, time.Duration, bool) { m.watches.Inc() }
+
+func (m *Metrics) EventReceived(eventType, _, rv string) {
+	m.events.WithLabelValues(eventType).Inc()
+	m.setRV(rv)
+}
+
+func (m *Metrics) BookmarkReceived(rv string, _ bool) {
+	m.bookmarks.Inc()
+	m.setRV(rv)
+}
+
+func (m *Metrics) WatchEnded(int, time.Duration, error) {}
+
+func (m *Metrics) BackingOff(_ time.Duration, class watcher.ErrorClass) {
+	m.backoffs.WithLabelValues(class.String()).Inc()
+}
+
+func (m *Metrics) Skipped(*watcher.SkipError) { m.skipped.Inc() }
+
+// setRV records a resourceVersion. They are opaque strings by the API's
+// contract; etcd's are integers, and anything else is left out.
+func (m *Metrics) setRV(rv string) {
+	if n, err := strconv.ParseUint(rv, 10, 64); err == nil {
+		m.resourceVersion.Set(float64(n))
+	}
+}

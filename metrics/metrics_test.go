@@ -1,0 +1,160 @@
+package metrics
+
+import (
+	"errors"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"rawwatch/watcher"
+)
+
+// Feeding the observer methods what the watcher, queue and workers would
+// report moves exactly the metrics that describe them.
+func TestObserverCallsMoveTheirMetrics(t *testing.T) {
+	depth := 3
+	m := New(Options{Version: "v9", QueueDepth: func() int { return depth }, StoreObjects: func() int { return 7 }})
+
+	// First list: two pages, then a watch with events, a bookmark, a restart.
+	m.ListPage(1, 100, "token", "")
+	m.ListPage(2, 20, "", "41")
+	m.Replaced("41", 120, 120, 0, 0)
+	m.StateChanged(watcher.Listing, watcher.Watching, "listed")
+	m.WatchStarted("41", time.Minute, false)
+	m.EventReceived(watcher.Added, "ns/a", "42")
+	m.EventReceived(watcher.Modified, "ns/a", "43")
+	m.EventReceived(watcher.Modified, "ns/a", "44")
+	m.BookmarkReceived("50", false)
+	m.WatchEnded(4, time.Minute, nil)
+	m.StateChanged(watcher.Watching, watcher.Watching, "re-watch")
+	// A 410: relist that found one object gone.
+	m.StateChanged(watcher.Watching, watcher.Relisting, "expired")
+	m.Replaced("60", 119, 0, 1, 1)
+	m.BackingOff(time.Second, watcher.Transient)
+	m.Skipped(&watcher.SkipError{Key: "ns/bad"})
+
+	checks := map[string]struct {
+		got  float64
+		want float64
+	}{
+		"list pages":      {testutil.ToFloat64(m.listPages), 2},
+		"lists":           {testutil.ToFloat64(m.lists), 2},
+		"relists":         {testutil.ToFloat64(m.relists), 1},
+		"relist deletes":  {testutil.ToFloat64(m.relistDeltas.WithLabelValues("Deleted")), 1},
+		"relist adds":     {testutil.ToFloat64(m.relistDeltas.WithLabelValues("Added")), 0},
+		"watches":         {testutil.ToFloat64(m.watches), 1},
+		"restarts":        {testutil.ToFloat64(m.restarts), 1},
+		"ADDED":           {testutil.ToFloat64(m.events.WithLabelValues("ADDED")), 1},
+		"MODIFIED":        {testutil.ToFloat64(m.events.WithLabelValues("MODIFIED")), 2},
+		"bookmarks":       {testutil.ToFloat64(m.bookmarks), 1},
+		"resourceVersion": {testutil.ToFloat64(m.resourceVersion), 60},
+		"state Relisting": {testutil.ToFloat64(m.state.WithLabelValues("Relisting")), 1},
+		"state Watching":  {testutil.ToFloat64(m.state.WithLabelValues("Watching")), 0},
+		"backoffs":        {testutil.ToFloat64(m.backoffs.WithLabelValues("transient")), 1},
+		"skipped":         {testutil.ToFloat64(m.skipped), 1},
+	}
+	for name, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", name, c.got, c.want)
+		}
+	}
+
+	// The queue and the workers: adds (one deduped), a wait, three reconciles.
+	m.Added("ns/a", false)
+	m.Added("ns/a", true)
+	m.Waited("ns/a", 2*time.Millisecond)
+	m.Started(0, "ns/a")
+	m.Finished(0, "ns/a", time.Millisecond, nil, 0)
+	m.Started(1, "ns/b")
+	m.Finished(1, "ns/b", time.Millisecond, errors.New("boom"), 10*time.Millisecond)
+	conflict := apierrors.NewConflict(schema.GroupResource{Resource: "myresources"}, "c", errors.New("stale"))
+	m.Started(0, "ns/c")
+	m.Finished(0, "ns/c", time.Millisecond, conflict, 5*time.Millisecond)
+	m.Leading("me", true)
+
+	for name, c := range map[string]struct{ got, want float64 }{
+		"adds":      {testutil.ToFloat64(m.adds), 1},
+		"deduped":   {testutil.ToFloat64(m.dedupedAdds), 1},
+		"retries":   {testutil.ToFloat64(m.retries), 2},
+		"success":   {testutil.ToFloat64(m.reconciles.WithLabelValues("success")), 1},
+		"error":     {testutil.ToFloat64(m.reconciles.WithLabelValues("error")), 1},
+		"conflict":  {testutil.ToFloat64(m.reconciles.WithLabelValues("conflict")), 1},
+		"errors":    {testutil.ToFloat64(m.reconcileErrors), 2},
+		"leader":    {testutil.ToFloat64(m.leader), 1},
+		"histogram": {float64(testutil.CollectAndCount(m.reconcileDuration)), 3}, // one series per result
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", name, c.got, c.want)
+		}
+	}
+
+	// The exposition: client-go's workqueue names with name="myresources",
+	// gauges read at scrape time, histograms with their counts.
+	depth = 5
+	text := scrape(t, m)
+	for _, want := range []string{
+		`workqueue_depth{name="myresources"} 5`,
+		`workqueue_adds_total{name="myresources"} 1`,
+		`workqueue_queue_duration_seconds_count{name="myresources"} 1`,
+		`workqueue_work_duration_seconds_count{name="myresources"} 3`,
+		`workqueue_retries_total{name="myresources"} 2`,
+		`workqueue_longest_running_processor_seconds{name="myresources"} 0`,
+		`rawwatch_reconcile_duration_seconds_count{result="error"} 1`,
+		`rawwatch_store_objects 7`,
+		`rawwatch_resource_version 60`,
+		`rawwatch_build_info{go_version="go`,
+		`go_goroutines `,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if strings.Contains(text, "rawwatch_queue_delayed") {
+		t.Error("a gauge without a source must be left out")
+	}
+}
+
+// A reconcile in progress shows in the unfinished-work gauges until it ends.
+func TestUnfinishedWork(t *testing.T) {
+	m := New(Options{})
+	now := time.Unix(1000, 0)
+	m.now = func() time.Time { return now }
+	m.Started(0, "ns/a")
+	now = now.Add(3 * time.Second)
+	m.Started(1, "ns/b")
+	now = now.Add(time.Second)
+	if sum, longest := m.inFlight(); sum != 5 || longest != 4 {
+		t.Fatalf("in flight: sum %v longest %v, want 5 and 4", sum, longest)
+	}
+	m.Finished(0, "ns/a", 4*time.Second, nil, 0)
+	m.Finished(1, "ns/b", time.Second, nil, 0)
+	if sum, longest := m.inFlight(); sum != 0 || longest != 0 {
+		t.Fatalf("after Finished: sum %v longest %v", sum, longest)
+	}
+}
+
+// Two Metrics do not share a registry (two controllers in one process).
+func TestRegistriesAreSeparate(t *testing.T) {
+	a, b := New(Options{}), New(Options{})
+	a.Added("k", false)
+	if testutil.ToFloat64(b.adds) != 0 || !strings.Contains(scrape(t, a), `workqueue_adds_total{name="myresources"} 1`) {
+		t.Fatal("metrics leaked between registries")
+	}
+}
+
+func scrape(t *testing.T, m *Metrics) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Result().Body)
+	if rec.Code != 200 {
+		t.Fatalf("/metrics: %d %s", rec.Code, body)
+	}
+	return string(body)
+}
