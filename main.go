@@ -32,6 +32,7 @@ type options struct {
 	workers                     int
 	pageSize                    int64
 	minWatchTimeout             time.Duration
+	watchList                   bool
 	qps                         float64
 	burst                       int
 	retryBase, retryMax         time.Duration
@@ -61,6 +62,7 @@ func run(args []string) int {
 	fs.IntVar(&o.workers, "workers", 2, "number of reconcile workers")
 	fs.Int64Var(&o.pageSize, "page-size", 500, "LIST page size (limit)")
 	fs.DurationVar(&o.minWatchTimeout, "min-watch-timeout", 5*time.Minute, "each WATCH asks the server to end it after a random time between this and twice this")
+	fs.BoolVar(&o.watchList, "watch-list", false, "get the initial state from a WATCH that streams it (sendInitialEvents) instead of a paginated LIST; falls back to LIST on servers that refuse it")
 	fs.Float64Var(&o.qps, "kube-api-qps", 50, "client-side limit of requests per second to the API server")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst of requests to the API server")
 	fs.DurationVar(&o.retryBase, "retry-base-delay", 5*time.Millisecond, "delay before the first retry of a failed key (doubles each retry)")
@@ -159,7 +161,7 @@ func runController(ctx context.Context, o options) error {
 		Namespace:      o.namespace,
 		Workers:        o.workers,
 		PageSize:       o.pageSize,
-		Watch:          watcher.Options[app.Object]{WatchTimeoutMin: o.minWatchTimeout},
+		Watch:          watcher.Options[app.Object]{WatchTimeoutMin: o.minWatchTimeout, WatchList: o.watchList},
 		RetryBase:      o.retryBase,
 		RetryMax:       o.retryMax,
 		Logger:         klog.Background(),

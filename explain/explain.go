@@ -99,7 +99,7 @@ var colours = map[string]string{
 	"LIST": blue, "RELIST": magenta + bold, "SYNCED": blue + bold, "REPLACED": magenta + bold,
 	"WATCH": blue, "RE-WATCH": blue, "CLOSED": cyan, "BOOKMARK": cyan,
 	"ADDED": green, "MODIFIED": yellow, "DELETED": red,
-	"410 GONE": magenta + bold, "EXPIRED": magenta, "FAILED": red, "BACKOFF": red, "SKIPPED": red,
+	"410 GONE": magenta + bold, "LIST AGAIN": magenta, "WATCH-LIST": blue, "FAILED": red, "BACKOFF": red, "SKIPPED": red,
 	"RETRY": yellow, "CONFLICT": yellow, "DONE": green, "LEADER": green + bold, "LEASE": cyan,
 }
 
@@ -113,14 +113,17 @@ var hints = map[string]string{
 	"WATCH": "The server streams every change made after that resourceVersion, in order;\n" +
 		"each event moves our resourceVersion forward, so we always know where to resume.",
 	"RE-WATCH": "Resuming from the last resourceVersion we saw: nothing is listed again, nothing is missed.",
+	"WATCH-LIST": "WatchList (--watch-list): instead of LIST pages, the server streams every object as an ADDED event,\n" +
+		"then a BOOKMARK marked k8s.io/initial-events-end; the store is replaced there, and the same stream\n" +
+		"goes on with live events. One object in flight at a time instead of a whole page.",
 	"ADDED":    "Applied to the store first; then the key (not the object) goes to the queue.",
 	"DELETED":  "The event carries the object's final state; the reconciler receives it with the key (a tombstone).",
 	"BOOKMARK": "No object changed: the server says \"you are up to date to here\", so that a re-WATCH\n" +
 		"after a disconnect starts from a recent resourceVersion rather than an old, possibly compacted one.",
 	"CLOSED": "Watch streams end all the time (server timeouts, restarts, proxies). One that was healthy\n" +
 		"is resumed at once from the last resourceVersion; one that failed at once waits a backoff first.",
-	"410 GONE": "etcd keeps a limited history. Once the changes after our resourceVersion are compacted away\n" +
-		"no watch can resume from it: only a new LIST resynchronises the cache.",
+	"410 GONE": "The server no longer has the changes after our resourceVersion: etcd compacted them, or the\n" +
+		"apiserver restarted and its new watch cache starts later. Only a new LIST resynchronises the cache.",
 	"DELTA": "A change the (re)list found. Deleted deltas marked FinalStateUnknown are objects that vanished\n" +
 		"while we were not watching (client-go's DeletedFinalStateUnknown).",
 	"BACKOFF": "Exponential backoff with jitter (0.8 s doubling to 30 s), so failing clients do not hammer\n" +
@@ -226,7 +229,7 @@ func (n *Narrator) StateChanged(from, to watcher.State, reason string) {
 	case to == watcher.Relisting && from == watcher.Watching:
 		n.lineLocked("410 GONE", "%s → RELIST", reason)
 	case to == from && (to == watcher.Relisting || to == watcher.Listing):
-		n.lineLocked("EXPIRED", "%s", reason)
+		n.lineLocked("LIST AGAIN", "%s", reason)
 	case to == watcher.BackingOff:
 		n.lineLocked("FAILED", "%s", reason)
 	case to == watcher.Stopped:
@@ -276,9 +279,17 @@ func (n *Narrator) Delta(t store.DeltaType, key string, finalStateUnknown bool) 
 	n.lineLocked("DELTA", "  %s %s%s", t, key, note)
 }
 
-func (n *Narrator) WatchStarted(rv string, timeout time.Duration, _ bool) {
+func (n *Narrator) WatchStarted(rv string, timeout time.Duration, initialEvents bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if initialEvents {
+		from := "the latest data"
+		if rv != "" {
+			from = "resourceVersion " + rv + " or newer"
+		}
+		n.lineLocked("WATCH-LIST", "initial state streamed from %s (sendInitialEvents; the server ends it after %s)", from, timeout)
+		return
+	}
 	if n.afterClose {
 		n.afterClose = false
 		n.lineLocked("RE-WATCH", "from resourceVersion %s (bookmarks on; the server ends it after %s)", rv, timeout)

@@ -114,8 +114,8 @@ const want = `12:00:00.001 LEASE     held by other-pod
              ↳ The event carries the object's final state; the reconciler receives it with the key (a tombstone).
 12:00:00.022 CLOSED    the stream ended after 0 events, open 2s: too old resource version: 151 (300)
 12:00:00.023 410 GONE  resourceVersion 151 expired (too old resource version: 151 (300)): relist → RELIST
-             ↳ etcd keeps a limited history. Once the changes after our resourceVersion are compacted away
-             ↳ no watch can resume from it: only a new LIST resynchronises the cache.
+             ↳ The server no longer has the changes after our resourceVersion: etcd compacted them, or the
+             ↳ apiserver restarted and its new watch cache starts later. Only a new LIST resynchronises the cache.
 12:00:00.024 RELIST    page 1: 2 items, last page: the list is at resourceVersion 310
              ↳ A relist builds a new store beside the old one and swaps it in at once;
              ↳ comparing the two yields exactly the changes the broken watch missed.
@@ -158,7 +158,7 @@ func TestColour(t *testing.T) {
 	for _, want := range []string{
 		"\x1b[2m12:00:00.010\x1b[0m \x1b[33mMODIFIED \x1b[0m default/a",
 		"\x1b[35m\x1b[1m410 GONE \x1b[0m resourceVersion 151",
-		"\x1b[2m             ↳ etcd keeps a limited history.",
+		"\x1b[2m             ↳ The server no longer has the changes",
 	} {
 		if !strings.Contains(coloured.String(), want) {
 			t.Errorf("coloured output lacks %q", want)
@@ -192,5 +192,28 @@ func TestLongRunsAreSummedUp(t *testing.T) {
 	}
 	if strings.Index(text, "more like these") > strings.Index(text, "WATCH") {
 		t.Errorf("the summary must come before the WATCH line:\n%s", text)
+	}
+}
+
+// WatchList narration: the streamed initial state, and a server that
+// refuses it (the loop lists again, this time with LIST).
+func TestNarrationOfWatchList(t *testing.T) {
+	var out bytes.Buffer
+	n := New(&out, Options{Now: clock()})
+	n.WatchStarted("", 6*time.Minute, true)
+	n.StateChanged(watcher.Listing, watcher.Listing, "server refused WatchList (bad request): falling back to paginated LIST")
+	n.ListPage(1, 3, "", "40")
+	n.Replaced("40", 3, 3, 0, 0)
+	n.WatchStarted("40", 6*time.Minute, false)
+	got := out.String()
+	for _, want := range []string{
+		"WATCH-LIST initial state streamed from the latest data (sendInitialEvents; the server ends it after 6m0s)",
+		"↳ WatchList (--watch-list): instead of LIST pages",
+		"LIST AGAIN server refused WatchList (bad request): falling back to paginated LIST",
+		"WATCH     from resourceVersion 40",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("narration lacks %q:\n%s", want, got)
+		}
 	}
 }
