@@ -116,8 +116,8 @@ var hints = map[string]string{
 	"WATCH-LIST": "WatchList (--watch-list): instead of LIST pages, the server streams every object as an ADDED event,\n" +
 		"then a BOOKMARK marked k8s.io/initial-events-end; the store is replaced there, and the same stream\n" +
 		"goes on with live events. One object in flight at a time instead of a whole page.",
-	"ADDED":    "Applied to the store first; then the key (not the object) goes to the queue.",
-	"DELETED":  "The event carries the object's final state; the reconciler receives it with the key (a tombstone).",
+	"ADDED":   "Applied to the store first; then the key (not the object) goes to the queue.",
+	"DELETED": "The event carries the object's final state; the reconciler receives it with the key (a tombstone).",
 	"BOOKMARK": "No object changed: the server says \"you are up to date to here\", so that a re-WATCH\n" +
 		"after a disconnect starts from a recent resourceVersion rather than an old, possibly compacted one.",
 	"CLOSED": "Watch streams end all the time (server timeouts, restarts, proxies). One that was healthy\n" +
