@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/faultproxy"
 	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
 	"rawwatch/store"
@@ -39,6 +38,32 @@ type recorder struct {
 	watchRVs      []string
 	replaced      int
 	lastRelistDel int
+	waits         []wait
+}
+
+// wait is one backoff the loop chose, with the error class behind it.
+type wait struct {
+	d     time.Duration
+	class watcher.ErrorClass
+}
+
+func (r *recorder) BackingOff(d time.Duration, c watcher.ErrorClass) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.waits = append(r.waits, wait{d, c})
+}
+
+// backoffs returns the waits chosen for errors of class c.
+func (r *recorder) backoffs(c watcher.ErrorClass) []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []time.Duration
+	for _, w := range r.waits {
+		if w.class == c {
+			out = append(out, w.d)
+		}
+	}
+	return out
 }
 
 func (r *recorder) handle(d store.Delta[object]) {
@@ -115,22 +140,6 @@ func start(t *testing.T, cfg *rest.Config, ns string, opts watcher.Options[objec
 	return r
 }
 
-func proxyTo(t *testing.T, cp *controlplane.ControlPlane, a *controlplane.APIServer) (*faultproxy.Proxy, *rest.Config) {
-	t.Helper()
-	cert, err := cp.ServingCertificate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := faultproxy.New(a.URL, cert, cp.CAPool())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	cfg := a.Config()
-	cfg.Host = p.URL
-	return p, cfg
-}
-
 // The initial LIST of 1,200 objects with page size 100 takes 12 pages, and
 // the store ends with every object.
 func TestInitialListIsPaginated(t *testing.T) {
@@ -141,7 +150,7 @@ func TestInitialListIsPaginated(t *testing.T) {
 	if err := testkit.CreateMany(ctx, testkit.Client(t, cp.Config()), ns, "obj", 1200); err != nil {
 		t.Fatal(err)
 	}
-	proxy, cfg := proxyTo(t, cp, cp.APIServer)
+	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
 	r := start(t, cfg, ns, watcher.Options[object]{PageSize: 100})
 
 	st := r.w.Stats()
@@ -248,7 +257,7 @@ func TestBrokenWatchResumesWithoutRelist(t *testing.T) {
 	if err := testkit.CreateMany(ctx, c, ns, "before", 5); err != nil {
 		t.Fatal(err)
 	}
-	proxy, cfg := proxyTo(t, cp, cp.APIServer)
+	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
 	r := start(t, cfg, ns, watcher.Options[object]{})
 	testkit.Eventually(t, 10*time.Second, func() bool { return proxy.OpenWatches() == 1 }, "no watch open")
 
@@ -309,7 +318,7 @@ func TestCompactedResourceVersionRelistsAndReportsDeletions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	proxy, cfg := proxyTo(t, cp, uncached)
+	proxy, cfg := testkit.Proxy(t, cp, uncached)
 	r := start(t, cfg, ns, watcher.Options[object]{})
 	lastKnownGone, _ := r.store.Get(ns + "/gone")
 

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -102,42 +101,18 @@ func (s *spy) writesOf(key string) int {
 	return s.writes[key]
 }
 
-// logLines collects log output to check what was (not) logged as an error.
-type logLines struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logLines) add(prefix, args string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, prefix+" "+args)
-}
-
-func (l *logLines) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, line := range l.lines {
-		if strings.Contains(line, s) {
-			n++
-		}
-	}
-	return n
-}
-
 // startApp runs the assembled controller on namespace ns until the test ends.
-func startApp(t *testing.T, ns string, workers int) (*app.App, *spy, *logLines) {
+func startApp(t *testing.T, ns string, workers int) (*app.App, *spy, *testkit.Logs) {
 	t.Helper()
 	cp := shared.Get(t)
 	s := newSpy(t)
-	logs := &logLines{}
+	logs := &testkit.Logs{}
 	a, err := app.New(app.Options{
 		Config:    cp.Config(),
 		Namespace: ns,
 		Workers:   workers,
 		RetryBase: 20 * time.Millisecond,
-		Logger:    funcr.New(logs.add, funcr.Options{Verbosity: 2}),
+		Logger:    logs.Logger(2),
 		WrapStatusWriter: func(w reconcile.StatusWriter) reconcile.StatusWriter {
 			s.write = w
 			return s
@@ -330,7 +305,7 @@ func TestConflictIsRetriedQuietly(t *testing.T) {
 	if conflicts != 1 {
 		t.Fatalf("%d conflicts from the server, want 1", conflicts)
 	}
-	if n := logs.count("Reconcile failed"); n != 0 {
+	if n := logs.Count("Reconcile failed"); n != 0 {
 		t.Errorf("a conflict was logged as an error %d times", n)
 	}
 }

@@ -260,8 +260,14 @@ func (a *APIServer) Restart(ctx context.Context) error {
 
 // WriteKubeconfig writes an admin kubeconfig for a to path.
 func (cp *ControlPlane) WriteKubeconfig(path string, a *APIServer) error {
+	return cp.WriteKubeconfigServer(path, a.URL)
+}
+
+// WriteKubeconfigServer writes an admin kubeconfig for server (one of the
+// apiservers, or a FaultProxy in front of one) to path.
+func (cp *ControlPlane) WriteKubeconfigServer(path, server string) error {
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: a.URL, CertificateAuthorityData: cp.certs.caPEM}
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: cp.certs.caPEM}
 	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: cp.AdminToken}
 	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "admin", Namespace: "default"}
 	cfg.CurrentContext = "local"

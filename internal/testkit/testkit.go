@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,6 +21,8 @@ import (
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/client"
+	"rawwatch/faultproxy"
+	"rawwatch/internal/controlplane"
 )
 
 // Namespace creates a namespace named after the test and deletes it when the
@@ -123,4 +127,48 @@ func ServiceAccountToken(t testing.TB, cfg *rest.Config, namespace, name string)
 		t.Fatalf("TokenRequest for %s/%s: %v", namespace, name, err)
 	}
 	return tr.Status.Token
+}
+
+// Proxy starts a fault proxy in front of apiserver a until the test ends, and
+// returns it with an admin rest.Config that goes through it.
+func Proxy(t testing.TB, cp *controlplane.ControlPlane, a *controlplane.APIServer) (*faultproxy.Proxy, *rest.Config) {
+	t.Helper()
+	p, err := cp.FaultProxy(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p, a.ConfigVia(p.URL)
+}
+
+// Logs collects what a logger writes, so that a test can check what was
+// (not) logged.
+type Logs struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+// Logger returns a logger writing to l, at verbosity v.
+func (l *Logs) Logger(v int) logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, prefix+" "+args)
+	}, funcr.Options{Verbosity: v})
+}
+
+// Count is the number of lines containing s.
+func (l *Logs) Count(s string) int { return len(l.Grep(s)) }
+
+// Grep returns the lines containing s.
+func (l *Logs) Grep(s string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			out = append(out, line)
+		}
+	}
+	return out
 }
