@@ -104,24 +104,26 @@ func (s *spy) writesOf(key string) int {
 // startApp runs the assembled controller on namespace ns until the test ends.
 func startApp(t *testing.T, ns string, workers int) (*app.App, *spy, *testkit.Logs) {
 	t.Helper()
-	cp := shared.Get(t)
+	return startAppWith(t, app.Options{Config: shared.Get(t).Config(), Namespace: ns, Workers: workers,
+		RetryBase: 20 * time.Millisecond})
+}
+
+// startAppWith runs the controller with opts (its Logger and wrappers are
+// set here) until the test ends, and waits for its first list.
+func startAppWith(t *testing.T, opts app.Options) (*app.App, *spy, *testkit.Logs) {
+	t.Helper()
 	s := newSpy(t)
 	logs := &testkit.Logs{}
-	a, err := app.New(app.Options{
-		Config:    cp.Config(),
-		Namespace: ns,
-		Workers:   workers,
-		RetryBase: 20 * time.Millisecond,
-		Logger:    logs.Logger(2),
-		WrapStatusWriter: func(w reconcile.StatusWriter) reconcile.StatusWriter {
-			s.write = w
-			return s
-		},
-		WrapReconciler: func(r reconcile.Reconciler[object]) reconcile.Reconciler[object] {
-			s.inner = r
-			return s
-		},
-	})
+	opts.Logger = logs.Logger(2)
+	opts.WrapStatusWriter = func(w reconcile.StatusWriter) reconcile.StatusWriter {
+		s.write = w
+		return s
+	}
+	opts.WrapReconciler = func(r reconcile.Reconciler[object]) reconcile.Reconciler[object] {
+		s.inner = r
+		return s
+	}
+	a, err := app.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
