@@ -9,7 +9,7 @@ import (
 // FaultProxy starts a faultproxy.Proxy in front of a. It presents the
 // control plane's serving certificate, so a client of a trusts it as it
 // trusts a: point the client at the proxy (a.ConfigVia(p.URL), or
-// WriteKubeconfigServer(path, p.URL)) and change nothing else. Close the
+// WriteKubeconfigFor(path, p.URL, "")) and change nothing else. Close the
 // proxy when done.
 func (cp *ControlPlane) FaultProxy(a *APIServer) (*faultproxy.Proxy, error) {
 	cert, err := cp.ServingCertificate()

@@ -5,6 +5,7 @@ package testkit
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -171,4 +172,46 @@ func (l *Logs) Grep(s string) []string {
 		}
 	}
 	return out
+}
+
+// ControllerNamespace and ControllerServiceAccount are where config/rbac puts
+// the controller's identity.
+const (
+	ControllerNamespace      = "rawwatch-system"
+	ControllerServiceAccount = "rawwatch"
+)
+
+// InstallRBAC creates the controller's namespace (if needed) and applies
+// every manifest in config/rbac with server-side apply, as an operator would.
+func InstallRBAC(t testing.TB, cfg *rest.Config) {
+	t.Helper()
+	ctx := context.Background()
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ControllerNamespace}}
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if err := controlplane.Apply(ctx, cfg, RBACManifests(t)...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// RBACManifests are the files of config/rbac (not its kustomization).
+func RBACManifests(t testing.TB) []string {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(root, "config", "rbac", "*.yaml"))
+	var manifests []string
+	for _, f := range files {
+		if filepath.Base(f) != "kustomization.yaml" {
+			manifests = append(manifests, f)
+		}
+	}
+	if len(manifests) == 0 {
+		t.Fatal("no manifests in config/rbac")
+	}
+	return manifests
 }
