@@ -182,13 +182,18 @@ func TestReconcileDeletion(t *testing.T) {
 	r.Logger = logs.logger()
 	last := myResource("gone", "hello", 1)
 	last.Status.Phase = v1alpha1.PhaseProcessed
-	err := r.Reconcile(context.Background(), Request[object]{Key: "ns/gone",
-		Deleted: &store.Delta[object]{Type: store.Deleted, Key: "ns/gone", Object: last, FinalStateUnknown: true}})
+	earlier := myResource("gone", "hello", 1)
+	earlier.UID = "uid-earlier"
+	err := r.Reconcile(context.Background(), Request[object]{Key: "ns/gone", Deleted: []store.Delta[object]{
+		{Type: store.Deleted, Key: "ns/gone", Object: earlier},
+		{Type: store.Deleted, Key: "ns/gone", Object: last, FinalStateUnknown: true},
+	}})
 	if err != nil || len(w.writes) != 0 {
 		t.Fatalf("err %v, writes %d", err, len(w.writes))
 	}
 	lines := logs.grep("MyResource deleted")
-	if len(lines) != 1 || !strings.Contains(lines[0], `"finalStateUnknown"=true`) || !strings.Contains(lines[0], `"lastPhase"="Processed"`) {
+	if len(lines) != 2 || !strings.Contains(lines[0], `"uid"="uid-earlier"`) ||
+		!strings.Contains(lines[1], `"finalStateUnknown"=true`) || !strings.Contains(lines[1], `"lastPhase"="Processed"`) {
 		t.Fatalf("deletion log = %v", lines)
 	}
 }
@@ -247,8 +252,48 @@ func TestControllerErrorPolicy(t *testing.T) {
 		t.Error("success must forget the retry history")
 	}
 	for i, call := range fake.calls {
-		if call.Deleted == nil || call.Deleted.Object != last {
+		if len(call.Deleted) != 1 || call.Deleted[0].Object != last {
 			t.Errorf("call %d lost the tombstone: %+v", i, call.Deleted)
 		}
+	}
+}
+
+// A key deleted, re-created and deleted again before a worker gets to it
+// (the queue was busy) is two objects gone: the reconciler must hear of both,
+// with their UIDs, not only of the last. (Found by the chaos run: the second
+// deletion's tombstone replaced the first's.)
+func TestControllerReportsEveryDeletionOfAKey(t *testing.T) {
+	fake := &fakeReconciler{}
+	c := &Controller[object]{Queue: store.NewQueue(nil), Reconciler: fake}
+	first, second := myResource("a", "x", 1), myResource("a", "x", 1)
+	first.UID, second.UID = "uid-first", "uid-second"
+	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: first})
+	c.OnDelta(store.Delta[object]{Type: store.Added, Key: "ns/a", Object: second})
+	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: second})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx, 1); close(done) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		fake.mu.Lock()
+		n := len(fake.calls)
+		fake.mu.Unlock()
+		if n > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+	if len(fake.calls) != 1 {
+		t.Fatalf("%d reconciles, want 1 (one key)", len(fake.calls))
+	}
+	var uids []string
+	for _, d := range fake.calls[0].Deleted {
+		uids = append(uids, string(d.Object.UID))
+	}
+	if strings.Join(uids, ",") != "uid-first,uid-second" {
+		t.Fatalf("the reconciler was told of deletions %v, want uid-first then uid-second", uids)
 	}
 }

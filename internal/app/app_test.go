@@ -69,7 +69,7 @@ func (s *spy) Reconcile(ctx context.Context, req reconcile.Request[object]) erro
 	err := s.inner.Reconcile(ctx, req)
 	s.mu.Lock()
 	s.busy[req.Key] = false
-	s.calls[req.Key] = append(s.calls[req.Key], call{at: time.Now(), deleted: req.Deleted != nil, err: err})
+	s.calls[req.Key] = append(s.calls[req.Key], call{at: time.Now(), deleted: len(req.Deleted) > 0, err: err})
 	s.mu.Unlock()
 	return err
 }
