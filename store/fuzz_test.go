@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"rawwatch/api/v1alpha1"
 )
 
@@ -29,43 +31,54 @@ func (p *program) next() (byte, bool) {
 	return b, true
 }
 
-// object returns the next object: 8 names over 2 namespaces, 8 resourceVersions.
+// object returns the next object: 8 names over 2 namespaces, 8
+// resourceVersions, 2 UIDs (two incarnations of a name).
 func (p *program) object() *v1alpha1.MyResource {
 	a, _ := p.next()
 	b, _ := p.next()
-	return obj(fmt.Sprint("ns", a/8%2), fmt.Sprint("o", a%8), fmt.Sprint(b%8))
+	o := obj(fmt.Sprint("ns", a/8%2), fmt.Sprint("o", a%8), fmt.Sprint(b%8))
+	o.UID = types.UID(fmt.Sprint("uid", b/8%2))
+	return o
 }
 
-// The store, against a map from key to resourceVersion: every write returns
-// exactly the delta the model says, and the store's contents and namespace
-// index always equal the model's.
+// entry is the model's view of one stored object.
+type entry struct{ rv, uid string }
+
+func entryOf(o *v1alpha1.MyResource) entry { return entry{o.ResourceVersion, string(o.UID)} }
+
+// The store, against a map from key to (resourceVersion, UID): every write
+// returns exactly the deltas the model says, and the store's contents and
+// namespace index always equal the model's. As on a real server, one
+// resourceVersion is one state of one object: a write at the stored
+// resourceVersion changes nothing.
 func FuzzStore(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := New[*v1alpha1.MyResource]()
-		model := map[string]string{} // key → resourceVersion
+		model := map[string]entry{}
 		p := &program{data}
 		for op, ok := p.next(); ok; op, ok = p.next() {
 			switch op % 4 {
 			case 0: // a watch ADDED or MODIFIED event
 				o := p.object()
-				key, rv := KeyOf(o), o.ResourceVersion
+				key := KeyOf(o)
 				old, had := model[key]
 				d, changed := s.Upsert(o)
 				switch {
-				case had && old == rv:
+				case had && old.rv == o.ResourceVersion:
 					if changed {
-						t.Fatalf("upsert of %s at the stored RV %s reported a change", key, rv)
+						t.Fatalf("upsert of %s at the stored RV %s reported a change", key, old.rv)
 					}
+					continue
 				case had:
-					if !changed || d.Type != Updated || d.Old.ResourceVersion != old || d.Object != o {
-						t.Fatalf("upsert %s %s→%s: delta %+v", key, old, rv, d)
+					if !changed || d.Type != Updated || entryOf(d.Old) != old || d.Object != o {
+						t.Fatalf("upsert %s %v→%v: delta %+v", key, old, entryOf(o), d)
 					}
 				default:
 					if !changed || d.Type != Added || d.Object != o {
 						t.Fatalf("upsert of new %s: delta %+v", key, d)
 					}
 				}
-				model[key] = rv
+				model[key] = entryOf(o)
 			case 1: // a watch DELETED event
 				o := p.object()
 				key := KeyOf(o)
@@ -80,63 +93,67 @@ func FuzzStore(f *testing.F) {
 				key := KeyOf(o)
 				old, had := model[key]
 				d, known := s.DeleteKey(key, nil)
-				if known != had || (had && (d.Type != Deleted || !d.FinalStateUnknown || d.Object.ResourceVersion != old)) {
+				if known != had || (had && (d.Type != Deleted || !d.FinalStateUnknown || entryOf(d.Object) != old)) {
 					t.Fatalf("delete key %s: delta %+v, known %v", key, d, known)
 				}
 				delete(model, key)
 			case 3: // a relist of n objects, some of them undecodable (kept)
 				n, _ := p.next()
-				listed, kept := map[string]string{}, map[string]bool{}
 				r := s.NewReplacement()
+				want, kept := map[string]entry{}, map[string]bool{}
 				for range n % 8 {
 					o := p.object()
+					key := KeyOf(o)
 					if o.ResourceVersion == "7" { // stands for an item that did not decode
-						kept[KeyOf(o)] = true
-						r.Keep(KeyOf(o))
+						kept[key] = true
+						r.Keep(key)
 						continue
 					}
-					listed[KeyOf(o)] = o.ResourceVersion
+					want[key] = entryOf(o)
+					if old, had := model[key]; had && old.rv == o.ResourceVersion {
+						want[key] = old // the stored copy stays
+					}
 					r.Add(o)
 				}
-				want := map[string]string{}
-				for k, rv := range model {
-					if kept[k] {
-						want[k] = rv
+				for k, e := range model {
+					if _, listed := want[k]; !listed && kept[k] {
+						want[k] = e
 					}
 				}
-				for k, rv := range listed {
-					want[k] = rv
-				}
-				got := map[string]DeltaType{}
+				got := map[string][]DeltaType{}
 				for _, d := range r.Commit() {
-					if _, dup := got[d.Key]; dup {
-						t.Fatalf("relist: two deltas for %s", d.Key)
+					got[d.Key] = append(got[d.Key], d.Type)
+					if d.Type == Deleted && (!d.FinalStateUnknown || entryOf(d.Object) != model[d.Key]) {
+						t.Fatalf("relist: Deleted %+v, want the stored object marked FinalStateUnknown", d)
 					}
-					got[d.Key] = d.Type
-					old, had := model[d.Key]
-					switch d.Type {
-					case Added:
-						if had || want[d.Key] != d.Object.ResourceVersion {
-							t.Fatalf("relist: Added %s, stored before: %v", d.Key, had)
-						}
-					case Updated:
-						if !had || old == want[d.Key] || d.Old.ResourceVersion != old {
-							t.Fatalf("relist: Updated %s %s→%s", d.Key, old, want[d.Key])
-						}
-					case Deleted:
-						if _, stays := want[d.Key]; !had || stays || !d.FinalStateUnknown || d.Object.ResourceVersion != old {
-							t.Fatalf("relist: Deleted %+v", d)
-						}
+					if d.Type == Updated && entryOf(d.Old) != model[d.Key] {
+						t.Fatalf("relist: Updated %+v, want Old the stored object", d)
 					}
 				}
-				for k, rv := range want {
-					if old, had := model[k]; (!had || old != rv) && got[k] == 0 {
-						t.Fatalf("relist: %s changed (%q→%q) with no delta", k, old, rv)
-					}
-				}
+				keys := map[string]bool{}
 				for k := range model {
-					if _, stays := want[k]; !stays && got[k] != Deleted {
-						t.Fatalf("relist: %s vanished with no Deleted delta", k)
+					keys[k] = true
+				}
+				for k := range want {
+					keys[k] = true
+				}
+				for k := range keys {
+					old, had := model[k]
+					now, has := want[k]
+					var expect []DeltaType
+					switch {
+					case !had:
+						expect = []DeltaType{Added}
+					case !has:
+						expect = []DeltaType{Deleted}
+					case old == now:
+					case old.uid != now.uid:
+						expect = []DeltaType{Deleted, Added} // another object under the same name
+					default:
+						expect = []DeltaType{Updated}
+					}
+					if !slices.Equal(got[k], expect) {
+						t.Fatalf("relist: %s %v→%v gave deltas %v, want %v", k, old, now, got[k], expect)
 					}
 				}
 				model = want
@@ -146,7 +163,7 @@ func FuzzStore(f *testing.F) {
 	})
 }
 
-func checkStore(t *testing.T, s *Store[*v1alpha1.MyResource], model map[string]string) {
+func checkStore(t *testing.T, s *Store[*v1alpha1.MyResource], model map[string]entry) {
 	t.Helper()
 	var keys []string
 	for k := range model {
@@ -160,17 +177,17 @@ func checkStore(t *testing.T, s *Store[*v1alpha1.MyResource], model map[string]s
 	for _, ns := range []string{"ns0", "ns1"} {
 		for _, o := range s.ListNamespace(ns) {
 			inIndex++
-			if o.Namespace != ns || model[KeyOf(o)] != o.ResourceVersion {
-				t.Fatalf("index of %s holds %s at %s", ns, KeyOf(o), o.ResourceVersion)
+			if o.Namespace != ns || model[KeyOf(o)] != entryOf(o) {
+				t.Fatalf("index of %s holds %s at %v", ns, KeyOf(o), entryOf(o))
 			}
 		}
 	}
 	if inIndex != len(model) {
 		t.Fatalf("namespace index holds %d objects, store %d", inIndex, len(model))
 	}
-	for k, rv := range model {
-		if o, ok := s.Get(k); !ok || o.ResourceVersion != rv || o.ManagedFields != nil {
-			t.Fatalf("Get(%s) = %v %v, want rv %s without managedFields", k, o, ok, rv)
+	for k, e := range model {
+		if o, ok := s.Get(k); !ok || entryOf(o) != e || o.ManagedFields != nil {
+			t.Fatalf("Get(%s) = %v %v, want %v without managedFields", k, o, ok, e)
 		}
 	}
 }

@@ -306,14 +306,16 @@ func TestBrokenWatchResumesWithoutRelist(t *testing.T) {
 // A watch whose resourceVersion etcd has compacted gets a real 410 from an
 // apiserver without watch cache: the watcher relists, the relist replaces
 // the store, and an object deleted while the watch was down comes out as a
-// Deleted delta carrying its last known state.
+// Deleted delta carrying its last known state — also when its name was
+// re-created meanwhile: that is another object (another UID), so the old one
+// is reported deleted and the new one added, never as an update of the old.
 func TestCompactedResourceVersionRelistsAndReportsDeletions(t *testing.T) {
 	cp := shared.Get(t)
 	uncached := shared.Uncached(t)
 	ns := testkit.Namespace(t, cp.Config())
 	c := testkit.Client(t, cp.Config())
 	ctx := context.Background()
-	for _, name := range []string{"keep", "change", "gone"} {
+	for _, name := range []string{"keep", "change", "gone", "phoenix"} {
 		if _, err := c.Create(ctx, testkit.New(ns, name, "v1")); err != nil {
 			t.Fatal(err)
 		}
@@ -321,6 +323,7 @@ func TestCompactedResourceVersionRelistsAndReportsDeletions(t *testing.T) {
 	proxy, cfg := testkit.Proxy(t, cp, uncached)
 	r := start(t, cfg, ns, watcher.Options[object]{})
 	lastKnownGone, _ := r.store.Get(ns + "/gone")
+	oldPhoenix, _ := r.store.Get(ns + "/phoenix")
 
 	// The watcher loses the server; meanwhile the world moves on and etcd
 	// compacts away the history the watcher would need to catch up.
@@ -334,6 +337,13 @@ func TestCompactedResourceVersionRelistsAndReportsDeletions(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := c.Create(ctx, testkit.New(ns, "fresh", "v1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, ns, "phoenix", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	newPhoenix, err := c.Create(ctx, testkit.New(ns, "phoenix", "reborn"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cp.Compact(ctx); err != nil {
@@ -360,6 +370,15 @@ func TestCompactedResourceVersionRelistsAndReportsDeletions(t *testing.T) {
 	}
 	if _, ok := r.rec.find(ns+"/keep", store.Updated); ok {
 		t.Error("an unchanged object must produce no delta on relist")
+	}
+	if d, ok := r.rec.find(ns+"/phoenix", store.Deleted); !ok || d.Object.UID != oldPhoenix.UID || !d.FinalStateUnknown {
+		t.Errorf("re-created name: Deleted delta %v %+v; want the old object (uid %s), final state unknown", ok, d, oldPhoenix.UID)
+	}
+	if d, ok := r.rec.find(ns+"/phoenix", store.Added); !ok || d.Object.UID != newPhoenix.UID {
+		t.Errorf("re-created name: no Added delta for the new object (uid %s)", newPhoenix.UID)
+	}
+	if d, ok := r.rec.find(ns+"/phoenix", store.Updated); ok {
+		t.Errorf("re-created name reported as an update of uid %s to uid %s", d.Old.UID, d.Object.UID)
 	}
 	assertStoreMatchesServer(t, c, ns, r.store)
 }
