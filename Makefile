@@ -7,7 +7,7 @@ SHELL := /bin/bash
 GO    ?= go
 TOOLS := ./hack/ensure-tools.sh
 
-.PHONY: all build test unit vet manifests verify-manifests tools demo cluster run clean
+.PHONY: all build test unit vet manifests verify-manifests tools demo cluster run chaos clean
 
 all: build
 
@@ -32,13 +32,16 @@ test: tools verify-manifests vet ## everything CI runs
 	$(GO) test -race -timeout 30m ./...
 
 unit: ## only the tests that need no control plane
-	$(GO) test -race -run 'Machine|Classify|Decode|Queue|Limiter|Store|Keys|Upsert|Replace|Desired|Reconcile[A-Z]|Controller|RawPackages|AddAfter|AddRateLimited|ShutDown' ./...
+	$(GO) test -race -run 'Machine|Classify|Decode|Queue|Limiter|Store|Keys|Upsert|Replace|Desired|Reconcile[A-Z]|Controller|RawPackages|AddAfter|AddRateLimited|ShutDown|Proxy|Fuzz' ./...
 
 demo: tools build ## local control plane + CRD + samples + controller, then kubectl get
 	./hack/demo.sh
 
 cluster: tools ## keep a local control plane running (kubeconfig: out/kubeconfig)
 	$(GO) run ./cmd/controlplane --kubeconfig out/kubeconfig
+
+chaos: tools ## the full chaos run (10,000 objects, 3 min of churn under faults); CHAOS_ARGS="--objects 1000 --duration 60s" for the short one
+	$(GO) run ./cmd/chaos $(CHAOS_ARGS)
 
 run: build ## the controller against your cluster: make run ARGS="--kubeconfig ~/.kube/config"
 	bin/rawwatch $(ARGS)
