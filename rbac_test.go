@@ -22,7 +22,7 @@ import (
 // watches, writes status and records Events, and never hits a permission it
 // lacks. The same token is refused everything else: deleting, creating or
 // editing MyResources, reading Secrets.
-func TestLeastPrivilegeServiceAccountRunsTheController(t *testing.T) {
+func TestLeastPrivilegeServiceAccountIsEnough(t *testing.T) {
 	t.Parallel()
 	cp := shared.Get(t)
 	testkit.InstallRBAC(t, cp.Config())

@@ -125,7 +125,7 @@ const (
 
 // Frames from the server pass one by one; an injected frame goes out at once,
 // between two of them, even while the server is silent; the stream goes on.
-func TestInjectFrameBetweenServerFrames(t *testing.T) {
+func TestProxyInjectFrameBetweenServerFrames(t *testing.T) {
 	u, p, c := newUpstream(t)
 	r, stop := watch(t, p, c)
 	defer stop()
@@ -150,7 +150,7 @@ func TestInjectFrameBetweenServerFrames(t *testing.T) {
 
 // ExpireWatches ends a stream as the apiserver does after a compaction: an
 // ERROR event with a 410 Expired Status, then a clean end of stream.
-func TestExpireWatchesSendsErrorEventThenEnds(t *testing.T) {
+func TestProxyExpireWatchesSendsErrorEventThenEnds(t *testing.T) {
 	_, p, c := newUpstream(t)
 	r, stop := watch(t, p, c)
 	defer stop()
@@ -177,7 +177,7 @@ func TestExpireWatchesSendsErrorEventThenEnds(t *testing.T) {
 }
 
 // A cut stream ends with an error, not a clean EOF: the client can tell.
-func TestCutWatchesBreaksTheStream(t *testing.T) {
+func TestProxyCutWatchesBreaksTheStream(t *testing.T) {
 	u, p, c := newUpstream(t)
 	r, stop := watch(t, p, c)
 	defer stop()
@@ -194,7 +194,7 @@ func TestCutWatchesBreaksTheStream(t *testing.T) {
 	}
 }
 
-func TestDropSwallowsEventsOfTheGivenTypes(t *testing.T) {
+func TestProxyDropSwallowsEventsOfTheGivenTypes(t *testing.T) {
 	u, p, c := newUpstream(t)
 	r, stop := watch(t, p, c)
 	defer stop()
@@ -218,7 +218,7 @@ func TestDropSwallowsEventsOfTheGivenTypes(t *testing.T) {
 // Fail answers with the apiserver's wording: a Status the apimachinery
 // helpers understand, Retry-After in the header and in the details; only
 // the chosen kinds, only Count times.
-func TestFailAnswersWithAStatus(t *testing.T) {
+func TestProxyFailAnswersWithAStatus(t *testing.T) {
 	_, p, c := newUpstream(t)
 	p.Fail(Failure{Kinds: List, Code: http.StatusTooManyRequests, RetryAfter: 1500 * time.Millisecond, Count: 2})
 	if resp, _ := get(t, c, p.URL+listPath+"/one-object"); resp.StatusCode != http.StatusOK {
@@ -257,7 +257,7 @@ func TestFailAnswersWithAStatus(t *testing.T) {
 	}
 }
 
-func TestDelayHoldsRequests(t *testing.T) {
+func TestProxyDelayHoldsRequests(t *testing.T) {
 	_, p, c := newUpstream(t)
 	p.Delay(Other, 200*time.Millisecond)
 	start := time.Now()
@@ -268,7 +268,7 @@ func TestDelayHoldsRequests(t *testing.T) {
 	p.Delay(All, 0)
 }
 
-func TestRefuseForThenAcceptAgain(t *testing.T) {
+func TestProxyRefuseForThenAcceptAgain(t *testing.T) {
 	_, p, c := newUpstream(t)
 	c.Transport.(*http.Transport).DisableKeepAlives = true
 	p.RefuseFor(300 * time.Millisecond)
@@ -289,7 +289,7 @@ func TestRefuseForThenAcceptAgain(t *testing.T) {
 
 // The server's own 410s are counted apart from the proxy's: an HTTP 410
 // response and an ERROR event with code 410.
-func TestUpstreamGoneIsCounted(t *testing.T) {
+func TestProxyUpstreamGoneIsCounted(t *testing.T) {
 	u, p, c := newUpstream(t)
 	r, stop := watch(t, p, c)
 	defer stop()
@@ -304,7 +304,7 @@ func TestUpstreamGoneIsCounted(t *testing.T) {
 	}
 }
 
-func TestControlHandler(t *testing.T) {
+func TestProxyControlHandler(t *testing.T) {
 	_, p, c := newUpstream(t)
 	ctl := httptest.NewServer(p.Handler())
 	defer ctl.Close()
@@ -342,7 +342,7 @@ func TestControlHandler(t *testing.T) {
 	}
 }
 
-func TestEveryRunsUntilCancelled(t *testing.T) {
+func TestProxyEveryRunsUntilCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var n atomic.Int32
 	done := make(chan struct{})
@@ -357,7 +357,7 @@ func TestEveryRunsUntilCancelled(t *testing.T) {
 	}
 }
 
-func TestFailureStatusCodes(t *testing.T) {
+func TestProxyFailureStatusCodes(t *testing.T) {
 	for code, check := range map[int]func(error) bool{
 		410: apierrors.IsResourceExpired, 429: apierrors.IsTooManyRequests,
 		500: apierrors.IsInternalError, 503: apierrors.IsServiceUnavailable,

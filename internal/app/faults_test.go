@@ -112,7 +112,7 @@ func TestFailingForeverBacksOffUpToTheCap(t *testing.T) {
 // (800 ms doubling, at least Retry-After), the per-key retry backoff and the
 // 10/s retry bucket — with no client-side QPS limit to hide behind. After the
 // storm every object converges.
-func TestErrorStormsDoNotMakeTheControllerHammerTheServer(t *testing.T) {
+func TestErrorStormsDoNotHammerTheServer(t *testing.T) {
 	t.Parallel()
 	cp := shared.Get(t)
 	ns := testkit.Namespace(t, cp.Config())
