@@ -7,7 +7,7 @@ SHELL := /bin/bash
 GO    ?= go
 TOOLS := ./hack/ensure-tools.sh
 
-.PHONY: all build test unit vet manifests verify-manifests tools demo cluster run chaos clean
+.PHONY: all build test unit vet manifests verify-manifests tools demo demo-410 demo-drop demo-refuse demo-garbage demo-storm demo-faults cluster run chaos clean
 
 all: build
 
@@ -36,6 +36,12 @@ unit: ## only the tests that need no control plane
 
 demo: tools build ## local control plane + CRD + samples + controller, then kubectl get
 	./hack/demo.sh
+
+demo-410 demo-drop demo-refuse demo-garbage demo-storm: tools build ## one fault on purpose, narrated (hack/fault-demo.sh)
+	./hack/fault-demo.sh $(@:demo-%=%)
+
+demo-faults: tools build ## every fault demo, one after the other
+	./hack/fault-demo.sh all
 
 cluster: tools ## keep a local control plane running (kubeconfig: out/kubeconfig)
 	$(GO) run ./cmd/controlplane --kubeconfig out/kubeconfig

@@ -114,6 +114,8 @@ type Counts struct {
 	Cut, Expired, Injected, Dropped int64
 	// Frames counts the watch frames passed on from the server.
 	Frames int64
+	// OpenWatches is the number of WATCH streams open right now.
+	OpenWatches int
 	// UpstreamGone counts the 410s the server itself sent: HTTP 410 responses
 	// and ERROR events with code 410 (etcd compacted the history we asked for).
 	UpstreamGone int64
@@ -325,6 +327,7 @@ func (p *Proxy) Counts() Counts {
 		Failed: c.failed.Load(), Refused: c.refused.Load(),
 		Cut: c.cut.Load(), Expired: c.expired.Load(), Injected: c.injected.Load(),
 		Dropped: c.dropped.Load(), Frames: c.frames.Load(), UpstreamGone: c.upstreamGone.Load(),
+		OpenWatches: p.OpenWatches(),
 	}
 }
 
