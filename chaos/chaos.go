@@ -67,6 +67,9 @@ type Config struct {
 	Writers   int
 	// Workers is the controller's reconcile workers (default 4).
 	Workers int
+	// RetryMax caps the per-key retry delay (default 1000 s, the binary's
+	// --retry-max-delay).
+	RetryMax time.Duration
 	// QPS and Burst are the controller's client-side rate limits (default
 	// 200 and 400; the binary's defaults are 50 and 100).
 	QPS   float32
@@ -164,7 +167,7 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 	ctrlCfg.QPS, ctrlCfg.Burst = cfg.QPS, cfg.Burst
 	rec := newRecorder()
 	ctrl, err := app.New(app.Options{
-		Config: ctrlCfg, Namespace: ns, Workers: cfg.Workers, Logger: cfg.Logger,
+		Config: ctrlCfg, Namespace: ns, Workers: cfg.Workers, RetryMax: cfg.RetryMax, Logger: cfg.Logger,
 		WorkerObserver: rec,
 		WrapReconciler: rec.wrap,
 		Watch:          watcher.Options[app.Object]{Observer: rec},
@@ -299,15 +302,16 @@ type recorder struct {
 	inner  reconcile.Reconciler[app.Object]
 	status reconcile.StatusWriter
 
-	mu          sync.Mutex
-	busy        map[string]bool
-	overlaps    []string
-	reconciles  int64
-	retries     int64
-	conflicts   int64
-	writes      int64
-	seenDeleted map[incarnation]bool
-	unknown     int64
+	mu           sync.Mutex
+	busy         map[string]bool
+	overlaps     []string
+	reconciles   int64
+	retries      int64
+	longestRetry time.Duration
+	conflicts    int64
+	writes       int64
+	seenDeleted  map[incarnation]bool
+	unknown      int64
 	// history is, per key, what the watcher and the reconciler did with it:
 	// the story behind a failed check.
 	history map[string][]string
@@ -420,6 +424,7 @@ func (r *recorder) Finished(_ int, _ string, _ time.Duration, err error, retryIn
 	defer r.mu.Unlock()
 	if retryIn > 0 {
 		r.retries++
+		r.longestRetry = max(r.longestRetry, retryIn)
 	}
 	if apierrors.IsConflict(err) {
 		r.conflicts++

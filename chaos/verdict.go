@@ -87,10 +87,15 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 	if err != nil {
 		return Verdict{}, err
 	}
-	stored := j.ctrl.Store.List()
 	list, err := c.List(ctx, j.ns, metav1.ListOptions{})
 	if err != nil {
 		return Verdict{}, fmt.Errorf("the fresh LIST: %w", err)
+	}
+	// One snapshot of the store, taken after the LIST: a controller still at
+	// work may be ahead of the LIST by then (not converged yet: judged again).
+	stored := map[string]app.Object{}
+	for _, o := range j.ctrl.Store.List() {
+		stored[store.KeyOf(o)] = o
 	}
 	v := Verdict{Listed: len(list.Items)}
 	server := map[string]*v1alpha1.MyResource{}
@@ -98,7 +103,7 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 		o := &list.Items[i]
 		key := store.KeyOf(o)
 		server[key] = o
-		got, ok := j.ctrl.Store.Get(key)
+		got, ok := stored[key]
 		switch {
 		case !ok:
 			v.StoreDiff = append(v.StoreDiff, key+" missing from the store")
@@ -111,9 +116,9 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 			v.StaleStatus = append(v.StaleStatus, fmt.Sprintf("%s generation %d, status %q at %d", key, o.Generation, o.Status.Phase, o.Status.ObservedGeneration))
 		}
 	}
-	for _, o := range stored {
-		if _, ok := server[store.KeyOf(o)]; !ok {
-			v.StoreDiff = append(v.StoreDiff, store.KeyOf(o)+" in the store, gone from the server")
+	for key := range stored {
+		if _, ok := server[key]; !ok {
+			v.StoreDiff = append(v.StoreDiff, key+" in the store, gone from the server")
 		}
 	}
 	j.rec.mu.Lock()
@@ -156,8 +161,9 @@ type Report struct {
 
 	// The workers: reconciles, retries after an error, conflicts writing
 	// status, successful status writes, deletions handed to the reconciler
-	// with an unknown final state.
+	// with an unknown final state; the longest retry delay handed out.
 	Reconciles, Retries, Conflicts, StatusWrites, UnknownFinalState int64
+	LongestRetry                                                    time.Duration
 
 	// The faults: the proxy's counts, etcd compactions, apiserver restarts.
 	Proxy       faultproxy.Counts
@@ -179,6 +185,7 @@ func (r *Report) fill(ctrl *app.App, proxy faultproxy.Counts, rec *recorder, ch 
 	r.Skipped, r.GoneDeletes = st.Skipped, st.GoneDeletes
 	rec.mu.Lock()
 	r.Reconciles, r.Retries, r.Conflicts, r.StatusWrites, r.UnknownFinalState = rec.reconciles, rec.retries, rec.conflicts, rec.writes, rec.unknown
+	r.LongestRetry = rec.longestRetry
 	rec.mu.Unlock()
 	r.Creates, r.Recreates, r.Updates, r.Deletes, r.WriteConflicts = ch.creates.Load(), ch.recreates.Load(), ch.updates.Load(), ch.deletes.Load(), ch.conflicts.Load()
 	for _, err := range ch.errors() {
@@ -219,7 +226,7 @@ func (r *Report) Print(w io.Writer) {
 	row("skipped objects", r.Skipped, "")
 	fmt.Fprintln(tw, "workers")
 	row("reconciles", r.Reconciles, fmt.Sprintf("%d status writes", r.StatusWrites))
-	row("retries", r.Retries, fmt.Sprintf("%d after a conflict", r.Conflicts))
+	row("retries", r.Retries, fmt.Sprintf("%d after a conflict; the longest delay before a retry %v", r.Conflicts, r.LongestRetry.Round(time.Millisecond)))
 	row("deletions seen", r.Deletes-int64(len(r.Verdict.UnseenDeletions)+r.Verdict.Invisible), fmt.Sprintf("%d with an unknown final state (found by a relist)", r.UnknownFinalState))
 	fmt.Fprintln(tw, "time")
 	row("first list synced", r.InitialSync.Round(100*time.Millisecond), "after start (includes creating the objects)")

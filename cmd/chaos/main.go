@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 
 	"rawwatch/chaos"
@@ -42,13 +43,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&cfg.ChurnRate, "churn-rate", 100, "changes per second (updates, deletes, creates, replaces)")
 	fs.IntVar(&cfg.Writers, "writers", 8, "goroutines making the changes")
 	fs.IntVar(&cfg.Workers, "workers", 4, "the controller's reconcile workers")
+	fs.DurationVar(&cfg.RetryMax, "retry-max-delay", 1000*time.Second, "the controller's longest delay between retries of a failed key")
 	fs.Float64Var(&qps, "kube-api-qps", 200, "the controller's client-side request rate limit")
 	fs.IntVar(&cfg.Burst, "kube-api-burst", 400, "the controller's client-side burst")
 	fs.DurationVar(&cfg.CutEvery, "cut-every", 2*time.Second, "cut the watch stream about this often (negative: never)")
 	fs.DurationVar(&cfg.ExpireEvery, "expire-every", 10*time.Second, "send a 410 ERROR event into the stream about this often (negative: never)")
 	fs.DurationVar(&cfg.CompactEvery, "compact-every", 10*time.Second, "compact etcd, the controller cut off for 1 s, about this often (negative: never)")
 	fs.BoolVar(&cfg.NoRestart, "no-restart", false, "do not restart the apiserver half-way")
-	fs.DurationVar(&cfg.Converge, "converge", 5*time.Minute, "how long the controller has to catch up after the faults")
+	fs.DurationVar(&cfg.Converge, "converge", 30*time.Minute, "how long the controller has to catch up after the faults")
 	breakWhat := fs.String("break", "", `break something on purpose: "drop-events" makes the proxy swallow every MODIFIED and DELETED event, and turns off the faults that relist (a relist would repair the loss)`)
 	logPath := fs.String("controller-log", "out/chaos-controller.log", "where the controller's log goes")
 	verbosity := fs.Int("v", 2, "the controller's log verbosity")
@@ -77,6 +79,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	defer logFile.Close()
 	cfg.Logger = textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(logFile), textlogger.Verbosity(*verbosity)))
+	klog.SetLogger(cfg.Logger) // client-go logs through klog's globals (the event recorder, the REST client)
 	cfg.Logf = func(format string, args ...any) {
 		fmt.Fprintf(stderr, "%s chaos: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 	}
