@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,19 +45,9 @@ func TestLeastPrivilegeServiceAccountIsEnough(t *testing.T) {
 		o, err := admin.Get(ctx, ns, "least")
 		return err == nil && o.Status.Phase == v1alpha1.PhaseProcessed && o.Status.ObservedGeneration == o.Generation
 	}, "not reconciled by the controller running as the ServiceAccount")
-	kube := kubernetes.NewForConfigOrDie(cp.Config())
-	testkit.Eventually(t, 30*time.Second, func() bool {
-		evs, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=least"})
-		if err != nil {
-			return false
-		}
-		for _, e := range evs.Items {
-			if e.Reason == reconcile.ReasonProcessed && e.Source.Component == "rawwatch" {
-				return true
-			}
-		}
-		return false
-	}, "no Event recorded by the controller running as the ServiceAccount")
+	testkit.WaitForEvent(t, cp.Config(), ns, "least", "Processed, recorded by the controller running as the ServiceAccount", func(e corev1.Event) bool {
+		return e.Reason == reconcile.ReasonProcessed && e.Source.Component == "rawwatch"
+	})
 	if out := p.output(); strings.Contains(out, "forbidden") {
 		t.Errorf("the controller needed a permission the role lacks:\n%s", out)
 	}

@@ -161,26 +161,22 @@ func Help() string {
 	return b.String()
 }
 
-func intArg(q url.Values, name string, def int) (int, error) {
+// arg reads the query argument name with parse, or gives def when it is absent.
+func arg[T any](q url.Values, name string, def T, parse func(string) (T, error)) (T, error) {
 	if q.Get(name) == "" {
 		return def, nil
 	}
-	n, err := strconv.Atoi(q.Get(name))
+	v, err := parse(q.Get(name))
 	if err != nil {
 		return def, fmt.Errorf("%s: %w", name, err)
 	}
-	return n, nil
+	return v, nil
 }
 
+func intArg(q url.Values, name string, def int) (int, error) { return arg(q, name, def, strconv.Atoi) }
+
 func durationArg(q url.Values, name string, def time.Duration) (time.Duration, error) {
-	if q.Get(name) == "" {
-		return def, nil
-	}
-	d, err := time.ParseDuration(q.Get(name))
-	if err != nil {
-		return def, fmt.Errorf("%s: %w", name, err)
-	}
-	return d, nil
+	return arg(q, name, def, time.ParseDuration)
 }
 
 func kindsArg(q url.Values) (Kind, error) {

@@ -9,14 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p out
 kubectl=bin/kubectl
-pids=()
-cleanup() {
-	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-}
-trap cleanup EXIT
-
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+source hack/lib.sh
 
 if [ -n "${CLUSTER_KUBECONFIG:-}" ]; then
 	kubeconfig=$CLUSTER_KUBECONFIG
@@ -25,14 +18,8 @@ if [ -n "${CLUSTER_KUBECONFIG:-}" ]; then
 	$kubectl --kubeconfig "$kubeconfig" wait --for condition=established --timeout 60s crd/myresources.example.com
 else
 	kubeconfig=out/kubeconfig
-	rm -f "$kubeconfig"
 	say "Starting a local control plane (etcd + kube-apiserver on loopback)"
-	go build -o bin/controlplane ./cmd/controlplane
-	bin/controlplane --kubeconfig "$kubeconfig" 2> out/controlplane.log &
-	pids+=($!)
-	for _ in $(seq 1 120); do [ -s "$kubeconfig" ] && break; sleep 1; done
-	[ -s "$kubeconfig" ] || { cat out/controlplane.log; exit 1; }
-	cat out/controlplane.log
+	start_controlplane "$kubeconfig" out/controlplane.log
 fi
 k() { $kubectl --kubeconfig "$kubeconfig" "$@"; }
 

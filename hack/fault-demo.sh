@@ -31,14 +31,8 @@ esac
 dir=out/fault-demo
 rm -rf "$dir"
 mkdir -p "$dir"
-pids=()
-cleanup() {
-	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-}
-trap cleanup EXIT
+source hack/lib.sh
 
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 explain() { printf '%s\n' "$*" | fold -s -w 100; }
 k() { bin/kubectl --kubeconfig "$dir/kubeconfig-direct" "$@"; }
 fault() {
@@ -75,13 +69,8 @@ counts() { printf '\033[2mwhat the proxy saw and did: %s\033[0m\n' "$(curl -sS "
 edit() { k patch myresource "$1" --type merge -p "{\"spec\":{\"message\":\"$2\"}}" >/dev/null && echo "(edited $1: \"$2\", straight to the apiserver)"; }
 
 say "Starting a local control plane (watch cache off) with a fault proxy in front of the apiserver"
-go build -o bin/controlplane ./cmd/controlplane
-bin/controlplane --kubeconfig "$dir/kubeconfig" --fault-proxy 127.0.0.1:0 --no-watch-cache 2>"$dir/controlplane.log" &
-pids+=($!)
-for _ in $(seq 1 120); do [ -s "$dir/kubeconfig" ] && break; sleep 1; done
-[ -s "$dir/kubeconfig" ] || { cat "$dir/controlplane.log"; exit 1; }
+start_controlplane "$dir/kubeconfig" "$dir/controlplane.log" --fault-proxy 127.0.0.1:0 --no-watch-cache
 faults=$(cat "$dir/kubeconfig.faults")
-cat "$dir/controlplane.log"
 
 k apply -f testdata/samples/myresources.yaml >/dev/null
 k delete myresource broken >/dev/null # its retries on purpose would crowd the log

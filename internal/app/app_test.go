@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/client"
@@ -200,19 +200,9 @@ func TestCreateUpdateDelete(t *testing.T) {
 	}
 
 	// Events are recorded on the object (what kubectl describe shows).
-	kube := kubernetes.NewForConfigOrDie(cp.Config())
-	testkit.Eventually(t, 30*time.Second, func() bool {
-		evs, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=demo"})
-		if err != nil {
-			return false
-		}
-		for _, e := range evs.Items {
-			if e.Reason == reconcile.ReasonProcessed && e.InvolvedObject.UID == created.UID {
-				return true
-			}
-		}
-		return false
-	}, "no Processed event for the object")
+	testkit.WaitForEvent(t, cp.Config(), ns, "demo", "Processed, for the object", func(e corev1.Event) bool {
+		return e.Reason == reconcile.ReasonProcessed && e.InvolvedObject.UID == created.UID
+	})
 
 	// Idempotence: a reconcile with nothing changed writes nothing.
 	writes, calls := spy.writesOf(key), len(spy.callsOf(key))

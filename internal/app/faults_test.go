@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/faultproxy"
@@ -91,19 +91,9 @@ func TestFailingForeverBacksOffUpToTheCap(t *testing.T) {
 	if n := logs.Count("Reconcile failed, will retry"); n < 12 {
 		t.Errorf("%d error log lines for 12 failures", n)
 	}
-	kube := kubernetes.NewForConfigOrDie(cp.Config())
-	testkit.Eventually(t, 30*time.Second, func() bool {
-		evs, err := kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=forever"})
-		if err != nil {
-			return false
-		}
-		for _, e := range evs.Items {
-			if e.Type == "Warning" && e.Reason == reconcile.ReasonFailed {
-				return true
-			}
-		}
-		return false
-	}, "no Warning event for the failing object")
+	testkit.WaitForEvent(t, cp.Config(), ns, "forever", "Warning ReconcileFailed", func(e corev1.Event) bool {
+		return e.Type == corev1.EventTypeWarning && e.Reason == reconcile.ReasonFailed
+	})
 }
 
 // A storm of 500s, then of 429s with Retry-After, from a server the

@@ -215,3 +215,23 @@ func RBACManifests(t testing.TB) []string {
 	}
 	return manifests
 }
+
+// WaitForEvent waits up to 30 s for an Event in namespace ns about the object
+// named name that match accepts (what `kubectl describe` would show), and
+// fails the test with what if none comes.
+func WaitForEvent(t testing.TB, cfg *rest.Config, ns, name, what string, match func(corev1.Event) bool) {
+	t.Helper()
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	Eventually(t, 30*time.Second, func() bool {
+		evs, err := kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if match(e) {
+				return true
+			}
+		}
+		return false
+	}, "no event: %s", what)
+}
