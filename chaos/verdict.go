@@ -26,8 +26,10 @@ type Verdict struct {
 	// Listed is the number of objects the fresh LIST returned.
 	Listed int
 	// StoreDiff: keys missing from the store, left over in it, or held at
-	// another UID or resourceVersion than the server's.
+	// another UID or resourceVersion than the server's; DiffKinds counts
+	// them by kind.
 	StoreDiff []string
+	DiffKinds map[string]int
 	// StaleStatus: objects whose status does not describe their generation.
 	StaleStatus []string
 	// UnseenDeletions: deletions the reconciler was never told about.
@@ -57,12 +59,30 @@ func (v Verdict) Failures() []string {
 			out = append(out, fmt.Sprintf("%d %s: %s", len(items), what, sample(items)))
 		}
 	}
-	add("differences between the store and a fresh LIST", v.StoreDiff)
+	add(fmt.Sprintf("differences between the store and a fresh LIST (%s)", kinds(v.DiffKinds)), v.StoreDiff)
 	add("objects whose status is not at their generation", v.StaleStatus)
 	add("deletions the reconciler never saw", v.UnseenDeletions)
 	add("keys reconciled by two workers at once", v.Overlaps)
 	add("failed churn writes", v.ChurnErrors)
 	return out
+}
+
+// The kinds of difference between the store and the server.
+const (
+	diffMissing = "missing from the store"
+	diffGhost   = "deleted on the server, still in the store"
+	diffUID     = "another object under the same name"
+	diffStale   = "at an older or newer resourceVersion"
+)
+
+func kinds(counts map[string]int) string {
+	var parts []string
+	for _, k := range []string{diffMissing, diffGhost, diffUID, diffStale} {
+		if n := counts[k]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, k))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func sample(items []string) string {
@@ -97,7 +117,11 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 	for _, o := range j.ctrl.Store.List() {
 		stored[store.KeyOf(o)] = o
 	}
-	v := Verdict{Listed: len(list.Items)}
+	v := Verdict{Listed: len(list.Items), DiffKinds: map[string]int{}}
+	diff := func(kind, line string) {
+		v.DiffKinds[kind]++
+		v.StoreDiff = append(v.StoreDiff, line)
+	}
 	server := map[string]*v1alpha1.MyResource{}
 	for i := range list.Items {
 		o := &list.Items[i]
@@ -106,11 +130,11 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 		got, ok := stored[key]
 		switch {
 		case !ok:
-			v.StoreDiff = append(v.StoreDiff, key+" missing from the store")
+			diff(diffMissing, key+" missing from the store")
 		case got.UID != o.UID:
-			v.StoreDiff = append(v.StoreDiff, fmt.Sprintf("%s is another object in the store (uid %s, server %s)", key, got.UID, o.UID))
+			diff(diffUID, fmt.Sprintf("%s is another object in the store (uid %s, server %s)", key, got.UID, o.UID))
 		case got.ResourceVersion != o.ResourceVersion:
-			v.StoreDiff = append(v.StoreDiff, fmt.Sprintf("%s at resourceVersion %s in the store, %s on the server", key, got.ResourceVersion, o.ResourceVersion))
+			diff(diffStale, fmt.Sprintf("%s at resourceVersion %s in the store, %s on the server", key, got.ResourceVersion, o.ResourceVersion))
 		}
 		if o.Status.ObservedGeneration != o.Generation || o.Status.Phase != v1alpha1.PhaseProcessed {
 			v.StaleStatus = append(v.StaleStatus, fmt.Sprintf("%s generation %d, status %q at %d", key, o.Generation, o.Status.Phase, o.Status.ObservedGeneration))
@@ -118,7 +142,7 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 	}
 	for key := range stored {
 		if _, ok := server[key]; !ok {
-			v.StoreDiff = append(v.StoreDiff, key+" in the store, gone from the server")
+			diff(diffGhost, key+" in the store, gone from the server")
 		}
 	}
 	j.rec.mu.Lock()

@@ -28,7 +28,8 @@ func TestLosingEventsFailsTheVerdict(t *testing.T) {
 		"FAIL every object's status.observedGeneration equals its metadata.generation",
 		"FAIL all",
 		"differences between the store and a fresh LIST",
-		"in the store, gone from the server",
+		"deleted on the server, still in the store",
+		"at an older or newer resourceVersion",
 		"deletions the reconciler never saw",
 		"objects whose status is not at their generation",
 	} {
