@@ -7,7 +7,7 @@ SHELL := /bin/bash
 GO    ?= go
 TOOLS := ./hack/ensure-tools.sh
 
-.PHONY: all build test unit vet manifests verify-manifests tools demo cluster run clean bench image-binary deploy undeploy
+.PHONY: all build test unit vet manifests verify-manifests tools demo demo-410 demo-drop demo-refuse demo-garbage demo-storm demo-faults cluster run chaos clean bench image-binary deploy undeploy
 
 # The version stamped into binaries and the image tag `make deploy` uses.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -39,13 +39,22 @@ test: tools verify-manifests vet image-binary ## everything CI runs
 	$(GO) test -race -timeout 30m ./...
 
 unit: ## only the tests that need no control plane
-	$(GO) test -race -run 'Machine|Classify|Decode|Queue|Limiter|Store|Keys|Upsert|Replace|Desired|Reconcile[A-Z]|Controller|RawPackages|AddAfter|AddRateLimited|ShutDown|Observer|Unfinished|Registries|Checks|AddWhileServing|Narration|Colour|LongRuns|KubeconfigWins|NeitherKubeconfig|InClusterWhen|Validate|Dockerfile' ./...
+	$(GO) test -race -run 'Machine|Classify|Decode|Queue|Limiter|Store|Keys|Upsert|Replace|Desired|Reconcile[A-Z]|Controller|RawPackages|AddAfter|AddRateLimited|ShutDown|Observer|Unfinished|Registries|Checks|AddWhileServing|Narration|Colour|LongRuns|KubeconfigWins|NeitherKubeconfig|InClusterWhen|Validate|Dockerfile|Proxy|Fuzz' ./...
 
 demo: tools build ## local control plane + CRD + samples + controller, then kubectl get
 	./hack/demo.sh
 
+demo-410 demo-drop demo-refuse demo-garbage demo-storm: tools build ## one fault on purpose, narrated (hack/fault-demo.sh)
+	./hack/fault-demo.sh $(@:demo-%=%)
+
+demo-faults: tools build ## every fault demo, one after the other
+	./hack/fault-demo.sh all
+
 cluster: tools ## keep a local control plane running (kubeconfig: out/kubeconfig)
 	$(GO) run ./cmd/controlplane --kubeconfig out/kubeconfig
+
+chaos: tools ## the full chaos run (10,000 objects, 3 min of churn under faults); CHAOS_ARGS="--objects 1000 --duration 60s" for the short one
+	$(GO) run ./cmd/chaos $(CHAOS_ARGS)
 
 run: build ## the controller against your cluster: make run ARGS="--kubeconfig ~/.kube/config"
 	bin/rawwatch $(ARGS)

@@ -31,22 +31,73 @@ func TestSchemaRejectsInvalidMyResources(t *testing.T) {
 			t.Errorf("%s: got %v, want 422 Invalid", name, err)
 		}
 	}
-	// A missing spec, as raw JSON (the Go type would always send one).
-	raw := `{"apiVersion":"example.com/v1alpha1","kind":"MyResource","metadata":{"name":"nospec"}}`
-	err := c.REST().Post().Namespace(ns).Resource(v1alpha1.Resource).Body([]byte(raw)).
-		SetHeader("Content-Type", "application/json").Do(ctx).Error()
-	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec") {
-		t.Errorf("missing spec: got %v, want 422 naming spec", err)
+	// Objects the Go type could not even express, as raw JSON. Each error
+	// must name the field at fault.
+	for name, tc := range map[string]struct{ body, field string }{
+		"missing spec":    {`{"metadata":{"name":"nospec"}}`, "spec"},
+		"message number":  {`{"metadata":{"name":"number"},"spec":{"message":17}}`, "spec.message"},
+		"message null":    {`{"metadata":{"name":"null"},"spec":{"message":null}}`, "spec.message"},
+		"spec is a list":  {`{"metadata":{"name":"list"},"spec":["message"]}`, "spec"},
+		"uppercase name":  {`{"metadata":{"name":"NotDNS"},"spec":{"message":"hi"}}`, "metadata.name"},
+		"status phase":    {`{"metadata":{"name":"phase"},"spec":{"message":"hi"},"status":{"phase":"Exploded"}}`, ""},
+		"unknown, strict": {`{"metadata":{"name":"strict"},"spec":{"message":"hi","colour":"red"}}`, "colour"},
+	} {
+		body := `{"apiVersion":"example.com/v1alpha1","kind":"MyResource",` + tc.body[1:]
+		req := c.REST().Post().Namespace(ns).Resource(v1alpha1.Resource).Body([]byte(body)).
+			SetHeader("Content-Type", "application/json")
+		if name == "unknown, strict" {
+			req = req.Param("fieldValidation", "Strict") // kubectl apply --validate=strict
+		}
+		err := req.Do(ctx).Error()
+		switch {
+		case name == "status phase":
+			// status is not writable on create: it is dropped, not rejected.
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		case name == "unknown, strict":
+			if !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), `unknown field "spec.colour"`) {
+				t.Errorf("%s: got %v, want 400 naming the unknown field", name, err)
+			}
+		case !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.field):
+			t.Errorf("%s: got %v, want 422 naming %s", name, err, tc.field)
+		}
 	}
-	// A status phase outside the enum is refused through /status too.
+	if o, err := c.Get(ctx, ns, "phase"); err != nil || o.Status.Phase != "" {
+		t.Errorf("status sent on create: %v, phase %q; want it dropped", err, o.Status.Phase)
+	}
+	// Without strict validation an unknown field is pruned, never stored.
+	raw := `{"apiVersion":"example.com/v1alpha1","kind":"MyResource","metadata":{"name":"pruned"},"spec":{"message":"hi","colour":"red"}}`
+	stored, err := c.REST().Post().Namespace(ns).Resource(v1alpha1.Resource).Body([]byte(raw)).
+		SetHeader("Content-Type", "application/json").Do(ctx).Raw()
+	if err != nil || strings.Contains(string(stored), "colour") {
+		t.Errorf("unknown field without strict validation: %v; stored %s", err, stored)
+	}
+
+	// The status is validated through /status too.
 	ok, err := c.Create(ctx, testkit.New(ns, "ok", "fine"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok.Status.Phase = "Exploded"
-	if _, err := c.UpdateStatus(ctx, ok); !apierrors.IsInvalid(err) {
-		t.Errorf("bad phase: got %v, want 422", err)
+	for name, mutate := range map[string]func(*v1alpha1.MyResource){
+		"phase outside the enum": func(o *v1alpha1.MyResource) { o.Status.Phase = "Exploded" },
+		"message too long":       func(o *v1alpha1.MyResource) { o.Status.Message = strings.Repeat("x", 1025) },
+		"condition status":       func(o *v1alpha1.MyResource) { o.Status.Conditions = []metav1.Condition{badCondition("Maybe")} },
+		"duplicate condition": func(o *v1alpha1.MyResource) {
+			o.Status.Conditions = []metav1.Condition{badCondition("True"), badCondition("False")}
+		},
+	} {
+		bad := ok.DeepCopy()
+		mutate(bad)
+		if _, err := c.UpdateStatus(ctx, bad); !apierrors.IsInvalid(err) {
+			t.Errorf("status with %s: got %v, want 422", name, err)
+		}
 	}
+}
+
+func badCondition(status metav1.ConditionStatus) metav1.Condition {
+	return metav1.Condition{Type: v1alpha1.ConditionReady, Status: status, Reason: "Test", Message: "m",
+		LastTransitionTime: metav1.Now()}
 }
 
 // kubectl get shows PHASE, MESSAGE and AGE: the server's Table view lists them.

@@ -55,8 +55,8 @@ func (l *Load) run(ctx context.Context, label string, n int, lim *rate.Limiter, 
 	var errOnce sync.Once
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := make(chan struct{})
-	go l.progress(label, n, &done, stop)
+	stop, drawn := make(chan struct{}), make(chan struct{})
+	go func() { l.progress(label, n, &done, stop); close(drawn) }()
 	var wg sync.WaitGroup
 	for w := range writers {
 		wg.Go(func() {
@@ -76,6 +76,7 @@ func (l *Load) run(ctx context.Context, label string, n int, lim *rate.Limiter, 
 	}
 	wg.Wait()
 	close(stop)
+	<-drawn
 	var out []Write
 	for _, r := range results {
 		out = append(out, r...)
@@ -194,6 +195,9 @@ func (l *Load) progress(label string, total int, done *atomic.Int64, stop <-chan
 
 // isTerminal reports whether w is a character device (a terminal).
 func isTerminal(w io.Writer) bool {
+	if lw, ok := w.(*lockedWriter); ok {
+		w = lw.w
+	}
 	f, ok := w.(*os.File)
 	if !ok {
 		return false

@@ -1,11 +1,31 @@
 // Package faultproxy is an HTTPS reverse proxy that sits between a client and
-// the API server and misbehaves on demand, so that the watcher's recovery can
-// be shown against a real server: it cuts open WATCH streams mid-way and
-// refuses connections for a while.
+// the API server and misbehaves on purpose, so that a controller's recovery
+// can be shown against a real server. Every fault is one a real cluster
+// produces sooner or later:
+//
+//	fault                        method           what a real cluster does that looks like it
+//	────────────────────────────────────────────────────────────────────────────────────────────
+//	cut WATCH streams mid-way    CutWatches       a load balancer or apiserver restart drops them
+//	410 inside a stream          ExpireWatches    the history was compacted: ERROR event, then EOF
+//	410 as the response          Fail(Gone...)    a LIST/WATCH at a compacted resourceVersion
+//	500 / 429 with Retry-After   Fail(...)        an overloaded server, priority and fairness
+//	slow responses               Delay            a busy server, a far-away one
+//	connection refused           Refuse/RefuseFor the apiserver is down or restarting
+//	an event nobody can decode   InjectFrame      a buggy conversion webhook, a version skew
+//	lost events                  Drop             a buggy watch cache (a controller cannot
+//	                                              notice; only a relist repairs it)
+//
+// Faults happen on demand (call the methods; Handler exposes them over HTTP
+// for a demo) or on a schedule (Every). Counts says what the proxy saw and
+// did, so a test can assert on it: how many LISTs, how many requests during
+// a storm, how many 410s came from the server rather than from the proxy.
 //
 // Point a client at Proxy.URL instead of the apiserver; everything else
 // (credentials, TLS trust) stays the same, because the proxy presents a
 // certificate the client already trusts and passes requests through unchanged.
+// WATCH responses are passed on frame by frame (the apiserver sends one JSON
+// object per line), which is what lets the proxy add, drop or end frames at a
+// frame boundary.
 package faultproxy
 
 import (
@@ -19,8 +39,10 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Proxy is a fault-injecting reverse proxy. Create it with New.
@@ -28,28 +50,84 @@ type Proxy struct {
 	// URL is where clients connect (https://127.0.0.1:PORT).
 	URL string
 
-	addr      string
-	cert      tls.Certificate
-	rp        *httputil.ReverseProxy
-	lists     atomic.Int64
-	watches   atomic.Int64
-	others    atomic.Int64
-	cutCount  atomic.Int64
-	mu        sync.Mutex
-	srv       *http.Server
-	conns     map[net.Conn]struct{}
-	streams   map[*stream]struct{}
-	refusing  bool
+	addr  string
+	cert  tls.Certificate
+	rp    *httputil.ReverseProxy
+	count counters
+
+	mu       sync.Mutex
+	srv      *http.Server
+	ln       net.Listener
+	conns    map[net.Conn]struct{}
+	streams  map[*stream]struct{}
+	refusing bool
+	closed   bool
+	failure  *Failure
+	delay    map[Kind]time.Duration
+	drop     map[string]bool
+
 	closeOnce sync.Once
 }
 
-type stream struct{ cancel context.CancelFunc }
+// Kind sorts requests the way the watcher's Source does.
+type Kind int
 
-// Counts are the requests the proxy passed on, by kind.
+const (
+	// List is a GET of a collection (a LIST, or one page of it).
+	List Kind = 1 << iota
+	// Watch is a GET with watch=true: a long-lived stream of events.
+	Watch
+	// Other is everything else: GET of one object, writes, discovery.
+	Other
+	// All is every request.
+	All = List | Watch | Other
+)
+
+func (k Kind) String() string {
+	var parts []string
+	for _, c := range []struct {
+		k    Kind
+		name string
+	}{{List, "list"}, {Watch, "watch"}, {Other, "other"}} {
+		if k&c.k != 0 {
+			parts = append(parts, c.name)
+		}
+	}
+	if len(parts) == 3 {
+		return "all"
+	}
+	return strings.Join(parts, "+")
+}
+
+// Counts is what the proxy saw and did.
 type Counts struct {
+	// Lists, Watches, Others count the requests that reached the proxy, by
+	// Kind, whether passed on or answered with a fault.
 	Lists, Watches, Others int64
-	// Cut is the number of WATCH streams the proxy cut.
-	Cut int64
+	// Failed counts requests the proxy answered itself with an error (Fail).
+	Failed int64
+	// Refused counts Refuse periods.
+	Refused int64
+	// Cut counts WATCH streams cut mid-way; Expired, streams ended with an
+	// injected 410 ERROR event; Injected, other frames added to streams;
+	// Dropped, frames from the server that were not passed on.
+	Cut, Expired, Injected, Dropped int64
+	// Frames counts the watch frames passed on from the server.
+	Frames int64
+	// OpenWatches is the number of WATCH streams open right now.
+	OpenWatches int
+	// UpstreamGone counts the 410s the server itself sent: HTTP 410 responses
+	// and ERROR events with code 410 (etcd compacted the history we asked for).
+	UpstreamGone int64
+}
+
+// Total is the number of requests that reached the proxy.
+func (c Counts) Total() int64 { return c.Lists + c.Watches + c.Others }
+
+type counters struct {
+	lists, watches, others, failed, refused atomic.Int64
+	cut, expired, injected, dropped, frames atomic.Int64
+	upstreamGone                            atomic.Int64
 }
 
 // New starts a proxy in front of upstream (an https URL), presenting cert and
@@ -59,10 +137,20 @@ func New(upstream string, cert tls.Certificate, upstreamCAs *x509.CertPool) (*Pr
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{cert: cert, conns: map[net.Conn]struct{}{}, streams: map[*stream]struct{}{}}
+	p := &Proxy{cert: cert, conns: map[net.Conn]struct{}{}, streams: map[*stream]struct{}{},
+		delay: map[Kind]time.Duration{}, drop: map[string]bool{}}
 	p.rp = &httputil.ReverseProxy{
-		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(target); r.Out.Host = target.Host },
-		FlushInterval: -1, // pass every watch frame on at once
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Host = target.Host
+			if kindOf(r.In) == Watch {
+				// Let the transport ask for and undo compression itself, so
+				// that the frames the proxy reads are plain JSON lines.
+				r.Out.Header.Del("Accept-Encoding")
+			}
+		},
+		ModifyResponse: p.modifyResponse,
+		FlushInterval:  -1, // pass every watch frame on at once
 		Transport: &http.Transport{
 			TLSClientConfig:   &tls.Config{RootCAs: upstreamCAs},
 			ForceAttemptHTTP2: true,
@@ -94,24 +182,54 @@ func (p *Proxy) serve(ln net.Listener) {
 			}
 		},
 	}
-	p.srv = srv
+	p.srv, p.ln = srv, ln
 	tlsLn := tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{p.cert}, NextProtos: []string{"h2", "http/1.1"}})
 	go func() { _ = srv.Serve(tlsLn) }()
 }
 
+// kindOf sorts a request into a Kind.
+func kindOf(r *http.Request) Kind {
+	if w := r.URL.Query().Get("watch"); w == "true" || w == "1" {
+		return Watch
+	}
+	if r.Method == http.MethodGet && !isNamedObject(r) {
+		return List
+	}
+	return Other
+}
+
+// isNamedObject tells GET .../myresources/NAME (a read of one object) from
+// GET .../myresources (a LIST), by the path's segment count under the group.
+func isNamedObject(r *http.Request) bool {
+	n := strings.Count(r.URL.Path, "/")
+	// /apis/G/V/R = 4, /apis/G/V/namespaces/NS/R = 6; one more is a name.
+	return n == 5 || n >= 7
+}
+
 func (p *Proxy) handle(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Query().Get("watch") != "true" && r.URL.Query().Get("watch") != "1" {
-		if r.Method == http.MethodGet && !isNamedObject(r) {
-			p.lists.Add(1)
-		} else {
-			p.others.Add(1)
-		}
+	kind := kindOf(r)
+	switch kind {
+	case Watch:
+		p.count.watches.Add(1)
+	case List:
+		p.count.lists.Add(1)
+	default:
+		p.count.others.Add(1)
+	}
+	if !p.wait(r.Context(), kind) {
+		return
+	}
+	if f, ok := p.takeFailure(kind); ok {
+		p.count.failed.Add(1)
+		f.write(w)
+		return
+	}
+	if kind != Watch {
 		p.rp.ServeHTTP(w, r)
 		return
 	}
-	p.watches.Add(1)
 	ctx, cancel := context.WithCancel(r.Context())
-	s := &stream{cancel: cancel}
+	s := newStream(cancel)
 	p.mu.Lock()
 	p.streams[s] = struct{}{}
 	p.mu.Unlock()
@@ -121,22 +239,22 @@ func (p *Proxy) handle(w http.ResponseWriter, r *http.Request) {
 		p.mu.Unlock()
 		cancel()
 	}()
+	// modifyResponse finds the stream in the context and frames the body.
 	// When ctx is cancelled the copy of the upstream body fails and the
 	// reverse proxy aborts the response: the client sees its stream cut.
-	p.rp.ServeHTTP(w, r.WithContext(ctx))
+	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(ctx, streamKey{}, s)))
 }
 
-// isNamedObject tells GET .../myresources/NAME (a read of one object) from
-// GET .../myresources (a LIST), by the path's segment count under the group.
-func isNamedObject(r *http.Request) bool {
-	n := 0
-	for _, c := range r.URL.Path {
-		if c == '/' {
-			n++
-		}
+// modifyResponse counts the server's own 410s and frames WATCH bodies.
+func (p *Proxy) modifyResponse(resp *http.Response) error {
+	if resp.StatusCode == http.StatusGone {
+		p.count.upstreamGone.Add(1)
 	}
-	// /apis/G/V/R = 4, /apis/G/V/namespaces/NS/R = 6; one more is a name.
-	return n == 5 || n >= 7
+	s, ok := resp.Request.Context().Value(streamKey{}).(*stream)
+	if ok && resp.StatusCode == http.StatusOK {
+		resp.Body = s.frame(resp.Body, p)
+	}
+	return nil
 }
 
 // CutWatches aborts every open WATCH stream, mid-way, and returns how many.
@@ -146,7 +264,7 @@ func (p *Proxy) CutWatches() int {
 	for s := range p.streams {
 		s.cancel()
 	}
-	p.cutCount.Add(int64(len(p.streams)))
+	p.count.cut.Add(int64(len(p.streams)))
 	return len(p.streams)
 }
 
@@ -161,21 +279,35 @@ func (p *Proxy) OpenWatches() int {
 // clients get "connection refused", as from a dead server.
 func (p *Proxy) Refuse() {
 	p.mu.Lock()
-	if p.refusing {
+	if p.refusing || p.closed {
 		p.mu.Unlock()
 		return
 	}
 	p.refusing = true
-	srv := p.srv
+	p.count.refused.Add(1)
+	srv, ln := p.srv, p.ln
 	p.mu.Unlock()
+	// Close the socket ourselves: the server may not have started serving
+	// it yet, and a connection queued meanwhile would be reset, not refused.
+	_ = ln.Close()
 	_ = srv.Close()
+}
+
+// RefuseFor refuses connections for d, then accepts them again.
+func (p *Proxy) RefuseFor(d time.Duration) {
+	p.Refuse()
+	time.AfterFunc(d, func() {
+		if err := p.Accept(); err != nil {
+			log.Printf("faultproxy: listening again on %s: %v", p.addr, err)
+		}
+	})
 }
 
 // Accept listens again, on the same address, after Refuse.
 func (p *Proxy) Accept() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.refusing {
+	if !p.refusing || p.closed {
 		return nil
 	}
 	ln, err := net.Listen("tcp", p.addr)
@@ -187,9 +319,16 @@ func (p *Proxy) Accept() error {
 	return nil
 }
 
-// Counts returns the requests passed on so far.
+// Counts returns what the proxy saw and did so far.
 func (p *Proxy) Counts() Counts {
-	return Counts{Lists: p.lists.Load(), Watches: p.watches.Load(), Others: p.others.Load(), Cut: p.cutCount.Load()}
+	c := &p.count
+	return Counts{
+		Lists: c.lists.Load(), Watches: c.watches.Load(), Others: c.others.Load(),
+		Failed: c.failed.Load(), Refused: c.refused.Load(),
+		Cut: c.cut.Load(), Expired: c.expired.Load(), Injected: c.injected.Load(),
+		Dropped: c.dropped.Load(), Frames: c.frames.Load(), UpstreamGone: c.upstreamGone.Load(),
+		OpenWatches: p.OpenWatches(),
+	}
 }
 
 // Close stops the proxy.
@@ -197,8 +336,10 @@ func (p *Proxy) Close() error {
 	var err error
 	p.closeOnce.Do(func() {
 		p.mu.Lock()
-		srv := p.srv
+		p.closed = true
+		srv, ln := p.srv, p.ln
 		p.mu.Unlock()
+		_ = ln.Close()
 		err = srv.Close()
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil

@@ -11,21 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p out
 kubectl=bin/kubectl
-pids=()
-cleanup() {
-	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-}
-trap cleanup EXIT
-
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-# waitfor SECONDS CMD...: poll until CMD succeeds (quietly).
-waitfor() {
-	local tries=$(($1 * 4)); shift
-	for _ in $(seq 1 "$tries"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.25; done
-	echo "demo: timed out waiting for: $*" >&2
-	return 1
-}
+source hack/lib.sh
 settle() { sleep 1; } # let the narration of the last step print before the next heading
 
 if [ -n "${CLUSTER_KUBECONFIG:-}" ]; then
@@ -35,13 +21,8 @@ if [ -n "${CLUSTER_KUBECONFIG:-}" ]; then
 	$kubectl --kubeconfig "$kubeconfig" wait --for condition=established --timeout 60s crd/myresources.example.com
 else
 	kubeconfig=out/kubeconfig
-	rm -f "$kubeconfig"
 	say "Starting a local control plane (etcd + kube-apiserver on loopback)"
-	go build -o bin/controlplane ./cmd/controlplane
-	bin/controlplane --kubeconfig "$kubeconfig" 2> out/controlplane.log &
-	pids+=($!)
-	waitfor 120 test -s "$kubeconfig" || { cat out/controlplane.log; exit 1; }
-	cat out/controlplane.log
+	start_controlplane "$kubeconfig" out/controlplane.log
 fi
 k() { $kubectl --kubeconfig "$kubeconfig" "$@"; }
 phase() { [ "$(k get myresource "$1" -o jsonpath='{.status.phase}')" = "$2" ]; }

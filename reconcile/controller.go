@@ -14,10 +14,12 @@ import (
 // Request is one unit of work: a key, and what the watcher said about it.
 type Request[T store.Object] struct {
 	Key string
-	// Deleted holds the last Deleted delta for Key since it was last handled
-	// (nil if none): the object's final state, or with FinalStateUnknown its
-	// last known state. The key may exist again (deleted, then re-created).
-	Deleted *store.Delta[T]
+	// Deleted holds every Deleted delta for Key since it was last handled,
+	// oldest first (none if nothing was deleted): each the object's final
+	// state, or with FinalStateUnknown its last known state. There can be
+	// several — deleted, re-created, deleted again while the key waited —
+	// and they are different objects (UIDs). The key may exist again.
+	Deleted []store.Delta[T]
 }
 
 // Reconciler does the work for one key. It must be safe to call from several
@@ -58,7 +60,7 @@ type Controller[T store.Object] struct {
 	Logger     klog.Logger
 
 	mu         sync.Mutex
-	tombstones map[string]store.Delta[T]
+	tombstones map[string][]store.Delta[T]
 }
 
 // OnDelta is the watcher's handler: it enqueues the key of every change and
@@ -67,33 +69,30 @@ func (c *Controller[T]) OnDelta(d store.Delta[T]) {
 	if d.Type == store.Deleted {
 		c.mu.Lock()
 		if c.tombstones == nil {
-			c.tombstones = map[string]store.Delta[T]{}
+			c.tombstones = map[string][]store.Delta[T]{}
 		}
-		c.tombstones[d.Key] = d
+		// Keep every deletion: the key is queued once, but each of them
+		// was another object, and the reconciler must hear of each.
+		c.tombstones[d.Key] = append(c.tombstones[d.Key], d)
 		c.mu.Unlock()
 	}
 	c.Queue.Add(d.Key)
 }
 
-func (c *Controller[T]) takeTombstone(key string) *store.Delta[T] {
+func (c *Controller[T]) takeTombstones(key string) []store.Delta[T] {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d, ok := c.tombstones[key]
-	if !ok {
-		return nil
-	}
+	ds := c.tombstones[key]
 	delete(c.tombstones, key)
-	return &d
+	return ds
 }
 
-// putBackTombstone restores a tombstone whose handling failed, unless a newer
-// deletion arrived meanwhile.
-func (c *Controller[T]) putBackTombstone(d *store.Delta[T]) {
+// putBackTombstones restores the tombstones of a failed reconcile, before
+// any deletion that arrived meanwhile.
+func (c *Controller[T]) putBackTombstones(key string, ds []store.Delta[T]) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, newer := c.tombstones[d.Key]; !newer {
-		c.tombstones[d.Key] = *d
-	}
+	c.tombstones[key] = append(ds, c.tombstones[key]...)
 }
 
 // Run starts workers and blocks until ctx ends and the queue has shut down;
@@ -129,7 +128,7 @@ func (c *Controller[T]) processNext(ctx context.Context, worker int) bool {
 	// write cut in half helps nobody. It gets its own bounded context.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	req := Request[T]{Key: key, Deleted: c.takeTombstone(key)}
+	req := Request[T]{Key: key, Deleted: c.takeTombstones(key)}
 	start := time.Now()
 	err := c.Reconciler.Reconcile(rctx, req)
 	d := time.Since(start)
@@ -155,8 +154,8 @@ func (c *Controller[T]) processNext(ctx context.Context, worker int) bool {
 }
 
 func (c *Controller[T]) retry(key string, req Request[T]) time.Duration {
-	if req.Deleted != nil {
-		c.putBackTombstone(req.Deleted)
+	if len(req.Deleted) > 0 {
+		c.putBackTombstones(key, req.Deleted)
 	}
 	return c.Queue.AddRateLimited(key)
 }

@@ -4,8 +4,9 @@
 // a key from the store.Queue, call the Reconciler, and decide what the result
 // means: success forgets the key's retry history, a 409 Conflict requeues it
 // quietly (the watch will bring the newer object), any other error requeues it
-// after its per-key backoff. Deleted keys carry the last object the watcher
-// knew (a tombstone), so a deletion is never reduced to "not found".
+// after its per-key backoff. Deleted keys carry, for every deletion since the
+// key was last handled, the last object the watcher knew (a tombstone), so a
+// deletion is never reduced to "not found", nor two deletions to one.
 //
 // MyResourceReconciler is the MyResource-specific half. It reads the object
 // from the store, never modifies the cached copy, computes the status the

@@ -47,8 +47,10 @@ type MyResourceReconciler struct {
 // Reconcile brings one key's status up to date.
 func (r *MyResourceReconciler) Reconcile(ctx context.Context, req Request[*v1alpha1.MyResource]) error {
 	obj, exists := r.Store.Get(req.Key)
-	if d := req.Deleted; d != nil && (!exists || obj.UID != d.Object.UID) {
-		r.deleted(*d)
+	for _, d := range req.Deleted {
+		if !exists || obj.UID != d.Object.UID {
+			r.deleted(d)
+		}
 	}
 	if !exists {
 		return nil

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/internal/testkit"
 	"rawwatch/store"
 )
 
@@ -150,45 +149,24 @@ func TestReconcileWriteErrors(t *testing.T) {
 	}
 }
 
-// capture is a logger that keeps its lines.
-type capture struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (c *capture) logger() logr.Logger {
-	return funcr.New(func(prefix, args string) {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.lines = append(c.lines, prefix+" "+args)
-	}, funcr.Options{})
-}
-
-func (c *capture) grep(s string) []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []string
-	for _, l := range c.lines {
-		if strings.Contains(l, s) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 func TestReconcileDeletion(t *testing.T) {
 	r, w, _ := newReconciler()
-	logs := &capture{}
-	r.Logger = logs.logger()
+	logs := &testkit.Logs{}
+	r.Logger = logs.Logger(0)
 	last := myResource("gone", "hello", 1)
 	last.Status.Phase = v1alpha1.PhaseProcessed
-	err := r.Reconcile(context.Background(), Request[object]{Key: "ns/gone",
-		Deleted: &store.Delta[object]{Type: store.Deleted, Key: "ns/gone", Object: last, FinalStateUnknown: true}})
+	earlier := myResource("gone", "hello", 1)
+	earlier.UID = "uid-earlier"
+	err := r.Reconcile(context.Background(), Request[object]{Key: "ns/gone", Deleted: []store.Delta[object]{
+		{Type: store.Deleted, Key: "ns/gone", Object: earlier},
+		{Type: store.Deleted, Key: "ns/gone", Object: last, FinalStateUnknown: true},
+	}})
 	if err != nil || len(w.writes) != 0 {
 		t.Fatalf("err %v, writes %d", err, len(w.writes))
 	}
-	lines := logs.grep("MyResource deleted")
-	if len(lines) != 1 || !strings.Contains(lines[0], `"finalStateUnknown"=true`) || !strings.Contains(lines[0], `"lastPhase"="Processed"`) {
+	lines := logs.Grep("MyResource deleted")
+	if len(lines) != 2 || !strings.Contains(lines[0], `"uid"="uid-earlier"`) ||
+		!strings.Contains(lines[1], `"finalStateUnknown"=true`) || !strings.Contains(lines[1], `"lastPhase"="Processed"`) {
 		t.Fatalf("deletion log = %v", lines)
 	}
 }
@@ -212,43 +190,73 @@ func (f *fakeReconciler) Reconcile(_ context.Context, req Request[object]) error
 	return err
 }
 
-func TestControllerErrorPolicy(t *testing.T) {
-	conflict := apierrors.NewConflict(schema.GroupResource{Resource: "myresources"}, "a", errors.New("stale"))
-	fake := &fakeReconciler{errs: []error{conflict, conflict, errors.New("boom"), nil}}
-	logs := &capture{}
-	q := store.NewQueue(store.NewExponentialLimiter(time.Millisecond, 10*time.Millisecond))
-	c := &Controller[object]{Queue: q, Reconciler: fake, Logger: logs.logger()}
-	last := myResource("a", "x", 1)
-	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: last})
-
+// runUntilCalls runs c with workers until fake has seen want reconciles (at
+// most 5 s), stops it, and returns how many it saw.
+func runUntilCalls(c *Controller[object], workers int, fake *fakeReconciler, want int) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { c.Run(ctx, 2); close(done) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	go func() { c.Run(ctx, workers); close(done) }()
+	defer func() { cancel(); <-done }()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		fake.mu.Lock()
 		n := len(fake.calls)
 		fake.mu.Unlock()
-		if n == 4 {
-			break
+		if n >= want {
+			return n
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d reconciles, want 4 (two conflicts, one error, one success)", n)
-		}
-		time.Sleep(time.Millisecond)
 	}
-	cancel()
-	<-done
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	return len(fake.calls)
+}
 
-	if errs := logs.grep("Reconcile failed"); len(errs) != 1 {
+func TestControllerErrorPolicy(t *testing.T) {
+	conflict := apierrors.NewConflict(schema.GroupResource{Resource: "myresources"}, "a", errors.New("stale"))
+	fake := &fakeReconciler{errs: []error{conflict, conflict, errors.New("boom"), nil}}
+	logs := &testkit.Logs{}
+	q := store.NewQueue(store.NewExponentialLimiter(time.Millisecond, 10*time.Millisecond))
+	c := &Controller[object]{Queue: q, Reconciler: fake, Logger: logs.Logger(0)}
+	last := myResource("a", "x", 1)
+	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: last})
+
+	if n := runUntilCalls(c, 2, fake, 4); n != 4 {
+		t.Fatalf("%d reconciles, want 4 (two conflicts, one error, one success)", n)
+	}
+
+	if errs := logs.Grep("Reconcile failed"); len(errs) != 1 {
 		t.Errorf("error lines = %v: conflicts must be retried quietly, other errors logged", errs)
 	}
 	if q.Retries("ns/a") != 0 {
 		t.Error("success must forget the retry history")
 	}
 	for i, call := range fake.calls {
-		if call.Deleted == nil || call.Deleted.Object != last {
+		if len(call.Deleted) != 1 || call.Deleted[0].Object != last {
 			t.Errorf("call %d lost the tombstone: %+v", i, call.Deleted)
 		}
+	}
+}
+
+// A key deleted, re-created and deleted again before a worker gets to it
+// (the queue was busy) is two objects gone: the reconciler must hear of both,
+// with their UIDs, not only of the last. (Found by the chaos run: the second
+// deletion's tombstone replaced the first's.)
+func TestControllerReportsEveryDeletionOfAKey(t *testing.T) {
+	fake := &fakeReconciler{}
+	c := &Controller[object]{Queue: store.NewQueue(nil), Reconciler: fake}
+	first, second := myResource("a", "x", 1), myResource("a", "x", 1)
+	first.UID, second.UID = "uid-first", "uid-second"
+	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: first})
+	c.OnDelta(store.Delta[object]{Type: store.Added, Key: "ns/a", Object: second})
+	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: second})
+
+	if n := runUntilCalls(c, 1, fake, 1); n != 1 {
+		t.Fatalf("%d reconciles, want 1 (one key)", n)
+	}
+	var uids []string
+	for _, d := range fake.calls[0].Deleted {
+		uids = append(uids, string(d.Object.UID))
+	}
+	if strings.Join(uids, ",") != "uid-first,uid-second" {
+		t.Fatalf("the reconciler was told of deletions %v, want uid-first then uid-second", uids)
 	}
 }

@@ -10,7 +10,8 @@
 //     (enqueue the key) without a second queue of objects. A relist is built
 //     beside the live map (Replacement) and swapped in under one lock; keys that
 //     vanished come back as Deleted deltas carrying the last object we knew, the
-//     equivalent of client-go's DeletedFinalStateUnknown.
+//     equivalent of client-go's DeletedFinalStateUnknown, and so does the old
+//     object of a key re-created meanwhile (listed with another UID).
 //
 //   - Queue is a queue of keys, not objects. A key is in it at most once
 //     (dirty set); a key being worked on (processing set) is never handed to a

@@ -45,7 +45,11 @@ func (r *Replacement[T]) Len() int { return len(r.items) }
 // Commit makes the listed objects the store's whole contents, in one step,
 // and returns what changed: Added and Updated for listed objects that are new
 // or have a new resourceVersion, and Deleted (FinalStateUnknown) for stored
-// keys the list no longer has. Unchanged objects produce no delta.
+// keys the list no longer has. A key listed with another UID than the stored
+// object's was deleted and re-created while we were not watching: that is
+// two objects, so it comes out as Deleted (the old one, FinalStateUnknown)
+// then Added, never as an update of one into the other. Unchanged objects
+// produce no delta.
 func (r *Replacement[T]) Commit() []Delta[T] {
 	s := r.s
 	s.mu.Lock()
@@ -67,6 +71,10 @@ func (r *Replacement[T]) Commit() []Delta[T] {
 		switch {
 		case !existed:
 			deltas = append(deltas, Delta[T]{Type: Added, Key: key, Object: obj})
+		case old.GetUID() != obj.GetUID():
+			deltas = append(deltas,
+				Delta[T]{Type: Deleted, Key: key, Object: old, FinalStateUnknown: true},
+				Delta[T]{Type: Added, Key: key, Object: obj})
 		case old != obj:
 			deltas = append(deltas, Delta[T]{Type: Updated, Key: key, Object: obj, Old: old})
 		}

@@ -155,3 +155,25 @@ func TestConcurrentReadersAndWriter(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A key deleted and re-created while the watch was down is listed with a new
+// UID: the relist reports the old object deleted and the new one added.
+func TestReplaceReportsAReCreatedKeyAsDeletedThenAdded(t *testing.T) {
+	s := New[*v1alpha1.MyResource]()
+	old := obj("a", "phoenix", "1")
+	old.UID = "uid-old"
+	s.Upsert(old)
+	reborn := obj("a", "phoenix", "9")
+	reborn.UID = "uid-new"
+	r := s.NewReplacement()
+	r.Add(reborn)
+	deltas := r.Commit()
+	if len(deltas) != 2 ||
+		deltas[0].Type != Deleted || deltas[0].Object.UID != "uid-old" || !deltas[0].FinalStateUnknown ||
+		deltas[1].Type != Added || deltas[1].Object.UID != "uid-new" {
+		t.Fatalf("deltas = %+v, want Deleted uid-old (final state unknown) then Added uid-new", deltas)
+	}
+	if got, _ := s.Get("a/phoenix"); got.UID != "uid-new" {
+		t.Fatalf("store holds %s", got.UID)
+	}
+}

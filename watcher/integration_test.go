@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/faultproxy"
 	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
 	"rawwatch/store"
@@ -41,6 +40,32 @@ type recorder struct {
 	watchInitial  []bool
 	replaced      int
 	lastRelistDel int
+	waits         []wait
+}
+
+// wait is one backoff the loop chose, with the error class behind it.
+type wait struct {
+	d     time.Duration
+	class watcher.ErrorClass
+}
+
+func (r *recorder) BackingOff(d time.Duration, c watcher.ErrorClass) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.waits = append(r.waits, wait{d, c})
+}
+
+// backoffs returns the waits chosen for errors of class c.
+func (r *recorder) backoffs(c watcher.ErrorClass) []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []time.Duration
+	for _, w := range r.waits {
+		if w.class == c {
+			out = append(out, w.d)
+		}
+	}
+	return out
 }
 
 func (r *recorder) handle(d store.Delta[object]) {
@@ -120,22 +145,6 @@ func start(t *testing.T, cfg *rest.Config, ns string, opts watcher.Options[objec
 	return r
 }
 
-func proxyTo(t *testing.T, cp *controlplane.ControlPlane, a *controlplane.APIServer) (*faultproxy.Proxy, *rest.Config) {
-	t.Helper()
-	cert, err := cp.ServingCertificate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := faultproxy.New(a.URL, cert, cp.CAPool())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	cfg := a.Config()
-	cfg.Host = p.URL
-	return p, cfg
-}
-
 // The initial LIST of 1,200 objects with page size 100 takes 12 pages, and
 // the store ends with every object.
 func TestInitialListIsPaginated(t *testing.T) {
@@ -146,7 +155,7 @@ func TestInitialListIsPaginated(t *testing.T) {
 	if err := testkit.CreateMany(ctx, testkit.Client(t, cp.Config()), ns, "obj", 1200); err != nil {
 		t.Fatal(err)
 	}
-	proxy, cfg := proxyTo(t, cp, cp.APIServer)
+	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
 	r := start(t, cfg, ns, watcher.Options[object]{PageSize: 100})
 
 	st := r.w.Stats()
@@ -253,7 +262,7 @@ func TestBrokenWatchResumesWithoutRelist(t *testing.T) {
 	if err := testkit.CreateMany(ctx, c, ns, "before", 5); err != nil {
 		t.Fatal(err)
 	}
-	proxy, cfg := proxyTo(t, cp, cp.APIServer)
+	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
 	r := start(t, cfg, ns, watcher.Options[object]{})
 	testkit.Eventually(t, 10*time.Second, func() bool { return proxy.OpenWatches() == 1 }, "no watch open")
 
@@ -302,21 +311,24 @@ func TestBrokenWatchResumesWithoutRelist(t *testing.T) {
 // A watch whose resourceVersion etcd has compacted gets a real 410 from an
 // apiserver without watch cache: the watcher relists, the relist replaces
 // the store, and an object deleted while the watch was down comes out as a
-// Deleted delta carrying its last known state.
+// Deleted delta carrying its last known state — also when its name was
+// re-created meanwhile: that is another object (another UID), so the old one
+// is reported deleted and the new one added, never as an update of the old.
 func TestCompactedResourceVersionRelistsAndReportsDeletions(t *testing.T) {
 	cp := shared.Get(t)
 	uncached := shared.Uncached(t)
 	ns := testkit.Namespace(t, cp.Config())
 	c := testkit.Client(t, cp.Config())
 	ctx := context.Background()
-	for _, name := range []string{"keep", "change", "gone"} {
+	for _, name := range []string{"keep", "change", "gone", "phoenix"} {
 		if _, err := c.Create(ctx, testkit.New(ns, name, "v1")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	proxy, cfg := proxyTo(t, cp, uncached)
+	proxy, cfg := testkit.Proxy(t, cp, uncached)
 	r := start(t, cfg, ns, watcher.Options[object]{})
 	lastKnownGone, _ := r.store.Get(ns + "/gone")
+	oldPhoenix, _ := r.store.Get(ns + "/phoenix")
 
 	// The watcher loses the server; meanwhile the world moves on and etcd
 	// compacts away the history the watcher would need to catch up.
@@ -330,6 +342,13 @@ func TestCompactedResourceVersionRelistsAndReportsDeletions(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := c.Create(ctx, testkit.New(ns, "fresh", "v1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, ns, "phoenix", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	newPhoenix, err := c.Create(ctx, testkit.New(ns, "phoenix", "reborn"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cp.Compact(ctx); err != nil {
@@ -356,6 +375,15 @@ func TestCompactedResourceVersionRelistsAndReportsDeletions(t *testing.T) {
 	}
 	if _, ok := r.rec.find(ns+"/keep", store.Updated); ok {
 		t.Error("an unchanged object must produce no delta on relist")
+	}
+	if d, ok := r.rec.find(ns+"/phoenix", store.Deleted); !ok || d.Object.UID != oldPhoenix.UID || !d.FinalStateUnknown {
+		t.Errorf("re-created name: Deleted delta %v %+v; want the old object (uid %s), final state unknown", ok, d, oldPhoenix.UID)
+	}
+	if d, ok := r.rec.find(ns+"/phoenix", store.Added); !ok || d.Object.UID != newPhoenix.UID {
+		t.Errorf("re-created name: no Added delta for the new object (uid %s)", newPhoenix.UID)
+	}
+	if d, ok := r.rec.find(ns+"/phoenix", store.Updated); ok {
+		t.Errorf("re-created name reported as an update of uid %s to uid %s", d.Old.UID, d.Object.UID)
 	}
 	assertStoreMatchesServer(t, c, ns, r.store)
 }
@@ -459,7 +487,7 @@ func TestWatchListStreamsTheInitialStateAndKeepsTheStream(t *testing.T) {
 	if err := testkit.CreateMany(ctx, c, ns, "obj", 300); err != nil {
 		t.Fatal(err)
 	}
-	proxy, cfg := proxyTo(t, cp, cp.APIServer)
+	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
 	r := start(t, cfg, ns, watcher.Options[object]{WatchList: true})
 	if n := r.store.Len(); n != 300 || r.rec.count(store.Added) != 300 {
 		t.Fatalf("store %d objects, %d Added deltas; want 300", n, r.rec.count(store.Added))
@@ -490,7 +518,7 @@ func TestWatchListFallsBackToListWhenTheServerRefuses(t *testing.T) {
 	if err := testkit.CreateMany(ctx, c, ns, "obj", 20); err != nil {
 		t.Fatal(err)
 	}
-	proxy, cfg := proxyTo(t, cp, old)
+	proxy, cfg := testkit.Proxy(t, cp, old)
 	r := start(t, cfg, ns, watcher.Options[object]{WatchList: true, PageSize: 10})
 	if n := r.store.Len(); n != 20 {
 		t.Fatalf("store %d objects, want 20", n)

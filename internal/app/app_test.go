@@ -10,11 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/client"
@@ -70,7 +69,7 @@ func (s *spy) Reconcile(ctx context.Context, req reconcile.Request[object]) erro
 	err := s.inner.Reconcile(ctx, req)
 	s.mu.Lock()
 	s.busy[req.Key] = false
-	s.calls[req.Key] = append(s.calls[req.Key], call{at: time.Now(), deleted: req.Deleted != nil, err: err})
+	s.calls[req.Key] = append(s.calls[req.Key], call{at: time.Now(), deleted: len(req.Deleted) > 0, err: err})
 	s.mu.Unlock()
 	return err
 }
@@ -102,54 +101,27 @@ func (s *spy) writesOf(key string) int {
 	return s.writes[key]
 }
 
-// logLines collects log output to check what was (not) logged as an error.
-type logLines struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logLines) add(prefix, args string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, prefix+" "+args)
-}
-
-func (l *logLines) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, line := range l.lines {
-		if strings.Contains(line, s) {
-			n++
-		}
-	}
-	return n
-}
-
-// startApp runs the assembled controller on namespace ns until the test ends;
-// tune changes the options first.
-func startApp(t *testing.T, ns string, workers int, tune ...func(*app.Options)) (*app.App, *spy, *logLines) {
+// startApp runs the assembled controller on namespace ns until the test ends.
+func startApp(t *testing.T, ns string, workers int) (*app.App, *spy, *testkit.Logs) {
 	t.Helper()
-	cp := shared.Get(t)
+	return startAppWith(t, app.Options{Config: shared.Get(t).Config(), Namespace: ns, Workers: workers,
+		RetryBase: 20 * time.Millisecond})
+}
+
+// startAppWith runs the controller with opts (its Logger and wrappers are
+// set here) until the test ends, and waits for its first list.
+func startAppWith(t *testing.T, opts app.Options) (*app.App, *spy, *testkit.Logs) {
+	t.Helper()
 	s := newSpy(t)
-	logs := &logLines{}
-	opts := app.Options{
-		Config:    cp.Config(),
-		Namespace: ns,
-		Workers:   workers,
-		RetryBase: 20 * time.Millisecond,
-		Logger:    funcr.New(logs.add, funcr.Options{Verbosity: 2}),
-		WrapStatusWriter: func(w reconcile.StatusWriter) reconcile.StatusWriter {
-			s.write = w
-			return s
-		},
-		WrapReconciler: func(r reconcile.Reconciler[object]) reconcile.Reconciler[object] {
-			s.inner = r
-			return s
-		},
+	logs := &testkit.Logs{}
+	opts.Logger = logs.Logger(2)
+	opts.WrapStatusWriter = func(w reconcile.StatusWriter) reconcile.StatusWriter {
+		s.write = w
+		return s
 	}
-	for _, f := range tune {
-		f(&opts)
+	opts.WrapReconciler = func(r reconcile.Reconciler[object]) reconcile.Reconciler[object] {
+		s.inner = r
+		return s
 	}
 	a, err := app.New(opts)
 	if err != nil {
@@ -228,19 +200,9 @@ func TestCreateUpdateDelete(t *testing.T) {
 	}
 
 	// Events are recorded on the object (what kubectl describe shows).
-	kube := kubernetes.NewForConfigOrDie(cp.Config())
-	testkit.Eventually(t, 30*time.Second, func() bool {
-		evs, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=demo"})
-		if err != nil {
-			return false
-		}
-		for _, e := range evs.Items {
-			if e.Reason == reconcile.ReasonProcessed && e.InvolvedObject.UID == created.UID {
-				return true
-			}
-		}
-		return false
-	}, "no Processed event for the object")
+	testkit.WaitForEvent(t, cp.Config(), ns, "demo", "Processed, for the object", func(e corev1.Event) bool {
+		return e.Reason == reconcile.ReasonProcessed && e.InvolvedObject.UID == created.UID
+	})
 
 	// Idempotence: a reconcile with nothing changed writes nothing.
 	writes, calls := spy.writesOf(key), len(spy.callsOf(key))
@@ -338,7 +300,7 @@ func TestConflictIsRetriedQuietly(t *testing.T) {
 	if conflicts != 1 {
 		t.Fatalf("%d conflicts from the server, want 1", conflicts)
 	}
-	if n := logs.count("Reconcile failed"); n != 0 {
+	if n := logs.Count("Reconcile failed"); n != 0 {
 		t.Errorf("a conflict was logged as an error %d times", n)
 	}
 }

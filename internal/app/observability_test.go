@@ -12,6 +12,7 @@ import (
 	"rawwatch/api/v1alpha1"
 	"rawwatch/internal/app"
 	"rawwatch/internal/testkit"
+	"rawwatch/watcher"
 	"rawwatch/reconcile"
 )
 
@@ -61,10 +62,10 @@ func TestMetricsMoveWithTheWork(t *testing.T) {
 	ns := testkit.Namespace(t, cp.Config())
 	c := testkit.Client(t, cp.Config())
 	ctx := context.Background()
-	a, _, _ := startApp(t, ns, 2, func(o *app.Options) {
-		o.MetricsAddr, o.HealthAddr = "127.0.0.1:0", "127.0.0.1:0"
+	a, _, _ := startAppWith(t, app.Options{Config: cp.Config(), Namespace: ns, Workers: 2, RetryBase: 20 * time.Millisecond,
+		MetricsAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0",
 		// The server ends each watch after a second: re-watches to count.
-		o.Watch.WatchTimeoutMin, o.Watch.WatchTimeoutMax = time.Second, time.Second
+		Watch: watcher.Options[app.Object]{WatchTimeoutMin: time.Second, WatchTimeoutMax: time.Second},
 	})
 	url := "http://" + a.MetricsAddr() + "/metrics"
 	if code, body := testkit.HTTPGet("http://" + a.HealthAddr() + "/readyz?verbose"); code != 200 || !strings.Contains(body, "[+]synced ok") {

@@ -260,9 +260,19 @@ func (a *APIServer) Restart(ctx context.Context) error {
 
 // WriteKubeconfig writes an admin kubeconfig for a to path.
 func (cp *ControlPlane) WriteKubeconfig(path string, a *APIServer) error {
+	return cp.WriteKubeconfigFor(path, a.URL, "")
+}
+
+// WriteKubeconfigFor writes to path a kubeconfig for server (one of the
+// apiservers, or a FaultProxy in front of one) that authenticates with token
+// ("" means the admin token).
+func (cp *ControlPlane) WriteKubeconfigFor(path, server, token string) error {
+	if token == "" {
+		token = cp.AdminToken
+	}
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: a.URL, CertificateAuthorityData: cp.certs.caPEM}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: cp.AdminToken}
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: cp.certs.caPEM}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: token}
 	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "admin", Namespace: "default"}
 	cfg.CurrentContext = "local"
 	return clientcmd.WriteToFile(*cfg, path)

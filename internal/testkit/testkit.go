@@ -8,12 +8,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -26,6 +29,8 @@ import (
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/client"
+	"rawwatch/faultproxy"
+	"rawwatch/internal/controlplane"
 )
 
 // Namespace creates a namespace named after the test and deletes it when the
@@ -205,4 +210,110 @@ func StealLease(t testing.TB, cfg *rest.Config, namespace, name, holder string) 
 	if _, err := leases.Update(context.Background(), lease, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("taking Lease %s/%s: %v", namespace, name, err)
 	}
+}
+
+// Proxy starts a fault proxy in front of apiserver a until the test ends, and
+// returns it with an admin rest.Config that goes through it.
+func Proxy(t testing.TB, cp *controlplane.ControlPlane, a *controlplane.APIServer) (*faultproxy.Proxy, *rest.Config) {
+	t.Helper()
+	p, err := cp.FaultProxy(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p, a.ConfigVia(p.URL)
+}
+
+// Logs collects what a logger writes, so that a test can check what was
+// (not) logged.
+type Logs struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+// Logger returns a logger writing to l, at verbosity v.
+func (l *Logs) Logger(v int) logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, prefix+" "+args)
+	}, funcr.Options{Verbosity: v})
+}
+
+// Count is the number of lines containing s.
+func (l *Logs) Count(s string) int { return len(l.Grep(s)) }
+
+// Grep returns the lines containing s.
+func (l *Logs) Grep(s string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// ControllerNamespace and ControllerServiceAccount are where config/rbac puts
+// the controller's identity.
+const (
+	ControllerNamespace      = "rawwatch-system"
+	ControllerServiceAccount = "rawwatch"
+)
+
+// InstallRBAC creates the controller's namespace (if needed) and applies
+// every manifest in config/rbac with server-side apply, as an operator would.
+func InstallRBAC(t testing.TB, cfg *rest.Config) {
+	t.Helper()
+	ctx := context.Background()
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ControllerNamespace}}
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if err := controlplane.Apply(ctx, cfg, RBACManifests(t)...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// RBACManifests are the files of config/rbac (not its kustomization).
+func RBACManifests(t testing.TB) []string {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(root, "config", "rbac", "*.yaml"))
+	var manifests []string
+	for _, f := range files {
+		if filepath.Base(f) != "kustomization.yaml" {
+			manifests = append(manifests, f)
+		}
+	}
+	if len(manifests) == 0 {
+		t.Fatal("no manifests in config/rbac")
+	}
+	return manifests
+}
+
+// WaitForEvent waits up to 30 s for an Event in namespace ns about the object
+// named name that match accepts (what `kubectl describe` would show), and
+// fails the test with what if none comes.
+func WaitForEvent(t testing.TB, cfg *rest.Config, ns, name, what string, match func(corev1.Event) bool) {
+	t.Helper()
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	Eventually(t, 30*time.Second, func() bool {
+		evs, err := kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if match(e) {
+				return true
+			}
+		}
+		return false
+	}, "no event: %s", what)
 }

@@ -1,0 +1,70 @@
+package chaos_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/klog/v2/textlogger"
+
+	"rawwatch/chaos"
+	"rawwatch/internal/controlplane"
+)
+
+var shared = &controlplane.Shared{}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	shared.Stop()
+	os.Exit(code)
+}
+
+// The short chaos run: 1,000 objects churned for 60 s under every fault.
+// `make chaos` is the full one (10,000 objects).
+func TestShortChaosRunLosesNothing(t *testing.T) {
+	cp := shared.Get(t)
+	// The controller's log goes to a file, shown if the run fails.
+	logFile := filepath.Join(t.TempDir(), "controller.log")
+	f, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(f), textlogger.Verbosity(2)))
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile)
+			lines := strings.Split(string(b), "\n")
+			t.Logf("the controller's log, last lines:\n%s", strings.Join(lines[max(0, len(lines)-80):], "\n"))
+		}
+	})
+	rep, err := chaos.Run(context.Background(), cp, chaos.Config{Logger: logger, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	rep.Print(&out)
+	t.Logf("\n%s", out.String())
+	if f := rep.Failures(); len(f) > 0 {
+		t.Fatalf("the controller lost something:\n%s", strings.Join(f, "\n"))
+	}
+	// A PASS means something only if the faults really happened.
+	for what, c := range map[string]struct{ got, least int64 }{
+		"watch streams cut":     {rep.Proxy.Cut, 10},
+		"410 ERROR events sent": {rep.Proxy.Expired, 3},
+		"410s from the server":  {rep.Proxy.UpstreamGone, 1},
+		"relists":               {rep.Relists, 3},
+		"etcd compactions":      {int64(rep.Compactions), 3},
+		"apiserver restarts":    {int64(rep.Restarts), 1},
+		"deletions":             {rep.Deletes, 100},
+		"re-created names":      {rep.Recreates, 10},
+		"updates":               {rep.Updates, 1000},
+		"reconciles":            {rep.Reconciles, 2000},
+	} {
+		if c.got < c.least {
+			t.Errorf("%s: %d, want at least %d: the run did not test what it claims", what, c.got, c.least)
+		}
+	}
+}

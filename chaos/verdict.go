@@ -1,0 +1,291 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"rawwatch/api/v1alpha1"
+	"rawwatch/client"
+	"rawwatch/faultproxy"
+	"rawwatch/internal/app"
+	"rawwatch/store"
+)
+
+// Verdict is what the checks found. Each list holds one line per problem;
+// all empty means nothing was lost.
+type Verdict struct {
+	// Listed is the number of objects the fresh LIST returned.
+	Listed int
+	// StoreDiff: keys missing from the store, left over in it, or held at
+	// another UID or resourceVersion than the server's; DiffKinds counts
+	// them by kind.
+	StoreDiff []string
+	DiffKinds map[string]int
+	// StaleStatus: objects whose status does not describe their generation.
+	StaleStatus []string
+	// UnseenDeletions: deletions the reconciler was never told about.
+	UnseenDeletions []string
+	// Invisible counts deletions no client could have seen: of objects
+	// created and deleted while the watcher was between a broken watch and
+	// the relist that followed. They are not losses.
+	Invisible int
+	// Overlaps: keys reconciled by two workers at once.
+	Overlaps []string
+	// ChurnErrors: writes of the churner that failed (the run's own
+	// bookkeeping is then in doubt, so they fail the run too).
+	ChurnErrors []string
+}
+
+// converged: everything the controller can still fix by catching up is fixed.
+func (v Verdict) converged() bool {
+	return len(v.StoreDiff) == 0 && len(v.StaleStatus) == 0 && len(v.UnseenDeletions) == 0
+}
+
+// Failures lists, one line per kind of loss, what the run found; empty means
+// the verdict is PASS.
+func (v Verdict) Failures() []string {
+	var out []string
+	add := func(what string, items []string) {
+		if len(items) > 0 {
+			out = append(out, fmt.Sprintf("%d %s: %s", len(items), what, sample(items)))
+		}
+	}
+	add(fmt.Sprintf("differences between the store and a fresh LIST (%s)", kinds(v.DiffKinds)), v.StoreDiff)
+	add("objects whose status is not at their generation", v.StaleStatus)
+	add("deletions the reconciler never saw", v.UnseenDeletions)
+	add("keys reconciled by two workers at once", v.Overlaps)
+	add("failed churn writes", v.ChurnErrors)
+	return out
+}
+
+// The kinds of difference between the store and the server.
+const (
+	diffMissing = "missing from the store"
+	diffGhost   = "deleted on the server, still in the store"
+	diffUID     = "another object under the same name"
+	diffStale   = "at an older or newer resourceVersion"
+)
+
+func kinds(counts map[string]int) string {
+	var parts []string
+	for _, k := range []string{diffMissing, diffGhost, diffUID, diffStale} {
+		if n := counts[k]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, k))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func sample(items []string) string {
+	const show = 5
+	if len(items) <= show {
+		return strings.Join(items, ", ")
+	}
+	return strings.Join(items[:show], ", ") + fmt.Sprintf(", … (%d more)", len(items)-show)
+}
+
+// judge computes verdicts: it compares the controller with the server.
+type judge struct {
+	list    *rest.Config // straight to an apiserver, no proxy
+	ns      string
+	ctrl    *app.App
+	rec     *recorder
+	deleted []deletion
+}
+
+func (j *judge) verdict(ctx context.Context) (Verdict, error) {
+	c, err := client.New(j.list)
+	if err != nil {
+		return Verdict{}, err
+	}
+	list, err := c.List(ctx, j.ns, metav1.ListOptions{})
+	if err != nil {
+		return Verdict{}, fmt.Errorf("the fresh LIST: %w", err)
+	}
+	// One snapshot of the store, taken after the LIST: a controller still at
+	// work may be ahead of the LIST by then (not converged yet: judged again).
+	stored := map[string]app.Object{}
+	for _, o := range j.ctrl.Store.List() {
+		stored[store.KeyOf(o)] = o
+	}
+	v := Verdict{Listed: len(list.Items), DiffKinds: map[string]int{}}
+	diff := func(kind, line string) {
+		v.DiffKinds[kind]++
+		v.StoreDiff = append(v.StoreDiff, line)
+	}
+	server := map[string]*v1alpha1.MyResource{}
+	for i := range list.Items {
+		o := &list.Items[i]
+		key := store.KeyOf(o)
+		server[key] = o
+		got, ok := stored[key]
+		switch {
+		case !ok:
+			diff(diffMissing, key+" missing from the store")
+		case got.UID != o.UID:
+			diff(diffUID, fmt.Sprintf("%s is another object in the store (uid %s, server %s)", key, got.UID, o.UID))
+		case got.ResourceVersion != o.ResourceVersion:
+			diff(diffStale, fmt.Sprintf("%s at resourceVersion %s in the store, %s on the server", key, got.ResourceVersion, o.ResourceVersion))
+		}
+		if o.Status.ObservedGeneration != o.Generation || o.Status.Phase != v1alpha1.PhaseProcessed {
+			v.StaleStatus = append(v.StaleStatus, fmt.Sprintf("%s generation %d, status %q at %d", key, o.Generation, o.Status.Phase, o.Status.ObservedGeneration))
+		}
+	}
+	for key := range stored {
+		if _, ok := server[key]; !ok {
+			diff(diffGhost, key+" in the store, gone from the server")
+		}
+	}
+	j.rec.mu.Lock()
+	for _, d := range j.deleted {
+		switch {
+		case j.rec.seenDeleted[d.incarnation]:
+		case j.rec.invisible(d):
+			v.Invisible++
+		default:
+			v.UnseenDeletions = append(v.UnseenDeletions, fmt.Sprintf("%s (uid %s; what the controller saw of the key: %s)",
+				d.Key, d.UID, strings.Join(j.rec.history[d.Key], "; ")))
+		}
+	}
+	v.Overlaps = slices.Clone(j.rec.overlaps)
+	j.rec.mu.Unlock()
+	slices.Sort(v.StoreDiff)
+	slices.Sort(v.StaleStatus)
+	return v, nil
+}
+
+// Report is the outcome of a run: what happened, and the verdict.
+type Report struct {
+	Config    Config
+	Namespace string
+	Verdict   Verdict
+
+	// Durations: until the first list was in the store, until convergence
+	// after the faults stopped, the whole run.
+	InitialSync, ConvergedIn, Total time.Duration
+
+	// The churn.
+	Creates, Recreates, Updates, Deletes, WriteConflicts int64
+
+	// The watcher (watcher.Stats): events applied, lists (the first
+	// included), relists, WATCH requests, backoffs, skipped objects, and
+	// deletions found by relists (FinalStateUnknown).
+	Events, Added, Modified, Deleted, Bookmarks int64
+	Lists, Relists, Watches, Backoffs           int64
+	Skipped, GoneDeletes                        int64
+
+	// The workers: reconciles, retries after an error, conflicts writing
+	// status, successful status writes, deletions handed to the reconciler
+	// with an unknown final state; the longest retry delay handed out.
+	Reconciles, Retries, Conflicts, StatusWrites, UnknownFinalState int64
+	LongestRetry                                                    time.Duration
+
+	// The faults: the proxy's counts, etcd compactions, apiserver restarts.
+	Proxy       faultproxy.Counts
+	Compactions int
+	Restarts    int
+	RestartTook time.Duration
+	RestartErr  error
+
+	mu sync.Mutex
+}
+
+// Failures is the verdict's list of losses; empty means PASS.
+func (r *Report) Failures() []string { return r.Verdict.Failures() }
+
+func (r *Report) fill(ctrl *app.App, proxy faultproxy.Counts, rec *recorder, ch *churner) {
+	st := ctrl.Watcher.Stats()
+	r.Events, r.Added, r.Modified, r.Deleted, r.Bookmarks = st.Events, st.Added, st.Modified, st.Deleted, st.Bookmarks
+	r.Lists, r.Relists, r.Watches, r.Backoffs = st.Lists, st.Relists, st.Watches, st.Backoffs
+	r.Skipped, r.GoneDeletes = st.Skipped, st.GoneDeletes
+	rec.mu.Lock()
+	r.Reconciles, r.Retries, r.Conflicts, r.StatusWrites, r.UnknownFinalState = rec.reconciles, rec.retries, rec.conflicts, rec.writes, rec.unknown
+	r.LongestRetry = rec.longestRetry
+	rec.mu.Unlock()
+	r.Creates, r.Recreates, r.Updates, r.Deletes, r.WriteConflicts = ch.creates.Load(), ch.recreates.Load(), ch.updates.Load(), ch.deletes.Load(), ch.conflicts.Load()
+	for _, err := range ch.errors() {
+		r.Verdict.ChurnErrors = append(r.Verdict.ChurnErrors, err.Error())
+	}
+	r.Proxy = proxy
+}
+
+// Print writes the report as a learner would want to read it.
+func (r *Report) Print(w io.Writer) {
+	c := r.Config
+	fmt.Fprintf(w, "chaos run: %d objects churned at %.0f changes/s for %v; %d workers\n",
+		c.Objects, c.ChurnRate, c.Duration, c.Workers)
+	fmt.Fprintf(w, "faults: watch cut %s, 410 ERROR event %s, etcd compaction (the controller cut off for 1s) %s, apiserver restarts %d",
+		every(c.CutEvery), every(c.ExpireEvery), every(c.CompactEvery), r.Restarts)
+	if r.Restarts > 0 {
+		fmt.Fprintf(w, " (back in %v)", r.RestartTook.Round(100*time.Millisecond))
+	}
+	fmt.Fprintf(w, "\n\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(what string, n any, note string) { fmt.Fprintf(tw, "  %s\t%v\t%s\n", what, n, note) }
+	fmt.Fprintln(tw, "churn")
+	row("creates", r.Creates, fmt.Sprintf("%d of them re-created a deleted name (a new UID)", r.Recreates))
+	row("updates", r.Updates, fmt.Sprintf("each a new generation; %d conflicts with the controller's status writes, retried", r.WriteConflicts))
+	row("deletes", r.Deletes, "")
+	fmt.Fprintln(tw, "faults")
+	row("watch streams cut", r.Proxy.Cut, "")
+	row("410s injected", r.Proxy.Expired, "ERROR event, then end of stream")
+	row("410s from the server", r.Proxy.UpstreamGone, "history compacted by etcd")
+	row("etcd compactions", r.Compactions, fmt.Sprintf("each while the proxy refused connections for 1s (%d refusals)", r.Proxy.Refused))
+	row("apiserver restarts", r.Restarts, "")
+	fmt.Fprintln(tw, "watcher")
+	row("events", r.Events, fmt.Sprintf("%d added, %d modified, %d deleted", r.Added, r.Modified, r.Deleted))
+	row("bookmarks", r.Bookmarks, "")
+	row("lists", r.Lists, fmt.Sprintf("%d relists; %d deletions found by relists (FinalStateUnknown)", r.Relists, r.GoneDeletes))
+	row("watch requests", r.Watches, fmt.Sprintf("%d restarts of the watch", max(r.Watches-1, 0)))
+	row("backoffs", r.Backoffs, "")
+	row("skipped objects", r.Skipped, "")
+	fmt.Fprintln(tw, "workers")
+	row("reconciles", r.Reconciles, fmt.Sprintf("%d status writes", r.StatusWrites))
+	row("retries", r.Retries, fmt.Sprintf("%d after a conflict; the longest delay before a retry %v", r.Conflicts, r.LongestRetry.Round(time.Millisecond)))
+	row("deletions seen", r.Deletes-int64(len(r.Verdict.UnseenDeletions)+r.Verdict.Invisible), fmt.Sprintf("%d with an unknown final state (found by a relist)", r.UnknownFinalState))
+	fmt.Fprintln(tw, "time")
+	row("first list synced", r.InitialSync.Round(100*time.Millisecond), "after start (includes creating the objects)")
+	row("converged", r.ConvergedIn.Round(100*time.Millisecond), "after the faults stopped")
+	row("whole run", r.Total.Round(time.Second), "")
+	tw.Flush()
+
+	v := r.Verdict
+	fmt.Fprintf(w, "\nchecks\n")
+	check := func(ok bool, what string) {
+		mark := "ok  "
+		if !ok {
+			mark = "FAIL"
+		}
+		fmt.Fprintf(w, "  %s %s\n", mark, what)
+	}
+	check(len(v.StoreDiff) == 0, fmt.Sprintf("the store equals a fresh LIST of %d objects", v.Listed))
+	check(len(v.StaleStatus) == 0, "every object's status.observedGeneration equals its metadata.generation")
+	check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler (but %d of objects that lived and died inside a relist gap, which no client could see)",
+		r.Deletes-int64(v.Invisible), v.Invisible))
+	check(len(v.Overlaps) == 0, "no key was reconciled by two workers at once")
+	check(len(v.ChurnErrors) == 0, "every churn write succeeded")
+	if f := r.Failures(); len(f) > 0 {
+		fmt.Fprintf(w, "\nVERDICT: FAIL\n")
+		for _, line := range f {
+			fmt.Fprintf(w, "  %s\n", line)
+		}
+		return
+	}
+	fmt.Fprintf(w, "\nVERDICT: PASS — nothing lost\n")
+}
+
+func every(d time.Duration) string {
+	if d < 0 {
+		return "never"
+	}
+	return "every ~" + d.String()
+}
