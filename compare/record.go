@@ -38,6 +38,9 @@ type recorder struct {
 
 	samplesMu sync.Mutex
 	samples   []MemSample
+
+	// onEvent, if set, also hears every event (the benchmarks use it).
+	onEvent func(typ byte, rv string, at int64)
 }
 
 // MemSample is one reading of a consumer's memory.
@@ -62,6 +65,9 @@ func newRecorder(eventsPath string) (*recorder, error) {
 // event records one handler call. The line format is "T RV AT KEY".
 func (r *recorder) event(typ byte, rv, key string) {
 	at := time.Now().UnixNano()
+	if r.onEvent != nil {
+		r.onEvent(typ, rv, at)
+	}
 	switch typ {
 	case EvAdd:
 		r.adds.Add(1)

@@ -9,6 +9,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,12 +23,19 @@ import (
 
 // The update phase of a harness run is bounded by how fast the apiserver
 // accepts writes (a few hundred to a thousand per second on two cores), so
-// every consumer keeps up and their events/s are equal. This benchmark
-// measures what each consumer could take: a fake apiserver replays a
-// pre-encoded WATCH stream of MODIFIED events as fast as the consumer reads
-// it, and the clock runs from the first byte to the last handler call.
+// every consumer keeps up and their events/s are equal; and its delivery
+// latencies are mostly the apiserver's and the scheduler's. These
+// benchmarks measure the consumers alone, against a fake apiserver that
+// replays a pre-encoded WATCH stream of MODIFIED events:
 //
-//	go test -run '^$' -bench Delivery -benchtime 5x ./compare
+//   - BenchmarkDelivery: as fast as the consumer reads it; the clock runs
+//     from the first byte to the last handler call (events/s);
+//
+//   - BenchmarkDeliveryLatency: one event every 500 µs; each event's latency
+//     runs from the moment its frame was written to the moment the
+//     consumer's handler was called (p50 and p99, µs).
+//
+//     go test -run '^$' -bench Delivery -benchtime 5x ./compare
 func BenchmarkDelivery(b *testing.B) {
 	const objects, events = 1000, 20000
 	list, stream := replayData(objects, events)
@@ -45,14 +54,50 @@ func BenchmarkDelivery(b *testing.B) {
 	}
 }
 
+func BenchmarkDeliveryLatency(b *testing.B) {
+	const objects, events = 1000, 4000
+	const every = 500 * time.Microsecond
+	list, stream := replayData(objects, events)
+	frames := bytes.SplitAfter(stream, []byte("\n"))
+	for _, kind := range []string{KindRaw, KindInformerList, KindBare} {
+		b.Run(kind, func(b *testing.B) {
+			var all []float64
+			for b.Loop() {
+				sent := make([]atomic.Int64, events)
+				srv := httptest.NewServer(pacedServer(list, frames[:events], every, sent))
+				var mu sync.Mutex
+				var lat []float64
+				deliver(b, kind, &rest.Config{Host: srv.URL, QPS: -1}, events, func(typ byte, rv string, at int64) {
+					i, _ := strconv.Atoi(rv)
+					if typ != EvUpdate || i < 2 || i-2 >= events {
+						return
+					}
+					mu.Lock()
+					lat = append(lat, float64(at-sent[i-2].Load())/1e3)
+					mu.Unlock()
+				})
+				srv.Close()
+				all = append(all, lat...)
+			}
+			s := stats(all)
+			b.ReportMetric(s.P50, "p50-µs")
+			b.ReportMetric(s.P99, "p99-µs")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
 // deliver runs one consumer against the replay server until it has handled
 // every event, and returns how long the events took.
-func deliver(b *testing.B, kind string, cfg *rest.Config, events int) time.Duration {
+func deliver(b *testing.B, kind string, cfg *rest.Config, events int, onEvent ...func(byte, string, int64)) time.Duration {
 	rec, err := newRecorder(os.DevNull)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer rec.close()
+	if len(onEvent) > 0 {
+		rec.onEvent = onEvent[0]
+	}
 	c, err := newConsumer(kind, rest.CopyConfig(cfg), "bench", rec, 0)
 	if err != nil {
 		b.Fatal(err)
@@ -105,6 +150,36 @@ func replayData(n, m int) (list, stream []byte) {
 		_ = enc.Encode(map[string]any{"type": "MODIFIED", "object": obj(e%n, e+2)})
 	}
 	return list, buf.Bytes()
+}
+
+// pacedServer is replayServer writing one frame every d, recording when
+// each was written (sent[i], unix ns).
+func pacedServer(list []byte, frames [][]byte, d time.Duration, sent []atomic.Int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Query().Get("watch") == "" {
+			w.Write(list)
+			return
+		}
+		if r.URL.Query().Get("sendInitialEvents") == "true" {
+			http.Error(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"BadRequest","code":400}`, http.StatusBadRequest)
+			return
+		}
+		f := w.(http.Flusher)
+		next := time.Now()
+		for i, frame := range frames {
+			if wait := time.Until(next); wait > 0 {
+				time.Sleep(wait)
+			}
+			next = next.Add(d)
+			sent[i].Store(time.Now().UnixNano())
+			if _, err := w.Write(frame); err != nil {
+				return
+			}
+			f.Flush()
+		}
+		<-r.Context().Done()
+	})
 }
 
 // replayServer answers LISTs with list and WATCHes with stream, then holds
