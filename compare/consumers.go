@@ -42,6 +42,9 @@ type consumer interface {
 	run(ctx context.Context, synced chan<- struct{})
 	// storeLen is the number of cached objects (-1 without a cache).
 	storeLen() int
+	// lists is the number of (re)lists completed, if the consumer can tell
+	// (-1 if not: the harness then infers it from the events, see relisted).
+	lists() int64
 	// dump is the cache as key → resourceVersion (nil without a cache).
 	dump() map[string]string
 }
@@ -107,6 +110,7 @@ func (r *rawConsumer) run(ctx context.Context, synced chan<- struct{}) {
 }
 
 func (r *rawConsumer) storeLen() int { return r.store.Len() }
+func (r *rawConsumer) lists() int64  { return r.w.Stats().Lists }
 
 func (r *rawConsumer) dump() map[string]string {
 	out := map[string]string{}
@@ -188,6 +192,7 @@ func (i *informerConsumer) run(ctx context.Context, synced chan<- struct{}) {
 }
 
 func (i *informerConsumer) storeLen() int { return len(i.informer.GetIndexer().ListKeys()) }
+func (i *informerConsumer) lists() int64  { return -1 }
 
 func (i *informerConsumer) dump() map[string]string {
 	out := map[string]string{}
@@ -281,6 +286,7 @@ func (b *bareConsumer) run(ctx context.Context, synced chan<- struct{}) {
 }
 
 func (b *bareConsumer) storeLen() int           { return -1 }
+func (b *bareConsumer) lists() int64            { return -1 }
 func (b *bareConsumer) dump() map[string]string { return nil }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -222,9 +222,9 @@ func (h *harness) run(ctx context.Context) error {
 	h.mark("after-updates")
 
 	if h.opts.Relist && h.opts.RestartAPIServer != nil {
-		lists := map[*child]int64{}
+		before := map[*child]status{}
 		for _, c := range h.consumers {
-			lists[c] = c.status().lists
+			before[c] = c.status()
 		}
 		err = h.phase("relist", func() error {
 			// A restarted apiserver's watch cache starts at the current
@@ -237,23 +237,42 @@ func (h *harness) run(ctx context.Context) error {
 			if err := h.opts.RestartAPIServer(ctx); err != nil {
 				return err
 			}
-			// A consumer has recovered when it has listed again and
-			// delivers a write made after the restart: it watches again.
-			if err := h.waitEach(2*time.Minute, "relist", func(c *child, s status) bool { return s.lists > lists[c] }); err != nil {
+			// A consumer has recovered when it has finished a relist and
+			// delivers a write made after it: it watches again. A relist
+			// can take a while to start (the backoff grown while the
+			// apiserver was away, up to 30 s in client-go).
+			if err := h.waitEach(2*time.Minute, 45*time.Second, "relist", func(c *child, s status) bool { return relisted(c.kind, before[c], s, n) }); err != nil {
 				return err
 			}
-			before := map[*child]int64{}
+			// A consumer's first WATCH after its relist may still wait for
+			// the new apiserver's watch cache (429 "storage is
+			// (re)initializing"): one probe update a second, until every
+			// consumer has delivered one.
+			probeBefore := map[*child]int64{}
 			for _, c := range h.consumers {
-				before[c] = c.status().updates
+				probeBefore[c] = c.status().updates
 			}
-			probe, err := h.load.Update(ctx, 0, 0, 1)
-			if err != nil {
-				return err
+			recovered := func(c *child, s status) bool { return s.updates > probeBefore[c] }
+			for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
+				probe, err := h.load.Update(ctx, 0, 0, 1)
+				if err != nil {
+					return err
+				}
+				h.writes = append(h.writes, probe...)
+				for wait := time.Now().Add(time.Second); time.Now().Before(wait); time.Sleep(50 * time.Millisecond) {
+					if h.allOf(recovered) {
+						return nil
+					}
+				}
 			}
-			h.writes = append(h.writes, probe...)
-			return h.waitEach(2*time.Minute, "relist recovery", func(c *child, s status) bool {
-				return s.updates > before[c] && (s.storeLen < 0 || s.storeLen == n)
-			})
+			var late []string
+			for _, c := range h.consumers {
+				if !recovered(c, c.status()) {
+					late = append(late, c.kind)
+				}
+			}
+			h.logf("relist recovery: timed out: %s", strings.Join(late, ", "))
+			return nil
 		})
 		if err != nil {
 			return err
@@ -319,17 +338,42 @@ func (h *harness) mark(label string) {
 // missed); neither is anyone after timeout. Only a consumer that exited is
 // an error.
 func (h *harness) waitAll(timeout time.Duration, what string, ok func(status) bool) error {
-	return h.waitEach(timeout, what, func(_ *child, s status) bool { return ok(s) })
+	return h.waitEach(timeout, quietPeriod, what, func(_ *child, s status) bool { return ok(s) })
 }
 
 const quietPeriod = 5 * time.Second
 
-func (h *harness) waitEach(timeout time.Duration, what string, ok func(*child, status) bool) error {
+// allOf says whether every consumer's status satisfies ok now.
+func (h *harness) allOf(ok func(*child, status) bool) bool {
+	for _, c := range h.consumers {
+		if !ok(c, c.status()) {
+			return false
+		}
+	}
+	return true
+}
+
+// relisted says whether a consumer finished a relist of n objects since
+// status before. Each kind shows it its own way: the raw watcher counts its
+// completed lists; an informer's relist reports every object again as an
+// update with an unchanged resourceVersion; the bare stream's as an ADDED.
+func relisted(kind string, before, now status, n int) bool {
+	switch {
+	case now.doneLists >= 0:
+		return now.doneLists > before.doneLists
+	case kind == KindBare:
+		return now.adds-before.adds >= int64(n)
+	default:
+		return now.resyncs+now.updates-before.resyncs-before.updates >= int64(n)
+	}
+}
+
+func (h *harness) waitEach(timeout, quiet time.Duration, what string, ok func(*child, status) bool) error {
 	deadline := time.Now().Add(timeout)
 	last := map[*child]status{}
 	moved := map[*child]time.Time{}
 	for {
-		var late, quiet []string
+		var late, quietKinds []string
 		for _, c := range h.consumers {
 			s := c.status()
 			if s.exited != nil {
@@ -341,15 +385,15 @@ func (h *harness) waitEach(timeout time.Duration, what string, ok func(*child, s
 			if p, seen := last[c]; !seen || p.progress() != s.progress() {
 				last[c], moved[c] = s, time.Now()
 			}
-			if time.Since(moved[c]) > quietPeriod {
-				quiet = append(quiet, c.kind)
+			if time.Since(moved[c]) > quiet {
+				quietKinds = append(quietKinds, c.kind)
 				continue
 			}
 			late = append(late, c.kind)
 		}
 		if len(late) == 0 {
-			if len(quiet) > 0 {
-				h.logf("%s: %s made no progress for %s; going on without them", what, strings.Join(quiet, ", "), quietPeriod)
+			if len(quietKinds) > 0 {
+				h.logf("%s: %s made no progress for %s; going on without them", what, strings.Join(quietKinds, ", "), quiet)
 			}
 			return nil
 		}
@@ -379,7 +423,7 @@ type status struct {
 	synced                          bool
 	adds, updates, deletes, resyncs int64
 	storeLen                        int
-	lists                           int64
+	lists, pages, doneLists         int64
 	marked                          map[string]bool
 	exited                          error
 }
@@ -453,13 +497,13 @@ func (c *child) read(r io.Reader) {
 				c.st.marked[f[1]] = true
 			}
 		case "status":
-			if len(f) == 7 {
-				v := make([]int64, 6)
+			if len(f) == 9 {
+				v := make([]int64, 8)
 				for i := range v {
 					v[i], _ = strconv.ParseInt(f[i+1], 10, 64)
 				}
 				c.st.adds, c.st.updates, c.st.deletes, c.st.resyncs = v[0], v[1], v[2], v[3]
-				c.st.storeLen, c.st.lists = int(v[4]), v[5]
+				c.st.storeLen, c.st.lists, c.st.pages, c.st.doneLists = int(v[4]), v[5], v[6], v[7]
 			}
 		}
 		c.mu.Unlock()
@@ -467,8 +511,8 @@ func (c *child) read(r io.Reader) {
 }
 
 // progress is what changes while a consumer works.
-func (s status) progress() [6]int64 {
-	return [6]int64{s.adds, s.updates, s.deletes, s.resyncs, int64(s.storeLen), s.lists}
+func (s status) progress() [8]int64 {
+	return [8]int64{s.adds, s.updates, s.deletes, s.resyncs, int64(s.storeLen), s.lists, s.pages, s.doneLists}
 }
 
 func (c *child) status() status {

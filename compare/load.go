@@ -40,6 +40,7 @@ type Load struct {
 	Progress io.Writer
 
 	latest []*v1alpha1.MyResource // by index
+	seq    atomic.Int64           // updates made, for unique messages
 }
 
 func (l *Load) name(i int) string { return fmt.Sprintf("obj-%06d", i) }
@@ -123,9 +124,11 @@ func (l *Load) Update(ctx context.Context, qps float64, d time.Duration, n int) 
 		defer cancel()
 	}
 	objs := len(l.latest)
-	writes, err := l.run(ctx, "update", n, lim, func(ctx context.Context, i, seq int) (Write, error) {
+	writes, err := l.run(ctx, "update", n, lim, func(ctx context.Context, i, _ int) (Write, error) {
 		obj := l.latest[i%objs].DeepCopy()
-		obj.Spec.Message = fmt.Sprintf("update %d", seq)
+		// Every update must change the object: the apiserver answers an
+		// update that changes nothing without a new resourceVersion or event.
+		obj.Spec.Message = fmt.Sprintf("update %d", l.seq.Add(1))
 		got, err := l.Client.Update(ctx, obj)
 		if err != nil {
 			return Write{}, err

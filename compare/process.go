@@ -44,7 +44,7 @@ type ConsumerResult struct {
 // The protocol between the harness and a consumer process, one line each:
 //
 //	consumer → harness (stdout):  synced
-//	                              status ADDS UPDATES DELETES RESYNCS STORELEN LISTS   (every 200 ms)
+//	                              status ADDS UPDATES DELETES RESYNCS STORELEN LISTS PAGES DONELISTS  (every 200 ms)
 //	                              marked LABEL
 //	harness → consumer (stdin):   mark LABEL   (force a GC, record the live heap)
 //	                              stop         (write the result and exit)
@@ -102,7 +102,7 @@ func RunConsumer(opts ConsumerOptions, stdin io.Reader, stdout io.Writer) error 
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				say("%s", rec.statusLine(c.storeLen()))
+				say("%s", rec.statusLine(c.storeLen(), c.lists()))
 			}
 		}
 	}()

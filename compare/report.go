@@ -219,7 +219,9 @@ func (r *Report) analyse(c *child, updateAck, deleteAck map[string]int64, server
 				seenUpdate[string(rvB)] = true
 				cr.latencies = append(cr.latencies, latencyMs(at, ack))
 			}
-			if up != nil && at >= up.Start {
+			// Update-phase rate: events of the phase's writes (the relist's
+			// probe updates come later and are left out).
+			if up != nil && at >= up.Start && at <= up.End+int64(5*time.Second) {
 				if firstUpd == 0 {
 					firstUpd = at
 				}
