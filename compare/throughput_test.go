@@ -39,9 +39,10 @@ import (
 func BenchmarkDelivery(b *testing.B) {
 	const objects, events = 1000, 20000
 	list, stream := replayData(objects, events)
+	frames := bytes.SplitAfter(stream, []byte("\n"))
 	for _, kind := range []string{KindRaw, KindInformerList, KindBare} {
 		b.Run(kind, func(b *testing.B) {
-			srv := httptest.NewServer(replayServer(list, stream))
+			srv := httptest.NewServer(replayServer(list, frames, 0, nil))
 			defer srv.Close()
 			cfg := &rest.Config{Host: srv.URL, QPS: -1}
 			var total time.Duration
@@ -64,7 +65,7 @@ func BenchmarkDeliveryLatency(b *testing.B) {
 			var all []float64
 			for b.Loop() {
 				sent := make([]atomic.Int64, events)
-				srv := httptest.NewServer(pacedServer(list, frames[:events], every, sent))
+				srv := httptest.NewServer(replayServer(list, frames[:events], every, sent))
 				var mu sync.Mutex
 				var lat []float64
 				deliver(b, kind, &rest.Config{Host: srv.URL, QPS: -1}, events, func(typ byte, rv string, at int64) {
@@ -152,9 +153,12 @@ func replayData(n, m int) (list, stream []byte) {
 	return list, buf.Bytes()
 }
 
-// pacedServer is replayServer writing one frame every d, recording when
-// each was written (sent[i], unix ns).
-func pacedServer(list []byte, frames [][]byte, d time.Duration, sent []atomic.Int64) http.Handler {
+// replayServer answers LISTs with list, refuses WatchList (the consumers
+// fall back to LIST), and answers a WATCH with frames, then holds it open
+// until the client goes away. With every == 0 the frames go out as fast as
+// the client reads them; otherwise one every `every`, and sent[i] records
+// when frame i was written (unix ns).
+func replayServer(list []byte, frames [][]byte, every time.Duration, sent []atomic.Int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if r.URL.Query().Get("watch") == "" {
@@ -166,43 +170,22 @@ func pacedServer(list []byte, frames [][]byte, d time.Duration, sent []atomic.In
 			return
 		}
 		f := w.(http.Flusher)
-		next := time.Now()
+		next, unflushed := time.Now(), 0
 		for i, frame := range frames {
-			if wait := time.Until(next); wait > 0 {
-				time.Sleep(wait)
+			if every > 0 {
+				if wait := time.Until(next); wait > 0 {
+					time.Sleep(wait)
+				}
+				next = next.Add(every)
+				sent[i].Store(time.Now().UnixNano())
 			}
-			next = next.Add(d)
-			sent[i].Store(time.Now().UnixNano())
 			if _, err := w.Write(frame); err != nil {
 				return
 			}
-			f.Flush()
-		}
-		<-r.Context().Done()
-	})
-}
-
-// replayServer answers LISTs with list and WATCHes with stream, then holds
-// the watch open until the client goes away.
-func replayServer(list, stream []byte) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		if r.URL.Query().Get("watch") == "" {
-			w.Write(list)
-			return
-		}
-		if r.URL.Query().Get("sendInitialEvents") == "true" {
-			http.Error(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"BadRequest","code":400}`, http.StatusBadRequest)
-			return
-		}
-		f := w.(http.Flusher)
-		for rest := stream; len(rest) > 0; {
-			n := min(len(rest), 64<<10)
-			if _, err := w.Write(rest[:n]); err != nil {
-				return
+			if unflushed += len(frame); every > 0 || unflushed >= 64<<10 || i == len(frames)-1 {
+				f.Flush()
+				unflushed = 0
 			}
-			f.Flush()
-			rest = rest[n:]
 		}
 		<-r.Context().Done()
 	})
