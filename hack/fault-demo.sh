@@ -96,6 +96,11 @@ demo_410() {
 	explain "The proxy refuses connections; an object changes meanwhile; etcd is compacted; the controller comes back and re-watches from the resourceVersion it had. This apiserver runs without a watch cache, so that WATCH goes to etcd, which no longer has it: a real 410 (UpstreamGone below), then a relist, which brings the change."
 	fault refuse
 	edit hello "changed while the controller was away"
+	# A second change, so that the compaction (to the latest revision) removes
+	# the first one: the server then answers 410. (Compacting exactly to the
+	# only change gives a 500 instead, "etcd event received with PrevKv=nil",
+	# which the watcher treats the same way; a test covers that case.)
+	edit greeting "also changed while the controller was away"
 	fault compact
 	fault accept
 	wait_reconciled hello "changed while the controller was away"

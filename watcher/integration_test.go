@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -386,6 +387,48 @@ func TestCompactedResourceVersionRelistsAndReportsDeletions(t *testing.T) {
 		t.Errorf("re-created name reported as an update of uid %s to uid %s", d.Old.UID, d.Object.UID)
 	}
 	assertStoreMatchesServer(t, c, ns, r.store)
+}
+
+// etcd compacted exactly up to the one change made while the watcher was
+// away: the apiserver (without watch cache) still has that change but not
+// the object before it, and ends every WATCH from the watcher's RV with an
+// ERROR event "etcd event received with PrevKv=nil" — a 500, not a 410.
+// The watcher must relist rather than re-watch from that RV forever (the
+// fault demo found it doing just that).
+func TestErrorEventAfterCompactionAtTheNextChangeRelists(t *testing.T) {
+	cp := shared.Get(t)
+	uncached := shared.Uncached(t)
+	ns := testkit.Namespace(t, cp.Config())
+	c := testkit.Client(t, cp.Config())
+	ctx := context.Background()
+	obj, err := c.Create(ctx, testkit.New(ns, "hello", "v1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, cfg := testkit.Proxy(t, cp, uncached)
+	r := start(t, cfg, ns, watcher.Options[object]{})
+	testkit.Eventually(t, 10*time.Second, func() bool { return proxy.OpenWatches() == 1 }, "no watch open")
+
+	proxy.Refuse()
+	obj.Spec.Message = "changed while the watcher was away"
+	changed, err := c.Update(ctx, obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, _ := strconv.ParseInt(changed.ResourceVersion, 10, 64)
+	if err := cp.CompactTo(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	if err := proxy.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		got, ok := r.store.Get(ns + "/hello")
+		return ok && got.Spec.Message == changed.Spec.Message
+	}, "the change made while the watcher was away never reached the store")
+	if n := r.w.Stats().Relists; n != 1 {
+		t.Errorf("%d relists, want 1", n)
+	}
 }
 
 // A paginated LIST whose snapshot etcd compacts between two pages gets 410

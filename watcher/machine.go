@@ -56,6 +56,9 @@ type Outcome struct {
 	Events int
 	// Duration is how long a WATCH stream stayed open.
 	Duration time.Duration
+	// ErrorEvent: the WATCH stream ended with an ERROR event, the server's
+	// own word that it cannot go on from here (Err is its status).
+	ErrorEvent bool
 }
 
 // MinHealthyWatch: a watch that closes sooner than this without delivering
@@ -156,6 +159,16 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 	if healthy {
 		m.relisted = false
 	}
+	// An ERROR event other than 410 (typically a 500) still means the
+	// server cannot serve this watch from our resourceVersion: after etcd
+	// compacted exactly up to the next change, the apiserver has that event
+	// but not the object before it, and says "etcd event received with
+	// PrevKv=nil" on every re-watch from there. Re-watching would fail
+	// forever; as client-go does, relist.
+	serverGaveUp := o.ErrorEvent && class == Transient
+	if serverGaveUp {
+		class = Expired
+	}
 	switch {
 	case class == Expired:
 		// The server no longer has the history after our RV. Relist from
@@ -165,6 +178,9 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 		// every apiserver restart: its new watch cache starts after our RV.
 		m.FromLatest = true
 		reason := fmt.Sprintf("resourceVersion %s expired (%v): relist from the latest", m.RV, o.Err)
+		if serverGaveUp {
+			reason = fmt.Sprintf("the server ended the watch from resourceVersion %s with an error (%v): relist from the latest", m.RV, o.Err)
+		}
 		// The first 410 relists at once, whatever the backoff grew to while
 		// the server was away: the relist is what recovers us. A 410 again
 		// before any healthy watch means something is wrong: back off.

@@ -153,6 +153,19 @@ func TestMachineExpiredRelists(t *testing.T) {
 	}
 }
 
+// An ERROR event that is not a 410 (here the 500 an apiserver without watch
+// cache sends when etcd kept an event but compacted the object before it):
+// the server cannot go on from this RV, so relist. A 500 answering the
+// WATCH request itself is only a failed request: back off and watch again.
+func TestMachineErrorEventsRelist(t *testing.T) {
+	prevKV := apierrors.NewInternalError(errors.New("etcd event received with PrevKv=nil"))
+	m := &Machine{State: Watching, RV: "224", Synced: true}
+	run(t, m, []step{
+		{in: Outcome{Op: OpWatch, Err: err500}, state: BackingOff, rv: "224", listRV: "224"},
+		{in: Outcome{Op: OpWatch, Err: prevKV, ErrorEvent: true, Duration: 100 * time.Millisecond}, state: Relisting, rv: "224", listRV: ""},
+	})
+}
+
 func TestMachineListFailures(t *testing.T) {
 	m := &Machine{}
 	run(t, m, []step{

@@ -326,7 +326,7 @@ func (w *Watcher[T]) consume(dec *eventDecoder[T]) Outcome {
 		}
 		switch ev.Type {
 		case Error:
-			o.Err = ev.Err
+			o.Err, o.ErrorEvent = ev.Err, true
 			return o
 		case Bookmark:
 			w.obs.BookmarkReceived(ev.RV, ev.InitialEventsEnd)

@@ -316,8 +316,14 @@ func (cp *ControlPlane) Compact(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return rev, cp.CompactTo(ctx, rev)
+}
+
+// CompactTo compacts etcd's history up to revision rev: every revision
+// before rev is gone, rev itself stays.
+func (cp *ControlPlane) CompactTo(ctx context.Context, rev int64) error {
 	body := map[string]any{"revision": strconv.FormatInt(rev, 10), "physical": true}
-	return rev, cp.etcdCall(ctx, "/v3/kv/compaction", body, nil)
+	return cp.etcdCall(ctx, "/v3/kv/compaction", body, nil)
 }
 
 // etcdCall posts to etcd's JSON gateway.
