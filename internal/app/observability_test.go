@@ -12,8 +12,8 @@ import (
 	"rawwatch/api/v1alpha1"
 	"rawwatch/internal/app"
 	"rawwatch/internal/testkit"
-	"rawwatch/watcher"
 	"rawwatch/reconcile"
+	"rawwatch/watcher"
 )
 
 const adds = `workqueue_adds_total{name="myresources"}`
