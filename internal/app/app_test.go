@@ -157,13 +157,19 @@ func waitStatus(t *testing.T, c *client.Client, ns, name string, ok func(*v1alph
 		}
 		last = obj
 		return ok(obj)
-	}, "%s/%s: %s; last status %+v", ns, name, what, func() any {
-		if last == nil {
-			return nil
-		}
-		return last.Status
-	}())
+	}, "%s/%s: %s; last status %v", ns, name, what, lastStatus{&last})
 	return last
+}
+
+// lastStatus prints the status of the last object read, when the message is
+// formatted (after the wait), not when the wait begins.
+type lastStatus struct{ obj **v1alpha1.MyResource }
+
+func (l lastStatus) String() string {
+	if *l.obj == nil {
+		return "(never read)"
+	}
+	return fmt.Sprintf("%+v", (*l.obj).Status)
 }
 
 func TestCreateUpdateDelete(t *testing.T) {
