@@ -120,6 +120,11 @@ func (w *Watcher[T]) Run(ctx context.Context) {
 	// open is a stream a WatchList left open after its initial events: the
 	// next Watching step carries on reading it instead of making a request.
 	var open *stream[T]
+	defer func() {
+		if open != nil { // stopped between the initial events and the Watching step
+			open.close()
+		}
+	}()
 	for {
 		from := m.State
 		var o Outcome
