@@ -15,11 +15,7 @@ import (
 
 var shared = &controlplane.Shared{}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	shared.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { shared.Main(m) }
 
 // The short chaos run: 1,000 objects churned for 60 s under every fault.
 // `make chaos` is the full one (10,000 objects).

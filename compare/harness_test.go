@@ -15,11 +15,7 @@ import (
 
 var shared = &controlplane.Shared{}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	shared.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { shared.Main(m) }
 
 // A short run of the whole harness against the local control plane: every
 // consumer converges and passes, the report is written, and a consumer

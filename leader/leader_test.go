@@ -3,7 +3,6 @@ package leader_test
 import (
 	"context"
 	"errors"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -18,11 +17,7 @@ import (
 
 var shared = &controlplane.Shared{}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	shared.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { shared.Main(m) }
 
 // Short durations keep the tests quick; they still leave the leader a
 // renew deadline of 2 s on a busy two-core machine.

@@ -3,7 +3,6 @@ package watcher_test
 import (
 	"context"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -24,11 +23,7 @@ import (
 // One control plane for this test binary, started by the first test that needs it.
 var shared = &controlplane.Shared{}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	shared.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { shared.Main(m) }
 
 type object = *v1alpha1.MyResource
 

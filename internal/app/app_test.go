@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -25,11 +24,7 @@ import (
 
 var shared = &controlplane.Shared{}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	shared.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { shared.Main(m) }
 
 type object = app.Object
 

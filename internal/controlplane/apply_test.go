@@ -2,7 +2,6 @@ package controlplane_test
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -15,11 +14,7 @@ import (
 
 var shared = &controlplane.Shared{}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	shared.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { shared.Main(m) }
 
 // The RBAC manifests apply cleanly (server-side), and a token for their
 // ServiceAccount authenticates as it.

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -11,7 +12,7 @@ import (
 //
 //	var cp = &controlplane.Shared{}
 //
-//	func TestMain(m *testing.M) { code := m.Run(); cp.Stop(); os.Exit(code) }
+//	func TestMain(m *testing.M) { cp.Main(m) }
 //
 //	func TestSomething(t *testing.T) { c := cp.Get(t); ... }
 //
@@ -62,6 +63,14 @@ func (s *Shared) Uncached(t testing.TB) *APIServer {
 		t.Fatalf("starting an apiserver without watch cache: %v", s.uncachedErr)
 	}
 	return s.uncached
+}
+
+// Main is a TestMain: it runs the tests, stops the control plane if one was
+// started, and exits with the tests' code.
+func (s *Shared) Main(m *testing.M) {
+	code := m.Run()
+	s.Stop()
+	os.Exit(code)
 }
 
 // Stop stops the control plane if it was started.
