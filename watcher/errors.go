@@ -53,7 +53,7 @@ func Classify(err error) (class ErrorClass, retryAfter time.Duration) {
 	if errors.Is(err, context.Canceled) {
 		return Canceled, 0
 	}
-	if s, ok := retrySeconds(err); ok {
+	if s, ok := apierrors.SuggestsClientDelay(err); ok {
 		retryAfter = time.Duration(s) * time.Second
 	}
 	switch {
@@ -82,8 +82,4 @@ func isExpired(err error) bool {
 	}
 	// Servers and proxies that lose the status still keep etcd's wording.
 	return strings.Contains(err.Error(), "too old resource version")
-}
-
-func retrySeconds(err error) (int, bool) {
-	return apierrors.SuggestsClientDelay(err)
 }
