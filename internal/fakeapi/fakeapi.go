@@ -1,0 +1,623 @@
+// Package fakeapi is an in-memory API server for one resource (MyResource),
+// deterministic enough to run a watcher against in virtual time
+// (testing/synctest) and to misbehave on command. It speaks the wire format
+// the watcher reads — LIST pages with continue tokens, WATCH streams of
+// newline-separated JSON frames, bookmarks, WatchList's initial events — and
+// keeps the rules of kube-apiserver that matter to a client:
+//
+//   - every change gets the next resourceVersion (an integer, as etcd's);
+//   - Compact forgets history: a WATCH from an older resourceVersion gets an
+//     ERROR 410 frame, a continue token of an older snapshot a 410 response;
+//   - a WATCH from a resourceVersion the server has not reached gets a 504
+//     "Too large resource version" (what an etcd restore leads to);
+//   - every stream ends cleanly at its timeoutSeconds, and sends a bookmark
+//     every BookmarkEvery (kube-apiserver's watch cache: about a minute).
+//
+// Faults (SetFault) stay on until changed; Cut, Compact and Restore act once.
+// Every request is logged (Requests) so a test can hold the client to a
+// request budget.
+package fakeapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"rawwatch/api/v1alpha1"
+)
+
+// Mode is a persistent fault.
+type Mode int
+
+const (
+	// Healthy: no fault.
+	Healthy Mode = iota
+	// CutAfterFirstFrame: every stream breaks (unexpected EOF) right after
+	// its first frame, event or bookmark: a flapping proxy.
+	CutAfterFirstFrame
+	// ErrorAfterFirstEvent: every stream sends one frame, then an ERROR 500.
+	ErrorAfterFirstEvent
+	// Freeze: streams open and then send nothing; the connection stays up.
+	Freeze
+	// Refuse: every request fails to connect.
+	Refuse
+	// Fail500: every request is answered 500.
+	Fail500
+	// Throttle: every request is answered 429 with Retry-After.
+	Throttle
+	// WatchGone: every WATCH is answered 410 Gone.
+	WatchGone
+	// WatchListFails: a WatchList stream sends an ERROR 500 during its
+	// initial events (kube-apiserver does, when etcd cannot report
+	// progress); LIST and plain WATCH work.
+	WatchListFails
+	// ContinueExpires: every continue token is refused as expired.
+	ContinueExpires
+	// SlowFrames: every frame waits a second before it is sent.
+	SlowFrames
+	nModes
+)
+
+// Modes is every persistent fault, Healthy first.
+func Modes() []Mode {
+	var ms []Mode
+	for m := range nModes {
+		ms = append(ms, m)
+	}
+	return ms
+}
+
+func (m Mode) String() string {
+	return [...]string{"healthy", "cut-after-first-frame", "error-after-first-event", "freeze", "refuse",
+		"500", "429", "watch-410", "watch-list-fails", "continue-expires", "slow-frames"}[m]
+}
+
+// Request is one request the server answered.
+type Request struct {
+	At time.Time
+	// Kind is "LIST", "WATCH" or "WATCHLIST" (a WATCH with sendInitialEvents).
+	Kind string
+	// RV is the resourceVersion asked for; Continue marks a continue page.
+	RV       string
+	Continue bool
+}
+
+// Server is the fake. Create it with New.
+type Server struct {
+	// BookmarkEvery is the bookmark cadence of every stream.
+	BookmarkEvery time.Duration
+	// RetryAfter is the Retry-After of the Throttle fault, in seconds.
+	RetryAfter int
+	// Latency delays every answer (a network round trip).
+	Latency time.Duration
+
+	mu        sync.Mutex
+	rv        int64
+	objs      map[string]*v1alpha1.MyResource
+	history   []change
+	compacted int64
+	wake      chan struct{}
+	uids      int
+	mode      Mode
+	snaps     map[int]*listSnap
+	nextSnap  int
+	streams   map[*stream]struct{}
+	requests  []Request
+}
+
+type change struct {
+	rv  int64
+	typ string
+	obj *v1alpha1.MyResource
+}
+
+type listSnap struct {
+	rv    int64
+	items []*v1alpha1.MyResource
+}
+
+// New returns an empty server at resourceVersion 1.
+func New() *Server {
+	return &Server{BookmarkEvery: time.Minute, RetryAfter: 2, rv: 1,
+		objs: map[string]*v1alpha1.MyResource{}, wake: make(chan struct{}),
+		snaps: map[int]*listSnap{}, streams: map[*stream]struct{}{}}
+}
+
+// SetFault switches the persistent fault (Healthy heals).
+func (s *Server) SetFault(m Mode) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mode = m
+}
+
+// Requests returns every request so far.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.requests)
+}
+
+// ResourceVersion is the server's current resourceVersion.
+func (s *Server) ResourceVersion() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strconv.FormatInt(s.rv, 10)
+}
+
+// Objects returns copies of every object, by key.
+func (s *Server) Objects() map[string]*v1alpha1.MyResource {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]*v1alpha1.MyResource, len(s.objs))
+	for k, o := range s.objs {
+		out[k] = o.DeepCopy()
+	}
+	return out
+}
+
+// Put creates namespace/name (with a new UID) or updates it with message.
+func (s *Server) Put(namespace, name, message string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := namespace + "/" + name
+	typ := "MODIFIED"
+	obj, ok := s.objs[key]
+	if ok {
+		obj = obj.DeepCopy()
+		obj.Generation++
+	} else {
+		typ = "ADDED"
+		s.uids++
+		obj = &v1alpha1.MyResource{
+			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "MyResource"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: types.UID(fmt.Sprintf("uid-%d", s.uids)), Generation: 1},
+		}
+	}
+	obj.Spec.Message = message
+	s.commitLocked(typ, key, obj)
+}
+
+// Delete deletes namespace/name, if it exists.
+func (s *Server) Delete(namespace, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := namespace + "/" + name
+	if obj, ok := s.objs[key]; ok {
+		s.commitLocked("DELETED", key, obj.DeepCopy())
+	}
+}
+
+func (s *Server) commitLocked(typ, key string, obj *v1alpha1.MyResource) {
+	s.rv++
+	obj.ResourceVersion = strconv.FormatInt(s.rv, 10)
+	if typ == "DELETED" {
+		delete(s.objs, key)
+	} else {
+		s.objs[key] = obj
+	}
+	s.history = append(s.history, change{rv: s.rv, typ: typ, obj: obj})
+	s.wakeLocked()
+}
+
+func (s *Server) wakeLocked() {
+	close(s.wake)
+	s.wake = make(chan struct{})
+}
+
+// Compact forgets the history up to the current resourceVersion, as etcd's
+// compaction does: older WATCHes and continue tokens get 410s.
+func (s *Server) Compact() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.compacted = s.rv
+}
+
+// Cut breaks every open stream now.
+func (s *Server) Cut() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for st := range s.streams {
+		st.kill()
+	}
+}
+
+// State is a saved copy of the server's data, for Restore.
+type State struct {
+	rv      int64
+	objs    map[string]*v1alpha1.MyResource
+	history int
+}
+
+// Save copies the data, as an etcd snapshot does.
+func (s *Server) Save() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	objs := make(map[string]*v1alpha1.MyResource, len(s.objs))
+	for k, o := range s.objs {
+		objs[k] = o
+	}
+	return State{rv: s.rv, objs: objs, history: len(s.history)}
+}
+
+// Restore puts a saved copy back and restarts (every stream breaks). With
+// bump 0 the resourceVersion goes back in time, as after a plain etcd
+// restore; with bump > 0 it jumps forward by bump and everything before is
+// compacted, as after etcd's documented restore for Kubernetes
+// (etcdutl snapshot restore --bump-revision --mark-compacted), which makes
+// every watcher's next WATCH a 410.
+func (s *Server) Restore(st State, bump int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rv, s.objs = st.rv, make(map[string]*v1alpha1.MyResource, len(st.objs))
+	for k, o := range st.objs {
+		s.objs[k] = o
+	}
+	s.history = s.history[:st.history]
+	s.compacted = min(s.compacted, s.rv)
+	if bump > 0 {
+		s.rv += bump
+		s.compacted = s.rv
+	}
+	for st := range s.streams {
+		st.kill()
+	}
+	s.wakeLocked()
+}
+
+// Watch implements watcher.Source.
+func (s *Server) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
+	s.roundTrip(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	initial := opts.SendInitialEvents != nil && *opts.SendInitialEvents
+	kind := "WATCH"
+	if initial {
+		kind = "WATCHLIST"
+	}
+	s.requests = append(s.requests, Request{At: time.Now(), Kind: kind, RV: opts.ResourceVersion})
+	if err := s.failLocked(); err != nil {
+		return nil, err
+	}
+	if s.mode == WatchGone {
+		return nil, apierrors.NewGone("the watch is gone (fault)")
+	}
+	st := &stream{s: s, mode: s.mode, initial: initial, done: make(chan struct{}), killed: make(chan struct{})}
+	from, err := s.parseRV(opts.ResourceVersion)
+	switch {
+	case err != nil:
+		return nil, apierrors.NewBadRequest(err.Error())
+	case initial:
+		st.snapshot = s.sortedLocked()
+		from = s.rv
+	case from == 0:
+		from = s.rv
+	case from > s.rv:
+		return nil, tooLarge(from, s.rv)
+	case from < s.compacted:
+		st.expired = fmt.Sprintf("too old resource version: %d (%d)", from, s.compacted)
+	}
+	st.cursor = from
+	timeout := 30 * time.Minute
+	if opts.TimeoutSeconds != nil {
+		timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
+	}
+	pr, pw := io.Pipe()
+	st.pw = pw
+	s.streams[st] = struct{}{}
+	go st.run(ctx, timeout)
+	return &body{PipeReader: pr, st: st}, nil
+}
+
+// List implements watcher.Source.
+func (s *Server) List(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
+	s.roundTrip(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests = append(s.requests, Request{At: time.Now(), Kind: "LIST", RV: opts.ResourceVersion, Continue: opts.Continue != ""})
+	if err := s.failLocked(); err != nil {
+		return nil, err
+	}
+	var snap *listSnap
+	id, offset := 0, 0
+	if opts.Continue != "" {
+		if _, err := fmt.Sscanf(opts.Continue, "%d:%d", &id, &offset); err != nil {
+			return nil, apierrors.NewBadRequest("bad continue token")
+		}
+		snap = s.snaps[id]
+		if snap == nil || snap.rv < s.compacted || s.mode == ContinueExpires {
+			return nil, apierrors.NewResourceExpired("The provided continue parameter is too old to display a consistent list result.")
+		}
+	} else {
+		if rv, err := s.parseRV(opts.ResourceVersion); err != nil {
+			return nil, apierrors.NewBadRequest(err.Error())
+		} else if rv > s.rv {
+			return nil, tooLarge(rv, s.rv)
+		}
+		s.nextSnap++
+		id, snap = s.nextSnap, &listSnap{rv: s.rv, items: s.sortedLocked()}
+		s.snaps[id] = snap
+	}
+	end := len(snap.items)
+	if opts.Limit > 0 {
+		end = min(end, offset+int(opts.Limit))
+	}
+	list := v1alpha1.MyResourceList{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "MyResourceList"}}
+	list.ResourceVersion = strconv.FormatInt(snap.rv, 10)
+	for _, o := range snap.items[offset:end] {
+		list.Items = append(list.Items, *o)
+	}
+	if end < len(snap.items) {
+		list.Continue = fmt.Sprintf("%d:%d", id, end)
+	} else {
+		delete(s.snaps, id)
+	}
+	raw, err := json.Marshal(list)
+	if err != nil {
+		return nil, err
+	}
+	return io.NopCloser(bytes.NewReader(raw)), nil
+}
+
+func (s *Server) roundTrip(ctx context.Context) {
+	if s.Latency > 0 {
+		t := time.NewTimer(s.Latency)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Server) parseRV(rv string) (int64, error) {
+	if rv == "" {
+		return 0, nil
+	}
+	return strconv.ParseInt(rv, 10, 64)
+}
+
+func (s *Server) sortedLocked() []*v1alpha1.MyResource {
+	keys := make([]string, 0, len(s.objs))
+	for k := range s.objs {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([]*v1alpha1.MyResource, len(keys))
+	for i, k := range keys {
+		out[i] = s.objs[k]
+	}
+	return out
+}
+
+// failLocked answers a request the way the persistent fault says, if it does.
+func (s *Server) failLocked() error {
+	switch s.mode {
+	case Refuse:
+		return &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	case Fail500:
+		return apierrors.NewInternalError(errors.New("the server is broken (fault)"))
+	case Throttle:
+		return apierrors.NewTooManyRequests("slow down (fault)", s.RetryAfter)
+	}
+	return nil
+}
+
+func tooLarge(asked, have int64) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: 504, Reason: metav1.StatusReasonTimeout,
+		Message: fmt.Sprintf("Too large resource version: %d, current: %d", asked, have),
+		Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge,
+			Message: "Too large resource version"}}},
+	}}
+}
+
+// stream is one open WATCH.
+type stream struct {
+	s        *Server
+	mode     Mode
+	initial  bool
+	snapshot []*v1alpha1.MyResource
+	cursor   int64
+	expired  string
+	pw       *io.PipeWriter
+	frames   int
+	done     chan struct{} // the client closed the body
+	killed   chan struct{} // Cut or Restore
+	killOnce sync.Once
+	doneOnce sync.Once
+}
+
+func (st *stream) kill() { st.killOnce.Do(func() { close(st.killed) }) }
+
+type body struct {
+	*io.PipeReader
+	st *stream
+}
+
+func (b *body) Close() error {
+	b.st.doneOnce.Do(func() { close(b.st.done) })
+	return b.PipeReader.Close()
+}
+
+var (
+	errCut   = errors.New("fault: stream cut")
+	errEnded = errors.New("the server ended the stream after an ERROR frame")
+)
+
+// run writes the stream's frames until it ends; the pipe carries them to
+// the client, one write per frame.
+func (st *stream) run(ctx context.Context, timeout time.Duration) {
+	s := st.s
+	defer func() {
+		s.mu.Lock()
+		delete(s.streams, st)
+		s.mu.Unlock()
+	}()
+	end := func(err error) {
+		if errors.Is(err, errEnded) {
+			err = nil // a clean end after the ERROR frame
+		}
+		st.pw.CloseWithError(err)
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	bookmarks := time.NewTicker(s.BookmarkEvery)
+	defer bookmarks.Stop()
+
+	if st.mode == Freeze {
+		select {
+		case <-ctx.Done():
+			end(ctx.Err())
+		case <-st.done:
+		case <-st.killed:
+			end(errCut)
+		}
+		return
+	}
+	if st.expired != "" {
+		st.send(ctx, errorFrame(410, metav1.StatusReasonExpired, st.expired))
+		end(nil)
+		return
+	}
+	if st.initial {
+		// The initial events, then the bookmark that ends them; with the
+		// WatchListFails fault, an ERROR half-way.
+		for i := 0; i <= len(st.snapshot); i++ {
+			f := bookmark(st.cursor, true)
+			switch {
+			case st.mode == WatchListFails && i == len(st.snapshot)/2:
+				f = errorFrame(500, metav1.StatusReasonInternalError, "etcd does not support RequestWatchProgress (fault)")
+			case i < len(st.snapshot):
+				f = frame("ADDED", st.snapshot[i])
+			}
+			if err := st.send(ctx, f); err != nil {
+				end(err)
+				return
+			}
+			if st.mode == WatchListFails && i == len(st.snapshot)/2 {
+				end(nil)
+				return
+			}
+		}
+	}
+	if st.mode == CutAfterFirstFrame || st.mode == ErrorAfterFirstEvent {
+		// A flapping proxy: one frame at once (a bookmark), then the fault.
+		if err := st.send(ctx, bookmark(st.cursor, false)); err != nil {
+			end(err)
+			return
+		}
+	}
+	for {
+		s.mu.Lock()
+		var pending []change
+		for _, c := range s.history {
+			if c.rv > st.cursor {
+				pending = append(pending, c)
+			}
+		}
+		now, wake := s.rv, s.wake
+		s.mu.Unlock()
+		for _, c := range pending {
+			if err := st.send(ctx, frame(c.typ, c.obj)); err != nil {
+				end(err)
+				return
+			}
+			st.cursor = c.rv
+		}
+		select {
+		case <-ctx.Done():
+			end(ctx.Err())
+			return
+		case <-st.done:
+			return
+		case <-st.killed:
+			end(errCut)
+			return
+		case <-deadline.C:
+			end(nil) // timeoutSeconds: a normal end
+			return
+		case <-bookmarks.C:
+			if len(pending) == 0 {
+				st.cursor = max(st.cursor, now)
+			}
+			if err := st.send(ctx, bookmark(st.cursor, false)); err != nil {
+				end(err)
+				return
+			}
+		case <-wake:
+		}
+	}
+}
+
+// send writes one frame, applying the stream's fault. A killed stream sends
+// nothing more: a restarted server's old connections are gone.
+func (st *stream) send(ctx context.Context, f []byte) error {
+	select {
+	case <-st.killed:
+		return errCut
+	default:
+	}
+	if st.mode == SlowFrames {
+		t := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-st.killed:
+			t.Stop()
+			return errCut
+		case <-t.C:
+		}
+	}
+	if _, err := st.pw.Write(f); err != nil {
+		return err
+	}
+	st.frames++
+	switch {
+	case st.mode == CutAfterFirstFrame:
+		return errCut
+	case st.mode == ErrorAfterFirstEvent:
+		st.pw.Write(errorFrame(500, metav1.StatusReasonInternalError, "the server broke the watch (fault)"))
+		return errEnded
+	}
+	return nil
+}
+
+type wireEvent struct {
+	Type   string `json:"type"`
+	Object any    `json:"object"`
+}
+
+func frame(typ string, obj *v1alpha1.MyResource) []byte {
+	raw, _ := json.Marshal(wireEvent{Type: typ, Object: obj})
+	return append(raw, '\n')
+}
+
+func bookmark(rv int64, initialEventsEnd bool) []byte {
+	obj := &v1alpha1.MyResource{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "MyResource"}}
+	obj.ResourceVersion = strconv.FormatInt(rv, 10)
+	if initialEventsEnd {
+		obj.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
+	}
+	return frame("BOOKMARK", obj)
+}
+
+func errorFrame(code int32, reason metav1.StatusReason, message string) []byte {
+	raw, _ := json.Marshal(wireEvent{Type: "ERROR", Object: &metav1.Status{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"},
+		Status:   metav1.StatusFailure, Code: code, Reason: reason, Message: message}})
+	return append(raw, '\n')
+}
