@@ -14,26 +14,6 @@ import (
 	"rawwatch/store"
 )
 
-// What the API server sends, in JSON.
-//
-// A LIST answers with one object, its items an array, its metadata holding the
-// list's resourceVersion and, when more pages remain, a continue token:
-//
-//	{"apiVersion":"example.com/v1alpha1","kind":"MyResourceList",
-//	 "items":[{...},{...}],
-//	 "metadata":{"continue":"eyJ2Ijo...","resourceVersion":"466"}}
-//
-// A WATCH answers with a stream of frames, one JSON object each:
-//
-//	{"type":"ADDED","object":{...the object...}}
-//	{"type":"BOOKMARK","object":{"kind":"MyResource","metadata":{"resourceVersion":"487"}}}
-//	{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired",
-//	                          "message":"too old resource version: 2 (216)"}}
-//
-// The decoders below read both incrementally, so neither a long list page nor
-// a stream is ever held whole in memory, and one object that does not decode
-// costs that object only: the frame around it is intact, so the rest goes on.
-
 // Event types of the watch protocol.
 const (
 	Added    = "ADDED"

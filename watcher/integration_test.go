@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -108,12 +107,7 @@ type running struct {
 }
 
 // fastBackoff keeps the tests quick; the shape (exponential, capped) is the default's.
-func fastBackoff() backoff.BackOff {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 50*time.Millisecond, 500*time.Millisecond, 0
-	b.Reset()
-	return b
-}
+var fastBackoff = watcher.Backoff{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, ResetAfter: 2 * time.Minute}
 
 // start runs a watcher on one namespace through cfg until the test ends.
 func start(t *testing.T, cfg *rest.Config, ns string, opts watcher.Options[object]) *running {
@@ -125,8 +119,8 @@ func start(t *testing.T, cfg *rest.Config, ns string, opts watcher.Options[objec
 		opts.Observer = r.rec
 	}
 	opts.Codec = watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind}
-	if opts.NewBackoff == nil {
-		opts.NewBackoff = fastBackoff
+	if opts.Backoff == (watcher.Backoff{}) {
+		opts.Backoff = fastBackoff
 	}
 	r.w = watcher.New(watcher.RESTSource{Client: c.REST(), Resource: v1alpha1.Resource, Namespace: ns}, r.store, opts)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -451,7 +445,7 @@ func TestExpiredContinueTokenRestartsTheList(t *testing.T) {
 		},
 	}
 	s := store.New[object]()
-	w := watcher.New(src, s, watcher.Options[object]{PageSize: 100, NewBackoff: fastBackoff,
+	w := watcher.New(src, s, watcher.Options[object]{PageSize: 100, Backoff: fastBackoff,
 		Codec: watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind}})
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -3,33 +3,23 @@ package watcher
 import (
 	"fmt"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 )
 
-// State is where the list-then-watch loop is.
-//
-//	          ┌──────── list failed ───────┐
-//	          ▼                            │
-//	     ┌─────────┐  listed at RV    ┌──────────┐
-//	───▶ │ Listing │ ───────────────▶ │ Watching │ ◀─┐ stream ended after a
-//	     └─────────┘                  └──────────┘ ──┘ healthy run: re-WATCH
-//	          ▲                         │      │       from the last RV
-//	  back off│          error before   │      │ 410 Gone / Expired
-//	    ┌────────────┐   any event      │      ▼
-//	    │ BackingOff │ ◀────────────────┘ ┌───────────┐
-//	    └────────────┘ ◀─ list failed ─── │ Relisting │ ── listed ─▶ Watching
-//	                                      └───────────┘
-//
-// Listing is the first list (the store is empty; every object becomes an
-// Added delta). Relisting is every later one: the result replaces the store
-// and keys that disappeared come out as Deleted deltas. BackingOff waits, then
-// returns to the state that failed.
+// State is where the list-then-watch loop is (see the package doc's diagram).
 type State int
 
 const (
+	// Listing: the first list is under way; the store is empty.
 	Listing State = iota
+	// Watching: a WATCH stream applies events to the store.
 	Watching
+	// BackingOff: waiting before the next attempt, after trouble.
 	BackingOff
+	// Relisting: a later list, whose result replaces the store.
 	Relisting
+	// Stopped: the loop's context ended.
 	Stopped
 )
 
@@ -37,184 +27,324 @@ func (s State) String() string {
 	return [...]string{"Listing", "Watching", "BackingOff", "Relisting", "Stopped"}[s]
 }
 
-// Op is the request an Outcome reports on.
-type Op int
+// Do names the one thing the loop performs next.
+type Do int
 
 const (
-	OpList Op = iota
-	OpWatch
+	// List: a paginated LIST of everything, at resourceVersion "" (the
+	// latest data, read consistently); its result replaces the store.
+	List Do = iota
+	// WatchList: the same, as a WATCH with sendInitialEvents=true. When its
+	// initial events end, the loop reports Outcome.Listed and reads on.
+	WatchList
+	// Watch: a WATCH from Action.RV, applying events until the stream ends.
+	Watch
+	// ReadOn: keep reading the stream that is open (a WatchList that just
+	// delivered its initial state goes on with live events).
+	ReadOn
+	// Wait: sleep Action.Delay, then report an Outcome with no error.
+	Wait
+	// Stop: return.
+	Stop
 )
 
-// Outcome is what happened to one LIST (all its pages) or one WATCH stream.
-type Outcome struct {
-	Op  Op
-	Err error
-	// RV is, for a LIST, the list's resourceVersion; for a WATCH, the last
-	// resourceVersion the stream delivered ("" if it delivered none).
-	RV string
-	// Events counts the events and bookmarks a WATCH delivered.
-	Events int
-	// Duration is how long a WATCH stream stayed open.
-	Duration time.Duration
-	// ErrorEvent: the WATCH stream ended with an ERROR event, the server's
-	// own word that it cannot go on from here (Err is its status).
-	ErrorEvent bool
+func (d Do) String() string {
+	return [...]string{"list", "watch-list", "watch", "read on", "wait", "stop"}[d]
 }
 
-// MinHealthyWatch: a watch that closes sooner than this without delivering
-// anything was not healthy (the server or a proxy is refusing us politely),
-// and the next attempt backs off. This is client-go's rule too.
-const MinHealthyWatch = time.Second
-
-// Machine is the loop's state and its transition rules, free of I/O: the loop
-// performs the request the state calls for and feeds the Outcome to Step.
-type Machine struct {
-	State State
-	// RV is the last resourceVersion we are synced to: from the last list,
-	// then from every event and bookmark. A re-WATCH starts here.
+// Action is the machine's answer to an Outcome: what to do next, and why.
+type Action struct {
+	Do Do
+	// RV is where a Watch starts.
 	RV string
-	// FromLatest means the next LIST must ask for the latest data
-	// (resourceVersion "") because the RV we had is unavailable.
-	FromLatest bool
-	// Synced is true once a list has completed.
-	Synced bool
-	// WatchList: the list step is a WATCH with sendInitialEvents (see
-	// Options.WatchList). It turns false, for good, if the server refuses it.
-	WatchList bool
-	// resume is the state BackingOff leads back to.
-	resume State
-	// relisted: a 410 sent us to relist and no watch has been healthy since.
-	relisted bool
-}
-
-// Next tells the loop how to carry out a transition.
-type Next struct {
-	// MinDelay is the least time a BackingOff state must wait (the server's
-	// Retry-After); the backoff may ask for longer.
-	MinDelay time.Duration
-	// ResetBackoff: the last stream was healthy; start the backoff afresh.
-	ResetBackoff bool
-	// Class is how the outcome's error was classified, Err the error itself.
+	// Delay is how long a Wait lasts.
+	Delay time.Duration
+	// Class and Err are the error behind this action, if any.
 	Class ErrorClass
 	Err   error
-	// Reason explains the transition, for logs and --explain.
+	// Reason explains the decision, for logs and --explain.
 	Reason string
+	// TimeTravel: the list just completed is older than the resourceVersion
+	// we had: the server's history went backwards (an etcd restore).
+	TimeTravel bool
 }
 
-// ListRV is the resourceVersion the next LIST asks for. The first list asks
-// for "" (the latest data, read consistently, which the server paginates; "0"
-// would be served from the watch cache in one unpaginated response), and so
-// does a relist after a 410. Otherwise (a relist for another reason) it asks
-// for data "not older than" our RV.
-func (m *Machine) ListRV() string {
-	if m.FromLatest {
-		return ""
+// Outcome is what happened to the last Action.
+type Outcome struct {
+	// At is when it happened (the end of the request, stream or wait).
+	At time.Time
+	// Err is why the request or stream ended (nil: it ended normally).
+	Err error
+	// RV: for a LIST, the list's resourceVersion; for a stream, the last
+	// resourceVersion it delivered ("" if none); with Listed, the snapshot's.
+	RV string
+	// Listed: a WatchList stream delivered its initial state (the bookmark
+	// annotated k8s.io/initial-events-end) and is still open.
+	Listed bool
+	// Frames counts the events and bookmarks a stream delivered.
+	Frames int
+	// Open is how long a stream stayed open, Timeout the timeoutSeconds it
+	// asked the server for.
+	Open, Timeout time.Duration
+	// ErrorEvent: the stream ended with an ERROR event (Err is its status).
+	ErrorEvent bool
+	// Silent: the watchdog abandoned a stream that sent nothing for too long.
+	Silent bool
+}
+
+// Backoff is the retry policy: after the n-th trouble in a row the loop waits
+// d = min(Max, Initial·Factorⁿ), shortened at random by up to Jitter·d so that
+// many clients do not retry in step. Max is a true cap: jitter never
+// lengthens a delay. The count starts again after a trouble-free stretch of
+// ResetAfter.
+type Backoff struct {
+	Initial, Max time.Duration
+	Factor       float64
+	Jitter       float64
+	ResetAfter   time.Duration
+}
+
+// DefaultBackoff is client-go's Reflector policy (800 ms doubling to 30 s,
+// reset after 2 minutes without trouble), with jitter that only shortens.
+var DefaultBackoff = Backoff{
+	Initial: 800 * time.Millisecond, Max: 30 * time.Second, Factor: 2, Jitter: 0.5,
+	ResetAfter: 2 * time.Minute,
+}
+
+// Delay is the wait after n troubles in a row; r in [0, 1) picks the jitter.
+func (b Backoff) Delay(n int, r float64) time.Duration {
+	d := float64(b.Initial)
+	for range n {
+		if d *= b.Factor; d >= float64(b.Max) {
+			break
+		}
 	}
-	return m.RV
+	d = min(d, float64(b.Max))
+	return time.Duration(d - r*b.Jitter*d)
 }
 
-// Step applies an outcome and moves the machine to its next state.
-func (m *Machine) Step(o Outcome) Next {
+// Machine decides, from each Outcome, the next Action. It holds the loop's
+// whole state and does no I/O and reads no clock: the loop performs actions
+// and reports what came of them, with the time.
+type Machine struct {
+	// State is where the loop is.
+	State State
+	// RV is the last resourceVersion the store is synced to: from the last
+	// list, then from every event and bookmark. A re-WATCH starts here.
+	RV string
+
+	backoff Backoff
+	rand    func() float64
+	// watchList: lists are WatchLists (off for good once the server refuses).
+	watchList bool
+	// doing is the action in flight; after is the one a Wait leads to.
+	doing, after Action
+	// troubles counts trouble since the backoff was last reset; calmSince
+	// is when the current trouble-free stretch began.
+	troubles  int
+	calmSince time.Time
+	// relisted: a 410 sent us to relist and no stream has been healthy since.
+	relisted bool
+	// listRetried: the list in flight is already the immediate retry of a
+	// list that failed with an expired resourceVersion or continue token.
+	listRetried bool
+	// fallback: this list cycle uses LIST because a WatchList failed.
+	fallback bool
+}
+
+// NewMachine returns a machine in the Listing state. rand returns numbers in
+// [0, 1) for the jitter.
+func NewMachine(b Backoff, watchList bool, rand func() float64) *Machine {
+	return &Machine{State: Listing, backoff: b, rand: rand, watchList: watchList}
+}
+
+// Start is the first action: the first list.
+func (m *Machine) Start(now time.Time) Action {
+	m.calmSince = now
+	return m.do(m.list("start: list everything"))
+}
+
+// Healthy reports whether a stream ran well enough to count as trouble-free:
+// it stayed open for the backoff's ResetAfter, or ended on its own at its
+// timeout (the server closes every WATCH after timeoutSeconds). What it
+// delivered before ending does not matter: a stream that breaks after one
+// frame is a flapping stream, not a healthy one.
+func (m *Machine) Healthy(o Outcome) bool {
+	if o.Open >= m.backoff.ResetAfter {
+		return true
+	}
+	return o.Err == nil && !o.ErrorEvent && !o.Silent && o.Timeout > 0 && o.Open >= o.Timeout-o.Timeout/10
+}
+
+// Step applies the outcome of the action in flight and returns the next one.
+func (m *Machine) Step(o Outcome) Action {
 	class, retryAfter := Classify(o.Err)
 	if class == Canceled {
 		m.State = Stopped
-		return Next{Class: class, Reason: "stopped"}
+		return m.do(Action{Do: Stop, Reason: "stopped"})
 	}
-	var next Next
-	if o.Op == OpList {
-		next = m.stepList(o, class, retryAfter)
-	} else {
-		next = m.stepWatch(o, class, retryAfter)
+	switch m.doing.Do {
+	case Wait:
+		m.calmSince = o.At
+		m.State = m.stateFor(m.after)
+		return m.do(m.after)
+	case List:
+		return m.stepList(o, class, retryAfter)
+	case WatchList:
+		if o.Listed {
+			return m.listed(o, ReadOn)
+		}
+		return m.stepWatchListFailed(o, class, retryAfter)
+	default: // Watch, ReadOn
+		return m.stepWatch(o, class, retryAfter)
 	}
-	next.Err = o.Err
-	return next
 }
 
-func (m *Machine) stepList(o Outcome, class ErrorClass, retryAfter time.Duration) Next {
-	if class == NoError {
-		m.RV, m.FromLatest, m.Synced = o.RV, false, true
-		m.State = Watching
-		return Next{Reason: "listed at resourceVersion " + o.RV}
+func (m *Machine) stepList(o Outcome, class ErrorClass, retryAfter time.Duration) Action {
+	switch {
+	case class == NoError:
+		return m.listed(o, Watch)
+	case class == Expired || class == TooLargeRV:
+		// A continue token expired (etcd compacted the snapshot the pages are
+		// read from) or the server is behind: list again at once from the
+		// latest data; a second failure in a row backs off.
+		if !m.listRetried {
+			m.listRetried = true
+			return m.do(Action{Do: List, Class: class, Err: o.Err,
+				Reason: fmt.Sprintf("list failed (%v): list again from the latest", o.Err)})
+		}
 	}
-	if class == Refused && m.WatchList {
+	return m.trouble(o.At, retryAfter, m.doing, class, o.Err, fmt.Sprintf("list failed (%s): %v", class, o.Err))
+}
+
+// listed: a list (or a WatchList's initial state) is in the store at o.RV.
+func (m *Machine) listed(o Outcome, next Do) Action {
+	a := Action{Do: next, RV: o.RV, Reason: "listed at resourceVersion " + o.RV}
+	if m.RV != "" {
+		if c, err := resourceversion.CompareResourceVersion(o.RV, m.RV); err == nil && c < 0 {
+			a.TimeTravel = true
+			a.Reason = fmt.Sprintf("listed at resourceVersion %s, older than the %s we had: the server's history went back (an etcd restore?); the store now holds the server's state", o.RV, m.RV)
+		}
+	}
+	m.RV, m.listRetried, m.fallback = o.RV, false, false
+	m.State = Watching
+	return m.do(a)
+}
+
+// stepWatchListFailed: a WatchList ended before its initial state was in.
+func (m *Machine) stepWatchListFailed(o Outcome, class ErrorClass, retryAfter time.Duration) Action {
+	switch class {
+	case Refused:
 		// An apiserver without the WatchList feature rejects the request's
 		// parameters (400 or 422): use the paginated LIST from now on.
-		m.WatchList = false
-		return Next{Class: class, Reason: fmt.Sprintf("server refused WatchList (%v): falling back to paginated LIST", o.Err)}
+		m.watchList = false
+		return m.do(Action{Do: List, Class: class, Err: o.Err,
+			Reason: fmt.Sprintf("server refused WatchList (%v): falling back to paginated LIST", o.Err)})
+	case Throttled, Denied:
+		return m.trouble(o.At, retryAfter, m.doing, class, o.Err, fmt.Sprintf("watch-list failed (%s): %v", class, o.Err))
 	}
-	if (class == Expired || class == TooLargeRV) && !m.FromLatest {
-		// The RV (or continue token) we listed with is unusable: list again,
-		// at once, from the latest data. A second failure backs off.
-		m.FromLatest = true
-		return Next{Class: class, Reason: fmt.Sprintf("list at resourceVersion %q failed (%v): list again from the latest", m.RV, o.Err)}
-	}
-	return m.backoff(m.State, class, retryAfter, fmt.Sprintf("list failed (%s): %v", class, o.Err))
+	// Anything else (an ERROR event or a cut during the initial events: an
+	// apiserver whose etcd cannot report progress does that every time):
+	// list with LIST, at once, this time. The next relist tries WatchList again.
+	m.fallback = true
+	return m.do(Action{Do: List, Class: class, Err: o.Err,
+		Reason: fmt.Sprintf("watch-list failed before its initial events ended (%v): LIST instead", o.Err)})
 }
 
-func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duration) Next {
+func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duration) Action {
 	if o.RV != "" {
 		m.RV = o.RV
 	}
-	healthy := o.Events > 0 || o.Duration >= MinHealthyWatch
+	healthy := m.Healthy(o)
 	if healthy {
 		m.relisted = false
 	}
-	// An ERROR event other than 410 (typically a 500) still means the
-	// server cannot serve this watch from our resourceVersion: after etcd
-	// compacted exactly up to the next change, the apiserver has that event
-	// but not the object before it, and says "etcd event received with
-	// PrevKv=nil" on every re-watch from there. Re-watching would fail
-	// forever; as client-go does, relist.
-	serverGaveUp := o.ErrorEvent && class == Transient
-	if serverGaveUp {
-		class = Expired
-	}
+	// An ERROR event (typically a 500) is the server's word that it cannot
+	// serve this watch from our resourceVersion: after etcd compacted exactly
+	// up to the next change, the apiserver says "etcd event received with
+	// PrevKv=nil" on every re-watch from there. A WATCH from a resourceVersion
+	// the server has not reached (after an etcd restore sent it back in
+	// time) fails with "Too large resource version" on every try. Either way
+	// re-watching would fail forever: relist, as for a 410.
 	switch {
-	case class == Expired:
-		// The server no longer has the history after our RV. Relist from
-		// the latest data: a LIST "not older than" our RV could be served
-		// from etcd at exactly that RV (it is not compacted yet), and a
-		// WATCH from it would expire again, forever. This happens after
-		// every apiserver restart: its new watch cache starts after our RV.
-		m.FromLatest = true
-		reason := fmt.Sprintf("resourceVersion %s expired (%v): relist from the latest", m.RV, o.Err)
-		if serverGaveUp {
-			reason = fmt.Sprintf("the server ended the watch from resourceVersion %s with an error (%v): relist from the latest", m.RV, o.Err)
-		}
-		// The first 410 relists at once, whatever the backoff grew to while
-		// the server was away: the relist is what recovers us. A 410 again
-		// before any healthy watch means something is wrong: back off.
-		if m.relisted && !healthy {
-			return m.backoff(Relisting, class, 0, reason)
+	case class == Expired, class == TooLargeRV, o.ErrorEvent && class == Transient:
+		reason := fmt.Sprintf("watch from resourceVersion %s ended (%v): relist", m.RV, o.Err)
+		// The first relist is at once, whatever the backoff grew to while the
+		// server was away: it is what recovers us. Another before any healthy
+		// stream backs off.
+		if m.relisted {
+			return m.trouble(o.At, 0, m.relist(), class, o.Err, reason)
 		}
 		m.relisted = true
-		m.State = Relisting
-		return Next{Class: class, ResetBackoff: healthy, Reason: reason}
-	case class == Throttled:
-		return m.backoff(Watching, class, retryAfter, fmt.Sprintf("watch throttled: %v", o.Err))
-	case healthy:
-		reason := fmt.Sprintf("watch ended after %d events: re-watch from resourceVersion %s", o.Events, m.RV)
-		if o.Err != nil {
-			reason = fmt.Sprintf("watch broke after %d events (%v): re-watch from resourceVersion %s", o.Events, o.Err, m.RV)
-		}
-		m.State = Watching
-		return Next{Class: class, ResetBackoff: true, Reason: reason}
-	case class == NoError:
-		return m.backoff(Watching, class, 0, "watch closed at once with no events")
-	default:
-		return m.backoff(Watching, class, retryAfter, fmt.Sprintf("watch failed (%s): %v", class, o.Err))
+		m.disturbed(o.At)
+		a := m.relist()
+		a.Class, a.Err, a.Reason = class, o.Err, reason
+		return m.do(a)
+	case o.Silent:
+		// The watchdog abandoned a stream that sent nothing, not even a
+		// bookmark, for longer than the server's bookmark cadence allows. It
+		// cost one request per silence limit: resume at once.
+		return m.do(Action{Do: Watch, RV: m.RV, Class: class, Err: o.Err,
+			Reason: fmt.Sprintf("watch silent for %s: abandoned, re-watch from resourceVersion %s", o.Open.Round(time.Second), m.RV)})
+	case healthy && class == NoError:
+		return m.do(Action{Do: Watch, RV: m.RV,
+			Reason: fmt.Sprintf("watch ended after %d frames: re-watch from resourceVersion %s", o.Frames, m.RV)})
 	}
+	reason := fmt.Sprintf("watch failed (%s) after %d frames in %s: %v", class, o.Frames, o.Open.Round(time.Millisecond), o.Err)
+	if o.Err == nil {
+		reason = fmt.Sprintf("watch closed after %d frames in %s, before its timeout", o.Frames, o.Open.Round(time.Millisecond))
+	}
+	return m.trouble(o.At, retryAfter, Action{Do: Watch, RV: m.RV}, class, o.Err, reason)
 }
 
-func (m *Machine) backoff(resume State, class ErrorClass, minDelay time.Duration, reason string) Next {
-	m.resume = resume
+// relist is the action that starts a relist.
+func (m *Machine) relist() Action {
+	m.State = Relisting
+	return m.list("relist")
+}
+
+func (m *Machine) list(reason string) Action {
+	if m.watchList && !m.fallback {
+		return Action{Do: WatchList, Reason: reason}
+	}
+	return Action{Do: List, Reason: reason}
+}
+
+// disturbed marks the end of a trouble-free stretch at now; a stretch of
+// ResetAfter or more resets the backoff.
+func (m *Machine) disturbed(now time.Time) {
+	if now.Sub(m.calmSince) >= m.backoff.ResetAfter {
+		m.troubles = 0
+	}
+	m.calmSince = now
+}
+
+// trouble: wait out the backoff (at least minDelay, the server's
+// Retry-After), then do next.
+func (m *Machine) trouble(now time.Time, minDelay time.Duration, next Action, class ErrorClass, err error, reason string) Action {
+	m.disturbed(now)
+	d := max(m.backoff.Delay(m.troubles, m.rand()), minDelay)
+	m.troubles++
+	next.Class, next.Err, next.Reason = 0, nil, "waited "+d.Round(time.Millisecond).String()
+	m.after = next
 	m.State = BackingOff
-	return Next{MinDelay: minDelay, Class: class, Reason: reason}
+	return m.do(Action{Do: Wait, Delay: d, Class: class, Err: err, Reason: reason})
 }
 
-// BackoffDone ends a BackingOff state: the machine returns to the step that failed.
-func (m *Machine) BackoffDone() {
-	if m.State == BackingOff {
-		m.State = m.resume
+func (m *Machine) do(a Action) Action {
+	m.doing = a
+	return a
+}
+
+// stateFor is the state in which action a runs.
+func (m *Machine) stateFor(a Action) State {
+	switch {
+	case a.Do == Stop:
+		return Stopped
+	case a.Do != List && a.Do != WatchList:
+		return Watching
+	case m.RV == "":
+		return Listing
 	}
+	return Relisting
 }

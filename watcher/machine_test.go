@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"syscall"
 	"testing"
 	"time"
@@ -60,156 +61,191 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-// step is one row of a transition script: an outcome fed to the machine and
-// what must come out.
-type step struct {
-	in       Outcome
-	state    State
-	rv       string
-	listRV   string
-	reset    bool
-	minDelay time.Duration
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// script drives a machine (no jitter: r = 0 gives the full delay) through
+// outcomes, checking each action.
+type script struct {
+	t   *testing.T
+	m   *Machine
+	now time.Time
 }
 
-func run(t *testing.T, m *Machine, steps []step) {
-	t.Helper()
-	for i, s := range steps {
-		from := m.State
-		next := m.Step(s.in)
-		if m.State != s.state || m.RV != s.rv || m.ListRV() != s.listRV || next.ResetBackoff != s.reset || next.MinDelay != s.minDelay {
-			t.Fatalf("step %d from %s with %+v: got state %s rv %q listRV %q reset %v minDelay %v (%s); want %s %q %q %v %v",
-				i, from, s.in, m.State, m.RV, m.ListRV(), next.ResetBackoff, next.MinDelay, next.Reason,
-				s.state, s.rv, s.listRV, s.reset, s.minDelay)
-		}
-		if m.State == BackingOff {
-			m.BackoffDone()
-		}
+func newScript(t *testing.T, watchList bool) (*script, Action) {
+	m := NewMachine(DefaultBackoff, watchList, func() float64 { return 0 })
+	return &script{t: t, m: m, now: t0}, m.Start(t0)
+}
+
+// step lets d pass, feeds o (its At set), and checks the action's Do, RV
+// (if want.RV != "") and Delay, and the state.
+func (s *script) step(d time.Duration, o Outcome, want Action, state State) Action {
+	s.t.Helper()
+	s.now = s.now.Add(d)
+	o.At = s.now
+	got := s.m.Step(o)
+	if got.Do != want.Do || (want.RV != "" && got.RV != want.RV) || got.Delay != want.Delay || s.m.State != state {
+		s.t.Fatalf("after %+v: got %s rv %q delay %v state %s (%s); want %s rv %q delay %v state %s",
+			o, got.Do, got.RV, got.Delay, s.m.State, got.Reason, want.Do, want.RV, want.Delay, state)
 	}
+	return got
 }
 
-func healthy(rv string, err error) Outcome {
-	return Outcome{Op: OpWatch, RV: rv, Events: 3, Duration: 10 * time.Second, Err: err}
+// wait carries out a Wait action.
+func (s *script) wait(a Action, then Action, state State) {
+	s.t.Helper()
+	if a.Do != Wait {
+		s.t.Fatalf("want a wait, got %s", a.Do)
+	}
+	s.step(a.Delay, Outcome{}, then, state)
 }
+
+var (
+	cut      = io.ErrUnexpectedEOF
+	fiveMin  = 5 * time.Minute
+	listed10 = Outcome{RV: "10"}
+)
 
 func TestMachineHappyPath(t *testing.T) {
-	m := &Machine{}
-	if m.ListRV() != "" {
-		t.Fatalf("first list must ask for the latest data, got %q", m.ListRV())
+	s, a := newScript(t, false)
+	if a.Do != List || s.m.State != Listing {
+		t.Fatalf("start: %s in %s, want list in Listing", a.Do, s.m.State)
 	}
-	run(t, m, []step{
-		{in: Outcome{Op: OpList, RV: "100"}, state: Watching, rv: "100", listRV: "100"},
-		// The server closes the stream at timeoutSeconds: re-watch at once from the last RV.
-		{in: healthy("150", nil), state: Watching, rv: "150", listRV: "150", reset: true},
-		// A stream with only bookmarks still advances the RV.
-		{in: Outcome{Op: OpWatch, RV: "170", Events: 1, Duration: time.Minute}, state: Watching, rv: "170", listRV: "170", reset: true},
-	})
-	if !m.Synced {
-		t.Fatal("not synced after a list")
-	}
+	s.step(time.Second, listed10, Action{Do: Watch, RV: "10"}, Watching)
+	// The server ends the stream at its timeout: re-watch at once.
+	s.step(fiveMin, Outcome{RV: "20", Frames: 7, Open: fiveMin, Timeout: fiveMin}, Action{Do: Watch, RV: "20"}, Watching)
+	// A stream that stayed open the whole reset window counts as healthy,
+	// even one that broke: the backoff starts from the beginning.
+	s.step(3*time.Minute, Outcome{RV: "30", Err: cut, Open: 3 * time.Minute, Timeout: fiveMin}, Action{Do: Wait, Delay: 800 * time.Millisecond}, BackingOff)
 }
 
-func TestMachineConnectionErrorsRewatchWithoutRelist(t *testing.T) {
-	m := &Machine{State: Watching, RV: "100", Synced: true}
-	run(t, m, []step{
-		// A stream cut after events: re-watch at once, no relist.
-		{in: healthy("120", io.ErrUnexpectedEOF), state: Watching, rv: "120", listRV: "120", reset: true},
-		// The server is gone: back off, then watch again from the same RV.
-		{in: Outcome{Op: OpWatch, Err: errRefused}, state: BackingOff, rv: "120", listRV: "120"},
-		{in: Outcome{Op: OpWatch, Err: err500}, state: BackingOff, rv: "120", listRV: "120"},
-		// A watch that ends at once with nothing is an error in disguise.
-		{in: Outcome{Op: OpWatch, Duration: 10 * time.Millisecond}, state: BackingOff, rv: "120", listRV: "120"},
-		// 429 waits at least Retry-After.
-		{in: Outcome{Op: OpWatch, Err: err429}, state: BackingOff, rv: "120", listRV: "120", minDelay: 7 * time.Second},
-		// 403: back off and keep the RV (nothing is relisted until RBAC is fixed).
-		{in: Outcome{Op: OpWatch, Err: err403}, state: BackingOff, rv: "120", listRV: "120"},
-	})
-	if m.State != Watching {
-		t.Fatalf("after backoff the machine must return to Watching, is %s", m.State)
+// A stream that delivers a frame and breaks is not healthy, however many
+// frames it had: the waits grow 0.8, 1.6, 3.2 ... to the 30 s cap.
+func TestMachineFlappingStreamsBackOff(t *testing.T) {
+	s, _ := newScript(t, false)
+	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
+	want := []time.Duration{800 * time.Millisecond, 1600 * time.Millisecond, 3200 * time.Millisecond,
+		6400 * time.Millisecond, 12800 * time.Millisecond, 25600 * time.Millisecond, 30 * time.Second, 30 * time.Second}
+	for i, d := range want {
+		a := s.step(10*time.Millisecond, Outcome{RV: fmt.Sprint(11 + i), Frames: 1, Err: cut, Open: 10 * time.Millisecond, Timeout: fiveMin},
+			Action{Do: Wait, Delay: d}, BackingOff)
+		s.wait(a, Action{Do: Watch, RV: fmt.Sprint(11 + i)}, Watching)
 	}
+	// A stream that closes cleanly long before its timeout is no better.
+	s.step(time.Second, Outcome{Frames: 3, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 30 * time.Second}, BackingOff)
 }
 
+// The backoff starts again only after a trouble-free stretch of ResetAfter.
+func TestMachineBackoffResetsAfterATroubleFreeStretch(t *testing.T) {
+	s, _ := newScript(t, false)
+	s.step(0, listed10, Action{Do: Watch}, Watching)
+	for range 5 {
+		a := s.step(0, Outcome{Err: cut, Timeout: fiveMin}, Action{Do: Wait, Delay: s.m.backoff.Delay(s.m.troubles, 0)}, BackingOff)
+		s.wait(a, Action{Do: Watch}, Watching)
+	}
+	// Open 2 minutes, then cut: healthy; the wait is the first again.
+	s.step(2*time.Minute, Outcome{Err: cut, Open: 2 * time.Minute, Timeout: fiveMin}, Action{Do: Wait, Delay: 800 * time.Millisecond}, BackingOff)
+}
+
+// A 410 relists at once the first time; another before any healthy stream
+// backs off; a healthy stream makes the next 410 immediate again.
 func TestMachineExpiredRelists(t *testing.T) {
-	m := &Machine{State: Watching, RV: "100", Synced: true}
-	run(t, m, []step{
-		// ERROR 410 after a healthy stream: relist at once, from the latest
-		// data (a list at our old RV could be served at exactly that RV, and
-		// a watch from there would expire again).
-		{in: healthy("130", errExpired), state: Relisting, rv: "130", listRV: "", reset: true},
-		// The relist fails too: back off, still from the latest.
-		{in: Outcome{Op: OpList, Err: errExpired}, state: BackingOff, rv: "130", listRV: ""},
-		{in: Outcome{Op: OpList, RV: "200"}, state: Watching, rv: "200", listRV: "200"},
-		// A healthy watch, then a 410 straight away on a fresh watch (as
-		// after an apiserver restart, following failed reconnects): relist
-		// at once, not after the backoff the reconnects grew.
-		{in: healthy("210", nil), state: Watching, rv: "210", listRV: "210", reset: true},
-		{in: Outcome{Op: OpWatch, Err: errRefused}, state: BackingOff, rv: "210", listRV: "210"},
-		{in: Outcome{Op: OpWatch, Err: errGone}, state: Relisting, rv: "210", listRV: ""},
-		{in: Outcome{Op: OpList, RV: "300"}, state: Watching, rv: "300", listRV: "300"},
-		// 410 again before any healthy watch: now back off before relisting.
-		{in: Outcome{Op: OpWatch, Err: errGone}, state: BackingOff, rv: "300", listRV: ""},
-	})
-	if m.State != Relisting {
-		t.Fatalf("after backoff the machine must relist, is %s", m.State)
+	s, _ := newScript(t, false)
+	s.step(0, listed10, Action{Do: Watch}, Watching)
+	s.step(time.Second, Outcome{Err: errExpired, ErrorEvent: true, Open: time.Second, Timeout: fiveMin}, Action{Do: List}, Relisting)
+	s.step(0, Outcome{RV: "50"}, Action{Do: Watch, RV: "50"}, Watching)
+	a := s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Do: Wait, Delay: 800 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: List}, Relisting)
+	s.step(0, Outcome{RV: "60"}, Action{Do: Watch, RV: "60"}, Watching)
+	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin}, Action{Do: Watch, RV: "60"}, Watching)
+	s.step(0, Outcome{Err: errTooOld, ErrorEvent: true, Timeout: fiveMin}, Action{Do: List}, Relisting)
+}
+
+// An ERROR event that is not a 410 (a 500: "etcd event received with
+// PrevKv=nil") relists too; so does a "too large resource version" on a
+// WATCH, which is what a server restored from an older etcd snapshot says.
+func TestMachineServerGaveUpRelists(t *testing.T) {
+	s, _ := newScript(t, false)
+	s.step(0, listed10, Action{Do: Watch}, Watching)
+	s.step(time.Second, Outcome{Err: err500, ErrorEvent: true, Timeout: fiveMin}, Action{Do: List}, Relisting)
+	s.step(0, Outcome{RV: "50"}, Action{Do: Watch, RV: "50"}, Watching)
+	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin}, Action{Do: Watch, RV: "50"}, Watching)
+	s.step(0, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Do: List}, Relisting)
+	// The relist finds an older resourceVersion: time travel, reported.
+	a := s.step(0, Outcome{RV: "40"}, Action{Do: Watch, RV: "40"}, Watching)
+	if !a.TimeTravel || s.m.RV != "40" {
+		t.Errorf("time travel not reported (%v) or RV %q not taken", a.TimeTravel, s.m.RV)
 	}
 }
 
-// An ERROR event that is not a 410 (here the 500 an apiserver without watch
-// cache sends when etcd kept an event but compacted the object before it):
-// the server cannot go on from this RV, so relist. A 500 answering the
-// WATCH request itself is only a failed request: back off and watch again.
-func TestMachineErrorEventsRelist(t *testing.T) {
-	prevKV := apierrors.NewInternalError(errors.New("etcd event received with PrevKv=nil"))
-	m := &Machine{State: Watching, RV: "224", Synced: true}
-	run(t, m, []step{
-		{in: Outcome{Op: OpWatch, Err: err500}, state: BackingOff, rv: "224", listRV: "224"},
-		{in: Outcome{Op: OpWatch, Err: prevKV, ErrorEvent: true, Duration: 100 * time.Millisecond}, state: Relisting, rv: "224", listRV: ""},
-	})
+// A 500 or a refusal on a WATCH is retried from the same resourceVersion
+// after the backoff, without relisting; a 429 waits its Retry-After.
+func TestMachineWatchFailuresRewatchWithoutRelist(t *testing.T) {
+	s, _ := newScript(t, false)
+	s.step(0, listed10, Action{Do: Watch}, Watching)
+	a := s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 800 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: Watch, RV: "10"}, Watching)
+	a = s.step(0, Outcome{Err: err500}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: Watch, RV: "10"}, Watching)
+	a = s.step(0, Outcome{Err: err429}, Action{Do: Wait, Delay: 7 * time.Second}, BackingOff)
+	s.wait(a, Action{Do: Watch, RV: "10"}, Watching)
 }
 
-func TestMachineListFailures(t *testing.T) {
-	m := &Machine{}
-	run(t, m, []step{
-		{in: Outcome{Op: OpList, Err: errRefused}, state: BackingOff, listRV: ""},
-		// An expired continue token on the first list: start over at once...
-		{in: Outcome{Op: OpList, Err: errExpired}, state: Listing, listRV: ""},
-		// ...and if it happens again, back off before the next try.
-		{in: Outcome{Op: OpList, Err: errExpired}, state: BackingOff, listRV: ""},
-		{in: Outcome{Op: OpList, Err: err403}, state: BackingOff, listRV: ""},
-		{in: Outcome{Op: OpList, RV: "50"}, state: Watching, rv: "50", listRV: "50"},
-	})
-	m = &Machine{State: Relisting, RV: "90", Synced: true}
-	run(t, m, []step{
-		// The cache has not caught up with our RV: ask for the latest instead.
-		{in: Outcome{Op: OpList, Err: errTooLrg}, state: Relisting, rv: "90", listRV: ""},
-		{in: Outcome{Op: OpList, RV: "95"}, state: Watching, rv: "95", listRV: "95"},
-	})
+// A list whose continue token expired restarts at once, during the first
+// list and during a relist alike; a second failure in a row backs off.
+func TestMachineExpiredListRestartsOnceAtOnce(t *testing.T) {
+	s, _ := newScript(t, false)
+	s.step(0, Outcome{Err: errExpired}, Action{Do: List}, Listing)
+	a := s.step(0, Outcome{Err: errExpired}, Action{Do: Wait, Delay: 800 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: List}, Listing)
+	s.step(0, listed10, Action{Do: Watch}, Watching)
+	s.step(fiveMin, Outcome{Err: errGone, Open: fiveMin, Timeout: fiveMin}, Action{Do: List}, Relisting)
+	s.step(0, Outcome{Err: errExpired}, Action{Do: List}, Relisting)
+	s.step(0, Outcome{RV: "90"}, Action{Do: Watch, RV: "90"}, Watching)
+}
+
+// A server without WatchList (400/422) gets LIST from then on; a WatchList
+// that fails on the way (an ERROR 500 during its initial events, a cut)
+// falls back to LIST for that list only.
+func TestMachineWatchListFallsBackToList(t *testing.T) {
+	s, a := newScript(t, true)
+	if a.Do != WatchList {
+		t.Fatalf("start: %s, want watch-list", a.Do)
+	}
+	s.step(0, Outcome{Err: err500, ErrorEvent: true}, Action{Do: List}, Listing)
+	s.step(0, listed10, Action{Do: Watch}, Watching)
+	s.step(fiveMin, Outcome{Err: errGone, Open: fiveMin, Timeout: fiveMin}, Action{Do: WatchList}, Relisting)
+	s.step(0, Outcome{RV: "20", Listed: true}, Action{Do: ReadOn}, Watching)
+	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin, RV: "30"}, Action{Do: Watch, RV: "30"}, Watching)
+	s.step(0, Outcome{Err: errGone}, Action{Do: WatchList}, Relisting)
+	s.step(0, Outcome{Err: apierrors.NewBadRequest("no WatchList here")}, Action{Do: List}, Relisting)
+	s.step(0, Outcome{RV: "40"}, Action{Do: Watch}, Watching)
+	s.step(fiveMin, Outcome{Err: errGone, Open: fiveMin, Timeout: fiveMin}, Action{Do: List}, Relisting)
+}
+
+// The watchdog's abandoned stream is resumed at once: it cost a request per
+// silence limit, no storm.
+func TestMachineSilentStreamRewatchesAtOnce(t *testing.T) {
+	s, _ := newScript(t, false)
+	s.step(0, listed10, Action{Do: Watch}, Watching)
+	s.step(150*time.Second, Outcome{Err: ErrSilent, Silent: true, Open: 150 * time.Second, Timeout: fiveMin}, Action{Do: Watch, RV: "10"}, Watching)
 }
 
 func TestMachineStops(t *testing.T) {
-	for _, op := range []Op{OpList, OpWatch} {
-		m := &Machine{State: Watching, RV: "5"}
-		m.Step(Outcome{Op: op, Err: context.Canceled})
-		if m.State != Stopped {
-			t.Fatalf("op %d: state %s after cancel, want Stopped", op, m.State)
-		}
-	}
+	s, _ := newScript(t, false)
+	s.step(0, Outcome{Err: context.Canceled}, Action{Do: Stop}, Stopped)
 }
 
-func TestMachineWatchListFallsBackToListWhenRefused(t *testing.T) {
-	m := &Machine{WatchList: true}
-	run(t, m, []step{
-		{in: Outcome{Op: OpList, Err: apierrors.NewBadRequest("sendInitialEvents is forbidden")}, state: Listing, listRV: ""},
-	})
-	if m.WatchList {
-		t.Fatal("a refused WatchList must switch the machine to LIST for good")
+// The cap is a true cap and jitter only shortens: every delay is within
+// [(1-Jitter)·d, d] for d = min(Max, Initial·Factorⁿ).
+func TestBackoffDelayIsCapped(t *testing.T) {
+	b := DefaultBackoff
+	for n := range 80 {
+		d := time.Duration(math.Min(float64(b.Max), float64(b.Initial)*math.Pow(b.Factor, float64(n))))
+		for _, r := range []float64{0, 0.25, 0.5, 0.999} {
+			got := b.Delay(n, r)
+			if got > b.Max || got > d || got < time.Duration((1-b.Jitter)*float64(d))-time.Millisecond {
+				t.Fatalf("Delay(%d, %v) = %v; want within [%v, %v]", n, r, got, time.Duration((1-b.Jitter)*float64(d)), d)
+			}
+		}
 	}
-	// A WatchList that fails otherwise keeps trying WatchList.
-	m = &Machine{WatchList: true}
-	run(t, m, []step{{in: Outcome{Op: OpList, Err: errRefused}, state: BackingOff, listRV: ""}})
-	if !m.WatchList {
-		t.Fatal("a connection error is no reason to give up WatchList")
-	}
-	// Without WatchList, a 400 on a LIST is just an error: back off.
-	m = &Machine{}
-	run(t, m, []step{{in: Outcome{Op: OpList, Err: apierrors.NewBadRequest("bad")}, state: BackingOff, listRV: ""}})
 }

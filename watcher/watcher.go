@@ -3,30 +3,52 @@ package watcher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"rawwatch/store"
 )
 
+// Defaults of Options, named once: flags, wiring and docs use these.
+const (
+	// DefaultPageSize is the LIST page size: client-go's pager's.
+	DefaultPageSize = 500
+	// DefaultWatchTimeoutMin is the shortest timeoutSeconds a WATCH asks for;
+	// the longest is twice that (client-go's Reflector: 5 to 10 minutes).
+	DefaultWatchTimeoutMin = 5 * time.Minute
+	// DefaultSilenceLimit is how long a WATCH may send nothing, not even a
+	// bookmark, before the watchdog abandons it. kube-apiserver's watch cache
+	// sends a bookmark about every minute; this tolerates one lost bookmark
+	// with half a minute to spare.
+	DefaultSilenceLimit = 150 * time.Second
+)
+
+// ErrSilent ends a WATCH the watchdog abandoned (Options.SilenceLimit).
+var ErrSilent = errors.New("watch sent nothing, not even a bookmark, for longer than the silence limit")
+
 // Options tune a Watcher. The zero value of every field means its default.
 type Options[T Object] struct {
-	// PageSize is the LIST page size (limit); default 500, as client-go's pager.
+	// PageSize is the LIST page size (limit); default DefaultPageSize.
 	PageSize int64
 	// WatchTimeoutMin/Max bound the timeoutSeconds of each WATCH, chosen at
 	// random between them so that many clients do not reconnect in step.
-	// Default 5 and 10 minutes, as client-go's Reflector.
+	// Default DefaultWatchTimeoutMin and twice that.
 	WatchTimeoutMin, WatchTimeoutMax time.Duration
-	// NewBackoff makes the retry backoff. Default: exponential from 800 ms,
-	// doubling, capped at 30 s, ±50% jitter, never giving up.
-	NewBackoff func() backoff.BackOff
+	// Backoff is the retry policy; default DefaultBackoff.
+	Backoff Backoff
+	// SilenceLimit: a WATCH that delivers no frame for this long is
+	// abandoned and resumed; default DefaultSilenceLimit.
+	SilenceLimit time.Duration
+	// Rand returns numbers in [0, 1) for the jitter of the backoff and of
+	// the watch timeout; default math/rand/v2's. Set it for reproducible runs.
+	Rand func() float64
 	// Handler is called, on the loop's goroutine, for every change applied to
 	// the store, after the store was updated. It must not block (enqueue a key).
 	Handler func(store.Delta[T])
@@ -40,21 +62,9 @@ type Options[T Object] struct {
 	// sendInitialEvents=true instead of a paginated LIST (KEP-3157): the
 	// server streams the objects one by one, ends them with a bookmark
 	// annotated k8s.io/initial-events-end, and the same stream goes on with
-	// live events. If the server refuses it, the watcher falls back to LIST.
+	// live events. If the server refuses it, the watcher uses LIST for good;
+	// if one fails on the way, that one list is made with LIST.
 	WatchList bool
-}
-
-// DefaultBackoff is the retry backoff used when Options.NewBackoff is nil:
-// the delays client-go's Reflector uses (800 ms doubling to a 30 s cap).
-func DefaultBackoff() backoff.BackOff {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = 800 * time.Millisecond
-	b.Multiplier = 2
-	b.RandomizationFactor = 0.5
-	b.MaxInterval = 30 * time.Second
-	b.MaxElapsedTime = 0 // never stop
-	b.Reset()
-	return b
 }
 
 // Watcher keeps a Store in step with one resource on the API server by
@@ -75,16 +85,22 @@ type Watcher[T Object] struct {
 // New returns a watcher that fills s from src. Call Run to start it.
 func New[T Object](src Source, s *store.Store[T], opts Options[T]) *Watcher[T] {
 	if opts.PageSize == 0 {
-		opts.PageSize = 500
+		opts.PageSize = DefaultPageSize
 	}
 	if opts.WatchTimeoutMin == 0 {
-		opts.WatchTimeoutMin = 5 * time.Minute
+		opts.WatchTimeoutMin = DefaultWatchTimeoutMin
 	}
 	if opts.WatchTimeoutMax < opts.WatchTimeoutMin {
 		opts.WatchTimeoutMax = 2 * opts.WatchTimeoutMin
 	}
-	if opts.NewBackoff == nil {
-		opts.NewBackoff = DefaultBackoff
+	if opts.Backoff == (Backoff{}) {
+		opts.Backoff = DefaultBackoff
+	}
+	if opts.SilenceLimit == 0 {
+		opts.SilenceLimit = DefaultSilenceLimit
+	}
+	if opts.Rand == nil {
+		opts.Rand = rand.Float64
 	}
 	if opts.Handler == nil {
 		opts.Handler = func(store.Delta[T]) {}
@@ -111,95 +127,95 @@ func (w *Watcher[T]) ResourceVersion() string { return *w.rv.Load() }
 // Stats returns the loop's counters.
 func (w *Watcher[T]) Stats() StatsSnapshot { return w.stats.Snapshot() }
 
-// Run drives the state machine until ctx ends. It only returns then: every
-// failure is retried.
+// Run performs the actions the Machine decides, until ctx ends. It only
+// returns then: every failure is retried.
 func (w *Watcher[T]) Run(ctx context.Context) {
-	m := Machine{State: Listing, WatchList: w.opts.WatchList}
-	bo := w.opts.NewBackoff()
-	var last Next
-	// open is a stream a WatchList left open after its initial events: the
-	// next Watching step carries on reading it instead of making a request.
-	var open *stream[T]
-	defer func() {
-		if open != nil { // stopped between the initial events and the Watching step
-			open.close()
-		}
-	}()
-	for {
-		from := m.State
+	m := NewMachine(w.opts.Backoff, w.opts.WatchList, w.opts.Rand)
+	act := m.Start(time.Now())
+	for act.Do != Stop {
 		var o Outcome
-		switch m.State {
-		case Stopped:
-			return
-		case Listing, Relisting:
-			if m.WatchList {
-				o, open = w.watchList(ctx, m.ListRV())
-			} else {
-				o = w.list(ctx, m.ListRV())
-			}
-		case Watching:
-			if open != nil {
-				o, open = w.drain(open), nil
-			} else {
-				o = w.watch(ctx, m.RV)
-			}
-		case BackingOff:
-			delay := max(bo.NextBackOff(), last.MinDelay)
-			w.obs.BackingOff(delay, last.Class)
-			w.log.V(4).Info("Backing off", "delay", delay)
-			select {
-			case <-ctx.Done():
-				m.State = Stopped
-			case <-time.After(delay):
-				m.BackoffDone()
-			}
-			w.obs.StateChanged(from, m.State, "waited "+delay.Round(time.Millisecond).String())
-			continue
+		switch act.Do {
+		case List:
+			o = w.list(ctx)
+		case Watch, WatchList:
+			o = w.stream(ctx, act, func(rv string) {
+				// A WatchList's initial state is in the store; the machine
+				// says to read on (Listing → Watching on the same stream).
+				w.step(m, Outcome{At: time.Now(), Listed: true, RV: rv})
+			})
+		case Wait:
+			o = w.wait(ctx, act.Delay)
+		default:
+			panic(fmt.Sprintf("watcher: the machine asked for %s outside a stream", act.Do))
 		}
 		if ctx.Err() != nil {
 			o.Err = context.Canceled
 		}
-		last = m.Step(o)
-		if last.ResetBackoff {
-			bo.Reset()
-		}
-		w.setRV(m.RV)
-		w.logStep(from, m.State, last)
-		w.obs.StateChanged(from, m.State, last.Reason)
+		act = w.step(m, o)
+	}
+}
+
+// step feeds an outcome to the machine and reports the transition.
+func (w *Watcher[T]) step(m *Machine, o Outcome) Action {
+	from := m.State
+	a := m.Step(o)
+	w.setRV(m.RV)
+	w.logStep(from, m.State, a)
+	w.obs.StateChanged(from, m.State, a.Reason)
+	if a.Do == Wait {
+		w.obs.BackingOff(a.Delay, a.Class)
+	}
+	return a
+}
+
+func (w *Watcher[T]) wait(ctx context.Context, d time.Duration) Outcome {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return Outcome{At: time.Now(), Err: context.Canceled}
+	case <-t.C:
+		return Outcome{At: time.Now()}
 	}
 }
 
 // logStep logs a transition: failures that make the loop wait at the default
-// level (a user must see why nothing happens), a relist at the default level
-// (it is expensive and rare), everything else at -v=3.
-func (w *Watcher[T]) logStep(from, to State, next Next) {
+// level (a user must see why nothing happens), a relist and time travel at
+// the default level (they are expensive and rare), everything else at -v=3.
+func (w *Watcher[T]) logStep(from, to State, a Action) {
 	switch {
-	case next.Class == Denied:
-		w.log.Error(next.Err, "Access denied: check the credentials and the RBAC rules (this controller needs list and watch); backing off", "after", from)
-	case to == BackingOff && next.Err != nil:
-		w.log.Error(next.Err, "Request failed; backing off", "after", from, "class", next.Class)
-	case to == BackingOff:
-		w.log.Info("Backing off", "after", from, "reason", next.Reason)
-	case to == Relisting:
-		w.log.Info("Relisting", "reason", next.Reason)
+	case a.Class == Denied && a.Do == Wait:
+		w.log.Error(a.Err, "Access denied: check the credentials and the RBAC rules (this controller needs list and watch); backing off", "after", from, "delay", a.Delay)
+	case a.Do == Wait && a.Err != nil:
+		w.log.Error(a.Err, "Request failed; backing off", "after", from, "class", a.Class, "delay", a.Delay)
+	case a.Do == Wait:
+		w.log.Info("Backing off", "after", from, "reason", a.Reason, "delay", a.Delay)
+	case a.TimeTravel:
+		w.log.Info("Time travel: the server's resourceVersion went backwards", "reason", a.Reason)
+	case to == Relisting && from != Relisting:
+		w.log.Info("Relisting", "reason", a.Reason)
 	default:
-		w.log.V(3).Info("State change", "from", from, "to", to, "reason", next.Reason)
+		w.log.V(3).Info("State change", "from", from, "to", to, "reason", a.Reason)
 	}
 }
 
 func (w *Watcher[T]) setRV(rv string) { w.rv.Store(&rv) }
 
-// list reads every page into a Replacement and swaps it into the store.
-// Continue pages carry only the token: the server serves them from the
-// snapshot the first page was read at, and refuses the token (410 Expired)
-// once etcd has compacted that snapshot, which sends us back to page one.
-func (w *Watcher[T]) list(ctx context.Context, rv string) Outcome {
+// list reads every page into a Replacement and swaps it into the store. It
+// always asks for resourceVersion "": the latest data, read consistently
+// from etcd, which the server paginates ("0" would be served from the watch
+// cache in one unpaginated response, and an older resourceVersion is what a
+// relist is trying to get away from). Continue pages carry only the token:
+// the server serves them from the snapshot the first page was read at, and
+// refuses the token (410 Expired) once etcd has compacted that snapshot.
+func (w *Watcher[T]) list(ctx context.Context) Outcome {
 	repl := w.store.NewReplacement()
-	opts := metav1.ListOptions{ResourceVersion: rv, Limit: w.opts.PageSize}
+	opts := metav1.ListOptions{Limit: w.opts.PageSize}
+	var rv string
 	for page := 1; ; page++ {
 		body, err := w.source.List(ctx, opts)
 		if err != nil {
-			return Outcome{Op: OpList, Err: err}
+			return Outcome{At: time.Now(), Err: err}
 		}
 		items := 0
 		meta, err := decodeList(body, w.opts.Codec,
@@ -212,7 +228,7 @@ func (w *Watcher[T]) list(ctx context.Context, rv string) Outcome {
 			})
 		body.Close()
 		if err != nil {
-			return Outcome{Op: OpList, Err: err}
+			return Outcome{At: time.Now(), Err: err}
 		}
 		w.obs.ListPage(page, items, meta.Continue, meta.ResourceVersion)
 		if meta.Continue == "" {
@@ -222,7 +238,7 @@ func (w *Watcher[T]) list(ctx context.Context, rv string) Outcome {
 		opts = metav1.ListOptions{Limit: w.opts.PageSize, Continue: meta.Continue}
 	}
 	w.commit(repl, rv)
-	return Outcome{Op: OpList, RV: rv}
+	return Outcome{At: time.Now(), RV: rv}
 }
 
 // commit swaps a finished (re)list into the store and hands out its deltas.
@@ -248,100 +264,113 @@ func (w *Watcher[T]) commit(repl *store.Replacement[T], rv string) {
 	w.syncedOnce.Do(func() { close(w.synced) })
 }
 
-// stream is an open WATCH response.
-type stream[T Object] struct {
-	body   io.ReadCloser
-	dec    *eventDecoder[T]
-	cancel context.CancelFunc
-	start  time.Time
-}
+// errNoInitialEventsEnd: a WatchList stream ended before its initial events did.
+var errNoInitialEventsEnd = errors.New("watch-list stream ended before the initial-events-end bookmark")
 
-// open starts a WATCH with opts (resourceVersion and any WatchList fields
-// set by the caller), adding bookmarks and a jittered timeout.
-func (w *Watcher[T]) open(ctx context.Context, opts metav1.ListOptions) (*stream[T], error) {
+// stream makes one WATCH request and reads it until it ends: a Watch from
+// act.RV, or a WatchList, whose initial events go into a Replacement that is
+// swapped into the store at the bookmark annotated k8s.io/initial-events-end
+// (then listed is called, and the same stream goes on with live events).
+//
+//	GET ...RESOURCE?watch=true&resourceVersion=RV&allowWatchBookmarks=true&timeoutSeconds=...
+//	    [&sendInitialEvents=true&resourceVersionMatch=NotOlderThan]
+//
+// Every frame feeds the watchdog; a stream silent for Options.SilenceLimit
+// is cancelled and reported Silent. The stream's own deadline (its timeout
+// plus a minute) is a backstop for a server that never closes it.
+func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv string)) (o Outcome) {
+	opts := metav1.ListOptions{ResourceVersion: act.RV}
+	var repl *store.Replacement[T]
+	if act.Do == WatchList {
+		yes := true
+		opts.ResourceVersionMatch, opts.SendInitialEvents = metav1.ResourceVersionMatchNotOlderThan, &yes
+		repl = w.store.NewReplacement()
+	}
 	timeout := w.watchTimeout()
 	secs := int64(timeout / time.Second)
 	opts.AllowWatchBookmarks, opts.TimeoutSeconds = true, &secs
-	// The server ends the stream after timeoutSeconds; the deadline is a
-	// backstop for a server that went silent without closing the connection.
-	wctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
-	w.obs.WatchStarted(opts.ResourceVersion, timeout, opts.SendInitialEvents != nil)
+	sctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
+	defer cancel()
+	w.obs.WatchStarted(opts.ResourceVersion, timeout, repl != nil)
 	start := time.Now()
-	body, err := w.source.Watch(wctx, opts)
+	o.Timeout = timeout
+	defer func() { o.At, o.Open = time.Now(), time.Since(start) }()
+
+	body, err := w.source.Watch(sctx, opts)
 	if err != nil {
-		cancel()
-		return nil, err
+		o.Err = err
+		return o
 	}
-	return &stream[T]{body: body, dec: newEventDecoder(body, w.opts.Codec), cancel: cancel, start: start}, nil
-}
+	defer body.Close()
+	var silent atomic.Bool
+	dog := time.AfterFunc(w.opts.SilenceLimit, func() { silent.Store(true); cancel() })
+	defer dog.Stop()
+	defer func() {
+		if silent.Load() && ctx.Err() == nil {
+			o.Err, o.Silent = ErrSilent, true
+		}
+		w.obs.WatchEnded(o.Frames, time.Since(start), o.Err)
+	}()
 
-func (s *stream[T]) close() {
-	s.body.Close()
-	s.cancel()
-}
-
-// watch opens one WATCH from rv and applies its events until it ends.
-func (w *Watcher[T]) watch(ctx context.Context, rv string) Outcome {
-	s, err := w.open(ctx, metav1.ListOptions{ResourceVersion: rv})
-	if err != nil {
-		return Outcome{Op: OpWatch, Err: err}
-	}
-	return w.drain(s)
-}
-
-// drain applies a stream's events to the store until it ends, and closes it.
-func (w *Watcher[T]) drain(s *stream[T]) Outcome {
-	defer s.close()
-	o := w.consume(s.dec)
-	o.Duration = time.Since(s.start)
-	w.obs.WatchEnded(o.Events, o.Duration, o.Err)
-	return o
-}
-
-func (w *Watcher[T]) watchTimeout() time.Duration {
-	lo, hi := w.opts.WatchTimeoutMin, w.opts.WatchTimeoutMax
-	d := lo
-	if hi > lo {
-		d += rand.N(hi - lo)
-	}
-	return max(d.Truncate(time.Second), time.Second)
-}
-
-// consume applies events from one stream to the store until the stream ends.
-func (w *Watcher[T]) consume(dec *eventDecoder[T]) Outcome {
-	o := Outcome{Op: OpWatch}
+	dec := newEventDecoder(body, w.opts.Codec)
 	for {
 		ev, err := dec.Next()
+		dog.Reset(w.opts.SilenceLimit)
 		var skip *SkipError
 		switch {
-		case errors.Is(err, io.EOF):
-			return o
 		case errors.As(err, &skip):
 			w.skipped(skip)
-			if ev.Type == Deleted && skip.Key != "" {
+			switch {
+			case skip.Key == "":
+			case repl != nil:
+				repl.Keep(skip.Key) // listed, but unreadable: keep what we have
+			case ev.Type == Deleted:
 				// We cannot read the final state, but we know the key is gone.
 				if d, known := w.store.DeleteKey(skip.Key, *new(T)); known {
 					w.opts.Handler(d)
 				}
 			}
 			continue
+		case errors.Is(err, io.EOF) && repl != nil:
+			o.Err = errNoInitialEventsEnd
+			return o
+		case errors.Is(err, io.EOF):
+			return o
 		case err != nil:
 			o.Err = err
 			return o
 		}
-		switch ev.Type {
-		case Error:
+		switch {
+		case ev.Type == Error:
 			o.Err, o.ErrorEvent = ev.Err, true
 			return o
-		case Bookmark:
+		case repl != nil && ev.Type == Bookmark && ev.InitialEventsEnd:
+			w.commit(repl, ev.RV)
+			repl = nil
+			listed(ev.RV)
+		case repl != nil && ev.Type == Bookmark:
+			continue // a progress bookmark inside the initial events
+		case repl != nil && ev.Type == Deleted:
+			repl.Remove(ev.Object)
+			continue
+		case repl != nil:
+			repl.Add(ev.Object)
+			continue
+		case ev.Type == Bookmark:
 			w.obs.BookmarkReceived(ev.RV, ev.InitialEventsEnd)
 		default:
 			w.apply(ev)
 		}
-		o.Events++
+		o.Frames++
 		o.RV = ev.RV
 		w.setRV(ev.RV)
 	}
+}
+
+func (w *Watcher[T]) watchTimeout() time.Duration {
+	lo, hi := w.opts.WatchTimeoutMin, w.opts.WatchTimeoutMax
+	d := lo + time.Duration(w.opts.Rand()*float64(hi-lo))
+	return max(d.Truncate(time.Second), time.Second)
 }
 
 // apply writes one event to the store and hands the delta to the handler.

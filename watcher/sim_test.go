@@ -1,0 +1,341 @@
+package watcher_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"rawwatch/api/v1alpha1"
+	"rawwatch/internal/fakeapi"
+	"rawwatch/store"
+	"rawwatch/watcher"
+)
+
+// Tests of the whole loop (Watcher.Run) against package fakeapi's in-memory
+// server, in virtual time: a minute of backoff costs no real time, and a
+// loop that never waits is caught by a request cap instead of hanging.
+
+// sim is one watcher running against a fake server inside a synctest bubble.
+type sim struct {
+	t     *testing.T
+	srv   *fakeapi.Server
+	w     *watcher.Watcher[object]
+	store *store.Store[object]
+	obs   *simObserver
+	start time.Time
+	// stormed is closed when the request cap was hit (the loop was cancelled).
+	stormed chan struct{}
+}
+
+// simObserver records backoffs and deltas.
+type simObserver struct {
+	watcher.NopObserver
+	mu     sync.Mutex
+	waits  []simWait
+	deltas []store.Delta[object]
+}
+
+type simWait struct {
+	at    time.Time
+	d     time.Duration
+	class watcher.ErrorClass
+}
+
+func (o *simObserver) BackingOff(d time.Duration, c watcher.ErrorClass) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.waits = append(o.waits, simWait{time.Now(), d, c})
+}
+
+func (o *simObserver) handle(d store.Delta[object]) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.deltas = append(o.deltas, d)
+}
+
+func (o *simObserver) backoffs() []simWait {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]simWait(nil), o.waits...)
+}
+
+// capped is a Source that cancels the loop after max requests: a loop that
+// never waits would otherwise spin forever without virtual time moving.
+type capped struct {
+	*fakeapi.Server
+	mu     sync.Mutex
+	n, max int
+	cancel context.CancelFunc
+	hit    chan struct{}
+}
+
+func (c *capped) count() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n++; c.n == c.max {
+		close(c.hit)
+		c.cancel()
+	}
+}
+
+func (c *capped) List(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
+	c.count()
+	return c.Server.List(ctx, opts)
+}
+
+func (c *capped) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
+	c.count()
+	return c.Server.Watch(ctx, opts)
+}
+
+// runSim seeds srv with n objects, runs a watcher on it with opts, calls
+// body, then stops the watcher; everything inside one synctest bubble.
+func runSim(t *testing.T, n int, opts watcher.Options[object], body func(s *sim)) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakeapi.New()
+		for i := range n {
+			srv.Put("ns", fmt.Sprintf("obj-%d", i), "hello")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		src := &capped{Server: srv, max: 1000, cancel: cancel, hit: make(chan struct{})}
+		s := &sim{t: t, srv: srv, store: store.New[object](), obs: &simObserver{}, start: time.Now(), stormed: src.hit}
+		opts.Handler = s.obs.handle
+		opts.Observer = s.obs
+		opts.Codec = watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind}
+		opts.Logger = funcr.New(func(string, string) {}, funcr.Options{})
+		s.w = watcher.New(src, s.store, opts)
+		done := make(chan struct{})
+		go func() { s.w.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }() // also after a t.Fatal in body
+		body(s)
+	})
+}
+
+// waitSynced waits (in virtual time) for the first list, at most d.
+func (s *sim) waitSynced(d time.Duration) bool {
+	select {
+	case <-s.w.Synced():
+		return true
+	case <-time.After(d):
+		return false
+	case <-s.stormed:
+		return false
+	}
+}
+
+// sleep lets virtual time pass, unless the loop stormed into the cap.
+func (s *sim) sleep(d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-s.stormed:
+	}
+}
+
+// count returns how many requests of kind were made in [from, to).
+func (s *sim) count(kind string, from, to time.Time) int {
+	n := 0
+	for _, r := range s.srv.Requests() {
+		if r.Kind == kind && !r.At.Before(from) && r.At.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// Finding 2: a stream that delivers one frame and then breaks is not
+// healthy. Through a proxy that cuts every WATCH after its first frame, the
+// loop backs off: at most a dozen WATCHes in the first minute (the backoff's
+// bound), where a loop that calls such a stream healthy re-watches at once,
+// forever.
+func TestFlappingStreamsAreNotHealthy(t *testing.T) {
+	runSim(t, 3, watcher.Options[object]{}, func(s *sim) {
+		if !s.waitSynced(time.Minute) {
+			s.t.Fatal("no sync")
+		}
+		s.srv.SetFault(fakeapi.CutAfterFirstFrame)
+		from := time.Now()
+		s.srv.Cut()
+		s.sleep(time.Minute)
+		if n := s.count("WATCH", from, from.Add(time.Minute)); n > 12 {
+			s.t.Errorf("%d WATCHes in the first minute of streams cut after one frame, want at most 12", n)
+		}
+		s.srv.SetFault(fakeapi.Healthy)
+	})
+}
+
+// Finding 3: an ERROR event after one event relists, but not in a storm:
+// only the first relist is immediate; the next ones wait out the backoff.
+func TestErrorAfterOneEventDoesNotStormRelists(t *testing.T) {
+	runSim(t, 3, watcher.Options[object]{}, func(s *sim) {
+		if !s.waitSynced(time.Minute) {
+			s.t.Fatal("no sync")
+		}
+		s.srv.SetFault(fakeapi.ErrorAfterFirstEvent)
+		from := time.Now()
+		s.srv.Cut()
+		s.sleep(time.Minute)
+		lists := s.count("LIST", from, from.Add(time.Minute))
+		if lists > 12 {
+			s.t.Errorf("%d LISTs in the first minute of streams that send an ERROR after one frame, want at most 12", lists)
+		}
+		if lists == 0 {
+			s.t.Errorf("no relist after ERROR events")
+		}
+	})
+}
+
+// Finding 4: a WatchList that fails during its initial events (an ERROR 500,
+// as kube-apiserver sends when etcd cannot report progress) falls back to
+// LIST, which works: the watcher syncs.
+func TestWatchListFailingDuringInitialEventsFallsBackToList(t *testing.T) {
+	runSim(t, 6, watcher.Options[object]{WatchList: true}, func(s *sim) {
+		s.srv.SetFault(fakeapi.WatchListFails)
+		if !s.waitSynced(time.Minute) {
+			s.t.Fatalf("not synced after a minute of failing WatchLists (%d WATCHLIST, %d LIST requests)",
+				s.count("WATCHLIST", s.start, time.Now()), s.count("LIST", s.start, time.Now()))
+		}
+		if n := s.store.Len(); n != 6 {
+			s.t.Errorf("store holds %d objects, want 6", n)
+		}
+	})
+}
+
+// Finding 6: the backoff's cap is a true cap: no wait is longer than 30 s,
+// jitter included.
+func TestBackoffNeverExceedsItsCap(t *testing.T) {
+	runSim(t, 1, watcher.Options[object]{}, func(s *sim) {
+		s.srv.SetFault(fakeapi.Refuse)
+		s.sleep(30 * time.Minute)
+		waits := s.obs.backoffs()
+		if len(waits) < 30 {
+			s.t.Fatalf("only %d backoffs in 30 minutes of refusals", len(waits))
+		}
+		for _, w := range waits {
+			if w.d > 30*time.Second {
+				s.t.Errorf("a backoff of %v, above the 30 s cap", w.d)
+			}
+		}
+	})
+}
+
+// Finding 7: an expired continue token restarts the list at once, during a
+// relist as during the first list; a second expiry in a row backs off.
+func TestExpiredContinueTokenRestartsTheRelistAtOnce(t *testing.T) {
+	runSim(t, 6, watcher.Options[object]{PageSize: 2}, func(s *sim) {
+		if !s.waitSynced(time.Minute) {
+			s.t.Fatal("no sync")
+		}
+		// The watch is cut and cannot resume (the server refuses) while
+		// etcd compacts past its resourceVersion: the next WATCH gets a 410
+		// and the watcher relists, while every continue token expires.
+		s.srv.SetFault(fakeapi.Refuse)
+		s.srv.Cut()
+		s.srv.Put("ns", "obj-0", "changed")
+		s.srv.Compact()
+		s.srv.Put("ns", "obj-1", "changed")
+		s.sleep(time.Second)
+		s.srv.SetFault(fakeapi.ContinueExpires)
+		s.sleep(time.Minute)
+		var firstPages []time.Time
+		for _, r := range s.srv.Requests() {
+			if r.Kind == "LIST" && !r.Continue {
+				firstPages = append(firstPages, r.At)
+			}
+		}
+		// The first list, the relist, its immediate restart.
+		if len(firstPages) < 3 {
+			s.t.Fatalf("%d first-page LISTs, want at least 3", len(firstPages))
+		}
+		if d := firstPages[2].Sub(firstPages[1]); d != 0 {
+			s.t.Errorf("the relist restarted %v after its continue token expired, want at once", d)
+		}
+		s.srv.SetFault(fakeapi.Healthy)
+	})
+}
+
+// The watchdog: a stream that stays open but sends nothing, not even a
+// bookmark, is abandoned after the silence limit and resumed.
+func TestSilentWatchIsAbandoned(t *testing.T) {
+	runSim(t, 2, watcher.Options[object]{}, func(s *sim) {
+		if !s.waitSynced(time.Minute) {
+			s.t.Fatal("no sync")
+		}
+		s.srv.SetFault(fakeapi.Freeze)
+		from := time.Now()
+		s.srv.Cut()
+		s.sleep(10 * time.Second) // the re-watch opens a frozen stream
+		s.srv.SetFault(fakeapi.Healthy)
+		s.srv.Put("ns", "late", "hello")
+		limit := watcher.DefaultSilenceLimit + 30*time.Second
+		for time.Since(from) < limit {
+			if _, ok := s.store.Get("ns/late"); ok {
+				return
+			}
+			s.sleep(time.Second)
+		}
+		s.t.Errorf("an object created while the stream was frozen was not seen within %v", limit)
+	})
+}
+
+// Time travel: the server's data goes back to an older copy (an etcd
+// restore) and its resourceVersion with it. The watcher must not wait
+// forever on a WATCH from a "future" resourceVersion: it relists, and the
+// store ends equal to the restored state, with the deletion of the object
+// that exists only in its store delivered with that object's UID.
+func TestTimeTravelConvergesToTheRestoredState(t *testing.T) {
+	runSim(t, 2, watcher.Options[object]{}, func(s *sim) {
+		if !s.waitSynced(time.Minute) {
+			s.t.Fatal("no sync")
+		}
+		saved := s.srv.Save()
+		s.srv.Put("ns", "c", "born after the snapshot")
+		s.srv.Put("ns", "obj-0", "changed after the snapshot")
+		s.srv.Delete("ns", "obj-1")
+		s.sleep(5 * time.Second)
+		c, ok := s.store.Get("ns/c")
+		if !ok {
+			s.t.Fatal("the watcher did not see c")
+		}
+		s.srv.Restore(saved, 0)
+		limit := 2 * time.Minute
+		for from := time.Now(); time.Since(from) < limit; s.sleep(time.Second) {
+			if equalToServer(s) {
+				break
+			}
+		}
+		if !equalToServer(s) {
+			s.t.Fatalf("store differs from the restored server %v after the restore", limit)
+		}
+		var deleted bool
+		for _, d := range s.obs.deltas {
+			if d.Type == store.Deleted && d.Object != nil && d.Object.UID == c.UID {
+				deleted = true
+			}
+		}
+		if !deleted {
+			s.t.Errorf("no Deleted delta with c's UID %s", c.UID)
+		}
+	})
+}
+
+// equalToServer reports whether the store holds exactly the server's objects.
+func equalToServer(s *sim) bool {
+	objs := s.srv.Objects()
+	if s.store.Len() != len(objs) {
+		return false
+	}
+	for key, o := range objs {
+		got, ok := s.store.Get(key)
+		if !ok || got.UID != o.UID || got.ResourceVersion != o.ResourceVersion {
+			return false
+		}
+	}
+	return true
+}
