@@ -1,0 +1,5 @@
+//go:build !race
+
+package watcher
+
+const raceEnabled = false
