@@ -22,6 +22,7 @@
 package explain
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -99,7 +100,7 @@ var colours = map[string]string{
 	"LIST": blue, "RELIST": magenta + bold, "SYNCED": blue + bold, "REPLACED": magenta + bold,
 	"WATCH": blue, "RE-WATCH": blue, "CLOSED": cyan, "BOOKMARK": cyan,
 	"ADDED": green, "MODIFIED": yellow, "DELETED": red,
-	"410 GONE": magenta + bold, "LIST AGAIN": magenta, "WATCH-LIST": blue, "FAILED": red, "BACKOFF": red, "SKIPPED": red,
+	"410 GONE": magenta + bold, "LIST AGAIN": magenta, "WATCH-LIST": blue, "WATCHDOG": magenta, "FAILED": red, "BACKOFF": red, "SKIPPED": red,
 	"RETRY": yellow, "CONFLICT": yellow, "DONE": green, "LEADER": green + bold, "LEASE": cyan,
 }
 
@@ -120,14 +121,17 @@ var hints = map[string]string{
 	"DELETED": "The event carries the object's final state; the reconciler receives it with the key (a tombstone).",
 	"BOOKMARK": "No object changed: the server says \"you are up to date to here\", so that a re-WATCH\n" +
 		"after a disconnect starts from a recent resourceVersion rather than an old, possibly compacted one.",
-	"CLOSED": "Watch streams end all the time (server timeouts, restarts, proxies). One that was healthy\n" +
-		"is resumed at once from the last resourceVersion; one that failed at once waits a backoff first.",
+	"CLOSED": "Watch streams end all the time (server timeouts, restarts, proxies). One that ran its course\n" +
+		"(its timeout, or two minutes without trouble) is resumed at once from the last resourceVersion;\n" +
+		"one that broke sooner, whatever it delivered first, waits a backoff first: no storm from a flapping proxy.",
+	"WATCHDOG": "A stream can stay open and deliver nothing: a half-dead connection, a stuck proxy. The server\n" +
+		"bookmarks about every minute, so silence for much longer means the stream is dead; resuming costs nothing.",
 	"410 GONE": "The server no longer has the changes after our resourceVersion: etcd compacted them, or the\n" +
 		"apiserver restarted and its new watch cache starts later. Only a new LIST resynchronises the cache.",
 	"DELTA": "A change the (re)list found. Deleted deltas marked FinalStateUnknown are objects that vanished\n" +
 		"while we were not watching (client-go's DeletedFinalStateUnknown).",
-	"BACKOFF": "Exponential backoff with jitter (0.8 s doubling to 30 s), so failing clients do not hammer\n" +
-		"the server in step; a 429 waits at least its Retry-After.",
+	"BACKOFF": "Exponential backoff with jitter (0.8 s doubling to a true 30 s cap; jitter only shortens), so failing\n" +
+		"clients do not hammer the server in step; a 429 waits at least its Retry-After.",
 	"ENQUEUE": "The queue holds keys, not objects: a worker reads the latest object from the store when it\n" +
 		"gets there, so ten changes while a key waits cost one reconcile.",
 	"WORKER": "A worker takes the oldest waiting key. No other worker can take this key until it is Done.",
@@ -310,6 +314,10 @@ func (n *Narrator) WatchEnded(events int, d time.Duration, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.afterClose = true
+	if errors.Is(err, watcher.ErrSilent) {
+		n.lineLocked("WATCHDOG", "the stream sent nothing, not even a bookmark, for %s (the server bookmarks about every minute): abandoned; the watch resumes from the same resourceVersion", d.Round(time.Second))
+		return
+	}
 	text := fmt.Sprintf("the stream ended after %s, open %s", plural(events, "event"), d.Round(time.Millisecond))
 	if err != nil {
 		text += ": " + err.Error()

@@ -106,8 +106,9 @@ const want = `12:00:00.001 LEASE     held by other-pod
              ↳ No object changed: the server says "you are up to date to here", so that a re-WATCH
              ↳ after a disconnect starts from a recent resourceVersion rather than an old, possibly compacted one.
 12:00:00.019 CLOSED    the stream ended after 3 events, open 5m0s
-             ↳ Watch streams end all the time (server timeouts, restarts, proxies). One that was healthy
-             ↳ is resumed at once from the last resourceVersion; one that failed at once waits a backoff first.
+             ↳ Watch streams end all the time (server timeouts, restarts, proxies). One that ran its course
+             ↳ (its timeout, or two minutes without trouble) is resumed at once from the last resourceVersion;
+             ↳ one that broke sooner, whatever it delivered first, waits a backoff first: no storm from a flapping proxy.
 12:00:00.020 RE-WATCH  from resourceVersion 150 (bookmarks on; the server ends it after 6m0s)
              ↳ Resuming from the last resourceVersion we saw: nothing is listed again, nothing is missed.
 12:00:00.021 DELETED   default/b                           resourceVersion 151
@@ -126,12 +127,27 @@ const want = `12:00:00.001 LEASE     held by other-pod
 12:00:00.029 CLOSED    the stream ended after 0 events, open 0s: connection refused
 12:00:00.030 FAILED    watch failed (transient): connection refused
 12:00:00.031 BACKOFF   wait 1.6s before retrying (transient error)
-             ↳ Exponential backoff with jitter (0.8 s doubling to 30 s), so failing clients do not hammer
-             ↳ the server in step; a 429 waits at least its Retry-After.
+             ↳ Exponential backoff with jitter (0.8 s doubling to a true 30 s cap; jitter only shortens), so failing
+             ↳ clients do not hammer the server in step; a 429 waits at least its Retry-After.
 12:00:00.032 SKIPPED   MODIFIED event for default/bad does not decode (spec: expected object): left out, the rest goes on
 12:00:00.033 LEADER    this replica (this-pod) stopped leading: its workers have stopped
 12:00:00.034 STOPPED   the watcher stopped
 `
+
+// The watchdog's line, and its hint once.
+func TestNarrationOfTheWatchdog(t *testing.T) {
+	var out bytes.Buffer
+	n := New(&out, Options{Now: clock()})
+	n.WatchEnded(0, 150*time.Second, watcher.ErrSilent)
+	n.WatchEnded(0, 150*time.Second, watcher.ErrSilent)
+	got := out.String()
+	if c := strings.Count(got, "WATCHDOG  the stream sent nothing, not even a bookmark, for 2m30s"); c != 2 {
+		t.Errorf("%d watchdog lines, want 2:\n%s", c, got)
+	}
+	if c := strings.Count(got, "half-dead connection"); c != 1 {
+		t.Errorf("the watchdog's hint appears %d times, want once:\n%s", c, got)
+	}
+}
 
 func TestNarration(t *testing.T) {
 	var out bytes.Buffer

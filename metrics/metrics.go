@@ -19,6 +19,7 @@
 package metrics
 
 import (
+	"errors"
 	"net/http"
 	"runtime"
 	"strconv"
@@ -63,7 +64,7 @@ type Metrics struct {
 	relistDeltas                 *prometheus.CounterVec
 	watches, restarts, bookmarks prometheus.Counter
 	events, backoffs             *prometheus.CounterVec
-	skipped                      prometheus.Counter
+	skipped, silentWatches       prometheus.Counter
 	resourceVersion, leader      prometheus.Gauge
 	state                        *prometheus.GaugeVec
 
@@ -133,6 +134,7 @@ func New(opts Options) *Metrics {
 	m.bookmarks = counter("rawwatch_watch_bookmarks_total", "BOOKMARK events: the resourceVersion moved, no object changed.", nil)
 	m.backoffs = counterVec("rawwatch_backoffs_total", "Waits before retrying a failed LIST or WATCH, by error class.", "class")
 	m.skipped = counter("rawwatch_skipped_objects_total", "List items and watch events that could not be decoded.", nil)
+	m.silentWatches = counter("rawwatch_watch_silent_total", "WATCH streams the watchdog abandoned: open, but no event or bookmark for longer than the silence limit.", nil)
 	m.resourceVersion = prometheus.NewGauge(prometheus.GaugeOpts{Name: "rawwatch_resource_version",
 		Help: "The resourceVersion the store is synced to, as a number (etcd's revision)."})
 	m.state = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rawwatch_watcher_state",
@@ -274,7 +276,11 @@ func (m *Metrics) BookmarkReceived(rv string, _ bool) {
 	m.setRV(rv)
 }
 
-func (m *Metrics) WatchEnded(int, time.Duration, error) {}
+func (m *Metrics) WatchEnded(_ int, _ time.Duration, err error) {
+	if errors.Is(err, watcher.ErrSilent) {
+		m.silentWatches.Inc()
+	}
+}
 
 func (m *Metrics) BackingOff(_ time.Duration, class watcher.ErrorClass) {
 	m.backoffs.WithLabelValues(class.String()).Inc()

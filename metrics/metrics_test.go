@@ -38,6 +38,7 @@ func TestObserverCallsMoveTheirMetrics(t *testing.T) {
 	m.Replaced("60", 119, 0, 1, 1)
 	m.BackingOff(time.Second, watcher.Transient)
 	m.Skipped(&watcher.SkipError{Key: "ns/bad"})
+	m.WatchEnded(0, 150*time.Second, watcher.ErrSilent)
 
 	checks := map[string]struct {
 		got  float64
@@ -58,6 +59,7 @@ func TestObserverCallsMoveTheirMetrics(t *testing.T) {
 		"state Watching":  {testutil.ToFloat64(m.state.WithLabelValues("Watching")), 0},
 		"backoffs":        {testutil.ToFloat64(m.backoffs.WithLabelValues("transient")), 1},
 		"skipped":         {testutil.ToFloat64(m.skipped), 1},
+		"silent watches":  {testutil.ToFloat64(m.silentWatches), 1},
 	}
 	for name, c := range checks {
 		if c.got != c.want {
