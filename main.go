@@ -32,6 +32,7 @@ type options struct {
 	workers                     int
 	pageSize                    int64
 	minWatchTimeout             time.Duration
+	silenceLimit                time.Duration
 	watchList                   bool
 	qps                         float64
 	burst                       int
@@ -60,8 +61,9 @@ func run(args []string) int {
 		"where the in-cluster configuration reads the service account's token, ca.crt and namespace (used when no kubeconfig is found)")
 	fs.StringVar(&o.namespace, "namespace", "", "watch only this namespace (default: all namespaces)")
 	fs.IntVar(&o.workers, "workers", 2, "number of reconcile workers")
-	fs.Int64Var(&o.pageSize, "page-size", 500, "LIST page size (limit)")
-	fs.DurationVar(&o.minWatchTimeout, "min-watch-timeout", 5*time.Minute, "each WATCH asks the server to end it after a random time between this and twice this")
+	fs.Int64Var(&o.pageSize, "page-size", watcher.DefaultPageSize, "LIST page size (limit)")
+	fs.DurationVar(&o.minWatchTimeout, "min-watch-timeout", watcher.DefaultWatchTimeoutMin, "each WATCH asks the server to end it after a random time between this and twice this")
+	fs.DurationVar(&o.silenceLimit, "watch-silence-limit", watcher.DefaultSilenceLimit, "abandon and resume a WATCH that delivers nothing, not even a bookmark, for this long (the apiserver bookmarks about every minute)")
 	fs.BoolVar(&o.watchList, "watch-list", false, "get the initial state from a WATCH that streams it (sendInitialEvents) instead of a paginated LIST; falls back to LIST on servers that refuse it")
 	fs.Float64Var(&o.qps, "kube-api-qps", 50, "client-side limit of requests per second to the API server")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst of requests to the API server")
@@ -84,8 +86,8 @@ func run(args []string) int {
 		fmt.Println("rawwatch", version)
 		return 0
 	}
-	if o.workers < 1 || o.pageSize < 1 || o.minWatchTimeout < time.Second {
-		fmt.Fprintln(os.Stderr, "rawwatch: --workers and --page-size must be at least 1, --min-watch-timeout at least 1s")
+	if o.workers < 1 || o.pageSize < 1 || o.minWatchTimeout < time.Second || o.silenceLimit < time.Second {
+		fmt.Fprintln(os.Stderr, "rawwatch: --workers and --page-size must be at least 1, --min-watch-timeout and --watch-silence-limit at least 1s")
 		return 2
 	}
 	if o.leaderElect {
@@ -161,7 +163,7 @@ func runController(ctx context.Context, o options) error {
 		Namespace:      o.namespace,
 		Workers:        o.workers,
 		PageSize:       o.pageSize,
-		Watch:          watcher.Options[app.Object]{WatchTimeoutMin: o.minWatchTimeout, WatchList: o.watchList},
+		Watch:          watcher.Options[app.Object]{WatchTimeoutMin: o.minWatchTimeout, SilenceLimit: o.silenceLimit, WatchList: o.watchList},
 		RetryBase:      o.retryBase,
 		RetryMax:       o.retryMax,
 		Logger:         klog.Background(),

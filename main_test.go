@@ -162,7 +162,7 @@ func TestBinaryUsesKubeconfigEnvAndContext(t *testing.T) {
 
 func TestBinaryRejectsBadFlags(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"--workers", "0"}, {"--page-size", "-1"}, {"--no-such-flag"}, {"--min-watch-timeout", "0s"},
+	for _, args := range [][]string{{"--workers", "0"}, {"--page-size", "-1"}, {"--no-such-flag"}, {"--min-watch-timeout", "0s"}, {"--watch-silence-limit", "0s"},
 		{"--leader-elect", "--serviceaccount-dir", t.TempDir()},                                             // outside a pod the Lease's namespace must be given
 		{"--leader-elect", "--leader-elect-resource-namespace", "x", "--leader-elect-lease-duration", "5s"}, // not above the 10s renew deadline
 	} {
