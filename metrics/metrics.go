@@ -4,7 +4,7 @@
 // Metrics is an observer of every part: it implements watcher.Observer (lists,
 // watches, events, bookmarks, relists, backoffs), reconcile.Observer (what the
 // workers do), and has methods for the queue's hooks (Added for
-// store.Queue.Observe, Waited for store.Queue.ObserveWait) and for leader
+// queue.Queue.Observe, Waited for queue.Queue.ObserveWait) and for leader
 // election (Leading). internal/app plugs it in; nothing here does I/O.
 //
 // The queue metrics carry the names and meaning of client-go's workqueue

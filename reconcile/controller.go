@@ -8,6 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 
+	"rawwatch/queue"
 	"rawwatch/store"
 )
 
@@ -54,7 +55,7 @@ func (o Observers) Finished(worker int, key string, d time.Duration, err error, 
 
 // Controller connects watcher deltas to a queue and runs workers over it.
 type Controller[T store.Object] struct {
-	Queue      *store.Queue
+	Queue      *queue.Queue
 	Reconciler Reconciler[T]
 	Observer   Observer
 	Logger     klog.Logger

@@ -1,7 +1,7 @@
 // Package reconcile turns keys from the queue into API writes.
 //
 // Controller is the generic half, the loop every controller has: workers take
-// a key from the store.Queue, call the Reconciler, and decide what the result
+// a key from the queue.Queue, call the Reconciler, and decide what the result
 // means: success forgets the key's retry history, a 409 Conflict requeues it
 // quietly (the watch will bring the newer object), any other error requeues it
 // after its per-key backoff. Deleted keys carry, for every deletion since the

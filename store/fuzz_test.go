@@ -10,14 +10,13 @@ import (
 	"rawwatch/api/v1alpha1"
 )
 
-// Fuzz tests of the store's and the queue's invariants. Each input byte
+// Fuzz tests of the store's invariants. Each input byte
 // string is read as a program of operations, run against the real type and
 // against a model (a plain map, a plain list) that states the rules in the
 // simplest way; after every operation the two must agree. The seed corpus is
 // in testdata/fuzz/; to search longer:
 //
 //	go test ./store -run '^$' -fuzz FuzzStore -fuzztime 5m
-//	go test ./store -run '^$' -fuzz FuzzQueue -fuzztime 5m
 
 // program reads operations from fuzz input.
 type program struct{ data []byte }
@@ -190,63 +189,4 @@ func checkStore(t *testing.T, s *Store[*v1alpha1.MyResource], model map[string]e
 			t.Fatalf("Get(%s) = %v %v, want %v without managedFields", k, o, ok, e)
 		}
 	}
-}
-
-// The queue, single-threaded, against a model of its rules: a key waits at
-// most once; a key being processed is never handed out; a key added while
-// processed comes back exactly once after Done; keys come out in the order
-// they became dirty.
-func FuzzQueue(f *testing.F) {
-	f.Fuzz(func(t *testing.T, data []byte) {
-		q := NewQueue(nil)
-		var order []string // model: dirty keys waiting, in order
-		dirty, processing := map[string]bool{}, map[string]bool{}
-		p := &program{data}
-		for op, ok := p.next(); ok; op, ok = p.next() {
-			key := fmt.Sprint("k", op/4%6)
-			switch op % 4 {
-			case 0, 1: // Add (twice as likely, so that keys pile up)
-				q.Add(key)
-				if !dirty[key] {
-					dirty[key] = true
-					if !processing[key] {
-						order = append(order, key)
-					}
-				}
-			case 2: // Get, when the model says one is ready (Get would block otherwise)
-				if len(order) == 0 {
-					continue
-				}
-				got, shutdown := q.Get()
-				if shutdown || got != order[0] {
-					t.Fatalf("Get = %q (shutdown %v), model says %q", got, shutdown, order[0])
-				}
-				if processing[got] {
-					t.Fatalf("%s handed out while being processed", got)
-				}
-				order = order[1:]
-				processing[got], dirty[got] = true, false
-			case 3: // Done, for the key the byte names if it is being processed
-				if !processing[key] {
-					continue
-				}
-				q.Done(key)
-				delete(processing, key)
-				if dirty[key] {
-					order = append(order, key)
-				}
-			}
-			if q.Len() != len(order) {
-				t.Fatalf("queue length %d, model %d (%v)", q.Len(), len(order), order)
-			}
-		}
-		q.ShutDown()
-		if _, shutdown := q.Get(); !shutdown {
-			t.Fatal("Get after ShutDown must report shutdown")
-		}
-		for key := range processing {
-			q.Done(key)
-		}
-		q.WaitIdle()
-	})
 }

@@ -42,6 +42,7 @@ import (
 	"rawwatch/health"
 	"rawwatch/leader"
 	"rawwatch/metrics"
+	"rawwatch/queue"
 	"rawwatch/reconcile"
 	"rawwatch/store"
 	"rawwatch/watcher"
@@ -85,7 +86,7 @@ type Options struct {
 // App is an assembled controller.
 type App struct {
 	Store      *store.Store[Object]
-	Queue      *store.Queue
+	Queue      *queue.Queue
 	Watcher    *watcher.Watcher[Object]
 	Controller *reconcile.Controller[Object]
 	Client     *client.Client
@@ -135,9 +136,9 @@ func New(opts Options) (*App, error) {
 	a.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	recorder := a.events.NewRecorder(client.Scheme, corev1.EventSource{Component: "rawwatch"})
 
-	a.Queue = store.NewQueue(store.MaxOf(
-		store.NewExponentialLimiter(opts.RetryBase, opts.RetryMax),
-		store.NewBucketLimiter(10, 100),
+	a.Queue = queue.NewQueue(queue.MaxOf(
+		queue.NewExponentialLimiter(opts.RetryBase, opts.RetryMax),
+		queue.NewBucketLimiter(10, 100),
 	))
 	a.Metrics = metrics.New(metrics.Options{Version: opts.Version,
 		QueueDepth: a.Queue.Len, QueueDelayed: a.Queue.Pending, StoreObjects: a.Store.Len})
