@@ -18,7 +18,7 @@ import (
 // they became dirty.
 func FuzzQueue(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
-		q := NewQueue(nil)
+		q := New(nil)
 		var order []string // model: dirty keys waiting, in order
 		dirty, processing := map[string]bool{}, map[string]bool{}
 		for _, op := range data {
@@ -63,9 +63,13 @@ func FuzzQueue(f *testing.F) {
 		if _, shutdown := q.Get(); !shutdown {
 			t.Fatal("Get after ShutDown must report shutdown")
 		}
+		before := q.Len()
 		for key := range processing {
+			q.Add(key)
 			q.Done(key)
 		}
-		q.WaitIdle()
+		if q.Len() != before {
+			t.Fatalf("%d keys queued after the last Done, %d before: a key came back after ShutDown", q.Len(), before)
+		}
 	})
 }

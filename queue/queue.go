@@ -16,7 +16,7 @@ import (
 //   - shutdown: ShutDown makes Get return shutdown=true at once; workers finish
 //     the key they hold, and delayed adds are dropped.
 //
-// The zero value is not usable; call NewQueue.
+// The zero value is not usable; call New.
 type Queue struct {
 	limiter RateLimiter
 	// Observe, when set before use, hears every add (deduped or not), so that
@@ -29,9 +29,8 @@ type Queue struct {
 	ObserveWait func(key string, waited time.Duration)
 
 	mu sync.Mutex
-	// ready wakes workers blocked in Get; idle wakes WaitIdle. Two conds on
-	// one mutex, so that a Signal meant for a worker is never spent on WaitIdle.
-	ready, idle *sync.Cond
+	// ready wakes workers blocked in Get.
+	ready *sync.Cond
 	// order holds dirty keys that are not being processed, oldest first.
 	order []string
 	// dirty: keys that need processing (in order, or being processed and to
@@ -51,8 +50,8 @@ type delayed struct {
 	timer *time.Timer
 }
 
-// NewQueue returns a queue whose retries follow limiter (DefaultRateLimiter if nil).
-func NewQueue(limiter RateLimiter) *Queue {
+// New returns a queue whose retries follow limiter (DefaultRateLimiter if nil).
+func New(limiter RateLimiter) *Queue {
 	if limiter == nil {
 		limiter = DefaultRateLimiter()
 	}
@@ -64,7 +63,6 @@ func NewQueue(limiter RateLimiter) *Queue {
 		dirtySince: map[string]time.Time{},
 	}
 	q.ready = sync.NewCond(&q.mu)
-	q.idle = sync.NewCond(&q.mu)
 	return q
 }
 
@@ -193,13 +191,12 @@ func (q *Queue) Done(key string) {
 	}
 	if len(q.processing) == 0 {
 		q.processing = map[string]struct{}{} // as in Get: drop a burst's capacity
-		q.idle.Broadcast()
 	}
 }
 
 // ShutDown stops the queue: adds are ignored, delayed adds are cancelled, and
 // every Get returns shutdown=true. Keys already handed out stay valid until
-// their Done; WaitIdle waits for that.
+// their Done (the owner of the workers waits for them: Controller.Run does).
 func (q *Queue) ShutDown() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -209,23 +206,6 @@ func (q *Queue) ShutDown() {
 		delete(q.waiting, key)
 	}
 	q.ready.Broadcast()
-}
-
-// WaitIdle blocks until no key is being processed. After ShutDown it is how
-// the owner waits for in-flight work to finish.
-func (q *Queue) WaitIdle() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for len(q.processing) > 0 {
-		q.idle.Wait()
-	}
-}
-
-// ShuttingDown reports whether ShutDown was called.
-func (q *Queue) ShuttingDown() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.shutdown
 }
 
 // Len is the number of keys ready to be handed out (not counting keys being

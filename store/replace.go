@@ -81,10 +81,6 @@ func (r *Replacement[T]) Commit() []Delta[T] {
 	}
 
 	s.items = r.items
-	s.byNamespace = map[string]map[string]struct{}{}
-	for key, obj := range s.items {
-		index(s.byNamespace, obj.GetNamespace(), key)
-	}
 	r.items, r.keep = nil, nil
 	return deltas
 }

@@ -27,31 +27,20 @@ func Key(namespace, name string) string {
 	return namespace + "/" + name
 }
 
-// SplitKey is the inverse of Key.
-func SplitKey(key string) (namespace, name string) {
-	for i := 0; i < len(key); i++ {
-		if key[i] == '/' {
-			return key[:i], key[i+1:]
-		}
-	}
-	return "", key
-}
-
-// Store is a thread-safe cache of objects of one type, keyed by KeyOf, with an
-// index by namespace. The zero value is not usable; call New.
+// Store is a thread-safe cache of objects of one type, keyed by KeyOf. The
+// zero value is not usable; call New.
 //
 // The store takes ownership of the objects given to it: it slims them (see
 // own: no managedFields, shared copies of repeated strings) and shares them
 // with readers.
 type Store[T Object] struct {
-	mu          sync.RWMutex
-	items       map[string]T
-	byNamespace map[string]map[string]struct{}
+	mu    sync.RWMutex
+	items map[string]T
 }
 
 // New returns an empty store.
 func New[T Object]() *Store[T] {
-	return &Store[T]{items: map[string]T{}, byNamespace: map[string]map[string]struct{}{}}
+	return &Store[T]{items: map[string]T{}}
 }
 
 // Get returns the object stored under key.
@@ -88,18 +77,6 @@ func (s *Store[T]) List() []T {
 	out := make([]T, 0, len(s.items))
 	for _, obj := range s.items {
 		out = append(out, obj)
-	}
-	return out
-}
-
-// ListNamespace returns the objects of one namespace, using the index.
-func (s *Store[T]) ListNamespace(namespace string) []T {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	keys := s.byNamespace[namespace]
-	out := make([]T, 0, len(keys))
-	for k := range keys {
-		out = append(out, s.items[k])
 	}
 	return out
 }
@@ -148,29 +125,7 @@ func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
 	return Delta[T]{Type: Deleted, Key: key, Object: final}, true
 }
 
-// put and remove keep items and the namespace index in step. Callers hold mu.
-func (s *Store[T]) put(key string, obj T) {
-	s.items[key] = obj
-	index(s.byNamespace, obj.GetNamespace(), key)
-}
+// put and remove write items. Callers hold mu.
+func (s *Store[T]) put(key string, obj T) { s.items[key] = obj }
 
-// index adds key to the namespace index idx.
-func index(idx map[string]map[string]struct{}, namespace, key string) {
-	set := idx[namespace]
-	if set == nil {
-		set = map[string]struct{}{}
-		idx[namespace] = set
-	}
-	set[key] = struct{}{}
-}
-
-func (s *Store[T]) remove(key string, old T) {
-	delete(s.items, key)
-	ns := old.GetNamespace()
-	if set := s.byNamespace[ns]; set != nil {
-		delete(set, key)
-		if len(set) == 0 {
-			delete(s.byNamespace, ns)
-		}
-	}
-}
+func (s *Store[T]) remove(key string, _ T) { delete(s.items, key) }

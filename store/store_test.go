@@ -35,12 +35,6 @@ func TestKeys(t *testing.T) {
 	if k := Key("", "cluster-wide"); k != "cluster-wide" {
 		t.Fatal(k)
 	}
-	for _, k := range []string{"ns/a", "a"} {
-		ns, name := SplitKey(k)
-		if Key(ns, name) != k {
-			t.Fatalf("SplitKey(%q) = %q, %q", k, ns, name)
-		}
-	}
 }
 
 func TestUpsertDeleteAndIndex(t *testing.T) {
@@ -70,9 +64,6 @@ func TestUpsertDeleteAndIndex(t *testing.T) {
 	}
 	s.Upsert(obj("a", "y", "3"))
 	s.Upsert(obj("b", "z", "4"))
-	if got := names(s.ListNamespace("a")); fmt.Sprint(got) != "[a/x a/y]" {
-		t.Fatalf("namespace a = %v", got)
-	}
 	if s.Len() != 3 || fmt.Sprint(s.Keys()) != "[a/x a/y b/z]" {
 		t.Fatalf("keys = %v", s.Keys())
 	}
@@ -80,8 +71,8 @@ func TestUpsertDeleteAndIndex(t *testing.T) {
 	if !known || d.Type != Deleted || d.FinalStateUnknown || d.Object.ResourceVersion != "5" {
 		t.Fatalf("delete: %+v", d)
 	}
-	if len(s.ListNamespace("b")) != 0 {
-		t.Fatal("deleted object still indexed")
+	if _, ok := s.Get("b/z"); ok {
+		t.Fatal("deleted object still stored")
 	}
 	if _, known := s.Delete(obj("b", "z", "6")); known {
 		t.Fatal("deleting an unknown key must report it unknown")
@@ -124,8 +115,8 @@ func TestReplaceProducesDeltasAndKeepsUnchangedObjects(t *testing.T) {
 	if _, ok := s.Get("b/broken"); !ok {
 		t.Error("a kept key must stay in the store")
 	}
-	if fmt.Sprint(names(s.ListNamespace("a"))) != "[a/changed a/same]" || len(s.ListNamespace("c")) != 1 {
-		t.Errorf("index after replace: a=%v c=%v", names(s.ListNamespace("a")), names(s.ListNamespace("c")))
+	if fmt.Sprint(s.Keys()) != "[a/changed a/same b/broken c/new]" {
+		t.Errorf("keys after replace: %v", s.Keys())
 	}
 }
 
@@ -145,7 +136,7 @@ func TestConcurrentReadersAndWriter(t *testing.T) {
 	for range 4 {
 		wg.Go(func() {
 			for range 2000 {
-				for _, o := range s.ListNamespace("ns") {
+				for _, o := range s.List() {
 					if _, ok := s.Get(KeyOf(o)); !ok && s.Len() > 50 {
 						t.Error("impossible store size")
 					}
