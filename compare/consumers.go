@@ -75,7 +75,7 @@ func newRaw(cfg *rest.Config, ns string, rec *recorder, watchList bool, dropEver
 		return nil, err
 	}
 	r := &rawConsumer{store: store.New[object]()}
-	r.ctrl = &reconcile.Controller[object]{Queue: queue.NewQueue(nil), Reconciler: noopReconciler{r.store}}
+	r.ctrl = &reconcile.Controller[object]{Queue: queue.New(nil), Reconciler: noopReconciler{r.store}}
 	var src watcher.Source = watcher.RESTSource{Client: c.REST(), Resource: v1alpha1.Resource, Namespace: ns}
 	if dropEvery > 0 {
 		src = droppingSource{Source: src, every: dropEvery}

@@ -215,7 +215,7 @@ func TestControllerErrorPolicy(t *testing.T) {
 	conflict := apierrors.NewConflict(schema.GroupResource{Resource: "myresources"}, "a", errors.New("stale"))
 	fake := &fakeReconciler{errs: []error{conflict, conflict, errors.New("boom"), nil}}
 	logs := &testkit.Logs{}
-	q := queue.NewQueue(queue.NewExponentialLimiter(time.Millisecond, 10*time.Millisecond))
+	q := queue.New(queue.NewExponentialLimiter(time.Millisecond, 10*time.Millisecond))
 	c := &Controller[object]{Queue: q, Reconciler: fake, Logger: logs.Logger(0)}
 	last := myResource("a", "x", 1)
 	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: last})
@@ -243,7 +243,7 @@ func TestControllerErrorPolicy(t *testing.T) {
 // deletion's tombstone replaced the first's.)
 func TestControllerReportsEveryDeletionOfAKey(t *testing.T) {
 	fake := &fakeReconciler{}
-	c := &Controller[object]{Queue: queue.NewQueue(nil), Reconciler: fake}
+	c := &Controller[object]{Queue: queue.New(nil), Reconciler: fake}
 	first, second := myResource("a", "x", 1), myResource("a", "x", 1)
 	first.UID, second.UID = "uid-first", "uid-second"
 	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: first})

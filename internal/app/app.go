@@ -136,7 +136,7 @@ func New(opts Options) (*App, error) {
 	a.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	recorder := a.events.NewRecorder(client.Scheme, corev1.EventSource{Component: "rawwatch"})
 
-	a.Queue = queue.NewQueue(queue.MaxOf(
+	a.Queue = queue.New(queue.MaxOf(
 		queue.NewExponentialLimiter(opts.RetryBase, opts.RetryMax),
 		queue.NewBucketLimiter(10, 100),
 	))
