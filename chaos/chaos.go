@@ -49,6 +49,7 @@ import (
 	"rawwatch/faultproxy"
 	"rawwatch/internal/app"
 	"rawwatch/internal/controlplane"
+	"rawwatch/observe"
 	"rawwatch/reconcile"
 	"rawwatch/store"
 	"rawwatch/watcher"
@@ -168,9 +169,8 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 	rec := newRecorder()
 	ctrl, err := app.New(app.Options{
 		Config: ctrlCfg, Namespace: ns, Workers: cfg.Workers, RetryMax: cfg.RetryMax, Logger: cfg.Logger,
-		WorkerObserver: rec,
+		Observer:       rec,
 		WrapReconciler: rec.wrap,
-		Watch:          watcher.Options[app.Object]{Observer: rec},
 		WrapStatusWriter: func(w reconcile.StatusWriter) reconcile.StatusWriter {
 			rec.status = w
 			return rec
@@ -298,7 +298,6 @@ func namespace(ctx context.Context, cp *controlplane.ControlPlane) (string, erro
 // recorder wraps the reconciler, the status writer and the workers'
 // observer: it sees every reconcile, and notices a key in two at once.
 type recorder struct {
-	watcher.NopObserver
 	inner  reconcile.Reconciler[app.Object]
 	status reconcile.StatusWriter
 
@@ -359,7 +358,20 @@ func (r *recorder) Reconcile(ctx context.Context, req reconcile.Request[app.Obje
 	return err
 }
 
-// The watcher calls these on its goroutine, right after changing the store.
+// Observe routes the events the recorder needs. The watcher's come on its
+// goroutine, right after it changed the store.
+func (r *recorder) Observe(e observe.Event) {
+	switch e := e.(type) {
+	case watcher.Received:
+		r.EventReceived(e.Type, e.Key, e.RV)
+	case watcher.BookmarkReceived:
+		r.BookmarkReceived(e.RV, e.InitialEventsEnd)
+	case watcher.Replaced:
+		r.Replaced(e.RV, e.Size, e.Added, e.Updated, e.Deleted)
+	case reconcile.Finished:
+		r.Finished(e.Worker, e.Key, e.Took, e.Err, e.RetryIn)
+	}
+}
 
 func (r *recorder) EventReceived(eventType, key, rv string) {
 	obj, inStore := r.store.Get(key)
@@ -413,8 +425,6 @@ func (r *recorder) UpdateStatus(ctx context.Context, obj app.Object) (app.Object
 	}
 	return out, err
 }
-
-func (r *recorder) Started(int, string) {}
 
 func (r *recorder) Finished(_ int, _ string, _ time.Duration, err error, retryIn time.Duration) {
 	if err == nil {

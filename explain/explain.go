@@ -15,10 +15,10 @@
 // it happens. Colour is used only when asked for (UseColor decides that for a
 // terminal).
 //
-// Narrator implements the same hooks as package metrics: watcher.Observer,
-// reconcile.Observer, the queue's Observe and ObserveWait (Enqueued, Waited),
-// the watcher's delta handler (Delta) and leader.Observer. It is pure: it only
-// writes lines to an io.Writer, so its tests feed it calls and read the text.
+// Narrator is an observe.Observer, like package metrics: it hears the events
+// of the watcher, the queue, the workers and leader election. It is pure: it
+// only writes lines to an io.Writer, so its tests feed it events and read the
+// text.
 package explain
 
 import (
@@ -33,6 +33,10 @@ import (
 	"golang.org/x/term"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"rawwatch/leader"
+	"rawwatch/observe"
+	"rawwatch/queue"
+	"rawwatch/reconcile"
 	"rawwatch/store"
 	"rawwatch/watcher"
 )
@@ -220,12 +224,50 @@ func short(token string) string {
 	return token
 }
 
-// Note narrates a step of the application itself (not one of the hooks).
-func (n *Narrator) Note(tag, format string, args ...any) { n.line(tag, format, args...) }
+// Observe narrates an event (of packages watcher, queue, reconcile and
+// leader; others are ignored).
+func (n *Narrator) Observe(e observe.Event) {
+	switch e := e.(type) {
+	case watcher.StateChanged:
+		n.stateChanged(e.From, e.To, e.Reason)
+	case watcher.ListPage:
+		n.listPage(e.Page, e.Items, e.Continue, e.RV)
+	case watcher.Replaced:
+		n.replaced(e.RV, e.Size, e.Added, e.Updated, e.Deleted)
+	case watcher.Handed:
+		n.delta(e.Type, e.Key, e.FinalStateUnknown)
+	case watcher.WatchStarted:
+		n.watchStarted(e.RV, e.Timeout, e.InitialEvents)
+	case watcher.Received:
+		n.eventReceived(e.Type, e.Key, e.RV)
+	case watcher.BookmarkReceived:
+		n.bookmarkReceived(e.RV, e.InitialEventsEnd)
+	case watcher.WatchEnded:
+		n.watchEnded(e.Frames, e.Open, e.Err)
+	case watcher.BackoffStarted:
+		n.backingOff(e.Delay, e.Class)
+	case watcher.Skipped:
+		n.skipped(e.Err)
+	case queue.Added:
+		n.enqueued(e.Key, e.Deduped)
+	case queue.Got:
+		n.queueWait(e.Key, e.Waited)
+	case reconcile.Started:
+		n.started(e.Worker, e.Key)
+	case reconcile.Finished:
+		n.finished(e.Worker, e.Key, e.Took, e.Err, e.RetryIn)
+	case reconcile.Resynced:
+		n.line("RESYNC", "this replica now leads: all %d keys in the store go to the queue", e.Keys)
+	case leader.Leading:
+		n.leading(e.Identity, e.Leading)
+	case leader.NewLeader:
+		n.newLeader(e.Identity)
+	}
+}
 
-// The watcher.Observer methods.
+// What the watcher reports.
 
-func (n *Narrator) StateChanged(from, to watcher.State, reason string) {
+func (n *Narrator) stateChanged(from, to watcher.State, reason string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.inReplace = false
@@ -241,7 +283,7 @@ func (n *Narrator) StateChanged(from, to watcher.State, reason string) {
 	}
 }
 
-func (n *Narrator) ListPage(page, items int, continueToken, rv string) {
+func (n *Narrator) listPage(page, items int, continueToken, rv string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	tag := "LIST"
@@ -255,7 +297,7 @@ func (n *Narrator) ListPage(page, items int, continueToken, rv string) {
 	}
 }
 
-func (n *Narrator) Replaced(rv string, size, added, updated, deleted int) {
+func (n *Narrator) replaced(rv string, size, added, updated, deleted int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.lists == 0 {
@@ -268,9 +310,9 @@ func (n *Narrator) Replaced(rv string, size, added, updated, deleted int) {
 	n.inReplace = true
 }
 
-// Delta hears every change handed to the controller; only those a (re)list
+// delta hears every change handed to the controller; only those a (re)list
 // produced are narrated (a watch event has its own line already).
-func (n *Narrator) Delta(t store.DeltaType, key string, finalStateUnknown bool) {
+func (n *Narrator) delta(t store.DeltaType, key string, finalStateUnknown bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !n.inReplace {
@@ -283,7 +325,7 @@ func (n *Narrator) Delta(t store.DeltaType, key string, finalStateUnknown bool) 
 	n.lineLocked("DELTA", "  %s %s%s", t, key, note)
 }
 
-func (n *Narrator) WatchStarted(rv string, timeout time.Duration, initialEvents bool) {
+func (n *Narrator) watchStarted(rv string, timeout time.Duration, initialEvents bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if initialEvents {
@@ -302,15 +344,15 @@ func (n *Narrator) WatchStarted(rv string, timeout time.Duration, initialEvents 
 	n.lineLocked("WATCH", "from resourceVersion %s (bookmarks on; the server ends it after %s)", rv, timeout)
 }
 
-func (n *Narrator) EventReceived(eventType, key, rv string) {
+func (n *Narrator) eventReceived(eventType, key, rv string) {
 	n.line(eventType, "%-35s resourceVersion %s", key, rv)
 }
 
-func (n *Narrator) BookmarkReceived(rv string, _ bool) {
+func (n *Narrator) bookmarkReceived(rv string, _ bool) {
 	n.line("BOOKMARK", "→ resourceVersion %s (no object changed)", rv)
 }
 
-func (n *Narrator) WatchEnded(events int, d time.Duration, err error) {
+func (n *Narrator) watchEnded(events int, d time.Duration, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.afterClose = true
@@ -325,11 +367,11 @@ func (n *Narrator) WatchEnded(events int, d time.Duration, err error) {
 	n.lineLocked("CLOSED", "%s", text)
 }
 
-func (n *Narrator) BackingOff(delay time.Duration, class watcher.ErrorClass) {
+func (n *Narrator) backingOff(delay time.Duration, class watcher.ErrorClass) {
 	n.line("BACKOFF", "wait %s before retrying (%s error)", delay.Round(time.Millisecond), class)
 }
 
-func (n *Narrator) Skipped(err *watcher.SkipError) {
+func (n *Narrator) skipped(err *watcher.SkipError) {
 	what := err.What
 	if err.Key != "" {
 		what += " for " + err.Key
@@ -337,10 +379,9 @@ func (n *Narrator) Skipped(err *watcher.SkipError) {
 	n.line("SKIPPED", "%s does not decode (%v): left out, the rest goes on", what, err.Err)
 }
 
-// The queue hooks.
+// What the queue reports.
 
-// Enqueued is the queue's Observe hook.
-func (n *Narrator) Enqueued(key string, deduped bool) {
+func (n *Narrator) enqueued(key string, deduped bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	switch {
@@ -353,16 +394,15 @@ func (n *Narrator) Enqueued(key string, deduped bool) {
 	}
 }
 
-// Waited is the queue's ObserveWait hook.
-func (n *Narrator) Waited(key string, d time.Duration) {
+func (n *Narrator) queueWait(key string, d time.Duration) {
 	n.mu.Lock()
 	n.waited[key] = d
 	n.mu.Unlock()
 }
 
-// The reconcile.Observer methods.
+// What the workers report.
 
-func (n *Narrator) Started(worker int, key string) {
+func (n *Narrator) started(worker int, key string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.busy[key] = true
@@ -374,7 +414,7 @@ func (n *Narrator) Started(worker int, key string) {
 	n.lineLocked(fmt.Sprintf("WORKER %d", worker), "picks %s%s", key, wait)
 }
 
-func (n *Narrator) Finished(worker int, key string, d time.Duration, err error, retryIn time.Duration) {
+func (n *Narrator) finished(worker int, key string, d time.Duration, err error, retryIn time.Duration) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	delete(n.busy, key)
@@ -388,9 +428,9 @@ func (n *Narrator) Finished(worker int, key string, d time.Duration, err error, 
 	}
 }
 
-// The leader.Observer methods.
+// What leader election reports.
 
-func (n *Narrator) Leading(identity string, leading bool) {
+func (n *Narrator) leading(identity string, leading bool) {
 	if leading {
 		n.line("LEADER", "this replica (%s) holds the lease: the workers start", identity)
 	} else {
@@ -398,7 +438,7 @@ func (n *Narrator) Leading(identity string, leading bool) {
 	}
 }
 
-func (n *Narrator) NewLeader(identity string) {
+func (n *Narrator) newLeader(identity string) {
 	n.line("LEASE", "held by %s", identity)
 }
 

@@ -11,6 +11,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"rawwatch/leader"
+	"rawwatch/queue"
+	"rawwatch/reconcile"
 	"rawwatch/store"
 	"rawwatch/watcher"
 )
@@ -25,48 +28,48 @@ func clock() func() time.Time {
 // list, a watch, the queue and workers, a bookmark, a closed stream, a 410
 // and its relist, a failure with backoff, and a change of leader.
 func story(n *Narrator) {
-	n.NewLeader("other-pod")
-	n.ListPage(1, 2, "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MTIzfQ", "")
-	n.ListPage(2, 1, "", "100")
-	n.Replaced("100", 3, 3, 0, 0)
-	n.Delta(store.Added, "default/a", false)
-	n.Enqueued("default/a", false)
-	n.StateChanged(watcher.Listing, watcher.Watching, "listed at resourceVersion 100")
-	n.WatchStarted("100", 7*time.Minute, false)
-	n.Leading("this-pod", true)
-	n.Waited("default/a", 3*time.Millisecond)
-	n.Started(0, "default/a")
-	n.EventReceived(watcher.Modified, "default/a", "101")
-	n.Delta(store.Updated, "default/a", false) // a watch event's delta: not narrated again
-	n.Enqueued("default/a", false)             // while a worker holds it
-	n.Enqueued("default/a", true)
-	n.Finished(0, "default/a", 2*time.Millisecond, nil, 0)
-	n.Started(1, "default/broken")
-	n.Finished(1, "default/broken", time.Millisecond, errors.New(`spec.message is "fail"`), 10*time.Millisecond)
-	n.Started(1, "default/a")
+	n.Observe(leader.NewLeader{Identity: "other-pod"})
+	n.Observe(watcher.ListPage{Page: 1, Items: 2, Continue: "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MTIzfQ", RV: ""})
+	n.Observe(watcher.ListPage{Page: 2, Items: 1, Continue: "", RV: "100"})
+	n.Observe(watcher.Replaced{RV: "100", Size: 3, Added: 3, Updated: 0, Deleted: 0})
+	n.Observe(watcher.Handed{Type: store.Added, Key: "default/a", FinalStateUnknown: false})
+	n.Observe(queue.Added{Key: "default/a", Deduped: false})
+	n.Observe(watcher.StateChanged{From: watcher.Listing, To: watcher.Watching, Reason: "listed at resourceVersion 100"})
+	n.Observe(watcher.WatchStarted{RV: "100", Timeout: 7 * time.Minute, InitialEvents: false})
+	n.Observe(leader.Leading{Identity: "this-pod", Leading: true})
+	n.Observe(queue.Got{Key: "default/a", Waited: 3 * time.Millisecond})
+	n.Observe(reconcile.Started{Worker: 0, Key: "default/a"})
+	n.Observe(watcher.Received{Type: watcher.Modified, Key: "default/a", RV: "101"})
+	n.Observe(watcher.Handed{Type: store.Updated, Key: "default/a", FinalStateUnknown: false}) // a watch event's delta: not narrated again
+	n.Observe(queue.Added{Key: "default/a", Deduped: false})                                   // while a worker holds it
+	n.Observe(queue.Added{Key: "default/a", Deduped: true})
+	n.Observe(reconcile.Finished{Worker: 0, Key: "default/a", Took: 2 * time.Millisecond, Err: nil, RetryIn: 0})
+	n.Observe(reconcile.Started{Worker: 1, Key: "default/broken"})
+	n.Observe(reconcile.Finished{Worker: 1, Key: "default/broken", Took: time.Millisecond, Err: errors.New(`spec.message is "fail"`), RetryIn: 10 * time.Millisecond})
+	n.Observe(reconcile.Started{Worker: 1, Key: "default/a"})
 	conflict := apierrors.NewConflict(schema.GroupResource{Group: "example.com", Resource: "myresources"}, "a", errors.New("stale"))
-	n.Finished(1, "default/a", time.Millisecond, conflict, 5*time.Millisecond)
-	n.BookmarkReceived("150", false)
-	n.WatchEnded(3, 5*time.Minute, nil)
-	n.StateChanged(watcher.Watching, watcher.Watching, "watch ended after 3 events: re-watch from resourceVersion 150")
-	n.WatchStarted("150", 6*time.Minute, false)
-	n.EventReceived(watcher.Deleted, "default/b", "151")
+	n.Observe(reconcile.Finished{Worker: 1, Key: "default/a", Took: time.Millisecond, Err: conflict, RetryIn: 5 * time.Millisecond})
+	n.Observe(watcher.BookmarkReceived{RV: "150", InitialEventsEnd: false})
+	n.Observe(watcher.WatchEnded{Frames: 3, Open: 5 * time.Minute, Err: nil})
+	n.Observe(watcher.StateChanged{From: watcher.Watching, To: watcher.Watching, Reason: "watch ended after 3 events: re-watch from resourceVersion 150"})
+	n.Observe(watcher.WatchStarted{RV: "150", Timeout: 6 * time.Minute, InitialEvents: false})
+	n.Observe(watcher.Received{Type: watcher.Deleted, Key: "default/b", RV: "151"})
 	gone := errors.New("too old resource version: 151 (300)")
-	n.WatchEnded(0, 2*time.Second, gone)
-	n.StateChanged(watcher.Watching, watcher.Relisting, "resourceVersion 151 expired (too old resource version: 151 (300)): relist")
-	n.ListPage(1, 2, "", "310")
-	n.Replaced("310", 2, 1, 0, 1)
-	n.Delta(store.Deleted, "default/c", true)
-	n.Enqueued("default/c", false)
-	n.StateChanged(watcher.Relisting, watcher.Watching, "listed at resourceVersion 310")
-	n.WatchStarted("310", 8*time.Minute, false)
-	n.WatchEnded(0, 0, errors.New("connection refused"))
-	n.StateChanged(watcher.Watching, watcher.BackingOff, "watch failed (transient): connection refused")
-	n.BackingOff(1600*time.Millisecond, watcher.Transient)
-	n.StateChanged(watcher.BackingOff, watcher.Watching, "waited 1.6s")
-	n.Skipped(&watcher.SkipError{What: "MODIFIED event", Key: "default/bad", Err: errors.New("spec: expected object")})
-	n.Leading("this-pod", false)
-	n.StateChanged(watcher.Watching, watcher.Stopped, "stopped")
+	n.Observe(watcher.WatchEnded{Frames: 0, Open: 2 * time.Second, Err: gone})
+	n.Observe(watcher.StateChanged{From: watcher.Watching, To: watcher.Relisting, Reason: "resourceVersion 151 expired (too old resource version: 151 (300)): relist"})
+	n.Observe(watcher.ListPage{Page: 1, Items: 2, Continue: "", RV: "310"})
+	n.Observe(watcher.Replaced{RV: "310", Size: 2, Added: 1, Updated: 0, Deleted: 1})
+	n.Observe(watcher.Handed{Type: store.Deleted, Key: "default/c", FinalStateUnknown: true})
+	n.Observe(queue.Added{Key: "default/c", Deduped: false})
+	n.Observe(watcher.StateChanged{From: watcher.Relisting, To: watcher.Watching, Reason: "listed at resourceVersion 310"})
+	n.Observe(watcher.WatchStarted{RV: "310", Timeout: 8 * time.Minute, InitialEvents: false})
+	n.Observe(watcher.WatchEnded{Frames: 0, Open: 0, Err: errors.New("connection refused")})
+	n.Observe(watcher.StateChanged{From: watcher.Watching, To: watcher.BackingOff, Reason: "watch failed (transient): connection refused"})
+	n.Observe(watcher.BackoffStarted{Delay: 1600 * time.Millisecond, Class: watcher.Transient})
+	n.Observe(watcher.StateChanged{From: watcher.BackingOff, To: watcher.Watching, Reason: "waited 1.6s"})
+	n.Observe(watcher.Skipped{Err: &watcher.SkipError{What: "MODIFIED event", Key: "default/bad", Err: errors.New("spec: expected object")}})
+	n.Observe(leader.Leading{Identity: "this-pod", Leading: false})
+	n.Observe(watcher.StateChanged{From: watcher.Watching, To: watcher.Stopped, Reason: "stopped"})
 }
 
 const want = `12:00:00.001 LEASE     held by other-pod
@@ -138,8 +141,8 @@ const want = `12:00:00.001 LEASE     held by other-pod
 func TestNarrationOfTheWatchdog(t *testing.T) {
 	var out bytes.Buffer
 	n := New(&out, Options{Now: clock()})
-	n.WatchEnded(0, 150*time.Second, watcher.ErrSilent)
-	n.WatchEnded(0, 150*time.Second, watcher.ErrSilent)
+	n.Observe(watcher.WatchEnded{Frames: 0, Open: 150 * time.Second, Err: watcher.ErrSilent})
+	n.Observe(watcher.WatchEnded{Frames: 0, Open: 150 * time.Second, Err: watcher.ErrSilent})
 	got := out.String()
 	if c := strings.Count(got, "WATCHDOG  the stream sent nothing, not even a bookmark, for 2m30s"); c != 2 {
 		t.Errorf("%d watchdog lines, want 2:\n%s", c, got)
@@ -191,14 +194,14 @@ func TestColour(t *testing.T) {
 func TestLongRunsAreSummedUp(t *testing.T) {
 	var out bytes.Buffer
 	n := New(&out, Options{Now: clock(), Burst: 4})
-	n.ListPage(1, 25, "", "7")
-	n.Replaced("7", 25, 25, 0, 0)
+	n.Observe(watcher.ListPage{Page: 1, Items: 25, Continue: "", RV: "7"})
+	n.Observe(watcher.Replaced{RV: "7", Size: 25, Added: 25, Updated: 0, Deleted: 0})
 	for i := range 25 {
-		n.Delta(store.Added, fmt.Sprintf("ns/o-%d", i), false)
-		n.Enqueued(fmt.Sprintf("ns/o-%d", i), false)
+		n.Observe(watcher.Handed{Type: store.Added, Key: fmt.Sprintf("ns/o-%d", i), FinalStateUnknown: false})
+		n.Observe(queue.Added{Key: fmt.Sprintf("ns/o-%d", i), Deduped: false})
 	}
-	n.StateChanged(watcher.Listing, watcher.Watching, "listed")
-	n.WatchStarted("7", time.Minute, false)
+	n.Observe(watcher.StateChanged{From: watcher.Listing, To: watcher.Watching, Reason: "listed"})
+	n.Observe(watcher.WatchStarted{RV: "7", Timeout: time.Minute, InitialEvents: false})
 	text := out.String()
 	if c := strings.Count(text, "DELTA  ") + strings.Count(text, "ENQUEUE  "); c != 4 {
 		t.Errorf("%d example lines, want 4:\n%s", c, text)
@@ -216,11 +219,11 @@ func TestLongRunsAreSummedUp(t *testing.T) {
 func TestNarrationOfWatchList(t *testing.T) {
 	var out bytes.Buffer
 	n := New(&out, Options{Now: clock()})
-	n.WatchStarted("", 6*time.Minute, true)
-	n.StateChanged(watcher.Listing, watcher.Listing, "server refused WatchList (bad request): falling back to paginated LIST")
-	n.ListPage(1, 3, "", "40")
-	n.Replaced("40", 3, 3, 0, 0)
-	n.WatchStarted("40", 6*time.Minute, false)
+	n.Observe(watcher.WatchStarted{RV: "", Timeout: 6 * time.Minute, InitialEvents: true})
+	n.Observe(watcher.StateChanged{From: watcher.Listing, To: watcher.Listing, Reason: "server refused WatchList (bad request): falling back to paginated LIST"})
+	n.Observe(watcher.ListPage{Page: 1, Items: 3, Continue: "", RV: "40"})
+	n.Observe(watcher.Replaced{RV: "40", Size: 3, Added: 3, Updated: 0, Deleted: 0})
+	n.Observe(watcher.WatchStarted{RV: "40", Timeout: 6 * time.Minute, InitialEvents: false})
 	got := out.String()
 	for _, want := range []string{
 		"WATCH-LIST initial state streamed from the latest data (sendInitialEvents; the server ends it after 6m0s)",

@@ -45,6 +45,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
+
+	"rawwatch/observe"
 )
 
 // ErrLost is returned by Run when the lease was lost while leading.
@@ -57,13 +59,19 @@ const (
 	DefaultRetryPeriod   = 2 * time.Second
 )
 
-// Observer hears about leadership (metrics, --explain).
-type Observer interface {
-	// Leading: this process (identity) started (true) or stopped (false) leading.
-	Leading(identity string, leading bool)
-	// NewLeader: the lease is held by identity, possibly this process.
-	NewLeader(identity string)
-}
+// The events an Elector reports to Config.Observer.
+type (
+	// Leading: this process (Identity) started (true) or stopped (false) leading.
+	Leading struct {
+		Identity string
+		Leading  bool
+	}
+	// NewLeader: the lease is held by Identity, possibly this process.
+	NewLeader struct{ Identity string }
+)
+
+func (Leading) Component() string   { return "leader" }
+func (NewLeader) Component() string { return "leader" }
 
 // Config describes the election.
 type Config struct {
@@ -76,8 +84,8 @@ type Config struct {
 	// means the default; they must satisfy LeaseDuration > RenewDeadline >
 	// 1.2 × RetryPeriod. The Lease stores whole seconds.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-	// Observer is optional.
-	Observer Observer
+	// Observer hears Leading and NewLeader (optional).
+	Observer observe.Observer
 	// EventRecorder, when set, records LeaderElection Events on the Lease.
 	EventRecorder resourcelock.EventRecorder
 	Logger        klog.Logger
@@ -265,12 +273,12 @@ func (e *Elector) startedLeading(lctx context.Context) {
 	e.cfg.Logger.Info("Became the leader: starting the workers", "identity", e.cfg.Identity)
 	e.leading.Store(true)
 	if e.cfg.Observer != nil {
-		e.cfg.Observer.Leading(e.cfg.Identity, true)
+		e.cfg.Observer.Observe(Leading{Identity: e.cfg.Identity, Leading: true})
 	}
 	lead(wctx)
 	e.leading.Store(false)
 	if e.cfg.Observer != nil {
-		e.cfg.Observer.Leading(e.cfg.Identity, false)
+		e.cfg.Observer.Observe(Leading{Identity: e.cfg.Identity, Leading: false})
 	}
 	e.cfg.Logger.Info("Stopped leading: the workers have stopped", "identity", e.cfg.Identity)
 	stopElecting() // now release the Lease (if we still hold it)
@@ -284,21 +292,6 @@ func (e *Elector) newLeader(identity string) {
 		e.cfg.Logger.Info("Another replica leads; standing by with a warm cache", "leader", identity)
 	}
 	if e.cfg.Observer != nil {
-		e.cfg.Observer.NewLeader(identity)
-	}
-}
-
-// Observers fans every call out to several observers, in order.
-type Observers []Observer
-
-func (o Observers) Leading(identity string, leading bool) {
-	for _, x := range o {
-		x.Leading(identity, leading)
-	}
-}
-
-func (o Observers) NewLeader(identity string) {
-	for _, x := range o {
-		x.NewLeader(identity)
+		e.cfg.Observer.Observe(NewLeader{Identity: identity})
 	}
 }

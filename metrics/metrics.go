@@ -1,11 +1,10 @@
 // Package metrics exports what the controller does as Prometheus metrics,
 // served on /metrics.
 //
-// Metrics is an observer of every part: it implements watcher.Observer (lists,
-// watches, events, bookmarks, relists, backoffs), reconcile.Observer (what the
-// workers do), and has methods for the queue's hooks (Added for
-// queue.Queue.Observe, Waited for queue.Queue.ObserveWait) and for leader
-// election (Leading). internal/app plugs it in; nothing here does I/O.
+// Metrics is an observe.Observer of every part: the watcher's events (lists,
+// watches, events, bookmarks, relists, backoffs), the queue's (adds, how long
+// keys waited), the workers' (reconciles) and leader election's.
+// internal/app plugs it in; nothing here does I/O.
 //
 // The queue metrics carry the names and meaning of client-go's workqueue
 // metrics (workqueue_depth, workqueue_adds_total, workqueue_queue_duration_seconds,
@@ -32,6 +31,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"rawwatch/leader"
+	"rawwatch/observe"
+	"rawwatch/queue"
+	"rawwatch/reconcile"
 	"rawwatch/watcher"
 )
 
@@ -164,42 +167,61 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }
 
-// Added is the queue's Observe hook: an add, deduped or not.
-func (m *Metrics) Added(_ string, deduped bool) {
-	if deduped {
-		m.dedupedAdds.Inc()
-	} else {
-		m.adds.Inc()
+// Observe moves the metrics an event concerns (events of packages watcher,
+// queue, reconcile and leader; others are ignored).
+func (m *Metrics) Observe(e observe.Event) {
+	switch e := e.(type) {
+	case queue.Added:
+		if e.Deduped {
+			m.dedupedAdds.Inc()
+		} else {
+			m.adds.Inc()
+		}
+	case queue.Got:
+		m.queueLatency.Observe(e.Waited.Seconds())
+	case leader.Leading:
+		m.leader.Set(map[bool]float64{true: 1}[e.Leading])
+	case reconcile.Started:
+		m.mu.Lock()
+		m.working[e.Worker] = m.now()
+		m.mu.Unlock()
+	case reconcile.Finished:
+		m.finished(e)
+	case watcher.StateChanged:
+		m.state.WithLabelValues(e.From.String()).Set(0)
+		m.state.WithLabelValues(e.To.String()).Set(1)
+		// A WATCH that follows a WATCH (at once, or after backing off)
+		// resumes a stream; one that follows a list is the first of its kind.
+		if e.To == watcher.Watching && (e.From == watcher.Watching || e.From == watcher.BackingOff) {
+			m.restarts.Inc()
+		}
+	case watcher.ListPage:
+		m.listPages.Inc()
+	case watcher.Replaced:
+		m.replaced(e)
+	case watcher.WatchStarted:
+		m.watches.Inc()
+	case watcher.Received:
+		m.events.WithLabelValues(e.Type).Inc()
+		m.setRV(e.RV)
+	case watcher.BookmarkReceived:
+		m.bookmarks.Inc()
+		m.setRV(e.RV)
+	case watcher.WatchEnded:
+		if errors.Is(e.Err, watcher.ErrSilent) {
+			m.silentWatches.Inc()
+		}
+	case watcher.BackoffStarted:
+		m.backoffs.WithLabelValues(e.Class.String()).Inc()
+	case watcher.Skipped:
+		m.skipped.Inc()
 	}
 }
 
-// Waited is the queue's ObserveWait hook: a key waited d before a worker took it.
-func (m *Metrics) Waited(_ string, d time.Duration) { m.queueLatency.Observe(d.Seconds()) }
-
-// Leading records whether this process leads (leader.Observer).
-func (m *Metrics) Leading(_ string, leading bool) {
-	if leading {
-		m.leader.Set(1)
-	} else {
-		m.leader.Set(0)
-	}
-}
-
-// NewLeader is part of leader.Observer; who else leads is not a metric.
-func (m *Metrics) NewLeader(string) {}
-
-// Started is part of reconcile.Observer.
-func (m *Metrics) Started(worker int, _ string) {
+func (m *Metrics) finished(e reconcile.Finished) {
 	m.mu.Lock()
-	m.working[worker] = m.now()
-	m.mu.Unlock()
-}
-
-// Finished is part of reconcile.Observer.
-func (m *Metrics) Finished(worker int, _ string, d time.Duration, err error, retryIn time.Duration) {
-	m.mu.Lock()
-	started, ok := m.working[worker]
-	delete(m.working, worker)
+	started, ok := m.working[e.Worker]
+	delete(m.working, e.Worker)
 	now := m.now()
 	m.mu.Unlock()
 	if ok {
@@ -207,17 +229,17 @@ func (m *Metrics) Finished(worker int, _ string, d time.Duration, err error, ret
 	}
 	result := "success"
 	switch {
-	case apierrors.IsConflict(err):
+	case apierrors.IsConflict(e.Err):
 		result = "conflict"
-	case err != nil:
+	case e.Err != nil:
 		result = "error"
 	}
-	if err != nil {
+	if e.Err != nil {
 		m.reconcileErrors.Inc()
 	}
 	m.reconciles.WithLabelValues(result).Inc()
-	m.reconcileDuration.WithLabelValues(result).Observe(d.Seconds())
-	if retryIn > 0 {
+	m.reconcileDuration.WithLabelValues(result).Observe(e.Took.Seconds())
+	if e.RetryIn > 0 {
 		m.retries.Inc()
 	}
 }
@@ -235,21 +257,7 @@ func (m *Metrics) inFlight() (sum, longest float64) {
 	return sum, longest
 }
 
-// The watcher.Observer methods.
-
-func (m *Metrics) StateChanged(from, to watcher.State, _ string) {
-	m.state.WithLabelValues(from.String()).Set(0)
-	m.state.WithLabelValues(to.String()).Set(1)
-	// A WATCH that follows a WATCH (at once, or after backing off) resumes a
-	// stream; one that follows a list is the first of its kind.
-	if to == watcher.Watching && (from == watcher.Watching || from == watcher.BackingOff) {
-		m.restarts.Inc()
-	}
-}
-
-func (m *Metrics) ListPage(int, int, string, string) { m.listPages.Inc() }
-
-func (m *Metrics) Replaced(rv string, _, added, updated, deleted int) {
+func (m *Metrics) replaced(e watcher.Replaced) {
 	m.lists.Inc()
 	m.mu.Lock()
 	relist := m.listed
@@ -257,36 +265,12 @@ func (m *Metrics) Replaced(rv string, _, added, updated, deleted int) {
 	m.mu.Unlock()
 	if relist {
 		m.relists.Inc()
-		m.relistDeltas.WithLabelValues("Added").Add(float64(added))
-		m.relistDeltas.WithLabelValues("Updated").Add(float64(updated))
-		m.relistDeltas.WithLabelValues("Deleted").Add(float64(deleted))
+		m.relistDeltas.WithLabelValues("Added").Add(float64(e.Added))
+		m.relistDeltas.WithLabelValues("Updated").Add(float64(e.Updated))
+		m.relistDeltas.WithLabelValues("Deleted").Add(float64(e.Deleted))
 	}
-	m.setRV(rv)
+	m.setRV(e.RV)
 }
-
-func (m *Metrics) WatchStarted(string, time.Duration, bool) { m.watches.Inc() }
-
-func (m *Metrics) EventReceived(eventType, _, rv string) {
-	m.events.WithLabelValues(eventType).Inc()
-	m.setRV(rv)
-}
-
-func (m *Metrics) BookmarkReceived(rv string, _ bool) {
-	m.bookmarks.Inc()
-	m.setRV(rv)
-}
-
-func (m *Metrics) WatchEnded(_ int, _ time.Duration, err error) {
-	if errors.Is(err, watcher.ErrSilent) {
-		m.silentWatches.Inc()
-	}
-}
-
-func (m *Metrics) BackingOff(_ time.Duration, class watcher.ErrorClass) {
-	m.backoffs.WithLabelValues(class.String()).Inc()
-}
-
-func (m *Metrics) Skipped(*watcher.SkipError) { m.skipped.Inc() }
 
 // setRV records a resourceVersion. They are opaque strings by the API's
 // contract; etcd's are integers, and anything else is left out.

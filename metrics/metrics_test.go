@@ -12,6 +12,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"rawwatch/leader"
+	"rawwatch/queue"
+	"rawwatch/reconcile"
 	"rawwatch/watcher"
 )
 
@@ -22,23 +25,23 @@ func TestObserverCallsMoveTheirMetrics(t *testing.T) {
 	m := New(Options{Version: "v9", QueueDepth: func() int { return depth }, StoreObjects: func() int { return 7 }})
 
 	// First list: two pages, then a watch with events, a bookmark, a restart.
-	m.ListPage(1, 100, "token", "")
-	m.ListPage(2, 20, "", "41")
-	m.Replaced("41", 120, 120, 0, 0)
-	m.StateChanged(watcher.Listing, watcher.Watching, "listed")
-	m.WatchStarted("41", time.Minute, false)
-	m.EventReceived(watcher.Added, "ns/a", "42")
-	m.EventReceived(watcher.Modified, "ns/a", "43")
-	m.EventReceived(watcher.Modified, "ns/a", "44")
-	m.BookmarkReceived("50", false)
-	m.WatchEnded(4, time.Minute, nil)
-	m.StateChanged(watcher.Watching, watcher.Watching, "re-watch")
+	m.Observe(watcher.ListPage{Page: 1, Items: 100, Continue: "token", RV: ""})
+	m.Observe(watcher.ListPage{Page: 2, Items: 20, Continue: "", RV: "41"})
+	m.Observe(watcher.Replaced{RV: "41", Size: 120, Added: 120, Updated: 0, Deleted: 0})
+	m.Observe(watcher.StateChanged{From: watcher.Listing, To: watcher.Watching, Reason: "listed"})
+	m.Observe(watcher.WatchStarted{RV: "41", Timeout: time.Minute, InitialEvents: false})
+	m.Observe(watcher.Received{Type: watcher.Added, Key: "ns/a", RV: "42"})
+	m.Observe(watcher.Received{Type: watcher.Modified, Key: "ns/a", RV: "43"})
+	m.Observe(watcher.Received{Type: watcher.Modified, Key: "ns/a", RV: "44"})
+	m.Observe(watcher.BookmarkReceived{RV: "50", InitialEventsEnd: false})
+	m.Observe(watcher.WatchEnded{Frames: 4, Open: time.Minute, Err: nil})
+	m.Observe(watcher.StateChanged{From: watcher.Watching, To: watcher.Watching, Reason: "re-watch"})
 	// A 410: relist that found one object gone.
-	m.StateChanged(watcher.Watching, watcher.Relisting, "expired")
-	m.Replaced("60", 119, 0, 1, 1)
-	m.BackingOff(time.Second, watcher.Transient)
-	m.Skipped(&watcher.SkipError{Key: "ns/bad"})
-	m.WatchEnded(0, 150*time.Second, watcher.ErrSilent)
+	m.Observe(watcher.StateChanged{From: watcher.Watching, To: watcher.Relisting, Reason: "expired"})
+	m.Observe(watcher.Replaced{RV: "60", Size: 119, Added: 0, Updated: 1, Deleted: 1})
+	m.Observe(watcher.BackoffStarted{Delay: time.Second, Class: watcher.Transient})
+	m.Observe(watcher.Skipped{Err: &watcher.SkipError{Key: "ns/bad"}})
+	m.Observe(watcher.WatchEnded{Frames: 0, Open: 150 * time.Second, Err: watcher.ErrSilent})
 
 	checks := map[string]struct {
 		got  float64
@@ -68,17 +71,17 @@ func TestObserverCallsMoveTheirMetrics(t *testing.T) {
 	}
 
 	// The queue and the workers: adds (one deduped), a wait, three reconciles.
-	m.Added("ns/a", false)
-	m.Added("ns/a", true)
-	m.Waited("ns/a", 2*time.Millisecond)
-	m.Started(0, "ns/a")
-	m.Finished(0, "ns/a", time.Millisecond, nil, 0)
-	m.Started(1, "ns/b")
-	m.Finished(1, "ns/b", time.Millisecond, errors.New("boom"), 10*time.Millisecond)
+	m.Observe(queue.Added{Key: "ns/a", Deduped: false})
+	m.Observe(queue.Added{Key: "ns/a", Deduped: true})
+	m.Observe(queue.Got{Key: "ns/a", Waited: 2 * time.Millisecond})
+	m.Observe(reconcile.Started{Worker: 0, Key: "ns/a"})
+	m.Observe(reconcile.Finished{Worker: 0, Key: "ns/a", Took: time.Millisecond, Err: nil, RetryIn: 0})
+	m.Observe(reconcile.Started{Worker: 1, Key: "ns/b"})
+	m.Observe(reconcile.Finished{Worker: 1, Key: "ns/b", Took: time.Millisecond, Err: errors.New("boom"), RetryIn: 10 * time.Millisecond})
 	conflict := apierrors.NewConflict(schema.GroupResource{Resource: "myresources"}, "c", errors.New("stale"))
-	m.Started(0, "ns/c")
-	m.Finished(0, "ns/c", time.Millisecond, conflict, 5*time.Millisecond)
-	m.Leading("me", true)
+	m.Observe(reconcile.Started{Worker: 0, Key: "ns/c"})
+	m.Observe(reconcile.Finished{Worker: 0, Key: "ns/c", Took: time.Millisecond, Err: conflict, RetryIn: 5 * time.Millisecond})
+	m.Observe(leader.Leading{Identity: "me", Leading: true})
 
 	for name, c := range map[string]struct{ got, want float64 }{
 		"adds":      {testutil.ToFloat64(m.adds), 1},
@@ -127,15 +130,15 @@ func TestUnfinishedWork(t *testing.T) {
 	m := New(Options{})
 	now := time.Unix(1000, 0)
 	m.now = func() time.Time { return now }
-	m.Started(0, "ns/a")
+	m.Observe(reconcile.Started{Worker: 0, Key: "ns/a"})
 	now = now.Add(3 * time.Second)
-	m.Started(1, "ns/b")
+	m.Observe(reconcile.Started{Worker: 1, Key: "ns/b"})
 	now = now.Add(time.Second)
 	if sum, longest := m.inFlight(); sum != 5 || longest != 4 {
 		t.Fatalf("in flight: sum %v longest %v, want 5 and 4", sum, longest)
 	}
-	m.Finished(0, "ns/a", 4*time.Second, nil, 0)
-	m.Finished(1, "ns/b", time.Second, nil, 0)
+	m.Observe(reconcile.Finished{Worker: 0, Key: "ns/a", Took: 4 * time.Second, Err: nil, RetryIn: 0})
+	m.Observe(reconcile.Finished{Worker: 1, Key: "ns/b", Took: time.Second, Err: nil, RetryIn: 0})
 	if sum, longest := m.inFlight(); sum != 0 || longest != 0 {
 		t.Fatalf("after Finished: sum %v longest %v", sum, longest)
 	}
@@ -144,7 +147,7 @@ func TestUnfinishedWork(t *testing.T) {
 // Two Metrics do not share a registry (two controllers in one process).
 func TestRegistriesAreSeparate(t *testing.T) {
 	a, b := New(Options{}), New(Options{})
-	a.Added("k", false)
+	a.Observe(queue.Added{Key: "k"})
 	if testutil.ToFloat64(b.adds) != 0 || !strings.Contains(scrape(t, a), `workqueue_adds_total{name="myresources"} 1`) {
 		t.Fatal("metrics leaked between registries")
 	}

@@ -3,7 +3,26 @@ package queue
 import (
 	"sync"
 	"time"
+
+	"rawwatch/observe"
 )
+
+// The events a Queue reports to its Observer.
+type (
+	// Added: Add was called for Key; Deduped when the key was already waiting.
+	Added struct {
+		Key     string
+		Deduped bool
+	}
+	// Got: a worker took Key, which had waited Waited since it became dirty.
+	Got struct {
+		Key    string
+		Waited time.Duration
+	}
+)
+
+func (Added) Component() string { return "queue" }
+func (Got) Component() string   { return "queue" }
 
 // Queue is a work queue of keys with the guarantees controllers rely on:
 //
@@ -19,14 +38,12 @@ import (
 // The zero value is not usable; call New.
 type Queue struct {
 	limiter RateLimiter
-	// Observe, when set before use, hears every add (deduped or not), so that
-	// metrics or --explain can report it. It is called without the lock held.
-	Observe func(key string, deduped bool)
-	// ObserveWait, when set before use, hears every key Get hands out, with
-	// how long it waited since the add that made it dirty: the queue latency.
-	// Only the queue can measure it exactly, because only it knows, under its
-	// lock, when a key became dirty. It is called without the lock held.
-	ObserveWait func(key string, waited time.Duration)
+	// Observer, when set before use, hears an Added for every add (deduped
+	// or not) and a Got for every key Get hands out, with how long it waited
+	// since the add that made it dirty: the queue latency. Only the queue
+	// can measure that exactly, because only it knows, under its lock, when
+	// a key became dirty. It is called without the lock held.
+	Observer observe.Observer
 
 	mu sync.Mutex
 	// ready wakes workers blocked in Get.
@@ -40,7 +57,7 @@ type Queue struct {
 	processing map[string]struct{}
 	// waiting: keys scheduled by AddAfter, with the timer that will add them.
 	waiting map[string]*delayed
-	// dirtySince: when each dirty key was added (kept only for ObserveWait).
+	// dirtySince: when each dirty key was added (kept only with an Observer).
 	dirtySince map[string]time.Time
 	shutdown   bool
 }
@@ -71,8 +88,8 @@ func (q *Queue) Add(key string) {
 	q.mu.Lock()
 	deduped := q.addLocked(key)
 	q.mu.Unlock()
-	if q.Observe != nil {
-		q.Observe(key, deduped)
+	if q.Observer != nil {
+		q.Observer.Observe(Added{Key: key, Deduped: deduped})
 	}
 }
 
@@ -85,7 +102,7 @@ func (q *Queue) addLocked(key string) (deduped bool) {
 		return true
 	}
 	q.dirty[key] = struct{}{}
-	if q.ObserveWait != nil {
+	if q.Observer != nil {
 		q.dirtySince[key] = time.Now()
 	}
 	if _, busy := q.processing[key]; busy {
@@ -173,8 +190,8 @@ func (q *Queue) Get() (key string, shutdown bool) {
 		q.dirty, q.dirtySince = map[string]struct{}{}, map[string]time.Time{}
 	}
 	q.mu.Unlock()
-	if timed && q.ObserveWait != nil {
-		q.ObserveWait(key, time.Since(since))
+	if timed && q.Observer != nil {
+		q.Observer.Observe(Got{Key: key, Waited: time.Since(since)})
 	}
 	return key, false
 }

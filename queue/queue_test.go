@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"rawwatch/observe"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,7 +12,11 @@ import (
 func TestQueueDedup(t *testing.T) {
 	q := New(nil)
 	var deduped []bool
-	q.Observe = func(_ string, d bool) { deduped = append(deduped, d) }
+	q.Observer = observe.Func(func(e observe.Event) {
+		if a, ok := e.(Added); ok {
+			deduped = append(deduped, a.Deduped)
+		}
+	})
 	q.Add("a")
 	q.Add("b")
 	q.Add("a")
@@ -201,17 +206,19 @@ func TestShutDownWakesBlockedWorkers(t *testing.T) {
 	wg.Wait()
 }
 
-// ObserveWait reports how long a key waited from the add that made it dirty
-// to the Get that handed it out; a deduped add does not restart the clock.
-func TestQueueObserveWaitMeasuresFromTheFirstAdd(t *testing.T) {
+// Got reports how long a key waited from the add that made it dirty to the
+// Get that handed it out; a deduped add does not restart the clock.
+func TestQueueGotMeasuresFromTheFirstAdd(t *testing.T) {
 	q := New(nil)
 	var waits []time.Duration
-	q.ObserveWait = func(key string, waited time.Duration) {
-		if key != "a" {
-			t.Errorf("ObserveWait(%q)", key)
+	q.Observer = observe.Func(func(e observe.Event) {
+		if g, ok := e.(Got); ok {
+			if g.Key != "a" {
+				t.Errorf("Got %q", g.Key)
+			}
+			waits = append(waits, g.Waited)
 		}
-		waits = append(waits, waited)
-	}
+	})
 	q.Add("a")
 	time.Sleep(20 * time.Millisecond)
 	q.Add("a") // deduped: the key has been waiting since the first add

@@ -8,6 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 
+	"rawwatch/observe"
 	"rawwatch/queue"
 	"rawwatch/store"
 )
@@ -29,35 +30,36 @@ type Reconciler[T store.Object] interface {
 	Reconcile(ctx context.Context, req Request[T]) error
 }
 
-// Observer hears what the workers do (metrics, --explain). Optional.
-type Observer interface {
-	// Started: worker took key from the queue.
-	Started(worker int, key string)
-	// Finished: the reconcile of key ended after d; retryIn > 0 when the key
-	// was requeued after an error.
-	Finished(worker int, key string, d time.Duration, err error, retryIn time.Duration)
-}
-
-// Observers fans every call out to several observers, in order.
-type Observers []Observer
-
-func (o Observers) Started(worker int, key string) {
-	for _, x := range o {
-		x.Started(worker, key)
+// The events the workers report to the Controller's Observer.
+type (
+	// Started: Worker took Key from the queue.
+	Started struct {
+		Worker int
+		Key    string
 	}
-}
-
-func (o Observers) Finished(worker int, key string, d time.Duration, err error, retryIn time.Duration) {
-	for _, x := range o {
-		x.Finished(worker, key, d, err, retryIn)
+	// Finished: the reconcile of Key ended after Took with Err; RetryIn > 0
+	// when the key was requeued after an error.
+	Finished struct {
+		Worker  int
+		Key     string
+		Took    time.Duration
+		Err     error
+		RetryIn time.Duration
 	}
-}
+	// Resynced: every one of Keys keys in the store was queued (Resync).
+	Resynced struct{ Keys int }
+)
+
+func (Started) Component() string  { return "worker" }
+func (Finished) Component() string { return "worker" }
+func (Resynced) Component() string { return "worker" }
 
 // Controller connects watcher deltas to a queue and runs workers over it.
 type Controller[T store.Object] struct {
 	Queue      *queue.Queue
 	Reconciler Reconciler[T]
-	Observer   Observer
+	// Observer hears Started and Finished (optional).
+	Observer observe.Observer
 	Logger     klog.Logger
 
 	mu         sync.Mutex
@@ -78,6 +80,17 @@ func (c *Controller[T]) OnDelta(d store.Delta[T]) {
 		c.mu.Unlock()
 	}
 	c.Queue.Add(d.Key)
+}
+
+// Resync queues every key: the level-triggered resync a controller does when
+// it starts working on a store that filled without it (a new leader).
+func (c *Controller[T]) Resync(keys []string) {
+	if c.Observer != nil {
+		c.Observer.Observe(Resynced{Keys: len(keys)})
+	}
+	for _, key := range keys {
+		c.Queue.Add(key)
+	}
 }
 
 func (c *Controller[T]) takeTombstones(key string) []store.Delta[T] {
@@ -123,7 +136,7 @@ func (c *Controller[T]) processNext(ctx context.Context, worker int) bool {
 	defer c.Queue.Done(key)
 	c.Logger.V(4).Info("Reconciling", "worker", worker, "key", key)
 	if c.Observer != nil {
-		c.Observer.Started(worker, key)
+		c.Observer.Observe(Started{Worker: worker, Key: key})
 	}
 	// The reconcile runs to completion even if ctx ends meanwhile: a status
 	// write cut in half helps nobody. It gets its own bounded context.
@@ -149,7 +162,7 @@ func (c *Controller[T]) processNext(ctx context.Context, worker int) bool {
 			"retries", c.Queue.Retries(key), "retryIn", retryIn)
 	}
 	if c.Observer != nil {
-		c.Observer.Finished(worker, key, d, err, retryIn)
+		c.Observer.Observe(Finished{Worker: worker, Key: key, Took: d, Err: err, RetryIn: retryIn})
 	}
 	return true
 }

@@ -15,6 +15,7 @@ import (
 	"rawwatch/api/v1alpha1"
 	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
+	"rawwatch/observe"
 	"rawwatch/store"
 	"rawwatch/watcher"
 )
@@ -28,7 +29,6 @@ type object = *v1alpha1.MyResource
 
 // recorder keeps what the watcher told its handler and observer.
 type recorder struct {
-	watcher.NopObserver
 	mu            sync.Mutex
 	deltas        []store.Delta[object]
 	watchRVs      []string
@@ -44,10 +44,17 @@ type wait struct {
 	class watcher.ErrorClass
 }
 
-func (r *recorder) BackingOff(d time.Duration, c watcher.ErrorClass) {
+// Observe records the backoffs and the watches started.
+func (r *recorder) Observe(e observe.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.waits = append(r.waits, wait{d, c})
+	switch e := e.(type) {
+	case watcher.BackoffStarted:
+		r.waits = append(r.waits, wait{e.Delay, e.Class})
+	case watcher.WatchStarted:
+		r.watchRVs = append(r.watchRVs, e.RV)
+		r.watchInitial = append(r.watchInitial, e.InitialEvents)
+	}
 }
 
 // backoffs returns the waits chosen for errors of class c.
@@ -67,13 +74,6 @@ func (r *recorder) handle(d store.Delta[object]) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.deltas = append(r.deltas, d)
-}
-
-func (r *recorder) WatchStarted(rv string, _ time.Duration, initialEvents bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.watchRVs = append(r.watchRVs, rv)
-	r.watchInitial = append(r.watchInitial, initialEvents)
 }
 
 // find returns the last delta of key with type t.

@@ -14,6 +14,7 @@ import (
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/internal/fakeapi"
+	"rawwatch/observe"
 	"rawwatch/store"
 	"rawwatch/watcher"
 )
@@ -36,7 +37,6 @@ type sim struct {
 
 // simObserver records backoffs and deltas.
 type simObserver struct {
-	watcher.NopObserver
 	mu     sync.Mutex
 	waits  []simWait
 	deltas []store.Delta[object]
@@ -48,10 +48,12 @@ type simWait struct {
 	class watcher.ErrorClass
 }
 
-func (o *simObserver) BackingOff(d time.Duration, c watcher.ErrorClass) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.waits = append(o.waits, simWait{time.Now(), d, c})
+func (o *simObserver) Observe(e observe.Event) {
+	if b, ok := e.(watcher.BackoffStarted); ok {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		o.waits = append(o.waits, simWait{time.Now(), b.Delay, b.Class})
+	}
 }
 
 func (o *simObserver) handle(d store.Delta[object]) {

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"rawwatch/observe"
 	"rawwatch/store"
 )
 
@@ -52,8 +53,9 @@ type Options[T Object] struct {
 	// Handler is called, on the loop's goroutine, for every change applied to
 	// the store, after the store was updated. It must not block (enqueue a key).
 	Handler func(store.Delta[T])
-	// Observer hears about every step of the loop (optional).
-	Observer Observer
+	// Observer hears about every step of the loop: the events of this
+	// package (StateChanged, ListPage, ...). Optional.
+	Observer observe.Observer
 	// Codec decodes objects; set its GVK to reject objects of another kind.
 	Codec Codec[T]
 	// Logger defaults to klog's global logger.
@@ -75,7 +77,7 @@ type Watcher[T Object] struct {
 	opts   Options[T]
 	log    klog.Logger
 	stats  Stats
-	obs    Observer
+	obs    observe.Observer
 
 	rv         atomic.Pointer[string]
 	synced     chan struct{}
@@ -109,10 +111,7 @@ func New[T Object](src Source, s *store.Store[T], opts Options[T]) *Watcher[T] {
 		opts.Logger = klog.Background()
 	}
 	w := &Watcher[T]{source: src, store: s, opts: opts, log: opts.Logger, synced: make(chan struct{})}
-	w.obs = Observers{&w.stats}
-	if opts.Observer != nil {
-		w.obs = Observers{&w.stats, opts.Observer}
-	}
+	w.obs = observe.Fanout{&w.stats, opts.Observer}
 	empty := ""
 	w.rv.Store(&empty)
 	return w
@@ -161,9 +160,9 @@ func (w *Watcher[T]) step(m *Machine, o Outcome) Action {
 	a := m.Step(o)
 	w.setRV(m.RV)
 	w.logStep(from, m.State, a)
-	w.obs.StateChanged(from, m.State, a.Reason)
+	w.obs.Observe(StateChanged{From: from, To: m.State, Reason: a.Reason, TimeTravel: a.TimeTravel})
 	if a.Do == Wait {
-		w.obs.BackingOff(a.Delay, a.Class)
+		w.obs.Observe(BackoffStarted{Delay: a.Delay, Class: a.Class})
 	}
 	return a
 }
@@ -230,7 +229,7 @@ func (w *Watcher[T]) list(ctx context.Context) Outcome {
 		if err != nil {
 			return Outcome{At: time.Now(), Err: err}
 		}
-		w.obs.ListPage(page, items, meta.Continue, meta.ResourceVersion)
+		w.obs.Observe(ListPage{Page: page, Items: items, Continue: meta.Continue, RV: meta.ResourceVersion})
 		if meta.Continue == "" {
 			rv = meta.ResourceVersion
 			break
@@ -257,9 +256,9 @@ func (w *Watcher[T]) commit(repl *store.Replacement[T], rv string) {
 		}
 	}
 	w.setRV(rv)
-	w.obs.Replaced(rv, size, added, updated, deleted)
+	w.obs.Observe(Replaced{RV: rv, Size: size, Added: added, Updated: updated, Deleted: deleted})
 	for _, d := range deltas {
-		w.opts.Handler(d)
+		w.hand(d)
 	}
 	w.syncedOnce.Do(func() { close(w.synced) })
 }
@@ -291,7 +290,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 	opts.AllowWatchBookmarks, opts.TimeoutSeconds = true, &secs
 	sctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
 	defer cancel()
-	w.obs.WatchStarted(opts.ResourceVersion, timeout, repl != nil)
+	w.obs.Observe(WatchStarted{RV: opts.ResourceVersion, Timeout: timeout, InitialEvents: repl != nil})
 	start := time.Now()
 	o.Timeout = timeout
 	defer func() { o.At, o.Open = time.Now(), time.Since(start) }()
@@ -309,7 +308,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 		if silent.Load() && ctx.Err() == nil {
 			o.Err, o.Silent = ErrSilent, true
 		}
-		w.obs.WatchEnded(o.Frames, time.Since(start), o.Err)
+		w.obs.Observe(WatchEnded{Frames: o.Frames, Open: time.Since(start), Err: o.Err})
 	}()
 
 	dec := newEventDecoder(body, w.opts.Codec)
@@ -327,7 +326,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 			case ev.Type == Deleted:
 				// We cannot read the final state, but we know the key is gone.
 				if d, known := w.store.DeleteKey(skip.Key, *new(T)); known {
-					w.opts.Handler(d)
+					w.hand(d)
 				}
 			}
 			continue
@@ -357,7 +356,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 			repl.Add(ev.Object)
 			continue
 		case ev.Type == Bookmark:
-			w.obs.BookmarkReceived(ev.RV, ev.InitialEventsEnd)
+			w.obs.Observe(BookmarkReceived{RV: ev.RV, InitialEventsEnd: ev.InitialEventsEnd})
 		default:
 			w.apply(ev)
 		}
@@ -382,13 +381,19 @@ func (w *Watcher[T]) apply(ev Event[T]) {
 	} else {
 		d, changed = w.store.Upsert(ev.Object)
 	}
-	w.obs.EventReceived(ev.Type, store.KeyOf(ev.Object), ev.RV)
+	w.obs.Observe(Received{Type: ev.Type, Key: store.KeyOf(ev.Object), RV: ev.RV})
 	if changed {
-		w.opts.Handler(d)
+		w.hand(d)
 	}
+}
+
+// hand gives a delta to the handler, and says so.
+func (w *Watcher[T]) hand(d store.Delta[T]) {
+	w.obs.Observe(Handed{Type: d.Type, Key: d.Key, FinalStateUnknown: d.FinalStateUnknown})
+	w.opts.Handler(d)
 }
 
 func (w *Watcher[T]) skipped(err *SkipError) {
 	w.log.Error(err, "Skipping an object that cannot be decoded")
-	w.obs.Skipped(err)
+	w.obs.Observe(Skipped{Err: err})
 }

@@ -42,6 +42,7 @@ import (
 	"rawwatch/health"
 	"rawwatch/leader"
 	"rawwatch/metrics"
+	"rawwatch/observe"
 	"rawwatch/queue"
 	"rawwatch/reconcile"
 	"rawwatch/store"
@@ -61,10 +62,12 @@ type Options struct {
 	RetryBase, RetryMax time.Duration
 	Logger              klog.Logger
 
-	// Watch tunes the watcher (its Handler, Codec and Logger are set by New).
+	// Watch tunes the watcher (its Handler, Observer, Codec and Logger are
+	// set by New).
 	Watch watcher.Options[Object]
-	// WorkerObserver hears what the workers do.
-	WorkerObserver reconcile.Observer
+	// Observer hears every event of every part (package observe), after the
+	// metrics and the narration.
+	Observer observe.Observer
 	// WrapStatusWriter and WrapReconciler, when set, wrap the real ones
 	// (tests use them to count writes or inject failures).
 	WrapStatusWriter func(reconcile.StatusWriter) reconcile.StatusWriter
@@ -97,11 +100,12 @@ type App struct {
 	// /readyz and /leaderz.
 	Liveness, Readiness, Leadership health.Checks
 
-	opts    Options
-	kube    kubernetes.Interface
-	events  record.EventBroadcaster
-	enqueue atomic.Bool // deltas reach the queue (false on a standby)
-	servers servers
+	opts     Options
+	kube     kubernetes.Interface
+	events   record.EventBroadcaster
+	enqueue  atomic.Bool // deltas reach the queue (false on a standby)
+	observer observe.Observer
+	servers  servers
 }
 
 // New builds an App; nothing runs until Run.
@@ -142,25 +146,16 @@ func New(opts Options) (*App, error) {
 	))
 	a.Metrics = metrics.New(metrics.Options{Version: opts.Version,
 		QueueDepth: a.Queue.Len, QueueDelayed: a.Queue.Pending, StoreObjects: a.Store.Len})
-	narrator := opts.Explain
-	a.Queue.Observe = a.Metrics.Added
-	a.Queue.ObserveWait = a.Metrics.Waited
-	workerObservers := reconcile.Observers{a.Metrics}
-	watchObservers := watcher.Observers{a.Metrics}
-	leaderObservers := leader.Observers{a.Metrics}
-	if narrator != nil {
-		a.Queue.Observe = func(key string, deduped bool) { a.Metrics.Added(key, deduped); narrator.Enqueued(key, deduped) }
-		a.Queue.ObserveWait = func(key string, d time.Duration) { a.Metrics.Waited(key, d); narrator.Waited(key, d) }
-		workerObservers = append(workerObservers, narrator)
-		watchObservers = append(watchObservers, narrator)
-		leaderObservers = append(leaderObservers, narrator)
+	// One fan-out for every part: the metrics, the narration, the caller's.
+	observer := observe.Fanout{a.Metrics}
+	if opts.Explain != nil {
+		observer = append(observer, opts.Explain)
 	}
-	if opts.WorkerObserver != nil {
-		workerObservers = append(workerObservers, opts.WorkerObserver)
+	if opts.Observer != nil {
+		observer = append(observer, opts.Observer)
 	}
-	if opts.Watch.Observer != nil {
-		watchObservers = append(watchObservers, opts.Watch.Observer)
-	}
+	a.observer = observer
+	a.Queue.Observer = observer
 	var status reconcile.StatusWriter = myClient
 	if opts.WrapStatusWriter != nil {
 		status = opts.WrapStatusWriter(status)
@@ -172,16 +167,13 @@ func New(opts Options) (*App, error) {
 		rec = opts.WrapReconciler(rec)
 	}
 	a.Controller = &reconcile.Controller[Object]{
-		Queue: a.Queue, Reconciler: rec, Observer: workerObservers, Logger: log.WithName("controller"),
+		Queue: a.Queue, Reconciler: rec, Observer: observer, Logger: log.WithName("controller"),
 	}
 
 	wopts := opts.Watch
 	wopts.PageSize = opts.PageSize
-	wopts.Observer = watchObservers
+	wopts.Observer = observer
 	wopts.Handler = func(d store.Delta[Object]) {
-		if narrator != nil {
-			narrator.Delta(d.Type, d.Key, d.FinalStateUnknown)
-		}
 		if a.enqueue.Load() {
 			a.Controller.OnDelta(d)
 		}
@@ -193,10 +185,10 @@ func New(opts Options) (*App, error) {
 
 	if opts.LeaderElection == nil {
 		a.enqueue.Store(true)
-		a.Metrics.Leading("", true)
+		observer.Observe(leader.Leading{Leading: true}) // the one replica works
 	} else {
 		lc := *opts.LeaderElection
-		lc.Observer, lc.EventRecorder, lc.Logger = leaderObservers, recorder, log.WithName("leader")
+		lc.Observer, lc.EventRecorder, lc.Logger = observer, recorder, log.WithName("leader")
 		if a.Elector, err = leader.New(opts.Config, lc); err != nil {
 			return nil, err
 		}
@@ -243,13 +235,7 @@ func (a *App) work(ctx context.Context) {
 	if !a.enqueue.Swap(true) {
 		// We just took over: what happened before reached the store but not
 		// the queue. Every key gets a reconcile (a level-triggered resync).
-		keys := a.Store.Keys()
-		if a.opts.Explain != nil {
-			a.opts.Explain.Note("RESYNC", "this replica now leads: all %d keys in the store go to the queue", len(keys))
-		}
-		for _, key := range keys {
-			a.Queue.Add(key)
-		}
+		a.Controller.Resync(a.Store.Keys())
 	}
 	a.opts.Logger.Info("Synced; starting workers", "objects", a.Store.Len(),
 		"resourceVersion", a.Watcher.ResourceVersion(), "workers", a.opts.Workers)

@@ -16,6 +16,7 @@ import (
 	"rawwatch/faultproxy"
 	"rawwatch/internal/app"
 	"rawwatch/internal/testkit"
+	"rawwatch/observe"
 	"rawwatch/reconcile"
 )
 
@@ -25,14 +26,14 @@ type retries struct {
 	delays map[string][]time.Duration
 }
 
-func (r *retries) Started(int, string) {}
-func (r *retries) Finished(_ int, key string, _ time.Duration, err error, retryIn time.Duration) {
-	if err == nil {
+func (r *retries) Observe(e observe.Event) {
+	f, ok := e.(reconcile.Finished)
+	if !ok || f.Err == nil {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.delays[key] = append(r.delays[key], retryIn)
+	r.delays[f.Key] = append(r.delays[f.Key], f.RetryIn)
 }
 
 func (r *retries) of(key string) []time.Duration {
@@ -52,7 +53,7 @@ func TestFailingForeverBacksOffUpToTheCap(t *testing.T) {
 	rec := &retries{delays: map[string][]time.Duration{}}
 	const base, maxDelay = 10 * time.Millisecond, 160 * time.Millisecond
 	_, spy, logs := startAppWith(t, app.Options{Config: cp.Config(), Namespace: ns,
-		RetryBase: base, RetryMax: maxDelay, WorkerObserver: rec})
+		RetryBase: base, RetryMax: maxDelay, Observer: rec})
 	key := ns + "/forever"
 	if _, err := c.Create(context.Background(), testkit.New(ns, "forever", reconcile.FailMessage)); err != nil {
 		t.Fatal(err)
