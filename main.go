@@ -22,6 +22,8 @@ import (
 	"rawwatch/internal/app"
 	"rawwatch/internal/clientconfig"
 	"rawwatch/leader"
+	"rawwatch/queue"
+	"rawwatch/reconcile"
 	"rawwatch/watcher"
 )
 
@@ -60,15 +62,15 @@ func run(args []string) int {
 	fs.StringVar(&o.serviceAccountDir, "serviceaccount-dir", clientconfig.DefaultServiceAccountDir,
 		"where the in-cluster configuration reads the service account's token, ca.crt and namespace (used when no kubeconfig is found)")
 	fs.StringVar(&o.namespace, "namespace", "", "watch only this namespace (default: all namespaces)")
-	fs.IntVar(&o.workers, "workers", 2, "number of reconcile workers")
+	fs.IntVar(&o.workers, "workers", reconcile.DefaultWorkers, "number of reconcile workers")
 	fs.Int64Var(&o.pageSize, "page-size", watcher.DefaultPageSize, "LIST page size (limit)")
 	fs.DurationVar(&o.minWatchTimeout, "min-watch-timeout", watcher.DefaultWatchTimeoutMin, "each WATCH asks the server to end it after a random time between this and twice this")
 	fs.DurationVar(&o.silenceLimit, "watch-silence-limit", watcher.DefaultSilenceLimit, "abandon and resume a WATCH that delivers nothing, not even a bookmark, for this long (the apiserver bookmarks about every minute)")
 	fs.BoolVar(&o.watchList, "watch-list", false, "get the initial state from a WATCH that streams it (sendInitialEvents) instead of a paginated LIST; falls back to LIST on servers that refuse it")
 	fs.Float64Var(&o.qps, "kube-api-qps", 50, "client-side limit of requests per second to the API server")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst of requests to the API server")
-	fs.DurationVar(&o.retryBase, "retry-base-delay", 5*time.Millisecond, "delay before the first retry of a failed key (doubles each retry)")
-	fs.DurationVar(&o.retryMax, "retry-max-delay", 1000*time.Second, "longest delay between retries of a failed key")
+	fs.DurationVar(&o.retryBase, "retry-base-delay", queue.DefaultRetryBase, "delay before the first retry of a failed key (doubles each retry)")
+	fs.DurationVar(&o.retryMax, "retry-max-delay", queue.DefaultRetryMax, "longest delay between retries of a failed key")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", "0", `address to serve /metrics on, e.g. ":8080" ("0": off)`)
 	fs.StringVar(&o.healthAddr, "health-probe-bind-address", "0", `address to serve /healthz, /readyz and /leaderz on, e.g. ":8081" ("0": off)`)
 	fs.BoolVar(&o.explain, "explain", false, "narrate every list, watch event, queue operation and reconcile on stdout, for learning (colour on a terminal)")

@@ -18,14 +18,26 @@ type RateLimiter interface {
 	Retries(key string) int
 }
 
+// The defaults of DefaultRateLimiter, client-go's workqueue's, named once:
+// flags, wiring and docs use these.
+const (
+	// DefaultRetryBase and DefaultRetryMax bound a key's exponential delay.
+	DefaultRetryBase = 5 * time.Millisecond
+	DefaultRetryMax  = 1000 * time.Second
+	// DefaultRetryQPS and DefaultRetryBurst size the token bucket all
+	// retries share, so that many failing keys cannot flood the API server.
+	DefaultRetryQPS   = 10
+	DefaultRetryBurst = 100
+)
+
 // DefaultRateLimiter is what client-go's workqueue uses: per-key exponential
 // backoff from 5 ms to 1000 s, and an overall token bucket of 10 retries per
-// second (burst 100) so that many failing keys cannot flood the API server.
-func DefaultRateLimiter() RateLimiter {
-	return MaxOf(
-		NewExponentialLimiter(5*time.Millisecond, 1000*time.Second),
-		NewBucketLimiter(10, 100),
-	)
+// second (burst 100).
+func DefaultRateLimiter() RateLimiter { return NewRateLimiter(DefaultRetryBase, DefaultRetryMax) }
+
+// NewRateLimiter is DefaultRateLimiter with other per-key bounds.
+func NewRateLimiter(base, max time.Duration) RateLimiter {
+	return MaxOf(NewExponentialLimiter(base, max), NewBucketLimiter(DefaultRetryQPS, DefaultRetryBurst))
 }
 
 // ExponentialLimiter delays the n-th retry of a key by base·2ⁿ, at most max.

@@ -54,13 +54,17 @@ func (Started) Component() string  { return "worker" }
 func (Finished) Component() string { return "worker" }
 func (Resynced) Component() string { return "worker" }
 
+// DefaultWorkers is how many workers a controller runs unless told otherwise
+// (sample-controller runs two).
+const DefaultWorkers = 2
+
 // Controller connects watcher deltas to a queue and runs workers over it.
 type Controller[T store.Object] struct {
 	Queue      *queue.Queue
 	Reconciler Reconciler[T]
 	// Observer hears Started and Finished (optional).
 	Observer observe.Observer
-	Logger     klog.Logger
+	Logger   klog.Logger
 
 	mu         sync.Mutex
 	tombstones map[string][]store.Delta[T]

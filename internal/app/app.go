@@ -56,9 +56,10 @@ type Object = *v1alpha1.MyResource
 type Options struct {
 	Config    *rest.Config
 	Namespace string // "" = all namespaces
-	Workers   int    // default 2
-	PageSize  int64  // default 500
-	// RetryBase and RetryMax bound the per-key retry delay (default 5 ms, 1000 s).
+	Workers   int    // default reconcile.DefaultWorkers
+	PageSize  int64  // default watcher.DefaultPageSize
+	// RetryBase and RetryMax bound the per-key retry delay (default
+	// queue.DefaultRetryBase and DefaultRetryMax).
 	RetryBase, RetryMax time.Duration
 	Logger              klog.Logger
 
@@ -114,13 +115,13 @@ func New(opts Options) (*App, error) {
 		return nil, fmt.Errorf("app: no rest.Config")
 	}
 	if opts.Workers == 0 {
-		opts.Workers = 2
+		opts.Workers = reconcile.DefaultWorkers
 	}
 	if opts.RetryBase == 0 {
-		opts.RetryBase = 5 * time.Millisecond
+		opts.RetryBase = queue.DefaultRetryBase
 	}
 	if opts.RetryMax == 0 {
-		opts.RetryMax = 1000 * time.Second
+		opts.RetryMax = queue.DefaultRetryMax
 	}
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = klog.Background()
@@ -140,10 +141,7 @@ func New(opts Options) (*App, error) {
 	a.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	recorder := a.events.NewRecorder(client.Scheme, corev1.EventSource{Component: "rawwatch"})
 
-	a.Queue = queue.New(queue.MaxOf(
-		queue.NewExponentialLimiter(opts.RetryBase, opts.RetryMax),
-		queue.NewBucketLimiter(10, 100),
-	))
+	a.Queue = queue.New(queue.NewRateLimiter(opts.RetryBase, opts.RetryMax))
 	a.Metrics = metrics.New(metrics.Options{Version: opts.Version,
 		QueueDepth: a.Queue.Len, QueueDelayed: a.Queue.Pending, StoreObjects: a.Store.Len})
 	// One fan-out for every part: the metrics, the narration, the caller's.
