@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +21,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"rawwatch/internal/controlplane"
+	"rawwatch/leader"
+	"rawwatch/reconcile"
 )
 
 // kustomize renders a kustomization with bin/kubectl's built-in kustomize.
@@ -201,6 +204,12 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment, svc *corev1.Service) 
 	}
 	if flag("leader-elect") != "true" {
 		t.Error("the Deployment runs 2 replicas without --leader-elect")
+	}
+	// The kubelet's SIGKILL must not cut the drain or the Lease's release.
+	drain := reconcile.ReconcileTimeout + leader.ReleaseTimeout
+	if g := pod.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second < drain+5*time.Second {
+		t.Errorf("terminationGracePeriodSeconds %v: the drain (%s) plus the release (%s) and a margin of 5s need %s",
+			g, reconcile.ReconcileTimeout, leader.ReleaseTimeout, drain+5*time.Second)
 	}
 	port := func(name string) string {
 		for _, p := range ctr.Ports {

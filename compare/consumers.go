@@ -104,7 +104,7 @@ func (r *rawConsumer) run(ctx context.Context, synced chan<- struct{}) {
 	select {
 	case <-r.w.Synced():
 		close(synced)
-		r.ctrl.Run(ctx, 2)
+		r.ctrl.Run(ctx, nil, 2)
 	case <-ctx.Done():
 	}
 	wg.Wait()

@@ -5,28 +5,36 @@
 // coordination.k8s.io Lease, the mechanism kube-controller-manager and
 // controller-runtime use: the holder renews the Lease every RetryPeriod; if it
 // cannot renew for RenewDeadline it gives up; a candidate takes over a Lease
-// that nobody renewed for LeaseDuration. This package adds what that library
-// leaves to its caller:
+// that nobody renewed for LeaseDuration. This package adds the ordering that
+// library leaves to its caller, and gets wrong with ReleaseOnCancel (which
+// clears the Lease as soon as renewing stops, while the caller's work may
+// still run):
 //
-//   - Order at the handover. The lease is released (so a standby takes over at
-//     once instead of waiting out LeaseDuration) only after the work function
-//     has returned, i.e. after in-flight reconciles finished. client-go's
-//     ReleaseOnCancel alone would release as soon as the context ends, while
-//     reconciles may still be writing.
-//   - A clear end. Losing the lease (a renewal failed for RenewDeadline, or
-//     another holder took it) stops the work and Run returns ErrLost once it
-//     has stopped. The caller should exit: that is what kube-controller-manager
-//     and controller-runtime do, and what a Deployment expects (the pod
-//     restarts and rejoins as a candidate, with fresh state).
-//   - Its own client. Renewals use a copy of the rest.Config with its own
-//     client-side rate limiter and a request timeout of RenewDeadline/2, so a
-//     busy reconciler or one hung connection cannot make the leader miss its
-//     deadline.
+//	shutdown (SIGTERM)                         lost lease (renewals failed)
+//	────────────────────────────────────       ──────────────────────────────────────────
+//	work ctx ends: take no new keys            renewals fail for RenewDeadline: give up
+//	keep renewing while in-flight work ends    work ctx AND abort ctx end: in-flight
+//	work has stopped                             reconciles are cancelled at once
+//	stop renewing                              work has stopped (well inside the margin
+//	release the Lease (one try, bounded):        LeaseDuration - RenewDeadline)
+//	  a standby takes over at once             never release: a standby takes over
+//	Run returns nil                              once the Lease expires
+//	                                           Run returns ErrLost: the process exits
+//
+// The Lease is freed only by this process, only after its work has stopped,
+// and never after a failed renewal: at no instant do two replicas work. The
+// margin LeaseDuration - RenewDeadline (5 s by default) is how long aborted
+// work has to stop before a standby may start; a reconcile honours its
+// context, so it stops within one request.
+//
+// Renewals use their own client: a copy of the rest.Config with its own
+// client-side rate limiter and a request timeout of RenewDeadline/2, so a
+// busy reconciler or one hung connection cannot make the leader miss its
+// deadline.
 //
 // A lease is not a lock with fencing: if the leader's process freezes longer
-// than LeaseDuration, a new leader may start while the old one, thawing, still
-// finishes the reconcile it was in. The renew deadline (shorter than the lease)
-// makes the old leader stop first in every case short of that.
+// than LeaseDuration (a stopped VM, a debugger), a new leader may start while
+// the old one, thawing, still finishes the request it was in.
 package leader
 
 import (
@@ -130,17 +138,24 @@ func (c *Config) Validate() error {
 type Elector struct {
 	cfg      Config
 	le       *leaderelection.LeaderElector
+	lock     *resourcelock.LeaseLock
 	watchdog *leaderelection.HealthzAdaptor
 	leading  atomic.Bool
 
 	// set by Run, read by the elector's callbacks
-	lead         func(context.Context)
+	lead         func(work, abort context.Context)
 	ctx          context.Context
 	stopElecting context.CancelFunc
 	leadDone     chan struct{}
 	mu           sync.Mutex
 	state        state
+	// lost: renewals failed while leading; the Lease must not be released.
+	lost bool
 }
+
+// ReleaseTimeout bounds the one attempt to release the Lease on shutdown;
+// if it fails, a standby takes over when the Lease expires.
+const ReleaseTimeout = 5 * time.Second
 
 type state int
 
@@ -166,18 +181,18 @@ func New(restCfg *rest.Config, c Config) (*Elector, error) {
 		return nil, err
 	}
 	e := &Elector{cfg: c, watchdog: leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)}
-	lock := &resourcelock.LeaseLock{
+	e.lock = &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name},
 		Client:     kube.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: c.Identity, EventRecorder: c.EventRecorder},
 	}
 	e.le, err = leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
+		Lock:            e.lock,
 		Name:            c.Namespace + "/" + c.Name,
 		LeaseDuration:   c.LeaseDuration,
 		RenewDeadline:   c.RenewDeadline,
 		RetryPeriod:     c.RetryPeriod,
-		ReleaseOnCancel: true, // Run cancels only once lead has returned
+		ReleaseOnCancel: false, // release by hand, only after the work stopped (see the package doc)
 		WatchDog:        e.watchdog,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: e.startedLeading,
@@ -207,12 +222,14 @@ func (e *Elector) Leader() string { return e.le.GetLeader() }
 func (e *Elector) Check() error { return e.watchdog.Check(nil) }
 
 // Run campaigns until ctx ends. While this process holds the Lease it runs
-// lead, with a context that ends when ctx does or the Lease is lost; lead must
-// return once that context is done and its work has stopped.
+// lead with two contexts: work ends when lead must stop taking new work (ctx
+// ended, or the Lease was lost); abort ends only when the Lease was lost, and
+// then work in flight must stop at once (another replica may start it soon).
+// lead must return once work is done and its work has stopped.
 //
 // Run returns nil after ctx ended (having released the Lease if it held it,
 // once lead returned), or ErrLost after the Lease was lost and lead returned.
-func (e *Elector) Run(ctx context.Context, lead func(context.Context)) error {
+func (e *Elector) Run(ctx context.Context, lead func(work, abort context.Context)) error {
 	log := e.cfg.Logger
 	// The election runs on its own context: ending ctx must not stop the
 	// renewals while in-flight work drains.
@@ -243,17 +260,50 @@ func (e *Elector) Run(ctx context.Context, lead func(context.Context)) error {
 	if wasLeading {
 		<-e.leadDone
 	}
-	if ctx.Err() != nil {
-		return nil
+	e.mu.Lock()
+	lost := e.lost
+	e.mu.Unlock()
+	switch {
+	case lost:
+		log.Error(ErrLost, "Lost the leader lease", "lease", e.cfg.Namespace+"/"+e.cfg.Name, "identity", e.cfg.Identity)
+		return ErrLost
+	case wasLeading:
+		// The work has stopped and the renewals with it (client-go's Run has
+		// returned, so no renewal is in flight): free the Lease.
+		e.release()
 	}
-	// Only ending ctx or lead returning stops the election, and lead returns
-	// only when its context ends: we got here because a renewal failed.
-	log.Error(ErrLost, "Lost the leader lease", "lease", e.cfg.Namespace+"/"+e.cfg.Name, "identity", e.cfg.Identity)
-	return ErrLost
+	return nil
+}
+
+// release gives the Lease up, as client-go's release does (holder cleared,
+// duration 1 s), if it still names us: one try, bounded by ReleaseTimeout.
+func (e *Elector) release() {
+	log := e.cfg.Logger
+	ctx, cancel := context.WithTimeout(context.Background(), ReleaseTimeout)
+	defer cancel()
+	rec, _, err := e.lock.Get(ctx)
+	if err != nil {
+		log.Error(err, "Could not release the leader lease; a standby takes over when it expires", "lease", e.cfg.Namespace+"/"+e.cfg.Name)
+		return
+	}
+	if rec.HolderIdentity != e.cfg.Identity {
+		return
+	}
+	now := metav1.NewTime(time.Now())
+	err = e.lock.Update(ctx, resourcelock.LeaderElectionRecord{
+		LeaderTransitions: rec.LeaderTransitions, LeaseDurationSeconds: 1, RenewTime: now, AcquireTime: now,
+	})
+	if err != nil {
+		log.Error(err, "Could not release the leader lease; a standby takes over when it expires", "lease", e.cfg.Namespace+"/"+e.cfg.Name)
+		return
+	}
+	log.Info("Released the leader lease", "lease", e.cfg.Namespace+"/"+e.cfg.Name, "identity", e.cfg.Identity)
 }
 
 // startedLeading is client-go's OnStartedLeading; lctx ends when the
-// renewals stop.
+// renewals stop. While lead runs, only a failed renewal stops them (the
+// election's own context is cancelled after lead returns), so lctx ending
+// means the Lease is lost.
 func (e *Elector) startedLeading(lctx context.Context) {
 	e.mu.Lock()
 	if e.state != candidate { // shutting down already: do not start work
@@ -265,23 +315,35 @@ func (e *Elector) startedLeading(lctx context.Context) {
 	e.mu.Unlock()
 	defer close(done)
 
-	wctx, cancel := context.WithCancel(lctx)
-	defer cancel()
-	stop := context.AfterFunc(ctx, cancel) // shutdown ends the work too
-	defer stop()
+	abort, abortNow := context.WithCancel(context.WithoutCancel(lctx))
+	defer abortNow()
+	work, stopWork := context.WithCancel(abort)
+	defer stopWork()
+	lostLease := context.AfterFunc(lctx, func() {
+		e.cfg.Logger.Info("Renewing the leader lease failed: aborting the work in flight; the Lease is left to expire", "identity", e.cfg.Identity)
+		abortNow()
+	})
+	shutdown := context.AfterFunc(ctx, stopWork) // shutdown ends the work, not what is in flight
+	defer shutdown()
 
 	e.cfg.Logger.Info("Became the leader: starting the workers", "identity", e.cfg.Identity)
 	e.leading.Store(true)
 	if e.cfg.Observer != nil {
 		e.cfg.Observer.Observe(Leading{Identity: e.cfg.Identity, Leading: true})
 	}
-	lead(wctx)
+	lead(work, abort)
+	// Disarm the loss hook before stopping the election (which ends lctx
+	// too); if it had already fired, renewals failed: the Lease is lost.
+	lost := !lostLease()
+	e.mu.Lock()
+	e.lost = lost
+	e.mu.Unlock()
 	e.leading.Store(false)
 	if e.cfg.Observer != nil {
 		e.cfg.Observer.Observe(Leading{Identity: e.cfg.Identity, Leading: false})
 	}
 	e.cfg.Logger.Info("Stopped leading: the workers have stopped", "identity", e.cfg.Identity)
-	stopElecting() // now release the Lease (if we still hold it)
+	stopElecting() // stop renewing; Run releases the Lease unless it was lost
 }
 
 func (e *Elector) newLeader(identity string) {

@@ -3,13 +3,16 @@ package leader_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
+	"rawwatch/faultproxy"
 	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
 	"rawwatch/leader"
@@ -38,9 +41,16 @@ type candidate struct {
 	workCtxEnd time.Time
 }
 
+// campaign runs an Elector whose work, once told to stop, has drain left of
+// work in flight: it finishes it unless the work is aborted.
 func campaign(t *testing.T, c leader.Config, drain time.Duration) *candidate {
 	t.Helper()
-	e, err := leader.New(shared.Get(t).Config(), c)
+	return campaignVia(t, shared.Get(t).Config(), c, drain)
+}
+
+func campaignVia(t *testing.T, cfg *rest.Config, c leader.Config, drain time.Duration) *candidate {
+	t.Helper()
+	e, err := leader.New(cfg, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,15 +58,18 @@ func campaign(t *testing.T, c leader.Config, drain time.Duration) *candidate {
 	cand := &candidate{e: e, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(cand.done)
-		cand.err = e.Run(ctx, func(ctx context.Context) {
+		cand.err = e.Run(ctx, func(work, abort context.Context) {
 			cand.mu.Lock()
 			cand.start = time.Now()
 			cand.mu.Unlock()
-			<-ctx.Done()
+			<-work.Done()
 			cand.mu.Lock()
 			cand.workCtxEnd = time.Now()
 			cand.mu.Unlock()
-			time.Sleep(drain) // in-flight reconciles finishing
+			select { // in-flight reconciles finishing, unless aborted
+			case <-time.After(drain):
+			case <-abort.Done():
+			}
 			cand.mu.Lock()
 			cand.end = time.Now()
 			cand.mu.Unlock()
@@ -148,6 +161,46 @@ func TestLostLeaseStopsTheWork(t *testing.T) {
 	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != "thief" {
 		t.Fatalf("lease after the loss: %v %v", lease.Spec.HolderIdentity, err)
 	}
+}
+
+// Renewals answered 500 for longer than the renew deadline (the Lease API
+// broken for the leader only, through a fault proxy) while the leader has a
+// reconcile in flight that would take 3 s more. The leader gives up, aborts
+// that work at once and never frees the Lease; the standby takes over when
+// the Lease expires. At no instant do both work.
+func TestFailedRenewalsNeverLetTwoLeadersWork(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ns := testkit.Namespace(t, cp.Config())
+	proxy, viaProxy := testkit.Proxy(t, cp, cp.APIServer)
+	a := campaignVia(t, viaProxy, config(ns, "a"), 3*time.Second)
+	testkit.Eventually(t, 10*time.Second, a.e.IsLeader, "a never led")
+	b := campaign(t, config(ns, "b"), 0)
+	testkit.Eventually(t, 10*time.Second, func() bool { return b.e.Leader() == "a" }, "b never saw a lead")
+
+	failed := time.Now()
+	proxy.Fail(faultproxy.Failure{Kinds: faultproxy.Other, Code: http.StatusInternalServerError})
+	testkit.Eventually(t, 15*time.Second, b.e.IsLeader, "b never took over")
+	select {
+	case <-a.done:
+		if !errors.Is(a.err, leader.ErrLost) {
+			t.Fatalf("a's Run = %v, want ErrLost", a.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's Run did not return after losing the lease")
+	}
+	_, aWorkEnd, aEnd := a.times()
+	bStart, _, _ := b.times()
+	t.Logf("renewals failing from 0s; a told to stop at %s, its work ended at %s; b started at %s",
+		aWorkEnd.Sub(failed).Round(time.Millisecond), aEnd.Sub(failed).Round(time.Millisecond), bStart.Sub(failed).Round(time.Millisecond))
+	if aEnd.IsZero() || !bStart.After(aEnd) {
+		t.Fatalf("two leaders at once: b started %s after the renewals began failing, while a's work ran until %s",
+			bStart.Sub(failed).Round(time.Millisecond), aEnd.Sub(failed).Round(time.Millisecond))
+	}
+	if d := aEnd.Sub(aWorkEnd); d > time.Second {
+		t.Errorf("a's work in flight took %s to stop after the loss: it was not aborted", d)
+	}
+	proxy.Heal()
 }
 
 func TestValidate(t *testing.T) {

@@ -58,6 +58,10 @@ func (Resynced) Component() string { return "worker" }
 // (sample-controller runs two).
 const DefaultWorkers = 2
 
+// ReconcileTimeout bounds one reconcile. A pod's termination grace period
+// must exceed it plus the Lease release (config/manager's does; a test checks).
+const ReconcileTimeout = 30 * time.Second
+
 // Controller connects watcher deltas to a queue and runs workers over it.
 type Controller[T store.Object] struct {
 	Queue      *queue.Queue
@@ -68,6 +72,7 @@ type Controller[T store.Object] struct {
 
 	mu         sync.Mutex
 	tombstones map[string][]store.Delta[T]
+	abort      context.Context
 }
 
 // OnDelta is the watcher's handler: it enqueues the key of every change and
@@ -113,12 +118,19 @@ func (c *Controller[T]) putBackTombstones(key string, ds []store.Delta[T]) {
 	c.tombstones[key] = append(ds, c.tombstones[key]...)
 }
 
-// Run starts workers and blocks until ctx ends and the queue has shut down;
-// work in flight finishes first (each worker completes its current key).
-func (c *Controller[T]) Run(ctx context.Context, workers int) {
+// Run starts workers and blocks until ctx ends and every worker has
+// stopped. A reconcile in flight when ctx ends runs to completion (a status
+// write cut in half helps nobody), bounded by ReconcileTimeout, unless abort
+// ends: then it is cancelled at once (another replica may take the key over:
+// the Lease was lost). abort may be nil.
+func (c *Controller[T]) Run(ctx, abort context.Context, workers int) {
 	if c.Logger.GetSink() == nil {
 		c.Logger = klog.Background()
 	}
+	if abort == nil {
+		abort = context.Background()
+	}
+	c.abort = abort
 	var wg sync.WaitGroup
 	for i := range workers {
 		wg.Go(func() {
@@ -142,10 +154,11 @@ func (c *Controller[T]) processNext(ctx context.Context, worker int) bool {
 	if c.Observer != nil {
 		c.Observer.Observe(Started{Worker: worker, Key: key})
 	}
-	// The reconcile runs to completion even if ctx ends meanwhile: a status
-	// write cut in half helps nobody. It gets its own bounded context.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	// The reconcile runs to completion even if ctx ends meanwhile, in its own
+	// bounded context, unless the work is aborted (see Run).
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReconcileTimeout)
 	defer cancel()
+	defer context.AfterFunc(c.abort, cancel)()
 	req := Request[T]{Key: key, Deleted: c.takeTombstones(key)}
 	start := time.Now()
 	err := c.Reconciler.Reconcile(rctx, req)

@@ -196,7 +196,7 @@ func (f *fakeReconciler) Reconcile(_ context.Context, req Request[object]) error
 func runUntilCalls(c *Controller[object], workers int, fake *fakeReconciler, want int) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { c.Run(ctx, workers); close(done) }()
+	go func() { c.Run(ctx, nil, workers); close(done) }()
 	defer func() { cancel(); <-done }()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		fake.mu.Lock()

@@ -217,14 +217,15 @@ func (a *App) Run(ctx context.Context) error {
 
 	log.Info("Waiting for the first list", "server", a.opts.Config.Host, "namespace", a.opts.Namespace)
 	if a.Elector == nil {
-		a.work(ctx)
+		a.work(ctx, nil)
 		return nil
 	}
 	return a.Elector.Run(ctx, a.work)
 }
 
-// work waits for the first list and runs the workers until ctx ends.
-func (a *App) work(ctx context.Context) {
+// work waits for the first list and runs the workers until ctx ends; abort
+// ending cancels the reconciles in flight (the Lease was lost).
+func (a *App) work(ctx, abort context.Context) {
 	select {
 	case <-a.Watcher.Synced():
 	case <-ctx.Done():
@@ -237,7 +238,7 @@ func (a *App) work(ctx context.Context) {
 	}
 	a.opts.Logger.Info("Synced; starting workers", "objects", a.Store.Len(),
 		"resourceVersion", a.Watcher.ResourceVersion(), "workers", a.opts.Workers)
-	a.Controller.Run(ctx, a.opts.Workers)
+	a.Controller.Run(ctx, abort, a.opts.Workers)
 }
 
 // whoAmI logs who the server says we are (kubectl auth whoami): with an
