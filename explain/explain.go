@@ -244,6 +244,8 @@ func (n *Narrator) Observe(e observe.Event) {
 		n.bookmarkReceived(e.RV, e.InitialEventsEnd)
 	case watcher.WatchEnded:
 		n.watchEnded(e.Frames, e.Open, e.Err)
+	case watcher.Probed:
+		n.probed(e.RV, e.Err)
 	case watcher.BackoffStarted:
 		n.backingOff(e.Delay, e.Class)
 	case watcher.Skipped:
@@ -357,7 +359,7 @@ func (n *Narrator) watchEnded(events int, d time.Duration, err error) {
 	defer n.mu.Unlock()
 	n.afterClose = true
 	if errors.Is(err, watcher.ErrSilent) {
-		n.lineLocked("WATCHDOG", "the stream sent nothing, not even a bookmark, for %s (the server bookmarks about every minute): abandoned; the watch resumes from the same resourceVersion", d.Round(time.Second))
+		n.lineLocked("WATCHDOG", "the stream sent nothing, not even a bookmark, for %s (the server bookmarks about every minute): abandoned; first ask the server where it is", d.Round(time.Second))
 		return
 	}
 	text := fmt.Sprintf("the stream ended after %s, open %s", plural(events, "event"), d.Round(time.Millisecond))
@@ -365,6 +367,14 @@ func (n *Narrator) watchEnded(events int, d time.Duration, err error) {
 		text += ": " + err.Error()
 	}
 	n.lineLocked("CLOSED", "%s", text)
+}
+
+func (n *Narrator) probed(rv string, err error) {
+	if err != nil {
+		n.line("PROBE", "asked the server for its resourceVersion (a LIST of one item): %v", err)
+		return
+	}
+	n.line("PROBE", "asked the server for its resourceVersion (a LIST of one item): %s — behind ours means its history went back (an etcd restore): relist", rv)
 }
 
 func (n *Narrator) backingOff(delay time.Duration, class watcher.ErrorClass) {

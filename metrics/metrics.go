@@ -68,6 +68,7 @@ type Metrics struct {
 	watches, restarts, bookmarks prometheus.Counter
 	events, backoffs             *prometheus.CounterVec
 	skipped, silentWatches       prometheus.Counter
+	probes                       prometheus.Counter
 	resourceVersion, leader      prometheus.Gauge
 	state                        *prometheus.GaugeVec
 
@@ -137,6 +138,7 @@ func New(opts Options) *Metrics {
 	m.bookmarks = counter("rawwatch_watch_bookmarks_total", "BOOKMARK events: the resourceVersion moved, no object changed.", nil)
 	m.backoffs = counterVec("rawwatch_backoffs_total", "Waits before retrying a failed LIST or WATCH, by error class.", "class")
 	m.skipped = counter("rawwatch_skipped_objects_total", "List items and watch events that could not be decoded.", nil)
+	m.probes = counter("rawwatch_watch_probes_total", "One-item LISTs asking the server for its resourceVersion, after a silent stream or before re-watching after a WATCH that could not open.", nil)
 	m.silentWatches = counter("rawwatch_watch_silent_total", "WATCH streams the watchdog abandoned: open, but no event or bookmark for longer than the silence limit.", nil)
 	m.resourceVersion = prometheus.NewGauge(prometheus.GaugeOpts{Name: "rawwatch_resource_version",
 		Help: "The resourceVersion the store is synced to, as a number (etcd's revision)."})
@@ -211,6 +213,8 @@ func (m *Metrics) Observe(e observe.Event) {
 		if errors.Is(e.Err, watcher.ErrSilent) {
 			m.silentWatches.Inc()
 		}
+	case watcher.Probed:
+		m.probes.Inc()
 	case watcher.BackoffStarted:
 		m.backoffs.WithLabelValues(e.Class.String()).Inc()
 	case watcher.Skipped:

@@ -42,6 +42,9 @@ const (
 	// ReadOn: keep reading the stream that is open (a WatchList that just
 	// delivered its initial state goes on with live events).
 	ReadOn
+	// Probe: a LIST of one item, to read the server's current
+	// resourceVersion (after a silent stream: is the server behind us?).
+	Probe
 	// Wait: sleep Action.Delay, then report an Outcome with no error.
 	Wait
 	// Stop: return.
@@ -49,7 +52,7 @@ const (
 )
 
 func (d Do) String() string {
-	return [...]string{"list", "watch-list", "watch", "read on", "wait", "stop"}[d]
+	return [...]string{"list", "watch-list", "watch", "read on", "probe", "wait", "stop"}[d]
 }
 
 // Action is the machine's answer to an Outcome: what to do next, and why.
@@ -81,6 +84,9 @@ type Outcome struct {
 	// Listed: a WatchList stream delivered its initial state (the bookmark
 	// annotated k8s.io/initial-events-end) and is still open.
 	Listed bool
+	// Opened: the WATCH request was answered with a stream (false: it was
+	// refused, failed, or answered with an error status).
+	Opened bool
 	// Frames counts the events and bookmarks a stream delivered.
 	Frames int
 	// Open is how long a stream stayed open, Timeout the timeoutSeconds it
@@ -190,6 +196,8 @@ func (m *Machine) Step(o Outcome) Action {
 		return m.do(m.after)
 	case List:
 		return m.stepList(o, class, retryAfter)
+	case Probe:
+		return m.stepProbe(o, class, retryAfter)
 	case WatchList:
 		if o.Listed {
 			return m.listed(o, ReadOn)
@@ -215,6 +223,22 @@ func (m *Machine) stepList(o Outcome, class ErrorClass, retryAfter time.Duration
 		}
 	}
 	return m.trouble(o.At, retryAfter, m.doing, class, o.Err, fmt.Sprintf("list failed (%s): %v", class, o.Err))
+}
+
+// stepProbe: the server's current resourceVersion, after a silent stream or
+// a WATCH that could not open.
+func (m *Machine) stepProbe(o Outcome, class ErrorClass, retryAfter time.Duration) Action {
+	if class != NoError {
+		return m.trouble(o.At, retryAfter, Action{Do: Probe}, class, o.Err, fmt.Sprintf("probe failed (%s): %v", class, o.Err))
+	}
+	resume := Action{Do: Watch, RV: m.RV}
+	if c, err := resourceversion.CompareResourceVersion(o.RV, m.RV); err == nil && c < 0 {
+		a := m.relist()
+		a.Reason = fmt.Sprintf("the server is at resourceVersion %s, behind our %s: its history went back (an etcd restore?); relist", o.RV, m.RV)
+		return m.do(a)
+	}
+	resume.Reason = fmt.Sprintf("the server is at resourceVersion %s: re-watch from %s", o.RV, m.RV)
+	return m.do(resume)
 }
 
 // listed: a list (or a WatchList's initial state) is in the store at o.RV.
@@ -282,10 +306,14 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 		return m.do(a)
 	case o.Silent:
 		// The watchdog abandoned a stream that sent nothing, not even a
-		// bookmark, for longer than the server's bookmark cadence allows. It
-		// cost one request per silence limit: resume at once.
-		return m.do(Action{Do: Watch, RV: m.RV, Class: class, Err: o.Err,
-			Reason: fmt.Sprintf("watch silent for %s: abandoned, re-watch from resourceVersion %s", o.Open.Round(time.Second), m.RV)})
+		// bookmark, for longer than the server's bookmark cadence allows.
+		// Either the connection died, or the server is behind our
+		// resourceVersion (restored from an older etcd snapshot: its watch
+		// cache accepts a WATCH from the "future" and sends nothing, not even
+		// bookmarks, until it gets there). Ask it where it is, at once: it
+		// cost one request per silence limit.
+		return m.do(Action{Do: Probe, Class: class, Err: o.Err,
+			Reason: fmt.Sprintf("watch silent for %s: abandoned; is the server behind resourceVersion %s?", o.Open.Round(time.Second), m.RV)})
 	case healthy && class == NoError:
 		return m.do(Action{Do: Watch, RV: m.RV,
 			Reason: fmt.Sprintf("watch ended after %d frames: re-watch from resourceVersion %s", o.Frames, m.RV)})
@@ -294,7 +322,15 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 	if o.Err == nil {
 		reason = fmt.Sprintf("watch closed after %d frames in %s, before its timeout", o.Frames, o.Open.Round(time.Millisecond))
 	}
-	return m.trouble(o.At, retryAfter, Action{Do: Watch, RV: m.RV}, class, o.Err, reason)
+	// A WATCH that could not even open (the server unreachable, restarting,
+	// failing): when we get through again, the server may be another one —
+	// restored from an older etcd snapshot. The first request is a probe of
+	// its resourceVersion, which costs no more than the WATCH it precedes.
+	resume := Action{Do: Watch, RV: m.RV}
+	if !o.Opened {
+		resume = Action{Do: Probe}
+	}
+	return m.trouble(o.At, retryAfter, resume, class, o.Err, reason)
 }
 
 // relist is the action that starts a relist.

@@ -126,12 +126,12 @@ func TestMachineFlappingStreamsBackOff(t *testing.T) {
 	want := []time.Duration{800 * time.Millisecond, 1600 * time.Millisecond, 3200 * time.Millisecond,
 		6400 * time.Millisecond, 12800 * time.Millisecond, 25600 * time.Millisecond, 30 * time.Second, 30 * time.Second}
 	for i, d := range want {
-		a := s.step(10*time.Millisecond, Outcome{RV: fmt.Sprint(11 + i), Frames: 1, Err: cut, Open: 10 * time.Millisecond, Timeout: fiveMin},
+		a := s.step(10*time.Millisecond, Outcome{RV: fmt.Sprint(11 + i), Opened: true, Frames: 1, Err: cut, Open: 10 * time.Millisecond, Timeout: fiveMin},
 			Action{Do: Wait, Delay: d}, BackingOff)
 		s.wait(a, Action{Do: Watch, RV: fmt.Sprint(11 + i)}, Watching)
 	}
 	// A stream that closes cleanly long before its timeout is no better.
-	s.step(time.Second, Outcome{Frames: 3, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 30 * time.Second}, BackingOff)
+	s.step(time.Second, Outcome{Opened: true, Frames: 3, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 30 * time.Second}, BackingOff)
 }
 
 // The backoff starts again only after a trouble-free stretch of ResetAfter.
@@ -139,11 +139,11 @@ func TestMachineBackoffResetsAfterATroubleFreeStretch(t *testing.T) {
 	s, _ := newScript(t, false)
 	s.step(0, listed10, Action{Do: Watch}, Watching)
 	for range 5 {
-		a := s.step(0, Outcome{Err: cut, Timeout: fiveMin}, Action{Do: Wait, Delay: s.m.backoff.Delay(s.m.troubles, 0)}, BackingOff)
+		a := s.step(0, Outcome{Opened: true, Err: cut, Timeout: fiveMin}, Action{Do: Wait, Delay: s.m.backoff.Delay(s.m.troubles, 0)}, BackingOff)
 		s.wait(a, Action{Do: Watch}, Watching)
 	}
 	// Open 2 minutes, then cut: healthy; the wait is the first again.
-	s.step(2*time.Minute, Outcome{Err: cut, Open: 2 * time.Minute, Timeout: fiveMin}, Action{Do: Wait, Delay: 800 * time.Millisecond}, BackingOff)
+	s.step(2*time.Minute, Outcome{Opened: true, Err: cut, Open: 2 * time.Minute, Timeout: fiveMin}, Action{Do: Wait, Delay: 800 * time.Millisecond}, BackingOff)
 }
 
 // A 410 relists at once the first time; another before any healthy stream
@@ -182,11 +182,19 @@ func TestMachineServerGaveUpRelists(t *testing.T) {
 func TestMachineWatchFailuresRewatchWithoutRelist(t *testing.T) {
 	s, _ := newScript(t, false)
 	s.step(0, listed10, Action{Do: Watch}, Watching)
+	// The WATCH never opened: when the wait is over, a probe asks where the
+	// server is first (it may have come back restored from an older backup).
 	a := s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 800 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Watch, RV: "10"}, Watching)
+	s.wait(a, Action{Do: Probe}, Watching)
+	s.step(0, Outcome{RV: "12"}, Action{Do: Watch, RV: "10"}, Watching)
 	a = s.step(0, Outcome{Err: err500}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Watch, RV: "10"}, Watching)
+	s.wait(a, Action{Do: Probe}, Watching)
+	s.step(0, Outcome{RV: "12"}, Action{Do: Watch, RV: "10"}, Watching)
 	a = s.step(0, Outcome{Err: err429}, Action{Do: Wait, Delay: 7 * time.Second}, BackingOff)
+	s.wait(a, Action{Do: Probe}, Watching)
+	s.step(0, Outcome{RV: "12"}, Action{Do: Watch, RV: "10"}, Watching)
+	// A stream that opened and then broke resumes with the WATCH itself.
+	a = s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 6400 * time.Millisecond}, BackingOff)
 	s.wait(a, Action{Do: Watch, RV: "10"}, Watching)
 }
 
@@ -222,12 +230,25 @@ func TestMachineWatchListFallsBackToList(t *testing.T) {
 	s.step(fiveMin, Outcome{Err: errGone, Open: fiveMin, Timeout: fiveMin}, Action{Do: List}, Relisting)
 }
 
-// The watchdog's abandoned stream is resumed at once: it cost a request per
-// silence limit, no storm.
-func TestMachineSilentStreamRewatchesAtOnce(t *testing.T) {
+// The watchdog's abandoned stream costs a probe of the server's
+// resourceVersion, at once: one request per silence limit, no storm. A
+// server at or past ours gets a re-watch; one behind ours (restored from an
+// older etcd snapshot, sending nothing to a WATCH from our "future") a relist.
+func TestMachineSilentStreamProbesTheServer(t *testing.T) {
 	s, _ := newScript(t, false)
 	s.step(0, listed10, Action{Do: Watch}, Watching)
-	s.step(150*time.Second, Outcome{Err: ErrSilent, Silent: true, Open: 150 * time.Second, Timeout: fiveMin}, Action{Do: Watch, RV: "10"}, Watching)
+	silent := Outcome{Err: ErrSilent, Silent: true, Open: 150 * time.Second, Timeout: fiveMin}
+	s.step(150*time.Second, silent, Action{Do: Probe}, Watching)
+	s.step(0, Outcome{RV: "12"}, Action{Do: Watch, RV: "10"}, Watching)
+	s.step(150*time.Second, silent, Action{Do: Probe}, Watching)
+	a := s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 800 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: Probe}, Watching)
+	s.step(0, Outcome{RV: "10"}, Action{Do: Watch, RV: "10"}, Watching)
+	s.step(150*time.Second, silent, Action{Do: Probe}, Watching)
+	s.step(0, Outcome{RV: "7"}, Action{Do: List}, Relisting)
+	if a := s.step(0, Outcome{RV: "7"}, Action{Do: Watch, RV: "7"}, Watching); !a.TimeTravel {
+		t.Error("the relist at an older resourceVersion is not reported as time travel")
+	}
 }
 
 func TestMachineStops(t *testing.T) {

@@ -39,6 +39,13 @@ type (
 		Timeout       time.Duration
 		InitialEvents bool
 	}
+	// Probed: a LIST of one item asked the server for its resourceVersion
+	// (after a silent stream, or before re-watching after a WATCH that could
+	// not open); RV is its answer, Err why there was none.
+	Probed struct {
+		RV  string
+		Err error
+	}
 	// Received: an ADDED, MODIFIED or DELETED event was applied to the store.
 	Received struct{ Type, Key, RV string }
 	// BookmarkReceived: a BOOKMARK moved the resourceVersion to RV.
@@ -72,6 +79,7 @@ func (StateChanged) Component() string     { return "watcher" }
 func (ListPage) Component() string         { return "watcher" }
 func (Replaced) Component() string         { return "watcher" }
 func (WatchStarted) Component() string     { return "watcher" }
+func (Probed) Component() string           { return "watcher" }
 func (Received) Component() string         { return "watcher" }
 func (BookmarkReceived) Component() string { return "watcher" }
 func (WatchEnded) Component() string       { return "watcher" }
@@ -85,7 +93,7 @@ type Stats struct {
 	watches, bookmarks, events atomic.Int64
 	added, modified, deleted   atomic.Int64
 	goneDeletes, skipped       atomic.Int64
-	backoffs                   atomic.Int64
+	backoffs, probes           atomic.Int64
 	mu                         sync.Mutex
 	lastBookmarkRV             string
 }
@@ -107,6 +115,8 @@ type StatsSnapshot struct {
 	Skipped int64
 	// Backoffs counts waits before a retry.
 	Backoffs int64
+	// Probes counts the one-item LISTs that asked where the server is.
+	Probes int64
 	// LastBookmarkRV is the resourceVersion of the last bookmark.
 	LastBookmarkRV string
 }
@@ -140,6 +150,8 @@ func (s *Stats) Observe(e observe.Event) {
 		s.mu.Unlock()
 	case BackoffStarted:
 		s.backoffs.Add(1)
+	case Probed:
+		s.probes.Add(1)
 	case Skipped:
 		s.skipped.Add(1)
 	}
@@ -155,6 +167,6 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		Watches: s.watches.Load(), Events: s.events.Load(),
 		Added: s.added.Load(), Modified: s.modified.Load(), Deleted: s.deleted.Load(),
 		Bookmarks: s.bookmarks.Load(), GoneDeletes: s.goneDeletes.Load(),
-		Skipped: s.skipped.Load(), Backoffs: s.backoffs.Load(), LastBookmarkRV: rv,
+		Skipped: s.skipped.Load(), Backoffs: s.backoffs.Load(), Probes: s.probes.Load(), LastBookmarkRV: rv,
 	}
 }

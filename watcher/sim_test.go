@@ -288,9 +288,11 @@ func TestSilentWatchIsAbandoned(t *testing.T) {
 
 // Time travel: the server's data goes back to an older copy (an etcd
 // restore) and its resourceVersion with it. The watcher must not wait
-// forever on a WATCH from a "future" resourceVersion: it relists, and the
-// store ends equal to the restored state, with the deletion of the object
-// that exists only in its store delivered with that object's UID.
+// forever on a WATCH from a "future" resourceVersion (accepted, and silent,
+// as kube-apiserver's watch cache does): the watchdog abandons it, a probe
+// finds the server behind, the watcher relists, and the store ends equal to
+// the restored state, with the deletion of the object that exists only in
+// its store delivered with that object's UID.
 func TestTimeTravelConvergesToTheRestoredState(t *testing.T) {
 	runSim(t, 2, watcher.Options[object]{}, func(s *sim) {
 		if !s.waitSynced(time.Minute) {
@@ -306,7 +308,7 @@ func TestTimeTravelConvergesToTheRestoredState(t *testing.T) {
 			s.t.Fatal("the watcher did not see c")
 		}
 		s.srv.Restore(saved, 0)
-		limit := 2 * time.Minute
+		limit := watcher.DefaultSilenceLimit + time.Minute
 		for from := time.Now(); time.Since(from) < limit; s.sleep(time.Second) {
 			if equalToServer(s) {
 				break

@@ -142,6 +142,8 @@ func (w *Watcher[T]) Run(ctx context.Context) {
 				// says to read on (Listing → Watching on the same stream).
 				w.step(m, Outcome{At: time.Now(), Listed: true, RV: rv})
 			})
+		case Probe:
+			o = w.probe(ctx)
 		case Wait:
 			o = w.wait(ctx, act.Delay)
 		default:
@@ -240,6 +242,21 @@ func (w *Watcher[T]) list(ctx context.Context) Outcome {
 	return Outcome{At: time.Now(), RV: rv}
 }
 
+// probe lists one item, for the list's resourceVersion: where the server is.
+func (w *Watcher[T]) probe(ctx context.Context) Outcome {
+	o := Outcome{}
+	if body, err := w.source.List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		o.Err = err
+	} else {
+		meta, err := decodeList(body, w.opts.Codec, func(T) {}, func(*SkipError) {})
+		body.Close()
+		o.RV, o.Err = meta.ResourceVersion, err
+	}
+	w.obs.Observe(Probed{RV: o.RV, Err: o.Err})
+	o.At = time.Now()
+	return o
+}
+
 // commit swaps a finished (re)list into the store and hands out its deltas.
 func (w *Watcher[T]) commit(repl *store.Replacement[T], rv string) {
 	size := repl.Len()
@@ -300,6 +317,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 		o.Err = err
 		return o
 	}
+	o.Opened = true
 	defer body.Close()
 	var silent atomic.Bool
 	dog := time.AfterFunc(w.opts.SilenceLimit, func() { silent.Store(true); cancel() })

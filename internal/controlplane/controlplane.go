@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,11 +66,12 @@ type ControlPlane struct {
 	// AdminToken is a bearer token in group system:masters.
 	AdminToken string
 
-	opts    Options
-	root    string
-	removes bool
-	certs   *certs
-	etcd    *process
+	opts     Options
+	root     string
+	removes  bool
+	certs    *certs
+	etcd     *process
+	etcdArgs []string
 
 	mu         sync.Mutex
 	apiservers []*APIServer
@@ -170,20 +172,28 @@ func (a *APIServer) ConfigWithToken(token string) *rest.Config {
 func (cp *ControlPlane) CAFile() string { return cp.certs.caFile }
 
 func (cp *ControlPlane) startEtcd(ctx context.Context) error {
-	client, peer, err := freePort(), freePort(), error(nil)
+	client, peer := freePort(), freePort()
 	if client == 0 || peer == 0 {
 		return errors.New("no free port for etcd")
 	}
 	cp.EtcdURL = fmt.Sprintf("http://127.0.0.1:%d", client)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peer)
-	cp.etcd, err = startProcess(cp.Dir, "etcd", filepath.Join(cp.opts.BinDir, "etcd"),
-		"--name", "default",
-		"--data-dir", filepath.Join(cp.Dir, "etcd-data"),
+	cp.etcdArgs = []string{"--name", "default",
+		"--data-dir", cp.etcdData(),
 		"--listen-client-urls", cp.EtcdURL, "--advertise-client-urls", cp.EtcdURL,
 		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
-		"--initial-cluster", "default="+peerURL,
+		"--initial-cluster", "default=" + peerURL,
 		"--unsafe-no-fsync", // test data: durability is not the point, speed is
-		"--log-level", "warn")
+		"--log-level", "warn"}
+	return cp.runEtcd(ctx)
+}
+
+func (cp *ControlPlane) etcdData() string { return filepath.Join(cp.Dir, "etcd-data") }
+
+// runEtcd starts etcd with the arguments of its first start (same ports and
+// data directory) and waits until it is healthy.
+func (cp *ControlPlane) runEtcd(ctx context.Context) (err error) {
+	cp.etcd, err = startProcess(cp.Dir, "etcd", filepath.Join(cp.opts.BinDir, "etcd"), cp.etcdArgs...)
 	if err != nil {
 		return err
 	}
@@ -256,6 +266,51 @@ func (a *APIServer) Stop() { a.proc.kill() }
 func (a *APIServer) Restart(ctx context.Context) error {
 	a.proc.kill()
 	return a.start(ctx)
+}
+
+// Snapshot copies etcd's data, as an etcd snapshot would hold it, and
+// returns the copy's directory: etcd is stopped cleanly, copied, and started
+// again on the same ports (apiservers retry through the gap).
+func (cp *ControlPlane) Snapshot(ctx context.Context) (string, error) {
+	dir, err := os.MkdirTemp(cp.Dir, "snapshot-")
+	if err != nil {
+		return "", err
+	}
+	cp.etcd.stop()
+	if err := os.CopyFS(filepath.Join(dir, "etcd-data"), os.DirFS(cp.etcdData())); err != nil {
+		return "", err
+	}
+	return dir, cp.runEtcd(ctx)
+}
+
+// Restore puts a Snapshot back, the way an operator restores a cluster from
+// a backup without etcdutl's --bump-revision: every apiserver and etcd stop,
+// etcd's data is replaced by the snapshot's, and all start again on the same
+// ports. The resourceVersion goes back to the snapshot's: what a client saw
+// after the snapshot is gone, and its resourceVersion is now "in the future".
+func (cp *ControlPlane) Restore(ctx context.Context, snapshot string) error {
+	cp.mu.Lock()
+	apiservers := slices.Clone(cp.apiservers)
+	cp.mu.Unlock()
+	for _, a := range apiservers {
+		a.Stop()
+	}
+	cp.etcd.stop()
+	if err := os.RemoveAll(cp.etcdData()); err != nil {
+		return err
+	}
+	if err := os.CopyFS(cp.etcdData(), os.DirFS(filepath.Join(snapshot, "etcd-data"))); err != nil {
+		return err
+	}
+	if err := cp.runEtcd(ctx); err != nil {
+		return err
+	}
+	for _, a := range apiservers {
+		if err := a.start(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // WriteKubeconfig writes an admin kubeconfig for a to path.

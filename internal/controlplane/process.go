@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // process is a child program whose output goes to DIR/NAME.log.
@@ -67,6 +68,20 @@ func (p *process) kill() {
 	}
 	_ = p.cmd.Process.Kill()
 	<-p.done
+}
+
+// stop ends the process cleanly (SIGTERM, so that etcd writes out its
+// data), killing it if it has not ended within 10 s.
+func (p *process) stop() {
+	if p == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		p.kill()
+	}
 }
 
 // logTail is the end of the process's log, for error messages.

@@ -8,8 +8,10 @@
 //   - every change gets the next resourceVersion (an integer, as etcd's);
 //   - Compact forgets history: a WATCH from an older resourceVersion gets an
 //     ERROR 410 frame, a continue token of an older snapshot a 410 response;
-//   - a WATCH from a resourceVersion the server has not reached gets a 504
-//     "Too large resource version" (what an etcd restore leads to);
+//   - a WATCH from a resourceVersion the server has not reached (what an etcd
+//     restore leads to) is accepted and silent until the server gets there,
+//     as kube-apiserver's watch cache does (FutureWatchFails: a 504 "Too
+//     large resource version" instead); a LIST gets the 504;
 //   - every stream ends cleanly at its timeoutSeconds, and sends a bookmark
 //     every BookmarkEvery (kube-apiserver's watch cache: about a minute).
 //
@@ -103,6 +105,11 @@ type Server struct {
 	RetryAfter int
 	// Latency delays every answer (a network round trip).
 	Latency time.Duration
+	// FutureWatchFails: a WATCH from a resourceVersion the server has not
+	// reached gets 504 "Too large resource version" (as a LIST does). By
+	// default it is accepted and sends nothing until the server gets there,
+	// as kube-apiserver's watch cache does.
+	FutureWatchFails bool
 
 	mu        sync.Mutex
 	rv        int64
@@ -304,7 +311,7 @@ func (s *Server) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadClo
 		from = s.rv
 	case from == 0:
 		from = s.rv
-	case from > s.rv:
+	case from > s.rv && s.FutureWatchFails:
 		return nil, tooLarge(from, s.rv)
 	case from < s.compacted:
 		st.expired = fmt.Sprintf("too old resource version: %d (%d)", from, s.compacted)
@@ -550,6 +557,9 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 			end(nil) // timeoutSeconds: a normal end
 			return
 		case <-bookmarks.C:
+			if now < st.cursor {
+				continue // behind the watch's resourceVersion: nothing to say
+			}
 			if len(pending) == 0 {
 				st.cursor = max(st.cursor, now)
 			}
