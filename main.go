@@ -168,7 +168,6 @@ func runController(ctx context.Context, o options) error {
 		Watch:          watcher.Options[app.Object]{WatchTimeoutMin: o.minWatchTimeout, SilenceLimit: o.silenceLimit, WatchList: o.watchList},
 		RetryBase:      o.retryBase,
 		RetryMax:       o.retryMax,
-		Logger:         klog.Background(),
 		Version:        version,
 		MetricsAddr:    o.metricsAddr,
 		HealthAddr:     o.healthAddr,

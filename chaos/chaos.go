@@ -168,7 +168,7 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 	ctrlCfg.QPS, ctrlCfg.Burst = cfg.QPS, cfg.Burst
 	rec := newRecorder()
 	ctrl, err := app.New(app.Options{
-		Config: ctrlCfg, Namespace: ns, Workers: cfg.Workers, RetryMax: cfg.RetryMax, Logger: cfg.Logger,
+		Config: ctrlCfg, Namespace: ns, Workers: cfg.Workers, RetryMax: cfg.RetryMax,
 		Observer:       rec,
 		WrapReconciler: rec.wrap,
 		WrapStatusWriter: func(w reconcile.StatusWriter) reconcile.StatusWriter {
@@ -183,7 +183,7 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 	if cfg.Sabotage != nil {
 		cfg.Sabotage(proxy)
 	}
-	ctrlCtx, stopCtrl := context.WithCancel(ctx)
+	ctrlCtx, stopCtrl := context.WithCancel(klog.NewContext(ctx, cfg.Logger))
 	ctrlDone := make(chan error, 1)
 	go func() { ctrlDone <- ctrl.Run(ctrlCtx) }()
 	defer func() { stopCtrl(); <-ctrlDone }()
@@ -336,24 +336,40 @@ func (r *recorder) wrap(inner reconcile.Reconciler[app.Object]) reconcile.Reconc
 	return r
 }
 
-func (r *recorder) Reconcile(ctx context.Context, req reconcile.Request[app.Object]) error {
-	r.mu.Lock()
-	if r.busy[req.Key] {
-		r.overlaps = append(r.overlaps, req.Key)
+// enter and leave bracket a call for key, noticing a key in two at once.
+func (r *recorder) enter(key string) {
+	if r.busy[key] {
+		r.overlaps = append(r.overlaps, key)
 	}
-	r.busy[req.Key] = true
-	r.reconciles++
-	for _, d := range req.Deleted {
-		r.seenDeleted[incarnation{req.Key, d.Object.UID}] = true
+	r.busy[key] = true
+}
+
+func (r *recorder) Deleted(ctx context.Context, d store.Delta[app.Object]) error {
+	r.mu.Lock()
+	r.enter(d.Key)
+	r.mu.Unlock()
+	err := r.inner.Deleted(ctx, d)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.busy[d.Key] = false
+	if err == nil {
+		r.seenDeleted[incarnation{d.Key, d.Object.UID}] = true
 		if d.FinalStateUnknown {
 			r.unknown++
 		}
-		r.history[req.Key] = append(r.history[req.Key], fmt.Sprintf("reconciled deletion of uid %s (final state unknown: %v)", d.Object.UID, d.FinalStateUnknown))
+		r.history[d.Key] = append(r.history[d.Key], fmt.Sprintf("reconciled deletion of uid %s (final state unknown: %v)", d.Object.UID, d.FinalStateUnknown))
 	}
-	r.mu.Unlock()
-	err := r.inner.Reconcile(ctx, req)
+	return err
+}
+
+func (r *recorder) Reconcile(ctx context.Context, key string) error {
 	r.mu.Lock()
-	r.busy[req.Key] = false
+	r.enter(key)
+	r.reconciles++
+	r.mu.Unlock()
+	err := r.inner.Reconcile(ctx, key)
+	r.mu.Lock()
+	r.busy[key] = false
 	r.mu.Unlock()
 	return err
 }

@@ -64,10 +64,12 @@ type rawConsumer struct {
 // does nothing else: the harness times the machinery, not a reconcile.
 type noopReconciler struct{ store *store.Store[object] }
 
-func (n noopReconciler) Reconcile(_ context.Context, req reconcile.Request[object]) error {
-	n.store.Get(req.Key)
+func (n noopReconciler) Reconcile(_ context.Context, key string) error {
+	n.store.Get(key)
 	return nil
 }
+
+func (noopReconciler) Deleted(context.Context, store.Delta[object]) error { return nil }
 
 func newRaw(cfg *rest.Config, ns string, rec *recorder, watchList bool, dropEvery int) (consumer, error) {
 	c, err := client.New(cfg)

@@ -258,6 +258,8 @@ func (n *Narrator) Observe(e observe.Event) {
 		n.started(e.Worker, e.Key)
 	case reconcile.Finished:
 		n.finished(e.Worker, e.Key, e.Took, e.Err, e.RetryIn)
+	case reconcile.Paused:
+		n.line("PAUSE", "%s: the server is away (%v); every worker waits %s, and %s goes back to the queue without a retry counted against it", e.Key, e.Err, e.For.Round(time.Millisecond), e.Key)
 	case reconcile.Resynced:
 		n.line("RESYNC", "this replica now leads: all %d keys in the store go to the queue", e.Keys)
 	case leader.Leading:

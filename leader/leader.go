@@ -96,7 +96,6 @@ type Config struct {
 	Observer observe.Observer
 	// EventRecorder, when set, records LeaderElection Events on the Lease.
 	EventRecorder resourcelock.EventRecorder
-	Logger        klog.Logger
 }
 
 // Validate fills in defaults and checks the durations.
@@ -128,9 +127,6 @@ func (c *Config) Validate() error {
 		}
 		c.Identity = host + "_" + string(uuid.NewUUID())
 	}
-	if c.Logger.GetSink() == nil {
-		c.Logger = klog.Background()
-	}
 	return nil
 }
 
@@ -145,6 +141,7 @@ type Elector struct {
 	// set by Run, read by the elector's callbacks
 	lead         func(work, abort context.Context)
 	ctx          context.Context
+	log          klog.Logger // Run's context's, named "leader"
 	stopElecting context.CancelFunc
 	leadDone     chan struct{}
 	mu           sync.Mutex
@@ -229,14 +226,16 @@ func (e *Elector) Check() error { return e.watchdog.Check(nil) }
 //
 // Run returns nil after ctx ended (having released the Lease if it held it,
 // once lead returned), or ErrLost after the Lease was lost and lead returned.
+//
+// It logs through klog.FromContext(ctx).
 func (e *Elector) Run(ctx context.Context, lead func(work, abort context.Context)) error {
-	log := e.cfg.Logger
+	log := klog.LoggerWithName(klog.FromContext(ctx), "leader")
 	// The election runs on its own context: ending ctx must not stop the
 	// renewals while in-flight work drains.
 	electCtx, stopElecting := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), log))
 	defer stopElecting()
 	e.mu.Lock()
-	e.lead, e.ctx, e.stopElecting, e.leadDone = lead, ctx, stopElecting, make(chan struct{})
+	e.lead, e.ctx, e.log, e.stopElecting, e.leadDone = lead, ctx, log, stopElecting, make(chan struct{})
 	e.mu.Unlock()
 
 	stop := context.AfterFunc(ctx, func() {
@@ -278,7 +277,7 @@ func (e *Elector) Run(ctx context.Context, lead func(work, abort context.Context
 // release gives the Lease up, as client-go's release does (holder cleared,
 // duration 1 s), if it still names us: one try, bounded by ReleaseTimeout.
 func (e *Elector) release() {
-	log := e.cfg.Logger
+	log := e.log
 	ctx, cancel := context.WithTimeout(context.Background(), ReleaseTimeout)
 	defer cancel()
 	rec, _, err := e.lock.Get(ctx)
@@ -320,13 +319,13 @@ func (e *Elector) startedLeading(lctx context.Context) {
 	work, stopWork := context.WithCancel(abort)
 	defer stopWork()
 	lostLease := context.AfterFunc(lctx, func() {
-		e.cfg.Logger.Info("Renewing the leader lease failed: aborting the work in flight; the Lease is left to expire", "identity", e.cfg.Identity)
+		e.log.Info("Renewing the leader lease failed: aborting the work in flight; the Lease is left to expire", "identity", e.cfg.Identity)
 		abortNow()
 	})
 	shutdown := context.AfterFunc(ctx, stopWork) // shutdown ends the work, not what is in flight
 	defer shutdown()
 
-	e.cfg.Logger.Info("Became the leader: starting the workers", "identity", e.cfg.Identity)
+	e.log.Info("Became the leader: starting the workers", "identity", e.cfg.Identity)
 	e.leading.Store(true)
 	if e.cfg.Observer != nil {
 		e.cfg.Observer.Observe(Leading{Identity: e.cfg.Identity, Leading: true})
@@ -342,7 +341,7 @@ func (e *Elector) startedLeading(lctx context.Context) {
 	if e.cfg.Observer != nil {
 		e.cfg.Observer.Observe(Leading{Identity: e.cfg.Identity, Leading: false})
 	}
-	e.cfg.Logger.Info("Stopped leading: the workers have stopped", "identity", e.cfg.Identity)
+	e.log.Info("Stopped leading: the workers have stopped", "identity", e.cfg.Identity)
 	stopElecting() // stop renewing; Run releases the Lease unless it was lost
 }
 
@@ -351,7 +350,7 @@ func (e *Elector) newLeader(identity string) {
 		return
 	}
 	if identity != e.cfg.Identity {
-		e.cfg.Logger.Info("Another replica leads; standing by with a warm cache", "leader", identity)
+		e.log.Info("Another replica leads; standing by with a warm cache", "leader", identity)
 	}
 	if e.cfg.Observer != nil {
 		e.cfg.Observer.Observe(NewLeader{Identity: identity})

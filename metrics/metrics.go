@@ -68,7 +68,7 @@ type Metrics struct {
 	watches, restarts, bookmarks prometheus.Counter
 	events, backoffs             *prometheus.CounterVec
 	skipped, silentWatches       prometheus.Counter
-	probes                       prometheus.Counter
+	probes, pauses               prometheus.Counter
 	resourceVersion, leader      prometheus.Gauge
 	state                        *prometheus.GaugeVec
 
@@ -138,6 +138,7 @@ func New(opts Options) *Metrics {
 	m.bookmarks = counter("rawwatch_watch_bookmarks_total", "BOOKMARK events: the resourceVersion moved, no object changed.", nil)
 	m.backoffs = counterVec("rawwatch_backoffs_total", "Waits before retrying a failed LIST or WATCH, by error class.", "class")
 	m.skipped = counter("rawwatch_skipped_objects_total", "List items and watch events that could not be decoded.", nil)
+	m.pauses = counter("rawwatch_worker_pauses_total", "Reconciles that failed because the server was away (unreachable, 5xx, 429, timeout): every worker paused instead of charging the key a retry.", nil)
 	m.probes = counter("rawwatch_watch_probes_total", "One-item LISTs asking the server for its resourceVersion, after a silent stream or before re-watching after a WATCH that could not open.", nil)
 	m.silentWatches = counter("rawwatch_watch_silent_total", "WATCH streams the watchdog abandoned: open, but no event or bookmark for longer than the silence limit.", nil)
 	m.resourceVersion = prometheus.NewGauge(prometheus.GaugeOpts{Name: "rawwatch_resource_version",
@@ -189,6 +190,8 @@ func (m *Metrics) Observe(e observe.Event) {
 		m.mu.Unlock()
 	case reconcile.Finished:
 		m.finished(e)
+	case reconcile.Paused:
+		m.pauses.Inc()
 	case watcher.StateChanged:
 		m.state.WithLabelValues(e.From.String()).Set(0)
 		m.state.WithLabelValues(e.To.String()).Set(1)

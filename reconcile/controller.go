@@ -1,7 +1,9 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -13,21 +15,22 @@ import (
 	"rawwatch/store"
 )
 
-// Request is one unit of work: a key, and what the watcher said about it.
-type Request[T store.Object] struct {
-	Key string
-	// Deleted holds every Deleted delta for Key since it was last handled,
-	// oldest first (none if nothing was deleted): each the object's final
-	// state, or with FinalStateUnknown its last known state. There can be
-	// several — deleted, re-created, deleted again while the key waited —
-	// and they are different objects (UIDs). The key may exist again.
-	Deleted []store.Delta[T]
-}
-
-// Reconciler does the work for one key. It must be safe to call from several
-// goroutines, for different keys.
+// Reconciler does the work for keys. Both methods must be safe to call from
+// several goroutines, for different keys; one key is never in two calls at
+// once.
 type Reconciler[T store.Object] interface {
-	Reconcile(ctx context.Context, req Request[T]) error
+	// Deleted handles one object that left the cluster: its tombstone, the
+	// object's final state or, with FinalStateUnknown, the last state the
+	// watcher knew (it vanished while the watch was down). Each deletion is
+	// handed over until Deleted returns nil for it, then never again;
+	// several deletions of one key (deleted, re-created, deleted again) are
+	// different objects (UIDs), handed over oldest first, before Reconcile
+	// for the key.
+	Deleted(ctx context.Context, d store.Delta[T]) error
+	// Reconcile brings the object stored under key, if there is one, to
+	// the state it should have. An error retries the key later, and only
+	// the key: deletions already handled stay handled.
+	Reconcile(ctx context.Context, key string) error
 }
 
 // The events the workers report to the Controller's Observer.
@@ -48,11 +51,19 @@ type (
 	}
 	// Resynced: every one of Keys keys in the store was queued (Resync).
 	Resynced struct{ Keys int }
+	// Paused: the reconcile of Key failed because the server is away (Err,
+	// see ServerAway): the workers take no key for For; Key is queued again.
+	Paused struct {
+		Key string
+		For time.Duration
+		Err error
+	}
 )
 
 func (Started) Component() string  { return "worker" }
 func (Finished) Component() string { return "worker" }
 func (Resynced) Component() string { return "worker" }
+func (Paused) Component() string   { return "worker" }
 
 // DefaultWorkers is how many workers a controller runs unless told otherwise
 // (sample-controller runs two).
@@ -66,14 +77,25 @@ const ReconcileTimeout = 30 * time.Second
 type Controller[T store.Object] struct {
 	Queue      *queue.Queue
 	Reconciler Reconciler[T]
-	// Observer hears Started and Finished (optional).
+	// Observer hears Started, Finished and Paused (optional).
 	Observer observe.Observer
-	Logger   klog.Logger
+	// ConflictRetry is when a key whose write met a 409 Conflict is tried
+	// again if no newer version came meanwhile (default
+	// DefaultConflictRetry).
+	ConflictRetry time.Duration
+	// PauseInitial and PauseMax bound the workers' pause while the server is
+	// away (defaults DefaultPauseInitial, DefaultPauseMax; see ServerAway).
+	PauseInitial, PauseMax time.Duration
 
 	mu         sync.Mutex
 	tombstones map[string][]store.Delta[T]
 	abort      context.Context
+	pause      pause
 }
+
+// DefaultConflictRetry is the safety net for a key whose write conflicted:
+// the watch normally brings the newer version, which queues the key at once.
+const DefaultConflictRetry = 10 * time.Second
 
 // OnDelta is the watcher's handler: it enqueues the key of every change and
 // remembers deletions for the reconciler.
@@ -102,20 +124,23 @@ func (c *Controller[T]) Resync(keys []string) {
 	}
 }
 
-func (c *Controller[T]) takeTombstones(key string) []store.Delta[T] {
+// deletions hands key's tombstones to the Reconciler, oldest first. The
+// first that fails goes back, with those after it, before any deletion that
+// arrived meanwhile; the ones handled are gone for good.
+func (c *Controller[T]) deletions(ctx context.Context, key string) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	ds := c.tombstones[key]
 	delete(c.tombstones, key)
-	return ds
-}
-
-// putBackTombstones restores the tombstones of a failed reconcile, before
-// any deletion that arrived meanwhile.
-func (c *Controller[T]) putBackTombstones(key string, ds []store.Delta[T]) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.tombstones[key] = append(ds, c.tombstones[key]...)
+	c.mu.Unlock()
+	for i, d := range ds {
+		if err := c.Reconciler.Deleted(ctx, d); err != nil {
+			c.mu.Lock()
+			c.tombstones[key] = append(ds[i:], c.tombstones[key]...)
+			c.mu.Unlock()
+			return fmt.Errorf("handling the deletion of %s (uid %s): %w", key, d.Object.GetUID(), err)
+		}
+	}
+	return nil
 }
 
 // Run starts workers and blocks until ctx ends and every worker has
@@ -123,18 +148,23 @@ func (c *Controller[T]) putBackTombstones(key string, ds []store.Delta[T]) {
 // write cut in half helps nobody), bounded by ReconcileTimeout, unless abort
 // ends: then it is cancelled at once (another replica may take the key over:
 // the Lease was lost). abort may be nil.
+//
+// Each reconcile's context carries a logger (klog.FromContext) named
+// "reconciler", with the worker and the key: the logger of ctx, extended.
 func (c *Controller[T]) Run(ctx, abort context.Context, workers int) {
-	if c.Logger.GetSink() == nil {
-		c.Logger = klog.Background()
-	}
 	if abort == nil {
 		abort = context.Background()
 	}
 	c.abort = abort
+	c.pause.Initial = cmp.Or(c.PauseInitial, DefaultPauseInitial)
+	c.pause.Max = cmp.Or(c.PauseMax, DefaultPauseMax)
+	c.ConflictRetry = cmp.Or(c.ConflictRetry, DefaultConflictRetry)
+	logger := klog.LoggerWithName(klog.FromContext(ctx), "reconciler")
 	var wg sync.WaitGroup
 	for i := range workers {
 		wg.Go(func() {
-			for c.processNext(ctx, i) {
+			logger := klog.LoggerWithValues(logger, "worker", i)
+			for c.pause.wait(ctx) && c.processNext(ctx, logger, i) {
 			}
 		})
 	}
@@ -144,49 +174,58 @@ func (c *Controller[T]) Run(ctx, abort context.Context, workers int) {
 }
 
 // processNext handles one key; it returns false when the queue shut down.
-func (c *Controller[T]) processNext(ctx context.Context, worker int) bool {
+func (c *Controller[T]) processNext(ctx context.Context, logger klog.Logger, worker int) bool {
 	key, shutdown := c.Queue.Get()
 	if shutdown {
 		return false
 	}
 	defer c.Queue.Done(key)
-	c.Logger.V(4).Info("Reconciling", "worker", worker, "key", key)
+	logger = klog.LoggerWithValues(logger, "key", key)
+	logger.V(4).Info("Reconciling")
 	if c.Observer != nil {
 		c.Observer.Observe(Started{Worker: worker, Key: key})
 	}
 	// The reconcile runs to completion even if ctx ends meanwhile, in its own
 	// bounded context, unless the work is aborted (see Run).
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReconcileTimeout)
+	rctx, cancel := context.WithTimeout(klog.NewContext(context.WithoutCancel(ctx), logger), ReconcileTimeout)
 	defer cancel()
 	defer context.AfterFunc(c.abort, cancel)()
-	req := Request[T]{Key: key, Deleted: c.takeTombstones(key)}
 	start := time.Now()
-	err := c.Reconciler.Reconcile(rctx, req)
+	err := c.deletions(rctx, key)
+	if err == nil {
+		err = c.Reconciler.Reconcile(rctx, key)
+	}
 	d := time.Since(start)
-	c.Logger.V(4).Info("Reconciled", "worker", worker, "key", key, "duration", d, "ok", err == nil)
+	logger.V(4).Info("Reconciled", "duration", d, "ok", err == nil)
 	var retryIn time.Duration
+	away, retryAfter := ServerAway(err)
 	switch {
 	case err == nil:
 		c.Queue.Forget(key)
+		c.pause.succeeded()
 	case apierrors.IsConflict(err):
-		// Someone wrote the object after the version we read. The watch will
-		// bring the new version; retry then, without raising an alarm.
-		retryIn = c.retry(key, req)
-		c.Logger.V(2).Info("Conflict writing, will retry", "key", key, "retryIn", retryIn)
+		// Someone wrote the object after the version we read. The watch
+		// brings the new version and queues the key at once; the retry is a
+		// safety net, and the key's retry history does not grow: a conflict
+		// says nothing is wrong with the object.
+		retryIn = c.ConflictRetry
+		c.Queue.AddAfter(key, retryIn)
+		logger.V(2).Info("Conflict writing, will retry", "retryIn", retryIn)
+	case away:
+		// The server, not the object: every worker pauses, the key goes back
+		// to the queue as it was (see pause).
+		pauseFor := c.pause.failed(time.Now(), start, retryAfter)
+		c.Queue.Add(key)
+		logger.V(2).Info("Server away; workers pause", "err", err, "pause", pauseFor)
+		if c.Observer != nil {
+			c.Observer.Observe(Paused{Key: key, For: pauseFor, Err: err})
+		}
 	default:
-		retryIn = c.retry(key, req)
-		c.Logger.Error(err, "Reconcile failed, will retry", "key", key,
-			"retries", c.Queue.Retries(key), "retryIn", retryIn)
+		retryIn = c.Queue.AddRateLimited(key)
+		logger.Error(err, "Reconcile failed, will retry", "retries", c.Queue.Retries(key), "retryIn", retryIn)
 	}
 	if c.Observer != nil {
 		c.Observer.Observe(Finished{Worker: worker, Key: key, Took: d, Err: err, RetryIn: retryIn})
 	}
 	return true
-}
-
-func (c *Controller[T]) retry(key string, req Request[T]) time.Duration {
-	if len(req.Deleted) > 0 {
-		c.putBackTombstones(key, req.Deleted)
-	}
-	return c.Queue.AddRateLimited(key)
 }

@@ -2,11 +2,24 @@
 //
 // Controller is the generic half, the loop every controller has: workers take
 // a key from the queue.Queue, call the Reconciler, and decide what the result
-// means: success forgets the key's retry history, a 409 Conflict requeues it
-// quietly (the watch will bring the newer object), any other error requeues it
-// after its per-key backoff. Deleted keys carry, for every deletion since the
-// key was last handled, the last object the watcher knew (a tombstone), so a
-// deletion is never reduced to "not found", nor two deletions to one.
+// means: success forgets the key's retry history; a 409 Conflict requeues it
+// quietly after a fixed safety net (the watch brings the newer object and
+// queues the key at once); an error that says the server, not the object,
+// is at fault (unreachable, 5xx, 429, a timeout: ServerAway) pauses every
+// worker, 0.5 s doubling to 30 s per wave of failures, and puts the key back
+// with its retry history untouched, so an outage of any length is followed
+// by convergence within 30 s instead of by per-key delays that grew through
+// it; any other error requeues the key after its per-key backoff. For every deletion the watcher reports, the
+// Reconciler's Deleted method gets the last object the watcher knew (a
+// tombstone), so a deletion is never reduced to "not found", nor two
+// deletions of one key to one. A deletion is handed over until it is
+// handled, then never again: a key deleted and re-created, whose new object
+// keeps failing, retries the new object only (client-go leaves this to each
+// controller: its DeletedFinalStateUnknown tombstone reaches the event
+// handler once, and what happens after is the controller's business).
+//
+// Each reconcile's context carries a logger (klog.FromContext) with the
+// worker and the key, as controller-runtime's does.
 //
 // MyResourceReconciler is the MyResource-specific half. It reads the object
 // from the store, never modifies the cached copy, computes the status the

@@ -39,19 +39,13 @@ type MyResourceReconciler struct {
 	Store    *store.Store[*v1alpha1.MyResource]
 	Client   StatusWriter
 	Recorder record.EventRecorder
-	Logger   klog.Logger
 	// Now gives the time for condition transitions (default metav1.Now).
 	Now func() metav1.Time
 }
 
 // Reconcile brings one key's status up to date.
-func (r *MyResourceReconciler) Reconcile(ctx context.Context, req Request[*v1alpha1.MyResource]) error {
-	obj, exists := r.Store.Get(req.Key)
-	for _, d := range req.Deleted {
-		if !exists || obj.UID != d.Object.UID {
-			r.deleted(d)
-		}
-	}
+func (r *MyResourceReconciler) Reconcile(ctx context.Context, key string) error {
+	obj, exists := r.Store.Get(key)
 	if !exists {
 		return nil
 	}
@@ -66,9 +60,9 @@ func (r *MyResourceReconciler) Reconcile(ctx context.Context, req Request[*v1alp
 		if apierrors.IsNotFound(err) {
 			return nil // deleted meanwhile; its DELETED event is on its way
 		}
-		return fmt.Errorf("updating status of %s: %w", req.Key, err)
+		return fmt.Errorf("updating status of %s: %w", key, err)
 	}
-	r.log().V(2).Info("Status written", "key", req.Key, "phase", desired.Phase,
+	klog.FromContext(ctx).V(2).Info("Status written", "phase", desired.Phase,
 		"generation", obj.Generation, "resourceVersion", obj.ResourceVersion)
 	if r.Recorder != nil {
 		if desired.Phase == v1alpha1.PhaseFailed {
@@ -80,15 +74,19 @@ func (r *MyResourceReconciler) Reconcile(ctx context.Context, req Request[*v1alp
 	return failure(desired)
 }
 
-// deleted handles an object that left the cluster. The controller owns no
+// Deleted handles an object that left the cluster. The controller owns no
 // other objects, so there is nothing to delete in turn: it logs the deletion
-// with the last state it knew (the queue's retry history for the key is
-// already forgotten by the controller once this returns nil).
-func (r *MyResourceReconciler) deleted(d store.Delta[*v1alpha1.MyResource]) {
+// with the last state it knew. A tombstone whose UID is the one in the store
+// is no deletion (the object is back, as it was): nothing to do.
+func (r *MyResourceReconciler) Deleted(ctx context.Context, d store.Delta[*v1alpha1.MyResource]) error {
 	last := d.Object
-	r.log().Info("MyResource deleted", "key", d.Key, "uid", last.UID,
+	if obj, ok := r.Store.Get(d.Key); ok && obj.UID == last.UID {
+		return nil
+	}
+	klog.FromContext(ctx).Info("MyResource deleted", "uid", last.UID,
 		"lastResourceVersion", last.ResourceVersion, "lastPhase", last.Status.Phase,
 		"finalStateUnknown", d.FinalStateUnknown)
+	return nil
 }
 
 func failure(st v1alpha1.MyResourceStatus) error {
@@ -124,11 +122,4 @@ func (r *MyResourceReconciler) now() metav1.Time {
 		return r.Now()
 	}
 	return metav1.Now()
-}
-
-func (r *MyResourceReconciler) log() klog.Logger {
-	if r.Logger.GetSink() == nil {
-		return klog.Background()
-	}
-	return r.Logger
 }

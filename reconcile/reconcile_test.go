@@ -14,9 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/internal/testkit"
+	"rawwatch/observe"
 	"rawwatch/queue"
 	"rawwatch/store"
 )
@@ -91,7 +93,7 @@ func TestReconcileWritesOnceAndNeverTouchesTheCache(t *testing.T) {
 	r, w, events := newReconciler(cached)
 	ctx := context.Background()
 
-	if err := r.Reconcile(ctx, Request[object]{Key: "ns/a"}); err != nil {
+	if err := r.Reconcile(ctx, "ns/a"); err != nil {
 		t.Fatal(err)
 	}
 	if len(w.writes) != 1 || w.writes[0].Status.Phase != v1alpha1.PhaseProcessed || w.writes[0].Status.ObservedGeneration != 2 {
@@ -108,7 +110,7 @@ func TestReconcileWritesOnceAndNeverTouchesTheCache(t *testing.T) {
 	written := w.writes[0].DeepCopy()
 	written.ResourceVersion = "2"
 	r.Store.Upsert(written)
-	if err := r.Reconcile(ctx, Request[object]{Key: "ns/a"}); err != nil {
+	if err := r.Reconcile(ctx, "ns/a"); err != nil {
 		t.Fatal(err)
 	}
 	if len(w.writes) != 1 {
@@ -122,7 +124,7 @@ func TestReconcileWritesOnceAndNeverTouchesTheCache(t *testing.T) {
 func TestReconcileFailMessage(t *testing.T) {
 	r, w, events := newReconciler(myResource("f", "fail", 1))
 	ctx := context.Background()
-	if err := r.Reconcile(ctx, Request[object]{Key: "ns/f"}); !errors.Is(err, ErrRequestedFailure) {
+	if err := r.Reconcile(ctx, "ns/f"); !errors.Is(err, ErrRequestedFailure) {
 		t.Fatalf("err = %v", err)
 	}
 	if len(w.writes) != 1 || w.writes[0].Status.Phase != v1alpha1.PhaseFailed {
@@ -133,7 +135,7 @@ func TestReconcileFailMessage(t *testing.T) {
 	}
 	r.Store.Upsert(func() object { o := w.writes[0].DeepCopy(); o.ResourceVersion = "2"; return o }())
 	// Still failing: an error again (so the queue retries), but no new write.
-	if err := r.Reconcile(ctx, Request[object]{Key: "ns/f"}); !errors.Is(err, ErrRequestedFailure) || len(w.writes) != 1 {
+	if err := r.Reconcile(ctx, "ns/f"); !errors.Is(err, ErrRequestedFailure) || len(w.writes) != 1 {
 		t.Fatalf("retry: err %v, writes %d", err, len(w.writes))
 	}
 }
@@ -141,11 +143,11 @@ func TestReconcileFailMessage(t *testing.T) {
 func TestReconcileWriteErrors(t *testing.T) {
 	r, w, _ := newReconciler(myResource("a", "hello", 1))
 	w.err = apierrors.NewNotFound(schema.GroupResource{Group: "example.com", Resource: "myresources"}, "a")
-	if err := r.Reconcile(context.Background(), Request[object]{Key: "ns/a"}); err != nil {
+	if err := r.Reconcile(context.Background(), "ns/a"); err != nil {
 		t.Fatalf("NotFound (deleted meanwhile) must not be an error: %v", err)
 	}
 	w.err = apierrors.NewConflict(schema.GroupResource{Group: "example.com", Resource: "myresources"}, "a", errors.New("stale"))
-	if err := r.Reconcile(context.Background(), Request[object]{Key: "ns/a"}); !apierrors.IsConflict(err) {
+	if err := r.Reconcile(context.Background(), "ns/a"); !apierrors.IsConflict(err) {
 		t.Fatalf("a conflict must reach the controller as one: %v", err)
 	}
 }
@@ -153,16 +155,20 @@ func TestReconcileWriteErrors(t *testing.T) {
 func TestReconcileDeletion(t *testing.T) {
 	r, w, _ := newReconciler()
 	logs := &testkit.Logs{}
-	r.Logger = logs.Logger(0)
+	ctx := klog.NewContext(context.Background(), logs.Logger(0))
 	last := myResource("gone", "hello", 1)
 	last.Status.Phase = v1alpha1.PhaseProcessed
 	earlier := myResource("gone", "hello", 1)
 	earlier.UID = "uid-earlier"
-	err := r.Reconcile(context.Background(), Request[object]{Key: "ns/gone", Deleted: []store.Delta[object]{
+	for _, d := range []store.Delta[object]{
 		{Type: store.Deleted, Key: "ns/gone", Object: earlier},
 		{Type: store.Deleted, Key: "ns/gone", Object: last, FinalStateUnknown: true},
-	}})
-	if err != nil || len(w.writes) != 0 {
+	} {
+		if err := r.Deleted(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Reconcile(ctx, "ns/gone"); err != nil || len(w.writes) != 0 {
 		t.Fatalf("err %v, writes %d", err, len(w.writes))
 	}
 	lines := logs.Grep("MyResource deleted")
@@ -172,17 +178,34 @@ func TestReconcileDeletion(t *testing.T) {
 	}
 }
 
-// fakeReconciler returns errors from a script, one per call.
+// fakeReconciler returns errors from a script, one per Reconcile, and
+// records the deletions it was told of (a deletion in delErrs fails once).
 type fakeReconciler struct {
-	mu    sync.Mutex
-	calls []Request[object]
-	errs  []error
+	mu      sync.Mutex
+	calls   []string
+	deleted []store.Delta[object]
+	errs    []error
+	delErrs []error
 }
 
-func (f *fakeReconciler) Reconcile(_ context.Context, req Request[object]) error {
+func (f *fakeReconciler) Deleted(_ context.Context, d store.Delta[object]) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls = append(f.calls, req)
+	if len(f.delErrs) > 0 {
+		err := f.delErrs[0]
+		f.delErrs = f.delErrs[1:]
+		if err != nil {
+			return err
+		}
+	}
+	f.deleted = append(f.deleted, d)
+	return nil
+}
+
+func (f *fakeReconciler) Reconcile(_ context.Context, key string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, key)
 	if len(f.errs) == 0 {
 		return nil
 	}
@@ -194,7 +217,11 @@ func (f *fakeReconciler) Reconcile(_ context.Context, req Request[object]) error
 // runUntilCalls runs c with workers until fake has seen want reconciles (at
 // most 5 s), stops it, and returns how many it saw.
 func runUntilCalls(c *Controller[object], workers int, fake *fakeReconciler, want int) int {
-	ctx, cancel := context.WithCancel(context.Background())
+	return runUntilCallsLogging(c, workers, fake, want, klog.Background())
+}
+
+func runUntilCallsLogging(c *Controller[object], workers int, fake *fakeReconciler, want int, logger klog.Logger) int {
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	done := make(chan struct{})
 	go func() { c.Run(ctx, nil, workers); close(done) }()
 	defer func() { cancel(); <-done }()
@@ -216,11 +243,11 @@ func TestControllerErrorPolicy(t *testing.T) {
 	fake := &fakeReconciler{errs: []error{conflict, conflict, errors.New("boom"), nil}}
 	logs := &testkit.Logs{}
 	q := queue.New(queue.NewExponentialLimiter(time.Millisecond, 10*time.Millisecond))
-	c := &Controller[object]{Queue: q, Reconciler: fake, Logger: logs.Logger(0)}
+	c := &Controller[object]{Queue: q, Reconciler: fake, ConflictRetry: time.Millisecond}
 	last := myResource("a", "x", 1)
 	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: last})
 
-	if n := runUntilCalls(c, 2, fake, 4); n != 4 {
+	if n := runUntilCallsLogging(c, 2, fake, 4, logs.Logger(0)); n != 4 {
 		t.Fatalf("%d reconciles, want 4 (two conflicts, one error, one success)", n)
 	}
 
@@ -230,10 +257,10 @@ func TestControllerErrorPolicy(t *testing.T) {
 	if q.Retries("ns/a") != 0 {
 		t.Error("success must forget the retry history")
 	}
-	for i, call := range fake.calls {
-		if len(call.Deleted) != 1 || call.Deleted[0].Object != last {
-			t.Errorf("call %d lost the tombstone: %+v", i, call.Deleted)
-		}
+	// The deletion was handled once, before the first reconcile; the
+	// retries of the key do not hand it over again.
+	if len(fake.deleted) != 1 || fake.deleted[0].Object != last {
+		t.Errorf("deletions handed over: %+v, want the tombstone once", fake.deleted)
 	}
 }
 
@@ -254,10 +281,64 @@ func TestControllerReportsEveryDeletionOfAKey(t *testing.T) {
 		t.Fatalf("%d reconciles, want 1 (one key)", n)
 	}
 	var uids []string
-	for _, d := range fake.calls[0].Deleted {
+	for _, d := range fake.deleted {
 		uids = append(uids, string(d.Object.UID))
 	}
 	if strings.Join(uids, ",") != "uid-first,uid-second" {
 		t.Fatalf("the reconciler was told of deletions %v, want uid-first then uid-second", uids)
+	}
+}
+
+// A key deleted and re-created, whose new object fails: the old object's
+// deletion is handled once, not again with every retry of the new object.
+// (Issue 8, finding 5: the tombstone went back with each retry, forever.)
+func TestControllerHandlesADeletionOnceWhileTheNewObjectRetries(t *testing.T) {
+	reborn := myResource("a", FailMessage, 1)
+	r, _, _ := newReconciler(reborn)
+	logs := &testkit.Logs{}
+	var mu sync.Mutex
+	finished := 0
+	c := &Controller[object]{Queue: queue.New(queue.NewExponentialLimiter(time.Millisecond, 5*time.Millisecond)), Reconciler: r,
+		Observer: observe.Func(func(e observe.Event) {
+			if _, ok := e.(Finished); ok {
+				mu.Lock()
+				finished++
+				mu.Unlock()
+			}
+		})}
+	old := myResource("a", "hello", 1)
+	old.UID = "uid-old"
+	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: old})
+	c.OnDelta(store.Delta[object]{Type: store.Added, Key: "ns/a", Object: reborn})
+
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logs.Logger(0)))
+	done := make(chan struct{})
+	go func() { c.Run(ctx, nil, 1); close(done) }()
+	testkit.Eventually(t, 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return finished >= 5 }, "fewer than 5 reconciles")
+	cancel()
+	<-done
+	if lines := logs.Grep("MyResource deleted"); len(lines) != 1 {
+		t.Fatalf("the deletion of uid-old was handled %d times in %d reconciles of the failing new object, want once", len(lines), finished)
+	}
+}
+
+// A deletion whose handling fails is handed over again, with those after
+// it, and the key is not reconciled until it succeeds.
+func TestControllerRetriesAFailedDeletion(t *testing.T) {
+	fake := &fakeReconciler{delErrs: []error{nil, errors.New("boom")}}
+	c := &Controller[object]{Queue: queue.New(queue.NewExponentialLimiter(time.Millisecond, time.Millisecond)), Reconciler: fake}
+	first, second := myResource("a", "x", 1), myResource("a", "x", 1)
+	first.UID, second.UID = "uid-first", "uid-second"
+	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: first})
+	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: second})
+	if n := runUntilCalls(c, 1, fake, 1); n != 1 {
+		t.Fatalf("%d reconciles, want 1", n)
+	}
+	var uids []string
+	for _, d := range fake.deleted {
+		uids = append(uids, string(d.Object.UID))
+	}
+	if strings.Join(uids, ",") != "uid-first,uid-second" {
+		t.Fatalf("deletions handled: %v, want uid-first once, then uid-second after its retry", uids)
 	}
 }

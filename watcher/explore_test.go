@@ -14,6 +14,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 
+	"k8s.io/klog/v2"
+
 	"rawwatch/api/v1alpha1"
 	"rawwatch/internal/fakeapi"
 	"rawwatch/store"
@@ -149,12 +151,11 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 			WatchTimeoutMin: s.timeout, WatchTimeoutMax: 2 * s.timeout,
 			Rand:    rand.New(rand.NewPCG(s.seed, 0xbac0ff)).Float64,
 			Codec:   Codec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind},
-			Logger:  exploreLogger(),
 			Handler: func(d store.Delta[*v1alpha1.MyResource]) { deltas = append(deltas, d) },
 		}
 		st := store.New[*v1alpha1.MyResource]()
 		w := New(srv, st, opts)
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), exploreLogger()))
 		done := make(chan struct{})
 		go func() { w.Run(ctx); close(done) }()
 		start := time.Now()

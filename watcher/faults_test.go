@@ -119,7 +119,7 @@ func TestUndecodableEventsAreSkippedAndNothingIsLost(t *testing.T) {
 	}
 	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
 	logs := &testkit.Logs{}
-	r := start(t, cfg, ns, watcher.Options[object]{Logger: logs.Logger(0)})
+	r := startLogging(t, cfg, ns, watcher.Options[object]{}, logs.Logger(0))
 	testkit.Eventually(t, 10*time.Second, func() bool { return proxy.OpenWatches() == 1 }, "no watch open")
 
 	proxy.InjectFrame(faultproxy.UndecodableEvent)

@@ -11,6 +11,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/internal/controlplane"
@@ -112,6 +113,12 @@ var fastBackoff = watcher.Backoff{Initial: 50 * time.Millisecond, Max: 500 * tim
 // start runs a watcher on one namespace through cfg until the test ends.
 func start(t *testing.T, cfg *rest.Config, ns string, opts watcher.Options[object]) *running {
 	t.Helper()
+	return startLogging(t, cfg, ns, opts, klog.Background())
+}
+
+// startLogging is start with the watcher's log going to logger.
+func startLogging(t *testing.T, cfg *rest.Config, ns string, opts watcher.Options[object], logger klog.Logger) *running {
+	t.Helper()
 	c := testkit.Client(t, cfg)
 	r := &running{store: store.New[object](), rec: &recorder{}}
 	opts.Handler = r.rec.handle
@@ -123,7 +130,7 @@ func start(t *testing.T, cfg *rest.Config, ns string, opts watcher.Options[objec
 		opts.Backoff = fastBackoff
 	}
 	r.w = watcher.New(watcher.RESTSource{Client: c.REST(), Resource: v1alpha1.Resource, Namespace: ns}, r.store, opts)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	done := make(chan struct{})
 	go func() { r.w.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })

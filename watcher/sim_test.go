@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/internal/fakeapi"
@@ -105,13 +106,12 @@ func runSim(t *testing.T, n int, opts watcher.Options[object], body func(s *sim)
 		for i := range n {
 			srv.Put("ns", fmt.Sprintf("obj-%d", i), "hello")
 		}
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), funcr.New(func(string, string) {}, funcr.Options{})))
 		src := &capped{Server: srv, max: 1000, cancel: cancel, hit: make(chan struct{})}
 		s := &sim{t: t, srv: srv, store: store.New[object](), obs: &simObserver{}, start: time.Now(), stormed: src.hit}
 		opts.Handler = s.obs.handle
 		opts.Observer = s.obs
 		opts.Codec = watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind}
-		opts.Logger = funcr.New(func(string, string) {}, funcr.Options{})
 		s.w = watcher.New(src, s.store, opts)
 		done := make(chan struct{})
 		go func() { s.w.Run(ctx); close(done) }()

@@ -58,8 +58,6 @@ type Options[T Object] struct {
 	Observer observe.Observer
 	// Codec decodes objects; set its GVK to reject objects of another kind.
 	Codec Codec[T]
-	// Logger defaults to klog's global logger.
-	Logger klog.Logger
 	// WatchList makes the watcher get its initial state from a WATCH with
 	// sendInitialEvents=true instead of a paginated LIST (KEP-3157): the
 	// server streams the objects one by one, ends them with a bookmark
@@ -75,7 +73,7 @@ type Watcher[T Object] struct {
 	source Source
 	store  *store.Store[T]
 	opts   Options[T]
-	log    klog.Logger
+	log    klog.Logger // Run's context's, named "watcher"
 	stats  Stats
 	obs    observe.Observer
 
@@ -107,10 +105,7 @@ func New[T Object](src Source, s *store.Store[T], opts Options[T]) *Watcher[T] {
 	if opts.Handler == nil {
 		opts.Handler = func(store.Delta[T]) {}
 	}
-	if opts.Logger.GetSink() == nil {
-		opts.Logger = klog.Background()
-	}
-	w := &Watcher[T]{source: src, store: s, opts: opts, log: opts.Logger, synced: make(chan struct{})}
+	w := &Watcher[T]{source: src, store: s, opts: opts, synced: make(chan struct{})}
 	w.obs = observe.Fanout{&w.stats, opts.Observer}
 	empty := ""
 	w.rv.Store(&empty)
@@ -127,8 +122,10 @@ func (w *Watcher[T]) ResourceVersion() string { return *w.rv.Load() }
 func (w *Watcher[T]) Stats() StatsSnapshot { return w.stats.Snapshot() }
 
 // Run performs the actions the Machine decides, until ctx ends. It only
-// returns then: every failure is retried.
+// returns then: every failure is retried. It logs through
+// klog.FromContext(ctx).
 func (w *Watcher[T]) Run(ctx context.Context) {
+	w.log = klog.LoggerWithName(klog.FromContext(ctx), "watcher")
 	m := NewMachine(w.opts.Backoff, w.opts.WatchList, w.opts.Rand)
 	act := m.Start(time.Now())
 	for act.Do != Stop {

@@ -61,10 +61,9 @@ type Options struct {
 	// RetryBase and RetryMax bound the per-key retry delay (default
 	// queue.DefaultRetryBase and DefaultRetryMax).
 	RetryBase, RetryMax time.Duration
-	Logger              klog.Logger
 
-	// Watch tunes the watcher (its Handler, Observer, Codec and Logger are
-	// set by New).
+	// Watch tunes the watcher (its Handler, Observer and Codec are set by
+	// New).
 	Watch watcher.Options[Object]
 	// Observer hears every event of every part (package observe), after the
 	// metrics and the narration.
@@ -83,7 +82,7 @@ type Options struct {
 	// Explain, when set, narrates every mechanic (--explain).
 	Explain *explain.Narrator
 	// LeaderElection, when set, runs the workers only while this process
-	// holds the Lease it names. Its Observer, EventRecorder and Logger are set by New.
+	// holds the Lease it names. Its Observer and EventRecorder are set by New.
 	LeaderElection *leader.Config
 }
 
@@ -110,7 +109,7 @@ type App struct {
 }
 
 // New builds an App; nothing runs until Run.
-func New(opts Options) (*App, error) {
+func New(opts Options) (_ *App, err error) {
 	if opts.Config == nil {
 		return nil, fmt.Errorf("app: no rest.Config")
 	}
@@ -123,10 +122,6 @@ func New(opts Options) (*App, error) {
 	if opts.RetryMax == 0 {
 		opts.RetryMax = queue.DefaultRetryMax
 	}
-	if opts.Logger.GetSink() == nil {
-		opts.Logger = klog.Background()
-	}
-	log := opts.Logger
 	myClient, err := client.New(opts.Config)
 	if err != nil {
 		return nil, err
@@ -138,6 +133,11 @@ func New(opts Options) (*App, error) {
 
 	a := &App{Client: myClient, opts: opts, Store: store.New[Object](), kube: kube}
 	a.events = record.NewBroadcaster()
+	defer func() {
+		if err != nil { // its goroutines would outlive a failed New
+			a.events.Shutdown()
+		}
+	}()
 	a.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	recorder := a.events.NewRecorder(client.Scheme, corev1.EventSource{Component: "rawwatch"})
 
@@ -159,13 +159,13 @@ func New(opts Options) (*App, error) {
 		status = opts.WrapStatusWriter(status)
 	}
 	var rec reconcile.Reconciler[Object] = &reconcile.MyResourceReconciler{
-		Store: a.Store, Client: status, Recorder: recorder, Logger: log.WithName("reconciler"),
+		Store: a.Store, Client: status, Recorder: recorder,
 	}
 	if opts.WrapReconciler != nil {
 		rec = opts.WrapReconciler(rec)
 	}
 	a.Controller = &reconcile.Controller[Object]{
-		Queue: a.Queue, Reconciler: rec, Observer: observer, Logger: log.WithName("controller"),
+		Queue: a.Queue, Reconciler: rec, Observer: observer,
 	}
 
 	wopts := opts.Watch
@@ -177,7 +177,6 @@ func New(opts Options) (*App, error) {
 		}
 	}
 	wopts.Codec = watcher.Codec[Object]{GVK: v1alpha1.GroupVersionKind}
-	wopts.Logger = log.WithName("watcher")
 	src := watcher.RESTSource{Client: myClient.REST(), Resource: v1alpha1.Resource, Namespace: opts.Namespace}
 	a.Watcher = watcher.New(src, a.Store, wopts)
 
@@ -186,7 +185,7 @@ func New(opts Options) (*App, error) {
 		observer.Observe(leader.Leading{Leading: true}) // the one replica works
 	} else {
 		lc := *opts.LeaderElection
-		lc.Observer, lc.EventRecorder, lc.Logger = observer, recorder, log.WithName("leader")
+		lc.Observer, lc.EventRecorder = observer, recorder
 		if a.Elector, err = leader.New(opts.Config, lc); err != nil {
 			return nil, err
 		}
@@ -201,9 +200,10 @@ func New(opts Options) (*App, error) {
 // Run serves the endpoints, runs the watcher, waits for its first list, then
 // runs the workers until ctx ends — with leader election, only while this
 // process holds the Lease. It returns once in-flight reconciles have
-// finished: nil after ctx ended, leader.ErrLost if the Lease was lost.
+// finished: nil after ctx ended, leader.ErrLost if the Lease was lost. Every
+// part logs through klog.FromContext(ctx), under its own name.
 func (a *App) Run(ctx context.Context) error {
-	log := a.opts.Logger
+	log := klog.FromContext(ctx)
 	defer a.events.Shutdown()
 	metricsHandler, probesHandler := a.handlers()
 	stopServing := a.servers.serve(log, metricsHandler, probesHandler)
@@ -236,7 +236,7 @@ func (a *App) work(ctx, abort context.Context) {
 		// the queue. Every key gets a reconcile (a level-triggered resync).
 		a.Controller.Resync(a.Store.Keys())
 	}
-	a.opts.Logger.Info("Synced; starting workers", "objects", a.Store.Len(),
+	klog.FromContext(ctx).Info("Synced; starting workers", "objects", a.Store.Len(),
 		"resourceVersion", a.Watcher.ResourceVersion(), "workers", a.opts.Workers)
 	a.Controller.Run(ctx, abort, a.opts.Workers)
 }
@@ -246,8 +246,8 @@ func (a *App) work(ctx, abort context.Context) {
 func (a *App) whoAmI(ctx context.Context) {
 	review, err := a.kube.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	if err != nil {
-		a.opts.Logger.V(1).Info("Could not ask the server who we are", "err", err)
+		klog.FromContext(ctx).V(1).Info("Could not ask the server who we are", "err", err)
 		return
 	}
-	a.opts.Logger.Info("Authenticated", "user", review.Status.UserInfo.Username, "groups", review.Status.UserInfo.Groups)
+	klog.FromContext(ctx).Info("Authenticated", "user", review.Status.UserInfo.Username, "groups", review.Status.UserInfo.Groups)
 }

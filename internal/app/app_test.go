@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/client"
@@ -20,6 +22,7 @@ import (
 	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
 	"rawwatch/reconcile"
+	"rawwatch/store"
 )
 
 var shared = &controlplane.Shared{}
@@ -54,19 +57,34 @@ func newSpy(t *testing.T) *spy {
 	return &spy{t: t, busy: map[string]bool{}, calls: map[string][]call{}, writes: map[string]int{}}
 }
 
-func (s *spy) Reconcile(ctx context.Context, req reconcile.Request[object]) error {
-	s.mu.Lock()
-	if s.busy[req.Key] {
-		s.t.Errorf("key %s reconciled by two workers at once", req.Key)
-	}
-	s.busy[req.Key] = true
-	s.mu.Unlock()
-	err := s.inner.Reconcile(ctx, req)
-	s.mu.Lock()
-	s.busy[req.Key] = false
-	s.calls[req.Key] = append(s.calls[req.Key], call{at: time.Now(), deleted: len(req.Deleted) > 0, err: err})
-	s.mu.Unlock()
+func (s *spy) Reconcile(ctx context.Context, key string) error {
+	s.enter(key)
+	err := s.inner.Reconcile(ctx, key)
+	s.leave(key, call{at: time.Now(), err: err})
 	return err
+}
+
+func (s *spy) Deleted(ctx context.Context, d store.Delta[object]) error {
+	s.enter(d.Key)
+	err := s.inner.Deleted(ctx, d)
+	s.leave(d.Key, call{at: time.Now(), deleted: true, err: err})
+	return err
+}
+
+func (s *spy) enter(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busy[key] {
+		s.t.Errorf("key %s reconciled by two workers at once", key)
+	}
+	s.busy[key] = true
+}
+
+func (s *spy) leave(key string, c call) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.busy[key] = false
+	s.calls[key] = append(s.calls[key], c)
 }
 
 func (s *spy) UpdateStatus(ctx context.Context, obj object) (object, error) {
@@ -103,13 +121,12 @@ func startApp(t *testing.T, ns string, workers int) (*app.App, *spy, *testkit.Lo
 		RetryBase: 20 * time.Millisecond})
 }
 
-// startAppWith runs the controller with opts (its Logger and wrappers are
-// set here) until the test ends, and waits for its first list.
+// startAppWith runs the controller with opts (its wrappers are set here,
+// its log goes to the returned Logs) until the test ends, and waits for its first list.
 func startAppWith(t *testing.T, opts app.Options) (*app.App, *spy, *testkit.Logs) {
 	t.Helper()
 	s := newSpy(t)
 	logs := &testkit.Logs{}
-	opts.Logger = logs.Logger(2)
 	opts.WrapStatusWriter = func(w reconcile.StatusWriter) reconcile.StatusWriter {
 		s.write = w
 		return s
@@ -122,7 +139,7 @@ func startAppWith(t *testing.T, opts app.Options) (*app.App, *spy, *testkit.Logs
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logs.Logger(2)))
 	done := make(chan error)
 	go func() { done <- a.Run(ctx) }()
 	t.Cleanup(func() {
@@ -213,12 +230,13 @@ func TestCreateUpdateDelete(t *testing.T) {
 		t.Errorf("a reconcile with nothing changed made %d writes", spy.writesOf(key)-writes)
 	}
 
+	before := len(spy.callsOf(key))
 	if err := c.Delete(ctx, ns, "demo", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 30*time.Second, func() bool {
 		calls := spy.callsOf(key)
-		return len(calls) > 0 && calls[len(calls)-1].deleted
+		return slices.ContainsFunc(calls[min(before, len(calls)):], func(c call) bool { return c.deleted && c.err == nil })
 	}, "the reconciler never saw the deletion")
 }
 
