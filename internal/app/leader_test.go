@@ -1,0 +1,173 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+
+	"rawwatch/faultproxy"
+	"rawwatch/internal/app"
+	"rawwatch/internal/testkit"
+	"rawwatch/leader"
+	"rawwatch/reconcile"
+	"rawwatch/store"
+)
+
+// referee wraps the reconcilers of several replicas: it notices a key in two
+// of them at once, and counts each replica's reconciles.
+type referee struct {
+	t     *testing.T
+	mu    sync.Mutex
+	busy  map[string]string // key → replica reconciling it
+	count map[string]int    // replica → reconciles
+}
+
+type refereed struct {
+	r       *referee
+	replica string
+	inner   reconcile.Reconciler[object]
+}
+
+func (r *referee) wrap(replica string) func(reconcile.Reconciler[object]) reconcile.Reconciler[object] {
+	return func(inner reconcile.Reconciler[object]) reconcile.Reconciler[object] {
+		return &refereed{r: r, replica: replica, inner: inner}
+	}
+}
+
+func (w *refereed) enter(key string) {
+	w.r.mu.Lock()
+	defer w.r.mu.Unlock()
+	if other, ok := w.r.busy[key]; ok {
+		w.r.t.Errorf("key %s reconciled by %s while %s was reconciling it", key, w.replica, other)
+	}
+	w.r.busy[key] = w.replica
+	w.r.count[w.replica]++
+}
+
+func (w *refereed) leave(key string) {
+	w.r.mu.Lock()
+	defer w.r.mu.Unlock()
+	delete(w.r.busy, key)
+}
+
+func (w *refereed) Reconcile(ctx context.Context, key string) error {
+	w.enter(key)
+	defer w.leave(key)
+	// Reconciles take a while, so that one is in flight when the Lease goes.
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(50 * time.Millisecond):
+	}
+	return w.inner.Reconcile(ctx, key)
+}
+
+func (w *refereed) Deleted(ctx context.Context, d store.Delta[object]) error {
+	w.enter(d.Key)
+	defer w.leave(d.Key)
+	return w.inner.Deleted(ctx, d)
+}
+
+// Issue 8, item 6, on the real apiserver: two replicas with leader election,
+// the leader reaching the server through the fault proxy, the objects
+// changing all the time. The proxy starts answering every write of the
+// leader with 500 (its Lease renewals among them) for longer than the renew
+// deadline: the leader aborts its reconciles, stops and does not release
+// the Lease; the standby takes over once it expires. At no instant do two
+// replicas reconcile one key, and every change is reconciled in the end.
+func TestRenewalFailuresNeverLetTwoReplicasReconcileOneKey(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ns := testkit.Namespace(t, cp.Config())
+	c := testkit.Client(t, cp.Config())
+	const objects = 30
+	if err := testkit.CreateMany(context.Background(), c, ns, "obj", objects); err != nil {
+		t.Fatal(err)
+	}
+	proxy, viaProxy := testkit.Proxy(t, cp, cp.APIServer)
+	ref := &referee{t: t, busy: map[string]string{}, count: map[string]int{}}
+	lease := leader.Config{Namespace: ns, Name: "rawwatch", LeaseDuration: 3 * time.Second,
+		RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond}
+	run := func(replica string, cfg *rest.Config) (*app.App, <-chan error) {
+		l := lease
+		l.Identity = replica
+		a, err := app.New(app.Options{Config: cfg, Namespace: ns, Workers: 4, LeaderElection: &l,
+			WrapReconciler: ref.wrap(replica)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs := &testkit.Logs{}
+		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logs.Logger(2)))
+		done, stopped := make(chan error, 1), make(chan struct{})
+		go func() { done <- a.Run(ctx); close(stopped) }()
+		t.Cleanup(func() {
+			cancel()
+			select {
+			case <-stopped:
+			case <-time.After(time.Minute):
+				t.Errorf("replica %s did not stop", replica)
+			}
+		})
+		return a, done
+	}
+	a, aDone := run("a", viaProxy)
+	testkit.Eventually(t, 20*time.Second, a.Elector.IsLeader, "a never led")
+	b, _ := run("b", cp.Config())
+	waitConverged(t, c, ns, objects)
+
+	// Changes all the time, from before the failures until after b took over.
+	churnCtx, stopChurn := context.WithCancel(context.Background())
+	var churn sync.WaitGroup
+	churn.Go(func() {
+		for churnCtx.Err() == nil {
+			// (A conflict with a status write is the churn's to retry.)
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				o, err := c.Get(churnCtx, ns, fmt.Sprintf("obj-%d", rand.IntN(objects)))
+				if err == nil {
+					o.Spec.Message = "changed at " + time.Now().Format(time.RFC3339Nano)
+					_, err = c.Update(churnCtx, o)
+				}
+				return err
+			})
+			if err != nil && churnCtx.Err() == nil {
+				t.Errorf("churn: %v", err)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	time.Sleep(time.Second)
+	failed := time.Now()
+	proxy.Fail(faultproxy.Failure{Kinds: faultproxy.Other, Code: http.StatusInternalServerError})
+	select {
+	case err := <-aDone:
+		if !errors.Is(err, leader.ErrLost) {
+			t.Fatalf("a's Run = %v, want leader.ErrLost", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a did not stop after its renewals failed")
+	}
+	aStopped := time.Since(failed)
+	testkit.Eventually(t, 20*time.Second, b.Elector.IsLeader, "b never took over")
+	bLeads := time.Since(failed)
+	time.Sleep(time.Second)
+	stopChurn()
+	churn.Wait()
+	waitConverged(t, c, ns, objects)
+	ref.mu.Lock()
+	defer ref.mu.Unlock()
+	t.Logf("renewals failing from 0 s: a stopped at %v, b led at %v; reconciles: a %d, b %d",
+		aStopped.Round(time.Millisecond), bLeads.Round(time.Millisecond), ref.count["a"], ref.count["b"])
+	if ref.count["b"] == 0 {
+		t.Error("b never reconciled")
+	}
+}
