@@ -5,7 +5,7 @@
 # No Docker engine is needed to check it: `make image-binary` (part of
 # `make test`) runs this file's `go build` line outside Docker — the line is
 # read from here, so the flags cannot drift — and checks the result is static,
-# trimmed, stripped and versioned; dockerfile_test.go lints the structure.
+# trimmed, stripped and versioned; test/e2e/dockerfile_test.go lints the structure.
 
 # The official Go image, pinned to the toolchain the project is built with.
 FROM golang:1.26.8 AS build

@@ -5,6 +5,7 @@
 # in the repository's ignored bin/ folder, and in the user cache dir under a key that
 # names the program's version, so a fresh clone (CI's, say) reuses an earlier build.
 # kube-apiserver takes about 5 minutes to build on two cores; everything else is quick.
+# The versions are written in one place, hack/tools/go.mod; this script reads them.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -13,9 +14,20 @@ bin="$root/bin"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/rawwatch/bin"
 mkdir -p "$bin" "$cache"
 
-k8s_version=v1.37.2
-etcd_version=v3.7.0
-controller_tools_version=v0.23.0
+# required MODULE: the version hack/tools/go.mod requires (read without the go
+# command, which would want the whole module graph, network and all).
+required() {
+	local v
+	v=$(awk -v m="$1" '$1 == "require" && $2 == m { print $3; exit } $1 == m { print $2; exit }' "$tools/go.mod")
+	if [ -z "$v" ]; then
+		echo "ensure-tools: $1 is not required in hack/tools/go.mod" >&2
+		exit 1
+	fi
+	echo "$v"
+}
+k8s_version=$(required k8s.io/kubernetes)
+etcd_version=$(required go.etcd.io/etcd/server/v3)
+controller_tools_version=$(required sigs.k8s.io/controller-tools)
 goversion=$(go env GOVERSION)
 
 for name in "$@"; do
@@ -36,7 +48,8 @@ for name in "$@"; do
 		"$k8s_version")
 			# Without these the server reports v0.0.0-master, which kubectl cannot parse.
 			v=k8s.io/component-base/version
-			ldflags="$ldflags -X $v.gitVersion=$k8s_version -X $v.gitMajor=1 -X $v.gitMinor=37"
+			IFS=. read -r major minor _ <<<"${k8s_version#v}"
+			ldflags="$ldflags -X $v.gitVersion=$k8s_version -X $v.gitMajor=$major -X $v.gitMinor=$minor"
 			ldflags="$ldflags -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z"
 			;;
 		esac

@@ -16,7 +16,7 @@ var codec = Codec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind}
 
 func fixture(t *testing.T, name string) *os.File {
 	t.Helper()
-	f, err := os.Open("../testdata/fixtures/" + name)
+	f, err := os.Open("testdata/fixtures/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}

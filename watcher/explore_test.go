@@ -298,6 +298,9 @@ func TestExplorer(t *testing.T) {
 		if raceEnabled {
 			n = 3000
 		}
+		if testing.Short() {
+			n = 300 // a sample under -short (make unit); make test runs them all
+		}
 	}
 	seeds := []uint64{*exploreSeed}
 	if *exploreSeed == 0 {

@@ -1,5 +1,7 @@
 // Tools module: builds the local control plane (kube-apiserver, etcd, kubectl)
-// and the code generators, without touching the project's own go.mod.
+// and the code generators, without touching the project's own go.mod. The
+// versions required below are the only place the tools are pinned:
+// hack/ensure-tools.sh reads them from here.
 module rawwatch/hack/tools
 
 go 1.26.0

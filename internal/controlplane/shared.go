@@ -16,7 +16,8 @@ import (
 //
 //	func TestSomething(t *testing.T) { c := cp.Get(t); ... }
 //
-// Tests that run no server (unit tests) never start it.
+// Tests that run no server (unit tests) never start it, and under -short the
+// tests that would are skipped.
 type Shared struct {
 	Options Options
 
@@ -30,9 +31,13 @@ type Shared struct {
 }
 
 // Get returns the running control plane, starting it if needed; it fails the
-// test if the control plane cannot start.
+// test if the control plane cannot start. Under -short (make unit) it skips
+// the test instead: every test that needs a server is not a unit test.
 func (s *Shared) Get(t testing.TB) *ControlPlane {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs the local control plane (etcd + kube-apiserver); skipped with -short")
+	}
 	s.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		defer cancel()

@@ -1,4 +1,8 @@
-package main
+// Package e2e runs the rawwatch binary, built from the repository root, as a
+// user or a cluster would: against the local control plane, with config/'s
+// manifests and RBAC, and checks the Dockerfile. Every test here shares one
+// control plane (started on first use) and one binary (built once).
+package e2e
 
 import (
 	"bytes"
@@ -23,15 +27,29 @@ import (
 
 var shared = &controlplane.Shared{}
 
+// root is the repository root: the binary is built there, and config/, the
+// Dockerfile and go.mod are read from there.
+var root string
+
+// binary is the rawwatch binary, built by TestMain with its version set to
+// binaryVersion.
 var binary string
 
+const binaryVersion = "e2e"
+
 func TestMain(m *testing.M) {
+	var err error
+	if root, err = controlplane.RepoRoot(); err != nil {
+		panic(err)
+	}
 	dir, err := os.MkdirTemp("", "rawwatch-bin-")
 	if err != nil {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "rawwatch")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+	build := exec.Command("go", "build", "-ldflags", "-X main.version="+binaryVersion, "-o", binary, ".")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
 		panic("building rawwatch: " + err.Error() + "\n" + string(out))
 	}
 	code := m.Run()

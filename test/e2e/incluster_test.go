@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -23,11 +23,11 @@ import (
 // config/ has them.
 func rbacManifests(t *testing.T) []string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join("config", "rbac", "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(root, "config", "rbac", "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no RBAC manifests: %v", err)
 	}
-	out := []string{filepath.Join("config", "namespace.yaml")}
+	out := []string{filepath.Join(root, "config", "namespace.yaml")}
 	for _, f := range files {
 		if filepath.Base(f) != "kustomization.yaml" {
 			out = append(out, f)

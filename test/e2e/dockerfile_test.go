@@ -1,9 +1,11 @@
-package main
+package e2e
 
 import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,27 +16,24 @@ import (
 // `make image-binary` runs its go build line and checks the binary, and this
 // test lints its structure against the issue's spec.
 func TestDockerfile(t *testing.T) {
-	data, err := os.ReadFile("Dockerfile")
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := readFile(t, "Dockerfile")
 	goLine := regexp.MustCompile(`(?m)^go (\d+\.\d+(\.\d+)?)$`).FindStringSubmatch(readFile(t, "go.mod"))
 	if goLine == nil {
 		t.Fatal("no go line in go.mod")
 	}
-	for _, problem := range lintDockerfile(string(data), goLine[1]) {
+	for _, problem := range lintDockerfile(data, goLine[1]) {
 		t.Error(problem)
 	}
-	ignore, err := os.ReadFile(".dockerignore")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ignore := readFile(t, ".dockerignore")
 	for _, want := range []string{".git/", "bin/", "out/"} {
-		if !strings.Contains("\n"+string(ignore)+"\n", "\n"+want+"\n") {
+		if !strings.Contains("\n"+ignore+"\n", "\n"+want+"\n") {
 			t.Errorf(".dockerignore does not exclude %s", want)
 		}
 	}
-	_ = version // the -X main.version target exists
+	// The -X main.version target exists: the binary, built with it, says so.
+	if out, err := exec.Command(binary, "--version").CombinedOutput(); err != nil || string(out) != "rawwatch "+binaryVersion+"\n" {
+		t.Errorf("rawwatch --version of a binary built with -X main.version=%s: %v %q", binaryVersion, err, out)
+	}
 }
 
 // The linter catches what it is for.
@@ -69,9 +68,10 @@ ENTRYPOINT /app
 	}
 }
 
+// readFile reads a file of the repository, by its path from the root.
 func readFile(t *testing.T, name string) string {
 	t.Helper()
-	data, err := os.ReadFile(name)
+	data, err := os.ReadFile(filepath.Join(root, name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -59,10 +59,11 @@ func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
 	w.list = append(w.list, text)
 }
 
-// Every manifest under config/ is part of the kustomization, and the whole of
-// it applies to the real apiserver by server-side apply (so a schema error
-// fails here, not in a user's cluster) — twice, since applying again must
-// change nothing — with no warning from Pod Security's "restricted" profile.
+// Every manifest under config/ (but the samples of config/samples) is part of
+// the kustomization, and the whole of it applies to the real apiserver by
+// server-side apply (so a schema error fails here, not in a user's cluster) —
+// twice, since applying again must change nothing — with no warning from Pod
+// Security's "restricted" profile.
 // `make deploy` applies it too, with the image it is given. The Deployment,
 // read back as the server stored it, has what the issue asks for and what the
 // binary's flags need.
@@ -70,7 +71,8 @@ func TestManifests(t *testing.T) {
 	t.Parallel()
 	cp := shared.Get(t)
 	ctx := context.Background()
-	rendered := kustomize(t, "config")
+	config := filepath.Join(root, "config")
+	rendered := kustomize(t, config)
 	objs, err := controlplane.DecodeYAML(rendered)
 	if err != nil {
 		t.Fatal(err)
@@ -79,14 +81,18 @@ func TestManifests(t *testing.T) {
 	for _, o := range objs {
 		inKustomization[o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName()] = true
 	}
-	err = filepath.WalkDir("config", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || filepath.Ext(path) != ".yaml" || d.Name() == "kustomization.yaml" {
+	err = filepath.WalkDir(config, func(file string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && file == filepath.Join(config, "samples") {
+			return filepath.SkipDir // example MyResources for make demo, not part of a deployment
+		}
+		if err != nil || d.IsDir() || filepath.Ext(file) != ".yaml" || d.Name() == "kustomization.yaml" {
 			return err
 		}
-		data, err := os.ReadFile(path)
+		data, err := os.ReadFile(file)
 		if err != nil {
 			return err
 		}
+		path, _ := filepath.Rel(root, file)
 		fileObjs, err := controlplane.DecodeYAML(data)
 		if err != nil {
 			t.Errorf("%s: %v", path, err)
@@ -108,6 +114,7 @@ func TestManifests(t *testing.T) {
 	// make deploy, with an image on a registry with a port (its colon is not a tag).
 	const image = "registry.example:5000/team/rawwatch:v1.2.3"
 	deploy := exec.Command("make", "--no-print-directory", "deploy", "IMG="+image)
+	deploy.Dir = root
 	deploy.Env = append(os.Environ(), "KUBECONFIG="+cp.Kubeconfig)
 	if out, err := deploy.CombinedOutput(); err != nil {
 		t.Fatalf("make deploy: %v\n%s", err, out)
