@@ -52,6 +52,13 @@
 //     server cannot go on from here. Relist.
 //   - An expired continue token restarts the list at once from page one, in
 //     the first list and in a relist alike; a second failure in a row backs off.
+//   - A list that fails on the way for any other reason (refused, cut, 5xx,
+//     429) keeps the pages it read and, after the backoff, resumes from the
+//     page that failed: the continue token still serves the same snapshot
+//     until etcd compacts it. A list longer than the gaps between a server's
+//     outages completes all the same (client-go's pager, and so its
+//     Reflector, starts again from the first page: under an outage every few
+//     seconds, a long list never completes).
 //   - Time travel. After an etcd restore from a snapshot the server's
 //     resourceVersion goes back, and ours is "in the future". The loop asks
 //     where the server is whenever it may be another server: after a WATCH

@@ -60,6 +60,9 @@ type Action struct {
 	Do Do
 	// RV is where a Watch starts.
 	RV string
+	// Continue, on a List, resumes a list that failed on the way from the
+	// page this token asks for (the pages before it are kept by the loop).
+	Continue string
 	// Delay is how long a Wait lasts.
 	Delay time.Duration
 	// Class and Err are the error behind this action, if any.
@@ -81,6 +84,9 @@ type Outcome struct {
 	// RV: for a LIST, the list's resourceVersion; for a stream, the last
 	// resourceVersion it delivered ("" if none); with Listed, the snapshot's.
 	RV string
+	// Continue: a List that failed after its first page, the token of the
+	// page that failed.
+	Continue string
 	// Listed: a WatchList stream delivered its initial state (the bookmark
 	// annotated k8s.io/initial-events-end) and is still open.
 	Listed bool
@@ -222,7 +228,16 @@ func (m *Machine) stepList(o Outcome, class ErrorClass, retryAfter time.Duration
 				Reason: fmt.Sprintf("list failed (%v): list again from the latest", o.Err)})
 		}
 	}
-	return m.trouble(o.At, retryAfter, m.doing, class, o.Err, fmt.Sprintf("list failed (%s): %v", class, o.Err))
+	// Anything else (refused, cut, 5xx, 429) retries after the backoff, from
+	// the page that failed: its continue token still serves the same
+	// snapshot, until etcd compacts it (then the token is Expired, above,
+	// and the list starts again from the first page). A list longer than
+	// the gaps between a server's outages completes all the same.
+	resume := Action{Do: List, Continue: o.Continue}
+	if class == Expired || class == TooLargeRV {
+		resume.Continue = "" // that token is no good: from the first page
+	}
+	return m.trouble(o.At, retryAfter, resume, class, o.Err, fmt.Sprintf("list failed (%s): %v", class, o.Err))
 }
 
 // stepProbe: the server's current resourceVersion, after a silent stream or

@@ -83,9 +83,9 @@ func (s *script) step(d time.Duration, o Outcome, want Action, state State) Acti
 	s.now = s.now.Add(d)
 	o.At = s.now
 	got := s.m.Step(o)
-	if got.Do != want.Do || (want.RV != "" && got.RV != want.RV) || got.Delay != want.Delay || s.m.State != state {
-		s.t.Fatalf("after %+v: got %s rv %q delay %v state %s (%s); want %s rv %q delay %v state %s",
-			o, got.Do, got.RV, got.Delay, s.m.State, got.Reason, want.Do, want.RV, want.Delay, state)
+	if got.Do != want.Do || (want.RV != "" && got.RV != want.RV) || got.Continue != want.Continue || got.Delay != want.Delay || s.m.State != state {
+		s.t.Fatalf("after %+v: got %s rv %q continue %q delay %v state %s (%s); want %s rv %q continue %q delay %v state %s",
+			o, got.Do, got.RV, got.Continue, got.Delay, s.m.State, got.Reason, want.Do, want.RV, want.Continue, want.Delay, state)
 	}
 	return got
 }
@@ -209,6 +209,20 @@ func TestMachineExpiredListRestartsOnceAtOnce(t *testing.T) {
 	s.step(fiveMin, Outcome{Err: errGone, Open: fiveMin, Timeout: fiveMin}, Action{Do: List}, Relisting)
 	s.step(0, Outcome{Err: errExpired}, Action{Do: List}, Relisting)
 	s.step(0, Outcome{RV: "90"}, Action{Do: Watch, RV: "90"}, Watching)
+}
+
+// A list that fails after its first page resumes from the page that failed,
+// after the backoff; an expired token starts again from the first page.
+func TestMachineListResumesFromTheFailedPage(t *testing.T) {
+	s, _ := newScript(t, false)
+	a := s.step(0, Outcome{Err: err500, Continue: "page-3"}, Action{Do: Wait, Delay: 800 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: List, Continue: "page-3"}, Listing)
+	a = s.step(0, Outcome{Err: cut, Continue: "page-4"}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: List, Continue: "page-4"}, Listing)
+	s.step(0, Outcome{Err: errExpired, Continue: "page-4"}, Action{Do: List}, Listing)
+	a = s.step(0, Outcome{Err: errExpired, Continue: "page-2"}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: List}, Listing)
+	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
 }
 
 // A server without WatchList (400/422) gets LIST from then on; a WatchList

@@ -80,6 +80,15 @@ type Watcher[T Object] struct {
 	rv         atomic.Pointer[string]
 	synced     chan struct{}
 	syncedOnce sync.Once
+	// partial is a paginated list that failed on the way, kept for the
+	// List that resumes it (the loop's goroutine only).
+	partial *partialList[T]
+}
+
+// partialList is what a paginated list read before it failed.
+type partialList[T Object] struct {
+	repl  *store.Replacement[T]
+	pages int
 }
 
 // New returns a watcher that fills s from src. Call Run to start it.
@@ -132,7 +141,7 @@ func (w *Watcher[T]) Run(ctx context.Context) {
 		var o Outcome
 		switch act.Do {
 		case List:
-			o = w.list(ctx)
+			o = w.list(ctx, act.Continue)
 		case Watch, WatchList:
 			o = w.stream(ctx, act, func(rv string) {
 				// A WatchList's initial state is in the store; the machine
@@ -206,14 +215,25 @@ func (w *Watcher[T]) setRV(rv string) { w.rv.Store(&rv) }
 // relist is trying to get away from). Continue pages carry only the token:
 // the server serves them from the snapshot the first page was read at, and
 // refuses the token (410 Expired) once etcd has compacted that snapshot.
-func (w *Watcher[T]) list(ctx context.Context) Outcome {
-	repl := w.store.NewReplacement()
-	opts := metav1.ListOptions{Limit: w.opts.PageSize}
+//
+// A list that fails after its first page keeps what it read (w.partial):
+// given the failed page's token (cont), the next list goes on from there.
+func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
+	if cont == "" || w.partial == nil {
+		w.partial = &partialList[T]{repl: w.store.NewReplacement()}
+	}
+	repl := w.partial.repl
+	opts := metav1.ListOptions{Limit: w.opts.PageSize, Continue: cont}
+	failed := func(err error) Outcome {
+		return Outcome{At: time.Now(), Err: err, Continue: opts.Continue}
+	}
 	var rv string
-	for page := 1; ; page++ {
+	for {
+		w.partial.pages++
+		page := w.partial.pages
 		body, err := w.source.List(ctx, opts)
 		if err != nil {
-			return Outcome{At: time.Now(), Err: err}
+			return failed(err)
 		}
 		items := 0
 		meta, err := decodeList(body, w.opts.Codec,
@@ -226,7 +246,9 @@ func (w *Watcher[T]) list(ctx context.Context) Outcome {
 			})
 		body.Close()
 		if err != nil {
-			return Outcome{At: time.Now(), Err: err}
+			// A page cut half-way: what it delivered is added again when the
+			// page is read again (Add replaces), so resuming is safe.
+			return failed(err)
 		}
 		w.obs.Observe(ListPage{Page: page, Items: items, Continue: meta.Continue, RV: meta.ResourceVersion})
 		if meta.Continue == "" {
@@ -235,6 +257,7 @@ func (w *Watcher[T]) list(ctx context.Context) Outcome {
 		}
 		opts = metav1.ListOptions{Limit: w.opts.PageSize, Continue: meta.Continue}
 	}
+	w.partial = nil
 	w.commit(repl, rv)
 	return Outcome{At: time.Now(), RV: rv}
 }

@@ -70,6 +70,9 @@ const (
 	ContinueExpires
 	// SlowFrames: every frame waits a second before it is sent.
 	SlowFrames
+	// EveryOtherListFails: every second LIST request is answered 500: a
+	// paginated list meets an outage between any two of its pages.
+	EveryOtherListFails
 	nModes
 )
 
@@ -84,7 +87,7 @@ func Modes() []Mode {
 
 func (m Mode) String() string {
 	return [...]string{"healthy", "cut-after-first-frame", "error-after-first-event", "freeze", "refuse",
-		"500", "429", "watch-410", "watch-list-fails", "continue-expires", "slow-frames"}[m]
+		"500", "429", "watch-410", "watch-list-fails", "continue-expires", "slow-frames", "every-other-list-fails"}[m]
 }
 
 // Request is one request the server answered.
@@ -92,9 +95,11 @@ type Request struct {
 	At time.Time
 	// Kind is "LIST", "WATCH" or "WATCHLIST" (a WATCH with sendInitialEvents).
 	Kind string
-	// RV is the resourceVersion asked for; Continue marks a continue page.
+	// RV is the resourceVersion asked for; Continue marks a continue page;
+	// Limit is a LIST's page size.
 	RV       string
 	Continue bool
+	Limit    int64
 }
 
 // Server is the fake. Create it with New.
@@ -119,6 +124,7 @@ type Server struct {
 	wake      chan struct{}
 	uids      int
 	mode      Mode
+	lists     int // LIST requests answered, for EveryOtherListFails
 	snaps     map[int]*listSnap
 	nextSnap  int
 	streams   map[*stream]struct{}
@@ -333,9 +339,12 @@ func (s *Server) List(ctx context.Context, opts metav1.ListOptions) (io.ReadClos
 	s.roundTrip(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.requests = append(s.requests, Request{At: time.Now(), Kind: "LIST", RV: opts.ResourceVersion, Continue: opts.Continue != ""})
+	s.requests = append(s.requests, Request{At: time.Now(), Kind: "LIST", RV: opts.ResourceVersion, Continue: opts.Continue != "", Limit: opts.Limit})
 	if err := s.failLocked(); err != nil {
 		return nil, err
+	}
+	if s.lists++; s.mode == EveryOtherListFails && s.lists%2 == 0 {
+		return nil, apierrors.NewInternalError(errors.New("every other LIST fails (fault)"))
 	}
 	var snap *listSnap
 	id, offset := 0, 0
