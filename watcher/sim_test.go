@@ -141,6 +141,36 @@ func (s *sim) sleep(d time.Duration) {
 }
 
 // count returns how many requests of kind were made in [from, to).
+// breakStreams waits for the first sync, then puts fault on and cuts the
+// open stream; it returns when.
+func (s *sim) breakStreams(fault fakeapi.Mode) time.Time {
+	if !s.waitSynced(time.Minute) {
+		s.t.Fatal("no sync")
+	}
+	s.srv.SetFault(fault)
+	from := time.Now()
+	s.srv.Cut()
+	return from
+}
+
+// forceRelistUnder waits for the first sync, then makes the watcher relist
+// while fault is on: the watch is cut and cannot resume (the server
+// refuses) while etcd compacts past its resourceVersion, so the next WATCH
+// gets a 410. It returns when fault went on.
+func (s *sim) forceRelistUnder(fault fakeapi.Mode) time.Time {
+	if !s.waitSynced(time.Minute) {
+		s.t.Fatal("no sync")
+	}
+	s.srv.SetFault(fakeapi.Refuse)
+	s.srv.Cut()
+	s.srv.Put("ns", "obj-0", "changed")
+	s.srv.Compact()
+	s.srv.Put("ns", "obj-1", "changed")
+	s.sleep(time.Second)
+	s.srv.SetFault(fault)
+	return time.Now()
+}
+
 func (s *sim) count(kind string, from, to time.Time) int {
 	n := 0
 	for _, r := range s.srv.Requests() {
@@ -158,12 +188,7 @@ func (s *sim) count(kind string, from, to time.Time) int {
 // forever.
 func TestFlappingStreamsAreNotHealthy(t *testing.T) {
 	runSim(t, 3, watcher.Options[object]{}, func(s *sim) {
-		if !s.waitSynced(time.Minute) {
-			s.t.Fatal("no sync")
-		}
-		s.srv.SetFault(fakeapi.CutAfterFirstFrame)
-		from := time.Now()
-		s.srv.Cut()
+		from := s.breakStreams(fakeapi.CutAfterFirstFrame)
 		s.sleep(time.Minute)
 		if n := s.count("WATCH", from, from.Add(time.Minute)); n > 12 {
 			s.t.Errorf("%d WATCHes in the first minute of streams cut after one frame, want at most 12", n)
@@ -176,12 +201,7 @@ func TestFlappingStreamsAreNotHealthy(t *testing.T) {
 // only the first relist is immediate; the next ones wait out the backoff.
 func TestErrorAfterOneEventDoesNotStormRelists(t *testing.T) {
 	runSim(t, 3, watcher.Options[object]{}, func(s *sim) {
-		if !s.waitSynced(time.Minute) {
-			s.t.Fatal("no sync")
-		}
-		s.srv.SetFault(fakeapi.ErrorAfterFirstEvent)
-		from := time.Now()
-		s.srv.Cut()
+		from := s.breakStreams(fakeapi.ErrorAfterFirstEvent)
 		s.sleep(time.Minute)
 		lists := s.count("LIST", from, from.Add(time.Minute))
 		if lists > 12 {
@@ -231,19 +251,8 @@ func TestBackoffNeverExceedsItsCap(t *testing.T) {
 // relist as during the first list; a second expiry in a row backs off.
 func TestExpiredContinueTokenRestartsTheRelistAtOnce(t *testing.T) {
 	runSim(t, 6, watcher.Options[object]{PageSize: 2}, func(s *sim) {
-		if !s.waitSynced(time.Minute) {
-			s.t.Fatal("no sync")
-		}
-		// The watch is cut and cannot resume (the server refuses) while
-		// etcd compacts past its resourceVersion: the next WATCH gets a 410
-		// and the watcher relists, while every continue token expires.
-		s.srv.SetFault(fakeapi.Refuse)
-		s.srv.Cut()
-		s.srv.Put("ns", "obj-0", "changed")
-		s.srv.Compact()
-		s.srv.Put("ns", "obj-1", "changed")
-		s.sleep(time.Second)
-		s.srv.SetFault(fakeapi.ContinueExpires)
+		// A relist while every continue token expires.
+		s.forceRelistUnder(fakeapi.ContinueExpires)
 		s.sleep(time.Minute)
 		var firstPages []time.Time
 		for _, r := range s.srv.Requests() {
@@ -266,12 +275,7 @@ func TestExpiredContinueTokenRestartsTheRelistAtOnce(t *testing.T) {
 // bookmark, is abandoned after the silence limit and resumed.
 func TestSilentWatchIsAbandoned(t *testing.T) {
 	runSim(t, 2, watcher.Options[object]{}, func(s *sim) {
-		if !s.waitSynced(time.Minute) {
-			s.t.Fatal("no sync")
-		}
-		s.srv.SetFault(fakeapi.Freeze)
-		from := time.Now()
-		s.srv.Cut()
+		from := s.breakStreams(fakeapi.Freeze)
 		s.sleep(10 * time.Second) // the re-watch opens a frozen stream
 		s.srv.SetFault(fakeapi.Healthy)
 		s.srv.Put("ns", "late", "hello")
@@ -350,19 +354,8 @@ func equalToServer(s *sim) bool {
 // the first page and meeting the next outage on the way, for ever.
 func TestAListResumesFromThePageThatFailed(t *testing.T) {
 	runSim(t, 10, watcher.Options[object]{PageSize: 2}, func(s *sim) {
-		if !s.waitSynced(time.Minute) {
-			s.t.Fatal("no sync")
-		}
-		// Force a relist of 5 pages (the watch cut while etcd compacts past
-		// its resourceVersion), with every other LIST answered 500.
-		s.srv.SetFault(fakeapi.Refuse)
-		s.srv.Cut()
-		s.srv.Put("ns", "obj-0", "changed")
-		s.srv.Compact()
-		s.srv.Put("ns", "obj-1", "changed")
-		s.sleep(time.Second)
-		from := time.Now()
-		s.srv.SetFault(fakeapi.EveryOtherListFails)
+		// A relist of 5 pages, with every other LIST answered 500.
+		from := s.forceRelistUnder(fakeapi.EveryOtherListFails)
 		deadline := from.Add(3 * time.Minute)
 		for s.w.Stats().Relists == 0 && time.Now().Before(deadline) {
 			s.sleep(time.Second)
