@@ -14,6 +14,30 @@
 // server, not only the proxy's. The churner writes through another apiserver
 // so that it knows exactly what it did.
 //
+// The faults come in this order over the run's Duration:
+//
+//	0 ────────── 30% ────────── 50% ─────── 60% ──────── 75% ────────── 100%
+//	periodic: cuts, 410s, compactions │ flap-cut │ flap-error │   freeze    │
+//	             apiserver restart
+//
+// The last three are persistent faults, each alone for its share of the run:
+// every stream cut after its first frame; every stream ended by a 500 ERROR
+// event after its first event; streams that stay open and pass nothing. A
+// watcher that takes a stream that delivered something for a healthy one
+// storms through the first two; one without a watchdog hangs in the third.
+// The verdict holds the watcher to its request budget over the whole run:
+// the LISTs and WATCHes it made in any minute, counted on its own transport
+// (refused connections included), within the bound its backoff promises
+// (45 a minute for the real one; see package watcher).
+//
+// The short run compresses the watcher's backoff and watchdog ×15 (Config.
+// Compress: the backoff's cap is 2 s, its reset after 8 s calm, the silence
+// limit 10 s): the faults of a 60 s run then meet the watcher at every step
+// of its backoff, as they would over 15 minutes, and the frozen phase outlasts
+// the watchdog. Its periodic 410s and compactions come every ~6 s, so that
+// each happens a few times before the persistent faults. The full run
+// (cmd/chaos) keeps the watcher's timing real.
+//
 // When the churn stops, the faults stop, and the controller has a while to
 // catch up. The verdict then checks four things, each a way a controller can
 // lose data:
@@ -25,6 +49,8 @@
 //   - every deletion the churner made reached the reconciler, with the UID of
 //     the object deleted (a re-created name is another object);
 //   - no key was ever reconciled by two workers at once.
+//
+// and, while the faults lasted, that the watcher kept to its request budget.
 //
 // Run returns a Report with the counts (events, relists, watch restarts,
 // retries...) and the verdict; cmd/chaos prints it and exits non-zero on any
@@ -75,11 +101,17 @@ type Config struct {
 	// 200 and 400; the binary's defaults are 50 and 100).
 	QPS   float32
 	Burst int
-	// CutEvery, ExpireEvery and CompactEvery space the faults (defaults 2 s,
-	// 10 s, 10 s); a negative value turns the fault off.
+	// CutEvery, ExpireEvery and CompactEvery space the periodic faults
+	// (defaults 2 s, 6 s, 6 s); a negative value turns the fault off.
 	CutEvery, ExpireEvery, CompactEvery time.Duration
-	// NoRestart skips the apiserver restart half-way through.
+	// NoRestart skips the apiserver restart (at 30% of Duration).
 	NoRestart bool
+	// NoPhases skips the persistent faults (flap-cut, flap-error, freeze):
+	// the periodic faults then last the whole Duration.
+	NoPhases bool
+	// Compress makes the watcher's backoff and watchdog this many times
+	// quicker than their defaults (default 15; 1 keeps them real).
+	Compress int
 	// Converge is how long the controller has to catch up once the faults
 	// stop (default 2 minutes).
 	Converge time.Duration
@@ -115,15 +147,45 @@ func (c *Config) defaults() {
 		c.QPS, c.Burst = 200, 400
 	}
 	def(&c.CutEvery, 2*time.Second)
-	def(&c.ExpireEvery, 10*time.Second)
-	def(&c.CompactEvery, 10*time.Second)
+	def(&c.ExpireEvery, 6*time.Second)
+	def(&c.CompactEvery, 6*time.Second)
 	def(&c.Converge, 2*time.Minute)
+	if c.Compress == 0 {
+		c.Compress = 15
+	}
 	if c.Logger.GetSink() == nil {
 		c.Logger = klog.Background()
 	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
+}
+
+// Watch is the watcher's options in the run: its defaults, with the backoff
+// and the watchdog Compress times quicker.
+func (c Config) Watch() watcher.Options[app.Object] {
+	n := time.Duration(max(c.Compress, 1))
+	b := watcher.DefaultBackoff
+	b.Initial, b.Max, b.ResetAfter = b.Initial/n, b.Max/n, b.ResetAfter/n
+	return watcher.Options[app.Object]{Backoff: b, SilenceLimit: watcher.DefaultSilenceLimit / n}
+}
+
+// restartAt is when the apiserver restarts, as a fraction of Duration.
+const restartAt = 0.3
+
+// phase is a persistent fault for a share of the run, from and to being
+// fractions of its Duration; What says what it does, for the report. The
+// periodic faults stop when the first phase begins.
+type phase struct {
+	Name, What string
+	from, to   float64
+	set        func(*faultproxy.Proxy, bool)
+}
+
+var phases = []phase{
+	{"flap-cut", "every WATCH cut after its first frame", 0.5, 0.6, (*faultproxy.Proxy).FlapCut},
+	{"flap-error", "every WATCH ended by a 500 ERROR event after its first event", 0.6, 0.75, (*faultproxy.Proxy).FlapError},
+	{"freeze", "WATCH streams open, passing nothing", 0.75, 1, (*faultproxy.Proxy).Freeze},
 }
 
 // Run makes one chaos run on cp: it starts an apiserver of its own (watch
@@ -163,12 +225,16 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 		return nil, fmt.Errorf("creating the objects: %w", err)
 	}
 
-	// The controller, as main.go assembles it, through the proxy.
+	// The controller, as main.go assembles it, through the proxy; its
+	// transport metered, for the request budget.
 	ctrlCfg := target.ConfigVia(proxy.URL)
 	ctrlCfg.QPS, ctrlCfg.Burst = cfg.QPS, cfg.Burst
+	meter := faultproxy.NewMeter()
+	ctrlCfg.Wrap(meter.Wrap)
 	rec := newRecorder()
 	ctrl, err := app.New(app.Options{
 		Config: ctrlCfg, Namespace: ns, Workers: cfg.Workers, RetryMax: cfg.RetryMax,
+		Watch:          cfg.Watch(),
 		Observer:       rec,
 		WrapReconciler: rec.wrap,
 		WrapStatusWriter: func(w reconcile.StatusWriter) reconcile.StatusWriter {
@@ -196,20 +262,39 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 	}
 	rep.InitialSync = time.Since(started)
 
-	// Churn and faults, together, for cfg.Duration.
+	// Churn and faults, together, for cfg.Duration: the periodic faults, then
+	// the persistent ones in their phases.
 	cfg.Logf("churning %d objects at %.0f changes/s for %v, with faults", cfg.Objects, cfg.ChurnRate, cfg.Duration)
+	faultsStart := time.Now()
 	chaosCtx, stopChaos := context.WithTimeout(ctx, cfg.Duration)
+	periodicCtx := chaosCtx
+	if !cfg.NoPhases {
+		var stopPeriodic context.CancelFunc
+		periodicCtx, stopPeriodic = context.WithTimeout(chaosCtx, at(cfg.Duration, phases[0].from))
+		defer stopPeriodic()
+	}
 	var faults sync.WaitGroup
 	every := func(d time.Duration, f func()) {
 		if d > 0 {
-			faults.Go(func() { faultproxy.Every(chaosCtx, d, f) })
+			faults.Go(func() { faultproxy.Every(periodicCtx, d, f) })
 		}
 	}
+	// A cut finds no stream while the watcher backs off: that is the
+	// backoff at work. (A cut that waited for the next stream would cut
+	// it before the real 410 after a compaction could reach it.)
 	every(cfg.CutEvery, func() { proxy.CutWatches() })
 	// The watch may be down when the time comes (refused, backing off,
-	// relisting): then the next stream to open gets the 410.
+	// relisting): then the next stream to open gets the 410, once it has
+	// been open a moment. (The first stream after a compaction must meet
+	// the server's own 410 first.)
 	every(cfg.ExpireEvery, func() {
-		for proxy.ExpireWatches() == 0 && chaosCtx.Err() == nil {
+		for periodicCtx.Err() == nil {
+			if proxy.OpenWatches() > 0 {
+				time.Sleep(200 * time.Millisecond)
+				if proxy.ExpireWatches() > 0 {
+					return
+				}
+			}
 			time.Sleep(50 * time.Millisecond)
 		}
 	})
@@ -222,11 +307,11 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 		proxy.Refuse()
 		defer proxy.Accept()
 		select {
-		case <-chaosCtx.Done():
+		case <-periodicCtx.Done():
 			return
 		case <-time.After(time.Second):
 		}
-		if _, err := cp.Compact(chaosCtx); err == nil {
+		if _, err := cp.Compact(periodicCtx); err == nil {
 			rep.mu.Lock()
 			rep.Compactions++
 			rep.mu.Unlock()
@@ -234,10 +319,8 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 	})
 	if !cfg.NoRestart {
 		faults.Go(func() {
-			select {
-			case <-chaosCtx.Done():
+			if !sleep(chaosCtx, at(cfg.Duration, restartAt)) {
 				return
-			case <-time.After(cfg.Duration / 2):
 			}
 			cfg.Logf("restarting the apiserver")
 			begin := time.Now()
@@ -249,9 +332,30 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 			rep.RestartErr = err
 		})
 	}
+	if !cfg.NoPhases {
+		for _, ph := range phases {
+			faults.Go(func() {
+				if !sleep(chaosCtx, time.Until(faultsStart.Add(at(cfg.Duration, ph.from)))) {
+					return
+				}
+				cfg.Logf("%s: %s", ph.Name, ph.What)
+				before, begin := proxy.Counts(), time.Now()
+				ph.set(proxy, true)
+				sleep(chaosCtx, time.Until(faultsStart.Add(at(cfg.Duration, ph.to))))
+				ph.set(proxy, false)
+				end, after := time.Now(), proxy.Counts()
+				rep.mu.Lock()
+				defer rep.mu.Unlock()
+				rep.Phases = append(rep.Phases, PhaseReport{Name: ph.Name, What: ph.What, From: begin.Sub(faultsStart), To: end.Sub(faultsStart),
+					Requests: meter.Between(begin, end), Cut: after.Cut - before.Cut, ErrorEvents: after.ErrorEvents - before.ErrorEvents,
+					Silent: rec.silentBetween(begin, end)})
+			})
+		}
+	}
 	churn.run(chaosCtx, cfg.Writers)
 	stopChaos()
 	faults.Wait()
+	faultsEnd := time.Now()
 	if rep.RestartErr != nil {
 		return nil, fmt.Errorf("restarting the apiserver: %w", rep.RestartErr)
 	}
@@ -262,7 +366,9 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 	// Let the controller catch up, then judge.
 	cfg.Logf("faults over; waiting up to %v for the controller to converge", cfg.Converge)
 	churnEnd := time.Now()
-	judge := &judge{list: target.Config(), ns: ns, ctrl: ctrl, rec: rec, deleted: churn.deletions()}
+	judge := &judge{list: target.Config(), ns: ns, ctrl: ctrl, rec: rec, deleted: churn.deletions(),
+		budget: budget{Requests: meter.Between(faultsStart, faultsEnd), Busiest: meter.Busiest(faultsStart, faultsEnd, time.Minute),
+			Bound: requestBound(cfg.Watch().Backoff)}}
 	poll := time.Second + time.Duration(cfg.Objects/5000)*time.Second
 	for {
 		v, err := judge.verdict(ctx)
@@ -283,6 +389,21 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 	rep.Total = time.Since(started)
 	rep.fill(ctrl, proxy.Counts(), rec, churn)
 	return rep, nil
+}
+
+// at is the fraction f of d.
+func at(d time.Duration, f float64) time.Duration { return time.Duration(f * float64(d)) }
+
+// sleep waits for d; false means ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 func namespace(ctx context.Context, cp *controlplane.ControlPlane) (string, error) {
@@ -324,6 +445,9 @@ type recorder struct {
 	known  map[incarnation]bool
 	lastRV int64
 	gaps   [][2]int64
+
+	// silent holds when the watchdog abandoned a stream.
+	silent []time.Time
 }
 
 func newRecorder() *recorder {
@@ -386,7 +510,26 @@ func (r *recorder) Observe(e observe.Event) {
 		r.Replaced(e.RV, e.Size, e.Added, e.Updated, e.Deleted)
 	case reconcile.Finished:
 		r.Finished(e.Worker, e.Key, e.Took, e.Err, e.RetryIn)
+	case watcher.WatchEnded:
+		if errors.Is(e.Err, watcher.ErrSilent) {
+			r.mu.Lock()
+			r.silent = append(r.silent, time.Now())
+			r.mu.Unlock()
+		}
 	}
+}
+
+// silentBetween counts the streams the watchdog abandoned from from to to.
+func (r *recorder) silentBetween(from, to time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, t := range r.silent {
+		if !t.Before(from) && t.Before(to) {
+			n++
+		}
+	}
+	return n
 }
 
 func (r *recorder) EventReceived(eventType, key, rv string) {

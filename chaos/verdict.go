@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"rawwatch/faultproxy"
 	"rawwatch/internal/app"
 	"rawwatch/store"
+	"rawwatch/watcher"
 )
 
 // Verdict is what the checks found. Each list holds one line per problem;
@@ -43,6 +45,52 @@ type Verdict struct {
 	// ChurnErrors: writes of the churner that failed (the run's own
 	// bookkeeping is then in doubt, so they fail the run too).
 	ChurnErrors []string
+	// Budget: the watcher's requests while the faults lasted.
+	Budget budget
+}
+
+// budget is the request budget's measure: the watcher's LISTs and WATCHes
+// while the faults lasted, counted on its transport (so that refused
+// connections count too); the most in any minute; and the bound its backoff
+// allows in a minute (requestBound).
+type budget struct {
+	Requests       faultproxy.Rate
+	Busiest, Bound int
+}
+
+// requestBound is the most LISTs and WATCHes a watcher with backoff b may
+// make in any minute under faults: package watcher's bound, 45 with its
+// default backoff. Between two waits come at most five requests (a WATCH
+// that meets a 410, a WatchList that fails, the LIST instead, that LIST's
+// restart after an expired continue token, the next WATCH), and the waits
+// are at their shortest, (1-Jitter)·Initial·Factorⁿ up to (1-Jitter)·Max.
+// n starts again at 0 only after b.ResetAfter without trouble, which holds
+// a wait and a stream: a minute with r resets holds r such stretches, and
+// its other waits come from r+1 climbs from n = 0, the shortest first. (The
+// default backoff resets after 2 minutes: never twice in one.)
+func requestBound(b watcher.Backoff) int {
+	most := 0
+	for r := 0; time.Duration(r)*b.ResetAfter < time.Minute; r++ {
+		left := time.Minute - time.Duration(r)*b.ResetAfter
+		var waits []time.Duration
+		for n, climbed := 0, time.Duration(0); climbed <= left; n++ {
+			d := b.Delay(n, 0.9999999) // the shortest the jitter makes it
+			climbed += d
+			for range r + 1 {
+				waits = append(waits, d)
+			}
+		}
+		slices.Sort(waits)
+		k := 0
+		for _, d := range waits {
+			if left -= d; left < 0 {
+				break
+			}
+			k++
+		}
+		most = max(most, 5*(k+r+1))
+	}
+	return most
 }
 
 // converged: everything the controller can still fix by catching up is fixed.
@@ -64,6 +112,9 @@ func (v Verdict) Failures() []string {
 	add("deletions the reconciler never saw", v.UnseenDeletions)
 	add("keys reconciled by two workers at once", v.Overlaps)
 	add("failed churn writes", v.ChurnErrors)
+	if b := v.Budget; b.Busiest > b.Bound {
+		out = append(out, fmt.Sprintf("over the request budget: %d LISTs and WATCHes in one minute, bound %d", b.Busiest, b.Bound))
+	}
 	return out
 }
 
@@ -100,6 +151,7 @@ type judge struct {
 	ctrl    *app.App
 	rec     *recorder
 	deleted []deletion
+	budget  budget
 }
 
 func (j *judge) verdict(ctx context.Context) (Verdict, error) {
@@ -117,7 +169,7 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 	for _, o := range j.ctrl.Store.List() {
 		stored[store.KeyOf(o)] = o
 	}
-	v := Verdict{Listed: len(list.Items), DiffKinds: map[string]int{}}
+	v := Verdict{Listed: len(list.Items), DiffKinds: map[string]int{}, Budget: j.budget}
 	diff := func(kind, line string) {
 		v.DiffKinds[kind]++
 		v.StoreDiff = append(v.StoreDiff, line)
@@ -189,14 +241,28 @@ type Report struct {
 	Reconciles, Retries, Conflicts, StatusWrites, UnknownFinalState int64
 	LongestRetry                                                    time.Duration
 
-	// The faults: the proxy's counts, etcd compactions, apiserver restarts.
+	// The faults: the proxy's counts, etcd compactions, apiserver restarts,
+	// streams the watchdog abandoned, and the persistent faults' phases.
 	Proxy       faultproxy.Counts
 	Compactions int
 	Restarts    int
 	RestartTook time.Duration
 	RestartErr  error
+	Silent      int
+	Phases      []PhaseReport
 
 	mu sync.Mutex
+}
+
+// PhaseReport is what happened during one persistent fault: From and To
+// since the faults began, the watcher's requests, the streams the proxy cut
+// and ended with a 500, and the streams the watchdog abandoned.
+type PhaseReport struct {
+	Name, What       string
+	From, To         time.Duration
+	Requests         faultproxy.Rate
+	Cut, ErrorEvents int64
+	Silent           int
 }
 
 // Failures is the verdict's list of losses; empty means PASS.
@@ -216,6 +282,8 @@ func (r *Report) fill(ctrl *app.App, proxy faultproxy.Counts, rec *recorder, ch 
 		r.Verdict.ChurnErrors = append(r.Verdict.ChurnErrors, err.Error())
 	}
 	r.Proxy = proxy
+	r.Silent = rec.silentBetween(time.Time{}, time.Now())
+	slices.SortFunc(r.Phases, func(a, b PhaseReport) int { return cmp.Compare(a.From, b.From) })
 }
 
 // Print writes the report as a learner would want to read it.
@@ -228,6 +296,17 @@ func (r *Report) Print(w io.Writer) {
 	if r.Restarts > 0 {
 		fmt.Fprintf(w, " (back in %v)", r.RestartTook.Round(100*time.Millisecond))
 	}
+	for _, p := range r.Phases {
+		fmt.Fprintf(w, "; %s %v–%v", p.Name, p.From.Round(time.Second), p.To.Round(time.Second))
+	}
+	wo := c.Watch()
+	if c.Compress > 1 {
+		fmt.Fprintf(w, "\nwatcher: backoff and watchdog compressed ×%d (%v doubling to %v, reset after %v calm; silence limit %v), so that %v sees what %v would",
+			c.Compress, wo.Backoff.Initial, wo.Backoff.Max, wo.Backoff.ResetAfter, wo.SilenceLimit, c.Duration, c.Duration*time.Duration(c.Compress))
+	} else {
+		fmt.Fprintf(w, "\nwatcher: its real backoff (%v doubling to %v, reset after %v calm) and watchdog (silence limit %v)",
+			wo.Backoff.Initial, wo.Backoff.Max, wo.Backoff.ResetAfter, wo.SilenceLimit)
+	}
 	fmt.Fprintf(w, "\n\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(what string, n any, note string) { fmt.Fprintf(tw, "  %s\t%v\t%s\n", what, n, note) }
@@ -239,8 +318,25 @@ func (r *Report) Print(w io.Writer) {
 	row("watch streams cut", r.Proxy.Cut, "")
 	row("410s injected", r.Proxy.Expired, "ERROR event, then end of stream")
 	row("410s from the server", r.Proxy.UpstreamGone, "history compacted by etcd")
+	row("500s injected", r.Proxy.ErrorEvents, "ERROR event after a stream's first event, then end of stream")
 	row("etcd compactions", r.Compactions, fmt.Sprintf("each while the proxy refused connections for 1s (%d refusals)", r.Proxy.Refused))
 	row("apiserver restarts", r.Restarts, "")
+	row("silent streams", r.Silent, "abandoned by the watchdog")
+	if len(r.Phases) > 0 {
+		fmt.Fprintln(tw, "persistent faults\tLIST+WATCH\t")
+	}
+	for _, p := range r.Phases {
+		note := fmt.Sprintf("%s, %v–%v", p.What, p.From.Round(time.Second), p.To.Round(time.Second))
+		switch p.Name {
+		case "flap-cut":
+			note += fmt.Sprintf(": %d streams cut", p.Cut)
+		case "flap-error":
+			note += fmt.Sprintf(": %d streams ended by a 500", p.ErrorEvents)
+		case "freeze":
+			note += fmt.Sprintf(": %d streams abandoned by the watchdog", p.Silent)
+		}
+		row(p.Name, fmt.Sprintf("%d+%d", p.Requests.Lists, p.Requests.Watches), note)
+	}
 	fmt.Fprintln(tw, "watcher")
 	row("events", r.Events, fmt.Sprintf("%d added, %d modified, %d deleted", r.Added, r.Modified, r.Deleted))
 	row("bookmarks", r.Bookmarks, "")
@@ -273,6 +369,9 @@ func (r *Report) Print(w io.Writer) {
 		r.Deletes-int64(v.Invisible), v.Invisible))
 	check(len(v.Overlaps) == 0, "no key was reconciled by two workers at once")
 	check(len(v.ChurnErrors) == 0, "every churn write succeeded")
+	b := v.Budget
+	check(b.Busiest <= b.Bound, fmt.Sprintf("request budget: the watcher's busiest minute of faults held %d LISTs and WATCHes, its bound %d (%.1f a minute over the %v of faults: %d LISTs, %d WATCHes)",
+		b.Busiest, b.Bound, b.Requests.PerMinute(b.Requests.Requests()), b.Requests.Over.Round(time.Second), b.Requests.Lists, b.Requests.Watches))
 	if f := r.Failures(); len(f) > 0 {
 		fmt.Fprintf(w, "\nVERDICT: FAIL\n")
 		for _, line := range f {

@@ -97,9 +97,29 @@ var commands = map[string]command{
 		p.Drop(types...)
 		return fmt.Sprintf("dropping events of types %v", types), nil
 	}},
-	"heal": {"", "end every lasting fault (fail, delay, drop, refuse)", func(p *Proxy, _ url.Values) (string, error) {
+	"flap-cut":       switchCommand("flap-cut", "cut every WATCH stream after its first frame", (*Proxy).FlapCut),
+	"flap-error":     switchCommand("flap-error", "end every WATCH stream with a 500 ERROR event after its first event", (*Proxy).FlapError),
+	"freeze":         switchCommand("freeze", "pass nothing on any WATCH stream (on=false: thaw)", (*Proxy).Freeze),
+	"watchlist-fail": switchCommand("watchlist-fail", "end every WatchList with a 500 ERROR event after its first initial event", (*Proxy).WatchListFail),
+	"heal": {"", "end every lasting fault (fail, delay, drop, refuse, flap-*, freeze, watchlist-fail)", func(p *Proxy, _ url.Values) (string, error) {
 		return "healed", p.Heal()
 	}},
+}
+
+// switchCommand is a persistent fault that on=true (the default) switches on
+// and on=false off.
+func switchCommand(name, help string, set func(*Proxy, bool)) command {
+	return command{"on=true", help, func(p *Proxy, q url.Values) (string, error) {
+		on, err := arg(q, "on", true, strconv.ParseBool)
+		if err != nil {
+			return "", err
+		}
+		set(p, on)
+		if on {
+			return name + " on", nil
+		}
+		return name + " off", nil
+	}}
 }
 
 // Do runs the fault named cmd with its arguments (see Handler for the list).
@@ -155,7 +175,7 @@ func Help() string {
 	b.WriteString("POST /FAULT?ARGS, one of:\n")
 	for _, name := range commandNames() {
 		c := commands[name]
-		fmt.Fprintf(&b, "  %-8s %-44s %s\n", name, c.args, c.help)
+		fmt.Fprintf(&b, "  %-14s %-44s %s\n", name, c.args, c.help)
 	}
 	b.WriteString("GET /counts: what the proxy saw and did (JSON)\n")
 	return b.String()

@@ -52,14 +52,62 @@ func (p *Proxy) Delay(kinds Kind, d time.Duration) {
 	}
 }
 
-// Heal ends every lasting fault: failures, delays, dropped events and a
-// refusal. (Cuts and injected frames are one-off: there is nothing to end.)
+// FlapCut, while on, cuts every WATCH stream right after the first frame it
+// passes on (an event or a bookmark): the client gets one frame, then a broken
+// stream, on every WATCH. A stream already open is cut after its next frame.
+// A client that takes "it delivered something" for "it was healthy"
+// re-watches at once, forever.
+func (p *Proxy) FlapCut(on bool) { p.flapCut.Store(on) }
+
+// FlapError, while on, ends every WATCH stream after the first event it passes
+// on with an ERROR event carrying a 500 Status (InternalErrorEvent), then the
+// end of the stream, as the apiserver does when it cannot go on. The client
+// must relist, and a client that relists at once does so forever.
+func (p *Proxy) FlapError(on bool) { p.flapError.Store(on) }
+
+// WatchListFail, while on, ends every WatchList (a WATCH with
+// sendInitialEvents=true) after its first initial event, before the
+// initial-events-end bookmark, with InternalErrorEvent. Other WATCHes, and
+// a WatchList's live events after the bookmark, pass.
+func (p *Proxy) WatchListFail(on bool) { p.watchListFail.Store(on) }
+
+// Freeze, while on, passes nothing on any WATCH stream: no event, no bookmark,
+// no injected frame. Streams stay open (new ones open too, headers and all)
+// and hold the server's frames, which go on, in order, when Freeze(false)
+// thaws them; until then only the client giving up, or a cut, ends a stream.
+// LISTs and other requests pass.
+func (p *Proxy) Freeze(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case on && p.thaw == nil:
+		p.thaw = make(chan struct{})
+	case !on && p.thaw != nil:
+		close(p.thaw)
+		p.thaw = nil
+	}
+}
+
+// frozen returns the channel a frozen stream waits on, or nil.
+func (p *Proxy) frozen() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.thaw
+}
+
+// Heal ends every lasting fault: failures, delays, dropped events, a
+// refusal, flapping, a freeze and failing WatchLists. (Cuts and injected
+// frames are one-off: there is nothing to end.)
 func (p *Proxy) Heal() error {
 	p.mu.Lock()
 	p.failure = nil
 	p.delay = map[Kind]time.Duration{}
 	p.drop = map[string]bool{}
 	p.mu.Unlock()
+	p.FlapCut(false)
+	p.FlapError(false)
+	p.WatchListFail(false)
+	p.Freeze(false)
 	return p.Accept()
 }
 

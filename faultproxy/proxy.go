@@ -15,10 +15,23 @@
 //	lost events                  Drop             a buggy watch cache (a controller cannot
 //	                                              notice; only a relist repairs it)
 //
+// and faults that last until switched off, to see what a client does when a
+// fault does not go away: how often it retries, whether it notices at all:
+//
+//	every stream cut after       FlapCut          a load balancer that drops long-lived
+//	  one frame                                   connections, a crash-looping apiserver
+//	every stream ends in a 500   FlapError        etcd failing under the apiserver, a
+//	  ERROR after one event                       watch the server cannot continue
+//	streams open, nothing sent   Freeze           a half-dead connection, a stuck proxy
+//	every WatchList fails        WatchListFail    a server that cannot finish the initial
+//	  after one initial event                     events (too big, too slow, restarting)
+//
 // Faults happen on demand (call the methods; Handler exposes them over HTTP
 // for a demo) or on a schedule (Every). Counts says what the proxy saw and
 // did, so a test can assert on it: how many LISTs, how many requests during
 // a storm, how many 410s came from the server rather than from the proxy.
+// Meter says when: LISTs and WATCHes a minute over any stretch of time, and
+// the busiest minute, to hold a client to a request budget.
 //
 // Point a client at Proxy.URL instead of the apiserver; everything else
 // (credentials, TLS trust) stays the same, because the proxy presents a
@@ -65,6 +78,12 @@ type Proxy struct {
 	failure  *Failure
 	delay    map[Kind]time.Duration
 	drop     map[string]bool
+	// thaw is open while the proxy is frozen; Freeze(false) closes it.
+	thaw chan struct{}
+
+	flapCut, flapError, watchListFail atomic.Bool
+
+	meter *Meter
 
 	closeOnce sync.Once
 }
@@ -108,10 +127,12 @@ type Counts struct {
 	Failed int64
 	// Refused counts Refuse periods.
 	Refused int64
-	// Cut counts WATCH streams cut mid-way; Expired, streams ended with an
-	// injected 410 ERROR event; Injected, other frames added to streams;
-	// Dropped, frames from the server that were not passed on.
-	Cut, Expired, Injected, Dropped int64
+	// Cut counts WATCH streams cut mid-way (by CutWatches or FlapCut);
+	// Expired, streams ended with an injected 410 ERROR event; ErrorEvents,
+	// streams ended with an injected 500 ERROR event (FlapError,
+	// WatchListFail); Injected, other frames added to streams; Dropped,
+	// frames from the server that were not passed on.
+	Cut, Expired, ErrorEvents, Injected, Dropped int64
 	// Frames counts the watch frames passed on from the server.
 	Frames int64
 	// OpenWatches is the number of WATCH streams open right now.
@@ -127,7 +148,7 @@ func (c Counts) Total() int64 { return c.Lists + c.Watches + c.Others }
 type counters struct {
 	lists, watches, others, failed, refused atomic.Int64
 	cut, expired, injected, dropped, frames atomic.Int64
-	upstreamGone                            atomic.Int64
+	errorEvents, upstreamGone               atomic.Int64
 }
 
 // New starts a proxy in front of upstream (an https URL), presenting cert and
@@ -138,12 +159,12 @@ func New(upstream string, cert tls.Certificate, upstreamCAs *x509.CertPool) (*Pr
 		return nil, err
 	}
 	p := &Proxy{cert: cert, conns: map[net.Conn]struct{}{}, streams: map[*stream]struct{}{},
-		delay: map[Kind]time.Duration{}, drop: map[string]bool{}}
+		delay: map[Kind]time.Duration{}, drop: map[string]bool{}, meter: NewMeter()}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(target)
 			r.Out.Host = target.Host
-			if kindOf(r.In) == Watch {
+			if KindOf(r.In) == Watch {
 				// Let the transport ask for and undo compression itself, so
 				// that the frames the proxy reads are plain JSON lines.
 				r.Out.Header.Del("Accept-Encoding")
@@ -187,8 +208,8 @@ func (p *Proxy) serve(ln net.Listener) {
 	go func() { _ = srv.Serve(tlsLn) }()
 }
 
-// kindOf sorts a request into a Kind.
-func kindOf(r *http.Request) Kind {
+// KindOf sorts a request into a Kind.
+func KindOf(r *http.Request) Kind {
 	if w := r.URL.Query().Get("watch"); w == "true" || w == "1" {
 		return Watch
 	}
@@ -207,7 +228,8 @@ func isNamedObject(r *http.Request) bool {
 }
 
 func (p *Proxy) handle(w http.ResponseWriter, r *http.Request) {
-	kind := kindOf(r)
+	kind := KindOf(r)
+	p.meter.count(r)
 	switch kind {
 	case Watch:
 		p.count.watches.Add(1)
@@ -229,7 +251,7 @@ func (p *Proxy) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
-	s := newStream(cancel)
+	s := newStream(ctx, cancel, r.URL.Query().Get("sendInitialEvents") == "true")
 	p.mu.Lock()
 	p.streams[s] = struct{}{}
 	p.mu.Unlock()
@@ -319,13 +341,18 @@ func (p *Proxy) Accept() error {
 	return nil
 }
 
+// Meter is the proxy's request meter: every LIST and WATCH that reached it,
+// with its time. (A refusing proxy sees nothing: meter the client for that,
+// with Meter.Wrap.)
+func (p *Proxy) Meter() *Meter { return p.meter }
+
 // Counts returns what the proxy saw and did so far.
 func (p *Proxy) Counts() Counts {
 	c := &p.count
 	return Counts{
 		Lists: c.lists.Load(), Watches: c.watches.Load(), Others: c.others.Load(),
 		Failed: c.failed.Load(), Refused: c.refused.Load(),
-		Cut: c.cut.Load(), Expired: c.expired.Load(), Injected: c.injected.Load(),
+		Cut: c.cut.Load(), Expired: c.expired.Load(), ErrorEvents: c.errorEvents.Load(), Injected: c.injected.Load(),
 		Dropped: c.dropped.Load(), Frames: c.frames.Load(), UpstreamGone: c.upstreamGone.Load(),
 		OpenWatches: p.OpenWatches(),
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -26,6 +27,8 @@ type upstream struct {
 	frames chan string
 	// listStatus, when set, is the status LISTs answer with.
 	listStatus atomic.Int32
+	// watching is the number of WATCHes the server is serving.
+	watching atomic.Int32
 }
 
 const listPath = "/apis/example.com/v1alpha1/namespaces/ns/myresources"
@@ -34,8 +37,10 @@ func newUpstream(t *testing.T) (*upstream, *Proxy, *http.Client) {
 	t.Helper()
 	u := &upstream{frames: make(chan string)}
 	u.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch kindOf(r) {
+		switch KindOf(r) {
 		case Watch:
+			u.watching.Add(1)
+			defer u.watching.Add(-1)
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusOK)
 			w.(http.Flusher).Flush()
@@ -73,8 +78,14 @@ func newUpstream(t *testing.T) (*upstream, *Proxy, *http.Client) {
 // watch opens a WATCH through the proxy and returns its lines.
 func watch(t *testing.T, p *Proxy, c *http.Client) (*bufio.Reader, func()) {
 	t.Helper()
+	return watchQuery(t, p, c, "watch=true")
+}
+
+// watchQuery opens a WATCH with the given query and returns its lines.
+func watchQuery(t *testing.T, p *Proxy, c *http.Client, query string) (*bufio.Reader, func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+listPath+"?watch=true", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+listPath+"?"+query, nil)
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -117,11 +128,46 @@ func get(t *testing.T, c *http.Client, u string) (*http.Response, string) {
 	return resp, string(b)
 }
 
+// closed waits until the stream is gone from the proxy and from the server,
+// so that the next frame sent goes to the next stream.
+func (u *upstream) closed(t *testing.T, p *Proxy) {
+	t.Helper()
+	waitFor(t, func() bool { return p.OpenWatches() == 0 && u.watching.Load() == 0 }, "the stream is still open")
+}
+
 const (
 	added    = `{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"2"}}}`
 	modified = `{"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVersion":"3"}}}`
 	deleted  = `{"type":"DELETED","object":{"metadata":{"name":"a","resourceVersion":"4"}}}`
+	bookmark = `{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"5"}}}`
+	// initialEnd ends a WatchList's initial events.
+	initialEnd = `{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"5","annotations":{"k8s.io/initial-events-end":"true"}}}}`
 )
+
+// errorEvent reads a frame that must be an ERROR event and returns its Status
+// as an error.
+func errorEvent(t *testing.T, r *bufio.Reader) error {
+	t.Helper()
+	var ev struct {
+		Type   string
+		Object metav1.Status
+	}
+	if err := json.Unmarshal([]byte(readLine(t, r)), &ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.Type != "ERROR" {
+		t.Fatalf("got a %s event, want ERROR", ev.Type)
+	}
+	return apierrors.FromObject(&ev.Object)
+}
+
+// endsCleanly: nothing more on the stream, and a clean end of it.
+func endsCleanly(t *testing.T, r *bufio.Reader) {
+	t.Helper()
+	if rest, err := io.ReadAll(r); err != nil || len(rest) != 0 {
+		t.Fatalf("after the ERROR event: %q, %v; want a clean end of stream", rest, err)
+	}
+}
 
 // Frames from the server pass one by one; an injected frame goes out at once,
 // between two of them, even while the server is silent; the stream goes on.
@@ -157,19 +203,10 @@ func TestProxyExpireWatchesSendsErrorEventThenEnds(t *testing.T) {
 	if n := p.ExpireWatches(); n != 1 {
 		t.Fatalf("expired %d streams", n)
 	}
-	var ev struct {
-		Type   string
-		Object metav1.Status
+	if err := errorEvent(t, r); !apierrors.IsResourceExpired(err) {
+		t.Fatalf("got %v, want an ERROR event with 410 Expired", err)
 	}
-	if err := json.Unmarshal([]byte(readLine(t, r)), &ev); err != nil {
-		t.Fatal(err)
-	}
-	if err := apierrors.FromObject(&ev.Object); ev.Type != "ERROR" || !apierrors.IsResourceExpired(err) {
-		t.Fatalf("got %s %v, want an ERROR event with 410 Expired", ev.Type, err)
-	}
-	if rest, err := io.ReadAll(r); err != nil || len(rest) != 0 {
-		t.Fatalf("after the ERROR event: %q, %v; want a clean end of stream", rest, err)
-	}
+	endsCleanly(t, r)
 	waitFor(t, func() bool { return p.OpenWatches() == 0 }, "stream still open")
 	if c := p.Counts(); c.Expired != 1 || c.UpstreamGone != 0 {
 		t.Fatalf("counts %+v: an injected 410 is not the server's", c)
@@ -191,6 +228,212 @@ func TestProxyCutWatchesBreaksTheStream(t *testing.T) {
 	}
 	if c := p.Counts(); c.Cut != 1 {
 		t.Fatalf("counts %+v", c)
+	}
+}
+
+// FlapCut cuts every stream after its first frame, an event or a bookmark,
+// the streams opened after it was switched on and the one open before alike;
+// Heal ends it.
+func TestProxyFlapCutCutsEveryStreamAfterItsFirstFrame(t *testing.T) {
+	u, p, c := newUpstream(t)
+	r, stop := watch(t, p, c)
+	u.frames <- added
+	readLine(t, r)
+	p.FlapCut(true)
+	for i, frame := range []string{modified, added, bookmark} {
+		if i > 0 {
+			r, stop = watch(t, p, c)
+		}
+		u.frames <- frame
+		if l := readLine(t, r); l != frame {
+			t.Fatalf("stream %d: got %q, want %q", i, l, frame)
+		}
+		if _, err := io.ReadAll(r); err == nil {
+			t.Fatalf("stream %d: a clean end; want it cut after the frame", i)
+		}
+		stop()
+		u.closed(t, p)
+	}
+	if err := p.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	r, stop = watch(t, p, c)
+	defer stop()
+	for _, frame := range []string{added, modified} {
+		u.frames <- frame
+		if l := readLine(t, r); l != frame {
+			t.Fatalf("after Heal: got %q, want %q", l, frame)
+		}
+	}
+	if c := p.Counts(); c.Cut != 3 || c.Frames != 6 || c.Watches != 4 {
+		t.Fatalf("counts %+v", c)
+	}
+}
+
+// FlapError lets a bookmark pass, and ends the stream after its first event
+// with an ERROR event carrying a 500, then a clean end, as the apiserver does.
+func TestProxyFlapErrorEndsEveryStreamWithA500AfterItsFirstEvent(t *testing.T) {
+	u, p, c := newUpstream(t)
+	p.FlapError(true)
+	for i := range 2 {
+		r, stop := watch(t, p, c)
+		for _, frame := range []string{bookmark, added} {
+			u.frames <- frame
+			if l := readLine(t, r); l != frame {
+				t.Fatalf("stream %d: got %q, want %q", i, l, frame)
+			}
+		}
+		if err := errorEvent(t, r); !apierrors.IsInternalError(err) {
+			t.Fatalf("stream %d: got %v, want an ERROR event with a 500", i, err)
+		}
+		endsCleanly(t, r)
+		stop()
+		u.closed(t, p)
+	}
+	if c := p.Counts(); c.ErrorEvents != 2 || c.Frames != 4 || c.Cut != 0 {
+		t.Fatalf("counts %+v", c)
+	}
+}
+
+// A frozen proxy opens WATCH streams and holds every frame; thawed, it passes
+// them on in order. A frozen stream ends when its client gives up.
+func TestProxyFreezeHoldsFramesUntilThawed(t *testing.T) {
+	u, p, c := newUpstream(t)
+	p.Freeze(true)
+	r, stop := watch(t, p, c)
+	got := make(chan string)
+	go func() {
+		for {
+			l, err := r.ReadString('\n')
+			if err != nil {
+				close(got)
+				return
+			}
+			got <- strings.TrimSuffix(l, "\n")
+		}
+	}()
+	u.frames <- added
+	if n := p.InjectFrame([]byte(`{"type":"SURPRISE","object":{}}`)); n != 1 {
+		t.Fatalf("injected into %d streams", n)
+	}
+	select {
+	case l := <-got:
+		t.Fatalf("a frozen stream passed %q", l)
+	case <-time.After(300 * time.Millisecond):
+	}
+	p.Freeze(false)
+	// (The injected frame goes between two of the server's: before or after.)
+	var thawed []string
+	for range 2 {
+		select {
+		case l := <-got:
+			thawed = append(thawed, l)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("after the thaw: only %q", thawed)
+		}
+	}
+	if slices.Sort(thawed); !slices.Equal(thawed, []string{added, `{"type":"SURPRISE","object":{}}`}) {
+		t.Fatalf("after the thaw: %q", thawed)
+	}
+	stop()
+	u.closed(t, p)
+
+	p.Freeze(true)
+	_, stop = watch(t, p, c)
+	u.frames <- modified
+	stop()
+	u.closed(t, p)
+	if c := p.Counts(); c.Frames != 1 || c.Injected != 1 {
+		t.Fatalf("counts %+v", c)
+	}
+}
+
+// WatchListFail ends a WatchList after its first initial event; a WATCH
+// without initial events, and a WatchList's live events after the
+// initial-events-end bookmark, pass.
+func TestProxyWatchListFailEndsAWatchListAfterItsFirstInitialEvent(t *testing.T) {
+	u, p, c := newUpstream(t)
+	p.WatchListFail(true)
+	pass := func(r *bufio.Reader, frames ...string) {
+		t.Helper()
+		for _, frame := range frames {
+			u.frames <- frame
+			if l := readLine(t, r); l != frame {
+				t.Fatalf("got %q, want %q", l, frame)
+			}
+		}
+	}
+	r, stop := watch(t, p, c)
+	pass(r, added, modified)
+	stop()
+	u.closed(t, p)
+
+	r, stop = watchQuery(t, p, c, "watch=true&sendInitialEvents=true")
+	pass(r, added)
+	if err := errorEvent(t, r); !apierrors.IsInternalError(err) {
+		t.Fatalf("got %v, want an ERROR event with a 500", err)
+	}
+	endsCleanly(t, r)
+	stop()
+	u.closed(t, p)
+
+	// An empty initial state: the bookmark first, then live events.
+	r, stop = watchQuery(t, p, c, "watch=true&sendInitialEvents=true")
+	defer stop()
+	pass(r, initialEnd, added, modified)
+	if c := p.Counts(); c.ErrorEvents != 1 {
+		t.Fatalf("counts %+v", c)
+	}
+}
+
+// The meter counts LISTs (further pages apart) and WATCHes, not the rest;
+// wrapped around a client's transport it counts what a refusing proxy never
+// sees.
+func TestProxyMeterCountsListsPagesAndWatches(t *testing.T) {
+	_, p, c := newUpstream(t)
+	start := time.Now()
+	get(t, c, p.URL+listPath)
+	get(t, c, p.URL+listPath+"?continue=abc")
+	get(t, c, p.URL+listPath+"/one-object")
+	_, stop := watch(t, p, c)
+	stop()
+	want := Rate{Lists: 1, Pages: 1, Watches: 1}
+	if r := p.Meter().Between(start, time.Now()); r.Lists != want.Lists || r.Pages != want.Pages || r.Watches != want.Watches || r.Requests() != 2 {
+		t.Fatalf("the proxy metered %+v, want %+v", r, want)
+	}
+
+	client := NewMeter()
+	tr := c.Transport.(*http.Transport).Clone()
+	tr.DisableKeepAlives = true
+	refused := &http.Client{Transport: client.Wrap(tr)}
+	p.Refuse()
+	if _, err := refused.Get(p.URL + listPath); err == nil {
+		t.Fatal("the proxy did not refuse")
+	}
+	if r := client.Between(start, time.Now()); r.Lists != 1 {
+		t.Fatalf("the client's meter: %+v, want one LIST", r)
+	}
+	if r := p.Meter().Between(start, time.Now()); r.Lists != 1 {
+		t.Fatalf("the proxy metered %+v: it refused the second LIST", r)
+	}
+}
+
+func TestProxyMeterRateAndBusiestMinute(t *testing.T) {
+	m := NewMeter()
+	t0 := time.Now()
+	for _, s := range []int{0, 10, 20, 61, 62, 63, 64} {
+		m.requests = append(m.requests, metered{at: t0.Add(time.Duration(s) * time.Second), kind: Watch})
+	}
+	m.requests = append(m.requests, metered{at: t0.Add(30 * time.Second), kind: List, page: true})
+	r := m.Between(t0, t0.Add(2*time.Minute))
+	if r.Watches != 7 || r.Pages != 1 || r.Lists != 0 || r.PerMinute(r.Requests()) != 3.5 {
+		t.Fatalf("%+v, %.1f a minute", r, r.PerMinute(r.Requests()))
+	}
+	if n := m.Busiest(t0, t0.Add(2*time.Minute), time.Minute); n != 6 {
+		t.Fatalf("busiest minute %d, want 6 (from 10 s to 70 s)", n)
+	}
+	if n := m.Busiest(t0, t0.Add(64*time.Second), time.Minute); n != 5 {
+		t.Fatalf("busiest minute before 64 s: %d, want 5", n)
 	}
 }
 
@@ -331,6 +574,15 @@ func TestProxyControlHandler(t *testing.T) {
 	}
 	if code, out := post("/cut"); code != 200 || out != "cut 0 watch stream(s)\n" {
 		t.Fatalf("cut: %d %q", code, out)
+	}
+	if code, out := post("/flap-cut"); code != 200 || out != "flap-cut on\n" || !p.flapCut.Load() {
+		t.Fatalf("flap-cut: %d %q", code, out)
+	}
+	if code, out := post("/flap-cut?on=false"); code != 200 || out != "flap-cut off\n" || p.flapCut.Load() {
+		t.Fatalf("flap-cut?on=false: %d %q", code, out)
+	}
+	if code, _ := post("/freeze?on=maybe"); code != 400 {
+		t.Fatal("on=maybe must be refused")
 	}
 	resp, body := get(t, http.DefaultClient, ctl.URL+"/counts")
 	var counts Counts

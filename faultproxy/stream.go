@@ -5,15 +5,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"sync"
 )
 
 // stream is one open WATCH passing through the proxy.
 type stream struct {
+	// ctx ends when the stream is cut or the client goes away.
+	ctx    context.Context
 	cancel context.CancelFunc
 	// inject carries frames to add to the stream between two of the server's.
 	inject chan injection
+	// initialEvents: a WatchList (sendInitialEvents=true), whose first
+	// frames are the initial state, up to the initial-events-end bookmark.
+	initialEvents bool
 }
 
 type injection struct {
@@ -25,8 +31,8 @@ type injection struct {
 
 type streamKey struct{}
 
-func newStream(cancel context.CancelFunc) *stream {
-	return &stream{cancel: cancel, inject: make(chan injection, 16)}
+func newStream(ctx context.Context, cancel context.CancelFunc, initialEvents bool) *stream {
+	return &stream{ctx: ctx, cancel: cancel, inject: make(chan injection, 16), initialEvents: initialEvents}
 }
 
 // frame wraps the server's response body so that it is passed on one JSON
@@ -49,7 +55,16 @@ type framedBody struct {
 
 	pending []byte // the rest of the frame being handed out
 	ending  bool   // return io.EOF once pending is out
+
+	// What the persistent faults decided after a frame: end the stream with
+	// this frame next (FlapError, WatchListFail), or cut it (FlapCut).
+	next       []byte
+	cut        bool
+	initialEnd bool // the initial-events-end bookmark went by
 }
+
+// errCut ends a stream the proxy cut: the reverse proxy aborts the response.
+var errCut = errors.New("faultproxy: watch stream cut")
 
 // pump reads the server's frames until its body ends.
 func (b *framedBody) pump() {
@@ -73,31 +88,98 @@ func (b *framedBody) pump() {
 
 func (b *framedBody) Read(out []byte) (int, error) {
 	for len(b.pending) == 0 {
-		if b.ending {
+		switch {
+		case b.ending:
 			return 0, io.EOF
+		case b.cut:
+			b.p.count.cut.Add(1)
+			b.s.cancel()
+			return 0, errCut
+		case b.next != nil:
+			if err := b.thawed(); err != nil {
+				return 0, err
+			}
+			b.pending, b.ending, b.next = b.next, true, nil
+			continue
 		}
 		select {
 		case inj := <-b.s.inject:
+			if err := b.thawed(); err != nil {
+				return 0, err
+			}
 			b.pending, b.ending = inj.frame, inj.end
 		case line, ok := <-b.lines:
 			if !ok {
+				if err := b.s.ctx.Err(); err != nil {
+					// Cut: the upstream body may end cleanly or not, but
+					// the client must see its stream broken.
+					return 0, err
+				}
 				return 0, b.err // io.EOF when the server ended the stream
 			}
 			if b.p.dropping(line) {
 				b.p.count.dropped.Add(1)
 				continue
 			}
+			if err := b.thawed(); err != nil {
+				return 0, err
+			}
 			if isGone(line) {
 				b.p.count.upstreamGone.Add(1)
 			}
 			b.p.count.frames.Add(1)
 			b.pending = line
+			b.persistentFaults(line)
 		}
 	}
 	n := copy(out, b.pending)
 	b.pending = b.pending[n:]
 	return n, nil
 }
+
+// thawed holds the frame in hand while the proxy is frozen; an error means
+// the stream ended meanwhile (the client gave up, or a cut).
+func (b *framedBody) thawed() error {
+	for {
+		thaw := b.p.frozen()
+		if thaw == nil {
+			return nil
+		}
+		select {
+		case <-thaw:
+		case <-b.s.ctx.Done():
+			return b.s.ctx.Err()
+		}
+	}
+}
+
+// persistentFaults decides, after a frame of the server's went out, what the
+// persistent faults do next: FlapCut cuts the stream after any frame,
+// FlapError ends it with a 500 after an event, WatchListFail after an initial
+// event of a WatchList. Each bites at the first frame it sees, so switching
+// one on reaches the streams already open.
+func (b *framedBody) persistentFaults(line []byte) {
+	p := b.p
+	if p.flapCut.Load() {
+		b.cut = true
+		return
+	}
+	watchList := b.s.initialEvents && !b.initialEnd
+	if watchList && bytes.Contains(line, []byte(initialEventsEnd)) {
+		b.initialEnd, watchList = true, false
+	}
+	if !p.flapError.Load() && !(watchList && p.watchListFail.Load()) {
+		return
+	}
+	if h, ok := head(line); ok && (h.Type == "ADDED" || h.Type == "MODIFIED" || h.Type == "DELETED") {
+		b.next = InternalErrorEvent
+		p.count.errorEvents.Add(1)
+	}
+}
+
+// initialEventsEnd is the annotation of the bookmark that ends a WatchList's
+// initial events.
+const initialEventsEnd = "k8s.io/initial-events-end"
 
 func (b *framedBody) Close() error {
 	b.once.Do(func() { close(b.done) })
@@ -170,6 +252,12 @@ func (p *Proxy) ExpireWatches() int {
 // apiserver words it.
 var ExpiredEvent = line([]byte(`{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},` +
 	`"status":"Failure","message":"too old resource version (injected by faultproxy)","reason":"Expired","code":410}}`))
+
+// InternalErrorEvent is the ERROR frame FlapError and WatchListFail end a
+// stream with: a 500, as the apiserver sends when it cannot go on (etcd
+// answered an error, an event came with no previous value).
+var InternalErrorEvent = line([]byte(`{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},` +
+	`"status":"Failure","message":"Internal error occurred: injected by faultproxy","reason":"InternalError","code":500}}`))
 
 // UndecodableEvent is a well-formed frame whose object does not decode as a
 // MyResource: spec.message is a number. The watcher must skip it and go on.

@@ -49,9 +49,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.CutEvery, "cut-every", 2*time.Second, "cut the watch stream about this often (negative: never)")
 	fs.DurationVar(&cfg.ExpireEvery, "expire-every", 10*time.Second, "send a 410 ERROR event into the stream about this often (negative: never)")
 	fs.DurationVar(&cfg.CompactEvery, "compact-every", 10*time.Second, "compact etcd, the controller cut off for 1 s, about this often (negative: never)")
-	fs.BoolVar(&cfg.NoRestart, "no-restart", false, "do not restart the apiserver half-way")
+	fs.BoolVar(&cfg.NoRestart, "no-restart", false, "do not restart the apiserver (at 30% of --duration)")
+	fs.BoolVar(&cfg.NoPhases, "no-phases", false, "skip the persistent faults (flap-cut, flap-error, freeze) of the last part of the run")
+	fs.IntVar(&cfg.Compress, "compress", 1, "make the watcher's backoff and watchdog this many times quicker (the test suite's short run: 15)")
 	fs.DurationVar(&cfg.Converge, "converge", 30*time.Minute, "how long the controller has to catch up after the faults")
-	breakWhat := fs.String("break", "", `break something on purpose: "drop-events" makes the proxy swallow every MODIFIED and DELETED event, and turns off the faults that relist (a relist would repair the loss)`)
+	breakWhat := fs.String("break", "", `break something on purpose: "drop-events" makes the proxy swallow every MODIFIED and DELETED event, and turns off the faults that relist (a relist would repair the loss) and the persistent ones`)
 	logPath := fs.String("controller-log", "out/chaos-controller.log", "where the controller's log goes")
 	verbosity := fs.Int("v", 2, "the controller's log verbosity")
 	if err := fs.Parse(args); err != nil {
@@ -61,7 +63,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch *breakWhat {
 	case "":
 	case "drop-events":
-		cfg.ExpireEvery, cfg.CompactEvery, cfg.NoRestart = -1, -1, true
+		cfg.ExpireEvery, cfg.CompactEvery, cfg.NoRestart, cfg.NoPhases = -1, -1, true, true
 		cfg.Sabotage = func(p *faultproxy.Proxy) { p.Drop("MODIFIED", "DELETED") }
 	default:
 		fmt.Fprintf(stderr, "chaos: unknown --break %q (drop-events)\n", *breakWhat)
