@@ -81,6 +81,11 @@ import (
 	"rawwatch/watcher"
 )
 
+// DefaultMaxConvergence bounds the time from the end of the faults until the
+// controller has caught up: the watcher's backoff cap (30 s) plus the time
+// to relist and work off what changed meanwhile.
+const DefaultMaxConvergence = time.Minute
+
 // Config describes a chaos run. Zero values take the defaults of the short
 // run the test suite makes; cmd/chaos's defaults are the full run.
 type Config struct {
@@ -115,6 +120,9 @@ type Config struct {
 	// Converge is how long the controller has to catch up once the faults
 	// stop (default 2 minutes).
 	Converge time.Duration
+	// MaxConvergence is the verdict's bound on that time (default
+	// DefaultMaxConvergence; negative: no bound).
+	MaxConvergence time.Duration
 	// Sabotage, when set, gets the proxy before the run starts: a way to
 	// break something on purpose and watch the verdict fail.
 	Sabotage func(*faultproxy.Proxy)
@@ -150,6 +158,7 @@ func (c *Config) defaults() {
 	def(&c.ExpireEvery, 6*time.Second)
 	def(&c.CompactEvery, 6*time.Second)
 	def(&c.Converge, 2*time.Minute)
+	def(&c.MaxConvergence, DefaultMaxConvergence)
 	if c.Compress == 0 {
 		c.Compress = 15
 	}

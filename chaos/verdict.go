@@ -266,7 +266,18 @@ type PhaseReport struct {
 }
 
 // Failures is the verdict's list of losses; empty means PASS.
-func (r *Report) Failures() []string { return r.Verdict.Failures() }
+func (r *Report) Failures() []string {
+	f := r.Verdict.Failures()
+	if r.slow() {
+		f = append(f, fmt.Sprintf("converged %v after the faults stopped, bound %v", r.ConvergedIn.Round(100*time.Millisecond), r.Config.MaxConvergence))
+	}
+	return f
+}
+
+// slow: the controller took longer than MaxConvergence to converge.
+func (r *Report) slow() bool {
+	return r.Config.MaxConvergence > 0 && r.ConvergedIn > r.Config.MaxConvergence
+}
 
 func (r *Report) fill(ctrl *app.App, proxy faultproxy.Counts, rec *recorder, ch *churner) {
 	st := ctrl.Watcher.Stats()
@@ -369,6 +380,9 @@ func (r *Report) Print(w io.Writer) {
 		r.Deletes-int64(v.Invisible), v.Invisible))
 	check(len(v.Overlaps) == 0, "no key was reconciled by two workers at once")
 	check(len(v.ChurnErrors) == 0, "every churn write succeeded")
+	if r.Config.MaxConvergence > 0 {
+		check(!r.slow(), fmt.Sprintf("converged %v after the faults stopped, bound %v", r.ConvergedIn.Round(100*time.Millisecond), r.Config.MaxConvergence))
+	}
 	b := v.Budget
 	check(b.Busiest <= b.Bound, fmt.Sprintf("request budget: the watcher's busiest minute of faults held %d LISTs and WATCHes, its bound %d (%.1f a minute over the %v of faults: %d LISTs, %d WATCHes)",
 		b.Busiest, b.Bound, b.Requests.PerMinute(b.Requests.Requests()), b.Requests.Over.Round(time.Second), b.Requests.Lists, b.Requests.Watches))

@@ -53,6 +53,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.NoPhases, "no-phases", false, "skip the persistent faults (flap-cut, flap-error, freeze) of the last part of the run")
 	fs.IntVar(&cfg.Compress, "compress", 1, "make the watcher's backoff and watchdog this many times quicker (the test suite's short run: 15)")
 	fs.DurationVar(&cfg.Converge, "converge", 30*time.Minute, "how long the controller has to catch up after the faults")
+	fs.DurationVar(&cfg.MaxConvergence, "max-convergence", chaos.DefaultMaxConvergence, "the verdict fails if the controller takes longer than this to catch up after the faults (negative: no bound)")
 	breakWhat := fs.String("break", "", `break something on purpose: "drop-events" makes the proxy swallow every MODIFIED and DELETED event, and turns off the faults that relist (a relist would repair the loss) and the persistent ones`)
 	logPath := fs.String("controller-log", "out/chaos-controller.log", "where the controller's log goes")
 	verbosity := fs.Int("v", 2, "the controller's log verbosity")
