@@ -55,6 +55,12 @@
 // Run returns a Report with the counts (events, relists, watch restarts,
 // retries...) and the verdict; cmd/chaos prints it and exits non-zero on any
 // loss.
+//
+// Budget measures the request budget fault by fault instead: each persistent
+// fault alone for a fixed time against the same wiring (but the apiserver's
+// watch cache on, as in production), with the watcher's real backoff: its
+// LISTs and WATCHes a minute against the bound, then whether the store
+// caught up once the fault was lifted (cmd/chaos --budget).
 package chaos
 
 import (

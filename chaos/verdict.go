@@ -163,38 +163,11 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 	if err != nil {
 		return Verdict{}, fmt.Errorf("the fresh LIST: %w", err)
 	}
-	// One snapshot of the store, taken after the LIST: a controller still at
-	// work may be ahead of the LIST by then (not converged yet: judged again).
-	stored := map[string]app.Object{}
-	for _, o := range j.ctrl.Store.List() {
-		stored[store.KeyOf(o)] = o
-	}
-	v := Verdict{Listed: len(list.Items), DiffKinds: map[string]int{}, Budget: j.budget}
-	diff := func(kind, line string) {
-		v.DiffKinds[kind]++
-		v.StoreDiff = append(v.StoreDiff, line)
-	}
-	server := map[string]*v1alpha1.MyResource{}
-	for i := range list.Items {
-		o := &list.Items[i]
-		key := store.KeyOf(o)
-		server[key] = o
-		got, ok := stored[key]
-		switch {
-		case !ok:
-			diff(diffMissing, key+" missing from the store")
-		case got.UID != o.UID:
-			diff(diffUID, fmt.Sprintf("%s is another object in the store (uid %s, server %s)", key, got.UID, o.UID))
-		case got.ResourceVersion != o.ResourceVersion:
-			diff(diffStale, fmt.Sprintf("%s at resourceVersion %s in the store, %s on the server", key, got.ResourceVersion, o.ResourceVersion))
-		}
+	v := Verdict{Listed: len(list.Items), Budget: j.budget}
+	v.StoreDiff, v.DiffKinds = storeDiff(list.Items, j.ctrl.Store)
+	for _, o := range list.Items {
 		if o.Status.ObservedGeneration != o.Generation || o.Status.Phase != v1alpha1.PhaseProcessed {
-			v.StaleStatus = append(v.StaleStatus, fmt.Sprintf("%s generation %d, status %q at %d", key, o.Generation, o.Status.Phase, o.Status.ObservedGeneration))
-		}
-	}
-	for key := range stored {
-		if _, ok := server[key]; !ok {
-			diff(diffGhost, key+" in the store, gone from the server")
+			v.StaleStatus = append(v.StaleStatus, fmt.Sprintf("%s generation %d, status %q at %d", store.KeyOf(&o), o.Generation, o.Status.Phase, o.Status.ObservedGeneration))
 		}
 	}
 	j.rec.mu.Lock()
@@ -213,6 +186,45 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 	slices.Sort(v.StoreDiff)
 	slices.Sort(v.StaleStatus)
 	return v, nil
+}
+
+// storeDiff compares the store with the server's objects, listed just
+// before: a line for each key missing from the store, left over in it, or
+// held at another UID or resourceVersion, and the count of each kind. (The
+// store's snapshot is taken after the LIST: a controller still at work may
+// be ahead of it by then, which is not convergence yet: judge again.)
+func storeDiff(server []v1alpha1.MyResource, st *store.Store[app.Object]) ([]string, map[string]int) {
+	stored := map[string]app.Object{}
+	for _, o := range st.List() {
+		stored[store.KeyOf(o)] = o
+	}
+	var lines []string
+	kinds := map[string]int{}
+	diff := func(kind, line string) {
+		kinds[kind]++
+		lines = append(lines, line)
+	}
+	listed := map[string]bool{}
+	for i := range server {
+		o := &server[i]
+		key := store.KeyOf(o)
+		listed[key] = true
+		got, ok := stored[key]
+		switch {
+		case !ok:
+			diff(diffMissing, key+" missing from the store")
+		case got.UID != o.UID:
+			diff(diffUID, fmt.Sprintf("%s is another object in the store (uid %s, server %s)", key, got.UID, o.UID))
+		case got.ResourceVersion != o.ResourceVersion:
+			diff(diffStale, fmt.Sprintf("%s at resourceVersion %s in the store, %s on the server", key, got.ResourceVersion, o.ResourceVersion))
+		}
+	}
+	for key := range stored {
+		if !listed[key] {
+			diff(diffGhost, key+" in the store, gone from the server")
+		}
+	}
+	return lines, kinds
 }
 
 // Report is the outcome of a run: what happened, and the verdict.

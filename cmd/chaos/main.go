@@ -4,10 +4,13 @@
 //	make chaos                          the full run: 10,000 objects, 3 minutes
 //	go run ./cmd/chaos --objects 1000 --duration 60s
 //	go run ./cmd/chaos --break drop-events   see what a failing verdict looks like
+//	go run ./cmd/chaos --budget         the request budget: each persistent fault
+//	                                    alone for 2 minutes (chaos.Budget)
 //
 // It starts its own local control plane. The report goes to stdout, the
-// controller's log to --controller-log. Exit status: 0 nothing lost, 1 a loss,
-// 2 the run could not be made.
+// controller's log to --controller-log. Exit status: 0 nothing lost (with
+// --budget: every fault within the budget, every time converged), 1 a loss (a
+// fault over the budget, or not converged), 2 the run could not be made.
 package main
 
 import (
@@ -18,6 +21,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -54,6 +59,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Compress, "compress", 1, "make the watcher's backoff and watchdog this many times quicker (the test suite's short run: 15)")
 	fs.DurationVar(&cfg.Converge, "converge", 30*time.Minute, "how long the controller has to catch up after the faults")
 	fs.DurationVar(&cfg.MaxConvergence, "max-convergence", chaos.DefaultMaxConvergence, "the verdict fails if the controller takes longer than this to catch up after the faults (negative: no bound)")
+	budget := fs.Bool("budget", false, "measure the request budget instead: the watcher's LISTs and WATCHes a minute under each persistent fault alone, then whether it converged")
+	var bcfg chaos.BudgetConfig
+	fs.DurationVar(&bcfg.Each, "budget-each", 2*time.Minute, "with --budget: how long each fault lasts")
+	fs.DurationVar(&bcfg.Recover, "budget-recover", time.Minute, "with --budget: how long the controller has to converge after each fault")
+	faults := fs.String("budget-faults", "", "with --budget: the faults to measure, comma-separated (default all: "+budgetFaults()+")")
 	breakWhat := fs.String("break", "", `break something on purpose: "drop-events" makes the proxy swallow every MODIFIED and DELETED event, and turns off the faults that relist (a relist would repair the loss) and the persistent ones`)
 	logPath := fs.String("controller-log", "out/chaos-controller.log", "where the controller's log goes")
 	verbosity := fs.Int("v", 2, "the controller's log verbosity")
@@ -61,6 +71,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.QPS = float32(qps)
+	if *faults != "" {
+		bcfg.Faults = strings.Split(*faults, ",")
+		for _, name := range bcfg.Faults {
+			if !slices.Contains(strings.Split(budgetFaults(), ", "), name) {
+				fmt.Fprintf(stderr, "chaos: unknown --budget-faults %q (%s)\n", name, budgetFaults())
+				return 2
+			}
+		}
+	}
 	switch *breakWhat {
 	case "":
 	case "drop-events":
@@ -96,6 +115,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	defer cp.Stop()
 	cfg.Logf("controller log: %s", *logPath)
+	if *budget {
+		bcfg.Logger, bcfg.Logf = cfg.Logger, cfg.Logf
+		rep, err := chaos.Budget(ctx, cp, bcfg)
+		if err != nil {
+			fmt.Fprintln(stderr, "chaos:", err)
+			return 2
+		}
+		rep.Print(stdout)
+		if len(rep.Failures()) > 0 {
+			return 1
+		}
+		return 0
+	}
 	rep, err := chaos.Run(ctx, cp, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "chaos:", err)
@@ -106,4 +138,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+func budgetFaults() string {
+	var names []string
+	for _, f := range chaos.BudgetFaults {
+		names = append(names, f.Name)
+	}
+	return strings.Join(names, ", ")
 }

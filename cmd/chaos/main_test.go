@@ -41,3 +41,26 @@ func TestLosingEventsFailsTheVerdict(t *testing.T) {
 		}
 	}
 }
+
+// --budget measures the watcher's requests under a persistent fault and
+// prints a row per fault; here one fault, briefly: every stream cut after
+// its first frame, which the watcher must answer with backoff, not a storm.
+func TestBudgetPrintsARowPerFault(t *testing.T) {
+	var stdout, stderr strings.Builder
+	if code := run([]string{"--budget", "--budget-faults=flap-cut,nonsense"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), `unknown --budget-faults "nonsense"`) {
+		t.Fatalf("an unknown fault: exit %d, want 2; stderr:\n%s", code, stderr.String())
+	}
+	stderr.Reset()
+	code := run([]string{"--budget", "--budget-faults=flap-cut", "--budget-each=10s",
+		"--controller-log=" + filepath.Join(t.TempDir(), "controller.log")}, &stdout, &stderr)
+	out := stdout.String()
+	t.Logf("\n%s", out)
+	if code != 0 {
+		t.Fatalf("exit %d, want 0; stderr:\n%s", code, stderr.String())
+	}
+	for _, want := range []string{"bound: 45 LISTs and WATCHes in any minute", "flap-cut ", "BUDGET: PASS"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report does not say %q", want)
+		}
+	}
+}
