@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -177,29 +176,12 @@ func Budget(ctx context.Context, cp *controlplane.ControlPlane, cfg BudgetConfig
 	// An apiserver with its watch cache on, as in production: it bookmarks
 	// streams and serves WatchList.
 	cfg.Logf("starting an apiserver")
-	target, err := cp.AddAPIServer(ctx, fmt.Sprintf("budget-apiserver-%d", rand.IntN(1e6)))
+	st, err := newStage(ctx, cp, "budget", cfg.Objects, cfg.ChurnRate, cfg.Logf)
 	if err != nil {
 		return nil, err
 	}
-	defer target.Stop()
-	proxy, err := cp.FaultProxy(target)
-	if err != nil {
-		return nil, err
-	}
-	defer proxy.Close()
-	writer, err := client.New(cp.Config())
-	if err != nil {
-		return nil, err
-	}
-	ns, err := namespace(ctx, cp)
-	if err != nil {
-		return nil, err
-	}
-	churn := newChurner(writer, ns, cfg.Objects, cfg.ChurnRate)
-	cfg.Logf("creating %d objects in namespace %s", cfg.Objects, ns)
-	if err := churn.populate(ctx, cfg.Objects); err != nil {
-		return nil, fmt.Errorf("creating the objects: %w", err)
-	}
+	defer st.close()
+	target, proxy, ns, churn := st.target, st.proxy, st.ns, st.churn
 	for _, name := range cfg.Faults {
 		f, _ := budgetFault(name)
 		row, err := measure(ctx, cfg, f, target, proxy, ns, churn)

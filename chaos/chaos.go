@@ -214,31 +214,13 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 	started := time.Now()
 
 	cfg.Logf("starting an apiserver with its watch cache off")
-	target, err := cp.AddAPIServer(ctx, fmt.Sprintf("chaos-apiserver-%d", rand.IntN(1e6)), "--watch-cache=false")
+	st, err := newStage(ctx, cp, "chaos", cfg.Objects, cfg.ChurnRate, cfg.Logf, "--watch-cache=false")
 	if err != nil {
 		return nil, err
 	}
-	defer target.Stop()
-	proxy, err := cp.FaultProxy(target)
-	if err != nil {
-		return nil, err
-	}
-	defer proxy.Close()
-
-	writer, err := client.New(cp.Config())
-	if err != nil {
-		return nil, err
-	}
-	ns, err := namespace(ctx, cp)
-	if err != nil {
-		return nil, err
-	}
+	defer st.close()
+	target, proxy, ns, churn := st.target, st.proxy, st.ns, st.churn
 	rep.Namespace = ns
-	churn := newChurner(writer, ns, cfg.Objects, cfg.ChurnRate)
-	cfg.Logf("creating %d objects in namespace %s", cfg.Objects, ns)
-	if err := churn.populate(ctx, cfg.Objects); err != nil {
-		return nil, fmt.Errorf("creating the objects: %w", err)
-	}
 
 	// The controller, as main.go assembles it, through the proxy; its
 	// transport metered, for the request budget.
@@ -418,6 +400,54 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return false
 	case <-t.C:
 		return true
+	}
+}
+
+// stage is what a chaos run and a budget measurement stand on: an apiserver
+// of their own on cp's etcd, a fault proxy in front of it, a namespace, and
+// a churner that writes straight to cp's own apiserver, its objects created.
+type stage struct {
+	target *controlplane.APIServer
+	proxy  *faultproxy.Proxy
+	ns     string
+	churn  *churner
+}
+
+func newStage(ctx context.Context, cp *controlplane.ControlPlane, name string, objects int, rate float64,
+	logf func(string, ...any), apiserverArgs ...string) (_ *stage, err error) {
+	st := &stage{}
+	defer func() {
+		if err != nil {
+			st.close()
+		}
+	}()
+	if st.target, err = cp.AddAPIServer(ctx, fmt.Sprintf("%s-apiserver-%d", name, rand.IntN(1e6)), apiserverArgs...); err != nil {
+		return st, err
+	}
+	if st.proxy, err = cp.FaultProxy(st.target); err != nil {
+		return st, err
+	}
+	writer, err := client.New(cp.Config())
+	if err != nil {
+		return st, err
+	}
+	if st.ns, err = namespace(ctx, cp); err != nil {
+		return st, err
+	}
+	st.churn = newChurner(writer, st.ns, objects, rate)
+	logf("creating %d objects in namespace %s", objects, st.ns)
+	if err := st.churn.populate(ctx, objects); err != nil {
+		return st, fmt.Errorf("creating the objects: %w", err)
+	}
+	return st, nil
+}
+
+func (st *stage) close() {
+	if st.proxy != nil {
+		st.proxy.Close()
+	}
+	if st.target != nil {
+		st.target.Stop()
 	}
 }
 
