@@ -65,9 +65,11 @@ func TestShortChaosRunLosesNothing(t *testing.T) {
 		"etcd compactions":      {int64(rep.Compactions), 2},
 		"apiserver restarts":    {int64(rep.Restarts), 1},
 		// (Under load a 6 s phase may pass while the watcher waits: the two
-		// flapping phases together must have met it.)
+		// flapping phases together must have met it. The freeze is not
+		// required to outlast the watchdog here: a stream opened late in it
+		// is thawed before the silence limit. The watchdog is shown in
+		// watcher/sim_test.go and by chaos --budget's long freeze.)
 		"streams cut or ended by the flapping faults": {phase["flap-cut"].Cut + phase["flap-error"].ErrorEvents, 1},
-		"frozen streams abandoned (the watchdog)":     {int64(phase["freeze"].Silent), 1},
 		"deletions":        {rep.Deletes, 100},
 		"re-created names": {rep.Recreates, 10},
 		"updates":          {rep.Updates, 1000},
