@@ -215,16 +215,10 @@ func measure(ctx context.Context, cfg BudgetConfig, f BudgetFault, target *contr
 	if err != nil {
 		return row, err
 	}
-	ctrlCtx, stopCtrl := context.WithCancel(klog.NewContext(ctx, cfg.Logger))
-	ctrlDone := make(chan error, 1)
-	go func() { ctrlDone <- ctrl.Run(ctrlCtx) }()
-	defer func() { stopCtrl(); <-ctrlDone }()
-	select {
-	case <-ctrl.Watcher.Synced():
-	case <-time.After(2 * time.Minute):
-		return row, errors.New("the controller did not sync within 2 minutes")
-	case <-ctx.Done():
-		return row, ctx.Err()
+	stopCtrl, err := runSynced(ctx, ctrl, cfg.Logger)
+	defer stopCtrl()
+	if err != nil {
+		return row, err
 	}
 	// Every fault meets the watcher in the same state: watching.
 	for watching := time.Now(); proxy.OpenWatches() == 0; {

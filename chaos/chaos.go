@@ -246,16 +246,10 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 	if cfg.Sabotage != nil {
 		cfg.Sabotage(proxy)
 	}
-	ctrlCtx, stopCtrl := context.WithCancel(klog.NewContext(ctx, cfg.Logger))
-	ctrlDone := make(chan error, 1)
-	go func() { ctrlDone <- ctrl.Run(ctrlCtx) }()
-	defer func() { stopCtrl(); <-ctrlDone }()
-	select {
-	case <-ctrl.Watcher.Synced():
-	case <-time.After(2 * time.Minute):
-		return nil, errors.New("the controller did not sync within 2 minutes")
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	stopCtrl, err := runSynced(ctx, ctrl, cfg.Logger)
+	defer stopCtrl()
+	if err != nil {
+		return nil, err
 	}
 	rep.InitialSync = time.Since(started)
 
@@ -400,6 +394,23 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return false
 	case <-t.C:
 		return true
+	}
+}
+
+// runSynced runs ctrl, logging to logger, and waits (at most 2 minutes) for
+// its first list. stop ends it and waits for it, whatever the error.
+func runSynced(ctx context.Context, ctrl *app.App, logger klog.Logger) (stop func(), err error) {
+	ctrlCtx, cancel := context.WithCancel(klog.NewContext(ctx, logger))
+	done := make(chan error, 1)
+	go func() { done <- ctrl.Run(ctrlCtx) }()
+	stop = func() { cancel(); <-done }
+	select {
+	case <-ctrl.Watcher.Synced():
+		return stop, nil
+	case <-time.After(2 * time.Minute):
+		return stop, errors.New("the controller did not sync within 2 minutes")
+	case <-ctx.Done():
+		return stop, ctx.Err()
 	}
 }
 
