@@ -8,6 +8,8 @@ import (
 	"errors"
 	"io"
 	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // stream is one open WATCH passing through the proxy.
@@ -165,7 +167,7 @@ func (b *framedBody) persistentFaults(line []byte) {
 		return
 	}
 	watchList := b.s.initialEvents && !b.initialEnd
-	if watchList && bytes.Contains(line, []byte(initialEventsEnd)) {
+	if watchList && bytes.Contains(line, []byte(metav1.InitialEventsAnnotationKey)) {
 		b.initialEnd, watchList = true, false
 	}
 	if !p.flapError.Load() && !(watchList && p.watchListFail.Load()) {
@@ -176,10 +178,6 @@ func (b *framedBody) persistentFaults(line []byte) {
 		p.count.errorEvents.Add(1)
 	}
 }
-
-// initialEventsEnd is the annotation of the bookmark that ends a WatchList's
-// initial events.
-const initialEventsEnd = "k8s.io/initial-events-end"
 
 func (b *framedBody) Close() error {
 	b.once.Do(func() { close(b.done) })

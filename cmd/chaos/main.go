@@ -115,20 +115,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	defer cp.Stop()
 	cfg.Logf("controller log: %s", *logPath)
+	// A chaos run or a budget measurement: either prints its report and
+	// lists its failures.
+	var rep interface {
+		Print(io.Writer)
+		Failures() []string
+	}
 	if *budget {
 		bcfg.Logger, bcfg.Logf = cfg.Logger, cfg.Logf
-		rep, err := chaos.Budget(ctx, cp, bcfg)
-		if err != nil {
-			fmt.Fprintln(stderr, "chaos:", err)
-			return 2
-		}
-		rep.Print(stdout)
-		if len(rep.Failures()) > 0 {
-			return 1
-		}
-		return 0
+		rep, err = chaos.Budget(ctx, cp, bcfg)
+	} else {
+		rep, err = chaos.Run(ctx, cp, cfg)
 	}
-	rep, err := chaos.Run(ctx, cp, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "chaos:", err)
 		return 2
