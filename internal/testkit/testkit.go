@@ -26,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/client"
@@ -201,13 +202,18 @@ func Scrape(t testing.TB, url string) map[string]float64 {
 func StealLease(t testing.TB, cfg *rest.Config, namespace, name, holder string) {
 	t.Helper()
 	leases := kubernetes.NewForConfigOrDie(cfg).CoordinationV1().Leases(namespace)
-	lease, err := leases.Get(context.Background(), name, metav1.GetOptions{})
+	// The holder renews meanwhile: a conflict means "read it again".
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		lease, err := leases.Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		minute, now := int32(60), metav1.NewMicroTime(time.Now())
+		lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds, lease.Spec.RenewTime = &holder, &minute, &now
+		_, err = leases.Update(context.Background(), lease, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatalf("getting Lease %s/%s: %v", namespace, name, err)
-	}
-	minute, now := int32(60), metav1.NewMicroTime(time.Now())
-	lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds, lease.Spec.RenewTime = &holder, &minute, &now
-	if _, err := leases.Update(context.Background(), lease, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("taking Lease %s/%s: %v", namespace, name, err)
 	}
 }
