@@ -23,6 +23,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"rawwatch/freshness"
 	"rawwatch/leader"
 	"rawwatch/observe"
 	"rawwatch/queue"
@@ -71,6 +73,10 @@ type Metrics struct {
 	probes, pauses               prometheus.Counter
 	resourceVersion, leader      prometheus.Gauge
 	state                        *prometheus.GaugeVec
+	deliveryLag                  prometheus.Histogram
+	probeStages                  *prometheus.HistogramVec
+	probeWrites                  *prometheus.CounterVec
+	heard                        atomic.Int64 // when the server last said something (UnixNano)
 
 	mu      sync.Mutex
 	working map[int]time.Time // worker → when it took its current key
@@ -152,6 +158,19 @@ func New(opts Options) *Metrics {
 	m.state.WithLabelValues(watcher.Listing.String()).Set(1)
 	intFunc("rawwatch_store_objects", "Objects in the store.", nil, opts.StoreObjects)
 
+	// Freshness (package freshness says what each measures).
+	m.heard.Store(m.now().UnixNano())
+	gaugeFunc("rawwatch_watch_silence_seconds", "Seconds since the server last said anything about the resource: a list page, a watch event or a bookmark.", nil,
+		func() float64 { return m.now().Sub(time.Unix(0, m.heard.Load())).Seconds() })
+	m.deliveryLag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rawwatch_watch_event_delivery_lag_seconds",
+		Help:    "For ADDED and MODIFIED events: arrival minus the write time the server records in the object (its latest managedFields time; whole seconds, so up to 1 s long; includes clock skew).",
+		Buckets: []float64{0.5, 1, 1.5, 2, 3, 5, 10, 30, 60, 300}})
+	m.probeStages = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rawwatch_freshness_probe_seconds",
+		Help:    "Time from a heartbeat write (--freshness-probe) to each stage: event (frame decoded), store (applied), reconcile (reconciled).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12)}, []string{"stage"})
+	m.probeWrites = counterVec("rawwatch_freshness_probe_writes_total", "Heartbeats the freshness probe wrote, by result (ok, error).", "result")
+	m.reg.MustRegister(m.deliveryLag, m.probeStages)
+
 	// The process.
 	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{Name: "rawwatch_leader",
 		Help: "1 while this process holds the leader lease and runs the workers (always 1 without leader election)."})
@@ -202,6 +221,7 @@ func (m *Metrics) Observe(e observe.Event) {
 		}
 	case watcher.ListPage:
 		m.listPages.Inc()
+		m.heard.Store(m.now().UnixNano())
 	case watcher.Replaced:
 		m.replaced(e)
 	case watcher.WatchStarted:
@@ -209,9 +229,22 @@ func (m *Metrics) Observe(e observe.Event) {
 	case watcher.Received:
 		m.events.WithLabelValues(e.Type).Inc()
 		m.setRV(e.RV)
+		if !e.Arrived.IsZero() {
+			m.heard.Store(e.Arrived.UnixNano())
+		}
+		if e.Type != watcher.Deleted && e.Object != nil {
+			if written, ok := freshness.WrittenAt(e.Object); ok {
+				m.deliveryLag.Observe(max(0, e.Arrived.Sub(written).Seconds()))
+			}
+		}
 	case watcher.BookmarkReceived:
 		m.bookmarks.Inc()
 		m.setRV(e.RV)
+		m.heard.Store(m.now().UnixNano())
+	case freshness.Measured:
+		m.probeStages.WithLabelValues(string(e.Stage)).Observe(e.Took.Seconds())
+	case freshness.Beat:
+		m.probeWrites.WithLabelValues(map[bool]string{true: "ok", false: "error"}[e.Err == nil]).Inc()
 	case watcher.WatchEnded:
 		if errors.Is(e.Err, watcher.ErrSilent) {
 			m.silentWatches.Inc()

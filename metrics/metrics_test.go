@@ -10,8 +10,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"rawwatch/api/v1alpha1"
+	"rawwatch/freshness"
 	"rawwatch/leader"
 	"rawwatch/queue"
 	"rawwatch/reconcile"
@@ -162,4 +165,79 @@ func scrape(t *testing.T, m *Metrics) string {
 		t.Fatalf("/metrics: %d %s", rec.Code, body)
 	}
 	return string(body)
+}
+
+// The freshness measures: silence grows with the clock and drops to zero
+// on any frame; the delivery lag is arrival minus the object's write time;
+// probe stages and writes land in their series.
+func TestFreshnessMetrics(t *testing.T) {
+	clock := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	m := New(Options{})
+	m.now = func() time.Time { return clock }
+	m.heard.Store(clock.UnixNano())
+	silence := func() float64 {
+		t.Helper()
+		return gather(t, m, "rawwatch_watch_silence_seconds")
+	}
+	clock = clock.Add(90 * time.Second)
+	if s := silence(); s != 90 {
+		t.Errorf("silence after 90 s of nothing = %v", s)
+	}
+	m.Observe(watcher.BookmarkReceived{RV: "5"})
+	if s := silence(); s != 0 {
+		t.Errorf("silence after a bookmark = %v", s)
+	}
+	clock = clock.Add(3 * time.Second)
+	written := metav1.NewTime(clock.Add(-2 * time.Second))
+	obj := &v1alpha1.MyResource{ObjectMeta: metav1.ObjectMeta{ManagedFields: []metav1.ManagedFieldsEntry{{Time: &written}}}}
+	m.Observe(watcher.Received{Type: watcher.Modified, Key: "ns/a", RV: "6", Arrived: clock, Object: obj})
+	m.Observe(watcher.Received{Type: watcher.Deleted, Key: "ns/a", RV: "7", Arrived: clock, Object: obj})
+	if s := silence(); s != 0 {
+		t.Errorf("silence after an event = %v", s)
+	}
+	if n, sum := histogram(t, m, "rawwatch_watch_event_delivery_lag_seconds"); n != 1 || sum != 2 {
+		t.Errorf("delivery lag: %d observations summing %v s, want one of 2 s (DELETED carries no write time)", n, sum)
+	}
+	m.Observe(freshness.Measured{Stage: freshness.Store, Took: 30 * time.Millisecond})
+	m.Observe(freshness.Beat{})
+	m.Observe(freshness.Beat{Err: errors.New("500")})
+	if got := testutil.ToFloat64(m.probeWrites.WithLabelValues("error")); got != 1 {
+		t.Errorf("failed heartbeats = %v", got)
+	}
+	if n := testutil.CollectAndCount(m.probeStages); n != 1 {
+		t.Errorf("%d probe stage series, want 1 (store)", n)
+	}
+}
+
+// gather reads one gauge's value from the registry.
+func gather(t *testing.T, m *Metrics, name string) float64 {
+	t.Helper()
+	fams, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no %s", name)
+	return 0
+}
+
+// histogram reads one unlabelled histogram's count and sum.
+func histogram(t *testing.T, m *Metrics, name string) (uint64, float64) {
+	t.Helper()
+	fams, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name {
+			h := f.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	t.Fatalf("no %s", name)
+	return 0, 0
 }

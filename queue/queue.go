@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"sort"
 	"sync"
 	"time"
 
@@ -238,4 +239,49 @@ func (q *Queue) Pending() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.waiting)
+}
+
+// Snapshot is what the queue holds at one moment, for a view of it (the live
+// page): at most max keys of each kind, with the full counts.
+type Snapshot struct {
+	// Ready are keys waiting for a worker, oldest first (Len of them).
+	Ready []string
+	// Delayed are keys waiting out a delay, soonest first (Pending of them).
+	Delayed []DelayedKey
+	// Processing are keys a worker holds.
+	Processing           []string
+	ReadyLen, DelayedLen int
+}
+
+// DelayedKey is a key that will be added at Due; Retries is how many
+// rate-limited retries it had (0 for a plain AddAfter).
+type DelayedKey struct {
+	Key     string
+	Due     time.Time
+	Retries int
+}
+
+// Snapshot copies at most max keys of each kind. It holds the queue's lock
+// for a copy of max keys plus a sort of the delayed ones.
+func (q *Queue) Snapshot(max int) Snapshot {
+	q.mu.Lock()
+	s := Snapshot{ReadyLen: len(q.order), DelayedLen: len(q.waiting)}
+	s.Ready = append([]string(nil), q.order[:min(max, len(q.order))]...)
+	for key, w := range q.waiting {
+		s.Delayed = append(s.Delayed, DelayedKey{Key: key, Due: w.at})
+	}
+	for key := range q.processing {
+		if len(s.Processing) == max {
+			break
+		}
+		s.Processing = append(s.Processing, key)
+	}
+	q.mu.Unlock()
+	sort.Slice(s.Delayed, func(i, j int) bool { return s.Delayed[i].Due.Before(s.Delayed[j].Due) })
+	s.Delayed = s.Delayed[:min(max, len(s.Delayed))]
+	for i := range s.Delayed {
+		s.Delayed[i].Retries = q.limiter.Retries(s.Delayed[i].Key)
+	}
+	sort.Strings(s.Processing)
+	return s
 }

@@ -231,3 +231,38 @@ func TestQueueGotMeasuresFromTheFirstAdd(t *testing.T) {
 		t.Fatalf("waits = %v, want [>=20ms >=10ms]", waits)
 	}
 }
+
+// Snapshot shows each key where it is: ready, delayed (soonest first, with
+// its retries), or held by a worker; at most max of each, with full counts.
+func TestSnapshot(t *testing.T) {
+	q := New(NewRateLimiter(time.Hour, 10*time.Hour))
+	defer q.ShutDown()
+	for _, k := range []string{"r1", "r2", "r3", "busy"} {
+		q.Add(k)
+	}
+	q.AddAfter("later", 2*time.Hour)
+	q.AddRateLimited("retried") // 1 h
+	q.AddRateLimited("retried") // already waiting: still due in 1 h, 2 retries
+	if k, _ := q.Get(); k != "r1" {
+		t.Fatalf("Get = %q", k)
+	}
+	s := q.Snapshot(2)
+	if fmt.Sprint(s.Ready) != "[r2 r3]" || s.ReadyLen != 3 {
+		t.Errorf("ready = %v (%d), want [r2 r3] of 3", s.Ready, s.ReadyLen)
+	}
+	if fmt.Sprint(s.Processing) != "[r1]" {
+		t.Errorf("processing = %v, want [r1]", s.Processing)
+	}
+	if s.DelayedLen != 2 || len(s.Delayed) != 2 || s.Delayed[0].Key != "retried" || s.Delayed[1].Key != "later" {
+		t.Fatalf("delayed = %+v (%d), want retried then later", s.Delayed, s.DelayedLen)
+	}
+	if s.Delayed[0].Retries != 2 || s.Delayed[1].Retries != 0 {
+		t.Errorf("retries = %d, %d, want 2, 0", s.Delayed[0].Retries, s.Delayed[1].Retries)
+	}
+	if due := time.Until(s.Delayed[0].Due); due < 59*time.Minute || due > time.Hour {
+		t.Errorf("retried is due in %v, want about 1h", due)
+	}
+	if s := q.Snapshot(1); len(s.Ready) != 1 || len(s.Delayed) != 1 || s.DelayedLen != 2 {
+		t.Errorf("Snapshot(1) = %+v", s)
+	}
+}

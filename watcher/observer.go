@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"rawwatch/observe"
 	"rawwatch/store"
 )
@@ -46,8 +48,16 @@ type (
 		RV  string
 		Err error
 	}
-	// Received: an ADDED, MODIFIED or DELETED event was applied to the store.
-	Received struct{ Type, Key, RV string }
+	// Received: an ADDED, MODIFIED or DELETED event was applied to the
+	// store. Arrived is when its frame had been read and decoded (the store
+	// write follows within microseconds: nothing sits between the two);
+	// Object is the object it carried, shared with the store: read it, never
+	// change it.
+	Received struct {
+		Type, Key, RV string
+		Arrived       time.Time
+		Object        metav1.Object
+	}
 	// BookmarkReceived: a BOOKMARK moved the resourceVersion to RV.
 	BookmarkReceived struct {
 		RV               string

@@ -352,6 +352,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 	dec := newEventDecoder(body, w.opts.Codec)
 	for {
 		ev, err := dec.Next()
+		arrived := time.Now()
 		dog.Reset(w.opts.SilenceLimit)
 		var skip *SkipError
 		switch {
@@ -396,7 +397,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 		case ev.Type == Bookmark:
 			w.obs.Observe(BookmarkReceived{RV: ev.RV, InitialEventsEnd: ev.InitialEventsEnd})
 		default:
-			w.apply(ev)
+			w.apply(ev, arrived)
 		}
 		o.Frames++
 		o.RV = ev.RV
@@ -411,7 +412,7 @@ func (w *Watcher[T]) watchTimeout() time.Duration {
 }
 
 // apply writes one event to the store and hands the delta to the handler.
-func (w *Watcher[T]) apply(ev Event[T]) {
+func (w *Watcher[T]) apply(ev Event[T], arrived time.Time) {
 	var d store.Delta[T]
 	var changed bool
 	if ev.Type == Deleted {
@@ -419,7 +420,7 @@ func (w *Watcher[T]) apply(ev Event[T]) {
 	} else {
 		d, changed = w.store.Upsert(ev.Object)
 	}
-	w.obs.Observe(Received{Type: ev.Type, Key: store.KeyOf(ev.Object), RV: ev.RV})
+	w.obs.Observe(Received{Type: ev.Type, Key: store.KeyOf(ev.Object), RV: ev.RV, Arrived: arrived, Object: ev.Object})
 	if changed {
 		w.hand(d)
 	}
