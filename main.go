@@ -7,6 +7,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"rawwatch/explain"
+	"rawwatch/freshness"
 	"rawwatch/internal/app"
 	"rawwatch/internal/clientconfig"
 	"rawwatch/leader"
@@ -43,6 +45,8 @@ type options struct {
 	explain                     bool
 	leaderElect                 bool
 	lease                       leader.Config
+	freshnessProbe              time.Duration
+	freshnessNamespace          string
 }
 
 // version is set at build time (-ldflags "-X main.version=...").
@@ -80,6 +84,8 @@ func run(args []string) int {
 	fs.DurationVar(&o.lease.LeaseDuration, "leader-elect-lease-duration", leader.DefaultLeaseDuration, "how long a standby waits after the last renewal before taking over")
 	fs.DurationVar(&o.lease.RenewDeadline, "leader-elect-renew-deadline", leader.DefaultRenewDeadline, "how long the leader tries to renew before giving up (and exiting)")
 	fs.DurationVar(&o.lease.RetryPeriod, "leader-elect-retry-period", leader.DefaultRetryPeriod, "how often candidates try to acquire, and the leader to renew")
+	fs.DurationVar(&o.freshnessProbe, "freshness-probe", 0, "write a heartbeat this often into the MyResource "+freshness.DefaultName+" and time it through event, store and reconcile (rawwatch_freshness_probe_seconds; 0: off)")
+	fs.StringVar(&o.freshnessNamespace, "freshness-probe-namespace", "", "namespace of the probe's object (default: --namespace, else the pod's own)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -91,6 +97,12 @@ func run(args []string) int {
 	if o.workers < 1 || o.pageSize < 1 || o.minWatchTimeout < time.Second || o.silenceLimit < time.Second {
 		fmt.Fprintln(os.Stderr, "rawwatch: --workers and --page-size must be at least 1, --min-watch-timeout and --watch-silence-limit at least 1s")
 		return 2
+	}
+	if o.freshnessProbe != 0 {
+		if err := freshnessConfig(&o); err != nil {
+			fmt.Fprintln(os.Stderr, "rawwatch:", err)
+			return 2
+		}
 	}
 	if o.leaderElect {
 		if err := leaderConfig(&o); err != nil {
@@ -134,6 +146,23 @@ func leaderConfig(o *options) error {
 	return o.lease.Validate()
 }
 
+// freshnessConfig checks the probe's settings: its object lives in the
+// watched namespace, by default the pod's own.
+func freshnessConfig(o *options) error {
+	if o.freshnessProbe < time.Second {
+		return fmt.Errorf("--freshness-probe must be at least 1s (or 0: off), not %v", o.freshnessProbe)
+	}
+	if o.freshnessNamespace = cmp.Or(o.freshnessNamespace, o.namespace); o.freshnessNamespace != "" {
+		return nil
+	}
+	ns, err := clientconfig.Namespace(o.serviceAccountDir)
+	if err != nil {
+		return fmt.Errorf("--freshness-probe needs --freshness-probe-namespace: %w", err)
+	}
+	o.freshnessNamespace = ns
+	return nil
+}
+
 func restConfig(o options) (*rest.Config, error) {
 	cfg, source, err := clientconfig.Load(clientconfig.Options{
 		Kubeconfig: o.kubeconfig, Context: o.context, Master: o.master, ServiceAccountDir: o.serviceAccountDir,
@@ -161,18 +190,20 @@ func runController(ctx context.Context, o options) error {
 		lease = &o.lease
 	}
 	a, err := app.New(app.Options{
-		Config:         cfg,
-		Namespace:      o.namespace,
-		Workers:        o.workers,
-		PageSize:       o.pageSize,
-		Watch:          watcher.Options[app.Object]{WatchTimeoutMin: o.minWatchTimeout, SilenceLimit: o.silenceLimit, WatchList: o.watchList},
-		RetryBase:      o.retryBase,
-		RetryMax:       o.retryMax,
-		Version:        version,
-		MetricsAddr:    o.metricsAddr,
-		HealthAddr:     o.healthAddr,
-		Explain:        narrator,
-		LeaderElection: lease,
+		Config:             cfg,
+		Namespace:          o.namespace,
+		Workers:            o.workers,
+		PageSize:           o.pageSize,
+		Watch:              watcher.Options[app.Object]{WatchTimeoutMin: o.minWatchTimeout, SilenceLimit: o.silenceLimit, WatchList: o.watchList},
+		RetryBase:          o.retryBase,
+		RetryMax:           o.retryMax,
+		Version:            version,
+		MetricsAddr:        o.metricsAddr,
+		HealthAddr:         o.healthAddr,
+		Explain:            narrator,
+		LeaderElection:     lease,
+		FreshnessProbe:     o.freshnessProbe,
+		FreshnessNamespace: o.freshnessNamespace,
 	})
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/rest"
 
@@ -89,4 +90,11 @@ func (c *Client) UpdateStatus(ctx context.Context, obj *v1alpha1.MyResource) (*v
 func (c *Client) Delete(ctx context.Context, namespace, name string, opts metav1.DeleteOptions) error {
 	return c.rest.Delete().Namespace(namespace).Resource(v1alpha1.Resource).Name(name).
 		Body(&opts).Do(ctx).Error()
+}
+
+// Patch changes the object with a patch of type pt (a merge patch, say).
+func (c *Client) Patch(ctx context.Context, namespace, name string, pt types.PatchType, data []byte) (*v1alpha1.MyResource, error) {
+	out := &v1alpha1.MyResource{}
+	err := c.rest.Patch(pt).Namespace(namespace).Resource(v1alpha1.Resource).Name(name).Body(data).Do(ctx).Into(out)
+	return out, err
 }

@@ -21,7 +21,9 @@
 package app
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -29,7 +31,9 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
@@ -39,6 +43,7 @@ import (
 	"rawwatch/api/v1alpha1"
 	"rawwatch/client"
 	"rawwatch/explain"
+	"rawwatch/freshness"
 	"rawwatch/health"
 	"rawwatch/leader"
 	"rawwatch/metrics"
@@ -84,6 +89,11 @@ type Options struct {
 	// LeaderElection, when set, runs the workers only while this process
 	// holds the Lease it names. Its Observer and EventRecorder are set by New.
 	LeaderElection *leader.Config
+	// FreshnessProbe, when above zero, writes a heartbeat this often into
+	// the MyResource freshness.DefaultName in FreshnessNamespace (default
+	// Namespace) while this replica works, and times it (package freshness).
+	FreshnessProbe     time.Duration
+	FreshnessNamespace string
 }
 
 // App is an assembled controller.
@@ -106,6 +116,7 @@ type App struct {
 	enqueue  atomic.Bool // deltas reach the queue (false on a standby)
 	observer observe.Observer
 	servers  servers
+	probe    *freshness.Probe // nil without FreshnessProbe
 }
 
 // New builds an App; nothing runs until Run.
@@ -144,13 +155,23 @@ func New(opts Options) (_ *App, err error) {
 	a.Queue = queue.New(queue.NewRateLimiter(opts.RetryBase, opts.RetryMax))
 	a.Metrics = metrics.New(metrics.Options{Version: opts.Version,
 		QueueDepth: a.Queue.Len, QueueDelayed: a.Queue.Pending, StoreObjects: a.Store.Len})
-	// One fan-out for every part: the metrics, the narration, the caller's.
+	// One fan-out for every part: the metrics, the narration, the probe,
+	// the caller's.
 	observer := observe.Fanout{a.Metrics}
 	if opts.Explain != nil {
 		observer = append(observer, opts.Explain)
 	}
+	if opts.FreshnessProbe > 0 {
+		if a.probe, err = a.newProbe(); err != nil {
+			return nil, err
+		}
+		observer = append(observer, a.probe)
+	}
 	if opts.Observer != nil {
 		observer = append(observer, opts.Observer)
+	}
+	if a.probe != nil {
+		a.probe.Observer = observer // it ignores its own events
 	}
 	a.observer = observer
 	a.Queue.Observer = observer
@@ -231,6 +252,13 @@ func (a *App) work(ctx, abort context.Context) {
 	case <-ctx.Done():
 		return
 	}
+	if a.probe != nil {
+		probeCtx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer stop()
+		wg.Go(func() { a.probe.Run(probeCtx) })
+	}
 	if !a.enqueue.Swap(true) {
 		// We just took over: what happened before reached the store but not
 		// the queue. Every key gets a reconcile (a level-triggered resync).
@@ -250,4 +278,31 @@ func (a *App) whoAmI(ctx context.Context) {
 		return
 	}
 	klog.FromContext(ctx).Info("Authenticated", "user", review.Status.UserInfo.Username, "groups", review.Status.UserInfo.Groups)
+}
+
+// newProbe sets up the freshness probe: its heartbeat is a merge patch of one
+// annotation, creating the object the first time.
+func (a *App) newProbe() (*freshness.Probe, error) {
+	ns := cmp.Or(a.opts.FreshnessNamespace, a.opts.Namespace)
+	if ns == "" {
+		return nil, fmt.Errorf("app: the freshness probe needs a namespace for its object (FreshnessNamespace, or Namespace)")
+	}
+	if a.opts.Namespace != "" && ns != a.opts.Namespace {
+		return nil, fmt.Errorf("app: the freshness probe's namespace %q is not the watched one, %q: the watcher would never see its heartbeats", ns, a.opts.Namespace)
+	}
+	write := func(ctx context.Context, t time.Time) error {
+		beat := t.UTC().Format(time.RFC3339Nano)
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{freshness.Annotation: beat}}})
+		_, err := a.Client.Patch(ctx, ns, freshness.DefaultName, types.MergePatchType, patch)
+		if apierrors.IsNotFound(err) {
+			_, err = a.Client.Create(ctx, &v1alpha1.MyResource{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: freshness.DefaultName,
+					Annotations: map[string]string{freshness.Annotation: beat},
+					Labels:      map[string]string{"app.kubernetes.io/managed-by": "rawwatch"}},
+				Spec: v1alpha1.MyResourceSpec{Message: "rawwatch's freshness probe writes a heartbeat here"},
+			})
+		}
+		return err
+	}
+	return &freshness.Probe{Key: store.Key(ns, freshness.DefaultName), Interval: a.opts.FreshnessProbe, Write: write}, nil
 }

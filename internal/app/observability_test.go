@@ -4,14 +4,17 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"k8s.io/client-go/rest"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/freshness"
 	"rawwatch/internal/app"
 	"rawwatch/internal/testkit"
+	"rawwatch/observe"
 	"rawwatch/reconcile"
 	"rawwatch/watcher"
 )
@@ -117,5 +120,69 @@ func TestMetricsMoveWithTheWork(t *testing.T) {
 		if after[series] != want {
 			t.Errorf("%s = %v, want %v", series, after[series], want)
 		}
+	}
+}
+
+// The freshness measures on a controller at work against the real server:
+// the probe's heartbeats reach every stage, in order, each measured once per
+// heartbeat; the silence gauge stays low while heartbeats flow; the delivery
+// lag sees the probe's own events.
+func TestFreshnessProbe(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ns := testkit.Namespace(t, cp.Config())
+	c := testkit.Client(t, cp.Config())
+	var mu sync.Mutex
+	took := map[time.Time]map[freshness.Stage][]time.Duration{} // heartbeat → stage → measures
+	a, _, _ := startAppWith(t, app.Options{Config: cp.Config(), Namespace: ns,
+		MetricsAddr: "127.0.0.1:0", FreshnessProbe: 200 * time.Millisecond,
+		Observer: observe.Func(func(e observe.Event) {
+			if m, ok := e.(freshness.Measured); ok {
+				mu.Lock()
+				if took[m.Written] == nil {
+					took[m.Written] = map[freshness.Stage][]time.Duration{}
+				}
+				took[m.Written][m.Stage] = append(took[m.Written][m.Stage], m.Took)
+				mu.Unlock()
+			}
+		})})
+	url := "http://" + a.MetricsAddr() + "/metrics"
+	var m map[string]float64
+	testkit.Eventually(t, 20*time.Second, func() bool {
+		m = testkit.Scrape(t, url)
+		return m[`rawwatch_freshness_probe_seconds_count{stage="reconcile"}`] >= 5
+	}, "fewer than 5 heartbeats reconciled")
+	obj, err := c.Get(context.Background(), ns, freshness.DefaultName)
+	if err != nil || obj.Annotations[freshness.Annotation] == "" {
+		t.Fatalf("the probe's object: %v, %v", obj, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	reconciled := 0
+	for written, stages := range took {
+		ev, st, rec := stages[freshness.Event], stages[freshness.Store], stages[freshness.Reconcile]
+		if len(ev) != 1 || len(st) != 1 || len(rec) > 1 {
+			t.Errorf("heartbeat %v measured %d, %d, %d times at event, store, reconcile: want once each", written, len(ev), len(st), len(rec))
+			continue
+		}
+		if !(0 < ev[0] && ev[0] <= st[0]) || len(rec) == 1 && rec[0] < st[0] {
+			t.Errorf("heartbeat %v: stages out of order: event %v, store %v, reconcile %v", written, ev, st, rec)
+		}
+		if len(rec) == 1 {
+			reconciled++
+			t.Logf("heartbeat: write to event %v, to store %v, to reconcile %v", ev[0], st[0], rec[0])
+		}
+	}
+	if float64(reconciled) < m[`rawwatch_freshness_probe_seconds_count{stage="reconcile"}`] {
+		t.Errorf("%d heartbeats reconciled, the metric says %v", reconciled, m[`rawwatch_freshness_probe_seconds_count{stage="reconcile"}`])
+	}
+	if ok := m[`rawwatch_freshness_probe_writes_total{result="ok"}`]; ok < float64(reconciled) {
+		t.Errorf("%v heartbeats written, %d reconciled", ok, reconciled)
+	}
+	if s := m["rawwatch_watch_silence_seconds"]; s > 2 {
+		t.Errorf("silence %v s while heartbeats flow every 200 ms", s)
+	}
+	if m["rawwatch_watch_event_delivery_lag_seconds_count"] < 5 {
+		t.Errorf("delivery lag observed %v times, want one per heartbeat event", m["rawwatch_watch_event_delivery_lag_seconds_count"])
 	}
 }
