@@ -42,6 +42,7 @@ type options struct {
 	burst                       int
 	retryBase, retryMax         time.Duration
 	metricsAddr, healthAddr     string
+	uiAddr                      string
 	explain                     bool
 	leaderElect                 bool
 	lease                       leader.Config
@@ -77,6 +78,7 @@ func run(args []string) int {
 	fs.DurationVar(&o.retryMax, "retry-max-delay", queue.DefaultRetryMax, "longest delay between retries of a failed key")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", "0", `address to serve /metrics on, e.g. ":8080" ("0": off)`)
 	fs.StringVar(&o.healthAddr, "health-probe-bind-address", "0", `address to serve /healthz, /readyz and /leaderz on, e.g. ":8081" ("0": off)`)
+	fs.StringVar(&o.uiAddr, "ui-bind-address", "0", `address to serve the live page of the mechanics on (/ui/), e.g. "127.0.0.1:8082" ("0": off)`)
 	fs.BoolVar(&o.explain, "explain", false, "narrate every list, watch event, queue operation and reconcile on stdout, for learning (colour on a terminal)")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "run the workers only while holding a Lease, so that several replicas can run with one active")
 	fs.StringVar(&o.lease.Name, "leader-elect-resource-name", "rawwatch", "name of the Lease")

@@ -51,6 +51,7 @@ import (
 	"rawwatch/queue"
 	"rawwatch/reconcile"
 	"rawwatch/store"
+	"rawwatch/ui"
 	"rawwatch/watcher"
 )
 
@@ -84,6 +85,8 @@ type Options struct {
 	// ("" or "0": off; the same address serves both). New binds them, so a
 	// port in use fails at once; Run serves them.
 	MetricsAddr, HealthAddr string
+	// UIAddr serves the live page (package ui) on /ui/ ("" or "0": off).
+	UIAddr string
 	// Explain, when set, narrates every mechanic (--explain).
 	Explain *explain.Narrator
 	// LeaderElection, when set, runs the workers only while this process
@@ -104,6 +107,8 @@ type App struct {
 	Controller *reconcile.Controller[Object]
 	Client     *client.Client
 	Metrics    *metrics.Metrics
+	// UI is the live page's hub; nil without UIAddr.
+	UI *ui.Hub
 	// Elector is nil without leader election.
 	Elector *leader.Elector
 	// Liveness, Readiness and Leadership are the checks behind /healthz,
@@ -167,6 +172,10 @@ func New(opts Options) (_ *App, err error) {
 		}
 		observer = append(observer, a.probe)
 	}
+	if opts.UIAddr != "" && opts.UIAddr != "0" {
+		a.UI = ui.New(ui.Options{Queue: a.Queue.Snapshot, StoreLen: a.Store.Len})
+		observer = append(observer, a.UI)
+	}
 	if opts.Observer != nil {
 		observer = append(observer, opts.Observer)
 	}
@@ -200,6 +209,9 @@ func New(opts Options) (_ *App, err error) {
 	wopts.Codec = watcher.Codec[Object]{GVK: v1alpha1.GroupVersionKind}
 	src := watcher.RESTSource{Client: myClient.REST(), Resource: v1alpha1.Resource, Namespace: opts.Namespace}
 	a.Watcher = watcher.New(src, a.Store, wopts)
+	if a.UI != nil {
+		a.UI.SetResourceVersion(a.Watcher.ResourceVersion)
+	}
 
 	if opts.LeaderElection == nil {
 		a.enqueue.Store(true)
@@ -212,7 +224,7 @@ func New(opts Options) (_ *App, err error) {
 		}
 	}
 	a.addChecks()
-	if a.servers, err = listen(opts.MetricsAddr, opts.HealthAddr); err != nil {
+	if a.servers, err = listen(opts.MetricsAddr, opts.HealthAddr, opts.UIAddr); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -227,7 +239,7 @@ func (a *App) Run(ctx context.Context) error {
 	log := klog.FromContext(ctx)
 	defer a.events.Shutdown()
 	metricsHandler, probesHandler := a.handlers()
-	stopServing := a.servers.serve(log, metricsHandler, probesHandler)
+	stopServing := a.servers.serve(log, metricsHandler, probesHandler, a.uiHandler())
 	defer stopServing() // last: the probes answer while the rest drains
 	watchCtx, stopWatching := context.WithCancel(ctx)
 	var wg sync.WaitGroup

@@ -41,6 +41,17 @@ func (a *App) addChecks() {
 	})
 }
 
+// uiHandler serves the live page on /ui/ (and sends / there).
+func (a *App) uiHandler() http.Handler {
+	if a.UI == nil {
+		return nil
+	}
+	m := http.NewServeMux()
+	m.Handle("/ui/", a.UI.Handler("/ui/"))
+	m.Handle("/{$}", http.RedirectHandler("/ui/", http.StatusFound))
+	return m
+}
+
 // handlers are the endpoints, by the address that serves them.
 func (a *App) handlers() (metrics, probes http.Handler) {
 	m := http.NewServeMux()
@@ -63,6 +74,9 @@ func (a *App) HealthAddr() string {
 	return addrOf(a.servers.probes)
 }
 
+// UIAddr is the address the live page is served on ("" when off).
+func (a *App) UIAddr() string { return addrOf(a.servers.ui) }
+
 func addrOf(ln net.Listener) string {
 	if ln == nil {
 		return ""
@@ -72,12 +86,22 @@ func addrOf(ln net.Listener) string {
 
 // servers are the bound listeners; one serves both when the addresses match.
 type servers struct {
-	metrics, probes net.Listener
-	shared          bool
+	metrics, probes, ui net.Listener
+	shared              bool
 }
 
-func listen(metricsAddr, healthAddr string) (s servers, err error) {
+func listen(metricsAddr, healthAddr, uiAddr string) (s servers, err error) {
 	off := func(addr string) bool { return addr == "" || addr == "0" }
+	if !off(uiAddr) {
+		if s.ui, err = net.Listen("tcp", uiAddr); err != nil {
+			return s, fmt.Errorf("serving the live page: %w", err)
+		}
+		defer func() {
+			if err != nil {
+				s.ui.Close()
+			}
+		}()
+	}
 	if !off(metricsAddr) {
 		if s.metrics, err = net.Listen("tcp", metricsAddr); err != nil {
 			return s, fmt.Errorf("serving metrics: %w", err)
@@ -100,10 +124,14 @@ func listen(metricsAddr, healthAddr string) (s servers, err error) {
 }
 
 // serve starts serving; the function it returns stops the servers.
-func (s servers) serve(log klog.Logger, metrics, probes http.Handler) (stop func()) {
+func (s servers) serve(log klog.Logger, metrics, probes, ui http.Handler) (stop func()) {
 	var running []*http.Server
+	// Requests that never end on their own (the live page's event streams)
+	// end with this context, so that stopping does not wait for them.
+	base, cancel := context.WithCancel(context.Background())
 	start := func(ln net.Listener, h http.Handler, what string) {
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+			BaseContext: func(net.Listener) context.Context { return base }}
 		running = append(running, srv)
 		log.Info("Serving "+what, "address", "http://"+ln.Addr().String())
 		go func() {
@@ -125,7 +153,11 @@ func (s servers) serve(log klog.Logger, metrics, probes http.Handler) (stop func
 	if s.probes != nil {
 		start(s.probes, probes, "probes (/healthz, /readyz, /leaderz)")
 	}
+	if s.ui != nil {
+		start(s.ui, ui, "the live page (/ui/)")
+	}
 	return func() {
+		cancel()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		for _, srv := range running {

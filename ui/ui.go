@@ -1,0 +1,462 @@
+// Package ui serves a live page of the informer mechanics, for learners:
+// the watcher's state diagram with the current state lit, the
+// resourceVersion, a timeline of LIST pages, events, bookmarks, 410s and
+// relists, the store's size and the deltas of the last relist, the queue
+// (keys ready, keys waiting out a retry with their due time and retry count,
+// keys in the workers' hands) and the last reconciles. It is what --explain
+// narrates, drawn.
+//
+// The page is plain HTML, CSS and JavaScript embedded in the binary
+// (go:embed; nothing is fetched from the network), fed by Server-Sent Events
+// from the same observer hooks as the metrics and the narration:
+//
+//	watcher, queue, workers ──Observe──▶ Hub ── ring of the last events
+//	                                      │      + the current picture
+//	                                      ▼
+//	                     one goroutine per browser (its HTTP handler):
+//	                     reads the ring from its own cursor, writes SSE
+//
+// # A slow browser never slows the controller
+//
+// Observe, on the controller's goroutines, only appends to a fixed-size ring
+// and updates a few fields under a mutex, then pokes each browser's goroutine
+// without waiting (a channel of one). It never encodes, never writes to a
+// network connection and never waits for a browser. Each browser's handler
+// does the encoding and the writing, at its own pace:
+//   - events are sent in batches, at most every FlushEvery, so a burst of
+//     ten thousand events costs a browser a few dozen writes (merged);
+//   - a browser that falls more than a ring behind skips what was
+//     overwritten and is told how much it missed: the page shows the count
+//     (dropped), then the current picture, which is always whole;
+//   - a browser that takes more than WriteTimeout to accept a write is
+//     disconnected (EventSource reconnects by itself);
+//   - at most MaxClients browsers at once; more get 503.
+//
+// Memory is the ring (Options.Ring events) whatever the number of browsers.
+package ui
+
+import (
+	"embed"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"rawwatch/freshness"
+	"rawwatch/leader"
+	"rawwatch/observe"
+	"rawwatch/queue"
+	"rawwatch/reconcile"
+	"rawwatch/watcher"
+)
+
+//go:embed static
+var static embed.FS
+
+// Defaults of Options.
+const (
+	DefaultRing         = 1024
+	DefaultMaxClients   = 8
+	DefaultWriteTimeout = 10 * time.Second
+	DefaultFlushEvery   = 100 * time.Millisecond
+	DefaultPictureEvery = 500 * time.Millisecond
+	// ListMax is how many keys of each kind the queue view shows.
+	ListMax = 50
+)
+
+// Options say where the parts of the picture that are read rather than
+// observed come from, and bound what a browser may cost. Nil functions leave
+// their part out.
+type Options struct {
+	Queue           func(max int) queue.Snapshot
+	StoreLen        func() int
+	ResourceVersion func() string
+
+	Ring, MaxClients         int
+	WriteTimeout, FlushEvery time.Duration
+	// PictureEvery is how often the current picture is sent (the queue's
+	// keys and the delays count down between events too).
+	PictureEvery time.Duration
+}
+
+// Hub hears every event (it is an observe.Observer) and serves the page.
+type Hub struct {
+	opts    Options
+	clients atomic.Int32
+	dropped atomic.Int64 // events browsers missed, summed over browsers
+
+	mu    sync.Mutex
+	ring  []item // ring[seq % len(ring)]
+	next  uint64 // seq of the next event
+	woken map[chan struct{}]struct{}
+	pic   picture
+}
+
+type item struct {
+	seq uint64
+	at  time.Time
+	e   observe.Event
+}
+
+// picture is what the page shows apart from the timeline; it is sent whole.
+type picture struct {
+	State       string             `json:"state"`
+	Transitions []transition       `json:"transitions"` // newest last
+	LastRelist  *relist            `json:"lastRelist,omitempty"`
+	Workers     map[int]held       `json:"workers"`
+	Reconciles  []reconciled       `json:"reconciles"` // newest last
+	Leading     bool               `json:"leading"`
+	Probe       map[string]float64 `json:"probe,omitempty"` // stage → seconds, the last heartbeat
+	LastHeard   time.Time          `json:"-"`
+
+	// Filled in when sent.
+	RV        string     `json:"rv"`
+	Store     int        `json:"store"`
+	Queue     *queueView `json:"queue,omitempty"`
+	SilenceMS int64      `json:"silenceMs"`
+	Dropped   int64      `json:"dropped"`
+	Now       int64      `json:"now"`
+}
+
+type transition struct {
+	At         int64  `json:"at"`
+	From       string `json:"from"`
+	To         string `json:"to"`
+	Reason     string `json:"reason"`
+	TimeTravel bool   `json:"timeTravel,omitempty"`
+}
+
+type relist struct {
+	At     int64          `json:"at"`
+	RV     string         `json:"rv"`
+	Deltas map[string]int `json:"deltas"`
+	First  bool           `json:"first"`
+}
+
+type held struct {
+	Key   string `json:"key"`
+	Since int64  `json:"since"`
+}
+
+type reconciled struct {
+	At      int64   `json:"at"`
+	Worker  int     `json:"worker"`
+	Key     string  `json:"key"`
+	TookMS  float64 `json:"tookMs"`
+	Err     string  `json:"err,omitempty"`
+	RetryMS int64   `json:"retryMs,omitempty"`
+}
+
+type queueView struct {
+	Ready      []string      `json:"ready"`
+	ReadyLen   int           `json:"readyLen"`
+	Delayed    []delayedView `json:"delayed"`
+	DelayedLen int           `json:"delayedLen"`
+	Processing []string      `json:"processing"`
+}
+
+type delayedView struct {
+	Key     string `json:"key"`
+	DueMS   int64  `json:"dueInMs"`
+	Retries int    `json:"retries"`
+}
+
+// New returns a Hub; zero Options fields take the defaults.
+func New(opts Options) *Hub {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defDur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&opts.Ring, DefaultRing)
+	def(&opts.MaxClients, DefaultMaxClients)
+	defDur(&opts.WriteTimeout, DefaultWriteTimeout)
+	defDur(&opts.FlushEvery, DefaultFlushEvery)
+	defDur(&opts.PictureEvery, DefaultPictureEvery)
+	return &Hub{opts: opts, ring: make([]item, opts.Ring), woken: map[chan struct{}]struct{}{},
+		pic: picture{State: watcher.Listing.String(), Workers: map[int]held{}, LastHeard: time.Now()}}
+}
+
+// SetResourceVersion sets where the resourceVersion is read from (the
+// watcher, which exists after the Hub that observes it); call it before
+// serving.
+func (h *Hub) SetResourceVersion(f func() string) { h.opts.ResourceVersion = f }
+
+// Viewers is how many browsers are connected to the event stream.
+func (h *Hub) Viewers() int { return int(h.clients.Load()) }
+
+// Dropped is how many events browsers missed because they fell behind.
+func (h *Hub) Dropped() int64 { return h.dropped.Load() }
+
+// Observe records e. It never blocks on a browser (see the package doc).
+func (h *Hub) Observe(e observe.Event) {
+	now := time.Now()
+	timeline := true
+	h.mu.Lock()
+	p := &h.pic
+	switch e := e.(type) {
+	case watcher.StateChanged:
+		p.State = e.To.String()
+		p.Transitions = keepLast(append(p.Transitions, transition{At: ms(now), From: e.From.String(), To: e.To.String(),
+			Reason: e.Reason, TimeTravel: e.TimeTravel}), 12)
+	case watcher.Replaced:
+		p.LastRelist = &relist{At: ms(now), RV: e.RV, First: p.LastRelist == nil,
+			Deltas: map[string]int{"size": e.Size, "added": e.Added, "updated": e.Updated, "deleted": e.Deleted}}
+		p.LastHeard = now
+	case watcher.ListPage, watcher.BookmarkReceived:
+		p.LastHeard = now
+	case watcher.Received:
+		p.LastHeard = now
+	case reconcile.Started:
+		p.Workers[e.Worker] = held{Key: e.Key, Since: ms(now)}
+		timeline = false
+	case reconcile.Finished:
+		delete(p.Workers, e.Worker)
+		r := reconciled{At: ms(now), Worker: e.Worker, Key: e.Key, TookMS: float64(e.Took.Microseconds()) / 1000, RetryMS: e.RetryIn.Milliseconds()}
+		if e.Err != nil {
+			r.Err = e.Err.Error()
+		}
+		p.Reconciles = keepLast(append(p.Reconciles, r), 20)
+	case leader.Leading:
+		p.Leading = e.Leading
+	case freshness.Measured:
+		if p.Probe == nil || e.Stage == freshness.Event {
+			p.Probe = map[string]float64{}
+		}
+		p.Probe[string(e.Stage)] = e.Took.Seconds()
+		timeline = false
+	case queue.Added, queue.Got, watcher.Handed, freshness.Beat:
+		timeline = false // the queue view shows these; the timeline would drown
+	}
+	if timeline {
+		h.ring[h.next%uint64(len(h.ring))] = item{seq: h.next, at: now, e: e}
+		h.next++
+		for c := range h.woken {
+			select {
+			case c <- struct{}{}:
+			default: // already poked
+			}
+		}
+	}
+	h.mu.Unlock()
+}
+
+func keepLast[T any](s []T, n int) []T {
+	if len(s) > n {
+		return append(s[:0:0], s[len(s)-n:]...)
+	}
+	return s
+}
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+// Handler serves the page under prefix (e.g. "/ui/"): prefix itself is the
+// page, prefix+"events" the event stream.
+func (h *Hub) Handler(prefix string) http.Handler {
+	mux := http.NewServeMux()
+	files, _ := fs.Sub(static, "static")
+	mux.Handle(prefix, http.StripPrefix(prefix, http.FileServerFS(files)))
+	mux.HandleFunc(prefix+"events", h.serveEvents)
+	return mux
+}
+
+// serveEvents streams Server-Sent Events to one browser until it leaves,
+// falls too far behind to be written to, or the server shuts down.
+func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
+	if h.clients.Add(1) > int32(h.opts.MaxClients) {
+		h.clients.Add(-1)
+		http.Error(w, fmt.Sprintf("at most %d viewers at once", h.opts.MaxClients), http.StatusServiceUnavailable)
+		return
+	}
+	defer h.clients.Add(-1)
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+
+	wake := make(chan struct{}, 1)
+	h.mu.Lock()
+	h.woken[wake] = struct{}{}
+	// A new browser starts with the events still in the ring.
+	cursor := h.next - min(h.next, uint64(len(h.ring)))
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(h.woken, wake)
+		h.mu.Unlock()
+	}()
+
+	s := &stream{w: w, rc: rc, timeout: h.opts.WriteTimeout}
+	tick := time.NewTicker(h.opts.PictureEvery)
+	defer tick.Stop()
+	var missed int64
+	for first := true; ; first = false {
+		items, skipped := h.since(cursor)
+		cursor += skipped + uint64(len(items))
+		missed += int64(skipped)
+		if skipped > 0 {
+			h.dropped.Add(int64(skipped))
+			s.send("dropped", map[string]any{"n": skipped, "total": missed})
+		}
+		for _, it := range items {
+			s.send("item", encode(it))
+		}
+		if first || len(items) > 0 || skipped > 0 {
+			s.send("picture", h.picture(missed))
+		}
+		if !s.flush() {
+			return
+		}
+		// Merge: wait a little before the next batch, whatever the rate.
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(h.opts.FlushEvery):
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-wake:
+		case <-tick.C:
+			s.send("picture", h.picture(missed))
+		}
+	}
+}
+
+// since copies the events from seq on; skipped counts those overwritten
+// before this browser read them.
+func (h *Hub) since(seq uint64) (items []item, skipped uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if oldest := h.next - min(h.next, uint64(len(h.ring))); seq < oldest {
+		skipped, seq = oldest-seq, oldest
+	}
+	for ; seq < h.next; seq++ {
+		items = append(items, h.ring[seq%uint64(len(h.ring))])
+	}
+	return items, skipped
+}
+
+// picture copies the current picture and reads the parts that are read.
+func (h *Hub) picture(missed int64) picture {
+	h.mu.Lock()
+	p := h.pic
+	p.Transitions = append([]transition(nil), p.Transitions...)
+	p.Reconciles = append([]reconciled(nil), p.Reconciles...)
+	p.Workers = make(map[int]held, len(h.pic.Workers))
+	for k, v := range h.pic.Workers {
+		p.Workers[k] = v
+	}
+	if h.pic.Probe != nil {
+		p.Probe = make(map[string]float64, len(h.pic.Probe))
+		for k, v := range h.pic.Probe {
+			p.Probe[k] = v
+		}
+	}
+	h.mu.Unlock()
+	now := time.Now()
+	p.Now, p.Dropped, p.SilenceMS = ms(now), missed, now.Sub(p.LastHeard).Milliseconds()
+	if h.opts.ResourceVersion != nil {
+		p.RV = h.opts.ResourceVersion()
+	}
+	if h.opts.StoreLen != nil {
+		p.Store = h.opts.StoreLen()
+	}
+	if h.opts.Queue != nil {
+		q := h.opts.Queue(ListMax)
+		v := &queueView{Ready: q.Ready, ReadyLen: q.ReadyLen, DelayedLen: q.DelayedLen, Processing: q.Processing}
+		for _, d := range q.Delayed {
+			v.Delayed = append(v.Delayed, delayedView{Key: d.Key, DueMS: d.Due.Sub(now).Milliseconds(), Retries: d.Retries})
+		}
+		p.Queue = v
+	}
+	return p
+}
+
+// stream writes SSE frames to one browser; after a failed write it writes
+// nothing more.
+type stream struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	err     error
+}
+
+func (s *stream) send(event string, v any) {
+	if s.err != nil {
+		return
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		data, _ = json.Marshal(map[string]string{"kind": "unencodable", "err": err.Error()})
+	}
+	s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	_, s.err = fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", event, data)
+}
+
+func (s *stream) flush() bool {
+	if s.err == nil {
+		s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+		s.err = s.rc.Flush()
+	}
+	return s.err == nil
+}
+
+// encode turns one event into what the page's timeline reads: a kind and
+// the event's fields, in JSON.
+func encode(it item) map[string]any {
+	m := map[string]any{"seq": it.seq, "at": ms(it.at)}
+	errText := func(err error) string {
+		if err == nil {
+			return ""
+		}
+		return err.Error()
+	}
+	switch e := it.e.(type) {
+	case watcher.StateChanged:
+		m["kind"], m["from"], m["to"], m["reason"], m["timeTravel"] = "state", e.From.String(), e.To.String(), e.Reason, e.TimeTravel
+	case watcher.ListPage:
+		m["kind"], m["page"], m["items"], m["rv"], m["more"] = "page", e.Page, e.Items, e.RV, e.Continue != ""
+	case watcher.Replaced:
+		m["kind"], m["rv"], m["size"], m["added"], m["updated"], m["deleted"] = "replaced", e.RV, e.Size, e.Added, e.Updated, e.Deleted
+	case watcher.WatchStarted:
+		m["kind"], m["rv"], m["timeoutS"], m["initialEvents"] = "watch", e.RV, e.Timeout.Seconds(), e.InitialEvents
+	case watcher.Received:
+		m["kind"], m["type"], m["key"], m["rv"] = "event", e.Type, e.Key, e.RV
+	case watcher.BookmarkReceived:
+		m["kind"], m["rv"], m["initialEventsEnd"] = "bookmark", e.RV, e.InitialEventsEnd
+	case watcher.WatchEnded:
+		m["kind"], m["frames"], m["openS"], m["err"] = "ended", e.Frames, e.Open.Seconds(), errText(e.Err)
+		m["gone"] = apierrors.IsResourceExpired(e.Err) || apierrors.IsGone(e.Err)
+	case watcher.BackoffStarted:
+		m["kind"], m["delayMs"], m["class"] = "backoff", e.Delay.Milliseconds(), e.Class.String()
+	case watcher.Probed:
+		m["kind"], m["rv"], m["err"] = "probe", e.RV, errText(e.Err)
+	case watcher.Skipped:
+		m["kind"], m["key"], m["err"] = "skipped", e.Err.Key, e.Err.Error()
+	case reconcile.Finished:
+		m["kind"], m["worker"], m["key"], m["tookMs"], m["err"], m["retryMs"] = "reconcile", e.Worker, e.Key,
+			float64(e.Took.Microseconds())/1000, errText(e.Err), e.RetryIn.Milliseconds()
+	case reconcile.Paused:
+		m["kind"], m["key"], m["forMs"], m["err"] = "paused", e.Key, e.For.Milliseconds(), errText(e.Err)
+	case reconcile.Resynced:
+		m["kind"], m["keys"] = "resync", e.Keys
+	case leader.Leading:
+		m["kind"], m["leading"] = "leading", e.Leading
+	case leader.NewLeader:
+		m["kind"], m["identity"] = "leader", e.Identity
+	default:
+		m["kind"], m["type"] = "other", fmt.Sprintf("%T", e)
+	}
+	return m
+}
