@@ -8,7 +8,7 @@ SHELL := /bin/bash
 GO    ?= go
 TOOLS := ./hack/ensure-tools.sh
 
-.PHONY: all help build test unit vet manifests verify-manifests tools demo demo-410 demo-drop demo-refuse demo-garbage demo-storm demo-faults cluster run chaos clean bench image-binary deploy undeploy
+.PHONY: all help build browser test unit vet manifests verify-manifests tools demo demo-410 demo-drop demo-refuse demo-garbage demo-storm demo-faults cluster run chaos clean bench image-binary deploy undeploy
 
 # The version stamped into binaries and the image tag `make deploy` uses.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -40,7 +40,10 @@ verify-manifests: ## fail if the generated files differ from what the Go types s
 vet: ## go vet ./...
 	$(GO) vet ./...
 
-test: tools verify-manifests vet image-binary ## everything CI runs
+browser: ## Debian's chromium for the live page's browser test, when missing and this user may install it
+	./hack/ensure-chromium.sh
+
+test: tools browser verify-manifests vet image-binary ## everything CI runs
 	$(GO) test -race -timeout 30m ./...
 
 unit: ## every test that needs no control plane: go test -race -short ./... (under a minute once built)

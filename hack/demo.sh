@@ -33,8 +33,9 @@ k apply -f config/samples/myresources.yaml
 say "Starting the controller with --explain (page size 2, so the LIST takes pages; watches end after 10-20 s)"
 bin/rawwatch --kubeconfig "$kubeconfig" --namespace default --explain --page-size 2 --min-watch-timeout 10s \
 	--retry-base-delay 250ms --metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0 \
-	-v=3 2> out/controller.log &
+	--ui-bind-address "${UI_ADDR:-127.0.0.1:0}" --freshness-probe 5s -v=3 2> out/controller.log &
 pids+=($!)
+live_page out/controller.log
 waitfor 60 phase hello Processed
 settle
 k get myresources
@@ -64,9 +65,10 @@ addr=$(sed -nE 's/.*"Serving metrics and probes[^"]*" address="([^"]+)".*/\1/p' 
 if [ -n "$addr" ] && command -v curl >/dev/null; then
 	say "Probes and metrics ($addr)"
 	curl -s "$addr/readyz?verbose"
-	curl -s "$addr/metrics" | grep -E '^(rawwatch_(lists|watch_restarts|watch_bookmarks|reconcile)_total|rawwatch_watch_events_total|workqueue_(adds|retries)_total|rawwatch_resource_version)' || true
+	curl -s "$addr/metrics" | grep -E '^(rawwatch_(lists|watch_restarts|watch_bookmarks|reconcile)_total|rawwatch_watch_events_total|workqueue_(adds|retries)_total|rawwatch_resource_version|rawwatch_watch_silence_seconds|rawwatch_freshness_probe_seconds_(sum|count)|rawwatch_watch_event_delivery_lag_seconds_(sum|count))' || true
 fi
 
 say "Final state"
 k get myresources
 printf '\nController log: out/controller.log. Keep a control plane running with: make cluster\n'
+hold

@@ -75,8 +75,10 @@ faults=$(cat "$dir/kubeconfig.faults")
 k apply -f config/samples/myresources.yaml >/dev/null
 k delete myresource broken >/dev/null # its retries on purpose would crowd the log
 say "Starting the controller through the proxy ($narrate; log: $dir/controller.log)"
-bin/rawwatch --kubeconfig "$dir/kubeconfig" --namespace default "$narrate" >"$dir/controller.log" 2>&1 &
+bin/rawwatch --kubeconfig "$dir/kubeconfig" --namespace default "$narrate" \
+	--ui-bind-address "${UI_ADDR:-127.0.0.1:0}" >"$dir/controller.log" 2>&1 &
 pids+=($!)
+live_page "$dir/controller.log"
 for _ in $(seq 1 60); do
 	[ "$(k get myresource hello -o jsonpath='{.status.phase}' 2>/dev/null)" = Processed ] && break
 	sleep 0.5
@@ -161,3 +163,4 @@ all) for d in drop garbage refuse 410 storm; do "demo_$d"; done ;;
 *) "demo_$1" ;;
 esac
 printf '\nThe whole controller log: %s\n' "$dir/controller.log"
+hold

@@ -32,3 +32,23 @@ start_controlplane() {
 	sleep 0.2 # the line after the kubeconfig
 	cat "$log"
 }
+
+# live_page LOG prints the live page's URL once the controller logging to LOG
+# serves it (--ui-bind-address): open it to watch the mechanics as they happen.
+live_page() {
+	local addr=""
+	for _ in $(seq 1 40); do
+		addr=$(sed -nE 's/.*"Serving the live page[^"]*" address="([^"]+)".*/\1/p' "$1" | head -1)
+		[ -n "$addr" ] && break
+		sleep 0.25
+	done
+	[ -n "$addr" ] && printf '\n\033[1m   The live page: %s/ui/\033[0m  (open it now: the state diagram, the timeline and the queue, as they happen)\n' "$addr"
+	return 0
+}
+
+# hold keeps the demo (and its live page) up until Enter, on a terminal.
+hold() {
+	if [ -t 0 ]; then
+		read -r -p $'\nThe live page stays up until you press Enter. ' _ || true
+	fi
+}
