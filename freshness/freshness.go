@@ -12,7 +12,7 @@
 //     shows here before the watchdog (--watch-silence-limit) cuts it.
 //   - Delivery lag (rawwatch_watch_event_delivery_lag_seconds): for each
 //     ADDED or MODIFIED event, its arrival minus the write time the server
-//     records in the object (WrittenAt). Free, on every event, but coarse:
+//     records in the object (watcher.WrittenAt). Free, on every event, but coarse:
 //     the server keeps whole seconds, so a lag reads up to a second long,
 //     and it includes the clock skew between the apiserver and us.
 //   - The probe (--freshness-probe, Probe): every interval, the replica that
@@ -46,7 +46,6 @@ import (
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"rawwatch/observe"
@@ -59,23 +58,6 @@ const Annotation = "rawwatch.example.com/heartbeat"
 
 // DefaultName is the name of the probe's object.
 const DefaultName = "rawwatch-freshness-probe"
-
-// WrittenAt is the server's record of when obj was last written: the latest
-// time in its managedFields (the apiserver sets an entry's time whenever its
-// manager changes a field), else its creation time. Whole seconds; false when
-// the object carries neither.
-func WrittenAt(obj metav1.Object) (time.Time, bool) {
-	var t time.Time
-	for _, f := range obj.GetManagedFields() {
-		if f.Time != nil && f.Time.After(t) {
-			t = f.Time.Time
-		}
-	}
-	if t.IsZero() {
-		t = obj.GetCreationTimestamp().Time
-	}
-	return t, !t.IsZero()
-}
 
 // Stage is how far a heartbeat got.
 type Stage string

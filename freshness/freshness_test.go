@@ -17,22 +17,6 @@ import (
 	"rawwatch/watcher"
 )
 
-func TestWrittenAtIsTheLatestManagedFieldsTime(t *testing.T) {
-	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	obj := &v1alpha1.MyResource{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(created)}}
-	if got, ok := freshness.WrittenAt(obj); !ok || !got.Equal(created) {
-		t.Errorf("without managedFields: %v %v, want the creation time", got, ok)
-	}
-	t1, t2 := metav1.NewTime(created.Add(time.Minute)), metav1.NewTime(created.Add(time.Hour))
-	obj.ManagedFields = []metav1.ManagedFieldsEntry{{Time: &t2}, {Time: &t1}, {}}
-	if got, ok := freshness.WrittenAt(obj); !ok || !got.Equal(t2.Time) {
-		t.Errorf("with managedFields: %v %v, want %v", got, ok, t2)
-	}
-	if _, ok := freshness.WrittenAt(&v1alpha1.MyResource{}); ok {
-		t.Error("an object with no times has a write time")
-	}
-}
-
 // heartbeat is the probe's object as a WATCH event carries it.
 func heartbeat(t0 time.Time) watcher.Received {
 	obj := &v1alpha1.MyResource{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "probe",

@@ -232,10 +232,8 @@ func (m *Metrics) Observe(e observe.Event) {
 		if !e.Arrived.IsZero() {
 			m.heard.Store(e.Arrived.UnixNano())
 		}
-		if e.Type != watcher.Deleted && e.Object != nil {
-			if written, ok := freshness.WrittenAt(e.Object); ok {
-				m.deliveryLag.Observe(max(0, e.Arrived.Sub(written).Seconds()))
-			}
+		if !e.Written.IsZero() && !e.Arrived.IsZero() {
+			m.deliveryLag.Observe(max(0, e.Arrived.Sub(e.Written).Seconds()))
 		}
 	case watcher.BookmarkReceived:
 		m.bookmarks.Inc()

@@ -10,10 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"rawwatch/api/v1alpha1"
 	"rawwatch/freshness"
 	"rawwatch/leader"
 	"rawwatch/queue"
@@ -188,10 +186,8 @@ func TestFreshnessMetrics(t *testing.T) {
 		t.Errorf("silence after a bookmark = %v", s)
 	}
 	clock = clock.Add(3 * time.Second)
-	written := metav1.NewTime(clock.Add(-2 * time.Second))
-	obj := &v1alpha1.MyResource{ObjectMeta: metav1.ObjectMeta{ManagedFields: []metav1.ManagedFieldsEntry{{Time: &written}}}}
-	m.Observe(watcher.Received{Type: watcher.Modified, Key: "ns/a", RV: "6", Arrived: clock, Object: obj})
-	m.Observe(watcher.Received{Type: watcher.Deleted, Key: "ns/a", RV: "7", Arrived: clock, Object: obj})
+	m.Observe(watcher.Received{Type: watcher.Modified, Key: "ns/a", RV: "6", Arrived: clock, Written: clock.Add(-2 * time.Second)})
+	m.Observe(watcher.Received{Type: watcher.Deleted, Key: "ns/a", RV: "7", Arrived: clock})
 	if s := silence(); s != 0 {
 		t.Errorf("silence after an event = %v", s)
 	}

@@ -6,8 +6,10 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rawwatch/api/v1alpha1"
 )
@@ -143,5 +145,21 @@ func TestDecodeWatchStreamSkipsBadFrames(t *testing.T) {
 	}
 	if final == nil || errors.Is(final, io.EOF) {
 		t.Fatalf("a truncated frame must end the stream with an error, got %v", final)
+	}
+}
+
+func TestWrittenAtIsTheLatestManagedFieldsTime(t *testing.T) {
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	obj := &v1alpha1.MyResource{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(created)}}
+	if got, ok := WrittenAt(obj); !ok || !got.Equal(created) {
+		t.Errorf("without managedFields: %v %v, want the creation time", got, ok)
+	}
+	t1, t2 := metav1.NewTime(created.Add(time.Minute)), metav1.NewTime(created.Add(time.Hour))
+	obj.ManagedFields = []metav1.ManagedFieldsEntry{{Time: &t2}, {Time: &t1}, {}}
+	if got, ok := WrittenAt(obj); !ok || !got.Equal(t2.Time) {
+		t.Errorf("with managedFields: %v %v, want %v", got, ok, t2)
+	}
+	if _, ok := WrittenAt(&v1alpha1.MyResource{}); ok {
+		t.Error("an object with no times has a write time")
 	}
 }

@@ -50,13 +50,15 @@ type (
 	}
 	// Received: an ADDED, MODIFIED or DELETED event was applied to the
 	// store. Arrived is when its frame had been read and decoded (the store
-	// write follows within microseconds: nothing sits between the two);
-	// Object is the object it carried, shared with the store: read it, never
-	// change it.
+	// write follows within microseconds: nothing sits between the two).
+	// Written is the server's record of when the object was last written
+	// (WrittenAt, read before the store dropped managedFields; zero when
+	// unknown). Object is the object it carried, shared with the store: read
+	// it, never change it.
 	Received struct {
-		Type, Key, RV string
-		Arrived       time.Time
-		Object        metav1.Object
+		Type, Key, RV    string
+		Arrived, Written time.Time
+		Object           metav1.Object
 	}
 	// BookmarkReceived: a BOOKMARK moved the resourceVersion to RV.
 	BookmarkReceived struct {
@@ -179,4 +181,22 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		Bookmarks: s.bookmarks.Load(), GoneDeletes: s.goneDeletes.Load(),
 		Skipped: s.skipped.Load(), Backoffs: s.backoffs.Load(), Probes: s.probes.Load(), LastBookmarkRV: rv,
 	}
+}
+
+// WrittenAt is the server's record of when obj was last written: the latest
+// time in its managedFields (the apiserver stamps a manager's entry whenever
+// a write of that manager changes a field), else its creation time. Whole
+// seconds; false when the object carries neither (the store drops
+// managedFields: ask before it takes the object).
+func WrittenAt(obj metav1.Object) (time.Time, bool) {
+	var t time.Time
+	for _, f := range obj.GetManagedFields() {
+		if f.Time != nil && f.Time.After(t) {
+			t = f.Time.Time
+		}
+	}
+	if t.IsZero() {
+		t = obj.GetCreationTimestamp().Time
+	}
+	return t, !t.IsZero()
 }

@@ -415,12 +415,16 @@ func (w *Watcher[T]) watchTimeout() time.Duration {
 func (w *Watcher[T]) apply(ev Event[T], arrived time.Time) {
 	var d store.Delta[T]
 	var changed bool
+	var written time.Time
+	if ev.Type != Deleted {
+		written, _ = WrittenAt(ev.Object)
+	}
 	if ev.Type == Deleted {
 		d, changed = w.store.Delete(ev.Object)
 	} else {
 		d, changed = w.store.Upsert(ev.Object)
 	}
-	w.obs.Observe(Received{Type: ev.Type, Key: store.KeyOf(ev.Object), RV: ev.RV, Arrived: arrived, Object: ev.Object})
+	w.obs.Observe(Received{Type: ev.Type, Key: store.KeyOf(ev.Object), RV: ev.RV, Arrived: arrived, Written: written, Object: ev.Object})
 	if changed {
 		w.hand(d)
 	}
