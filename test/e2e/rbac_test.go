@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/freshness"
 	"rawwatch/internal/testkit"
 	"rawwatch/reconcile"
 )
@@ -136,6 +137,42 @@ func TestForbiddenListIsLoggedAndBackedOff(t *testing.T) {
 		o, err := admin.Get(ctx, ns, "waiting")
 		return err == nil && o.Status.Phase == v1alpha1.PhaseProcessed
 	}, "not reconciled after the permission was granted")
+	if code := p.stop(t); code != 0 {
+		t.Errorf("exit code %d", code)
+	}
+}
+
+// --freshness-probe runs on its own Role (config/rbac/freshness_probe_role.yaml):
+// as the ServiceAccount, the binary creates its heartbeat object in its own
+// namespace and patches it again and again, without a forbidden.
+func TestFreshnessProbeRunsWithItsRole(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	testkit.InstallRBAC(t, cp.Config())
+	token := testkit.ServiceAccountToken(t, cp.Config(), testkit.ControllerNamespace, testkit.ControllerServiceAccount)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := cp.WriteKubeconfigFor(kubeconfig, cp.APIServer.URL, token); err != nil {
+		t.Fatal(err)
+	}
+	admin := testkit.Client(t, cp.Config())
+	ns := testkit.ControllerNamespace
+	t.Cleanup(func() { _ = admin.Delete(context.Background(), ns, freshness.DefaultName, metav1.DeleteOptions{}) })
+
+	p := startBinary(t, nil, "--kubeconfig", kubeconfig, "--namespace", ns, "--freshness-probe", "1s")
+	var beats []string
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		o, err := admin.Get(context.Background(), ns, freshness.DefaultName)
+		if err != nil {
+			return false
+		}
+		if b := o.Annotations[freshness.Annotation]; len(beats) == 0 || beats[len(beats)-1] != b {
+			beats = append(beats, b)
+		}
+		return len(beats) >= 3
+	}, "the probe's object was not created and patched as the ServiceAccount")
+	if out := p.output(); strings.Contains(out, "forbidden") {
+		t.Errorf("the probe needed a permission its role lacks:\n%s", out)
+	}
 	if code := p.stop(t); code != 0 {
 		t.Errorf("exit code %d", code)
 	}
