@@ -108,6 +108,10 @@ type Probe struct {
 	started bool      // a reconcile of Key began after it reached the store
 }
 
+// WriteTimeout is the least time a heartbeat write is given (at least an
+// Interval).
+const WriteTimeout = 5 * time.Second
+
 // Run writes a heartbeat every Interval until ctx ends. A failed write is
 // reported and tried again at the next tick, never sooner: the probe adds at
 // most one request per Interval, whatever the server answers.
@@ -116,7 +120,10 @@ func (p *Probe) Run(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		t := time.Now()
-		err := p.Write(ctx, t)
+		// A write the server never answers must not stop the heartbeats.
+		wctx, cancel := context.WithTimeout(ctx, max(p.Interval, WriteTimeout))
+		err := p.Write(wctx, t)
+		cancel()
 		if err != nil && ctx.Err() == nil {
 			klog.FromContext(ctx).V(1).Info("Freshness heartbeat not written", "err", err)
 		}

@@ -102,3 +102,19 @@ func TestProbeWritesOncePerIntervalWhateverTheServerSays(t *testing.T) {
 		}
 	})
 }
+
+// A write the server never answers is given up after WriteTimeout (or an
+// interval, if longer): the heartbeats go on.
+func TestProbeGivesUpAHungWrite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		writes := 0
+		p := &freshness.Probe{Key: "ns/probe", Interval: time.Second,
+			Write: func(ctx context.Context, _ time.Time) error { writes++; <-ctx.Done(); return ctx.Err() }}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		p.Run(ctx)
+		if want := int(time.Minute / freshness.WriteTimeout); writes < want-1 || writes > want+1 {
+			t.Errorf("%d writes in a minute of writes that hang, want about %d", writes, want)
+		}
+	})
+}
