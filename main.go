@@ -202,6 +202,7 @@ func runController(ctx context.Context, o options) error {
 		Version:            version,
 		MetricsAddr:        o.metricsAddr,
 		HealthAddr:         o.healthAddr,
+		UIAddr:             o.uiAddr,
 		Explain:            narrator,
 		LeaderElection:     lease,
 		FreshnessProbe:     o.freshnessProbe,

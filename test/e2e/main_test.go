@@ -7,6 +7,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -113,7 +114,8 @@ func TestBinaryReconcilesAndStopsCleanly(t *testing.T) {
 	t.Parallel()
 	cp := shared.Get(t)
 	ns := testkit.Namespace(t, cp.Config())
-	p := startBinary(t, nil, "--kubeconfig", cp.Kubeconfig, "--namespace", ns, "--page-size", "10", "-v=2")
+	p := startBinary(t, nil, "--kubeconfig", cp.Kubeconfig, "--namespace", ns, "--page-size", "10", "-v=2",
+		"--ui-bind-address", "127.0.0.1:0")
 	c := testkit.Client(t, cp.Config())
 	if _, err := c.Create(context.Background(), testkit.New(ns, "hello", "from the binary")); err != nil {
 		t.Fatal(err)
@@ -122,8 +124,25 @@ func TestBinaryReconcilesAndStopsCleanly(t *testing.T) {
 		o, err := c.Get(context.Background(), ns, "hello")
 		return err == nil && o.Status.Phase == v1alpha1.PhaseProcessed && o.Status.ObservedGeneration == o.Generation
 	}, "object not processed by the binary")
+
+	// The live page is served, and a viewer's open event stream does not
+	// hold the exit back (stopping would otherwise wait out its 5 s
+	// shutdown timeout for a stream that never ends).
+	page := p.waitLog(t, 10*time.Second, regexp.MustCompile(`"Serving the live page[^"]*" address="([^"]+)"`))[1]
+	if code, body := testkit.HTTPGet(page + "/ui/"); code != 200 || !strings.Contains(body, "rawwatch") {
+		t.Fatalf("GET %s/ui/ = %d", page, code)
+	}
+	stream, err := http.Get(page + "/ui/events")
+	if err != nil || stream.StatusCode != 200 {
+		t.Fatalf("the live page's event stream: %v %v", stream, err)
+	}
+	defer stream.Body.Close()
+	stopping := time.Now()
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM, want 0", code)
+	}
+	if d := time.Since(stopping); d > 4*time.Second {
+		t.Errorf("stopping took %v with a viewer connected", d)
 	}
 	if !strings.Contains(p.output(), "Stopped cleanly") {
 		t.Error("no clean-stop log line")
