@@ -43,6 +43,8 @@ type options struct {
 	retryBase, retryMax         time.Duration
 	metricsAddr, healthAddr     string
 	uiAddr                      string
+	secureServing               bool
+	certDir                     string
 	explain                     bool
 	leaderElect                 bool
 	lease                       leader.Config
@@ -79,6 +81,8 @@ func run(args []string) int {
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", "0", `address to serve /metrics on, e.g. ":8080" ("0": off)`)
 	fs.StringVar(&o.healthAddr, "health-probe-bind-address", "0", `address to serve /healthz, /readyz and /leaderz on, e.g. ":8081" ("0": off)`)
 	fs.StringVar(&o.uiAddr, "ui-bind-address", "0", `address to serve the live page of the mechanics on (/ui/), e.g. "127.0.0.1:8082" ("0": off)`)
+	fs.BoolVar(&o.secureServing, "secure-serving", true, "serve /metrics and the live page over HTTPS, only to callers the API server authenticates (TokenReview) and RBAC allows to get the path (SubjectAccessReview); false: plain HTTP, on loopback addresses only. The health probes are always plain HTTP")
+	fs.StringVar(&o.certDir, "tls-cert-dir", "", "directory with tls.crt and tls.key for secure serving, read again when they change (default: a self-signed certificate made at start)")
 	fs.BoolVar(&o.explain, "explain", false, "narrate every list, watch event, queue operation and reconcile on stdout, for learning (colour on a terminal)")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "run the workers only while holding a Lease, so that several replicas can run with one active")
 	fs.StringVar(&o.lease.Name, "leader-elect-resource-name", "rawwatch", "name of the Lease")
@@ -203,6 +207,8 @@ func runController(ctx context.Context, o options) error {
 		MetricsAddr:        o.metricsAddr,
 		HealthAddr:         o.healthAddr,
 		UIAddr:             o.uiAddr,
+		SecureServing:      o.secureServing,
+		CertDir:            o.certDir,
 		Explain:            narrator,
 		LeaderElection:     lease,
 		FreshnessProbe:     o.freshnessProbe,

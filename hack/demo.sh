@@ -31,9 +31,11 @@ say "Applying the samples (config/samples/myresources.yaml) before the controlle
 k apply -f config/samples/myresources.yaml
 
 say "Starting the controller with --explain (page size 2, so the LIST takes pages; watches end after 10-20 s)"
+# --secure-serving=false: metrics and the live page as plain HTTP, on loopback
+# only (in a cluster they are HTTPS, to callers RBAC allows).
 bin/rawwatch --kubeconfig "$kubeconfig" --namespace default --explain --page-size 2 --min-watch-timeout 10s \
 	--retry-base-delay 250ms --metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0 \
-	--ui-bind-address "${UI_ADDR:-127.0.0.1:0}" --freshness-probe 10s -v=3 2> out/controller.log &
+	--ui-bind-address "${UI_ADDR:-127.0.0.1:0}" --secure-serving=false --freshness-probe 10s -v=3 2> out/controller.log &
 pids+=($!)
 live_page out/controller.log
 waitfor 60 phase hello Processed

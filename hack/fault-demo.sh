@@ -76,7 +76,7 @@ k apply -f config/samples/myresources.yaml >/dev/null
 k delete myresource broken >/dev/null # its retries on purpose would crowd the log
 say "Starting the controller through the proxy ($narrate; log: $dir/controller.log)"
 bin/rawwatch --kubeconfig "$dir/kubeconfig" --namespace default "$narrate" \
-	--ui-bind-address "${UI_ADDR:-127.0.0.1:0}" >"$dir/controller.log" 2>&1 &
+	--ui-bind-address "${UI_ADDR:-127.0.0.1:0}" --secure-serving=false >"$dir/controller.log" 2>&1 &
 pids+=($!)
 live_page "$dir/controller.log"
 for _ in $(seq 1 60); do

@@ -82,11 +82,18 @@ type Options struct {
 	// Version is reported as rawwatch_build_info.
 	Version string
 	// MetricsAddr serves /metrics, HealthAddr /healthz, /readyz and /leaderz
-	// ("" or "0": off; the same address serves both). New binds them, so a
-	// port in use fails at once; Run serves them.
+	// ("" or "0": off; the same address serves both, plain HTTP only). New
+	// binds them, so a port in use fails at once; Run serves them.
 	MetricsAddr, HealthAddr string
 	// UIAddr serves the live page (package ui) on /ui/ ("" or "0": off).
 	UIAddr string
+	// SecureServing serves /metrics and the live page over HTTPS to callers
+	// the API server authenticates and authorizes (package authz; the probes
+	// stay plain). Without it they are plain HTTP, and only on loopback.
+	SecureServing bool
+	// CertDir holds tls.crt and tls.key for secure serving (read again
+	// when they change); "" makes a self-signed certificate at start.
+	CertDir string
 	// Explain, when set, narrates every mechanic (--explain).
 	Explain *explain.Narrator
 	// LeaderElection, when set, runs the workers only while this process
@@ -120,7 +127,7 @@ type App struct {
 	events   record.EventBroadcaster
 	enqueue  atomic.Bool // deltas reach the queue (false on a standby)
 	observer observe.Observer
-	servers  servers
+	served   []*endpoint      // bound by New, served by Run
 	probe    *freshness.Probe // nil without FreshnessProbe
 }
 
@@ -224,7 +231,10 @@ func New(opts Options) (_ *App, err error) {
 		}
 	}
 	a.addChecks()
-	if a.servers, err = listen(opts.MetricsAddr, opts.HealthAddr, opts.UIAddr); err != nil {
+	if a.served, err = a.endpoints(); err != nil {
+		return nil, fmt.Errorf("app: %w", err)
+	}
+	if err = listen(a.served); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -238,8 +248,11 @@ func New(opts Options) (_ *App, err error) {
 func (a *App) Run(ctx context.Context) error {
 	log := klog.FromContext(ctx)
 	defer a.events.Shutdown()
-	metricsHandler, probesHandler := a.handlers()
-	stopServing := a.servers.serve(log, metricsHandler, probesHandler, a.uiHandler())
+	stopServing, err := a.serve(log)
+	if err != nil {
+		a.closeListeners()
+		return err
+	}
 	defer stopServing() // last: the probes answer while the rest drains
 	watchCtx, stopWatching := context.WithCancel(ctx)
 	var wg sync.WaitGroup

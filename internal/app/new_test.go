@@ -31,3 +31,32 @@ func TestFailedNewLeaksNoGoroutine(t *testing.T) {
 	testkit.Eventually(t, 5*time.Second, func() bool { return runtime.NumGoroutine() <= before },
 		"goroutines left behind by ten failed News")
 }
+
+// What may not be served: plain HTTP off loopback, and probes sharing the
+// secured metrics address (the kubelet has no token). Both fail in New.
+func TestServingRefusesWhatWouldBeOpen(t *testing.T) {
+	cfg := &rest.Config{Host: "https://127.0.0.1:1"}
+	for _, c := range []struct {
+		name string
+		opts app.Options
+		want string
+	}{
+		{"plain metrics on every interface", app.Options{MetricsAddr: ":0"}, "--metrics-bind-address :0: plain HTTP is served on loopback only"},
+		{"plain live page on every interface", app.Options{UIAddr: "0.0.0.0:0"}, "--ui-bind-address 0.0.0.0:0: plain HTTP is served on loopback only"},
+		{"secure metrics sharing the probes' address", app.Options{SecureServing: true, MetricsAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0"},
+			"the health probes need an address of their own"},
+	} {
+		c.opts.Config = cfg
+		_, err := app.New(c.opts)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
+		}
+	}
+	// Plain on loopback, and probes anywhere, are fine.
+	for _, opts := range []app.Options{{MetricsAddr: "127.0.0.1:0", UIAddr: "localhost:0", HealthAddr: ":0"}, {SecureServing: true, MetricsAddr: ":0", UIAddr: ":0"}} {
+		opts.Config = cfg
+		if _, err := app.New(opts); err != nil {
+			t.Errorf("%+v: %v", opts, err)
+		}
+	}
+}

@@ -2,13 +2,18 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"rawwatch/internal/authz"
 )
 
 // addChecks registers what /healthz, /readyz and /leaderz report (see
@@ -41,120 +46,157 @@ func (a *App) addChecks() {
 	})
 }
 
-// uiHandler serves the live page on /ui/ (and sends / there).
-func (a *App) uiHandler() http.Handler {
-	if a.UI == nil {
-		return nil
-	}
-	m := http.NewServeMux()
-	m.Handle("/ui/", a.UI.Handler("/ui/"))
-	m.Handle("/{$}", http.RedirectHandler("/ui/", http.StatusFound))
-	return m
+// An endpoint is one address the controller serves, and what it serves
+// there.
+//
+// The metrics and the live page show the controller's state and the names
+// of the objects it holds: in a cluster they are served over HTTPS, to
+// callers the API server authenticates and RBAC allows (package authz).
+// Plain HTTP is for loopback only (the demo, a port-forward). The health
+// probes stay plain and open: the kubelet calls them with no token, and they
+// say only "ok" or why not.
+type endpoint struct {
+	what    string // what it serves, for the log: "metrics (/metrics)"
+	flag    string // the flag that sets its address, for errors
+	addr    string
+	handler http.Handler
+	guarded bool // HTTPS behind the guard when secure serving is on
+	ln      net.Listener
 }
 
-// handlers are the endpoints, by the address that serves them.
-func (a *App) handlers() (metrics, probes http.Handler) {
-	m := http.NewServeMux()
-	m.Handle("/metrics", a.Metrics.Handler())
-	p := http.NewServeMux()
-	a.Liveness.Mount(p, "healthz")
-	a.Readiness.Mount(p, "readyz")
-	a.Leadership.Mount(p, "leaderz")
-	return m, p
+// endpoints are the addresses the options ask for, with their handlers;
+// the probes share the metrics' address when the two are equal (plain only).
+func (a *App) endpoints() ([]*endpoint, error) {
+	off := func(addr string) bool { return addr == "" || addr == "0" }
+	probes := http.NewServeMux()
+	a.Liveness.Mount(probes, "healthz")
+	a.Readiness.Mount(probes, "readyz")
+	a.Leadership.Mount(probes, "leaderz")
+	metrics := http.NewServeMux()
+	metrics.Handle("/metrics", a.Metrics.Handler())
+
+	var eps []*endpoint
+	if !off(a.opts.MetricsAddr) {
+		ep := &endpoint{what: "metrics (/metrics)", flag: "--metrics-bind-address", addr: a.opts.MetricsAddr,
+			handler: metrics, guarded: true}
+		if a.opts.HealthAddr == a.opts.MetricsAddr {
+			if a.opts.SecureServing {
+				return nil, fmt.Errorf("the health probes need an address of their own with secure serving (they stay plain HTTP for the kubelet): --health-probe-bind-address equals --metrics-bind-address %s", a.opts.MetricsAddr)
+			}
+			metrics.Handle("/", probes)
+			ep.what = "metrics and probes (/metrics, /healthz, /readyz, /leaderz)"
+		}
+		eps = append(eps, ep)
+	}
+	if !off(a.opts.HealthAddr) && a.opts.HealthAddr != a.opts.MetricsAddr {
+		eps = append(eps, &endpoint{what: "health probes (/healthz, /readyz, /leaderz)", flag: "--health-probe-bind-address",
+			addr: a.opts.HealthAddr, handler: probes})
+	}
+	if a.UI != nil {
+		m := http.NewServeMux()
+		m.Handle("/ui/", a.UI.Handler("/ui/"))
+		m.Handle("/{$}", http.RedirectHandler("/ui/", http.StatusFound))
+		eps = append(eps, &endpoint{what: "the live page (/ui/)", flag: "--ui-bind-address", addr: a.opts.UIAddr,
+			handler: m, guarded: true})
+	}
+	for _, ep := range eps {
+		if ep.guarded && !a.opts.SecureServing && !loopback(ep.addr) {
+			return nil, fmt.Errorf("%s %s: plain HTTP is served on loopback only (127.0.0.1, ::1, localhost); serve it securely (--secure-serving) or bind it to loopback", ep.flag, ep.addr)
+		}
+	}
+	return eps, nil
+}
+
+// loopback tells whether addr ("host:port") binds to loopback only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// listen binds every endpoint, so that a port in use fails New at once.
+func listen(eps []*endpoint) error {
+	for i, ep := range eps {
+		ln, err := net.Listen("tcp", ep.addr)
+		if err != nil {
+			for _, done := range eps[:i] {
+				done.ln.Close()
+			}
+			return fmt.Errorf("serving %s on %s: %w", ep.what, ep.addr, err)
+		}
+		ep.ln = ln
+	}
+	return nil
 }
 
 // MetricsAddr is the address /metrics is served on ("" when off).
-func (a *App) MetricsAddr() string { return addrOf(a.servers.metrics) }
+func (a *App) MetricsAddr() string { return a.addrOf("--metrics-bind-address") }
 
 // HealthAddr is the address the probes are served on ("" when off).
 func (a *App) HealthAddr() string {
-	if a.servers.probes == nil && a.servers.shared {
-		return addrOf(a.servers.metrics)
+	if addr := a.addrOf("--health-probe-bind-address"); addr != "" {
+		return addr
 	}
-	return addrOf(a.servers.probes)
+	if a.opts.HealthAddr != "" && a.opts.HealthAddr == a.opts.MetricsAddr {
+		return a.MetricsAddr()
+	}
+	return ""
 }
 
 // UIAddr is the address the live page is served on ("" when off).
-func (a *App) UIAddr() string { return addrOf(a.servers.ui) }
+func (a *App) UIAddr() string { return a.addrOf("--ui-bind-address") }
 
-func addrOf(ln net.Listener) string {
-	if ln == nil {
-		return ""
-	}
-	return ln.Addr().String()
-}
-
-// servers are the bound listeners; one serves both when the addresses match.
-type servers struct {
-	metrics, probes, ui net.Listener
-	shared              bool
-}
-
-func listen(metricsAddr, healthAddr, uiAddr string) (s servers, err error) {
-	off := func(addr string) bool { return addr == "" || addr == "0" }
-	if !off(uiAddr) {
-		if s.ui, err = net.Listen("tcp", uiAddr); err != nil {
-			return s, fmt.Errorf("serving the live page: %w", err)
+func (a *App) addrOf(flag string) string {
+	for _, ep := range a.served {
+		if ep.flag == flag {
+			return ep.ln.Addr().String()
 		}
-		defer func() {
-			if err != nil {
-				s.ui.Close()
+	}
+	return ""
+}
+
+// serve starts serving the endpoints; the function it returns stops them.
+func (a *App) serve(log klog.Logger) (stop func(), err error) {
+	var guard *authz.Guard
+	var tlsConfig *tls.Config
+	for _, ep := range a.served {
+		if ep.guarded && a.opts.SecureServing && guard == nil {
+			if guard, err = authz.New(a.opts.Config, authz.Options{}); err != nil {
+				return nil, err
 			}
-		}()
-	}
-	if !off(metricsAddr) {
-		if s.metrics, err = net.Listen("tcp", metricsAddr); err != nil {
-			return s, fmt.Errorf("serving metrics: %w", err)
+			if tlsConfig, err = servingTLS(log, a.opts.CertDir); err != nil {
+				return nil, err
+			}
 		}
 	}
-	if off(healthAddr) {
-		return s, nil
-	}
-	if healthAddr == metricsAddr {
-		s.shared = true
-		return s, nil
-	}
-	if s.probes, err = net.Listen("tcp", healthAddr); err != nil {
-		if s.metrics != nil {
-			s.metrics.Close()
-		}
-		return s, fmt.Errorf("serving health probes: %w", err)
-	}
-	return s, nil
-}
-
-// serve starts serving; the function it returns stops the servers.
-func (s servers) serve(log klog.Logger, metrics, probes, ui http.Handler) (stop func()) {
 	var running []*http.Server
 	// Requests that never end on their own (the live page's event streams)
 	// end with this context, so that stopping does not wait for them.
 	base, cancel := context.WithCancel(context.Background())
-	start := func(ln net.Listener, h http.Handler, what string) {
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
-			BaseContext: func(net.Listener) context.Context { return base }}
+	for _, ep := range a.served {
+		srv := &http.Server{Handler: ep.handler, ReadHeaderTimeout: 10 * time.Second,
+			BaseContext: func(net.Listener) context.Context { return base },
+			ErrorLog:    httpErrorLog(log)}
+		serve, scheme, how := srv.Serve, "http://", "plain HTTP"
+		if ep.guarded && a.opts.SecureServing {
+			srv.Handler = guard.Wrap(ep.handler)
+			srv.TLSConfig = tlsConfig.Clone() // each server adds its protocols to its own
+			serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
+			scheme, how = "https://", "HTTPS, authenticated and authorized by the API server"
+		}
 		running = append(running, srv)
-		log.Info("Serving "+what, "address", "http://"+ln.Addr().String())
+		log.Info("Serving "+ep.what, "address", scheme+ep.ln.Addr().String(), "as", how)
 		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error(err, "HTTP server failed", "serving", what)
+			if err := serve(ep.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error(err, "HTTP server failed", "serving", ep.what)
 			}
 		}()
-	}
-	if s.metrics != nil {
-		h, what := metrics, "metrics (/metrics)"
-		if s.shared {
-			mux := http.NewServeMux()
-			mux.Handle("/metrics", metrics)
-			mux.Handle("/", probes)
-			h, what = mux, "metrics and probes (/metrics, /healthz, /readyz, /leaderz)"
-		}
-		start(s.metrics, h, what)
-	}
-	if s.probes != nil {
-		start(s.probes, probes, "probes (/healthz, /readyz, /leaderz)")
-	}
-	if s.ui != nil {
-		start(s.ui, ui, "the live page (/ui/)")
 	}
 	return func() {
 		cancel()
@@ -163,5 +205,25 @@ func (s servers) serve(log klog.Logger, metrics, probes, ui http.Handler) (stop 
 		for _, srv := range running {
 			_ = srv.Shutdown(ctx)
 		}
+	}, nil
+}
+
+// httpErrorLog sends net/http's own complaints (a TLS handshake that a port
+// check or a plain-HTTP caller broke off) to the log at V(2), not stderr.
+func httpErrorLog(log klog.Logger) *stdlog.Logger {
+	return stdlog.New(logWriter{log}, "", 0)
+}
+
+type logWriter struct{ log klog.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.log.V(2).Info(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// closeListeners releases the addresses of an App that could not serve.
+func (a *App) closeListeners() {
+	for _, ep := range a.served {
+		ep.ln.Close()
 	}
 }

@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -10,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -70,7 +74,10 @@ func TestInClusterWithAServiceAccountToken(t *testing.T) {
 		"KUBECONFIG=", "HOME=" + t.TempDir(), // no kubeconfig to fall back on
 	}
 	ns := testkit.Namespace(t, cp.Config())
-	p := startBinary(t, env, "--serviceaccount-dir", sa, "--namespace", ns, "--leader-elect", "-v=2")
+	// Serving /metrics as the Deployment does: HTTPS (the default), a
+	// self-signed certificate, to callers RBAC allows.
+	p := startBinary(t, env, "--serviceaccount-dir", sa, "--namespace", ns, "--leader-elect", "-v=2",
+		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=localhost:0")
 
 	p.waitLog(t, 30*time.Second, regexp.MustCompile(`"Client configuration" source="in-cluster" server="`+regexp.QuoteMeta(cp.APIServer.URL)+`"`))
 	p.waitLog(t, 30*time.Second, regexp.MustCompile(`"Authenticated" user="system:serviceaccount:rawwatch-system:rawwatch"`))
@@ -110,6 +117,29 @@ func TestInClusterWithAServiceAccountToken(t *testing.T) {
 		}
 		return false
 	}, "no LeaderElection Event on the Lease")
+
+	// A scraper bound to config/rbac's rawwatch-metrics-reader reads
+	// /metrics; without a token, or without the role, it may not.
+	metrics, probes := p.addresses(t)
+	if !strings.HasPrefix(metrics, "https://") || !strings.HasPrefix(probes, "http://") {
+		t.Fatalf("metrics served on %s, probes on %s: want HTTPS and plain HTTP", metrics, probes)
+	}
+	scraper := testkit.ServiceAccountToken(t, cp.Config(), ns, "scraper")
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "scraper-" + ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "rawwatch-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "scraper", Namespace: ns}},
+	}
+	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer kube.RbacV1().ClusterRoleBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{})
+	stranger := testkit.ServiceAccountToken(t, cp.Config(), ns, "stranger")
+	for token, want := range map[string]int{"": 401, stranger: 403, scraper: 200} {
+		if code, body := scrape(t, metrics+"/metrics", token); code != want || (want == 200 && !strings.Contains(body, "rawwatch_leader 1")) {
+			t.Errorf("GET %s/metrics: %d %.200q, want %d", metrics, code, body, want)
+		}
+	}
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit %d after SIGTERM", code)
 	}
@@ -120,4 +150,24 @@ func TestInClusterWithAServiceAccountToken(t *testing.T) {
 	if strings.Contains(p.output(), "forbidden") {
 		t.Errorf("a request was forbidden: config/rbac is missing a permission\n%s", p.output())
 	}
+}
+
+// scrape GETs url over HTTPS with token as a bearer token (none when empty),
+// trusting the controller's self-signed certificate as Prometheus's
+// insecure_skip_verify would.
+func scrape(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }

@@ -78,7 +78,7 @@ func TestLeaderElectionFailover(t *testing.T) {
 		"--leader-elect", "--leader-elect-resource-namespace", ns,
 		"--leader-elect-lease-duration", leaseDuration.String(), "--leader-elect-renew-deadline=2s",
 		"--leader-elect-retry-period", retryPeriod.String(),
-		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"}
+		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--secure-serving=false"}
 
 	a := startBinary(t, nil, args...)
 	aID := a.waitLog(t, 30*time.Second, becameLeaderRE)[2]

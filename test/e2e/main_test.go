@@ -115,7 +115,7 @@ func TestBinaryReconcilesAndStopsCleanly(t *testing.T) {
 	cp := shared.Get(t)
 	ns := testkit.Namespace(t, cp.Config())
 	p := startBinary(t, nil, "--kubeconfig", cp.Kubeconfig, "--namespace", ns, "--page-size", "10", "-v=2",
-		"--ui-bind-address", "127.0.0.1:0")
+		"--ui-bind-address", "127.0.0.1:0", "--secure-serving=false")
 	c := testkit.Client(t, cp.Config())
 	if _, err := c.Create(context.Background(), testkit.New(ns, "hello", "from the binary")); err != nil {
 		t.Fatal(err)

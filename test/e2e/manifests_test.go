@@ -209,6 +209,12 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment, svc *corev1.Service) 
 		}
 		return ""
 	}
+	if flag("secure-serving") == "false" {
+		t.Error("the Deployment serves /metrics as plain HTTP (--secure-serving=false), open to every pod")
+	}
+	if flag("metrics-bind-address") == flag("health-probe-bind-address") {
+		t.Error("the probes share the metrics address: with secure serving they need their own (plain, for the kubelet)")
+	}
 	if flag("leader-elect") != "true" {
 		t.Error("the Deployment runs 2 replicas without --leader-elect")
 	}

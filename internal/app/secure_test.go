@@ -1,0 +1,149 @@
+package app_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"rawwatch/internal/app"
+	"rawwatch/internal/testkit"
+)
+
+// Secure serving on the real apiserver. The controller runs as config/rbac's
+// ServiceAccount (so its metrics-auth role is shown to suffice) and serves
+// /metrics and the live page over HTTPS with a certificate from a directory;
+// a ServiceAccount bound to config/rbac's rawwatch-metrics-reader reads
+// them, another gets 403, no token 401; the probes stay plain and open.
+func TestSecureServingLetsInOnlyWhomRBACAllows(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ctx := context.Background()
+	ns := testkit.Namespace(t, cp.Config())
+	testkit.InstallRBAC(t, cp.Config())
+	kube := kubernetes.NewForConfigOrDie(cp.Config())
+
+	reader := testkit.ServiceAccountToken(t, cp.Config(), ns, "prometheus")
+	nosy := testkit.ServiceAccountToken(t, cp.Config(), ns, "nosy")
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "rawwatch-metrics-reader-" + ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "rawwatch-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "prometheus", Namespace: ns}},
+	}
+	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { kube.RbacV1().ClusterRoleBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{}) })
+
+	asController := rest.AnonymousClientConfig(cp.Config())
+	asController.BearerToken = testkit.ServiceAccountToken(t, cp.Config(), testkit.ControllerNamespace, testkit.ControllerServiceAccount)
+	certDir, roots := servingCert(t)
+	a, _, logs := startAppWith(t, app.Options{Config: asController, Namespace: ns,
+		SecureServing: true, CertDir: certDir,
+		MetricsAddr: "127.0.0.1:0", HealthAddr: "localhost:0", UIAddr: "127.0.0.1:0"})
+
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	get := func(url, token string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		defer resp.Body.Close()
+		if strings.HasSuffix(url, "/events") { // a stream: the header says enough
+			return resp.StatusCode, resp.Header.Get("Content-Type")
+		}
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	metrics := "https://" + a.MetricsAddr() + "/metrics"
+	page := "https://" + a.UIAddr() + "/ui/"
+	for _, c := range []struct {
+		url, who, token string
+		want            int
+		body            string
+	}{
+		{metrics, "no token", "", http.StatusUnauthorized, "bearer token"},
+		{metrics, "a made-up token", "not-a-token", http.StatusUnauthorized, "does not know this token"},
+		{metrics, "a ServiceAccount without the role", nosy, http.StatusForbidden, `"system:serviceaccount:` + ns + `:nosy" may not get /metrics`},
+		{metrics, "a ServiceAccount with the role", reader, http.StatusOK, "rawwatch_resource_version"},
+		{page, "no token", "", http.StatusUnauthorized, ""},
+		{page, "a ServiceAccount without the role", nosy, http.StatusForbidden, ""},
+		{page, "a ServiceAccount with the role", reader, http.StatusOK, "rawwatch"},
+		{page + "events", "a ServiceAccount with the role", reader, http.StatusOK, "text/event-stream"},
+	} {
+		code, body := get(c.url, c.token)
+		if code != c.want || !strings.Contains(body, c.body) {
+			t.Errorf("GET %s with %s: %d %.200q, want %d with %q", c.url, c.who, code, body, c.want, c.body)
+		}
+	}
+	// The kubelet's probes need no token, over plain HTTP.
+	if code, body := testkit.HTTPGet("http://" + a.HealthAddr() + "/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz = %d %q, want 200 with no token", code, body)
+	}
+	// Plain HTTP to the secured port is not served.
+	if code, body := testkit.HTTPGet("http://" + a.MetricsAddr() + "/metrics"); code == http.StatusOK {
+		t.Errorf("plain HTTP to the secured metrics port: %d %.100q", code, body)
+	}
+	if n := logs.Count("forbidden"); n > 0 {
+		t.Errorf("the controller's own requests were forbidden %d times: config/rbac lacks a permission:\n%s",
+			n, strings.Join(logs.Grep("forbidden"), "\n"))
+	}
+}
+
+// servingCert writes a CA and a serving certificate for 127.0.0.1 signed by
+// it into a directory as tls.crt and tls.key, and returns the directory and
+// the CA to trust.
+func servingCert(t *testing.T) (string, *x509.CertPool) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "rawwatch"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return dir, pool
+}
