@@ -1,0 +1,177 @@
+package shard
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestHashIsFNV1a64(t *testing.T) {
+	// Reference values of 64-bit FNV-1a.
+	for in, want := range map[string]uint64{"": 0xcbf29ce484222325, "a": 0xaf63dc4c8601ec8c, "foobar": 0x85944171f73967e8} {
+		if got := Hash(in); got != want {
+			t.Errorf("Hash(%q) = %#x, want %#x", in, got, want)
+		}
+	}
+}
+
+func TestSelectorSyntax(t *testing.T) {
+	half := Of(seq(0, Slots/2))
+	if got, want := half.Selector(), "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')"; got != want {
+		t.Errorf("first half: %s, want %s", got, want)
+	}
+	other := Of(seq(Slots/2, Slots))
+	if got, want := other.Selector(), "shardRange(object.metadata.uid, '0x8000000000000000', '0x10000000000000000')"; got != want {
+		t.Errorf("second half: %s, want %s", got, want)
+	}
+	two := Of([]int{0, 2})
+	if got := two.Selector(); strings.Count(got, " || ") != 1 || !strings.Contains(got, "'0x0100000000000000'") {
+		t.Errorf("slots 0 and 2: %s", got)
+	}
+	if all := Of(seq(0, Slots)); len(all) != 1 || all[0] != (Range{0, 0}) || all.Fraction() != 1 {
+		t.Errorf("every slot: %v (fraction %v), want the whole space", all, all.Fraction())
+	}
+}
+
+// The slots tile the space: every hash falls in exactly one slot.
+func TestSlotsTileTheSpace(t *testing.T) {
+	var total float64
+	for i := range Slots {
+		r := slotRange(i)
+		total += r.Fraction()
+		if i > 0 && slotRange(i-1).End != r.Start {
+			t.Fatalf("slot %d starts at %#x, slot %d ends at %#x", i, r.Start, i-1, slotRange(i-1).End)
+		}
+	}
+	if total != 1 {
+		t.Errorf("the slots cover %v of the space", total)
+	}
+	for _, h := range []uint64{0, 1, 1<<56 - 1, 1 << 56, 1 << 63, math.MaxUint64} {
+		n := 0
+		for i := range Slots {
+			if slotRange(i).Contains(h) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%#x falls in %d slots", h, n)
+		}
+	}
+}
+
+func TestAssignIsDeterministicBalancedAndStable(t *testing.T) {
+	members := func(n int) []string {
+		var m []string
+		for i := range n {
+			m = append(m, fmt.Sprintf("rawwatch-%d", i))
+		}
+		return m
+	}
+	a := Assign([]string{"b", "a", "c"})
+	b := Assign([]string{"c", "b", "a"})
+	if fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Fatal("the assignment depends on the members' order")
+	}
+	for n := 1; n <= 8; n++ {
+		owners := Assign(members(n))
+		total := 0
+		for m, slots := range owners {
+			total += len(slots)
+			if share, fair := float64(len(slots)), float64(Slots)/float64(n); share < fair*0.6 || share > fair*1.4 {
+				t.Errorf("%d members: %s owns %d slots, a fair share is %.0f", n, m, len(slots), fair)
+			}
+		}
+		if total != Slots {
+			t.Errorf("%d members own %d slots, want %d", n, total, Slots)
+		}
+		// One more member: about 1/(n+1) of the slots move, most of them
+		// to the newcomer (bounded loads move a few between the others).
+		next := Assign(members(n + 1))
+		owner := func(o map[string][]int) map[int]string {
+			by := map[int]string{}
+			for m, slots := range o {
+				for _, s := range slots {
+					by[s] = m
+				}
+			}
+			return by
+		}
+		before, after := owner(owners), owner(next)
+		moved := 0
+		for s := range Slots {
+			if before[s] != after[s] {
+				moved++
+			}
+		}
+		if fair := float64(Slots) / float64(n+1); float64(moved) > fair*1.5 {
+			t.Errorf("%d→%d members: %d slots moved, about %.0f expected", n, n+1, moved, fair)
+		}
+	}
+	if Assign(nil) != nil {
+		t.Error("no members own something")
+	}
+}
+
+func TestContains(t *testing.T) {
+	owners := Assign([]string{"x", "y", "z"})
+	for i := range 1000 {
+		uid := fmt.Sprintf("6f1c2a3e-0000-4000-8000-%012d", i)
+		n := 0
+		for _, slots := range owners {
+			if Of(slots).Contains(uid) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("uid %s belongs to %d members", uid, n)
+		}
+	}
+}
+
+func seq(from, to int) []int {
+	var s []int
+	for i := from; i < to; i++ {
+		s = append(s, i)
+	}
+	return s
+}
+
+// How many slots move when members come and go, for the docs.
+func TestMoves(t *testing.T) {
+	for _, c := range [][2]int{{1, 2}, {2, 3}, {3, 4}, {4, 2}, {4, 3}, {8, 9}} {
+		from, to := c[0], c[1]
+		names := func(n int) []string {
+			var m []string
+			for i := range n {
+				m = append(m, fmt.Sprintf("rawwatch-%d", i))
+			}
+			return m
+		}
+		a, b := Assign(names(from)), Assign(names(to))
+		ownerA, ownerB := map[int]string{}, map[int]string{}
+		for m, s := range a {
+			for _, i := range s {
+				ownerA[i] = m
+			}
+		}
+		for m, s := range b {
+			for _, i := range s {
+				ownerB[i] = m
+			}
+		}
+		moved := 0
+		for i := range Slots {
+			if ownerA[i] != ownerB[i] {
+				moved++
+			}
+		}
+		// The least that must move: what the members that left held, or
+		// what the members that came must get.
+		least := float64(Slots) * math.Abs(1-float64(min(from, to))/float64(max(from, to)))
+		t.Logf("%d→%d members: %d of %d slots moved (%.0f%%; the least possible %.0f)", from, to, moved, Slots, 100*float64(moved)/Slots, least)
+		if float64(moved) > 1.5*least+2 {
+			t.Errorf("%d→%d members: %d slots moved, the least possible is %.0f", from, to, moved, least)
+		}
+	}
+}
