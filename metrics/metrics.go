@@ -70,6 +70,7 @@ type Metrics struct {
 	watches, restarts, bookmarks prometheus.Counter
 	events, backoffs             *prometheus.CounterVec
 	skipped, silentWatches       prometheus.Counter
+	outOfShard                   prometheus.Counter
 	probes, pauses               prometheus.Counter
 	resourceVersion, leader      prometheus.Gauge
 	state                        *prometheus.GaugeVec
@@ -144,6 +145,7 @@ func New(opts Options) *Metrics {
 	m.bookmarks = counter("rawwatch_watch_bookmarks_total", "BOOKMARK events: the resourceVersion moved, no object changed.", nil)
 	m.backoffs = counterVec("rawwatch_backoffs_total", "Waits before retrying a failed LIST or WATCH, by error class.", "class")
 	m.skipped = counter("rawwatch_skipped_objects_total", "List items and watch events that could not be decoded.", nil)
+	m.outOfShard = counter("rawwatch_shard_client_filtered_objects_total", "Objects the server sent outside this replica's shard (it dropped the shard selector), left out on the client: received and decoded for nothing.", nil)
 	m.pauses = counter("rawwatch_worker_pauses_total", "Reconciles that failed because the server was away (unreachable, 5xx, 429, timeout): every worker paused instead of charging the key a retry.", nil)
 	m.probes = counter("rawwatch_watch_probes_total", "One-item LISTs asking the server for its resourceVersion, after a silent stream or before re-watching after a WATCH that could not open.", nil)
 	m.silentWatches = counter("rawwatch_watch_silent_total", "WATCH streams the watchdog abandoned: open, but no event or bookmark for longer than the silence limit.", nil)
@@ -253,6 +255,8 @@ func (m *Metrics) Observe(e observe.Event) {
 		m.backoffs.WithLabelValues(e.Class.String()).Inc()
 	case watcher.Skipped:
 		m.skipped.Inc()
+	case watcher.OutOfShard:
+		m.outOfShard.Inc()
 	}
 }
 

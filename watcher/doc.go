@@ -168,4 +168,15 @@
 // carrying the last object we knew, marked FinalStateUnknown (client-go's
 // DeletedFinalStateUnknown), and a key listed under another UID comes out as
 // Deleted then Added, never as an update of one object into another.
+//
+// # A shard of the objects
+//
+// With Options.Shard (package shard), every LIST page and WATCH carries
+// shardSelector=shardRange(object.metadata.uid, START, END) || …, and a
+// kube-apiserver with the ShardedListAndWatch gate sends only the objects
+// whose UID hashes into those ranges: the watcher holds, and pays for, its
+// share alone. A server without the gate drops the parameter silently; the
+// first object outside the ranges says so (logged once, counted as
+// OutOfShard), and from then on the watcher leaves such objects out itself:
+// the store is the same, but every object is still received and decoded.
 package watcher

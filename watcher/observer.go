@@ -79,6 +79,9 @@ type (
 	}
 	// Skipped: an event or list item could not be decoded and was left out.
 	Skipped struct{ Err *SkipError }
+	// OutOfShard: the server sent an object outside Options.Shard (it
+	// dropped the shard selector), and the watcher left it out.
+	OutOfShard struct{ Key string }
 	// Handed: a change went to the Handler (after the store was updated).
 	Handed struct {
 		Type              store.DeltaType
@@ -97,6 +100,7 @@ func (BookmarkReceived) Component() string { return "watcher" }
 func (WatchEnded) Component() string       { return "watcher" }
 func (BackoffStarted) Component() string   { return "watcher" }
 func (Skipped) Component() string          { return "watcher" }
+func (OutOfShard) Component() string       { return "watcher" }
 func (Handed) Component() string           { return "watcher" }
 
 // Stats counts what the loop did. Every Watcher keeps one (see Watcher.Stats).
@@ -106,6 +110,7 @@ type Stats struct {
 	added, modified, deleted   atomic.Int64
 	goneDeletes, skipped       atomic.Int64
 	backoffs, probes           atomic.Int64
+	outOfShard                 atomic.Int64
 	mu                         sync.Mutex
 	lastBookmarkRV             string
 }
@@ -129,6 +134,8 @@ type StatsSnapshot struct {
 	Backoffs int64
 	// Probes counts the one-item LISTs that asked where the server is.
 	Probes int64
+	// OutOfShard counts objects the server sent outside Options.Shard.
+	OutOfShard int64
 	// LastBookmarkRV is the resourceVersion of the last bookmark.
 	LastBookmarkRV string
 }
@@ -166,6 +173,8 @@ func (s *Stats) Observe(e observe.Event) {
 		s.probes.Add(1)
 	case Skipped:
 		s.skipped.Add(1)
+	case OutOfShard:
+		s.outOfShard.Add(1)
 	}
 }
 
@@ -179,7 +188,7 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		Watches: s.watches.Load(), Events: s.events.Load(),
 		Added: s.added.Load(), Modified: s.modified.Load(), Deleted: s.deleted.Load(),
 		Bookmarks: s.bookmarks.Load(), GoneDeletes: s.goneDeletes.Load(),
-		Skipped: s.skipped.Load(), Backoffs: s.backoffs.Load(), Probes: s.probes.Load(), LastBookmarkRV: rv,
+		Skipped: s.skipped.Load(), Backoffs: s.backoffs.Load(), Probes: s.probes.Load(), OutOfShard: s.outOfShard.Load(), LastBookmarkRV: rv,
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"rawwatch/observe"
+	"rawwatch/shard"
 	"rawwatch/store"
 )
 
@@ -65,6 +66,13 @@ type Options[T Object] struct {
 	// live events. If the server refuses it, the watcher uses LIST for good;
 	// if one fails on the way, that one list is made with LIST.
 	WatchList bool
+	// Shard, when not empty, limits the watcher to the objects whose UID
+	// hashes into it (package shard): LISTs and WATCHes carry it as their
+	// shardSelector, so that the server sends only those (kube-apiserver
+	// with ShardedListAndWatch). A server that drops the parameter sends
+	// everything: the objects outside the shard are then left out here, with
+	// a log line and OutOfShard events saying no bandwidth is saved.
+	Shard shard.Set
 }
 
 // Watcher keeps a Store in step with one resource on the API server by
@@ -83,6 +91,10 @@ type Watcher[T Object] struct {
 	// partial is a paginated list that failed on the way, kept for the
 	// List that resumes it (the loop's goroutine only).
 	partial *partialList[T]
+	// selector is Options.Shard as the shardSelector parameter; ignored is
+	// set once the server sent an object outside it.
+	selector string
+	ignored  atomic.Bool
 }
 
 // partialList is what a paginated list read before it failed.
@@ -114,7 +126,7 @@ func New[T Object](src Source, s *store.Store[T], opts Options[T]) *Watcher[T] {
 	if opts.Handler == nil {
 		opts.Handler = func(store.Delta[T]) {}
 	}
-	w := &Watcher[T]{source: src, store: s, opts: opts, synced: make(chan struct{})}
+	w := &Watcher[T]{source: src, store: s, opts: opts, synced: make(chan struct{}), selector: opts.Shard.Selector()}
 	w.obs = observe.Fanout{&w.stats, opts.Observer}
 	empty := ""
 	w.rv.Store(&empty)
@@ -223,7 +235,7 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 		w.partial = &partialList[T]{repl: w.store.NewReplacement()}
 	}
 	repl := w.partial.repl
-	opts := metav1.ListOptions{Limit: w.opts.PageSize, Continue: cont}
+	opts := metav1.ListOptions{Limit: w.opts.PageSize, Continue: cont, ShardSelector: w.selector}
 	failed := func(err error) Outcome {
 		return Outcome{At: time.Now(), Err: err, Continue: opts.Continue}
 	}
@@ -237,7 +249,12 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 		}
 		items := 0
 		meta, err := decodeList(body, w.opts.Codec,
-			func(obj T) { items++; repl.Add(obj) },
+			func(obj T) {
+				if w.inShard(obj) {
+					items++
+					repl.Add(obj)
+				}
+			},
 			func(skip *SkipError) {
 				if skip.Key != "" {
 					repl.Keep(skip.Key)
@@ -255,7 +272,7 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 			rv = meta.ResourceVersion
 			break
 		}
-		opts = metav1.ListOptions{Limit: w.opts.PageSize, Continue: meta.Continue}
+		opts = metav1.ListOptions{Limit: w.opts.PageSize, Continue: meta.Continue, ShardSelector: w.selector}
 	}
 	w.partial = nil
 	w.commit(repl, rv)
@@ -315,7 +332,7 @@ var errNoInitialEventsEnd = errors.New("watch-list stream ended before the initi
 // is cancelled and reported Silent. The stream's own deadline (its timeout
 // plus a minute) is a backstop for a server that never closes it.
 func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv string)) (o Outcome) {
-	opts := metav1.ListOptions{ResourceVersion: act.RV}
+	opts := metav1.ListOptions{ResourceVersion: act.RV, ShardSelector: w.selector}
 	var repl *store.Replacement[T]
 	if act.Do == WatchList {
 		yes := true
@@ -378,6 +395,14 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 			o.Err = err
 			return o
 		}
+		if ev.Type != Error && ev.Type != Bookmark && !w.inShard(ev.Object) {
+			if repl == nil { // a live event: its resourceVersion counts
+				o.Frames++
+				o.RV = ev.RV
+				w.setRV(ev.RV)
+			}
+			continue
+		}
 		switch {
 		case ev.Type == Error:
 			o.Err, o.ErrorEvent = ev.Err, true
@@ -434,6 +459,20 @@ func (w *Watcher[T]) apply(ev Event[T], arrived time.Time) {
 func (w *Watcher[T]) hand(d store.Delta[T]) {
 	w.obs.Observe(Handed{Type: d.Type, Key: d.Key, FinalStateUnknown: d.FinalStateUnknown})
 	w.opts.Handler(d)
+}
+
+// inShard tells whether obj belongs to the watcher's shard; one that does
+// not means the server dropped the shard selector.
+func (w *Watcher[T]) inShard(obj T) bool {
+	if len(w.opts.Shard) == 0 || w.opts.Shard.Contains(string(obj.GetUID())) {
+		return true
+	}
+	if !w.ignored.Swap(true) {
+		w.log.Info("The server ignores shard selectors (is its ShardedListAndWatch feature gate off?): filtering on the client, so every object is still received and decoded",
+			"selector", w.selector, "share", w.opts.Shard.Fraction())
+	}
+	w.obs.Observe(OutOfShard{Key: store.KeyOf(obj)})
+	return false
 }
 
 func (w *Watcher[T]) skipped(err *SkipError) {

@@ -49,6 +49,10 @@ type Options struct {
 	DisableWatchCache bool
 	// APIServerArgs are extra kube-apiserver flags.
 	APIServerArgs []string
+	// NoShardSelectors starts the apiservers without the ShardedListAndWatch
+	// feature gate (on by default): they drop LIST and WATCH's shardSelector
+	// and send every object, as an older server would.
+	NoShardSelectors bool
 	// CRDs are manifests to install (default: config/crd/*.yaml).
 	CRDs []string
 	// Logf reports progress (optional).
@@ -227,6 +231,8 @@ func (cp *ControlPlane) AddAPIServer(ctx context.Context, name string, extraArgs
 		"--service-cluster-ip-range", "10.0.0.0/24",
 		"--disable-admission-plugins", "ServiceAccount",
 		"--profiling=false",
+		// Server-side shard selectors (KEP-5866, alpha): package shard.
+		"--feature-gates=ShardedListAndWatch=" + strconv.FormatBool(!cp.opts.NoShardSelectors),
 	}, extraArgs...)
 	if err := a.start(ctx); err != nil {
 		return nil, err

@@ -1,0 +1,191 @@
+package watcher_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"rawwatch/internal/testkit"
+	"rawwatch/shard"
+	"rawwatch/store"
+	"rawwatch/watcher"
+)
+
+// countingBytes counts the response bytes read through a rest.Config.
+type countingBytes struct{ n atomic.Int64 }
+
+func (c *countingBytes) wrap(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(r)
+			if err == nil {
+				resp.Body = &countingBody{ReadCloser: resp.Body, n: &c.n}
+			}
+			return resp, err
+		})
+	}
+	return cfg
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}
+
+// shardsOf runs one watcher per member of a three-member ring against cfg,
+// and returns them with the byte count of each.
+func shardsOf(t *testing.T, cfg *rest.Config, ns string) (map[string]*running, map[string]*countingBytes, map[string]shard.Set) {
+	t.Helper()
+	members := []string{"rawwatch-a", "rawwatch-b", "rawwatch-c"}
+	owners := shard.Assign(members)
+	runs, bytes, sets := map[string]*running{}, map[string]*countingBytes{}, map[string]shard.Set{}
+	for _, m := range members {
+		bytes[m] = &countingBytes{}
+		sets[m] = shard.Of(owners[m])
+		runs[m] = start(t, bytes[m].wrap(cfg), ns, watcher.Options[object]{PageSize: 50, Shard: sets[m]})
+	}
+	return runs, bytes, sets
+}
+
+// checkPartition: every object on the server is in exactly one store, the
+// store of the member whose ranges hold its UID's hash.
+func checkPartition(t *testing.T, runs map[string]*running, sets map[string]shard.Set, want int) {
+	t.Helper()
+	seen := map[string]string{}
+	for m, r := range runs {
+		for _, o := range r.store.List() {
+			key := store.KeyOf(o)
+			if other, dup := seen[key]; dup {
+				t.Errorf("%s is in the stores of %s and %s", key, other, m)
+			}
+			seen[key] = m
+			if !sets[m].Contains(string(o.GetUID())) {
+				t.Errorf("%s (uid %s) is in %s's store, outside its ranges", key, o.GetUID(), m)
+			}
+		}
+	}
+	if len(seen) != want {
+		t.Errorf("the stores hold %d objects in all, want %d", len(seen), want)
+	}
+}
+
+// Three members split 300 objects on the server (ShardedListAndWatch on):
+// each store holds its share, none twice, none missed; live creates and
+// deletes reach only their owner; nothing is filtered on the client, and each
+// member reads about a third of the bytes one unsharded watcher reads.
+func TestShardSelectorsSplitTheObjectsOnTheServer(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ctx := context.Background()
+	ns := testkit.Namespace(t, cp.Config())
+	c := testkit.Client(t, cp.Config())
+	if err := testkit.CreateMany(ctx, c, ns, "obj", 300); err != nil {
+		t.Fatal(err)
+	}
+	var whole countingBytes
+	single := start(t, whole.wrap(cp.Config()), ns, watcher.Options[object]{PageSize: 50})
+	runs, bytes, sets := shardsOf(t, cp.Config(), ns)
+	checkPartition(t, runs, sets, 300)
+
+	if err := testkit.CreateMany(ctx, c, ns, "late", 30); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if err := c.Delete(ctx, ns, fmt.Sprintf("obj-%d", i), metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	total := func() int {
+		n := 0
+		for _, r := range runs {
+			n += r.store.Len()
+		}
+		return n
+	}
+	testkit.Eventually(t, 30*time.Second, func() bool { return total() == 320 && single.store.Len() == 320 },
+		"the shards hold %d objects in all, want 320", total())
+	checkPartition(t, runs, sets, 320)
+	var sum int64
+	for m, r := range runs {
+		st := r.w.Stats()
+		if st.OutOfShard != 0 {
+			t.Errorf("%s filtered %d objects on the client: the server ignored its selector", m, st.OutOfShard)
+		}
+		share := float64(bytes[m].n.Load()) / float64(whole.n.Load())
+		t.Logf("%s: %.3f of the ranges, %d objects, %d bytes read (%.2f of one unsharded watcher's %d)",
+			m, sets[m].Fraction(), r.store.Len(), bytes[m].n.Load(), share, whole.n.Load())
+		if share > 0.5 {
+			t.Errorf("%s read %.2f of the bytes of an unsharded watcher, want about a third", m, share)
+		}
+		sum += bytes[m].n.Load()
+	}
+	t.Logf("three shards read %d bytes in all, one unsharded watcher %d", sum, whole.n.Load())
+}
+
+// An apiserver without the gate drops the selector and sends everything: the
+// members notice (objects outside their ranges), filter on their side with the
+// same hash, and the stores split the objects all the same.
+func TestShardsFallBackToClientFilteringWhenTheServerDropsTheSelector(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ctx := context.Background()
+	old, err := cp.AddAPIServer(ctx, "apiserver-no-shards", "--feature-gates=ShardedListAndWatch=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Stop()
+	ns := testkit.Namespace(t, cp.Config())
+	c := testkit.Client(t, cp.Config())
+	if err := testkit.CreateMany(ctx, c, ns, "obj", 120); err != nil {
+		t.Fatal(err)
+	}
+	logs := &testkit.Logs{}
+	members := []string{"rawwatch-a", "rawwatch-b", "rawwatch-c"}
+	owners := shard.Assign(members)
+	runs, sets := map[string]*running{}, map[string]shard.Set{}
+	for _, m := range members {
+		sets[m] = shard.Of(owners[m])
+		runs[m] = startLogging(t, old.Config(), ns, watcher.Options[object]{PageSize: 50, Shard: sets[m]}, logs.Logger(0))
+	}
+	checkPartition(t, runs, sets, 120)
+	if err := testkit.CreateMany(ctx, c, ns, "late", 12); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		n := 0
+		for _, r := range runs {
+			n += r.store.Len()
+		}
+		return n == 132
+	}, "the live creates did not reach their shards")
+	checkPartition(t, runs, sets, 132)
+	for m, r := range runs {
+		if st := r.w.Stats(); st.OutOfShard < 120-int64(r.store.Len()) {
+			t.Errorf("%s filtered %d objects on the client, want at least the %d of the others", m, st.OutOfShard, 120-r.store.Len())
+		}
+	}
+	if n := logs.Count("The server ignores shard selectors"); n != 3 {
+		t.Errorf("%d log lines saying the server ignores the selector, want one per watcher:\n%s", n,
+			strings.Join(logs.Grep("shard"), "\n"))
+	}
+}
+
