@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/watcher"
 )
 
 // The update phase of a harness run is bounded by how fast the apiserver
@@ -36,23 +37,58 @@ import (
 //     consumer's handler was called (p50 and p99, µs).
 //
 //     go test -run '^$' -bench Delivery -benchtime 5x ./compare
+//
+// The frames consumer is the ceiling: it reads the same WATCH stream with the
+// raw watcher's FrameReader, finding where each frame ends and decoding
+// nothing. Every consumer's of-frames is its events/s over the frames
+// consumer's, measured in the same run.
 func BenchmarkDelivery(b *testing.B) {
 	const objects, events = 1000, 20000
 	list, stream := replayData(objects, events)
 	frames := bytes.SplitAfter(stream, []byte("\n"))
-	for _, kind := range []string{KindRaw, KindInformerList, KindBare} {
+	var ceiling float64
+	for _, kind := range []string{"frames", KindRaw, KindInformerList, KindBare} {
 		b.Run(kind, func(b *testing.B) {
 			srv := httptest.NewServer(replayServer(list, frames, 0, nil))
 			defer srv.Close()
 			cfg := &rest.Config{Host: srv.URL, QPS: -1}
 			var total time.Duration
 			for b.Loop() {
-				total += deliver(b, kind, cfg, events)
+				if kind == "frames" {
+					total += readFrames(b, srv.URL, events)
+				} else {
+					total += deliver(b, kind, cfg, events)
+				}
 			}
-			b.ReportMetric(float64(events*b.N)/total.Seconds(), "events/s")
+			rate := float64(events*b.N) / total.Seconds()
+			if kind == "frames" {
+				ceiling = rate
+			}
+			b.ReportMetric(rate, "events/s")
+			if ceiling > 0 {
+				b.ReportMetric(rate/ceiling, "of-frames")
+			}
 			b.ReportMetric(0, "ns/op")
 		})
 	}
+}
+
+// readFrames opens the WATCH and splits it into frames until it has events
+// of them, decoding nothing; it returns the time from the request to the last.
+func readFrames(b *testing.B, url string, events int) time.Duration {
+	start := time.Now()
+	resp, err := http.Get(url + "/apis/example.com/v1alpha1/namespaces/bench/myresources?watch=true")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	fr := watcher.NewFrameReader(resp.Body, 0)
+	for n := 0; n < events; n++ {
+		if _, err := fr.Next(); err != nil {
+			b.Fatalf("frame %d: %v", n, err)
+		}
+	}
+	return time.Since(start)
 }
 
 func BenchmarkDeliveryLatency(b *testing.B) {
