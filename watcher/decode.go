@@ -177,12 +177,12 @@ func expectDelim(dec *json.Decoder, want json.Delim) error {
 
 // eventDecoder reads watch frames from a stream.
 type eventDecoder[T Object] struct {
-	dec   *json.Decoder
-	codec Codec[T]
+	frames *FrameReader
+	codec  Codec[T]
 }
 
 func newEventDecoder[T Object](r io.Reader, c Codec[T]) *eventDecoder[T] {
-	return &eventDecoder[T]{dec: json.NewDecoder(r), codec: c}
+	return &eventDecoder[T]{frames: NewFrameReader(r, 0), codec: c}
 }
 
 type frame struct {
@@ -194,18 +194,33 @@ type frame struct {
 // cleanly; a *SkipError means this frame was skipped and Next may be called
 // again; any other error means the stream is broken.
 func (d *eventDecoder[T]) Next() (Event[T], error) {
-	var f frame
-	if err := d.dec.Decode(&f); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) {
-			// Well-formed JSON of the wrong shape: the frame is consumed.
-			return Event[T]{}, &SkipError{What: "watch frame", Err: err}
-		}
+	raw, err := d.frames.Next()
+	if err != nil {
 		return Event[T]{}, err
+	}
+	var f frame
+	var fast bool
+	f.Type, f.Object, fast = envelope(raw)
+	if !fast { // the plain way (walk.go), which also reports a broken frame
+		f = frame{}
+		if err := json.Unmarshal(raw, &f); err != nil {
+			var typeErr *json.UnmarshalTypeError
+			if errors.As(err, &typeErr) {
+				// Well-formed JSON of the wrong shape: the frame is consumed.
+				return Event[T]{}, &SkipError{What: "watch frame", Err: err}
+			}
+			return Event[T]{}, err
+		}
 	}
 	switch f.Type {
 	case Added, Modified, Deleted:
-		obj, err := d.codec.Decode(f.Type+" event", f.Object)
+		obj, err := d.codec.Decode(f.Type+" event", withoutManagedFields(f.Object))
+		var syntax *json.SyntaxError
+		if fast && len(f.Object) > 0 && errors.As(err, &syntax) {
+			// Not JSON: the stream is broken, as the plain way would say
+			// (skipping the frame would lose its event).
+			return Event[T]{}, fmt.Errorf("malformed watch frame: %w", syntax)
+		}
 		if err != nil {
 			return Event[T]{Type: f.Type}, err
 		}

@@ -188,4 +188,3 @@ func TestShardsFallBackToClientFilteringWhenTheServerDropsTheSelector(t *testing
 			strings.Join(logs.Grep("shard"), "\n"))
 	}
 }
-

@@ -1,0 +1,211 @@
+package watcher
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"rawwatch/api/v1alpha1"
+)
+
+// The event decoder's fast path (frames.go, walk.go) against the plain
+// one it replaced: a json.Decoder reading each frame into a type and a raw
+// object, then the whole object decoded. On every stream both must agree,
+// event by event: the same objects (their managedFields reduced on both sides
+// to one entry with the newest time, which is all the fast path keeps), the
+// same skipped frames, the stream broken at the same frame. One deviation is
+// allowed, and documented in walk.go: the fast path does not look inside
+// managedFields beyond their structure and times, so an object the plain way
+// refuses for something malformed in there may be kept. And a bare number,
+// true, false or null where a frame should be (never sent by a server)
+// breaks the stream instead of being skipped: no event is lost either way.
+
+// referenceDecoder is the plain way, as the watcher decoded before.
+type referenceDecoder struct {
+	dec   *json.Decoder
+	codec Codec[*v1alpha1.MyResource]
+}
+
+func (d *referenceDecoder) Next() (Event[*v1alpha1.MyResource], error) {
+	var f frame
+	if err := d.dec.Decode(&f); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return Event[*v1alpha1.MyResource]{}, &SkipError{What: "watch frame", Err: err}
+		}
+		return Event[*v1alpha1.MyResource]{}, err
+	}
+	switch f.Type {
+	case Added, Modified, Deleted:
+		obj, err := d.codec.Decode(f.Type+" event", f.Object)
+		if err != nil {
+			return Event[*v1alpha1.MyResource]{Type: f.Type}, err
+		}
+		return Event[*v1alpha1.MyResource]{Type: f.Type, Object: obj, RV: obj.GetResourceVersion()}, nil
+	}
+	// Bookmarks, errors and unknown types take the same code on both sides.
+	raw, _ := json.Marshal(f)
+	return newEventDecoder(bytes.NewReader(raw), d.codec).Next()
+}
+
+// outcome is one Next's result, reduced to what must agree.
+type outcome struct {
+	kind string // "event", "skip", "end" (io.EOF), "broken"
+	ev   Event[*v1alpha1.MyResource]
+}
+
+func outcomeOf(ev Event[*v1alpha1.MyResource], err error) outcome {
+	var skip *SkipError
+	switch {
+	case err == nil:
+		if ev.Object != nil {
+			ev.Object.ManagedFields = newestOnly(ev.Object.ManagedFields)
+		}
+		ev.Err = nil // compared by presence below
+		return outcome{kind: "event", ev: ev}
+	case errors.As(err, &skip):
+		return outcome{kind: "skip", ev: Event[*v1alpha1.MyResource]{Type: ev.Type}}
+	case errors.Is(err, io.EOF):
+		return outcome{kind: "end"}
+	}
+	return outcome{kind: "broken"}
+}
+
+// newestOnly reduces managedFields to what the fast path keeps.
+func newestOnly(mf []metav1.ManagedFieldsEntry) []metav1.ManagedFieldsEntry {
+	if mf == nil {
+		return nil
+	}
+	var newest *metav1.Time
+	for _, e := range mf {
+		if e.Time != nil && (newest == nil || e.Time.After(newest.Time)) {
+			newest = e.Time
+		}
+	}
+	if newest == nil {
+		return []metav1.ManagedFieldsEntry{}
+	}
+	return []metav1.ManagedFieldsEntry{{Time: newest}}
+}
+
+// compareStreams decodes data both ways and reports the first disagreement.
+func compareStreams(t *testing.T, data []byte) {
+	t.Helper()
+	fast := newEventDecoder(bytes.NewReader(data), codec)
+	ref := &referenceDecoder{dec: json.NewDecoder(bytes.NewReader(data)), codec: codec}
+	for i := 0; i <= len(data)+1; i++ {
+		fe, ferr := fast.Next()
+		re, rerr := ref.Next()
+		f, r := outcomeOf(fe, ferr), outcomeOf(re, rerr)
+		lenience := map[string]int{"broken": 0, "skip": 1, "event": 2}
+		deviation := lenience[f.kind] > lenience[r.kind] && r.kind != "end" && bytes.Contains(bytes.ToLower(data), []byte("managedfields"))
+		bare := r.kind == "skip" && errors.Is(ferr, ErrBareWord)
+		switch {
+		case deviation:
+			return // managedFields malformed in a way only the plain way looks at
+		case bare:
+			return // a bare word: the plain way skips it, the fast way breaks the stream
+		case f.kind != r.kind:
+			t.Fatalf("frame %d: fast %s (%v), plain %s (%v)", i, f.kind, ferr, r.kind, rerr)
+		case f.kind == "event" && (!reflect.DeepEqual(f.ev, r.ev) || (fe.Err == nil) != (re.Err == nil)):
+			t.Fatalf("frame %d differs:\nfast  %+v\nplain %+v", i, f.ev, r.ev)
+		}
+		if f.kind == "end" || f.kind == "broken" {
+			return
+		}
+	}
+	t.Fatal("no end after more calls than bytes")
+}
+
+func TestFastDecoderAgreesWithThePlainOne(t *testing.T) {
+	fixtures, _ := filepath.Glob(filepath.Join("testdata", "fixtures", "watch-stream*.jsonl"))
+	if len(fixtures) == 0 {
+		t.Fatal("no watch fixtures")
+	}
+	for _, f := range fixtures {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run(filepath.Base(f), func(t *testing.T) { compareStreams(t, data) })
+	}
+	for name, stream := range fastPathCases {
+		t.Run(name, func(t *testing.T) { compareStreams(t, []byte(stream)) })
+	}
+}
+
+// A write time survives the cut: WrittenAt reads the newest entry's.
+func TestTheNewestManagedFieldsTimeIsKept(t *testing.T) {
+	dec := newEventDecoder(strings.NewReader(fastPathCases["several managers, one offset time"]), codec)
+	ev, err := dec.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, ok := WrittenAt(ev.Object)
+	if !ok || at.UTC().Format("2006-01-02T15:04:05Z") != "2026-12-01T10:00:05Z" {
+		t.Fatalf("written at %v (%v), want 2026-12-01T10:00:05Z", at, ok)
+	}
+	if len(ev.Object.ManagedFields) != 1 || ev.Object.ManagedFields[0].Manager != "" {
+		t.Errorf("managedFields kept: %+v, want one entry with the time only", ev.Object.ManagedFields)
+	}
+}
+
+const objHead = `"apiVersion":"example.com/v1alpha1","kind":"MyResource"`
+
+func ev(typ, metadata, rest string) string {
+	return `{"type":"` + typ + `","object":{` + objHead + `,"metadata":{` + metadata + `}` + rest + `}}` + "\n"
+}
+
+var fastPathCases = map[string]string{
+	"plain": ev("ADDED", `"name":"a","namespace":"ns","uid":"u1","resourceVersion":"5"`, `,"spec":{"message":"hi"}`),
+	"several managers, one offset time": ev("MODIFIED", `"name":"a","namespace":"ns","resourceVersion":"6","managedFields":[`+
+		`{"manager":"kubectl","operation":"Update","time":"2026-12-01T10:00:00Z","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{"f:message":{}}}},`+
+		`{"manager":"rawwatch","operation":"Update","subresource":"status","time":"2026-12-01T12:00:05+02:00","fieldsType":"FieldsV1","fieldsV1":{"f:status":{".":{}}}},`+
+		`{"manager":"other","time":"2026-12-01T09:59:59Z"}]`, `,"spec":{"message":"x"}`),
+	"no times": ev("MODIFIED", `"name":"a","resourceVersion":"7","managedFields":[{"manager":"m"},{"manager":"n","time":null}]`, ``),
+	"empty managedFields": ev("MODIFIED", `"name":"a","resourceVersion":"8","managedFields":[]`, ``),
+	"null managedFields":  ev("MODIFIED", `"name":"a","resourceVersion":"9","managedFields":null`, ``),
+	"managedFields a string: refused both ways": ev("MODIFIED", `"name":"a","resourceVersion":"9","managedFields":"no"`, ``),
+	"unicode and escapes": ev("ADDED", `"name":"a","resourceVersion":"10","labels":{"k":"v\"}{]["},"annotations":{"x":"caf\u00e9 \\\" ✓ \n"},"managedFields":[{"manager":"a\"b","time":"2026-12-01T10:00:00Z"}]`,
+		`,"spec":{"message":"\"managedFields\":[ }"}`),
+	"keys in other cases": `{"TYPE":"ADDED","Object":{` + objHead + `,"Metadata":{"name":"a","resourceVersion":"11","ManagedFields":[{"Time":"2026-12-01T10:00:00Z"}]}}}` + "\n",
+	"duplicate keys, the last wins": `{"type":"ADDED","type":"MODIFIED","object":{"spec":{}},"object":{` + objHead + `,"metadata":{"name":"a","resourceVersion":"12"}}}` + "\n",
+	"duplicate managedFields":       ev("ADDED", `"name":"a","resourceVersion":"13","managedFields":[{"time":"2026-12-01T10:00:00Z"}],"managedFields":[{"time":"2026-12-01T11:00:00Z"}]`, ``),
+	"escaped key":                   `{"typ\u0065":"ADDED","object":{` + objHead + `,"metadata":{"name":"a","resourceVersion":"14"}}}` + "\n",
+	"escaped managedFields key":     ev("ADDED", `"name":"a","resourceVersion":"15","managed\u0046ields":[{"time":"2026-12-01T10:00:00Z"}]`, ``),
+	"object first, spaces": "  {\n \"object\" : {" + objHead + ` , "metadata" : { "name" : "a" , "resourceVersion" : "16" , "managedFields" : [ { "time" : "2026-12-01T10:00:00Z" } , { } ] } } ,` + "\t\"type\" : \"DELETED\" }\r\n",
+	"extra envelope members":        `{"type":"ADDED","x":[1,{"y":null}],"object":{` + objHead + `,"metadata":{"name":"a","resourceVersion":"17"}},"z":true}` + "\n",
+	"bad scalar outside the object": `{"type":"ADDED","x":tru,"object":{` + objHead + `,"metadata":{"name":"a"}}}` + "\n",
+	"bad scalar in the object":      ev("ADDED", `"name":"a","resourceVersion":"18","generation":1x`, ``),
+	"invalid time":                  ev("ADDED", `"name":"a","resourceVersion":"19","managedFields":[{"time":"yesterday"}]`, ``),
+	"wrong kind":                    `{"type":"ADDED","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","resourceVersion":"20"}}}` + "\n",
+	"object null":                   `{"type":"ADDED","object":null}` + "\n",
+	"no object":                     `{"type":"MODIFIED"}` + "\n",
+	"type not a string":             `{"type":3,"object":{}}` + "\n",
+	"not an object":                 `[1,2]` + "\n" + `"str"` + "\n" + `42 ` + ev("ADDED", `"name":"after","resourceVersion":"21"`, ``),
+	"bookmark and error":            `{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"22"}}}` + "\n" + `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","code":410,"reason":"Expired","message":"gone"}}` + "\n",
+	"truncated":                     `{"type":"ADDED","object":{` + objHead + `,"metadata":{"name":"a"`,
+	"stray closer":                  ev("ADDED", `"name":"a","resourceVersion":"23"`, ``) + "}\n" + ev("ADDED", `"name":"b","resourceVersion":"24"`, ``),
+	"frames back to back":           strings.TrimSpace(ev("ADDED", `"name":"a","resourceVersion":"25"`, ``)) + strings.TrimSpace(ev("ADDED", `"name":"b","resourceVersion":"26"`, ``)),
+}
+
+// FuzzFastDecoder searches for a stream the two ways decode differently:
+//
+//	go test ./watcher -run '^$' -fuzz FuzzFastDecoder -fuzztime 5m
+func FuzzFastDecoder(f *testing.F) {
+	for _, c := range fastPathCases {
+		f.Add([]byte(c))
+	}
+	if data, err := os.ReadFile(filepath.Join("testdata", "fixtures", "watch-stream.jsonl")); err == nil {
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { compareStreams(t, data) })
+}

@@ -1,0 +1,323 @@
+package watcher
+
+import (
+	"bytes"
+	"encoding/json"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The fast path of the event decoder. A watch frame is
+//
+//	{"type":"MODIFIED","object":{"apiVersion":…,"metadata":{…,"managedFields":[…]},…}}
+//
+// and decoding it with encoding/json as a struct of a type and a raw object,
+// then the object, scans the object three times and builds every
+// managedFields entry — often a third of the bytes — only for the store to
+// drop them. Here the envelope is walked in place (the frame was checked to
+// be valid JSON first, so the walk can trust its structure), and the
+// managedFields array is cut out of the object before it is decoded, leaving
+// one entry that keeps the newest time: the server's last write, which
+// WrittenAt reads. Anything unusual (an escaped key, a type that is not a
+// plain string, managedFields that are not an array of objects with valid
+// times) takes the plain path, so the result is what encoding/json gives,
+// minus managedFields; decode_ref_test.go checks that on fixtures and in a
+// fuzz target.
+
+// envelope finds a valid frame's type and object. ok is false when the
+// frame is not the usual shape; the caller then decodes it the plain way.
+// As encoding/json does, keys match case-insensitively and the last wins.
+func envelope(frame []byte) (typ string, object []byte, ok bool) {
+	i := skipSpace(frame, 0)
+	if i >= len(frame) || frame[i] != '{' {
+		return "", nil, false
+	}
+	ok = true
+	whole := eachMember(frame, i, func(key []byte, vs, ve int) bool {
+		switch {
+		case !plain(key):
+			ok = false
+		case bytes.EqualFold(key, []byte("type")):
+			v := frame[vs:ve]
+			if len(v) < 2 || v[0] != '"' || !plain(v[1:len(v)-1]) {
+				ok = false
+				break
+			}
+			typ = string(v[1 : len(v)-1])
+		case bytes.EqualFold(key, []byte("object")):
+			if object != nil { // one before: only the last is decoded
+				ok = json.Valid(object)
+			}
+			object = frame[vs:ve] // checked when it is decoded
+		default: // anything else must still be valid JSON
+			ok = json.Valid(frame[vs:ve])
+		}
+		return ok
+	})
+	if !ok || !whole || skipSpace(frame, valueEndOr(frame, i)) != len(frame) {
+		return "", nil, false
+	}
+	switch typ {
+	case Added, Modified, Deleted: // the object is checked as it is decoded
+	default: // bookmarks, errors and the unknown are small: check them now
+		if object != nil && !json.Valid(object) {
+			return "", nil, false
+		}
+	}
+	return typ, object, true
+}
+
+func valueEndOr(b []byte, i int) int {
+	e, _ := valueEnd(b, i)
+	return e
+}
+
+// withoutManagedFields returns obj (a valid JSON object) with its
+// metadata.managedFields replaced by one entry holding only the newest
+// time (none if no entry has one). It returns obj itself when it cannot do
+// so exactly: no metadata or managedFields, or either appearing twice, an
+// escaped key, entries that are not objects, a time encoding/json would
+// refuse.
+func withoutManagedFields(obj []byte) []byte {
+	start := skipSpace(obj, 0)
+	if start >= len(obj) || obj[start] != '{' {
+		return obj
+	}
+	meta, ok := onlyMember(obj, start, "metadata")
+	if !ok || obj[meta[0]] != '{' {
+		return obj
+	}
+	mf, ok := onlyMember(obj, meta[0], "managedFields")
+	if !ok || obj[mf[0]] != '[' {
+		return obj
+	}
+	var newestLit []byte
+	fine := true
+	whole := eachElement(obj, mf[0], func(es, ee int) bool {
+		if obj[es] != '{' {
+			fine = false
+			return false
+		}
+		var lit []byte
+		fine = eachMember(obj, es, func(key []byte, vs, ve int) bool {
+			if bytes.IndexByte(key, '\\') >= 0 {
+				fine = false
+				return false
+			}
+			if bytes.EqualFold(key, []byte("time")) {
+				lit = obj[vs:ve] // the last one wins, as in encoding/json
+			}
+			return true
+		}) && fine
+		if !fine || lit == nil || string(lit) == "null" {
+			return fine
+		}
+		if utcSeconds(lit) && (newestLit == nil || utcSeconds(newestLit)) {
+			// What the apiserver writes: such times order as their text
+			// (the one kept is checked when the object is decoded).
+			if newestLit == nil || bytes.Compare(lit, newestLit) > 0 {
+				newestLit = lit
+			}
+			return true
+		}
+		var t, was metav1.Time
+		if lit[0] != '"' || t.UnmarshalJSON(lit) != nil {
+			fine = false
+			return false
+		}
+		if newestLit == nil {
+			newestLit = lit
+		} else if was.UnmarshalJSON(newestLit) == nil && t.After(was.Time) {
+			newestLit = lit
+		}
+		return true
+	})
+	if !fine || !whole {
+		return obj
+	}
+	out := make([]byte, 0, len(obj))
+	out = append(out, obj[:mf[0]]...)
+	if newestLit != nil {
+		out = append(out, `[{"time":`...)
+		out = append(out, newestLit...)
+		out = append(out, "}]"...)
+	} else {
+		out = append(out, "[]"...)
+	}
+	return append(out, obj[mf[1]:]...)
+}
+
+// plain tells whether the inside of a JSON string needs no more checking:
+// no escapes, no control characters (which JSON forbids in strings).
+func plain(s []byte) bool {
+	for _, c := range s {
+		if c < 0x20 || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// utcSeconds tells whether lit is a time as the apiserver writes it,
+// "2006-01-02T15:04:05Z" (quotes included): such times order as their text.
+func utcSeconds(lit []byte) bool {
+	return len(lit) == 22 && lit[0] == '"' && lit[5] == '-' && lit[8] == '-' && lit[11] == 'T' &&
+		lit[14] == ':' && lit[17] == ':' && lit[20] == 'Z' && lit[21] == '"'
+}
+
+// onlyMember finds the value [start, end) of the member named name
+// (case-insensitively) of the object at b[i]; ok is false when there is no
+// such member, more than one, or an escaped key.
+func onlyMember(b []byte, i int, name string) (span [2]int, ok bool) {
+	found := 0
+	whole := eachMember(b, i, func(key []byte, vs, ve int) bool {
+		if bytes.IndexByte(key, '\\') >= 0 {
+			found = 2
+			return false
+		}
+		if bytes.EqualFold(key, []byte(name)) {
+			found++
+			span = [2]int{vs, ve}
+		}
+		return true
+	})
+	return span, whole && found == 1
+}
+
+// eachMember calls fn with the raw key (no quotes) and the value's bounds of
+// each member of the JSON object at b[i], until fn returns false. It reports
+// false if the object is not well formed as far as it looked (the frame
+// reader balanced its braces and strings; scalars are not checked).
+func eachMember(b []byte, i int, fn func(key []byte, vs, ve int) bool) bool {
+	i = skipSpace(b, i+1) // past '{'
+	if i < len(b) && b[i] == '}' {
+		return true
+	}
+	for i < len(b) {
+		if b[i] != '"' {
+			return false
+		}
+		ke := stringEnd(b, i)
+		if ke > len(b) {
+			return false
+		}
+		key := b[i+1 : ke-1]
+		i = skipSpace(b, ke)
+		if i >= len(b) || b[i] != ':' {
+			return false
+		}
+		vs := skipSpace(b, i+1)
+		ve, ok := valueEnd(b, vs)
+		if !ok {
+			return false
+		}
+		if !fn(key, vs, ve) {
+			return true
+		}
+		i = skipSpace(b, ve)
+		switch {
+		case i < len(b) && b[i] == '}':
+			return true
+		case i < len(b) && b[i] == ',':
+			i = skipSpace(b, i+1)
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// eachElement calls fn with the bounds of each element of the JSON array at
+// b[i], until fn returns false; false if it is not well formed.
+func eachElement(b []byte, i int, fn func(es, ee int) bool) bool {
+	i = skipSpace(b, i+1) // past '['
+	if i < len(b) && b[i] == ']' {
+		return true
+	}
+	for i < len(b) {
+		ee, ok := valueEnd(b, i)
+		if !ok {
+			return false
+		}
+		if !fn(i, ee) {
+			return true
+		}
+		i = skipSpace(b, ee)
+		switch {
+		case i < len(b) && b[i] == ']':
+			return true
+		case i < len(b) && b[i] == ',':
+			i = skipSpace(b, i+1)
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// valueEnd is the index just past the JSON value at b[i]; false if it runs
+// off the end or does not start like a value.
+func valueEnd(b []byte, i int) (int, bool) {
+	if i >= len(b) {
+		return i, false
+	}
+	switch b[i] {
+	case '"':
+		e := stringEnd(b, i)
+		return e, e <= len(b)
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				i = stringEnd(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1, true
+				}
+			}
+		}
+		return i, false
+	case ',', '}', ']', ':':
+		return i, false
+	}
+	for j := i; j < len(b); j++ { // a number, true, false or null
+		switch b[j] {
+		case ',', '}', ']', ' ', '\n', '\r', '\t':
+			return j, j > i
+		}
+	}
+	return len(b), len(b) > i
+}
+
+// stringEnd is the index just past the JSON string starting at b[i] ('"'),
+// or len(b)+1 if it does not end. A quote ends it unless an odd number of
+// backslashes stands right before it.
+func stringEnd(b []byte, i int) int {
+	for i++; i < len(b); {
+		j := bytes.IndexByte(b[i:], '"')
+		if j < 0 {
+			break
+		}
+		q := i + j
+		n := 0
+		for k := q - 1; k >= i && b[k] == '\\'; k-- {
+			n++
+		}
+		if n%2 == 0 {
+			return q + 1
+		}
+		i = q + 1
+	}
+	return len(b) + 1
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	return i
+}
