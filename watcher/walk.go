@@ -14,8 +14,9 @@ import (
 // and decoding it with encoding/json as a struct of a type and a raw object,
 // then the object, scans the object three times and builds every
 // managedFields entry — often a third of the bytes — only for the store to
-// drop them. Here the envelope is walked in place (the frame was checked to
-// be valid JSON first, so the walk can trust its structure), and the
+// drop them. Here the envelope is walked in place (its structure checked by
+// the walk, its small members by json.Valid, the object left to the check
+// encoding/json makes as it decodes it), and the
 // managedFields array is cut out of the object before it is decoded, leaving
 // one entry that keeps the newest time: the server's last write, which
 // WrittenAt reads. Anything unusual (an escaped key, a type that is not a
@@ -54,7 +55,7 @@ func envelope(frame []byte) (typ string, object []byte, ok bool) {
 		}
 		return ok
 	})
-	if !ok || !whole || skipSpace(frame, valueEndOr(frame, i)) != len(frame) {
+	if !ok || !whole {
 		return "", nil, false
 	}
 	switch typ {
@@ -65,11 +66,6 @@ func envelope(frame []byte) (typ string, object []byte, ok bool) {
 		}
 	}
 	return typ, object, true
-}
-
-func valueEndOr(b []byte, i int) int {
-	e, _ := valueEnd(b, i)
-	return e
 }
 
 // withoutManagedFields returns obj (a valid JSON object) with its
