@@ -1,0 +1,124 @@
+package ring_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"rawwatch/faultproxy"
+	"rawwatch/internal/controlplane"
+	"rawwatch/internal/testkit"
+	"rawwatch/ring"
+)
+
+var shared = &controlplane.Shared{}
+
+func TestMain(m *testing.M) { shared.Main(m) }
+
+const (
+	leaseDuration = 2 * time.Second
+	renewPeriod   = 200 * time.Millisecond
+)
+
+type running struct {
+	m    *ring.Member
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+func join(t *testing.T, cfg *rest.Config, ns, id string) *running {
+	t.Helper()
+	m, err := ring.New(ring.Config{Client: kubernetes.NewForConfigOrDie(cfg), Namespace: ns, Ring: "rawwatch",
+		Identity: id, LeaseDuration: leaseDuration, RenewPeriod: renewPeriod})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
+	r := &running{m: m, stop: cancel, done: make(chan struct{})}
+	go func() { m.Run(ctx); close(r.done) }()
+	t.Cleanup(func() { cancel(); <-r.done })
+	return r
+}
+
+// waitFor waits until every member in who sees exactly want, and returns
+// how long that took.
+func waitFor(t *testing.T, limit time.Duration, want []string, who ...*running) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		all := true
+		for _, r := range who {
+			if !slices.Equal(r.m.Members(), want) {
+				all = false
+			}
+		}
+		if all {
+			return time.Since(start)
+		}
+		if time.Since(start) > limit {
+			var seen []string
+			for _, r := range who {
+				seen = append(seen, fmt.Sprint(r.m.Members()))
+			}
+			t.Fatalf("after %s the members see %v, want %v each", limit, seen, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Three members on the real apiserver: they find each other; one leaves
+// cleanly and is gone at the next list; one whose Lease API answers 500 is
+// out, in its own view and in the others', within the lease duration (plus
+// a period), retrying no faster than its period; healed, it is back.
+func TestMembershipOnLeases(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ns := testkit.Namespace(t, cp.Config())
+	proxy, viaProxy := testkit.Proxy(t, cp, cp.APIServer)
+
+	a := join(t, cp.Config(), ns, "a")
+	b := join(t, viaProxy, ns, "b")
+	c := join(t, cp.Config(), ns, "c")
+	took := waitFor(t, 5*time.Second, []string{"a", "b", "c"}, a, b, c)
+	t.Logf("three members see each other %s after joining", took)
+
+	c.stop()
+	<-c.done
+	took = waitFor(t, 2*renewPeriod+time.Second, []string{"a", "b"}, a, b)
+	t.Logf("a clean leave is seen %s after it", took)
+
+	// b's Lease API answers 500 from now on.
+	before := proxy.Counts().Total()
+	proxy.Fail(faultproxy.Failure{Code: http.StatusInternalServerError})
+	failing := time.Now()
+	var wg sync.WaitGroup
+	var selfOut, othersOut time.Duration
+	wg.Go(func() { selfOut = waitFor(t, leaseDuration+renewPeriod+time.Second, nil, b) })
+	wg.Go(func() { othersOut = waitFor(t, leaseDuration+renewPeriod+time.Second, []string{"a"}, a) })
+	wg.Wait()
+	window := time.Since(failing)
+	requests := proxy.Counts().Total() - before
+	t.Logf("renewals failing: b counts itself out after %s, a counts b out after %s; b made %d requests in %s",
+		selfOut, othersOut, requests, window.Round(time.Millisecond))
+	if selfOut > othersOut+renewPeriod {
+		t.Errorf("b counted itself out %s after a did: for that long it believed it was a member when the others did not", selfOut-othersOut)
+	}
+	// Two requests a period (a renewal's GET, the LIST), nothing faster.
+	if bound := 2 * (int64(window/renewPeriod) + 2); requests > bound {
+		t.Errorf("b made %d requests in %s while failing, bound %d", requests, window, bound)
+	}
+
+	if err := proxy.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	took = waitFor(t, 5*time.Second, []string{"a", "b"}, a, b)
+	t.Logf("healed, b is back %s later", took)
+}
