@@ -92,6 +92,15 @@ func (c *Client) Delete(ctx context.Context, namespace, name string, opts metav1
 		Body(&opts).Do(ctx).Error()
 }
 
+// Apply applies cfg (a MyResource as JSON) with server-side apply, as
+// fieldManager, taking over conflicting fields (force).
+func (c *Client) Apply(ctx context.Context, namespace, name, fieldManager string, cfg []byte) (*v1alpha1.MyResource, error) {
+	out := &v1alpha1.MyResource{}
+	err := c.rest.Patch(types.ApplyPatchType).Namespace(namespace).Resource(v1alpha1.Resource).Name(name).
+		Param("fieldManager", fieldManager).Param("force", "true").Body(cfg).Do(ctx).Into(out)
+	return out, err
+}
+
 // Patch changes the object with a patch of type pt (a merge patch, say).
 func (c *Client) Patch(ctx context.Context, namespace, name string, pt types.PatchType, data []byte) (*v1alpha1.MyResource, error) {
 	out := &v1alpha1.MyResource{}

@@ -48,6 +48,9 @@ type Options struct {
 	// Writers is the load generator's parallelism; Payload an annotation
 	// size added to every object (bytes).
 	Writers, Payload int
+	// Apply writes the objects with server-side apply, so that they carry
+	// the managedFields real objects carry (the fields each manager owns).
+	Apply bool
 	// OutDir receives events, results and the report.
 	OutDir string
 	// Binary runs "BINARY consume ..." for each consumer (default: this executable).
@@ -160,7 +163,7 @@ func (h *harness) connect(ctx context.Context) error {
 	if _, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating namespace %s: %w", h.namespace, err)
 	}
-	h.load = &Load{Client: h.client, Namespace: h.namespace, Writers: h.opts.Writers, Payload: h.opts.Payload, Progress: h.opts.Progress}
+	h.load = &Load{Client: h.client, Namespace: h.namespace, Writers: h.opts.Writers, Payload: h.opts.Payload, Apply: h.opts.Apply, Progress: h.opts.Progress}
 	return nil
 }
 

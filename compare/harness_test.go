@@ -46,6 +46,7 @@ func TestShortRunWithABrokenConsumer(t *testing.T) {
 		Kubeconfig: kubeconfig, Objects: 300, UpdateRate: 200, UpdateDuration: 3 * time.Second,
 		DeleteFraction: 0.5, Relist: true, RestartAPIServer: a.Restart,
 		OutDir: filepath.Join(dir, "out"), Binary: bin, Writers: 8,
+		Apply: true, Payload: 512, // real managedFields, a payload
 		Break: map[string]int{broken: 7}, Progress: &progress,
 	})
 	if err != nil {
@@ -87,6 +88,9 @@ func TestShortRunWithABrokenConsumer(t *testing.T) {
 		if !strings.Contains(string(md), "| "+kind+" |") || !strings.Contains(string(svg), kind) || !strings.Contains(string(js), `"kind": "`+kind+`"`) {
 			t.Errorf("%s missing from the report files", kind)
 		}
+	}
+	if !strings.Contains(string(md), "server-side apply") || !strings.Contains(string(md), "heap per object vs informer") {
+		t.Errorf("report.md says nothing of the applied objects' heap per object:\n%s", md)
 	}
 	if !strings.Contains(string(md), "FAIL") || strings.Count(string(svg), "<polyline") < 2*len(compare.AllKinds)-1 {
 		t.Errorf("report.md or report.svg incomplete:\n%s", md)

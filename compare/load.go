@@ -2,6 +2,7 @@ package compare
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -36,6 +37,10 @@ type Load struct {
 	// Payload is the size of a filler annotation on every object (bytes):
 	// real objects are bigger than a one-field spec.
 	Payload int
+	// Apply writes with server-side apply (field manager "compare") instead
+	// of create and update: the objects get the managedFields an applied
+	// object has (every field the manager set, payload key included).
+	Apply bool
 	// Progress, if set, receives progress lines (a terminal bar).
 	Progress io.Writer
 
@@ -97,13 +102,35 @@ func (l *Load) Create(ctx context.Context, n int) ([]Write, error) {
 		if l.Payload > 0 {
 			obj.Annotations = map[string]string{"compare.example.com/payload": payload}
 		}
-		got, err := l.Client.Create(ctx, obj)
+		got, err := l.write(ctx, obj, true)
 		if err != nil {
 			return Write{}, err
 		}
 		l.latest[i] = got
 		return Write{Op: EvAdd, Key: store.KeyOf(got), RV: got.ResourceVersion, Ack: time.Now().UnixNano()}, nil
 	})
+}
+
+// write creates or updates obj, or applies it (Apply).
+func (l *Load) write(ctx context.Context, obj *v1alpha1.MyResource, create bool) (*v1alpha1.MyResource, error) {
+	if !l.Apply {
+		if create {
+			return l.Client.Create(ctx, obj)
+		}
+		return l.Client.Update(ctx, obj)
+	}
+	// The applied configuration: what this manager wants, nothing the server
+	// owns (no resourceVersion, no status).
+	cfg := &v1alpha1.MyResource{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.Kind},
+		ObjectMeta: metav1.ObjectMeta{Namespace: obj.Namespace, Name: obj.Name, Labels: obj.Labels, Annotations: obj.Annotations},
+		Spec:       obj.Spec,
+	}
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return l.Client.Apply(ctx, obj.Namespace, obj.Name, "compare", data)
 }
 
 // Update makes updates spread round-robin over the created objects, at most
@@ -129,7 +156,7 @@ func (l *Load) Update(ctx context.Context, qps float64, d time.Duration, n int) 
 		// Every update must change the object: the apiserver answers an
 		// update that changes nothing without a new resourceVersion or event.
 		obj.Spec.Message = fmt.Sprintf("update %d", l.seq.Add(1))
-		got, err := l.Client.Update(ctx, obj)
+		got, err := l.write(ctx, obj, false)
 		if err != nil {
 			return Write{}, err
 		}

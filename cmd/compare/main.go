@@ -41,6 +41,7 @@ func run(args []string) int {
 	kinds := fs.String("consumers", strings.Join(compare.AllKinds, ","), "consumers to run")
 	fs.IntVar(&o.Writers, "writers", 16, "parallel writers of the load generator")
 	fs.IntVar(&o.Payload, "payload", 0, "bytes of filler annotation on every object")
+	fs.BoolVar(&o.Apply, "apply", false, "write the objects with server-side apply, so that they carry real managedFields")
 	fs.StringVar(&o.OutDir, "out", "out/compare", "output directory")
 	fs.BoolVar(&o.Profile, "profile", false, "write each consumer's heap profile at every phase end (KIND-PHASE.heap.pprof)")
 	if err := fs.Parse(args); err != nil {
