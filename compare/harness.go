@@ -197,7 +197,10 @@ func (h *harness) run(ctx context.Context) error {
 			}
 			h.consumers = append(h.consumers, c)
 		}
-		h.waitAll(10*time.Minute, "initial sync", func(s status) bool { return s.synced })
+		// An initial sync hands out nothing until a whole response is in
+		// (one unpaginated LIST of every object, for an informer): quiet
+		// for a while is not stuck here.
+		h.waitEach(10*time.Minute, syncQuietPeriod, "initial sync", func(_ *child, s status) bool { return s.synced })
 		for _, c := range h.consumers {
 			if !c.status().synced {
 				return fmt.Errorf("consumer %s did not sync\n%s", c.kind, c.stderrTail())
@@ -345,6 +348,11 @@ func (h *harness) waitAll(timeout time.Duration, what string, ok func(status) bo
 }
 
 const quietPeriod = 5 * time.Second
+
+// syncQuietPeriod is quietPeriod for the initial sync: 10,000 objects of 16
+// KiB are a 160 MiB LIST response, which an informer decodes whole before
+// its first handler call (about 10 s on two cores).
+const syncQuietPeriod = time.Minute
 
 // allOf says whether every consumer's status satisfies ok now.
 func (h *harness) allOf(ok func(*child, status) bool) bool {
