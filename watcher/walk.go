@@ -185,62 +185,52 @@ func onlyMember(b []byte, i int, name string) (span [2]int, ok bool) {
 // false if the object is not well formed as far as it looked (the frame
 // reader balanced its braces and strings; scalars are not checked).
 func eachMember(b []byte, i int, fn func(key []byte, vs, ve int) bool) bool {
-	i = skipSpace(b, i+1) // past '{'
-	if i < len(b) && b[i] == '}' {
-		return true
-	}
-	for i < len(b) {
+	return eachItem(b, i, '}', func(i int) (int, bool, bool) {
 		if b[i] != '"' {
-			return false
+			return 0, false, false
 		}
 		ke := stringEnd(b, i)
 		if ke > len(b) {
-			return false
+			return 0, false, false
 		}
-		key := b[i+1 : ke-1]
-		i = skipSpace(b, ke)
-		if i >= len(b) || b[i] != ':' {
-			return false
+		colon := skipSpace(b, ke)
+		if colon >= len(b) || b[colon] != ':' {
+			return 0, false, false
 		}
-		vs := skipSpace(b, i+1)
+		vs := skipSpace(b, colon+1)
 		ve, ok := valueEnd(b, vs)
-		if !ok {
-			return false
-		}
-		if !fn(key, vs, ve) {
-			return true
-		}
-		i = skipSpace(b, ve)
-		switch {
-		case i < len(b) && b[i] == '}':
-			return true
-		case i < len(b) && b[i] == ',':
-			i = skipSpace(b, i+1)
-		default:
-			return false
-		}
-	}
-	return false
+		return ve, ok && fn(b[i+1:ke-1], vs, ve), ok
+	})
 }
 
 // eachElement calls fn with the bounds of each element of the JSON array at
 // b[i], until fn returns false; false if it is not well formed.
 func eachElement(b []byte, i int, fn func(es, ee int) bool) bool {
-	i = skipSpace(b, i+1) // past '['
-	if i < len(b) && b[i] == ']' {
+	return eachItem(b, i, ']', func(i int) (int, bool, bool) {
+		ee, ok := valueEnd(b, i)
+		return ee, ok && fn(i, ee), ok
+	})
+}
+
+// eachItem walks the comma-separated items of the object or array opening
+// at b[i] and closing with closer: item reads the one at i and says where it
+// ends, whether to go on, and whether it was well formed.
+func eachItem(b []byte, i int, closer byte, item func(i int) (end int, goOn, ok bool)) bool {
+	i = skipSpace(b, i+1) // past the opener
+	if i < len(b) && b[i] == closer {
 		return true
 	}
 	for i < len(b) {
-		ee, ok := valueEnd(b, i)
+		end, goOn, ok := item(i)
 		if !ok {
 			return false
 		}
-		if !fn(i, ee) {
+		if !goOn {
 			return true
 		}
-		i = skipSpace(b, ee)
+		i = skipSpace(b, end)
 		switch {
-		case i < len(b) && b[i] == ']':
+		case i < len(b) && b[i] == closer:
 			return true
 		case i < len(b) && b[i] == ',':
 			i = skipSpace(b, i+1)

@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,7 +8,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -19,9 +17,6 @@ import (
 	"testing"
 	"time"
 
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"rawwatch/internal/app"
@@ -36,22 +31,11 @@ import (
 func TestSecureServingLetsInOnlyWhomRBACAllows(t *testing.T) {
 	t.Parallel()
 	cp := shared.Get(t)
-	ctx := context.Background()
 	ns := testkit.Namespace(t, cp.Config())
 	testkit.InstallRBAC(t, cp.Config())
-	kube := kubernetes.NewForConfigOrDie(cp.Config())
-
 	reader := testkit.ServiceAccountToken(t, cp.Config(), ns, "prometheus")
 	nosy := testkit.ServiceAccountToken(t, cp.Config(), ns, "nosy")
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "rawwatch-metrics-reader-" + ns},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "rawwatch-metrics-reader"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "prometheus", Namespace: ns}},
-	}
-	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { kube.RbacV1().ClusterRoleBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{}) })
+	testkit.BindClusterRole(t, cp.Config(), "rawwatch-metrics-reader", ns, "prometheus")
 
 	asController := rest.AnonymousClientConfig(cp.Config())
 	asController.BearerToken = testkit.ServiceAccountToken(t, cp.Config(), testkit.ControllerNamespace, testkit.ControllerServiceAccount)
@@ -61,23 +45,7 @@ func TestSecureServingLetsInOnlyWhomRBACAllows(t *testing.T) {
 		MetricsAddr: "127.0.0.1:0", HealthAddr: "localhost:0", UIAddr: "127.0.0.1:0"})
 
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
-	get := func(url, token string) (int, string) {
-		t.Helper()
-		req, _ := http.NewRequest(http.MethodGet, url, nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatalf("GET %s: %v", url, err)
-		}
-		defer resp.Body.Close()
-		if strings.HasSuffix(url, "/events") { // a stream: the header says enough
-			return resp.StatusCode, resp.Header.Get("Content-Type")
-		}
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
+	get := func(url, token string) (int, string) { return testkit.BearerGet(t, client, url, token) }
 	metrics := "https://" + a.MetricsAddr() + "/metrics"
 	page := "https://" + a.UIAddr() + "/ui/"
 	for _, c := range []struct {

@@ -22,6 +22,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -136,6 +137,45 @@ func ServiceAccountToken(t testing.TB, cfg *rest.Config, namespace, name string)
 		t.Fatalf("TokenRequest for %s/%s: %v", namespace, name, err)
 	}
 	return tr.Status.Token
+}
+
+// BindClusterRole binds the ClusterRole role to ServiceAccount ns/sa until
+// the test ends.
+func BindClusterRole(t testing.TB, cfg *rest.Config, role, ns, sa string) {
+	t.Helper()
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	b := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role + "-" + ns + "-" + sa},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: ns}},
+	}
+	if _, err := kube.RbacV1().ClusterRoleBindings().Create(context.Background(), b, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), b.Name, metav1.DeleteOptions{})
+	})
+}
+
+// BearerGet GETs url through c with token as a bearer token (none when
+// empty). For an event stream it returns the Content-Type instead of
+// reading a body that never ends.
+func BearerGet(t testing.TB, c *http.Client, url, token string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(ct, "text/event-stream") {
+		return resp.StatusCode, ct
+	}
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }
 
 // HTTPGet fetches url and returns the status code and body (code 0 when the

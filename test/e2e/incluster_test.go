@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -125,18 +123,14 @@ func TestInClusterWithAServiceAccountToken(t *testing.T) {
 		t.Fatalf("metrics served on %s, probes on %s: want HTTPS and plain HTTP", metrics, probes)
 	}
 	scraper := testkit.ServiceAccountToken(t, cp.Config(), ns, "scraper")
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "scraper-" + ns},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "rawwatch-metrics-reader"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "scraper", Namespace: ns}},
-	}
-	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	defer kube.RbacV1().ClusterRoleBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{})
+	testkit.BindClusterRole(t, cp.Config(), "rawwatch-metrics-reader", ns, "scraper")
 	stranger := testkit.ServiceAccountToken(t, cp.Config(), ns, "stranger")
+	// The controller's certificate is self-signed: trusted as Prometheus's
+	// insecure_skip_verify would.
+	insecure := &http.Client{Timeout: 10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	for token, want := range map[string]int{"": 401, stranger: 403, scraper: 200} {
-		if code, body := scrape(t, metrics+"/metrics", token); code != want || (want == 200 && !strings.Contains(body, "rawwatch_leader 1")) {
+		if code, body := testkit.BearerGet(t, insecure, metrics+"/metrics", token); code != want || (want == 200 && !strings.Contains(body, "rawwatch_leader 1")) {
 			t.Errorf("GET %s/metrics: %d %.200q, want %d", metrics, code, body, want)
 		}
 	}
@@ -150,24 +144,4 @@ func TestInClusterWithAServiceAccountToken(t *testing.T) {
 	if strings.Contains(p.output(), "forbidden") {
 		t.Errorf("a request was forbidden: config/rbac is missing a permission\n%s", p.output())
 	}
-}
-
-// scrape GETs url over HTTPS with token as a bearer token (none when empty),
-// trusting the controller's self-signed certificate as Prometheus's
-// insecure_skip_verify would.
-func scrape(t *testing.T, url, token string) (int, string) {
-	t.Helper()
-	c := &http.Client{Timeout: 10 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
 }
