@@ -1,0 +1,158 @@
+package compare
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"k8s.io/client-go/rest"
+)
+
+// APIServerSample is one reading of the apiserver's own /metrics.
+type APIServerSample struct {
+	At time.Time `json:"at"`
+	// RSS is process_resident_memory_bytes, HeapInuse go_memstats_heap_inuse_bytes.
+	RSS       float64 `json:"rss"`
+	HeapInuse float64 `json:"heapInuse"`
+	// CPUSeconds is process_cpu_seconds_total: it restarts from zero when the
+	// apiserver does.
+	CPUSeconds float64 `json:"cpuSeconds"`
+	// Requests is the sum of apiserver_request_total; Throttled the part of it
+	// answered 429 (max-in-flight or APF pushing back).
+	Requests  float64 `json:"requests"`
+	Throttled float64 `json:"throttled"`
+}
+
+// parseAPIServerMetrics reads the few series the storm report needs out of
+// the Prometheus text format. Missing series stay zero.
+func parseAPIServerMetrics(r io.Reader) (APIServerSample, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return APIServerSample{}, err
+	}
+	var s APIServerSample
+	gauge := func(name string) float64 {
+		f := fams[name]
+		if f == nil || len(f.Metric) == 0 {
+			return 0
+		}
+		return value(f.Metric[0])
+	}
+	s.RSS = gauge("process_resident_memory_bytes")
+	s.HeapInuse = gauge("go_memstats_heap_inuse_bytes")
+	s.CPUSeconds = gauge("process_cpu_seconds_total")
+	if f := fams["apiserver_request_total"]; f != nil {
+		for _, m := range f.Metric {
+			v := value(m)
+			s.Requests += v
+			for _, l := range m.Label {
+				if l.GetName() == "code" && l.GetValue() == "429" {
+					s.Throttled += v
+				}
+			}
+		}
+	}
+	return s, nil
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Untyped != nil:
+		return m.Untyped.GetValue()
+	}
+	return 0
+}
+
+// APIServerSampler scrapes an apiserver's /metrics at a fixed interval (the
+// issue asks for 100 ms) until stopped. A scrape that fails — the apiserver
+// is restarting — is skipped, not fatal: the gap is part of the picture.
+type APIServerSampler struct {
+	client *http.Client
+	url    string
+
+	mu      sync.Mutex
+	samples []APIServerSample
+	errs    int
+}
+
+// NewAPIServerSampler needs a config allowed to GET /metrics (the control
+// plane's admin token is).
+func NewAPIServerSampler(cfg *rest.Config) (*APIServerSampler, error) {
+	c, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.Timeout = 2 * time.Second
+	return &APIServerSampler{client: c, url: strings.TrimSuffix(cfg.Host, "/") + "/metrics"}, nil
+}
+
+// Scrape takes one sample.
+func (s *APIServerSampler) Scrape(ctx context.Context) (APIServerSample, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
+	if err != nil {
+		return APIServerSample{}, err
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return APIServerSample{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return APIServerSample{}, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	smp, err := parseAPIServerMetrics(resp.Body)
+	smp.At = time.Now()
+	return smp, err
+}
+
+// Run samples every interval until ctx is done.
+func (s *APIServerSampler) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		smp, err := s.Scrape(ctx)
+		s.mu.Lock()
+		if err != nil {
+			s.errs++
+		} else {
+			s.samples = append(s.samples, smp)
+		}
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Samples returns the samples taken so far and how many scrapes failed.
+func (s *APIServerSampler) Samples() ([]APIServerSample, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]APIServerSample(nil), s.samples...), s.errs
+}
+
+// Peak is the highest RSS and heap-in-use among samples taken at or after since.
+func Peak(samples []APIServerSample, since time.Time) (rss, heap float64) {
+	for _, s := range samples {
+		if s.At.Before(since) {
+			continue
+		}
+		rss = max(rss, s.RSS)
+		heap = max(heap, s.HeapInuse)
+	}
+	return rss, heap
+}

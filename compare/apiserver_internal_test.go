@@ -1,0 +1,54 @@
+package compare
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+const metricsText = `# HELP process_resident_memory_bytes Resident memory size in bytes.
+# TYPE process_resident_memory_bytes gauge
+process_resident_memory_bytes 1.2345e+08
+# TYPE go_memstats_heap_inuse_bytes gauge
+go_memstats_heap_inuse_bytes 6.5e+07
+# TYPE process_cpu_seconds_total counter
+process_cpu_seconds_total 12.5
+# TYPE apiserver_request_total counter
+apiserver_request_total{code="200",resource="myresources",verb="LIST"} 40
+apiserver_request_total{code="429",resource="myresources",verb="LIST"} 7
+apiserver_request_total{code="201",resource="myresources",verb="POST"} 3
+`
+
+func TestParseAPIServerMetrics(t *testing.T) {
+	s, err := parseAPIServerMetrics(strings.NewReader(metricsText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.RSS != 1.2345e8 || s.HeapInuse != 6.5e7 || s.CPUSeconds != 12.5 || s.Requests != 50 || s.Throttled != 7 {
+		t.Fatalf("parsed %+v", s)
+	}
+	if _, err := parseAPIServerMetrics(strings.NewReader("process_resident_memory_bytes{ 1\n")); err == nil {
+		t.Fatal("malformed text parsed without error")
+	}
+}
+
+func TestByteCounter(t *testing.T) {
+	body := strings.Repeat("x", 10_000)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) }))
+	defer srv.Close()
+	var c ByteCounter
+	client := &http.Client{Transport: c.Wrap(http.DefaultTransport)}
+	for range 3 {
+		resp, err := client.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if c.Read() != 30_000 || c.Requests() != 3 {
+		t.Fatalf("read %d bytes in %d requests, want 30000 in 3", c.Read(), c.Requests())
+	}
+}
