@@ -1,6 +1,8 @@
 package compare
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -32,9 +34,25 @@ type APIServerSample struct {
 
 // parseAPIServerMetrics reads the few series the storm report needs out of
 // the Prometheus text format. Missing series stay zero.
+//
+// An apiserver's /metrics runs to megabytes (mostly histograms), too much to
+// parse ten times a second on a busy machine, so lines of other series are
+// dropped before the parser sees them.
 func parseAPIServerMetrics(r io.Reader) (APIServerSample, error) {
+	var kept bytes.Buffer
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if line := sc.Bytes(); wanted(line) {
+			kept.Write(line)
+			kept.WriteByte('\n')
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return APIServerSample{}, err
+	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(r)
+	fams, err := p.TextToMetricFamilies(&kept)
 	if err != nil {
 		return APIServerSample{}, err
 	}
@@ -61,6 +79,33 @@ func parseAPIServerMetrics(r io.Reader) (APIServerSample, error) {
 		}
 	}
 	return s, nil
+}
+
+var sampledSeries = [][]byte{
+	[]byte("process_resident_memory_bytes"),
+	[]byte("go_memstats_heap_inuse_bytes"),
+	[]byte("process_cpu_seconds_total"),
+	[]byte("apiserver_request_total"),
+}
+
+// wanted reports whether a line of the text format (a sample, or a # HELP or
+// # TYPE comment) belongs to one of sampledSeries.
+func wanted(line []byte) bool {
+	if rest, ok := bytes.CutPrefix(line, []byte("# HELP ")); ok {
+		line = rest
+	} else if rest, ok := bytes.CutPrefix(line, []byte("# TYPE ")); ok {
+		line = rest
+	}
+	name := line
+	if i := bytes.IndexAny(line, "{ "); i >= 0 {
+		name = line[:i]
+	}
+	for _, s := range sampledSeries {
+		if bytes.Equal(name, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func value(m *dto.Metric) float64 {
@@ -123,6 +168,9 @@ func (s *APIServerSampler) Run(ctx context.Context, interval time.Duration) {
 	defer t.Stop()
 	for {
 		smp, err := s.Scrape(ctx)
+		if ctx.Err() != nil {
+			return // a scrape cut short by the end is no failure
+		}
 		s.mu.Lock()
 		if err != nil {
 			s.errs++

@@ -19,6 +19,10 @@ process_cpu_seconds_total 12.5
 apiserver_request_total{code="200",resource="myresources",verb="LIST"} 40
 apiserver_request_total{code="429",resource="myresources",verb="LIST"} 7
 apiserver_request_total{code="201",resource="myresources",verb="POST"} 3
+# TYPE apiserver_request_total_other counter
+apiserver_request_total_other{code="429"} 1000
+# TYPE apiserver_request_duration_seconds histogram
+apiserver_request_duration_seconds_bucket{le="+Inf"} 9
 `
 
 func TestParseAPIServerMetrics(t *testing.T) {

@@ -1,0 +1,63 @@
+package compare_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"rawwatch/compare"
+)
+
+// The sampler reads a real apiserver's own /metrics with the admin token: its
+// memory and CPU are non-zero, requests made in between are counted, and
+// Run keeps sampling.
+func TestAPIServerSamplerReadsARealAPIServer(t *testing.T) {
+	cp := shared.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := cp.Config()
+	s, err := compare.NewAPIServerSampler(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.Scrape(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wire compare.ByteCounter
+	counted := *cfg
+	counted.Wrap(wire.Wrap)
+	cs := kubernetes.NewForConfigOrDie(&counted)
+	for range 5 {
+		if _, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, err := s.Scrape(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.RSS <= 0 || after.HeapInuse <= 0 || after.CPUSeconds <= 0 {
+		t.Fatalf("sample %+v: memory and CPU must be positive", after)
+	}
+	if after.Requests < before.Requests+5 {
+		t.Fatalf("requests %v then %v: the 5 LISTs in between are not counted", before.Requests, after.Requests)
+	}
+	if wire.Requests() != 5 || wire.Read() == 0 {
+		t.Fatalf("byte counter: %d requests, %d bytes; want 5 requests and some bytes", wire.Requests(), wire.Read())
+	}
+
+	runCtx, stop := context.WithTimeout(ctx, time.Second)
+	defer stop()
+	s.Run(runCtx, 100*time.Millisecond)
+	samples, failed := s.Samples()
+	if len(samples) < 3 {
+		t.Fatalf("%d samples (%d failed scrapes) in a second at 100 ms", len(samples), failed)
+	}
+	if rss, heap := compare.Peak(samples, time.Time{}); rss <= 0 || heap <= 0 {
+		t.Fatalf("peak rss %v heap %v", rss, heap)
+	}
+}
