@@ -3,65 +3,38 @@ package watcher_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"rawwatch/compare"
 	"rawwatch/internal/testkit"
 	"rawwatch/shard"
 	"rawwatch/store"
 	"rawwatch/watcher"
 )
 
-// countingBytes counts the response bytes read through a rest.Config.
-type countingBytes struct{ n atomic.Int64 }
-
-func (c *countingBytes) wrap(cfg *rest.Config) *rest.Config {
+// metered is cfg with c counting the response bytes read through it.
+func metered(cfg *rest.Config, c *compare.ByteCounter) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			resp, err := rt.RoundTrip(r)
-			if err == nil {
-				resp.Body = &countingBody{ReadCloser: resp.Body, n: &c.n}
-			}
-			return resp, err
-		})
-	}
+	cfg.Wrap(c.Wrap)
 	return cfg
-}
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-type countingBody struct {
-	io.ReadCloser
-	n *atomic.Int64
-}
-
-func (b *countingBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	b.n.Add(int64(n))
-	return n, err
 }
 
 // shardsOf runs one watcher per member of a three-member ring against cfg,
 // and returns them with the byte count of each.
-func shardsOf(t *testing.T, cfg *rest.Config, ns string) (map[string]*running, map[string]*countingBytes, map[string]shard.Set) {
+func shardsOf(t *testing.T, cfg *rest.Config, ns string) (map[string]*running, map[string]*compare.ByteCounter, map[string]shard.Set) {
 	t.Helper()
 	members := []string{"rawwatch-a", "rawwatch-b", "rawwatch-c"}
 	owners := shard.Assign(members)
-	runs, bytes, sets := map[string]*running{}, map[string]*countingBytes{}, map[string]shard.Set{}
+	runs, bytes, sets := map[string]*running{}, map[string]*compare.ByteCounter{}, map[string]shard.Set{}
 	for _, m := range members {
-		bytes[m] = &countingBytes{}
+		bytes[m] = &compare.ByteCounter{}
 		sets[m] = shard.Of(owners[m])
-		runs[m] = start(t, bytes[m].wrap(cfg), ns, watcher.Options[object]{PageSize: 50, Shard: sets[m]})
+		runs[m] = start(t, metered(cfg, bytes[m]), ns, watcher.Options[object]{PageSize: 50, Shard: sets[m]})
 	}
 	return runs, bytes, sets
 }
@@ -101,8 +74,8 @@ func TestShardSelectorsSplitTheObjectsOnTheServer(t *testing.T) {
 	if err := testkit.CreateMany(ctx, c, ns, "obj", 300); err != nil {
 		t.Fatal(err)
 	}
-	var whole countingBytes
-	single := start(t, whole.wrap(cp.Config()), ns, watcher.Options[object]{PageSize: 50})
+	var whole compare.ByteCounter
+	single := start(t, metered(cp.Config(), &whole), ns, watcher.Options[object]{PageSize: 50})
 	runs, bytes, sets := shardsOf(t, cp.Config(), ns)
 	checkPartition(t, runs, sets, 300)
 
@@ -130,15 +103,15 @@ func TestShardSelectorsSplitTheObjectsOnTheServer(t *testing.T) {
 		if st.OutOfShard != 0 {
 			t.Errorf("%s filtered %d objects on the client: the server ignored its selector", m, st.OutOfShard)
 		}
-		share := float64(bytes[m].n.Load()) / float64(whole.n.Load())
+		share := float64(bytes[m].Read()) / float64(whole.Read())
 		t.Logf("%s: %.3f of the ranges, %d objects, %d bytes read (%.2f of one unsharded watcher's %d)",
-			m, sets[m].Fraction(), r.store.Len(), bytes[m].n.Load(), share, whole.n.Load())
+			m, sets[m].Fraction(), r.store.Len(), bytes[m].Read(), share, whole.Read())
 		if share > 0.5 {
 			t.Errorf("%s read %.2f of the bytes of an unsharded watcher, want about a third", m, share)
 		}
-		sum += bytes[m].n.Load()
+		sum += bytes[m].Read()
 	}
-	t.Logf("three shards read %d bytes in all, one unsharded watcher %d", sum, whole.n.Load())
+	t.Logf("three shards read %d bytes in all, one unsharded watcher %d", sum, whole.Read())
 }
 
 // An apiserver without the gate drops the selector and sends everything: the
