@@ -22,9 +22,15 @@
 // The bounds: a member that joins is seen by the others within one
 // RenewPeriod (plus a request); one that leaves cleanly, the same; one that
 // dies or is cut off, within LeaseDuration plus a RenewPeriod. A member that
-// cannot renew for LeaseDuration counts itself out at the same time the
-// others do, so it never goes on believing it owns what they have handed to
-// someone else (the fence the handoff builds on).
+// cannot renew counts itself out a RenewPeriod before the others can: its
+// lease runs from when it sent its last successful renewal (before the
+// server wrote it, so before anyone saw it), and it stops LeaseDuration
+// minus RenewPeriod after that, on a timer, not at its next tick. So it
+// never goes on believing it owns what the others hand to someone else (the
+// fence the handoff builds on).
+//
+// With Config.OnClaims, the members also divide the shard slots among
+// themselves, each claiming its slots on its Lease (handoff.go).
 //
 // The Lease API failing (500s, timeouts) is a member that cannot renew or
 // cannot see: its view stays as it was until a Lease expires, and it retries
@@ -43,10 +49,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"rawwatch/shard"
 )
 
 // Label marks a Lease as a member of the ring named by its value.
 const Label = "rawwatch.example.com/ring"
+
+// AnnotationSlots on a member's Lease lists the slots it claims
+// (shard.SlotSet's text: "0-12,40").
+const AnnotationSlots = "rawwatch.example.com/slots"
 
 // Defaults of Config.
 const (
@@ -68,6 +80,15 @@ type Config struct {
 	LeaseDuration, RenewPeriod time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+
+	// OnClaims, when set, makes the members divide the shard slots (the
+	// handoff): it is called on the member's goroutine whenever its Claims
+	// change, and must return once they are in effect (new reconciles of a
+	// slot no longer Working refused, those of a newly Working slot allowed)
+	// without waiting for reconciles to end. Busy reports the slots with a
+	// reconcile in flight.
+	OnClaims func(Claims)
+	Busy     func() shard.SlotSet
 }
 
 // A Member is this replica's place in the ring.
@@ -76,14 +97,20 @@ type Member struct {
 
 	mu      sync.Mutex
 	seen    map[string]observed // by identity, the other members' Leases
-	renewed time.Time           // when our last renewal succeeded
+	renewed time.Time           // when our last successful renewal was sent
 	members []string            // the live members, sorted
 	changed chan struct{}       // closed and replaced when members change
+
+	// The handoff (the member's goroutine only, but claims is read by Claims).
+	claims    Claims
+	published shard.SlotSet // what this tick's renewal wrote
+	confirmed bool          // this tick: a renewal, then a list, both succeeded
 }
 
 type observed struct {
-	rv string
-	at time.Time // when we saw rv first
+	rv     string
+	at     time.Time     // when we saw rv first
+	claims shard.SlotSet // the slots its Lease claims
 }
 
 // New returns a member; it joins when Run starts.
@@ -97,8 +124,11 @@ func New(cfg Config) (*Member, error) {
 	if cfg.RenewPeriod <= 0 {
 		cfg.RenewPeriod = DefaultRenewPeriod
 	}
-	if cfg.RenewPeriod >= cfg.LeaseDuration {
-		return nil, fmt.Errorf("ring: RenewPeriod %s must be shorter than LeaseDuration %s", cfg.RenewPeriod, cfg.LeaseDuration)
+	if 3*cfg.RenewPeriod > cfg.LeaseDuration {
+		return nil, fmt.Errorf("ring: RenewPeriod %s must be at most a third of LeaseDuration %s (a member fences itself a RenewPeriod before its Lease expires)", cfg.RenewPeriod, cfg.LeaseDuration)
+	}
+	if (cfg.OnClaims == nil) != (cfg.Busy == nil) {
+		return nil, fmt.Errorf("ring: OnClaims and Busy go together")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -113,6 +143,17 @@ func (m *Member) Members() []string {
 	defer m.mu.Unlock()
 	return slices.Clone(m.members)
 }
+
+// Claims returns where this member stands in the handoff.
+func (m *Member) Claims() Claims {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.claims
+}
+
+// fenceAfter is how long after sending its last successful renewal a member
+// counts itself out: a RenewPeriod before the others may.
+func (m *Member) fenceAfter() time.Duration { return m.cfg.LeaseDuration - m.cfg.RenewPeriod }
 
 // Changed returns a channel closed at the next change of Members.
 func (m *Member) Changed() <-chan struct{} {
@@ -129,18 +170,35 @@ func (m *Member) Run(ctx context.Context) {
 	log := klog.FromContext(ctx).WithName("ring")
 	tick := time.NewTicker(m.cfg.RenewPeriod)
 	defer tick.Stop()
+	fence := time.NewTimer(time.Hour)
+	defer fence.Stop()
 	for {
-		if err := m.renew(ctx); err != nil && ctx.Err() == nil {
-			log.Error(err, "Could not renew the ring's Lease", "lease", m.leaseName())
+		renewErr := m.renew(ctx)
+		if renewErr != nil && ctx.Err() == nil {
+			log.Error(renewErr, "Could not renew the ring's Lease", "lease", m.leaseName())
 		}
-		if err := m.look(ctx); err != nil && ctx.Err() == nil {
-			log.Error(err, "Could not list the ring's Leases")
+		lookErr := m.look(ctx)
+		if lookErr != nil && ctx.Err() == nil {
+			log.Error(lookErr, "Could not list the ring's Leases")
 		}
+		m.confirmed = renewErr == nil && lookErr == nil // written, then read
 		m.update(log)
+		m.mu.Lock()
+		fence.Reset(max(0, m.renewed.Add(m.fenceAfter()).Sub(m.cfg.Now())))
+		m.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			m.leave(log)
 			return
+		case <-fence.C:
+			m.confirmed = false
+			m.update(log) // out at once, not at the next tick
+			select {
+			case <-ctx.Done():
+				m.leave(log)
+				return
+			case <-tick.C:
+			}
 		case <-tick.C:
 		}
 	}
@@ -155,14 +213,20 @@ func (m *Member) renew(ctx context.Context) error {
 	ctx, cancel := m.request(ctx)
 	defer cancel()
 	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
-	now := metav1.NewMicroTime(m.cfg.Now())
+	sent := m.cfg.Now()
+	now := metav1.NewMicroTime(sent)
+	claimed := m.claims.Claimed()
+	annotations := map[string]string{AnnotationSlots: claimed.String()}
+	if m.cfg.OnClaims == nil {
+		annotations = nil
+	}
 	secs := int32((m.cfg.LeaseDuration + time.Second - 1) / time.Second)
 	id := m.cfg.Identity
 	lease, err := leases.Get(ctx, m.leaseName(), metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		lease = &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: m.leaseName(), Namespace: m.cfg.Namespace, Labels: map[string]string{Label: m.cfg.Ring}},
+			ObjectMeta: metav1.ObjectMeta{Name: m.leaseName(), Namespace: m.cfg.Namespace, Labels: map[string]string{Label: m.cfg.Ring}, Annotations: annotations},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now},
 		}
 		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
@@ -171,14 +235,21 @@ func (m *Member) renew(ctx context.Context) error {
 			return fmt.Errorf("lease %s is held by %q, not %q: two members with one identity", m.leaseName(), *h, id)
 		}
 		lease.Spec.RenewTime, lease.Spec.LeaseDurationSeconds = &now, &secs
+		if annotations != nil {
+			if lease.Annotations == nil {
+				lease.Annotations = map[string]string{}
+			}
+			lease.Annotations[AnnotationSlots] = annotations[AnnotationSlots]
+		}
 		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 	}
 	if err != nil {
 		return err
 	}
 	m.mu.Lock()
-	m.renewed = m.cfg.Now()
+	m.renewed = sent // before the server wrote it: before anyone saw it
 	m.mu.Unlock()
+	m.published = claimed
 	return nil
 }
 
@@ -201,14 +272,23 @@ func (m *Member) look(ctx context.Context) error {
 		}
 		id := *l.Spec.HolderIdentity
 		present[id] = true
+		claims, err := shard.ParseSlotSet(l.Annotations[AnnotationSlots])
+		if err != nil {
+			// Not ours to read: take it as claiming everything, which is
+			// safe (nobody takes a slot from it) and loud.
+			klog.FromContext(ctx).Error(err, "A ring Lease claims slots we cannot read: taking it as claiming every slot", "lease", l.Name)
+			for i := range shard.Slots {
+				claims = claims.With(i)
+			}
+		}
 		o, ok := m.seen[id]
 		switch {
 		case !ok && l.Spec.RenewTime != nil && now.Sub(l.Spec.RenewTime.Time) > 2*m.cfg.LeaseDuration:
 			// First seen, and by its own clock not renewed for two lease
 			// durations: a member that died, not one that just joined.
-			m.seen[id] = observed{rv: l.ResourceVersion, at: now.Add(-m.cfg.LeaseDuration)}
+			m.seen[id] = observed{rv: l.ResourceVersion, at: now.Add(-m.cfg.LeaseDuration), claims: claims}
 		case !ok || o.rv != l.ResourceVersion:
-			m.seen[id] = observed{rv: l.ResourceVersion, at: now}
+			m.seen[id] = observed{rv: l.ResourceVersion, at: now, claims: claims}
 		}
 	}
 	for id := range m.seen { // deleted: left cleanly
@@ -219,28 +299,54 @@ func (m *Member) look(ctx context.Context) error {
 	return nil
 }
 
-// update recomputes the live members from what was observed.
+// update recomputes the live members from what was observed, then, with
+// the handoff, steps the claims.
 func (m *Member) update(log klog.Logger) {
+	var busy shard.SlotSet
+	if m.cfg.Busy != nil {
+		busy = m.cfg.Busy() // before the step: after the last step took effect
+	}
 	now := m.cfg.Now()
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	var live []string
-	if !m.renewed.IsZero() && now.Sub(m.renewed) < m.cfg.LeaseDuration {
+	self := !m.renewed.IsZero() && now.Sub(m.renewed) < m.fenceAfter()
+	if self {
 		live = append(live, m.cfg.Identity)
 	}
+	var others shard.SlotSet
 	for id, o := range m.seen {
 		if now.Sub(o.at) < m.cfg.LeaseDuration {
 			live = append(live, id)
+			others = others.Union(o.claims)
 		}
 	}
 	slices.Sort(live)
-	if slices.Equal(live, m.members) {
+	if !slices.Equal(live, m.members) {
+		log.Info("Ring members changed", "members", live, "before", m.members)
+		m.members = live
+		close(m.changed)
+		m.changed = make(chan struct{})
+	}
+	if m.cfg.OnClaims == nil {
+		m.mu.Unlock()
 		return
 	}
-	log.Info("Ring members changed", "members", live, "before", m.members)
-	m.members = live
-	close(m.changed)
-	m.changed = make(chan struct{})
+	var target shard.SlotSet
+	if self {
+		target = shard.SlotsOf(shard.Assign(live)[m.cfg.Identity]...)
+	}
+	before := m.claims
+	m.claims = before.Step(View{Live: self, Target: target, Confirmed: m.confirmed,
+		Published: m.published, Others: others, Busy: busy})
+	after := m.claims
+	m.mu.Unlock()
+	if after != before {
+		if !self && !before.Claimed().Empty() {
+			log.Info("Fenced: our Lease could not be renewed in time; every claim dropped", "lastRenewal", m.renewed)
+		}
+		log.V(1).Info("Claims changed", "working", after.Working, "pending", after.Pending, "releasing", after.Releasing, "target", after.Target)
+		m.cfg.OnClaims(after)
+	}
 }
 
 // leave deletes this member's Lease, so that the others see it gone now.
@@ -255,5 +361,10 @@ func (m *Member) leave(log klog.Logger) {
 	m.members, m.renewed = nil, time.Time{}
 	close(m.changed)
 	m.changed = make(chan struct{})
+	had := m.claims
+	m.claims = Claims{}
 	m.mu.Unlock()
+	if m.cfg.OnClaims != nil && had != (Claims{}) {
+		m.cfg.OnClaims(Claims{})
+	}
 }

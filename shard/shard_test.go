@@ -175,3 +175,43 @@ func TestMoves(t *testing.T) {
 		}
 	}
 }
+
+func TestSlotSetText(t *testing.T) {
+	for _, c := range []struct {
+		slots []int
+		text  string
+	}{{nil, ""}, {[]int{7}, "7"}, {[]int{0, 1, 2, 3, 7, 9, 10, 11, 12}, "0-3,7,9-12"}, {seq(0, Slots), "0-255"}, {[]int{255, 0}, "0,255"}} {
+		s := SlotsOf(c.slots...)
+		if got := s.String(); got != c.text {
+			t.Errorf("%v: %q, want %q", c.slots, got, c.text)
+		}
+		back, err := ParseSlotSet(c.text)
+		if err != nil || back != s {
+			t.Errorf("ParseSlotSet(%q) = %v, %v; want %v", c.text, back.List(), err, c.slots)
+		}
+		if s.Len() != len(s.List()) || s.Empty() != (len(c.slots) == 0) {
+			t.Errorf("%v: Len %d, Empty %v", c.slots, s.Len(), s.Empty())
+		}
+	}
+	for _, bad := range []string{"x", "3-1", "256", "-1", "1,,2", "0-256"} {
+		if _, err := ParseSlotSet(bad); err == nil {
+			t.Errorf("ParseSlotSet(%q) accepted", bad)
+		}
+	}
+	a, b := SlotsOf(1, 2, 3), SlotsOf(3, 4)
+	if a.Union(b) != SlotsOf(1, 2, 3, 4) || a.Minus(b) != SlotsOf(1, 2) || a.And(b) != SlotsOf(3) {
+		t.Errorf("set algebra: %v %v %v", a.Union(b), a.Minus(b), a.And(b))
+	}
+}
+
+// SlotOf is the slot whose range holds the UID's hash: the selector the
+// server applies and the slot a member claims agree.
+func TestSlotOfAgreesWithTheRanges(t *testing.T) {
+	for i := range 2000 {
+		uid := fmt.Sprintf("7c9e6679-7425-40de-944b-e07fc1f9%04d", i)
+		slot := SlotOf(uid)
+		if !slotRange(slot).Contains(Hash(uid)) || !SlotsOf(slot).Set().Contains(uid) {
+			t.Fatalf("%s: slot %d does not hold its hash %#x", uid, slot, Hash(uid))
+		}
+	}
+}

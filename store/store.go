@@ -129,3 +129,19 @@ func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
 func (s *Store[T]) put(key string, obj T) { s.items[key] = obj }
 
 func (s *Store[T]) remove(key string, _ T) { delete(s.items, key) }
+
+// Retain keeps only the objects keep accepts and drops the rest without a
+// delta: they did not leave the cluster, they left this store's part of it
+// (a shard that moved to another replica). It returns how many it dropped.
+func (s *Store[T]) Retain(keep func(T) bool) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for key, obj := range s.items {
+		if !keep(obj) {
+			s.remove(key, obj)
+			n++
+		}
+	}
+	return n
+}

@@ -168,3 +168,26 @@ func TestReplaceReportsAReCreatedKeyAsDeletedThenAdded(t *testing.T) {
 		t.Fatalf("store holds %s", got.UID)
 	}
 }
+
+// Objects dropped by Retain are gone without a trace: a relist after it
+// reports no deletion for them (they moved to another shard, they were not
+// deleted), and the ones kept are not reported changed.
+func TestRetainDropsWithoutDeltas(t *testing.T) {
+	s := New[*v1alpha1.MyResource]()
+	for _, name := range []string{"a", "b", "c"} {
+		s.Upsert(obj("ns", name, "1"))
+	}
+	if n := s.Retain(func(o *v1alpha1.MyResource) bool { return o.Name != "b" }); n != 1 {
+		t.Fatalf("Retain dropped %d, want 1", n)
+	}
+	if got := s.Keys(); fmt.Sprint(got) != "[ns/a ns/c]" {
+		t.Fatalf("kept %v", got)
+	}
+	r := s.NewReplacement()
+	r.Add(obj("ns", "a", "1"))
+	r.Add(obj("ns", "c", "1"))
+	r.Add(obj("ns", "d", "1"))
+	if ds := r.Commit(); len(ds) != 1 || ds[0].Type != Added || ds[0].Key != "ns/d" {
+		t.Fatalf("relist after Retain: %+v, want only ns/d Added", ds)
+	}
+}

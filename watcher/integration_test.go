@@ -82,6 +82,19 @@ func (r *recorder) handle(d store.Delta[object]) {
 	r.deltas = append(r.deltas, d)
 }
 
+func (r *recorder) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.deltas)
+}
+
+// since returns the deltas from the n-th on.
+func (r *recorder) since(n int) []store.Delta[object] {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]store.Delta[object](nil), r.deltas[n:]...)
+}
+
 // find returns the last delta of key with type t.
 func (r *recorder) find(key string, t store.DeltaType) (store.Delta[object], bool) {
 	r.mu.Lock()

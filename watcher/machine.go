@@ -348,6 +348,18 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 	return m.trouble(o.At, retryAfter, resume, class, o.Err, reason)
 }
 
+// Resharded: the watcher's shard changed, and the action in flight, if any,
+// was cut short (its outcome does not matter). The store holds what it had
+// of the new shard; the rest must be listed: a list, at once. It is not
+// trouble (the backoff is untouched), and the loop reshards only between
+// actions other than a Wait, so a backoff under way is waited out first.
+func (m *Machine) Resharded() Action {
+	m.listRetried, m.fallback = false, false
+	a := m.list("the shard changed: list it")
+	m.State = m.stateFor(a)
+	return m.do(a)
+}
+
 // relist is the action that starts a relist.
 func (m *Machine) relist() Action {
 	m.State = Relisting

@@ -82,6 +82,12 @@ type (
 	// OutOfShard: the server sent an object outside Options.Shard (it
 	// dropped the shard selector), and the watcher left it out.
 	OutOfShard struct{ Key string }
+	// Resharded: SetShard's shard is in effect; the store dropped the
+	// objects outside it (Dropped, not deletions), a relist follows.
+	Resharded struct {
+		Share   float64 // of the hash space; 0 for every object
+		Dropped int
+	}
 	// Handed: a change went to the Handler (after the store was updated).
 	Handed struct {
 		Type              store.DeltaType
@@ -101,6 +107,7 @@ func (WatchEnded) Component() string       { return "watcher" }
 func (BackoffStarted) Component() string   { return "watcher" }
 func (Skipped) Component() string          { return "watcher" }
 func (OutOfShard) Component() string       { return "watcher" }
+func (Resharded) Component() string        { return "watcher" }
 func (Handed) Component() string           { return "watcher" }
 
 // Stats counts what the loop did. Every Watcher keeps one (see Watcher.Stats).

@@ -161,3 +161,74 @@ func TestShardsFallBackToClientFilteringWhenTheServerDropsTheSelector(t *testing
 			strings.Join(logs.Grep("shard"), "\n"))
 	}
 }
+
+// A running watcher moves from one shard to another (SetShard): its store
+// ends with exactly the new shard's objects; the objects that left are
+// dropped without a Deleted (they moved, they were not deleted), the ones
+// that came are handed out as Added, and a real deletion made meanwhile is
+// still reported. Both with the server filtering and, gate off, with the
+// client filtering.
+func TestSetShardMovesWithoutDeletions(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ctx := context.Background()
+	old, err := cp.AddAPIServer(ctx, "apiserver-no-shards-2", "--feature-gates=ShardedListAndWatch=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Stop()
+	ns := testkit.Namespace(t, cp.Config())
+	c := testkit.Client(t, cp.Config())
+	if err := testkit.CreateMany(ctx, c, ns, "obj", 200); err != nil {
+		t.Fatal(err)
+	}
+	var slotsA, slotsB []int
+	for i := range shard.Slots {
+		if i%2 == 0 {
+			slotsA = append(slotsA, i)
+		} else {
+			slotsB = append(slotsB, i)
+		}
+	}
+	a, b := shard.Of(slotsA), shard.Of(slotsB)
+	for name, cfg := range map[string]*rest.Config{"gate on": cp.Config(), "gate off": old.Config()} {
+		r := start(t, cfg, ns, watcher.Options[object]{PageSize: 30, Shard: a})
+		inA := r.store.Len()
+		before := r.rec.len()
+		r.w.SetShard(b)
+		testkit.Eventually(t, 30*time.Second, func() bool { return r.store.Len() == 200-inA },
+			"%s: after SetShard the store holds %d objects, want the other %d", name, r.store.Len(), 200-inA)
+		for _, o := range r.store.List() {
+			if !b.Contains(string(o.GetUID())) {
+				t.Errorf("%s: %s is outside the new shard", name, o.GetName())
+			}
+		}
+		added := 0
+		for _, d := range r.rec.since(before) {
+			switch d.Type {
+			case store.Deleted:
+				t.Errorf("%s: %s reported Deleted: it moved to another shard", name, d.Key)
+			case store.Added:
+				added++
+			}
+		}
+		if added != 200-inA {
+			t.Errorf("%s: %d Added after SetShard, want %d", name, added, 200-inA)
+		}
+		t.Logf("%s: %d objects in the first shard, %d in the second, %d handed out as Added", name, inA, 200-inA, added)
+		// All slots, then a real deletion: reported.
+		r.w.SetShard(shard.Of(append(slotsA, slotsB...)))
+		testkit.Eventually(t, 30*time.Second, func() bool { return r.store.Len() == 200 }, "%s: the whole shard did not fill the store", name)
+		victim := r.store.List()[0]
+		if err := c.Delete(ctx, ns, victim.GetName(), metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, 30*time.Second, func() bool {
+			_, ok := r.rec.find(store.KeyOf(victim), store.Deleted)
+			return ok
+		}, "%s: a real deletion was not reported", name)
+		if _, err := c.Create(ctx, testkit.New(ns, victim.GetName(), "back")); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

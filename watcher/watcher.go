@@ -72,6 +72,7 @@ type Options[T Object] struct {
 	// with ShardedListAndWatch). A server that drops the parameter sends
 	// everything: the objects outside the shard are then left out here, with
 	// a log line and OutOfShard events saying no bandwidth is saved.
+	// SetShard changes it while the watcher runs.
 	Shard shard.Set
 }
 
@@ -91,10 +92,15 @@ type Watcher[T Object] struct {
 	// partial is a paginated list that failed on the way, kept for the
 	// List that resumes it (the loop's goroutine only).
 	partial *partialList[T]
-	// selector is Options.Shard as the shardSelector parameter; ignored is
-	// set once the server sent an object outside it.
+	// shard and selector (the shard as the shardSelector parameter) are the
+	// loop's; ignored is set once the server sent an object outside them.
+	shard    shard.Set
 	selector string
 	ignored  atomic.Bool
+	// nextShard is a shard SetShard asked for, not yet in effect; reshard
+	// wakes the loop for it.
+	nextShard atomic.Pointer[shard.Set]
+	reshard   chan struct{}
 }
 
 // partialList is what a paginated list read before it failed.
@@ -126,7 +132,8 @@ func New[T Object](src Source, s *store.Store[T], opts Options[T]) *Watcher[T] {
 	if opts.Handler == nil {
 		opts.Handler = func(store.Delta[T]) {}
 	}
-	w := &Watcher[T]{source: src, store: s, opts: opts, synced: make(chan struct{}), selector: opts.Shard.Selector()}
+	w := &Watcher[T]{source: src, store: s, opts: opts, synced: make(chan struct{}),
+		shard: opts.Shard, selector: opts.Shard.Selector(), reshard: make(chan struct{}, 1)}
 	w.obs = observe.Fanout{&w.stats, opts.Observer}
 	empty := ""
 	w.rv.Store(&empty)
@@ -142,6 +149,20 @@ func (w *Watcher[T]) ResourceVersion() string { return *w.rv.Load() }
 // Stats returns the loop's counters.
 func (w *Watcher[T]) Stats() StatsSnapshot { return w.stats.Snapshot() }
 
+// SetShard makes the watcher list and watch s from now on (nil: every
+// object). The request or stream in flight is cut short; the objects the
+// store holds outside s are dropped from it without a delta (they moved to
+// another replica, they were not deleted); then the watcher relists, with
+// s as its selector, which hands out the objects new to the store as Added.
+// A backoff under way is waited out first. Safe to call from any goroutine.
+func (w *Watcher[T]) SetShard(s shard.Set) {
+	w.nextShard.Store(&s)
+	select {
+	case w.reshard <- struct{}{}:
+	default:
+	}
+}
+
 // Run performs the actions the Machine decides, until ctx ends. It only
 // returns then: every failure is retried. It logs through
 // klog.FromContext(ctx).
@@ -150,28 +171,93 @@ func (w *Watcher[T]) Run(ctx context.Context) {
 	m := NewMachine(w.opts.Backoff, w.opts.WatchList, w.opts.Rand)
 	act := m.Start(time.Now())
 	for act.Do != Stop {
+		if act.Do != Wait && w.nextShard.Load() != nil && ctx.Err() == nil {
+			act = w.applyShard(m)
+		}
+		// A SetShard cuts any action short but a Wait.
+		actx, cancel := context.WithCancel(ctx)
+		var cut atomic.Bool
+		stop := func() {}
+		if act.Do != Wait {
+			stop = w.cutOnReshard(actx, func() { cut.Store(true); cancel() })
+		}
 		var o Outcome
 		switch act.Do {
 		case List:
-			o = w.list(ctx, act.Continue)
+			o = w.list(actx, act.Continue)
 		case Watch, WatchList:
-			o = w.stream(ctx, act, func(rv string) {
+			o = w.stream(actx, act, func(rv string) {
 				// A WatchList's initial state is in the store; the machine
 				// says to read on (Listing → Watching on the same stream).
 				w.step(m, Outcome{At: time.Now(), Listed: true, RV: rv})
 			})
 		case Probe:
-			o = w.probe(ctx)
+			o = w.probe(actx)
 		case Wait:
-			o = w.wait(ctx, act.Delay)
+			o = w.wait(actx, act.Delay)
 		default:
 			panic(fmt.Sprintf("watcher: the machine asked for %s outside a stream", act.Do))
 		}
-		if ctx.Err() != nil {
+		stop()
+		cancel()
+		switch {
+		case ctx.Err() != nil:
 			o.Err = context.Canceled
+		case cut.Load():
+			// Cut short for a new shard: what the action would have led to
+			// no longer matters; the relist does.
+			act = w.applyShard(m)
+			continue
 		}
 		act = w.step(m, o)
 	}
+}
+
+// cutOnReshard calls cut when a SetShard arrives before ctx ends; stop
+// ends the wait.
+func (w *Watcher[T]) cutOnReshard(ctx context.Context, cut func()) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-w.reshard:
+				if w.nextShard.Load() != nil {
+					cut()
+					return
+				}
+			case <-ctx.Done():
+				return
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// applyShard puts the shard SetShard asked for in effect: the store keeps
+// only its objects, and the machine relists.
+func (w *Watcher[T]) applyShard(m *Machine) Action {
+	next := w.nextShard.Swap(nil)
+	select { // a signal for the shard taken now
+	case <-w.reshard:
+	default:
+	}
+	if next == nil {
+		return m.doing
+	}
+	w.shard, w.selector = *next, next.Selector()
+	w.partial = nil
+	dropped := 0
+	if len(w.shard) > 0 {
+		dropped = w.store.Retain(func(obj T) bool { return w.shard.Contains(string(obj.GetUID())) })
+	}
+	w.obs.Observe(Resharded{Share: w.shard.Fraction(), Dropped: dropped})
+	w.log.Info("Shard changed: relisting", "share", w.shard.Fraction(), "dropped", dropped, "kept", w.store.Len())
+	from := m.State
+	a := m.Resharded()
+	w.obs.Observe(StateChanged{From: from, To: m.State, Reason: a.Reason})
+	return a
 }
 
 // step feeds an outcome to the machine and reports the transition.
@@ -464,12 +550,12 @@ func (w *Watcher[T]) hand(d store.Delta[T]) {
 // inShard tells whether obj belongs to the watcher's shard; one that does
 // not means the server dropped the shard selector.
 func (w *Watcher[T]) inShard(obj T) bool {
-	if len(w.opts.Shard) == 0 || w.opts.Shard.Contains(string(obj.GetUID())) {
+	if len(w.shard) == 0 || w.shard.Contains(string(obj.GetUID())) {
 		return true
 	}
 	if !w.ignored.Swap(true) {
 		w.log.Info("The server ignores shard selectors (is its ShardedListAndWatch feature gate off?): filtering on the client, so every object is still received and decoded",
-			"selector", w.selector, "share", w.opts.Shard.Fraction())
+			"selector", w.selector, "share", w.shard.Fraction())
 	}
 	w.obs.Observe(OutOfShard{Key: store.KeyOf(obj)})
 	return false

@@ -1,0 +1,105 @@
+package ring
+
+import "rawwatch/shard"
+
+// # The handoff
+//
+// Membership says which slots each member should own (its target,
+// shard.Assign of the live members); it does not say when a member may start
+// reconciling them. When the members change, the old owner of a slot may
+// still be reconciling one of its keys, or may not have heard of the change
+// yet. A member therefore reconciles a slot only while it claims it on its
+// Lease (annotation AnnotationSlots), and claims it in two steps:
+//
+//	           target, and no live Lease claims it
+//	  (free) ───────────────────────────────────────▶ Pending ── a renewal wrote the claim, and the
+//	    ▲                                                │        list after it shows no other live
+//	    │ no longer target, or another live               │        member claiming the slot
+//	    │ member claims it too (withdraw)                 ▼
+//	    └──────────────────────────────────────────── Working ◀─┐ target again
+//	    ▲                                                │       │
+//	    │ no reconcile of its keys in flight             │ no longer target:
+//	    │ (sampled after Working lost it)                ▼ new reconciles stop
+//	    └─────────────────────────────────────────── Releasing ─┘
+//
+// A claim is written, then the others' Leases are read: of two members that
+// claim one slot at the same time, the one that reads second sees the
+// other's claim (etcd orders the writes and reads), so at most one of them
+// confirms it; one that sees a conflict withdraws, and one already Working
+// keeps the slot (the newcomer read after the Working member's claim was
+// written, so it sees the claim and withdraws). A slot leaves the old
+// owner's claims only once nothing of it is in flight, so the new owner's
+// first reconcile of a key starts after the old owner's last one ended.
+//
+// A member that cannot renew its Lease counts itself out a RenewPeriod
+// before the others can (Config.fenceAfter): it drops every claim and its
+// reconciles in flight are cancelled (Live false), while the others still
+// see its claims and wait. Then the others take its slots.
+
+// Claims is where a member stands in the handoff: which slots it reconciles,
+// and which it claims on its Lease without reconciling them.
+type Claims struct {
+	// Working: this member reconciles the keys of these slots.
+	Working shard.SlotSet
+	// Pending: claimed on the Lease, not yet confirmed by a list that
+	// followed the claim's write.
+	Pending shard.SlotSet
+	// Releasing: no longer reconciled here, still claimed, until no
+	// reconcile of theirs is in flight.
+	Releasing shard.SlotSet
+	// Target is the member's share by the membership it sees.
+	Target shard.SlotSet
+}
+
+// Claimed is what the member's Lease must say it claims.
+func (c Claims) Claimed() shard.SlotSet { return c.Working.Union(c.Pending).Union(c.Releasing) }
+
+// Watched is what the member's watcher must list and watch: its claims and
+// its target (it fills its cache with a slot before it can work on it).
+func (c Claims) Watched() shard.SlotSet { return c.Claimed().Union(c.Target) }
+
+// View is what a member knows at one step of the handoff.
+type View struct {
+	// Live: its own renewals succeed (it is a member). A member that is
+	// not drops every claim: it is fenced.
+	Live bool
+	// Target is its share by the live membership.
+	Target shard.SlotSet
+	// Confirmed: in this step a renewal wrote Published on its Lease, and a
+	// list of the ring's Leases made after that write succeeded; Others is
+	// that list's.
+	Confirmed bool
+	Published shard.SlotSet
+	// Others: the slots claimed on the Leases of the other live members.
+	Others shard.SlotSet
+	// Busy: the slots with a reconcile in flight, sampled after the
+	// previous step's Working took effect.
+	Busy shard.SlotSet
+}
+
+// Step is the next Claims; it reads no clock and does no I/O.
+func (c Claims) Step(v View) Claims {
+	if !v.Live {
+		return Claims{}
+	}
+	next := Claims{Target: v.Target}
+	// Slots still ours stay Working; a slot that was being released and is
+	// ours again was claimed all along, so nobody can have taken it.
+	next.Working = c.Working.Union(c.Releasing).And(v.Target)
+	// A slot released in an earlier step stays claimed while a reconcile of
+	// it is in flight; one released now waits for the next step's sample.
+	next.Releasing = c.Releasing.Minus(v.Target).And(v.Busy).Union(c.Working.Minus(v.Target))
+	if !v.Confirmed { // nothing new is known of the others
+		next.Pending = c.Pending.And(v.Target)
+		return next
+	}
+	// Claims this step's renewal wrote, and no other live member claims:
+	// confirmed. Published claims another member also holds are withdrawn.
+	next.Working = next.Working.Union(c.Pending.And(v.Published).And(v.Target).Minus(v.Others))
+	next.Pending = c.Pending.Minus(v.Published).And(v.Target)
+	// What we should own and nobody claims: claim it (the next renewal
+	// writes it, the list after that confirms it).
+	free := v.Target.Minus(next.Claimed()).Minus(v.Others)
+	next.Pending = next.Pending.Union(free)
+	return next
+}
