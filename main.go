@@ -26,6 +26,7 @@ import (
 	"rawwatch/leader"
 	"rawwatch/queue"
 	"rawwatch/reconcile"
+	"rawwatch/ring"
 	"rawwatch/watcher"
 )
 
@@ -50,6 +51,8 @@ type options struct {
 	lease                       leader.Config
 	freshnessProbe              time.Duration
 	freshnessNamespace          string
+	sharding                    bool
+	shards                      app.Sharding
 }
 
 // version is set at build time (-ldflags "-X main.version=...").
@@ -92,6 +95,12 @@ func run(args []string) int {
 	fs.DurationVar(&o.lease.RetryPeriod, "leader-elect-retry-period", leader.DefaultRetryPeriod, "how often candidates try to acquire, and the leader to renew")
 	fs.DurationVar(&o.freshnessProbe, "freshness-probe", 0, "write a heartbeat this often into the MyResource "+freshness.DefaultName+" and time it through event, store and reconcile (rawwatch_freshness_probe_seconds; 0: off)")
 	fs.StringVar(&o.freshnessNamespace, "freshness-probe-namespace", "", "namespace of the probe's object (default: --namespace, else the pod's own)")
+	fs.BoolVar(&o.sharding, "sharding", false, "run as one of several replicas that divide the objects among themselves by a hash of their UIDs (each lists, watches, caches and reconciles only its part); not with --leader-elect")
+	fs.StringVar(&o.shards.Ring, "sharding-ring", "rawwatch", "name of the ring: the replicas that share it divide the objects (their Leases are named <ring>-<identity>)")
+	fs.StringVar(&o.shards.Namespace, "sharding-namespace", "", "namespace of the ring's Leases (default: the pod's own namespace)")
+	fs.StringVar(&o.shards.Identity, "sharding-identity", "", "this replica's name in the ring (default: the host name and a random suffix)")
+	fs.DurationVar(&o.shards.LeaseDuration, "sharding-lease-duration", ring.DefaultLeaseDuration, "a replica whose Lease was not renewed for this long is out, and its objects are taken over")
+	fs.DurationVar(&o.shards.RenewPeriod, "sharding-renew-period", ring.DefaultRenewPeriod, "how often the ring's Leases are renewed and listed (at most a third of the lease duration)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -112,6 +121,12 @@ func run(args []string) int {
 	}
 	if o.leaderElect {
 		if err := leaderConfig(&o); err != nil {
+			fmt.Fprintln(os.Stderr, "rawwatch:", err)
+			return 2
+		}
+	}
+	if o.sharding {
+		if err := shardingConfig(&o); err != nil {
 			fmt.Fprintln(os.Stderr, "rawwatch:", err)
 			return 2
 		}
@@ -150,6 +165,28 @@ func leaderConfig(o *options) error {
 		o.lease.Namespace = ns
 	}
 	return o.lease.Validate()
+}
+
+// shardingConfig checks the ring's settings: its Leases live, by default, in
+// the pod's own namespace.
+func shardingConfig(o *options) error {
+	switch {
+	case o.leaderElect:
+		return fmt.Errorf("--sharding and --leader-elect do not go together: with sharding every replica works, on its part")
+	case o.freshnessProbe != 0:
+		return fmt.Errorf("--sharding and --freshness-probe do not go together yet: the probe's one object lives in one replica's shard")
+	case 3*o.shards.RenewPeriod > o.shards.LeaseDuration || o.shards.RenewPeriod <= 0:
+		return fmt.Errorf("--sharding-renew-period (%v) must be above zero and at most a third of --sharding-lease-duration (%v)", o.shards.RenewPeriod, o.shards.LeaseDuration)
+	}
+	if o.shards.Namespace != "" {
+		return nil
+	}
+	ns, err := clientconfig.Namespace(o.serviceAccountDir)
+	if err != nil {
+		return fmt.Errorf("--sharding needs --sharding-namespace: %w", err)
+	}
+	o.shards.Namespace = ns
+	return nil
 }
 
 // freshnessConfig checks the probe's settings: its object lives in the
@@ -195,6 +232,10 @@ func runController(ctx context.Context, o options) error {
 	if o.leaderElect {
 		lease = &o.lease
 	}
+	var sharding *app.Sharding
+	if o.sharding {
+		sharding = &o.shards
+	}
 	a, err := app.New(app.Options{
 		Config:             cfg,
 		Namespace:          o.namespace,
@@ -213,6 +254,7 @@ func runController(ctx context.Context, o options) error {
 		LeaderElection:     lease,
 		FreshnessProbe:     o.freshnessProbe,
 		FreshnessNamespace: o.freshnessNamespace,
+		Sharding:           sharding,
 	})
 	if err != nil {
 		return err

@@ -50,6 +50,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"rawwatch/observe"
 	"rawwatch/shard"
 )
 
@@ -89,6 +90,35 @@ type Config struct {
 	// reconcile in flight.
 	OnClaims func(Claims)
 	Busy     func() shard.SlotSet
+	// Observer hears MembersChanged and ClaimsChanged. Optional.
+	Observer observe.Observer
+}
+
+// The events a member reports to Config.Observer.
+type (
+	// MembersChanged: the live members this member sees changed.
+	MembersChanged struct {
+		Identity        string // this member
+		Members, Before []string
+	}
+	// ClaimsChanged: this member's claims changed (Fenced: because it
+	// could not renew its Lease in time).
+	ClaimsChanged struct {
+		Identity string
+		Claims   Claims
+		Before   Claims
+		Fenced   bool
+		Members  []string
+	}
+)
+
+func (MembersChanged) Component() string { return "ring" }
+func (ClaimsChanged) Component() string  { return "ring" }
+
+func (m *Member) observe(e observe.Event) {
+	if m.cfg.Observer != nil {
+		m.cfg.Observer.Observe(e)
+	}
 }
 
 // A Member is this replica's place in the ring.
@@ -321,14 +351,19 @@ func (m *Member) update(log klog.Logger) {
 		}
 	}
 	slices.Sort(live)
+	var membersChanged *MembersChanged
 	if !slices.Equal(live, m.members) {
 		log.Info("Ring members changed", "members", live, "before", m.members)
+		membersChanged = &MembersChanged{Identity: m.cfg.Identity, Members: live, Before: m.members}
 		m.members = live
 		close(m.changed)
 		m.changed = make(chan struct{})
 	}
 	if m.cfg.OnClaims == nil {
 		m.mu.Unlock()
+		if membersChanged != nil {
+			m.observe(*membersChanged)
+		}
 		return
 	}
 	var target shard.SlotSet
@@ -338,14 +373,19 @@ func (m *Member) update(log klog.Logger) {
 	before := m.claims
 	m.claims = before.Step(View{Live: self, Target: target, Confirmed: m.confirmed,
 		Published: m.published, Others: others, Busy: busy})
-	after := m.claims
+	after, renewed := m.claims, m.renewed
 	m.mu.Unlock()
+	if membersChanged != nil {
+		m.observe(*membersChanged)
+	}
 	if after != before {
-		if !self && !before.Claimed().Empty() {
-			log.Info("Fenced: our Lease could not be renewed in time; every claim dropped", "lastRenewal", m.renewed)
+		fenced := !self && !before.Claimed().Empty()
+		if fenced {
+			log.Info("Fenced: our Lease could not be renewed in time; every claim dropped", "lastRenewal", renewed)
 		}
 		log.V(1).Info("Claims changed", "working", after.Working, "pending", after.Pending, "releasing", after.Releasing, "target", after.Target)
 		m.cfg.OnClaims(after)
+		m.observe(ClaimsChanged{Identity: m.cfg.Identity, Claims: after, Before: before, Fenced: fenced, Members: live})
 	}
 }
 
@@ -366,5 +406,6 @@ func (m *Member) leave(log klog.Logger) {
 	m.mu.Unlock()
 	if m.cfg.OnClaims != nil && had != (Claims{}) {
 		m.cfg.OnClaims(Claims{})
+		m.observe(ClaimsChanged{Identity: m.cfg.Identity, Before: had})
 	}
 }

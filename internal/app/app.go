@@ -18,6 +18,14 @@
 // controller does when it starts. Deletions that happened while it stood by
 // are therefore not replayed; this controller has nothing to clean up on
 // deletion (a controller that has must use a finalizer anyway).
+//
+// With sharding (sharding.go) every replica works, each on its part of the
+// objects: it joins a ring of Leases (package ring), watches the slots it
+// claims or should own (watcher.SetShard), and a gate lets a reconcile start
+// only in a slot it works. A slot changes hands only once the old owner has
+// no reconcile of it in flight; a key that moved is dropped from the old
+// owner's store without a deletion, and the new owner reconciles every key
+// it took over.
 package app
 
 import (
@@ -50,6 +58,8 @@ import (
 	"rawwatch/observe"
 	"rawwatch/queue"
 	"rawwatch/reconcile"
+	"rawwatch/ring"
+	"rawwatch/shard"
 	"rawwatch/store"
 	"rawwatch/ui"
 	"rawwatch/watcher"
@@ -104,6 +114,9 @@ type Options struct {
 	// Namespace) while this replica works, and times it (package freshness).
 	FreshnessProbe     time.Duration
 	FreshnessNamespace string
+	// Sharding, when set, makes this process one replica of a sharded
+	// controller (not with LeaderElection or FreshnessProbe).
+	Sharding *Sharding
 }
 
 // App is an assembled controller.
@@ -118,6 +131,8 @@ type App struct {
 	UI *ui.Hub
 	// Elector is nil without leader election.
 	Elector *leader.Elector
+	// Member is this replica's place in the ring; nil without sharding.
+	Member *ring.Member
 	// Liveness, Readiness and Leadership are the checks behind /healthz,
 	// /readyz and /leaderz.
 	Liveness, Readiness, Leadership health.Checks
@@ -129,6 +144,13 @@ type App struct {
 	observer observe.Observer
 	served   []*endpoint      // bound by New, served by Run
 	probe    *freshness.Probe // nil without FreshnessProbe
+
+	// Sharding: the gate, what the watcher watches (the ring's goroutine),
+	// and the start of the watcher, once the first shard is known.
+	gate         *gate
+	watched      shard.SlotSet
+	watcherStart chan struct{}
+	startOnce    sync.Once
 }
 
 // New builds an App; nothing runs until Run.
@@ -144,6 +166,9 @@ func New(opts Options) (_ *App, err error) {
 	}
 	if opts.RetryMax == 0 {
 		opts.RetryMax = queue.DefaultRetryMax
+	}
+	if opts.Sharding != nil && (opts.LeaderElection != nil || opts.FreshnessProbe > 0) {
+		return nil, fmt.Errorf("app: sharding goes with neither leader election (every replica works) nor the freshness probe (its one object lives in one shard)")
 	}
 	myClient, err := client.New(opts.Config)
 	if err != nil {
@@ -201,6 +226,11 @@ func New(opts Options) (_ *App, err error) {
 	if opts.WrapReconciler != nil {
 		rec = opts.WrapReconciler(rec)
 	}
+	if opts.Sharding != nil {
+		a.gate = newGate(a.Store)
+		a.watcherStart = make(chan struct{})
+		rec = gatedReconciler{next: rec, gate: a.gate}
+	}
 	a.Controller = &reconcile.Controller[Object]{
 		Queue: a.Queue, Reconciler: rec, Observer: observer,
 	}
@@ -209,7 +239,7 @@ func New(opts Options) (_ *App, err error) {
 	wopts.PageSize = opts.PageSize
 	wopts.Observer = observer
 	wopts.Handler = func(d store.Delta[Object]) {
-		if a.enqueue.Load() {
+		if a.enqueue.Load() && (a.gate == nil || a.gate.owns(d.Object)) {
 			a.Controller.OnDelta(d)
 		}
 	}
@@ -223,6 +253,11 @@ func New(opts Options) (_ *App, err error) {
 	if opts.LeaderElection == nil {
 		a.enqueue.Store(true)
 		observer.Observe(leader.Leading{Leading: true}) // the one replica works
+		if opts.Sharding != nil {
+			if a.Member, err = a.newMember(); err != nil {
+				return nil, err
+			}
+		}
 	} else {
 		lc := *opts.LeaderElection
 		lc.Observer, lc.EventRecorder = observer, recorder
@@ -258,7 +293,22 @@ func (a *App) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer stopWatching() // a lost lease ends the watcher too
-	wg.Go(func() { a.Watcher.Run(watchCtx) })
+	if a.Member == nil {
+		wg.Go(func() { a.Watcher.Run(watchCtx) })
+	} else {
+		// The ring is left (the Lease deleted, the slots free for the
+		// others) only once the workers stopped: deferred after the rest.
+		ringCtx, leaveRing := context.WithCancel(context.WithoutCancel(ctx))
+		defer leaveRing()
+		wg.Go(func() { a.Member.Run(ringCtx) })
+		wg.Go(func() {
+			select { // the first claims say what to watch
+			case <-a.watcherStart:
+				a.Watcher.Run(watchCtx)
+			case <-watchCtx.Done():
+			}
+		})
+	}
 	wg.Go(func() { a.whoAmI(watchCtx) })
 
 	log.Info("Waiting for the first list", "server", a.opts.Config.Host, "namespace", a.opts.Namespace)

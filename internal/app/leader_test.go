@@ -29,6 +29,10 @@ type referee struct {
 	mu    sync.Mutex
 	busy  map[string]string // key → replica reconciling it
 	count map[string]int    // replica → reconciles
+	// by: key → replica → reconciles; deletions: Deleted calls (the
+	// sharded tests use them).
+	by        map[string]map[string]int
+	deletions int
 }
 
 type refereed struct {
@@ -51,6 +55,12 @@ func (w *refereed) enter(key string) {
 	}
 	w.r.busy[key] = w.replica
 	w.r.count[w.replica]++
+	if w.r.by != nil {
+		if w.r.by[key] == nil {
+			w.r.by[key] = map[string]int{}
+		}
+		w.r.by[key][w.replica]++
+	}
 }
 
 func (w *refereed) leave(key string) {
@@ -72,6 +82,9 @@ func (w *refereed) Reconcile(ctx context.Context, key string) error {
 }
 
 func (w *refereed) Deleted(ctx context.Context, d store.Delta[object]) error {
+	w.r.mu.Lock()
+	w.r.deletions++
+	w.r.mu.Unlock()
 	w.enter(d.Key)
 	defer w.leave(d.Key)
 	return w.inner.Deleted(ctx, d)

@@ -1,0 +1,272 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+
+	"rawwatch/faultproxy"
+	"rawwatch/internal/app"
+	"rawwatch/internal/controlplane"
+	"rawwatch/internal/testkit"
+	"rawwatch/shard"
+	"rawwatch/store"
+)
+
+// The ring's timing in these tests: a replica cut off is out after 3 s.
+const (
+	shardLease = 3 * time.Second
+	shardRenew = 500 * time.Millisecond
+)
+
+type replica struct {
+	name    string
+	a       *app.App
+	stop    context.CancelFunc
+	stopped chan struct{}
+}
+
+// startReplica runs one sharded replica against cfg until the test ends.
+func startReplica(t *testing.T, cfg *rest.Config, ns, name string, ref *referee) *replica {
+	t.Helper()
+	a, err := app.New(app.Options{Config: cfg, Namespace: ns, Workers: 4, WrapReconciler: ref.wrap(name),
+		Sharding: &app.Sharding{Namespace: ns, Identity: name, LeaseDuration: shardLease, RenewPeriod: shardRenew}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background().WithValues("replica", name)))
+	r := &replica{name: name, a: a, stop: cancel, stopped: make(chan struct{})}
+	go func() {
+		if err := a.Run(ctx); err != nil {
+			t.Errorf("replica %s: %v", name, err)
+		}
+		close(r.stopped)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.stopped:
+		case <-time.After(time.Minute):
+			t.Errorf("replica %s did not stop", name)
+		}
+	})
+	return r
+}
+
+// settled tells whether the replicas see exactly each other and work
+// exactly their targets, which tile the hash space.
+func settled(rs ...*replica) bool {
+	var names []string
+	for _, r := range rs {
+		names = append(names, r.name)
+	}
+	slices.Sort(names)
+	var all shard.SlotSet
+	for _, r := range rs {
+		c := r.a.Member.Claims()
+		if !slices.Equal(r.a.Member.Members(), names) || c.Working != c.Target || c.Claimed() != c.Working ||
+			!all.And(c.Working).Empty() {
+			return false
+		}
+		all = all.Union(c.Working)
+	}
+	return all.Len() == shard.Slots
+}
+
+func claimsOf(rs ...*replica) string {
+	var b strings.Builder
+	for _, r := range rs {
+		c := r.a.Member.Claims()
+		fmt.Fprintf(&b, "%s sees %v: working %d, pending %d, releasing %d, target %d; ", r.name, r.a.Member.Members(),
+			c.Working.Len(), c.Pending.Len(), c.Releasing.Len(), c.Target.Len())
+	}
+	return b.String()
+}
+
+// waitSettled waits for settled and returns how long it took.
+func waitSettled(t *testing.T, limit time.Duration, rs ...*replica) time.Duration {
+	t.Helper()
+	start := time.Now()
+	testkit.Eventually(t, limit, func() bool { return settled(rs...) }, "the replicas did not settle: %s",
+		lazy(func() string { return claimsOf(rs...) }))
+	return time.Since(start)
+}
+
+// owners maps every stored key to the replica whose store holds it, and
+// fails the test if two stores hold one key or a store holds a key outside
+// what its replica works.
+func owners(t *testing.T, rs ...*replica) map[string]string {
+	t.Helper()
+	own := map[string]string{}
+	for _, r := range rs {
+		working := r.a.Member.Claims().Working
+		for _, o := range r.a.Store.List() {
+			key := store.KeyOf(o)
+			if other, dup := own[key]; dup {
+				t.Errorf("%s is in the stores of %s and %s", key, other, r.name)
+			}
+			own[key] = r.name
+			if !working.Has(shard.SlotOf(string(o.GetUID()))) {
+				t.Errorf("%s is in %s's store, outside the slots it works", key, r.name)
+			}
+		}
+	}
+	return own
+}
+
+// moved counts the keys whose owner differs between two owner maps.
+func moved(before, after map[string]string) int {
+	n := 0
+	for k, o := range before {
+		if after[k] != o {
+			n++
+		}
+	}
+	return n
+}
+
+// Issue 10 on the real apiserver, with its shard selectors: three replicas
+// split 3,000 objects, each reconciled by exactly one of them, the stores
+// tiling the objects; a fourth joins (about a quarter of the keys move), one
+// is cut off from the server (the others take its slots once its Lease
+// expires: it fenced itself first) and one leaves cleanly, while the objects
+// keep changing. At no instant do two replicas reconcile one key (the
+// referee), no moved key is reported deleted, and every change is reconciled.
+func TestShardedReplicasDivideTheWorkAndHandItOver(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	shardedRun(t, cp, cp.APIServer, 3000)
+}
+
+// The same with an apiserver whose ShardedListAndWatch gate is off: it sends
+// every object to every replica, and the replicas filter on their side.
+func TestShardedReplicasWithoutServerSideSelectors(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	old, err := cp.AddAPIServer(context.Background(), "apiserver-no-shards-app", "--feature-gates=ShardedListAndWatch=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Stop()
+	shardedRun(t, cp, old, 600)
+}
+
+func shardedRun(t *testing.T, cp *controlplane.ControlPlane, server *controlplane.APIServer, objects int) {
+	cfg := server.Config()
+	ns := testkit.Namespace(t, cfg)
+	c := testkit.Client(t, cfg)
+	ref := &referee{t: t, busy: map[string]string{}, count: map[string]int{}, by: map[string]map[string]int{}}
+	proxy, viaProxy := testkit.Proxy(t, cp, server)
+
+	a := startReplica(t, cfg, ns, "a", ref)
+	b := startReplica(t, cfg, ns, "b", ref)
+	x := startReplica(t, viaProxy, ns, "x", ref) // the one cut off later
+	took := waitSettled(t, 30*time.Second, a, b, x)
+	t.Logf("three replicas settled %s after starting", took.Round(time.Millisecond))
+
+	start := time.Now()
+	if err := testkit.CreateMany(context.Background(), c, ns, "obj", objects); err != nil {
+		t.Fatal(err)
+	}
+	waitConverged(t, c, ns, objects)
+	t.Logf("%d objects created and reconciled in %s", objects, time.Since(start).Round(time.Millisecond))
+	own := owners(t, a, b, x)
+	if len(own) != objects {
+		t.Errorf("the stores hold %d objects in all, want %d", len(own), objects)
+	}
+	ref.mu.Lock()
+	for key, by := range ref.by {
+		if len(by) != 1 {
+			t.Errorf("%s reconciled by %d replicas (%v), want one", key, len(by), by)
+		}
+	}
+	counts := fmt.Sprint(ref.count)
+	ref.mu.Unlock()
+	for _, r := range []*replica{a, b, x} {
+		st := r.a.Watcher.Stats()
+		t.Logf("%s: works %.3f of the slots, holds %d objects, filtered %d on the client",
+			r.name, r.a.Member.Claims().Working.Set().Fraction(), r.a.Store.Len(), st.OutOfShard)
+	}
+	t.Logf("reconciles per replica: %s", counts)
+
+	// From now on the objects change all the time.
+	churnCtx, stopChurn := context.WithCancel(context.Background())
+	var churning sync.WaitGroup
+	churning.Go(func() {
+		for churnCtx.Err() == nil {
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				o, err := c.Get(churnCtx, ns, fmt.Sprintf("obj-%d", rand.IntN(objects)))
+				if err == nil {
+					o.Spec.Message = "changed at " + time.Now().Format(time.RFC3339Nano)
+					_, err = c.Update(churnCtx, o)
+				}
+				return err
+			})
+			if err != nil && churnCtx.Err() == nil {
+				t.Errorf("churn: %v", err)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	defer func() { stopChurn(); churning.Wait() }()
+
+	// Scale 3 → 4.
+	d := startReplica(t, cfg, ns, "d", ref)
+	took = waitSettled(t, 30*time.Second, a, b, x, d)
+	after := owners(t, a, b, x, d)
+	t.Logf("3 → 4: settled %s after d started; %d of %d keys moved (%.2f; 1/4 = 0.25)",
+		took.Round(time.Millisecond), moved(own, after), objects, float64(moved(own, after))/float64(objects))
+	if f := float64(moved(own, after)) / float64(objects); f < 0.15 || f > 0.4 {
+		t.Errorf("%.2f of the keys moved from 3 to 4 replicas, want about a quarter", f)
+	}
+	own = after
+
+	// x is cut off from the server: its renewals fail. It fences itself,
+	// then the others see its Lease expire and take its slots.
+	cut := time.Now()
+	proxy.Fail(faultproxy.Failure{Code: http.StatusInternalServerError})
+	testkit.Eventually(t, shardLease, func() bool { return x.a.Member.Claims().Claimed().Empty() },
+		"x still claims slots %s after it was cut off", shardLease)
+	fenced := time.Since(cut)
+	took = waitSettled(t, shardLease+4*shardRenew+10*time.Second, a, b, d)
+	taken := time.Since(cut)
+	after = owners(t, a, b, d)
+	t.Logf("x cut off: it fenced itself after %s; its slots were taken over %s after the cut (lease %s, renew period %s); %d keys moved",
+		fenced.Round(time.Millisecond), taken.Round(time.Millisecond), shardLease, shardRenew, moved(own, after))
+	if bound := shardLease + 4*shardRenew + 2*time.Second; taken > bound {
+		t.Errorf("the slots of a replica cut off were taken over after %s, bound %s", taken, bound)
+	}
+	own = after
+
+	// d leaves cleanly: its Lease is deleted, its slots are free at once.
+	left := time.Now()
+	d.stop()
+	<-d.stopped
+	took = waitSettled(t, 10*time.Second, a, b)
+	after = owners(t, a, b)
+	t.Logf("d left cleanly: settled %s after it stopped; %d keys moved", time.Since(left).Round(time.Millisecond), moved(own, after))
+
+	stopChurn()
+	churning.Wait()
+	waitConverged(t, c, ns, objects)
+	if len(after) != objects {
+		t.Errorf("two replicas hold %d objects in all, want %d", len(after), objects)
+	}
+	ref.mu.Lock()
+	defer ref.mu.Unlock()
+	if ref.deletions != 0 {
+		t.Errorf("%d deletions reported; no object was deleted (keys moved)", ref.deletions)
+	}
+	t.Logf("reconciles per replica, in all: %v", ref.count)
+}
