@@ -37,6 +37,8 @@ import (
 	"rawwatch/observe"
 	"rawwatch/queue"
 	"rawwatch/reconcile"
+	"rawwatch/ring"
+	"rawwatch/shard"
 	"rawwatch/store"
 	"rawwatch/watcher"
 )
@@ -261,11 +263,38 @@ func (n *Narrator) Observe(e observe.Event) {
 	case reconcile.Paused:
 		n.line("PAUSE", "%s: the server is away (%v); every worker waits %s, and %s goes back to the queue without a retry counted against it", e.Key, e.Err, e.For.Round(time.Millisecond), e.Key)
 	case reconcile.Resynced:
-		n.line("RESYNC", "this replica now leads: all %d keys in the store go to the queue", e.Keys)
+		n.line("RESYNC", "this replica took over %d keys (it leads now, or their slots came to it): each goes to the queue", e.Keys)
 	case leader.Leading:
 		n.leading(e.Identity, e.Leading)
 	case leader.NewLeader:
 		n.newLeader(e.Identity)
+	case watcher.Resharded:
+		n.line("RESHARD", "the watcher now asks for %.1f%% of the hash space: %d objects whose slots moved to other replicas leave the store (no deletion: they still exist), then the new shard is listed", 100*e.Share, e.Dropped)
+	case ring.MembersChanged:
+		n.line("RING", "%s sees the members %v (before: %v): the %d slots are divided among them again", e.Identity, e.Members, e.Before, shard.Slots)
+	case ring.ClaimsChanged:
+		n.claims(e)
+	}
+}
+
+// What the ring reports: the handoff of slots.
+func (n *Narrator) claims(e ring.ClaimsChanged) {
+	c, b := e.Claims, e.Before
+	if e.Fenced {
+		n.line("FENCED", "%s could not renew its ring Lease in time: it drops every claim and cancels its reconciles in flight, before the others may take its slots", e.Identity)
+		return
+	}
+	if s := c.Pending.Minus(b.Pending); !s.Empty() {
+		n.line("CLAIM", "%s claims slots %s on its Lease; it works them once a list made after that write shows no other replica claiming them", e.Identity, s)
+	}
+	if s := c.Working.Minus(b.Working); !s.Empty() {
+		n.line("TAKE", "%s now reconciles slots %s: nobody else claims them", e.Identity, s)
+	}
+	if s := c.Releasing.Minus(b.Releasing); !s.Empty() {
+		n.line("RELEASE", "%s stops reconciling slots %s (they belong to another replica now); it claims them until its reconciles in flight end", e.Identity, s)
+	}
+	if s := b.Claimed().Minus(c.Claimed()); !s.Empty() {
+		n.line("GIVE UP", "%s no longer claims slots %s: nothing of theirs is in flight; their new owner may take them", e.Identity, s)
 	}
 }
 

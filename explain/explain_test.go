@@ -14,6 +14,8 @@ import (
 	"rawwatch/leader"
 	"rawwatch/queue"
 	"rawwatch/reconcile"
+	"rawwatch/ring"
+	"rawwatch/shard"
 	"rawwatch/store"
 	"rawwatch/watcher"
 )
@@ -234,5 +236,39 @@ func TestNarrationOfWatchList(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("narration lacks %q:\n%s", want, got)
 		}
+	}
+}
+
+// A handoff, narrated step by step: a member joins, the old owner releases
+// and gives up a slot, the new one claims and takes it; then a fence.
+func TestNarrationOfTheHandoff(t *testing.T) {
+	var out bytes.Buffer
+	n := New(&out, Options{Now: clock()})
+	n.Observe(ring.MembersChanged{Identity: "a", Members: []string{"a", "b"}, Before: []string{"a"}})
+	all := shard.SlotsOf(0, 1, 2, 3)
+	n.Observe(ring.ClaimsChanged{Identity: "a", Before: ring.Claims{Working: all, Target: all},
+		Claims: ring.Claims{Working: shard.SlotsOf(0, 1), Releasing: shard.SlotsOf(2, 3), Target: shard.SlotsOf(0, 1)}})
+	n.Observe(ring.ClaimsChanged{Identity: "a", Before: ring.Claims{Working: shard.SlotsOf(0, 1), Releasing: shard.SlotsOf(2, 3)},
+		Claims: ring.Claims{Working: shard.SlotsOf(0, 1)}})
+	n.Observe(ring.ClaimsChanged{Identity: "b", Claims: ring.Claims{Pending: shard.SlotsOf(2, 3)}})
+	n.Observe(ring.ClaimsChanged{Identity: "b", Before: ring.Claims{Pending: shard.SlotsOf(2, 3)}, Claims: ring.Claims{Working: shard.SlotsOf(2, 3)}})
+	n.Observe(watcher.Resharded{Share: 0.5, Dropped: 12})
+	n.Observe(ring.ClaimsChanged{Identity: "b", Before: ring.Claims{Working: shard.SlotsOf(2, 3)}, Fenced: true})
+	got := out.String()
+	for _, want := range []string{
+		"RING", "a sees the members [a b] (before: [a])",
+		"RELEASE", "a stops reconciling slots 2-3",
+		"GIVE UP", "a no longer claims slots 2-3",
+		"CLAIM", "b claims slots 2-3 on its Lease",
+		"TAKE", "b now reconciles slots 2-3",
+		"RESHARD", "50.0% of the hash space: 12 objects",
+		"FENCED", "b could not renew its ring Lease in time",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the narration lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Count(got, "GIVE UP") != 1 {
+		t.Errorf("one slot given up twice:\n%s", got)
 	}
 }

@@ -37,6 +37,7 @@ import (
 	"rawwatch/observe"
 	"rawwatch/queue"
 	"rawwatch/reconcile"
+	"rawwatch/ring"
 	"rawwatch/watcher"
 )
 
@@ -78,6 +79,10 @@ type Metrics struct {
 	probeStages                  *prometheus.HistogramVec
 	probeWrites                  *prometheus.CounterVec
 	heard                        atomic.Int64 // when the server last said something (UnixNano)
+	ringMembers, shardShare      prometheus.Gauge
+	shardSlots, shardWorking     *prometheus.GaugeVec
+	handoffs                     *prometheus.CounterVec
+	fenced, reshards, dropped    prometheus.Counter
 
 	mu      sync.Mutex
 	working map[int]time.Time // worker → when it took its current key
@@ -173,6 +178,21 @@ func New(opts Options) *Metrics {
 	m.probeWrites = counterVec("rawwatch_freshness_probe_writes_total", "Heartbeats the freshness probe wrote, by result (ok, error).", "result")
 	m.reg.MustRegister(m.deliveryLag, m.probeStages)
 
+	// Sharding (package ring).
+	m.ringMembers = prometheus.NewGauge(prometheus.GaugeOpts{Name: "rawwatch_ring_members",
+		Help: "Replicas this one sees in the ring (itself included while its Lease renewals succeed)."})
+	m.shardShare = prometheus.NewGauge(prometheus.GaugeOpts{Name: "rawwatch_shard_share",
+		Help: "Share of the hash space whose objects this replica reconciles (its Working slots)."})
+	m.shardSlots = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rawwatch_shard_slots",
+		Help: "This replica's slots (of 256) by handoff state: working, pending (claimed, not confirmed), releasing (waiting for reconciles in flight), target (its share by the membership)."}, []string{"state"})
+	m.shardWorking = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rawwatch_shard_working_info",
+		Help: "Always 1; the slots label lists the slots this replica reconciles (\"0-12,40\")."}, []string{"slots"})
+	m.handoffs = counterVec("rawwatch_shard_handoffs_total", "Slots this replica started (taken) or stopped (given) reconciling.", "direction")
+	m.fenced = counter("rawwatch_shard_fenced_total", "Times this replica dropped every claim because it could not renew its ring Lease in time.", nil)
+	m.reshards = counter("rawwatch_shard_changes_total", "Times the watcher moved to another shard (each followed by a list of it).", nil)
+	m.dropped = counter("rawwatch_shard_dropped_objects_total", "Objects dropped from the store because their slot moved to another replica (not deletions).", nil)
+	m.reg.MustRegister(m.ringMembers, m.shardShare, m.shardSlots, m.shardWorking)
+
 	// The process.
 	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{Name: "rawwatch_leader",
 		Help: "1 while this process holds the leader lease and runs the workers (always 1 without leader election)."})
@@ -257,6 +277,31 @@ func (m *Metrics) Observe(e observe.Event) {
 		m.skipped.Inc()
 	case watcher.OutOfShard:
 		m.outOfShard.Inc()
+	case watcher.Resharded:
+		m.reshards.Inc()
+		m.dropped.Add(float64(e.Dropped))
+	case ring.MembersChanged:
+		m.ringMembers.Set(float64(len(e.Members)))
+	case ring.ClaimsChanged:
+		m.claims(e)
+	}
+}
+
+func (m *Metrics) claims(e ring.ClaimsChanged) {
+	c := e.Claims
+	for state, slots := range map[string]int{"working": c.Working.Len(), "pending": c.Pending.Len(),
+		"releasing": c.Releasing.Len(), "target": c.Target.Len()} {
+		m.shardSlots.WithLabelValues(state).Set(float64(slots))
+	}
+	m.shardShare.Set(c.Working.Set().Fraction())
+	m.handoffs.WithLabelValues("taken").Add(float64(c.Working.Minus(e.Before.Working).Len()))
+	m.handoffs.WithLabelValues("given").Add(float64(e.Before.Working.Minus(c.Working).Len()))
+	if e.Fenced {
+		m.fenced.Inc()
+	}
+	if c.Working != e.Before.Working {
+		m.shardWorking.Reset()
+		m.shardWorking.WithLabelValues(c.Working.String()).Set(1)
 	}
 }
 

@@ -198,6 +198,18 @@ func shardedRun(t *testing.T, cp *controlplane.ControlPlane, server *controlplan
 			r.name, r.a.Member.Claims().Working.Set().Fraction(), r.a.Store.Len(), st.OutOfShard)
 	}
 	t.Logf("reconciles per replica: %s", counts)
+	for _, r := range []*replica{a, b, x} {
+		working := r.a.Member.Claims().Working
+		if got := gauge(t, r, "rawwatch_shard_slots", "working"); got != float64(working.Len()) {
+			t.Errorf("%s: rawwatch_shard_slots{state=working} = %v, want %d", r.name, got, working.Len())
+		}
+		if got := gauge(t, r, "rawwatch_ring_members", ""); got != 3 {
+			t.Errorf("%s: rawwatch_ring_members = %v, want 3", r.name, got)
+		}
+		if got := gauge(t, r, "rawwatch_shard_working_info", working.String()); got != 1 {
+			t.Errorf("%s: rawwatch_shard_working_info{slots=%q} = %v, want 1", r.name, working, got)
+		}
+	}
 
 	// From now on the objects change all the time.
 	churnCtx, stopChurn := context.WithCancel(context.Background())
@@ -269,4 +281,26 @@ func shardedRun(t *testing.T, cp *controlplane.ControlPlane, server *controlplan
 		t.Errorf("%d deletions reported; no object was deleted (keys moved)", ref.deletions)
 	}
 	t.Logf("reconciles per replica, in all: %v", ref.count)
+}
+
+// gauge reads a gauge of r's metrics: the series whose one label has the
+// value label ("" for a series without labels).
+func gauge(t *testing.T, r *replica, name, label string) float64 {
+	t.Helper()
+	families, err := r.a.Metrics.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if (label == "" && len(m.GetLabel()) == 0) || (len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == label) {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	t.Errorf("%s: no %s{%s}", r.name, name, label)
+	return -1
 }
