@@ -13,6 +13,8 @@ TOOLS := ./hack/ensure-tools.sh
 # The version stamped into binaries and the image tag `make deploy` uses.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 IMG     ?= rawwatch:$(VERSION)
+# What `make deploy` applies: config/default, or config/sharded.
+CONFIG  ?= config/default
 
 all: build ## the default goal (plain `make`): build
 
@@ -67,13 +69,13 @@ chaos: tools ## the full chaos run (10,000 objects, 3 min of churn under faults)
 run: build ## the controller against your cluster: make run ARGS="--kubeconfig ~/.kube/config"
 	bin/rawwatch $(ARGS)
 
-deploy: ## apply config/ to the cluster of $$KUBECONFIG (server-side) with image $(IMG)
+deploy: ## apply $(CONFIG) (config/default; config/sharded: 3 sharded replicas) to the cluster of $$KUBECONFIG (server-side) with image $(IMG)
 	$(TOOLS) kubectl
-	IMG=$(IMG) ./hack/deploy.sh
+	IMG=$(IMG) CONFIG=$(CONFIG) ./hack/deploy.sh
 
 undeploy: ## delete what deploy applied (the CRD too, and with it every MyResource)
 	$(TOOLS) kubectl
-	bin/kubectl delete --ignore-not-found -k config/
+	bin/kubectl delete --ignore-not-found -k $(CONFIG)
 
 clean: ## remove bin/ and out/ (the tool cache in the user cache dir stays)
 	rm -rf bin out

@@ -17,7 +17,7 @@ settle() { sleep 1; } # let the narration of the last step print before the next
 if [ -n "${CLUSTER_KUBECONFIG:-}" ]; then
 	kubeconfig=$CLUSTER_KUBECONFIG
 	say "Installing the CRD into the cluster of $kubeconfig"
-	$kubectl --kubeconfig "$kubeconfig" apply -f config/crd/
+	$kubectl --kubeconfig "$kubeconfig" apply -f config/crd/example.com_myresources.yaml
 	$kubectl --kubeconfig "$kubeconfig" wait --for condition=established --timeout 60s crd/myresources.example.com
 else
 	kubeconfig=out/kubeconfig

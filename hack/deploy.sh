@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# deploy.sh — apply config/ (Namespace, CRD, RBAC, Deployment, metrics Service,
-# PodDisruptionBudget) to the cluster kubectl points at ($KUBECONFIG, or
-# ~/.kube/config), by server-side apply, with the controller image $IMG.
+# deploy.sh — apply $CONFIG (default config/default: Namespace, CRD, RBAC,
+# Deployment, metrics Service, PodDisruptionBudget; config/sharded: the same
+# with three sharded replicas) to the cluster kubectl points at ($KUBECONFIG,
+# or ~/.kube/config), by server-side apply, with the controller image $IMG.
 #
 #   IMG=registry.example/rawwatch:v1.0.0 hack/deploy.sh     (what `make deploy` runs)
 #
@@ -11,6 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 img=${IMG:?set IMG to the image to deploy, e.g. IMG=registry.example/rawwatch:v1.0.0}
+config=${CONFIG:-config/default}
+config=${config%/}
+[ -f "$config/kustomization.yaml" ] || { echo "deploy.sh: $config has no kustomization.yaml (config/default or config/sharded)" >&2; exit 2; }
 
 # Split IMG into a name and a tag or digest; the colon of a registry's port
 # (registry.example:5000/rawwatch) is not a tag.
@@ -23,11 +27,11 @@ fi
 
 mkdir -p out/deploy
 {
-	echo "# Written by hack/deploy.sh: config/ with the image $img."
+	echo "# Written by hack/deploy.sh: $config with the image $img."
 	echo "apiVersion: kustomize.config.k8s.io/v1beta1"
 	echo "kind: Kustomization"
 	echo "resources:"
-	echo "- ../../config"
+	echo "- ../../$config"
 	echo "images:"
 	echo "- name: rawwatch"
 	echo "  newName: $name"

@@ -53,7 +53,8 @@ type Options struct {
 	// feature gate (on by default): they drop LIST and WATCH's shardSelector
 	// and send every object, as an older server would.
 	NoShardSelectors bool
-	// CRDs are manifests to install (default: config/crd/*.yaml).
+	// CRDs are manifests to install (default: config/crd/*.yaml but its
+	// kustomization.yaml).
 	CRDs []string
 	// Logf reports progress (optional).
 	Logf func(format string, args ...any)
@@ -112,9 +113,10 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		}
 		cp.removes = true
 	}
+	started := cp // a failed Start returns nil: stop what it started
 	defer func() {
 		if err != nil {
-			cp.Stop()
+			started.Stop()
 		}
 	}()
 	if cp.certs, err = writeCerts(cp.Dir); err != nil {
@@ -143,6 +145,7 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		if crds, err = filepath.Glob(filepath.Join(root, "config", "crd", "*.yaml")); err != nil {
 			return nil, err
 		}
+		crds = slices.DeleteFunc(crds, func(f string) bool { return filepath.Base(f) == "kustomization.yaml" })
 	}
 	if err := InstallCRDs(ctx, cp.APIServer.Config(), crds...); err != nil {
 		return nil, err

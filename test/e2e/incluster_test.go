@@ -29,7 +29,7 @@ func rbacManifests(t *testing.T) []string {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no RBAC manifests: %v", err)
 	}
-	out := []string{filepath.Join(root, "config", "namespace.yaml")}
+	out := []string{filepath.Join(root, "config", "default", "namespace.yaml")}
 	for _, f := range files {
 		if filepath.Base(f) != "kustomization.yaml" {
 			out = append(out, f)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,7 +73,7 @@ func TestManifests(t *testing.T) {
 	cp := shared.Get(t)
 	ctx := context.Background()
 	config := filepath.Join(root, "config")
-	rendered := kustomize(t, config)
+	rendered := kustomize(t, filepath.Join(config, "default"))
 	objs, err := controlplane.DecodeYAML(rendered)
 	if err != nil {
 		t.Fatal(err)
@@ -84,6 +85,9 @@ func TestManifests(t *testing.T) {
 	err = filepath.WalkDir(config, func(file string, d fs.DirEntry, err error) error {
 		if err == nil && d.IsDir() && file == filepath.Join(config, "samples") {
 			return filepath.SkipDir // example MyResources for make demo, not part of a deployment
+		}
+		if err == nil && d.IsDir() && file == filepath.Join(config, "sharded") {
+			return filepath.SkipDir // the overlay: checked below
 		}
 		if err != nil || d.IsDir() || filepath.Ext(file) != ".yaml" || d.Name() == "kustomization.yaml" {
 			return err
@@ -99,7 +103,7 @@ func TestManifests(t *testing.T) {
 		}
 		for _, o := range fileObjs {
 			if id := o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName(); !inKustomization[id] {
-				t.Errorf("%s: %s is not in config/kustomization.yaml's output: make deploy would not apply it", path, id)
+				t.Errorf("%s: %s is not in config/default's output: make deploy would not apply it", path, id)
 			}
 		}
 		return nil
@@ -151,18 +155,74 @@ func TestManifests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkDeployment(t, dep, svc)
+	checkDeployment(t, dep, svc, false)
+
+	// The sharded overlay, applied over it (as a user switching would):
+	// everything of the base, the ring's Role, three working replicas.
+	sharded := kustomize(t, filepath.Join(config, "sharded"))
+	shardedObjs, err := controlplane.DecodeYAML(sharded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inSharded := map[string]bool{}
+	for _, o := range shardedObjs {
+		inSharded[o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName()] = true
+	}
+	for id := range inKustomization {
+		if !inSharded[id] {
+			t.Errorf("config/sharded lacks %s of config/default", id)
+		}
+	}
+	if !inSharded["Role rawwatch-system/rawwatch-sharding"] || !inSharded["RoleBinding rawwatch-system/rawwatch-sharding"] {
+		t.Error("config/sharded has no Role and RoleBinding rawwatch-sharding for the ring's Leases")
+	}
+	shardedPath := filepath.Join(t.TempDir(), "sharded.yaml")
+	if err := os.WriteFile(shardedPath, sharded, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := controlplane.Apply(ctx, cfg, shardedPath); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if dep, err = kube.AppsV1().Deployments("rawwatch-system").Get(ctx, "rawwatch", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	checkDeployment(t, dep, svc, true)
+	role, err := kube.RbacV1().Roles("rawwatch-system").Get(ctx, "rawwatch-sharding", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	verbs := map[string]bool{}
+	for _, r := range role.Rules {
+		if slices.Contains(r.Resources, "leases") {
+			for _, v := range r.Verbs {
+				verbs[v] = true
+			}
+		}
+	}
+	for _, v := range []string{"get", "list", "create", "update", "delete"} { // package ring's requests
+		if !verbs[v] {
+			t.Errorf("Role rawwatch-sharding does not allow %s on leases: the ring needs it", v)
+		}
+	}
 }
 
-func checkDeployment(t *testing.T, dep *appsv1.Deployment, svc *corev1.Service) {
+// checkDeployment checks the base's Deployment (two replicas, leader
+// election) or, sharded, the overlay's (three, --sharding).
+func checkDeployment(t *testing.T, dep *appsv1.Deployment, svc *corev1.Service, sharded bool) {
 	t.Helper()
 	pod := dep.Spec.Template.Spec
 	if len(pod.Containers) != 1 {
 		t.Fatalf("%d containers", len(pod.Containers))
 	}
 	ctr := pod.Containers[0]
-	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 2 {
-		t.Errorf("replicas %v, want 2", dep.Spec.Replicas)
+	replicas := int32(2)
+	if sharded {
+		replicas = 3
+	}
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != replicas {
+		t.Errorf("replicas %v, want %d", dep.Spec.Replicas, replicas)
 	}
 	if pod.ServiceAccountName != "rawwatch" {
 		t.Errorf("serviceAccountName %q", pod.ServiceAccountName)
@@ -215,8 +275,11 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment, svc *corev1.Service) 
 	if flag("metrics-bind-address") == flag("health-probe-bind-address") {
 		t.Error("the probes share the metrics address: with secure serving they need their own (plain, for the kubelet)")
 	}
-	if flag("leader-elect") != "true" {
+	switch {
+	case !sharded && flag("leader-elect") != "true":
 		t.Error("the Deployment runs 2 replicas without --leader-elect")
+	case sharded && (flag("sharding") != "true" || flag("leader-elect") != ""):
+		t.Errorf("the sharded Deployment's args %v: want --sharding and no --leader-elect", ctr.Args)
 	}
 	// The kubelet's SIGKILL must not cut the drain or the Lease's release.
 	drain := reconcile.ReconcileTimeout + leader.ReleaseTimeout
