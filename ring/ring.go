@@ -39,6 +39,7 @@ package ring
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -53,6 +54,9 @@ import (
 	"rawwatch/observe"
 	"rawwatch/shard"
 )
+
+// errForeignWriter: our own Lease was renewed by someone else.
+var errForeignWriter = errors.New("another process renews this member's Lease")
 
 // Label marks a Lease as a member of the ring named by its value.
 const Label = "rawwatch.example.com/ring"
@@ -131,6 +135,17 @@ type Member struct {
 	members []string            // the live members, sorted
 	changed chan struct{}       // closed and replaced when members change
 
+	// wrote is the renewTime our last successful renewal wrote, tried the
+	// one of our last attempt (which may have been written though it
+	// failed, e.g. timed out); lookOK, whether the last list of the ring's
+	// Leases succeeded (the member's goroutine only).
+	wrote, tried time.Time
+	lookOK       bool
+	// found is our own Lease as we found it before we ever wrote it (a
+	// previous process of ours, or another one with our identity): adopted
+	// only once it has not moved for LeaseDuration.
+	found *observed
+
 	// The handoff (the member's goroutine only, but claims is read by Claims).
 	claims    Claims
 	published shard.SlotSet // what this tick's renewal wrote
@@ -207,10 +222,16 @@ func (m *Member) Run(ctx context.Context) {
 		if renewErr != nil && ctx.Err() == nil {
 			log.Error(renewErr, "Could not renew the ring's Lease", "lease", m.leaseName())
 		}
+		if errors.Is(renewErr, errForeignWriter) {
+			m.mu.Lock()
+			m.renewed = time.Time{} // out now, not at the fence timer
+			m.mu.Unlock()
+		}
 		lookErr := m.look(ctx)
 		if lookErr != nil && ctx.Err() == nil {
 			log.Error(lookErr, "Could not list the ring's Leases")
 		}
+		m.lookOK = lookErr == nil
 		m.confirmed = renewErr == nil && lookErr == nil // written, then read
 		m.update(log)
 		m.mu.Lock()
@@ -259,10 +280,29 @@ func (m *Member) renew(ctx context.Context) error {
 			ObjectMeta: metav1.ObjectMeta{Name: m.leaseName(), Namespace: m.cfg.Namespace, Labels: map[string]string{Label: m.cfg.Ring}, Annotations: annotations},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now},
 		}
+		m.tried = sent.Truncate(time.Microsecond)
 		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
 	case err == nil:
 		if h := lease.Spec.HolderIdentity; h != nil && *h != id {
 			return fmt.Errorf("lease %s is held by %q, not %q: two members with one identity", m.leaseName(), *h, id)
+		}
+		if m.wrote.IsZero() {
+			// Ours, but not written by us: a process with our identity
+			// renews it, or did until it died. Adopt it only once it has
+			// stood still for a lease duration, as the others judge a
+			// dead member: two processes never work under one identity.
+			now := m.cfg.Now()
+			if m.found == nil || m.found.rv != lease.ResourceVersion {
+				m.found = &observed{rv: lease.ResourceVersion, at: now}
+			}
+			if wait := m.cfg.LeaseDuration - now.Sub(m.found.at); wait > 0 {
+				return fmt.Errorf("%w: lease %s exists (a previous process with identity %q, or another one running?); taking it over once it has not been renewed for %s, in %s",
+					errForeignWriter, m.leaseName(), id, m.cfg.LeaseDuration, wait.Round(time.Millisecond))
+			}
+		}
+		if !m.wrote.IsZero() && (lease.Spec.RenewTime == nil ||
+			!lease.Spec.RenewTime.Time.Equal(m.wrote) && !lease.Spec.RenewTime.Time.Equal(m.tried)) {
+			return fmt.Errorf("%w: lease %s was renewed by someone else since our last renewal (two processes with identity %q? give each its own --sharding-identity)", errForeignWriter, m.leaseName(), id)
 		}
 		lease.Spec.RenewTime, lease.Spec.LeaseDurationSeconds = &now, &secs
 		if annotations != nil {
@@ -271,6 +311,7 @@ func (m *Member) renew(ctx context.Context) error {
 			}
 			lease.Annotations[AnnotationSlots] = annotations[AnnotationSlots]
 		}
+		m.tried = sent.Truncate(time.Microsecond)
 		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 	}
 	if err != nil {
@@ -279,6 +320,7 @@ func (m *Member) renew(ctx context.Context) error {
 	m.mu.Lock()
 	m.renewed = sent // before the server wrote it: before anyone saw it
 	m.mu.Unlock()
+	m.wrote = sent.Truncate(time.Microsecond) // as the Lease stores it
 	m.published = claimed
 	return nil
 }
@@ -345,7 +387,11 @@ func (m *Member) update(log klog.Logger) {
 	}
 	var others shard.SlotSet
 	for id, o := range m.seen {
-		if now.Sub(o.at) < m.cfg.LeaseDuration {
+		// While we cannot list, the others' Leases cannot be seen to move:
+		// they are not taken for dead for it (we could not confirm a
+		// claim on their slots anyway, and a view that shrank would point
+		// the watcher at slots it cannot have).
+		if now.Sub(o.at) < m.cfg.LeaseDuration || !m.lookOK {
 			live = append(live, id)
 			others = others.Union(o.claims)
 		}

@@ -17,6 +17,7 @@ import (
 	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
 	"rawwatch/ring"
+	"rawwatch/shard"
 )
 
 var shared = &controlplane.Shared{}
@@ -36,8 +37,21 @@ type running struct {
 
 func join(t *testing.T, cfg *rest.Config, ns, id string) *running {
 	t.Helper()
-	m, err := ring.New(ring.Config{Client: kubernetes.NewForConfigOrDie(cfg), Namespace: ns, Ring: "rawwatch",
+	return joinWith(t, ring.Config{Client: kubernetes.NewForConfigOrDie(cfg), Namespace: ns, Ring: "rawwatch",
 		Identity: id, LeaseDuration: leaseDuration, RenewPeriod: renewPeriod})
+}
+
+// joinSharded joins with the handoff on (nothing is ever busy).
+func joinSharded(t *testing.T, cfg *rest.Config, ns, id string) *running {
+	t.Helper()
+	return joinWith(t, ring.Config{Client: kubernetes.NewForConfigOrDie(cfg), Namespace: ns, Ring: "rawwatch",
+		Identity: id, LeaseDuration: leaseDuration, RenewPeriod: renewPeriod,
+		OnClaims: func(ring.Claims) {}, Busy: func() shard.SlotSet { return shard.SlotSet{} }})
+}
+
+func joinWith(t *testing.T, cfg ring.Config) *running {
+	t.Helper()
+	m, err := ring.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,4 +149,30 @@ func TestMembershipOnLeases(t *testing.T) {
 	}
 	took = waitFor(t, 5*time.Second, []string{"a", "b"}, a, b)
 	t.Logf("healed, b is back %s later", took)
+}
+
+// Two processes started with one identity: the second finds the first's
+// Lease being renewed and never claims a slot while it is; once the first
+// leaves, the second takes the Lease and every slot.
+func TestOneIdentityNeverWorksTwice(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ns := testkit.Namespace(t, cp.Config())
+	first := joinSharded(t, cp.Config(), ns, "dup")
+	all := func(r *running) bool { return r.m.Claims().Working.Len() == shard.Slots }
+	testkit.Eventually(t, 5*time.Second, func() bool { return all(first) }, "alone, the first never worked every slot")
+	second := joinSharded(t, cp.Config(), ns, "dup")
+	for end := time.Now().Add(leaseDuration + 4*renewPeriod); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if !second.m.Claims().Claimed().Empty() {
+			t.Fatalf("the second process with identity dup claims %v while the first works", second.m.Claims().Claimed())
+		}
+		if !all(first) {
+			t.Fatalf("the first process lost its slots to the second: %+v", first.m.Claims())
+		}
+	}
+	first.stop()
+	<-first.done
+	began := time.Now()
+	testkit.Eventually(t, leaseDuration+5*renewPeriod, func() bool { return all(second) }, "the second never took over")
+	t.Logf("the first left; the second works every slot %s later", time.Since(began).Round(time.Millisecond))
 }

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"rawwatch/reconcile"
 	"rawwatch/ring"
@@ -177,8 +180,17 @@ func (a *App) newMember() (*ring.Member, error) {
 	if s.Identity == "" {
 		s.Identity = DefaultIdentity()
 	}
+	// The ring's requests get a client of their own, with its own rate
+	// limiter: a burst of Events or status writes must not hold back a
+	// renewal until the replica fences itself.
+	cfg := rest.CopyConfig(a.opts.Config)
+	cfg.UserAgent = cmp.Or(cfg.UserAgent, rest.DefaultKubernetesUserAgent()) + " ring"
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
 	return ring.New(ring.Config{
-		Client: a.kube, Namespace: s.Namespace, Ring: s.Ring, Identity: s.Identity,
+		Client: kube, Namespace: s.Namespace, Ring: s.Ring, Identity: s.Identity,
 		LeaseDuration: s.LeaseDuration, RenewPeriod: s.RenewPeriod,
 		Observer: a.observer, OnClaims: a.onClaims, Busy: a.gate.busy,
 	})
@@ -191,7 +203,11 @@ func (a *App) startWatcher() { a.startOnce.Do(func() { close(a.watcherStart) }) 
 // claims change.
 func (a *App) onClaims(c ring.Claims) {
 	gained := a.gate.set(c)
-	if watched := c.Watched(); !watched.Empty() && watched != a.watched {
+	// The watcher starts with the first slots this replica works, not
+	// before: until then its view of the ring may be partial (replicas
+	// started together each see themselves alone at first, and would each
+	// list everything once for nothing).
+	if watched := c.Watched(); !watched.Empty() && watched != a.watched && (!a.watched.Empty() || !c.Working.Empty()) {
 		a.watched = watched
 		a.Watcher.SetShard(watched.Set())
 		a.startWatcher()
