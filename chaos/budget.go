@@ -215,7 +215,7 @@ func measure(ctx context.Context, cfg BudgetConfig, f BudgetFault, target *contr
 	if err != nil {
 		return row, err
 	}
-	stopCtrl, err := runSynced(ctx, ctrl, cfg.Logger)
+	stopCtrl, err := runSynced(ctx, ctrl, cfg.Logger, true)
 	defer stopCtrl()
 	if err != nil {
 		return row, err

@@ -64,6 +64,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -74,6 +75,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -83,6 +85,7 @@ import (
 	"rawwatch/internal/controlplane"
 	"rawwatch/observe"
 	"rawwatch/reconcile"
+	"rawwatch/ring"
 	"rawwatch/store"
 	"rawwatch/watcher"
 )
@@ -129,6 +132,13 @@ type Config struct {
 	// MaxConvergence is the verdict's bound on that time (default
 	// DefaultMaxConvergence; negative: no bound).
 	MaxConvergence time.Duration
+	// Replicas > 1 runs that many replicas with --sharding, dividing the
+	// objects; one is killed at KillAt and another started at RejoinAt
+	// (fractions of Duration; defaults 0.4 and 0.55). RingLease and
+	// RingRenew time their ring (default the ring's defaults).
+	Replicas             int
+	KillAt, RejoinAt     float64
+	RingLease, RingRenew time.Duration
 	// Sabotage, when set, gets the proxy before the run starts: a way to
 	// break something on purpose and watch the verdict fail.
 	Sabotage func(*faultproxy.Proxy)
@@ -164,6 +174,9 @@ func (c *Config) defaults() {
 	def(&c.ExpireEvery, 6*time.Second)
 	def(&c.CompactEvery, 6*time.Second)
 	def(&c.Converge, 2*time.Minute)
+	if c.KillAt == 0 {
+		c.KillAt, c.RejoinAt = 0.4, 0.55
+	}
 	def(&c.MaxConvergence, DefaultMaxConvergence)
 	if c.Compress == 0 {
 		c.Compress = 15
@@ -222,34 +235,59 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 	target, proxy, ns, churn := st.target, st.proxy, st.ns, st.churn
 	rep.Namespace = ns
 
-	// The controller, as main.go assembles it, through the proxy; its
-	// transport metered, for the request budget.
-	ctrlCfg := target.ConfigVia(proxy.URL)
-	ctrlCfg.QPS, ctrlCfg.Burst = cfg.QPS, cfg.Burst
-	meter := faultproxy.NewMeter()
-	ctrlCfg.Wrap(meter.Wrap)
-	rec := newRecorder()
-	ctrl, err := app.New(app.Options{
-		Config: ctrlCfg, Namespace: ns, Workers: cfg.Workers, RetryMax: cfg.RetryMax,
-		Watch:          cfg.Watch(),
-		Observer:       rec,
-		WrapReconciler: rec.wrap,
-		WrapStatusWriter: func(w reconcile.StatusWriter) reconcile.StatusWriter {
-			rec.status = w
-			return rec
-		},
-	})
-	if err != nil {
-		return nil, err
+	// The controller, as main.go assembles it, through the proxy (with
+	// sharding, Replicas of them); each one's transport metered, for the
+	// request budget.
+	ref := newReferee()
+	var sharding *app.Sharding
+	if cfg.Replicas > 1 {
+		sharding = &app.Sharding{Namespace: ns, LeaseDuration: cfg.RingLease, RenewPeriod: cfg.RingRenew}
 	}
-	rec.store = ctrl.Store
+	var replicas []*replica
+	next := 0
+	add := func(wait bool) (*replica, error) {
+		name := fmt.Sprintf("r%d", next)
+		next++
+		var sh *app.Sharding
+		if sharding != nil {
+			s := *sharding
+			s.Identity = name
+			sh = &s
+		}
+		r, err := newReplica(cfg, target.ConfigVia(proxy.URL), ns, name, sh, ref)
+		if err != nil {
+			return nil, err
+		}
+		r.rec.who = name
+		replicas = append(replicas, r)
+		return r, r.start(ctx, cfg.Logger, wait)
+	}
+	defer func() {
+		for _, r := range replicas {
+			if r.stop != nil {
+				r.stop()
+			}
+		}
+	}()
 	if cfg.Sabotage != nil {
 		cfg.Sabotage(proxy)
 	}
-	stopCtrl, err := runSynced(ctx, ctrl, cfg.Logger)
-	defer stopCtrl()
-	if err != nil {
-		return nil, err
+	for range max(cfg.Replicas, 1) {
+		if _, err := add(false); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range replicas {
+		if err := waitSynced(ctx, r.app); err != nil {
+			return nil, err
+		}
+	}
+	// (The rejoining replica is appended while the faults run: what they
+	// use is taken now.)
+	first, rec := replicas[0], replicas[0].rec
+	var victim *replica
+	if len(replicas) > 1 {
+		victim = replicas[1]
 	}
 	rep.InitialSync = time.Since(started)
 
@@ -323,6 +361,32 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 			rep.RestartErr = err
 		})
 	}
+	if cfg.Replicas > 1 {
+		// One replica is killed (as by SIGKILL: it neither finishes its
+		// writes nor deletes its Lease), and one started in its place later,
+		// a new member as a restarted pod is.
+		faults.Go(func() {
+			if !sleep(chaosCtx, at(cfg.Duration, cfg.KillAt)) {
+				return
+			}
+			cfg.Logf("killing replica %s", victim.name)
+			victim.kill()
+			rep.mu.Lock()
+			rep.Killed = append(rep.Killed, fmt.Sprintf("%s at %s", victim.name, time.Since(faultsStart).Round(time.Second)))
+			rep.mu.Unlock()
+			if !sleep(chaosCtx, time.Until(faultsStart.Add(at(cfg.Duration, cfg.RejoinAt)))) {
+				return
+			}
+			r, err := add(false)
+			cfg.Logf("started replica %s in its place", r.name)
+			rep.mu.Lock()
+			defer rep.mu.Unlock()
+			rep.Started = append(rep.Started, fmt.Sprintf("%s at %s", r.name, time.Since(faultsStart).Round(time.Second)))
+			if err != nil {
+				rep.RestartErr = err
+			}
+		})
+	}
 	if !cfg.NoPhases {
 		for _, ph := range phases {
 			faults.Go(func() {
@@ -338,7 +402,7 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 				rep.mu.Lock()
 				defer rep.mu.Unlock()
 				rep.Phases = append(rep.Phases, PhaseReport{Name: ph.Name, What: ph.What, From: begin.Sub(faultsStart), To: end.Sub(faultsStart),
-					Requests: meter.Between(begin, end), Cut: after.Cut - before.Cut, ErrorEvents: after.ErrorEvents - before.ErrorEvents,
+					Requests: first.meter.Between(begin, end), Cut: after.Cut - before.Cut, ErrorEvents: after.ErrorEvents - before.ErrorEvents,
 					Silent: rec.silentBetween(begin, end)})
 			})
 		}
@@ -357,9 +421,15 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 	// Let the controller catch up, then judge.
 	cfg.Logf("faults over; waiting up to %v for the controller to converge", cfg.Converge)
 	churnEnd := time.Now()
-	judge := &judge{list: target.Config(), ns: ns, ctrl: ctrl, rec: rec, deleted: churn.deletions(),
-		budget: budget{Requests: meter.Between(faultsStart, faultsEnd), Busiest: meter.Busiest(faultsStart, faultsEnd, time.Minute),
-			Bound: requestBound(cfg.Watch().Backoff)}}
+	// The budget of the replica that made the most requests in a minute.
+	b := budget{Bound: requestBound(cfg.Watch().Backoff), Busiest: -1}
+	for _, r := range replicas {
+		if n := r.meter.Busiest(faultsStart, faultsEnd, time.Minute); n > b.Busiest {
+			b.Requests, b.Busiest = r.meter.Between(faultsStart, faultsEnd), n
+		}
+	}
+	judge := &judge{list: target.Config(), ns: ns, replicas: replicas, ref: ref, deleted: churn.deletions(), budget: b,
+		sharded: cfg.Replicas > 1, margin: 2 * cmp.Or(cfg.RingRenew, ring.DefaultRenewPeriod)}
 	poll := time.Second + time.Duration(cfg.Objects/5000)*time.Second
 	for {
 		v, err := judge.verdict(ctx)
@@ -378,7 +448,7 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 	}
 	rep.ConvergedIn = time.Since(churnEnd)
 	rep.Total = time.Since(started)
-	rep.fill(ctrl, proxy.Counts(), rec, churn)
+	rep.fill(replicas, proxy.Counts(), churn)
 	return rep, nil
 }
 
@@ -397,20 +467,29 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// runSynced runs ctrl, logging to logger, and waits (at most 2 minutes) for
-// its first list. stop ends it and waits for it, whatever the error.
-func runSynced(ctx context.Context, ctrl *app.App, logger klog.Logger) (stop func(), err error) {
+// runSynced runs ctrl, logging to logger, and, with wait, waits (at most 2
+// minutes) for its first list. stop ends it and waits for it, whatever the
+// error; it may be called more than once.
+func runSynced(ctx context.Context, ctrl *app.App, logger klog.Logger, wait bool) (stop func(), err error) {
 	ctrlCtx, cancel := context.WithCancel(klog.NewContext(ctx, logger))
-	done := make(chan error, 1)
-	go func() { done <- ctrl.Run(ctrlCtx) }()
+	done := make(chan struct{})
+	go func() { ctrl.Run(ctrlCtx); close(done) }()
 	stop = func() { cancel(); <-done }
+	if !wait {
+		return stop, nil
+	}
+	return stop, waitSynced(ctx, ctrl)
+}
+
+// waitSynced waits (at most 2 minutes) for ctrl's first list.
+func waitSynced(ctx context.Context, ctrl *app.App) error {
 	select {
 	case <-ctrl.Watcher.Synced():
-		return stop, nil
+		return nil
 	case <-time.After(2 * time.Minute):
-		return stop, errors.New("the controller did not sync within 2 minutes")
+		return errors.New("the controller did not sync within 2 minutes")
 	case <-ctx.Done():
-		return stop, ctx.Err()
+		return ctx.Err()
 	}
 }
 
@@ -478,9 +557,15 @@ type recorder struct {
 	inner  reconcile.Reconciler[app.Object]
 	status reconcile.StatusWriter
 
+	// ref notices a key in two reconciles at once (shared by the replicas);
+	// who names this recorder's replica to it.
+	ref *referee
+	who string
+	// byObject: the referee tells objects apart by UID (sharded runs: see
+	// objectKey); a single controller is held to one reconcile per key.
+	byObject bool
+
 	mu           sync.Mutex
-	busy         map[string]bool
-	overlaps     []string
 	reconciles   int64
 	retries      int64
 	longestRetry time.Duration
@@ -504,10 +589,12 @@ type recorder struct {
 
 	// silent holds when the watchdog abandoned a stream.
 	silent []time.Time
+	// owns is, with sharding, when this replica worked which slots.
+	owns ownership
 }
 
-func newRecorder() *recorder {
-	return &recorder{busy: map[string]bool{}, seenDeleted: map[incarnation]bool{}, history: map[string][]string{},
+func newRecorder(ref *referee) *recorder {
+	return &recorder{ref: ref, seenDeleted: map[incarnation]bool{}, history: map[string][]string{},
 		known: map[incarnation]bool{}}
 }
 
@@ -516,22 +603,13 @@ func (r *recorder) wrap(inner reconcile.Reconciler[app.Object]) reconcile.Reconc
 	return r
 }
 
-// enter and leave bracket a call for key, noticing a key in two at once.
-func (r *recorder) enter(key string) {
-	if r.busy[key] {
-		r.overlaps = append(r.overlaps, key)
-	}
-	r.busy[key] = true
-}
-
 func (r *recorder) Deleted(ctx context.Context, d store.Delta[app.Object]) error {
-	r.mu.Lock()
-	r.enter(d.Key)
-	r.mu.Unlock()
+	obj := r.refKey(d.Key, d.Object.GetUID())
+	r.ref.enter(obj, r.who)
 	err := r.inner.Deleted(ctx, d)
+	r.ref.leave(obj)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.busy[d.Key] = false
 	if err == nil {
 		r.seenDeleted[incarnation{d.Key, d.Object.UID}] = true
 		if d.FinalStateUnknown {
@@ -543,14 +621,17 @@ func (r *recorder) Deleted(ctx context.Context, d store.Delta[app.Object]) error
 }
 
 func (r *recorder) Reconcile(ctx context.Context, key string) error {
+	var uid types.UID
+	if o, ok := r.store.Get(key); ok {
+		uid = o.GetUID()
+	}
+	obj := r.refKey(key, uid)
+	r.ref.enter(obj, r.who)
 	r.mu.Lock()
-	r.enter(key)
 	r.reconciles++
 	r.mu.Unlock()
 	err := r.inner.Reconcile(ctx, key)
-	r.mu.Lock()
-	r.busy[key] = false
-	r.mu.Unlock()
+	r.ref.leave(obj)
 	return err
 }
 
@@ -566,6 +647,8 @@ func (r *recorder) Observe(e observe.Event) {
 		r.Replaced(e.RV, e.Size, e.Added, e.Updated, e.Deleted)
 	case reconcile.Finished:
 		r.Finished(e.Worker, e.Key, e.Took, e.Err, e.RetryIn)
+	case ring.ClaimsChanged:
+		r.observeClaims(e)
 	case watcher.WatchEnded:
 		if errors.Is(e.Err, watcher.ErrSilent) {
 			r.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,6 +31,8 @@ type incarnation struct {
 type deletion struct {
 	incarnation
 	Created int64
+	// At is when the server answered the DELETE.
+	At time.Time
 }
 
 // churner changes the objects of one namespace at a steady rate, as users
@@ -234,7 +237,7 @@ func (ch *churner) delete(ctx context.Context, name string, uid types.UID) error
 		return fmt.Errorf("deleting %s: %w", name, err)
 	}
 	ch.mu.Lock()
-	ch.deleted = append(ch.deleted, deletion{incarnation{store.Key(ch.ns, name), uid}, ch.created[name]})
+	ch.deleted = append(ch.deleted, deletion{incarnation{store.Key(ch.ns, name), uid}, ch.created[name], time.Now()})
 	delete(ch.created, name)
 	ch.mu.Unlock()
 	ch.deletes.Add(1)

@@ -18,6 +18,8 @@ import (
 	"rawwatch/client"
 	"rawwatch/faultproxy"
 	"rawwatch/internal/app"
+	"rawwatch/ring"
+	"rawwatch/shard"
 	"rawwatch/store"
 	"rawwatch/watcher"
 )
@@ -40,8 +42,24 @@ type Verdict struct {
 	// created and deleted while the watcher was between a broken watch and
 	// the relist that followed. They are not losses.
 	Invisible int
-	// Overlaps: keys reconciled by two workers at once.
+	// InHandoff (sharded runs): deletions the reconciler never saw, of an
+	// object whose slot no live replica worked when it was deleted, or
+	// changed hands within a couple of renew periods of it: a killed
+	// replica's, or one in a handoff. Not replayed, by design (a controller
+	// that must act on deletions uses a finalizer); counted, not failed.
+	InHandoff []string
+	// WithKilled (sharded runs): deletions the reconciler never saw, of an
+	// object whose slot the killed replica worked when it was deleted, at
+	// most KilledLag before the kill: it died before it handled them (or
+	// before its watch, behind under the faults, brought them). Counted,
+	// not failed; KilledLagMax is the longest such lag seen.
+	WithKilled   []string
+	KilledLagMax time.Duration
+	// Overlaps: keys (sharded runs: objects) reconciled by two workers at
+	// once. SameName (sharded runs): times a deleted name's old object and
+	// its re-created new one, in two shards, were handled at once.
 	Overlaps []string
+	SameName int
 	// ChurnErrors: writes of the churner that failed (the run's own
 	// bookkeeping is then in doubt, so they fail the run too).
 	ChurnErrors []string
@@ -124,11 +142,12 @@ const (
 	diffGhost   = "deleted on the server, still in the store"
 	diffUID     = "another object under the same name"
 	diffStale   = "at an older or newer resourceVersion"
+	diffTwice   = "in two replicas' stores"
 )
 
 func kinds(counts map[string]int) string {
 	var parts []string
-	for _, k := range []string{diffMissing, diffGhost, diffUID, diffStale} {
+	for _, k := range []string{diffMissing, diffGhost, diffUID, diffStale, diffTwice} {
 		if n := counts[k]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", n, k))
 		}
@@ -144,14 +163,24 @@ func sample(items []string) string {
 	return strings.Join(items[:show], ", ") + fmt.Sprintf(", … (%d more)", len(items)-show)
 }
 
+// KilledLag is how long before its death a killed replica may have left a
+// deletion unhandled without it counting as a loss: under the run's faults
+// its watch may be that far behind, and its queue holds what it had not
+// reached yet.
+const KilledLag = 15 * time.Second
+
 // judge computes verdicts: it compares the controller with the server.
 type judge struct {
-	list    *rest.Config // straight to an apiserver, no proxy
-	ns      string
-	ctrl    *app.App
-	rec     *recorder
-	deleted []deletion
-	budget  budget
+	list     *rest.Config // straight to an apiserver, no proxy
+	ns       string
+	replicas []*replica // the one controller, or every replica of a sharded run, the killed one included
+	ref      *referee
+	deleted  []deletion
+	budget   budget
+	// sharded: the replicas divide the objects; margin is how near a
+	// handoff a deletion may go unseen (InHandoff).
+	sharded bool
+	margin  time.Duration
 }
 
 func (j *judge) verdict(ctx context.Context) (Verdict, error) {
@@ -164,25 +193,53 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 		return Verdict{}, fmt.Errorf("the fresh LIST: %w", err)
 	}
 	v := Verdict{Listed: len(list.Items), Budget: j.budget}
-	v.StoreDiff, v.DiffKinds = storeDiff(list.Items, j.ctrl.Store)
+	var stores []*store.Store[app.Object]
+	for _, r := range j.replicas {
+		if r.to.IsZero() { // the killed one's store is gone with it
+			stores = append(stores, r.app.Store)
+		}
+	}
+	v.StoreDiff, v.DiffKinds = storeDiff(list.Items, stores...)
 	for _, o := range list.Items {
 		if o.Status.ObservedGeneration != o.Generation || o.Status.Phase != v1alpha1.PhaseProcessed {
 			v.StaleStatus = append(v.StaleStatus, fmt.Sprintf("%s generation %d, status %q at %d", store.KeyOf(&o), o.Generation, o.Status.Phase, o.Status.ObservedGeneration))
 		}
 	}
-	j.rec.mu.Lock()
 	for _, d := range j.deleted {
+		seen, invisible, owner, moving := false, false, (*replica)(nil), false
+		for _, r := range j.replicas {
+			r.rec.mu.Lock()
+			seen = seen || r.rec.seenDeleted[d.incarnation]
+			if !j.sharded {
+				owner, invisible = r, r.rec.invisible(d)
+			} else if w, m := r.rec.owns.worked(shard.SlotOf(string(d.UID)), d.At, j.margin); w || m {
+				moving = moving || m
+				if w {
+					owner, invisible = r, r.rec.invisible(d)
+				}
+			}
+			r.rec.mu.Unlock()
+		}
 		switch {
-		case j.rec.seenDeleted[d.incarnation]:
-		case j.rec.invisible(d):
+		case seen:
+		case invisible:
 			v.Invisible++
+		case j.sharded && (owner == nil || moving):
+			v.InHandoff = append(v.InHandoff, fmt.Sprintf("%s (uid %s)", d.Key, d.UID))
+		case j.sharded && !owner.to.IsZero() && owner.to.Sub(d.At) <= KilledLag:
+			v.WithKilled = append(v.WithKilled, fmt.Sprintf("%s (uid %s, deleted %s before %s was killed)", d.Key, d.UID, owner.to.Sub(d.At).Round(10*time.Millisecond), owner.name))
+			v.KilledLagMax = max(v.KilledLagMax, owner.to.Sub(d.At))
 		default:
-			v.UnseenDeletions = append(v.UnseenDeletions, fmt.Sprintf("%s (uid %s; what the controller saw of the key: %s)",
-				d.Key, d.UID, strings.Join(j.rec.history[d.Key], "; ")))
+			owner.rec.mu.Lock()
+			v.UnseenDeletions = append(v.UnseenDeletions, fmt.Sprintf("%s (uid %s; what %s saw of the key: %s)",
+				d.Key, d.UID, owner.name, strings.Join(owner.rec.history[d.Key], "; ")))
+			owner.rec.mu.Unlock()
 		}
 	}
-	v.Overlaps = slices.Clone(j.rec.overlaps)
-	j.rec.mu.Unlock()
+	j.ref.mu.Lock()
+	v.Overlaps = slices.Clone(j.ref.overlaps)
+	v.SameName = j.ref.sameName
+	j.ref.mu.Unlock()
 	slices.Sort(v.StoreDiff)
 	slices.Sort(v.StaleStatus)
 	return v, nil
@@ -193,16 +250,21 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 // held at another UID or resourceVersion, and the count of each kind. (The
 // store's snapshot is taken after the LIST: a controller still at work may
 // be ahead of it by then, which is not convergence yet: judge again.)
-func storeDiff(server []v1alpha1.MyResource, st *store.Store[app.Object]) ([]string, map[string]int) {
-	stored := map[string]app.Object{}
-	for _, o := range st.List() {
-		stored[store.KeyOf(o)] = o
-	}
+func storeDiff(server []v1alpha1.MyResource, stores ...*store.Store[app.Object]) ([]string, map[string]int) {
 	var lines []string
 	kinds := map[string]int{}
 	diff := func(kind, line string) {
 		kinds[kind]++
 		lines = append(lines, line)
+	}
+	stored := map[string]app.Object{}
+	for _, st := range stores { // (sharded: each key in one store)
+		for _, o := range st.List() {
+			if _, dup := stored[store.KeyOf(o)]; dup {
+				diff(diffTwice, store.KeyOf(o)+" in two replicas' stores")
+			}
+			stored[store.KeyOf(o)] = o
+		}
 	}
 	listed := map[string]bool{}
 	for i := range server {
@@ -262,6 +324,9 @@ type Report struct {
 	RestartErr  error
 	Silent      int
 	Phases      []PhaseReport
+	// Sharded runs: the replica killed and the one started in its place,
+	// with when (since the faults began).
+	Killed, Started []string
 
 	mu sync.Mutex
 }
@@ -291,21 +356,27 @@ func (r *Report) slow() bool {
 	return r.Config.MaxConvergence > 0 && r.ConvergedIn > r.Config.MaxConvergence
 }
 
-func (r *Report) fill(ctrl *app.App, proxy faultproxy.Counts, rec *recorder, ch *churner) {
-	st := ctrl.Watcher.Stats()
-	r.Events, r.Added, r.Modified, r.Deleted, r.Bookmarks = st.Events, st.Added, st.Modified, st.Deleted, st.Bookmarks
-	r.Lists, r.Relists, r.Watches, r.Backoffs = st.Lists, st.Relists, st.Watches, st.Backoffs
-	r.Skipped, r.GoneDeletes = st.Skipped, st.GoneDeletes
-	rec.mu.Lock()
-	r.Reconciles, r.Retries, r.Conflicts, r.StatusWrites, r.UnknownFinalState = rec.reconciles, rec.retries, rec.conflicts, rec.writes, rec.unknown
-	r.LongestRetry = rec.longestRetry
-	rec.mu.Unlock()
+// fill sums up what the replicas did (the one controller, or all of a
+// sharded run).
+func (r *Report) fill(replicas []*replica, proxy faultproxy.Counts, ch *churner) {
+	for _, rp := range replicas {
+		st := rp.app.Watcher.Stats()
+		r.Events, r.Added, r.Modified, r.Deleted, r.Bookmarks = r.Events+st.Events, r.Added+st.Added, r.Modified+st.Modified, r.Deleted+st.Deleted, r.Bookmarks+st.Bookmarks
+		r.Lists, r.Relists, r.Watches, r.Backoffs = r.Lists+st.Lists, r.Relists+st.Relists, r.Watches+st.Watches, r.Backoffs+st.Backoffs
+		r.Skipped, r.GoneDeletes = r.Skipped+st.Skipped, r.GoneDeletes+st.GoneDeletes
+		rec := rp.rec
+		rec.mu.Lock()
+		r.Reconciles, r.Retries, r.Conflicts = r.Reconciles+rec.reconciles, r.Retries+rec.retries, r.Conflicts+rec.conflicts
+		r.StatusWrites, r.UnknownFinalState = r.StatusWrites+rec.writes, r.UnknownFinalState+rec.unknown
+		r.LongestRetry = max(r.LongestRetry, rec.longestRetry)
+		rec.mu.Unlock()
+		r.Silent += rec.silentBetween(time.Time{}, time.Now())
+	}
 	r.Creates, r.Recreates, r.Updates, r.Deletes, r.WriteConflicts = ch.creates.Load(), ch.recreates.Load(), ch.updates.Load(), ch.deletes.Load(), ch.conflicts.Load()
 	for _, err := range ch.errors() {
 		r.Verdict.ChurnErrors = append(r.Verdict.ChurnErrors, err.Error())
 	}
 	r.Proxy = proxy
-	r.Silent = rec.silentBetween(time.Time{}, time.Now())
 	slices.SortFunc(r.Phases, func(a, b PhaseReport) int { return cmp.Compare(a.From, b.From) })
 }
 
@@ -329,6 +400,11 @@ func (r *Report) Print(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, "\nwatcher: its real backoff (%v doubling to %v, reset after %v calm) and watchdog (silence limit %v)",
 			wo.Backoff.Initial, wo.Backoff.Max, wo.Backoff.ResetAfter, wo.SilenceLimit)
+	}
+	if c.Replicas > 1 {
+		fmt.Fprintf(w, "\nreplicas: %d with --sharding (ring lease %v, renew period %v); killed %s; started %s",
+			c.Replicas, cmp.Or(c.RingLease, ring.DefaultLeaseDuration), cmp.Or(c.RingRenew, ring.DefaultRenewPeriod),
+			strings.Join(r.Killed, ", "), strings.Join(r.Started, ", "))
 	}
 	fmt.Fprintf(w, "\n\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -370,7 +446,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintln(tw, "workers")
 	row("reconciles", r.Reconciles, fmt.Sprintf("%d status writes", r.StatusWrites))
 	row("retries", r.Retries, fmt.Sprintf("%d after a conflict; the longest delay before a retry %v", r.Conflicts, r.LongestRetry.Round(time.Millisecond)))
-	row("deletions seen", r.Deletes-int64(len(r.Verdict.UnseenDeletions)+r.Verdict.Invisible), fmt.Sprintf("%d with an unknown final state (found by a relist)", r.UnknownFinalState))
+	row("deletions seen", r.Deletes-int64(len(r.Verdict.UnseenDeletions)+r.Verdict.Invisible+len(r.Verdict.InHandoff)+len(r.Verdict.WithKilled)), fmt.Sprintf("%d with an unknown final state (found by a relist)", r.UnknownFinalState))
 	fmt.Fprintln(tw, "time")
 	row("first list synced", r.InitialSync.Round(100*time.Millisecond), "after start (includes creating the objects)")
 	row("converged", r.ConvergedIn.Round(100*time.Millisecond), "after the faults stopped")
@@ -388,9 +464,19 @@ func (r *Report) Print(w io.Writer) {
 	}
 	check(len(v.StoreDiff) == 0, fmt.Sprintf("the store equals a fresh LIST of %d objects", v.Listed))
 	check(len(v.StaleStatus) == 0, "every object's status.observedGeneration equals its metadata.generation")
-	check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler (but %d of objects that lived and died inside a relist gap, which no client could see)",
-		r.Deletes-int64(v.Invisible), v.Invisible))
-	check(len(v.Overlaps) == 0, "no key was reconciled by two workers at once")
+	if r.Config.Replicas > 1 {
+		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler, but %d inside a relist gap, which no client could see; %d of objects whose slot no live replica worked, or was changing hands, when they were deleted (%s); and %d the killed replica had not handled when it died, at most %v before (%s)",
+			r.Deletes-int64(v.Invisible)-int64(len(v.InHandoff)+len(v.WithKilled)), v.Invisible, len(v.InHandoff), sample(v.InHandoff),
+			len(v.WithKilled), v.KilledLagMax.Round(10*time.Millisecond), sample(v.WithKilled)))
+	} else {
+		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler (but %d of objects that lived and died inside a relist gap, which no client could see)",
+			r.Deletes-int64(v.Invisible), v.Invisible))
+	}
+	if r.Config.Replicas > 1 {
+		check(len(v.Overlaps) == 0, fmt.Sprintf("no object was reconciled by two workers or two replicas at once (but %d times a re-created name's old and new objects, in two shards, were handled at once)", v.SameName))
+	} else {
+		check(len(v.Overlaps) == 0, "no key was reconciled by two workers at once")
+	}
 	check(len(v.ChurnErrors) == 0, "every churn write succeeded")
 	if r.Config.MaxConvergence > 0 {
 		check(!r.slow(), fmt.Sprintf("converged %v after the faults stopped, bound %v", r.ConvergedIn.Round(100*time.Millisecond), r.Config.MaxConvergence))

@@ -1,0 +1,190 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"rawwatch/faultproxy"
+	"rawwatch/internal/app"
+	"rawwatch/reconcile"
+	"rawwatch/ring"
+	"rawwatch/shard"
+)
+
+// replica is one controller of the run: the only one, or one of a sharded
+// set (Config.Replicas).
+type replica struct {
+	name  string
+	app   *app.App
+	rec   *recorder
+	meter *faultproxy.Meter
+	dead  *atomic.Bool // the kill switch: every request fails at once
+	stop  func()
+	// from and to bound its life; to is zero while it runs.
+	from, to time.Time
+}
+
+// errKilled is what a killed replica's requests get.
+var errKilled = errors.New("chaos: this replica was killed")
+
+// newReplica assembles a controller as main.go does, through the proxy at
+// proxyURL: its transport metered (the LISTs and WATCHes of MyResources, for
+// the request budget) and behind a kill switch. With sharding, it is one
+// member of the ring.
+func newReplica(cfg Config, base *rest.Config, ns, name string, sharding *app.Sharding, ref *referee) (*replica, error) {
+	r := &replica{name: name, rec: newRecorder(ref), meter: faultproxy.NewMeter(), dead: &atomic.Bool{}}
+	r.rec.byObject = sharding != nil
+	c := rest.CopyConfig(base)
+	c.QPS, c.Burst = cfg.QPS, cfg.Burst
+	c.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		metered := r.meter.Wrap(rt)
+		return roundTripper(func(req *http.Request) (*http.Response, error) {
+			if r.dead.Load() {
+				return nil, errKilled
+			}
+			if strings.Contains(req.URL.Path, "/myresources") {
+				return metered.RoundTrip(req)
+			}
+			return rt.RoundTrip(req) // the ring's Leases, Events: not the watcher's budget
+		})
+	})
+	a, err := app.New(app.Options{
+		Config: c, Namespace: ns, Workers: cfg.Workers, RetryMax: cfg.RetryMax,
+		Watch:          cfg.Watch(),
+		Observer:       r.rec,
+		WrapReconciler: r.rec.wrap,
+		WrapStatusWriter: func(w reconcile.StatusWriter) reconcile.StatusWriter {
+			r.rec.status = w
+			return r.rec
+		},
+		Sharding: sharding,
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.app = a
+	r.rec.store = a.Store
+	return r, nil
+}
+
+// start runs the replica; with wait, until its first list (at most 2 minutes).
+func (r *replica) start(ctx context.Context, logger klog.Logger, wait bool) error {
+	r.from = time.Now()
+	stop, err := runSynced(ctx, r.app, klog.LoggerWithValues(logger, "replica", r.name), wait)
+	r.stop = stop
+	return err
+}
+
+// kill stops the replica as a SIGKILL would: from now on none of its
+// requests reaches the server (so it cannot delete its Lease, or finish a
+// write), then its goroutines are ended.
+func (r *replica) kill() {
+	r.dead.Store(true)
+	r.to = time.Now()
+	r.stop()
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// objectKey names one object to the referee: its key and its UID. A name
+// deleted and re-created is another object, with another UID, and with
+// sharding it may fall in another replica's shard: the old one's deletion
+// and the new one's reconcile may then run at once, on two replicas, each
+// on its own object (a controller whose side effects are named after the
+// object, not its UID, must know it).
+func objectKey(key string, uid types.UID) string { return key + " uid " + string(uid) }
+
+// refKey is what the referee holds a call to: the object, or the key.
+func (r *recorder) refKey(key string, uid types.UID) string {
+	if r.byObject {
+		return objectKey(key, uid)
+	}
+	return key
+}
+
+// referee notices an object reconciled in two places at once: two workers
+// of one replica, or two replicas.
+type referee struct {
+	mu       sync.Mutex
+	busy     map[string]string // key (or object) → the replica reconciling it
+	overlaps []string
+	// names counts the calls in flight by name alone; sameName counts the
+	// times two objects of one name (a name re-created) were in two
+	// replicas' hands at once: not a double reconcile, but worth knowing.
+	names    map[string]int
+	sameName int
+}
+
+func newReferee() *referee { return &referee{busy: map[string]string{}, names: map[string]int{}} }
+
+func (f *referee) enter(key, who string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if other, ok := f.busy[key]; ok {
+		f.overlaps = append(f.overlaps, fmt.Sprintf("%s (%s and %s)", key, other, who))
+	}
+	f.busy[key] = who
+	name, _, _ := strings.Cut(key, " uid ")
+	if f.names[name]++; f.names[name] > 1 {
+		f.sameName++
+	}
+}
+
+func (f *referee) leave(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.busy, key)
+	name, _, _ := strings.Cut(key, " uid ")
+	if f.names[name]--; f.names[name] == 0 {
+		delete(f.names, name)
+	}
+}
+
+// ownership is when each replica worked which slots: its ring.ClaimsChanged
+// events, as they came.
+type ownership struct {
+	at      []time.Time
+	working []shard.SlotSet
+}
+
+func (o *ownership) add(t time.Time, w shard.SlotSet) {
+	o.at = append(o.at, t)
+	o.working = append(o.working, w)
+}
+
+// worked tells whether slot was worked at t, and whether its state changed
+// within margin of t (a handoff under way).
+func (o *ownership) worked(slot int, t time.Time, margin time.Duration) (worked, moving bool) {
+	for i := range o.at {
+		if o.at[i].After(t) {
+			break
+		}
+		worked = o.working[i].Has(slot)
+	}
+	for i := range o.at {
+		was := i > 0 && o.working[i-1].Has(slot)
+		if was != o.working[i].Has(slot) && o.at[i].Sub(t).Abs() <= margin {
+			moving = true
+		}
+	}
+	return worked, moving
+}
+
+// observeClaims is the recorder's share of ring events.
+func (r *recorder) observeClaims(e ring.ClaimsChanged) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.owns.add(time.Now(), e.Claims.Working)
+}
