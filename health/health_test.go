@@ -70,3 +70,27 @@ func TestAddWhileServing(t *testing.T) {
 		t.Fatalf("GET /healthz = %d %q", code, body)
 	}
 }
+
+// A check with info says it when it passes, and only its error when not.
+func TestCheckWithInfo(t *testing.T) {
+	var working atomic.Bool
+	var c Checks
+	c.AddWithInfo("shard", func() error {
+		if !working.Load() {
+			return errors.New("works no slot yet")
+		}
+		return nil
+	}, func() string { return "works slots 0-84" })
+	mux := http.NewServeMux()
+	c.Mount(mux, "leaderz")
+	if code, body := get(t, mux, "/leaderz?verbose"); code != 503 || body != "[-]shard failed: works no slot yet\nleaderz check failed\n" {
+		t.Errorf("not working: %d %q", code, body)
+	}
+	working.Store(true)
+	if code, body := get(t, mux, "/leaderz?verbose"); code != 200 || body != "[+]shard ok: works slots 0-84\nleaderz check passed\n" {
+		t.Errorf("working: %d %q", code, body)
+	}
+	if code, body := get(t, mux, "/leaderz/shard"); code != 200 || body != "ok: works slots 0-84\n" {
+		t.Errorf("the one check: %d %q", code, body)
+	}
+}

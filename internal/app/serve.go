@@ -30,6 +30,20 @@ func (a *App) addChecks() {
 			return errors.New("waiting for the first list")
 		}
 	})
+	if a.Member != nil {
+		// /leaderz says whether this replica works, and on what.
+		a.Leadership.AddWithInfo("shard", func() error {
+			if c := a.Member.Claims(); c.Working.Empty() {
+				return fmt.Errorf("works no slot yet (members %v; target %d slots, pending %d)", a.Member.Members(), c.Target.Len(), c.Pending.Len())
+			}
+			return nil
+		}, func() string {
+			c := a.Member.Claims()
+			return fmt.Sprintf("works slots %s (%.1f%% of the hash space), %d objects in its store; members %v",
+				c.Working, 100*c.Working.Set().Fraction(), a.Store.Len(), a.Member.Members())
+		})
+		return
+	}
 	if a.Elector == nil {
 		a.Leadership.Add("leader", func() error { return nil })
 		return

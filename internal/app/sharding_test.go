@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -208,6 +209,11 @@ func shardedRun(t *testing.T, cp *controlplane.ControlPlane, server *controlplan
 		}
 		if got := gauge(t, r, "rawwatch_shard_working_info", working.String()); got != 1 {
 			t.Errorf("%s: rawwatch_shard_working_info{slots=%q} = %v, want 1", r.name, working, got)
+		}
+		probe := httptest.NewRecorder()
+		r.a.Leadership.Handler("leaderz").ServeHTTP(probe, httptest.NewRequest("GET", "/leaderz?verbose", nil))
+		if want := "[+]shard ok: works slots " + working.String(); probe.Code != 200 || !strings.Contains(probe.Body.String(), want) {
+			t.Errorf("%s: /leaderz?verbose answered %d %q, want 200 with %q", r.name, probe.Code, probe.Body.String(), want)
 		}
 	}
 
