@@ -429,7 +429,9 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 		}
 	}
 	judge := &judge{list: target.Config(), ns: ns, replicas: replicas, ref: ref, deleted: churn.deletions(), budget: b,
-		sharded: cfg.Replicas > 1, margin: 2 * cmp.Or(cfg.RingRenew, ring.DefaultRenewPeriod)}
+		// A handoff takes a couple of renew periods; the owners' watches
+		// may be behind by up to two backoff caps under these faults.
+		sharded: cfg.Replicas > 1, margin: 2*cmp.Or(cfg.RingRenew, ring.DefaultRenewPeriod) + 2*cfg.Watch().Backoff.Max}
 	poll := time.Second + time.Duration(cfg.Objects/5000)*time.Second
 	for {
 		v, err := judge.verdict(ctx)
@@ -586,6 +588,9 @@ type recorder struct {
 	known  map[incarnation]bool
 	lastRV int64
 	gaps   [][2]int64
+	// heard is when the watcher last moved the store forward (an event, a
+	// bookmark, a list): a replica killed in a gap knew nothing after it.
+	heard time.Time
 
 	// silent holds when the watchdog abandoned a stream.
 	silent []time.Time
@@ -677,6 +682,7 @@ func (r *recorder) EventReceived(eventType, key, rv string) {
 	defer r.mu.Unlock()
 	r.history[key] = append(r.history[key], eventType+" event at resourceVersion "+rv)
 	r.lastRV = revision(rv)
+	r.heard = time.Now()
 	if inStore {
 		r.known[incarnation{key, obj.UID}] = true
 	}
@@ -686,6 +692,7 @@ func (r *recorder) BookmarkReceived(rv string, _ bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.lastRV = revision(rv)
+	r.heard = time.Now()
 }
 
 func (r *recorder) Replaced(rv string, _, _, _, _ int) {
@@ -694,6 +701,7 @@ func (r *recorder) Replaced(rv string, _, _, _, _ int) {
 	defer r.mu.Unlock()
 	r.gaps = append(r.gaps, [2]int64{r.lastRV, revision(rv)})
 	r.lastRV = revision(rv)
+	r.heard = time.Now()
 	for _, o := range objs {
 		r.known[incarnation{store.KeyOf(o), o.UID}] = true
 	}

@@ -188,3 +188,10 @@ func (r *recorder) observeClaims(e ring.ClaimsChanged) {
 	defer r.mu.Unlock()
 	r.owns.add(time.Now(), e.Claims.Working)
 }
+
+// heardAt is when the replica's watcher last moved its store forward.
+func (r *recorder) heardAt() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.heard
+}
