@@ -65,7 +65,9 @@ func startReplica(t *testing.T, cfg *rest.Config, ns, name string, ref *referee)
 }
 
 // settled tells whether the replicas see exactly each other and work
-// exactly their targets, which tile the hash space.
+// exactly their targets, which tile the hash space, and whether each one's
+// store holds only objects of the slots it works (its watcher has moved to
+// its shard).
 func settled(rs ...*replica) bool {
 	var names []string
 	for _, r := range rs {
@@ -78,6 +80,11 @@ func settled(rs ...*replica) bool {
 		if !slices.Equal(r.a.Member.Members(), names) || c.Working != c.Target || c.Claimed() != c.Working ||
 			!all.And(c.Working).Empty() {
 			return false
+		}
+		for _, o := range r.a.Store.List() {
+			if !c.Working.Has(shard.SlotOf(string(o.GetUID()))) {
+				return false
+			}
 		}
 		all = all.Union(c.Working)
 	}
@@ -94,12 +101,20 @@ func claimsOf(rs ...*replica) string {
 	return b.String()
 }
 
-// waitSettled waits for settled and returns how long it took.
-func waitSettled(t *testing.T, limit time.Duration, rs ...*replica) time.Duration {
+// waitSettled waits for settled, with objects in the stores in all, and
+// returns how long it took.
+func waitSettled(t *testing.T, limit time.Duration, objects int, rs ...*replica) time.Duration {
 	t.Helper()
 	start := time.Now()
-	testkit.Eventually(t, limit, func() bool { return settled(rs...) }, "the replicas did not settle: %s",
-		lazy(func() string { return claimsOf(rs...) }))
+	held := func() int {
+		n := 0
+		for _, r := range rs {
+			n += r.a.Store.Len()
+		}
+		return n
+	}
+	testkit.Eventually(t, limit, func() bool { return settled(rs...) && held() == objects },
+		"the replicas did not settle with %d objects: %s", objects, lazy(func() string { return fmt.Sprintf("%s; %d objects held", claimsOf(rs...), held()) }))
 	return time.Since(start)
 }
 
@@ -172,7 +187,7 @@ func shardedRun(t *testing.T, cp *controlplane.ControlPlane, server *controlplan
 	a := startReplica(t, cfg, ns, "a", ref)
 	b := startReplica(t, cfg, ns, "b", ref)
 	x := startReplica(t, viaProxy, ns, "x", ref) // the one cut off later
-	took := waitSettled(t, 30*time.Second, a, b, x)
+	took := waitSettled(t, 30*time.Second, 0, a, b, x)
 	t.Logf("three replicas settled %s after starting", took.Round(time.Millisecond))
 
 	start := time.Now()
@@ -241,7 +256,7 @@ func shardedRun(t *testing.T, cp *controlplane.ControlPlane, server *controlplan
 
 	// Scale 3 → 4.
 	d := startReplica(t, cfg, ns, "d", ref)
-	took = waitSettled(t, 30*time.Second, a, b, x, d)
+	took = waitSettled(t, 30*time.Second, objects, a, b, x, d)
 	after := owners(t, a, b, x, d)
 	t.Logf("3 → 4: settled %s after d started; %d of %d keys moved (%.2f; 1/4 = 0.25)",
 		took.Round(time.Millisecond), moved(own, after), objects, float64(moved(own, after))/float64(objects))
@@ -257,11 +272,19 @@ func shardedRun(t *testing.T, cp *controlplane.ControlPlane, server *controlplan
 	testkit.Eventually(t, shardLease, func() bool { return x.a.Member.Claims().Claimed().Empty() },
 		"x still claims slots %s after it was cut off", shardLease)
 	fenced := time.Since(cut)
-	took = waitSettled(t, shardLease+4*shardRenew+10*time.Second, a, b, d)
+	testkit.Eventually(t, shardLease+4*shardRenew+10*time.Second, func() bool {
+		var all shard.SlotSet
+		for _, r := range []*replica{a, b, d} {
+			all = all.Union(r.a.Member.Claims().Working)
+		}
+		return all.Len() == shard.Slots
+	}, "x's slots were not taken over: %s", lazy(func() string { return claimsOf(a, b, d) }))
 	taken := time.Since(cut)
+	waitSettled(t, 30*time.Second, objects, a, b, d)
+	cached := time.Since(cut)
 	after = owners(t, a, b, d)
-	t.Logf("x cut off: it fenced itself after %s; its slots were taken over %s after the cut (lease %s, renew period %s); %d keys moved",
-		fenced.Round(time.Millisecond), taken.Round(time.Millisecond), shardLease, shardRenew, moved(own, after))
+	t.Logf("x cut off: it fenced itself after %s; its slots were taken over %s after the cut (lease %s, renew period %s), and in the stores %s after it; %d keys moved",
+		fenced.Round(time.Millisecond), taken.Round(time.Millisecond), shardLease, shardRenew, cached.Round(time.Millisecond), moved(own, after))
 	if bound := shardLease + 4*shardRenew + 2*time.Second; taken > bound {
 		t.Errorf("the slots of a replica cut off were taken over after %s, bound %s", taken, bound)
 	}
@@ -271,7 +294,7 @@ func shardedRun(t *testing.T, cp *controlplane.ControlPlane, server *controlplan
 	left := time.Now()
 	d.stop()
 	<-d.stopped
-	took = waitSettled(t, 10*time.Second, a, b)
+	took = waitSettled(t, 10*time.Second, objects, a, b)
 	after = owners(t, a, b)
 	t.Logf("d left cleanly: settled %s after it stopped; %d keys moved", time.Since(left).Round(time.Millisecond), moved(own, after))
 
