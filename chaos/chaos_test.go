@@ -40,9 +40,11 @@ func fileLogger(t *testing.T) klog.Logger {
 	return textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(f), textlogger.Verbosity(2)))
 }
 
-func TestShortChaosRunLosesNothing(t *testing.T) {
-	cp := shared.Get(t)
-	rep, err := chaos.Run(context.Background(), cp, chaos.Config{Logger: fileLogger(t), Logf: t.Logf})
+// run makes a chaos run with cfg (the controller's log to a file), prints
+// its report, and fails the test on any loss.
+func run(t *testing.T, cfg chaos.Config) *chaos.Report {
+	cfg.Logger, cfg.Logf = fileLogger(t), t.Logf
+	rep, err := chaos.Run(context.Background(), shared.Get(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +54,11 @@ func TestShortChaosRunLosesNothing(t *testing.T) {
 	if f := rep.Failures(); len(f) > 0 {
 		t.Fatalf("the controller lost something:\n%s", strings.Join(f, "\n"))
 	}
+	return rep
+}
+
+func TestShortChaosRunLosesNothing(t *testing.T) {
+	rep := run(t, chaos.Config{})
 	// A PASS means something only if the faults really happened. The
 	// watcher backs off after every fault, a cut included, so a periodic cut
 	// finds a stream about half the time; the least numbers are what every
@@ -92,18 +99,7 @@ func TestShortChaosRunLosesNothing(t *testing.T) {
 // started at 55%. The verdict adds: the stores of the live replicas tile
 // the objects, and no key is ever reconciled by two replicas at once.
 func TestShortShardedChaosRunLosesNothing(t *testing.T) {
-	cp := shared.Get(t)
-	rep, err := chaos.Run(context.Background(), cp, chaos.Config{Replicas: 3, RingLease: 6 * time.Second, RingRenew: time.Second,
-		Logger: fileLogger(t), Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	rep.Print(&out)
-	t.Logf("\n%s", out.String())
-	if f := rep.Failures(); len(f) > 0 {
-		t.Fatalf("the sharded controller lost something:\n%s", strings.Join(f, "\n"))
-	}
+	rep := run(t, chaos.Config{Replicas: 3, RingLease: 6 * time.Second, RingRenew: time.Second})
 	if len(rep.Killed) != 1 || len(rep.Started) != 1 {
 		t.Errorf("killed %v, started %v: want one of each", rep.Killed, rep.Started)
 	}

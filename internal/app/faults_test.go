@@ -123,7 +123,7 @@ func TestErrorStormsDoNotHammerTheServer(t *testing.T) {
 	// 1 s, 2 s ...) instead of retrying each key on its own backoff.
 	proxy.Fail(faultproxy.Failure{Kinds: faultproxy.Other, Code: http.StatusInternalServerError})
 	for i := range objects {
-		touch(t, c, ns, fmt.Sprintf("obj-%d", i))
+		testkit.Touch(t, c, ns, fmt.Sprintf("obj-%d", i))
 	}
 	testkit.Eventually(t, 30*time.Second, func() bool { return proxy.Counts().Failed >= 3 }, "status writes not failing")
 
@@ -170,22 +170,6 @@ func TestErrorStormsDoNotHammerTheServer(t *testing.T) {
 	// tries already under way when the storm began.
 	if max429 := int64(3*secs/retryAfter.Seconds() + 3); during429.Total() > max429 {
 		t.Errorf("429 storm: %d requests in %v, want at most %d", during429.Total(), storm, max429)
-	}
-}
-
-// touch changes an object's spec (a new generation to reconcile).
-func touch(t *testing.T, c interface {
-	Get(context.Context, string, string) (*v1alpha1.MyResource, error)
-	Update(context.Context, *v1alpha1.MyResource) (*v1alpha1.MyResource, error)
-}, ns, name string) {
-	t.Helper()
-	o, err := c.Get(context.Background(), ns, name)
-	if err == nil {
-		o.Spec.Message = "touched at " + time.Now().Format(time.RFC3339Nano)
-		_, err = c.Update(context.Background(), o)
-	}
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 

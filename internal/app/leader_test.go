@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
+	"rawwatch/client"
 	"rawwatch/faultproxy"
 	"rawwatch/internal/app"
 	"rawwatch/internal/testkit"
@@ -90,6 +91,33 @@ func (w *refereed) Deleted(ctx context.Context, d store.Delta[object]) error {
 	return w.inner.Deleted(ctx, d)
 }
 
+// churn updates random objects of obj-0 … obj-(objects-1), one every pause,
+// until stop is called (it returns once the churn has stopped); every update
+// is a generation that must be reconciled in the end. (A conflict with a
+// status write is the churn's to retry.)
+func churn(t *testing.T, c *client.Client, ns string, objects int, pause time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				o, err := c.Get(ctx, ns, fmt.Sprintf("obj-%d", rand.IntN(objects)))
+				if err == nil {
+					o.Spec.Message = "changed at " + time.Now().Format(time.RFC3339Nano)
+					_, err = c.Update(ctx, o)
+				}
+				return err
+			})
+			if err != nil && ctx.Err() == nil {
+				t.Errorf("churn: %v", err)
+				return
+			}
+			time.Sleep(pause)
+		}
+	})
+	return func() { cancel(); wg.Wait() }
+}
+
 // Issue 8, item 6, on the real apiserver: two replicas with leader election,
 // the leader reaching the server through the fault proxy, the objects
 // changing all the time. The proxy starts answering every write of the
@@ -138,26 +166,7 @@ func TestRenewalFailuresNeverLetTwoReplicasReconcileOneKey(t *testing.T) {
 	waitConverged(t, c, ns, objects)
 
 	// Changes all the time, from before the failures until after b took over.
-	churnCtx, stopChurn := context.WithCancel(context.Background())
-	var churn sync.WaitGroup
-	churn.Go(func() {
-		for churnCtx.Err() == nil {
-			// (A conflict with a status write is the churn's to retry.)
-			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				o, err := c.Get(churnCtx, ns, fmt.Sprintf("obj-%d", rand.IntN(objects)))
-				if err == nil {
-					o.Spec.Message = "changed at " + time.Now().Format(time.RFC3339Nano)
-					_, err = c.Update(churnCtx, o)
-				}
-				return err
-			})
-			if err != nil && churnCtx.Err() == nil {
-				t.Errorf("churn: %v", err)
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	})
+	stopChurn := churn(t, c, ns, objects, 20*time.Millisecond)
 	time.Sleep(time.Second)
 	failed := time.Now()
 	proxy.Fail(faultproxy.Failure{Kinds: faultproxy.Other, Code: http.StatusInternalServerError})
@@ -174,7 +183,6 @@ func TestRenewalFailuresNeverLetTwoReplicasReconcileOneKey(t *testing.T) {
 	bLeads := time.Since(failed)
 	time.Sleep(time.Second)
 	stopChurn()
-	churn.Wait()
 	waitConverged(t, c, ns, objects)
 	ref.mu.Lock()
 	defer ref.mu.Unlock()

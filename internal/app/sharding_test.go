@@ -3,7 +3,6 @@ package app_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
 	"rawwatch/faultproxy"
@@ -233,26 +231,8 @@ func shardedRun(t *testing.T, cp *controlplane.ControlPlane, server *controlplan
 	}
 
 	// From now on the objects change all the time.
-	churnCtx, stopChurn := context.WithCancel(context.Background())
-	var churning sync.WaitGroup
-	churning.Go(func() {
-		for churnCtx.Err() == nil {
-			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				o, err := c.Get(churnCtx, ns, fmt.Sprintf("obj-%d", rand.IntN(objects)))
-				if err == nil {
-					o.Spec.Message = "changed at " + time.Now().Format(time.RFC3339Nano)
-					_, err = c.Update(churnCtx, o)
-				}
-				return err
-			})
-			if err != nil && churnCtx.Err() == nil {
-				t.Errorf("churn: %v", err)
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	})
-	defer func() { stopChurn(); churning.Wait() }()
+	stopChurn := sync.OnceFunc(churn(t, c, ns, objects, 5*time.Millisecond))
+	defer stopChurn()
 
 	// Scale 3 → 4.
 	d := startReplica(t, cfg, ns, "d", ref)
@@ -299,7 +279,6 @@ func shardedRun(t *testing.T, cp *controlplane.ControlPlane, server *controlplan
 	t.Logf("d left cleanly: settled %s after it stopped; %d keys moved", time.Since(left).Round(time.Millisecond), moved(own, after))
 
 	stopChurn()
-	churning.Wait()
 	waitConverged(t, c, ns, objects)
 	if len(after) != objects {
 		t.Errorf("two replicas hold %d objects in all, want %d", len(after), objects)

@@ -106,6 +106,19 @@ func CreateMany(ctx context.Context, c *client.Client, namespace, prefix string,
 	return <-errs
 }
 
+// Touch changes an object's spec: a new generation to reconcile.
+func Touch(t testing.TB, c *client.Client, ns, name string) {
+	t.Helper()
+	o, err := c.Get(context.Background(), ns, name)
+	if err == nil {
+		o.Spec.Message = "touched at " + time.Now().Format(time.RFC3339Nano)
+		_, err = c.Update(context.Background(), o)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Eventually polls cond every 20 ms until it is true or timeout passes, then
 // fails the test with msg.
 func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {

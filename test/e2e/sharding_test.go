@@ -108,7 +108,7 @@ func TestShardedBinariesSurviveAKill(t *testing.T) {
 	<-procs["p1"].done
 	killed := time.Now()
 	for i := range objects {
-		touch(t, admin, ns, fmt.Sprintf("obj-%d", i))
+		testkit.Touch(t, admin, ns, fmt.Sprintf("obj-%d", i))
 	}
 	took = converged("after the kill", time.Minute)
 	testkit.Eventually(t, 10*time.Second, func() bool { return tiled("p0", "p2") }, "after the kill, p0 and p2 do not claim every slot: %v", claims())
@@ -129,21 +129,5 @@ func TestShardedBinariesSurviveAKill(t *testing.T) {
 		if out := p.output(); strings.Contains(out, "forbidden") {
 			t.Errorf("%s needed a permission it lacks:\n%s", id, out)
 		}
-	}
-}
-
-// touch changes an object's spec: a new generation to reconcile.
-func touch(t *testing.T, c interface {
-	Get(context.Context, string, string) (*v1alpha1.MyResource, error)
-	Update(context.Context, *v1alpha1.MyResource) (*v1alpha1.MyResource, error)
-}, ns, name string) {
-	t.Helper()
-	o, err := c.Get(context.Background(), ns, name)
-	if err == nil {
-		o.Spec.Message = "touched at " + time.Now().Format(time.RFC3339Nano)
-		_, err = c.Update(context.Background(), o)
-	}
-	if err != nil {
-		t.Fatal(err)
 	}
 }
