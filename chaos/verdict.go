@@ -209,12 +209,13 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 	}
 	for _, d := range j.deleted {
 		seen, invisible, owner, moving := false, false, (*replica)(nil), false
+		slot := shard.SlotOf(string(d.UID))
 		for _, r := range j.replicas {
 			r.rec.mu.Lock()
 			seen = seen || r.rec.seenDeleted[d.incarnation]
 			if !j.sharded {
 				owner, invisible = r, r.rec.invisible(d)
-			} else if w, m := r.rec.owns.worked(shard.SlotOf(string(d.UID)), d.At, j.margin); w || m {
+			} else if w, m := r.rec.owns.worked(slot, d.At, j.margin); w || m {
 				moving = moving || m
 				if w {
 					owner, invisible = r, r.rec.invisible(d)
