@@ -64,7 +64,6 @@
 package chaos
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -431,7 +430,7 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 	judge := &judge{list: target.Config(), ns: ns, replicas: replicas, ref: ref, deleted: churn.deletions(), budget: b,
 		// A handoff takes a couple of renew periods; the owners' watches
 		// may be behind by up to two backoff caps under these faults.
-		sharded: cfg.Replicas > 1, margin: 2*cmp.Or(cfg.RingRenew, ring.DefaultRenewPeriod) + 2*cfg.Watch().Backoff.Max}
+		sharded: cfg.Replicas > 1}
 	poll := time.Second + time.Duration(cfg.Objects/5000)*time.Second
 	for {
 		v, err := judge.verdict(ctx)
@@ -594,7 +593,7 @@ type recorder struct {
 
 	// silent holds when the watchdog abandoned a stream.
 	silent []time.Time
-	// owns is, with sharding, when this replica worked which slots.
+	// owns is, with sharding, when this replica claimed which slots.
 	owns ownership
 }
 

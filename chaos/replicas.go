@@ -152,41 +152,65 @@ func (f *referee) leave(key string) {
 	}
 }
 
-// ownership is when each replica worked which slots: its ring.ClaimsChanged
-// events, as they came.
+// ownership is when each replica claimed which slots (Working or Releasing:
+// while it claims a slot, it handles the slot's deletions): its
+// ring.ClaimsChanged events, as they came.
 type ownership struct {
 	at      []time.Time
-	working []shard.SlotSet
+	claimed []shard.SlotSet
+	fenced  []bool // the change was a fence: every claim dropped at once
 }
 
-func (o *ownership) add(t time.Time, w shard.SlotSet) {
+func (o *ownership) add(t time.Time, c ring.Claims, fenced bool) {
 	o.at = append(o.at, t)
-	o.working = append(o.working, w)
+	o.claimed = append(o.claimed, c.Working.Union(c.Releasing))
+	o.fenced = append(o.fenced, fenced)
 }
 
-// worked tells whether slot was worked at t, and whether its state changed
-// within margin of t (a handoff under way).
-func (o *ownership) worked(slot int, t time.Time, margin time.Duration) (worked, moving bool) {
-	for i := range o.at {
-		if o.at[i].After(t) {
-			break
-		}
-		worked = o.working[i].Has(slot)
+// claimedAt tells whether slot was claimed at t and, if so, whether that
+// claim ended in a fence rather than in a handoff.
+func (o *ownership) claimedAt(slot int, t time.Time) (claimed, fencedAfter bool) {
+	i := -1
+	for i+1 < len(o.at) && !o.at[i+1].After(t) {
+		i++
 	}
-	for i := range o.at {
-		was := i > 0 && o.working[i-1].Has(slot)
-		if was != o.working[i].Has(slot) && o.at[i].Sub(t).Abs() <= margin {
-			moving = true
+	if i < 0 || !o.claimed[i].Has(slot) {
+		return false, false
+	}
+	for j := i + 1; j < len(o.at); j++ {
+		if !o.claimed[j].Has(slot) {
+			return true, o.fenced[j]
 		}
 	}
-	return worked, moving
+	return true, false
+}
+
+// around describes when slot was claimed, relative to t: the changes of
+// its claim, as offsets from t ("+1.2s claimed, +3s fenced").
+func (o *ownership) around(slot int, t time.Time) string {
+	var out []string
+	was := false
+	for i := range o.at {
+		if now := o.claimed[i].Has(slot); now != was || o.fenced[i] {
+			what := map[bool]string{true: "claimed", false: "let go"}[now]
+			if o.fenced[i] {
+				what = "fenced"
+			}
+			out = append(out, fmt.Sprintf("%+.1fs %s", o.at[i].Sub(t).Seconds(), what))
+			was = now
+		}
+	}
+	if len(out) == 0 {
+		return "never"
+	}
+	return strings.Join(out, ", ")
 }
 
 // observeClaims is the recorder's share of ring events.
 func (r *recorder) observeClaims(e ring.ClaimsChanged) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.owns.add(time.Now(), e.Claims.Working)
+	r.owns.add(time.Now(), e.Claims, e.Fenced)
 }
 
 // heardAt is when the replica's watcher last moved its store forward.

@@ -42,14 +42,15 @@ type Verdict struct {
 	// created and deleted while the watcher was between a broken watch and
 	// the relist that followed. They are not losses.
 	Invisible int
-	// InHandoff (sharded runs): deletions the reconciler never saw, of an
-	// object whose slot no live replica worked when it was deleted, or
-	// changed hands near it (two renew periods and two watch backoff caps:
-	// the old owner's watch may bring the deletion after it let the slot
-	// go, and the new owner's list came after the deletion). Not replayed
-	// (a controller that must act on deletions uses a finalizer); counted,
-	// not failed.
-	InHandoff []string
+	// Unclaimed (sharded runs): deletions the reconciler never saw, of an
+	// object whose slot no replica claimed when it was deleted (its owner
+	// had been killed or had fenced itself, and the new owner had not
+	// listed the slot yet), or whose claimant fenced itself before it
+	// handled them. A handoff loses nothing (the old owner sweeps, the new
+	// one covers); a fence or a kill does: nobody replays those (a
+	// controller that must act on every deletion uses a finalizer).
+	// Counted, not failed.
+	Unclaimed []string
 	// WithKilled (sharded runs): deletions the reconciler never saw, of an
 	// object whose slot the killed replica worked when it was deleted, after
 	// its watch last moved its store forward (it died behind, in a gap the
@@ -179,10 +180,8 @@ type judge struct {
 	ref      *referee
 	deleted  []deletion
 	budget   budget
-	// sharded: the replicas divide the objects; margin is how near a
-	// handoff a deletion may go unseen (InHandoff).
+	// sharded: the replicas divide the objects.
 	sharded bool
-	margin  time.Duration
 }
 
 func (j *judge) verdict(ctx context.Context) (Verdict, error) {
@@ -208,18 +207,15 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 		}
 	}
 	for _, d := range j.deleted {
-		seen, invisible, owner, moving := false, false, (*replica)(nil), false
+		seen, invisible, owner, fenced := false, false, (*replica)(nil), false
 		slot := shard.SlotOf(string(d.UID))
 		for _, r := range j.replicas {
 			r.rec.mu.Lock()
 			seen = seen || r.rec.seenDeleted[d.incarnation]
 			if !j.sharded {
 				owner, invisible = r, r.rec.invisible(d)
-			} else if w, m := r.rec.owns.worked(slot, d.At, j.margin); w || m {
-				moving = moving || m
-				if w {
-					owner, invisible = r, r.rec.invisible(d)
-				}
+			} else if claimed, f := r.rec.owns.claimedAt(slot, d.At); claimed {
+				owner, invisible, fenced = r, r.rec.invisible(d), f
 			}
 			r.rec.mu.Unlock()
 		}
@@ -227,16 +223,23 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 		case seen:
 		case invisible:
 			v.Invisible++
-		case j.sharded && (owner == nil || moving):
-			v.InHandoff = append(v.InHandoff, fmt.Sprintf("%s (uid %s)", d.Key, d.UID))
+		case j.sharded && (owner == nil || fenced):
+			v.Unclaimed = append(v.Unclaimed, fmt.Sprintf("%s (uid %s)", d.Key, d.UID))
 		case j.sharded && !owner.to.IsZero() && owner.rec.heardAt().Sub(d.At) <= KilledLag:
 			v.WithKilled = append(v.WithKilled, fmt.Sprintf("%s (uid %s, deleted %s before %s was killed)", d.Key, d.UID, owner.to.Sub(d.At).Round(10*time.Millisecond), owner.name))
 			v.KilledLagMax = max(v.KilledLagMax, owner.to.Sub(d.At))
 		default:
-			owner.rec.mu.Lock()
-			v.UnseenDeletions = append(v.UnseenDeletions, fmt.Sprintf("%s (uid %s; what %s saw of the key: %s)",
-				d.Key, d.UID, owner.name, strings.Join(owner.rec.history[d.Key], "; ")))
-			owner.rec.mu.Unlock()
+			var saw []string
+			for _, r := range j.replicas {
+				r.rec.mu.Lock()
+				if h := r.rec.history[d.Key]; len(h) > 0 || r == owner {
+					saw = append(saw, fmt.Sprintf("%s saw %s", r.name, strings.Join(h, "; ")))
+				}
+				saw = append(saw, fmt.Sprintf("%s's claims of slot %d: %s", r.name, slot, r.rec.owns.around(slot, d.At)))
+				r.rec.mu.Unlock()
+			}
+			v.UnseenDeletions = append(v.UnseenDeletions, fmt.Sprintf("%s (uid %s, slot %d, claimed by %s; %s)",
+				d.Key, d.UID, slot, owner.name, strings.Join(saw, "; ")))
 		}
 	}
 	j.ref.mu.Lock()
@@ -449,7 +452,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintln(tw, "workers")
 	row("reconciles", r.Reconciles, fmt.Sprintf("%d status writes", r.StatusWrites))
 	row("retries", r.Retries, fmt.Sprintf("%d after a conflict; the longest delay before a retry %v", r.Conflicts, r.LongestRetry.Round(time.Millisecond)))
-	row("deletions seen", r.Deletes-int64(len(r.Verdict.UnseenDeletions)+r.Verdict.Invisible+len(r.Verdict.InHandoff)+len(r.Verdict.WithKilled)), fmt.Sprintf("%d with an unknown final state (found by a relist)", r.UnknownFinalState))
+	row("deletions seen", r.Deletes-int64(len(r.Verdict.UnseenDeletions)+r.Verdict.Invisible+len(r.Verdict.Unclaimed)+len(r.Verdict.WithKilled)), fmt.Sprintf("%d with an unknown final state (found by a relist)", r.UnknownFinalState))
 	fmt.Fprintln(tw, "time")
 	row("first list synced", r.InitialSync.Round(100*time.Millisecond), "after start (includes creating the objects)")
 	row("converged", r.ConvergedIn.Round(100*time.Millisecond), "after the faults stopped")
@@ -468,8 +471,8 @@ func (r *Report) Print(w io.Writer) {
 	check(len(v.StoreDiff) == 0, fmt.Sprintf("the store equals a fresh LIST of %d objects", v.Listed))
 	check(len(v.StaleStatus) == 0, "every object's status.observedGeneration equals its metadata.generation")
 	if r.Config.Replicas > 1 {
-		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler, but %d inside a relist gap, which no client could see; %d of objects whose slot no live replica worked, or was changing hands, when they were deleted (%s); and %d the killed replica had not handled when it died, at most %v before (%s)",
-			r.Deletes-int64(v.Invisible)-int64(len(v.InHandoff)+len(v.WithKilled)), v.Invisible, len(v.InHandoff), sample(v.InHandoff),
+		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler, but %d inside a relist gap, which no client could see; %d of objects whose slot no replica claimed when they were deleted, or whose claimant fenced itself (%s); and %d the killed replica had not handled when it died, at most %v before (%s)",
+			r.Deletes-int64(v.Invisible)-int64(len(v.Unclaimed)+len(v.WithKilled)), v.Invisible, len(v.Unclaimed), sample(v.Unclaimed),
 			len(v.WithKilled), v.KilledLagMax.Round(10*time.Millisecond), sample(v.WithKilled)))
 	} else {
 		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler (but %d of objects that lived and died inside a relist gap, which no client could see)",
@@ -494,8 +497,8 @@ func (r *Report) Print(w io.Writer) {
 		}
 		return
 	}
-	if n := len(v.InHandoff) + len(v.WithKilled); r.Config.Replicas > 1 && n > 0 {
-		fmt.Fprintf(w, "\nVERDICT: PASS — but %d deletions were not replayed: made while their slot had no live owner, changed hands, or sat with the killed replica (see above)\n", n)
+	if n := len(v.Unclaimed) + len(v.WithKilled); r.Config.Replicas > 1 && n > 0 {
+		fmt.Fprintf(w, "\nVERDICT: PASS — but %d deletions were not replayed: made while their slot had no owner (after a kill or a fence), or whose owner fenced itself or was killed (see above)\n", n)
 		return
 	}
 	fmt.Fprintf(w, "\nVERDICT: PASS — nothing lost\n")

@@ -268,6 +268,12 @@ func (n *Narrator) Observe(e observe.Event) {
 		n.leading(e.Identity, e.Leading)
 	case leader.NewLeader:
 		n.newLeader(e.Identity)
+	case watcher.Swept:
+		if e.Err != nil {
+			n.line("SWEEP", "listing the slots being handed over failed (%v): tried again; the slots stay claimed until it succeeds", e.Err)
+			break
+		}
+		n.line("SWEEP", "the slots being handed over (%.1f%% of the hash space) were listed again before letting them go: %d objects there, %d in the store no longer on the server — deletions the watch had not brought yet, handled now (the new owner hears only of those after its own list)", 100*e.Share, e.Listed, e.Deleted)
 	case watcher.Resharded:
 		n.line("RESHARD", "the watcher now asks for %.1f%% of the hash space: %d objects whose slots moved to other replicas leave the store (no deletion: they still exist), then the new shard is listed", 100*e.Share, e.Dropped)
 	case ring.MembersChanged:
@@ -291,10 +297,10 @@ func (n *Narrator) claims(e ring.ClaimsChanged) {
 		n.line("TAKE", "%s now reconciles slots %s: nobody else claims them", e.Identity, s)
 	}
 	if s := c.Releasing.Minus(b.Releasing); !s.Empty() {
-		n.line("RELEASE", "%s stops reconciling slots %s (they belong to another replica now); it claims them until its reconciles in flight end", e.Identity, s)
+		n.line("RELEASE", "%s stops reconciling slots %s (they belong to another replica now); it claims them, handling their deletions, until its reconciles in flight end and, once their new owner has listed them, it has swept them", e.Identity, s)
 	}
 	if s := b.Claimed().Minus(c.Claimed()); !s.Empty() {
-		n.line("GIVE UP", "%s no longer claims slots %s: nothing of theirs is in flight; their new owner may take them", e.Identity, s)
+		n.line("GIVE UP", "%s no longer claims slots %s: nothing of theirs is in flight and no deletion is left unhandled; their new owner may take them", e.Identity, s)
 	}
 }
 

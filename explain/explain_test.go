@@ -253,6 +253,7 @@ func TestNarrationOfTheHandoff(t *testing.T) {
 	n.Observe(ring.ClaimsChanged{Identity: "b", Claims: ring.Claims{Pending: shard.SlotsOf(2, 3)}})
 	n.Observe(ring.ClaimsChanged{Identity: "b", Before: ring.Claims{Pending: shard.SlotsOf(2, 3)}, Claims: ring.Claims{Working: shard.SlotsOf(2, 3)}})
 	n.Observe(watcher.Resharded{Share: 0.5, Dropped: 12})
+	n.Observe(watcher.Swept{Share: 0.25, Listed: 40, Deleted: 3})
 	n.Observe(ring.ClaimsChanged{Identity: "b", Before: ring.Claims{Working: shard.SlotsOf(2, 3)}, Fenced: true})
 	got := out.String()
 	for _, want := range []string{
@@ -262,6 +263,7 @@ func TestNarrationOfTheHandoff(t *testing.T) {
 		"CLAIM", "b claims slots 2-3 on its Lease",
 		"TAKE", "b now reconciles slots 2-3",
 		"RESHARD", "50.0% of the hash space: 12 objects",
+		"SWEEP", "(25.0% of the hash space) were listed again before letting them go: 40 objects there, 3 in the store no longer on the server",
 		"FENCED", "b could not renew its ring Lease in time",
 	} {
 		if !strings.Contains(got, want) {

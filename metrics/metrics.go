@@ -81,7 +81,8 @@ type Metrics struct {
 	heard                        atomic.Int64 // when the server last said something (UnixNano)
 	ringMembers, shardShare      prometheus.Gauge
 	shardSlots, shardWorking     *prometheus.GaugeVec
-	handoffs                     *prometheus.CounterVec
+	handoffs, sweeps             *prometheus.CounterVec
+	sweptDeletions               prometheus.Counter
 	fenced, reshards, dropped    prometheus.Counter
 
 	mu      sync.Mutex
@@ -184,13 +185,15 @@ func New(opts Options) *Metrics {
 	m.shardShare = prometheus.NewGauge(prometheus.GaugeOpts{Name: "rawwatch_shard_share",
 		Help: "Share of the hash space whose objects this replica reconciles (its Working slots)."})
 	m.shardSlots = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rawwatch_shard_slots",
-		Help: "This replica's slots (of 256) by handoff state: working, pending (claimed, not confirmed), releasing (waiting for reconciles in flight), target (its share by the membership)."}, []string{"state"})
+		Help: "This replica's slots (of 256) by handoff state: working, pending (claimed, not confirmed), releasing (waiting for reconciles in flight and a sweep), target (its share by the membership)."}, []string{"state"})
 	m.shardWorking = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rawwatch_shard_working_info",
 		Help: "Always 1; the slots label lists the slots this replica reconciles (\"0-12,40\")."}, []string{"slots"})
 	m.handoffs = counterVec("rawwatch_shard_handoffs_total", "Slots this replica started (taken) or stopped (given) reconciling.", "direction")
 	m.fenced = counter("rawwatch_shard_fenced_total", "Times this replica dropped every claim because it could not renew its ring Lease in time.", nil)
 	m.reshards = counter("rawwatch_shard_changes_total", "Times the watcher moved to another shard (each followed by a list of it).", nil)
 	m.dropped = counter("rawwatch_shard_dropped_objects_total", "Objects dropped from the store because their slot moved to another replica (not deletions).", nil)
+	m.sweeps = counterVec("rawwatch_shard_sweeps_total", "LISTs of slots being handed over, made to find the deletions the watch has not brought yet, by result (ok, error).", "result")
+	m.sweptDeletions = counter("rawwatch_shard_swept_deletions_total", "Deletions found by those sweeps (handled before the slot is let go).", nil)
 	m.reg.MustRegister(m.ringMembers, m.shardShare, m.shardSlots, m.shardWorking)
 
 	// The process.
@@ -277,6 +280,13 @@ func (m *Metrics) Observe(e observe.Event) {
 		m.skipped.Inc()
 	case watcher.OutOfShard:
 		m.outOfShard.Inc()
+	case watcher.Swept:
+		if e.Err != nil {
+			m.sweeps.WithLabelValues("error").Inc()
+		} else {
+			m.sweeps.WithLabelValues("ok").Inc()
+			m.sweptDeletions.Add(float64(e.Deleted))
+		}
 	case watcher.Resharded:
 		m.reshards.Inc()
 		m.dropped.Add(float64(e.Dropped))

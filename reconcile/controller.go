@@ -89,6 +89,7 @@ type Controller[T store.Object] struct {
 
 	mu         sync.Mutex
 	tombstones map[string][]store.Delta[T]
+	handling   map[string][]store.Delta[T] // taken by a worker, not yet handled
 	abort      context.Context
 	pause      pause
 }
@@ -131,16 +132,45 @@ func (c *Controller[T]) deletions(ctx context.Context, key string) error {
 	c.mu.Lock()
 	ds := c.tombstones[key]
 	delete(c.tombstones, key)
+	if len(ds) > 0 {
+		if c.handling == nil {
+			c.handling = map[string][]store.Delta[T]{}
+		}
+		c.handling[key] = ds
+	}
 	c.mu.Unlock()
 	for i, d := range ds {
 		if err := c.Reconciler.Deleted(ctx, d); err != nil {
 			c.mu.Lock()
 			c.tombstones[key] = append(ds[i:], c.tombstones[key]...)
+			delete(c.handling, key)
 			c.mu.Unlock()
 			return fmt.Errorf("handling the deletion of %s (uid %s): %w", key, d.Object.GetUID(), err)
 		}
+		c.mu.Lock()
+		c.handling[key] = ds[i+1:]
+		c.mu.Unlock()
 	}
+	c.mu.Lock()
+	delete(c.handling, key)
+	c.mu.Unlock()
 	return nil
+}
+
+// Deletions calls f with every deletion not yet handled: queued, or being
+// handled by a worker. A deletion leaves this set only once Deleted returned
+// nil for it, so a caller that samples it never misses one between the queue
+// and the worker. f runs under the controller's lock: it must not call back.
+func (c *Controller[T]) Deletions(f func(store.Delta[T])) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range []map[string][]store.Delta[T]{c.tombstones, c.handling} {
+		for _, ds := range m {
+			for _, d := range ds {
+				f(d)
+			}
+		}
+	}
 }
 
 // Run starts workers and blocks until ctx ends and every worker has

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -341,4 +342,53 @@ func TestControllerRetriesAFailedDeletion(t *testing.T) {
 	if strings.Join(uids, ",") != "uid-first,uid-second" {
 		t.Fatalf("deletions handled: %v, want uid-first once, then uid-second after its retry", uids)
 	}
+}
+
+// blockingDeleter holds every deletion until released.
+type blockingDeleter struct {
+	fakeReconciler
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingDeleter) Deleted(ctx context.Context, d store.Delta[object]) error {
+	b.entered <- struct{}{}
+	<-b.release
+	return b.fakeReconciler.Deleted(ctx, d)
+}
+
+// Deletions holds a deletion from the moment it is queued until Deleted
+// returned nil for it, including while a worker handles it: a sharded
+// replica samples it to know that a slot it hands over has no deletion
+// left (one seen missing between the queue and the worker would be lost).
+func TestDeletionsHoldsADeletionUntilItIsHandled(t *testing.T) {
+	b := &blockingDeleter{entered: make(chan struct{}), release: make(chan struct{})}
+	c := &Controller[object]{Queue: queue.New(nil), Reconciler: b}
+	pending := func() (uids []string) {
+		c.Deletions(func(d store.Delta[object]) { uids = append(uids, string(d.Object.UID)) })
+		slices.Sort(uids)
+		return uids
+	}
+	first, second := myResource("a", "x", 1), myResource("a", "x", 1)
+	first.UID, second.UID = "uid-first", "uid-second"
+	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: first})
+	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: second})
+	if got := pending(); !slices.Equal(got, []string{"uid-first", "uid-second"}) {
+		t.Fatalf("queued: Deletions gives %v", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx, nil, 1); close(done) }()
+	defer func() { cancel(); <-done }()
+	<-b.entered // the first is being handled
+	if got := pending(); !slices.Equal(got, []string{"uid-first", "uid-second"}) {
+		t.Fatalf("while a worker handles the first: Deletions gives %v", got)
+	}
+	b.release <- struct{}{}
+	<-b.entered
+	if got := pending(); !slices.Equal(got, []string{"uid-second"}) {
+		t.Fatalf("while a worker handles the second: Deletions gives %v", got)
+	}
+	b.release <- struct{}{}
+	testkit.Eventually(t, 5*time.Second, func() bool { return len(pending()) == 0 }, "a deletion stayed after it was handled")
 }

@@ -18,8 +18,9 @@ import "rawwatch/shard"
 //	    │ member claims it too (withdraw)                 ▼
 //	    └──────────────────────────────────────────── Working ◀─┐ target again
 //	    ▲                                                │       │
-//	    │ no reconcile of its keys in flight             │ no longer target:
-//	    │ (sampled after Working lost it)                ▼ new reconciles stop
+//	    │ no reconcile or deletion of its keys           │ no longer target:
+//	    │ in flight (sampled after Working lost it),     ▼ new reconciles stop
+//	    │ and swept after the new owner covered it
 //	    └─────────────────────────────────────────── Releasing ─┘
 //
 // A claim is written, then the others' Leases are read: of two members that
@@ -30,6 +31,29 @@ import "rawwatch/shard"
 // written, so it sees the claim and withdraws). A slot leaves the old
 // owner's claims only once nothing of it is in flight, so the new owner's
 // first reconcile of a key starts after the old owner's last one ended.
+//
+// # Deletions across a handoff
+//
+// Updates cannot be lost in a handoff: the new owner reconciles every key of
+// a slot it takes over, from its own fresh list. A deletion can: the new
+// owner never hears of an object deleted before it listed the slot, and the
+// old owner's watch may be behind (by a backoff, under faults) when it lets
+// the slot go. So a slot leaves Releasing only after two more things:
+//
+//  1. the new owner covers it: its watcher has listed the slot and watches it
+//     (it publishes the slots it covers on its Lease, AnnotationCovers), so
+//     it hears of every deletion from its list on, and keeps those of a slot
+//     it does not work yet until it does;
+//  2. the old owner has swept it since (Claims.Sweep asks for it, View.Swept
+//     says it is done): a LIST of the slot made after the new owner's list,
+//     against which every stored object missing is handled as a deletion.
+//
+// Every deletion is then at or before the sweep's list (the old owner
+// handles it) or after the new owner's (the new owner does), and the sweep's
+// list comes after the new owner's. A new owner that never says it covers
+// the slot (an older version, or one whose watcher cannot list) holds the
+// handoff up for at most a lease duration (View.Overdue): then the slot is
+// swept and let go anyway.
 //
 // A member that cannot renew its Lease counts itself out a RenewPeriod
 // before the others can (Config.fenceAfter): it drops every claim and its
@@ -49,6 +73,10 @@ type Claims struct {
 	Releasing shard.SlotSet
 	// Target is the member's share by the membership it sees.
 	Target shard.SlotSet
+	// Sweep: the Releasing slots to sweep now (their new owner covers
+	// them, or they are overdue); each stays Releasing until View.Swept
+	// says it was swept since it was asked for.
+	Sweep shard.SlotSet
 }
 
 // Claimed is what the member's Lease must say it claims.
@@ -72,9 +100,16 @@ type View struct {
 	Published shard.SlotSet
 	// Others: the slots claimed on the Leases of the other live members.
 	Others shard.SlotSet
-	// Busy: the slots with a reconcile in flight, sampled after the
-	// previous step's Working took effect.
+	// Busy: the slots with a reconcile in flight or a deletion not yet
+	// handled, sampled after the previous step's Working took effect, and
+	// after Swept.
 	Busy shard.SlotSet
+	// Covered: the slots another live member covers (AnnotationCovers).
+	// Overdue: the slots Releasing for a lease duration.
+	Covered, Overdue shard.SlotSet
+	// Swept: of the slots the previous Claims' Sweep named, those swept
+	// since it named them.
+	Swept shard.SlotSet
 }
 
 // Step is the next Claims; it reads no clock and does no I/O.
@@ -86,9 +121,12 @@ func (c Claims) Step(v View) Claims {
 	// Slots still ours stay Working; a slot that was being released and is
 	// ours again was claimed all along, so nobody can have taken it.
 	next.Working = c.Working.Union(c.Releasing).And(v.Target)
-	// A slot released in an earlier step stays claimed while a reconcile of
-	// it is in flight; one released now waits for the next step's sample.
-	next.Releasing = c.Releasing.Minus(v.Target).And(v.Busy).Union(c.Working.Minus(v.Target))
+	// A slot released in an earlier step stays claimed while a reconcile
+	// or a deletion of it is in flight, and until it was swept after its
+	// new owner covered it; one released now waits for the next step.
+	done := c.Sweep.And(v.Swept).Minus(v.Busy)
+	next.Releasing = c.Releasing.Minus(v.Target).Minus(done).Union(c.Working.Minus(v.Target))
+	next.Sweep = next.Releasing.And(v.Covered.Union(v.Overdue))
 	if !v.Confirmed { // nothing new is known of the others
 		next.Pending = c.Pending.And(v.Target)
 		return next

@@ -24,6 +24,9 @@ func TestHandoffNeverLetsTwoMembersWorkASlot(t *testing.T) {
 			phase     int           // 0: renew next, 1: list next, 2: step next
 			published shard.SlotSet
 			others    shard.SlotSet
+			covers    shard.SlotSet // what its Lease says it covers
+			covered   shard.SlotSet // what the others' said, at its last list
+			swept     shard.SlotSet // sweeps done since Claims.Sweep asked
 			target    shard.SlotSet
 			busy      map[int]int // slot → reconciles in flight
 		}
@@ -51,7 +54,7 @@ func TestHandoffNeverLetsTwoMembersWorkASlot(t *testing.T) {
 			}
 			i := rng.IntN(members)
 			m := ms[i]
-			switch rng.IntN(12) {
+			switch rng.IntN(13) {
 			case 0, 1: // a reconcile starts, if the gate lets it
 				if s := rng.IntN(slots); m.claims.Working.Has(s) {
 					m.busy[s]++
@@ -63,16 +66,20 @@ func TestHandoffNeverLetsTwoMembersWorkASlot(t *testing.T) {
 						break
 					}
 				}
+			case 3: // a sweep asked for ends
+				m.swept = m.swept.Union(m.claims.Sweep)
 			default: // the member's loop moves on
 				switch m.phase {
 				case 0:
 					m.lease = m.claims.Claimed()
 					m.published = m.lease
+					m.covers = m.claims.Watched() // its watcher lists what it watches
 				case 1:
-					m.others = shard.SlotSet{}
+					m.others, m.covered = shard.SlotSet{}, shard.SlotSet{}
 					for j, o := range ms {
 						if j != i {
 							m.others = m.others.Union(o.lease)
+							m.covered = m.covered.Union(o.covers)
 						}
 					}
 				case 2:
@@ -82,8 +89,14 @@ func TestHandoffNeverLetsTwoMembersWorkASlot(t *testing.T) {
 							busy = busy.With(s)
 						}
 					}
+					var overdue shard.SlotSet
+					if rng.IntN(10) == 0 {
+						overdue = m.claims.Releasing
+					}
 					m.claims = m.claims.Step(View{Live: true, Target: m.target, Confirmed: true,
-						Published: m.published, Others: m.others, Busy: busy})
+						Published: m.published, Others: m.others, Busy: busy,
+						Covered: m.covered, Overdue: overdue, Swept: m.swept})
+					m.swept = m.swept.And(m.claims.Sweep) // a sweep counts for the request it answered
 				}
 				m.phase = (m.phase + 1) % 3
 			}
@@ -113,7 +126,8 @@ func TestHandoffConverges(t *testing.T) {
 	var leaseA, leaseB shard.SlotSet
 	step := func(c *Claims, lease *shard.SlotSet, other shard.SlotSet, target shard.SlotSet) {
 		*lease = c.Claimed()
-		*c = c.Step(View{Live: true, Target: target, Confirmed: true, Published: *lease, Others: other})
+		*c = c.Step(View{Live: true, Target: target, Confirmed: true, Published: *lease, Others: other,
+			Covered: shard.All(), Swept: c.Sweep})
 	}
 	all := shard.SlotsOf(0, 1, 2, 3)
 	for range 3 {
@@ -139,16 +153,65 @@ func TestHandoffConverges(t *testing.T) {
 	}
 	// a busy slot is held until its reconcile ends
 	c := Claims{Working: shard.SlotsOf(5)}
-	c = c.Step(View{Live: true, Busy: shard.SlotsOf(5), Confirmed: true})
-	c = c.Step(View{Live: true, Busy: shard.SlotsOf(5), Confirmed: true})
+	c = c.Step(View{Live: true, Busy: shard.SlotsOf(5), Confirmed: true, Covered: shard.All()})
+	c = c.Step(View{Live: true, Busy: shard.SlotsOf(5), Confirmed: true, Covered: shard.All(), Swept: c.Sweep})
 	if c.Claimed() != shard.SlotsOf(5) || !c.Working.Empty() {
 		t.Errorf("a slot with a reconcile in flight: %+v, want it Releasing", c)
 	}
-	if c = c.Step(View{Live: true, Confirmed: true}); !c.Claimed().Empty() {
+	if c = c.Step(View{Live: true, Confirmed: true, Covered: shard.All(), Swept: c.Sweep}); !c.Claimed().Empty() {
 		t.Errorf("after the reconcile: %+v, want nothing claimed", c)
 	}
 	// fenced: everything dropped at once
 	if c := (Claims{Working: all}).Step(View{Live: false, Target: all}); c != (Claims{}) {
 		t.Errorf("a member that is not live keeps %+v", c)
+	}
+}
+
+// A released slot is let go only after a sweep asked for once another
+// member covers it (or it is overdue), and made since: not on a sweep done
+// before the new owner covered it, not while nobody covers it.
+func TestReleasingWaitsForTheNewOwnerAndASweep(t *testing.T) {
+	five := shard.SlotsOf(5)
+	c := Claims{Working: five}.Step(View{Live: true, Confirmed: true})
+	if c.Releasing != five || !c.Sweep.Empty() {
+		t.Fatalf("no longer target, nobody covers it: %+v, want Releasing and no sweep asked", c)
+	}
+	// A sweep made while nobody covered the slot does not count.
+	for range 3 {
+		c = c.Step(View{Live: true, Confirmed: true, Swept: five})
+	}
+	if c.Releasing != five || !c.Sweep.Empty() {
+		t.Fatalf("swept while uncovered: %+v, want still Releasing", c)
+	}
+	// The new owner covers it: a sweep is asked for; until it is done, the
+	// slot stays.
+	c = c.Step(View{Live: true, Confirmed: true, Covered: five})
+	if c.Sweep != five {
+		t.Fatalf("covered: %+v, want a sweep asked for", c)
+	}
+	c = c.Step(View{Live: true, Confirmed: true, Covered: five})
+	if c.Releasing != five {
+		t.Fatalf("not swept yet: %+v, want still Releasing", c)
+	}
+	// Swept, but a deletion it found is still queued: the slot stays.
+	c = c.Step(View{Live: true, Confirmed: true, Covered: five, Swept: five, Busy: five})
+	if c.Releasing != five {
+		t.Fatalf("swept, deletions queued: %+v, want still Releasing", c)
+	}
+	if c = c.Step(View{Live: true, Confirmed: true, Covered: five, Swept: five}); !c.Claimed().Empty() {
+		t.Fatalf("swept and handled: %+v, want it let go", c)
+	}
+	// Overdue: swept and let go without a new owner covering it.
+	c = Claims{Releasing: five}.Step(View{Live: true, Confirmed: true, Overdue: five})
+	if c.Sweep != five {
+		t.Fatalf("overdue: %+v, want a sweep asked for", c)
+	}
+	if c = c.Step(View{Live: true, Confirmed: true, Overdue: five, Swept: five}); !c.Claimed().Empty() {
+		t.Fatalf("overdue and swept: %+v, want it let go", c)
+	}
+	// The slot comes back while it waits: Working again, no sweep asked.
+	c = Claims{Releasing: five, Sweep: five}.Step(View{Live: true, Confirmed: true, Target: five, Covered: five})
+	if c.Working != five || !c.Sweep.Empty() {
+		t.Fatalf("target again: %+v, want Working and no sweep", c)
 	}
 }

@@ -65,6 +65,10 @@ const Label = "rawwatch.example.com/ring"
 // (shard.SlotSet's text: "0-12,40").
 const AnnotationSlots = "rawwatch.example.com/slots"
 
+// AnnotationCovers on a member's Lease lists the slots its cache covers
+// (Config.Covers): a slot is handed over to it only once it is there.
+const AnnotationCovers = "rawwatch.example.com/covers"
+
 // Defaults of Config.
 const (
 	DefaultLeaseDuration = 15 * time.Second
@@ -91,9 +95,15 @@ type Config struct {
 	// change, and must return once they are in effect (new reconciles of a
 	// slot no longer Working refused, those of a newly Working slot allowed)
 	// without waiting for reconciles to end. Busy reports the slots with a
-	// reconcile in flight.
+	// reconcile in flight or a deletion not yet handled.
 	OnClaims func(Claims)
 	Busy     func() shard.SlotSet
+	// Covers reports the slots whose every deletion this member hears of
+	// from now on (its watcher listed them and watches them); Swept, of
+	// the slots Claims.Sweep named, those swept since. Both go with
+	// OnClaims, or neither: then a slot is let go as soon as nothing of it
+	// is in flight (no sweeps).
+	Covers, Swept func() shard.SlotSet
 	// Observer hears MembersChanged and ClaimsChanged. Optional.
 	Observer observe.Observer
 }
@@ -150,12 +160,15 @@ type Member struct {
 	claims    Claims
 	published shard.SlotSet // what this tick's renewal wrote
 	confirmed bool          // this tick: a renewal, then a list, both succeeded
+	// releasingSince is when each slot became Releasing (zero: it is not).
+	releasingSince [shard.Slots]time.Time
 }
 
 type observed struct {
 	rv     string
 	at     time.Time     // when we saw rv first
 	claims shard.SlotSet // the slots its Lease claims
+	covers shard.SlotSet // the slots its cache covers
 }
 
 // New returns a member; it joins when Run starts.
@@ -174,6 +187,9 @@ func New(cfg Config) (*Member, error) {
 	}
 	if (cfg.OnClaims == nil) != (cfg.Busy == nil) {
 		return nil, fmt.Errorf("ring: OnClaims and Busy go together")
+	}
+	if (cfg.Covers == nil) != (cfg.Swept == nil) || cfg.Covers != nil && cfg.OnClaims == nil {
+		return nil, fmt.Errorf("ring: Covers and Swept go together, with OnClaims")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -268,6 +284,9 @@ func (m *Member) renew(ctx context.Context) error {
 	now := metav1.NewMicroTime(sent)
 	claimed := m.claims.Claimed()
 	annotations := map[string]string{AnnotationSlots: claimed.String()}
+	if m.cfg.Covers != nil {
+		annotations[AnnotationCovers] = m.cfg.Covers().String()
+	}
 	if m.cfg.OnClaims == nil {
 		annotations = nil
 	}
@@ -309,7 +328,9 @@ func (m *Member) renew(ctx context.Context) error {
 			if lease.Annotations == nil {
 				lease.Annotations = map[string]string{}
 			}
-			lease.Annotations[AnnotationSlots] = annotations[AnnotationSlots]
+			for k, v := range annotations {
+				lease.Annotations[k] = v
+			}
 		}
 		m.tried = sent.Truncate(time.Microsecond)
 		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
@@ -353,14 +374,17 @@ func (m *Member) look(ctx context.Context) error {
 				claims = claims.With(i)
 			}
 		}
+		// Covers that cannot be read cover nothing: the handoff waits
+		// (at most a lease duration) instead of trusting them.
+		covers, _ := shard.ParseSlotSet(l.Annotations[AnnotationCovers])
 		o, ok := m.seen[id]
 		switch {
 		case !ok && l.Spec.RenewTime != nil && now.Sub(l.Spec.RenewTime.Time) > 2*m.cfg.LeaseDuration:
 			// First seen, and by its own clock not renewed for two lease
 			// durations: a member that died, not one that just joined.
-			m.seen[id] = observed{rv: l.ResourceVersion, at: now.Add(-m.cfg.LeaseDuration), claims: claims}
+			m.seen[id] = observed{rv: l.ResourceVersion, at: now.Add(-m.cfg.LeaseDuration), claims: claims, covers: covers}
 		case !ok || o.rv != l.ResourceVersion:
-			m.seen[id] = observed{rv: l.ResourceVersion, at: now, claims: claims}
+			m.seen[id] = observed{rv: l.ResourceVersion, at: now, claims: claims, covers: covers}
 		}
 	}
 	for id := range m.seen { // deleted: left cleanly
@@ -374,6 +398,13 @@ func (m *Member) look(ctx context.Context) error {
 // update recomputes the live members from what was observed, then, with
 // the handoff, steps the claims.
 func (m *Member) update(log klog.Logger) {
+	// Swept before Busy: a sweep hands its deletions over, then says it is
+	// done; read the other way round, a slot could be let go between the
+	// two with deletions still queued.
+	swept, covered := shard.All(), shard.All() // without sweeps, nothing to wait for
+	if m.cfg.Swept != nil {
+		swept, covered = m.cfg.Swept(), shard.SlotSet{}
+	}
 	var busy shard.SlotSet
 	if m.cfg.Busy != nil {
 		busy = m.cfg.Busy() // before the step: after the last step took effect
@@ -394,6 +425,9 @@ func (m *Member) update(log klog.Logger) {
 		if now.Sub(o.at) < m.cfg.LeaseDuration || !m.lookOK {
 			live = append(live, id)
 			others = others.Union(o.claims)
+			if m.cfg.Swept != nil {
+				covered = covered.Union(o.covers)
+			}
 		}
 	}
 	slices.Sort(live)
@@ -416,9 +450,24 @@ func (m *Member) update(log klog.Logger) {
 	if self {
 		target = shard.SlotsOf(shard.Assign(live)[m.cfg.Identity]...)
 	}
+	var overdue shard.SlotSet
+	for i, since := range m.releasingSince {
+		if !since.IsZero() && now.Sub(since) >= m.cfg.LeaseDuration {
+			overdue = overdue.With(i)
+		}
+	}
 	before := m.claims
 	m.claims = before.Step(View{Live: self, Target: target, Confirmed: m.confirmed,
-		Published: m.published, Others: others, Busy: busy})
+		Published: m.published, Others: others, Busy: busy,
+		Covered: covered, Overdue: overdue, Swept: swept})
+	for i := range m.releasingSince {
+		switch {
+		case !m.claims.Releasing.Has(i):
+			m.releasingSince[i] = time.Time{}
+		case m.releasingSince[i].IsZero():
+			m.releasingSince[i] = now
+		}
+	}
 	after, renewed := m.claims, m.renewed
 	m.mu.Unlock()
 	if membersChanged != nil {
@@ -429,7 +478,7 @@ func (m *Member) update(log klog.Logger) {
 		if fenced {
 			log.Info("Fenced: our Lease could not be renewed in time; every claim dropped", "lastRenewal", renewed)
 		}
-		log.V(1).Info("Claims changed", "working", after.Working, "pending", after.Pending, "releasing", after.Releasing, "target", after.Target)
+		log.V(1).Info("Claims changed", "working", after.Working, "pending", after.Pending, "releasing", after.Releasing, "sweep", after.Sweep, "target", after.Target)
 		m.cfg.OnClaims(after)
 		m.observe(ClaimsChanged{Identity: m.cfg.Identity, Claims: after, Before: before, Fenced: fenced, Members: live})
 	}

@@ -189,6 +189,9 @@ func TestSlotSetText(t *testing.T) {
 		if err != nil || back != s {
 			t.Errorf("ParseSlotSet(%q) = %v, %v; want %v", c.text, back.List(), err, c.slots)
 		}
+		if s.Set().Slots() != s {
+			t.Errorf("%v: Set().Slots() is %v", c.slots, s.Set().Slots())
+		}
 		if s.Len() != len(s.List()) || s.Empty() != (len(c.slots) == 0) {
 			t.Errorf("%v: Len %d, Empty %v", c.slots, s.Len(), s.Empty())
 		}
@@ -197,6 +200,10 @@ func TestSlotSetText(t *testing.T) {
 		if _, err := ParseSlotSet(bad); err == nil {
 			t.Errorf("ParseSlotSet(%q) accepted", bad)
 		}
+	}
+	// A range that covers part of a slot does not give the slot.
+	if got := (Set{{Start: slotRange(3).Start, End: slotRange(5).Start + 1}}).Slots(); got != SlotsOf(3, 4) {
+		t.Errorf("a range one past slot 4's end: slots %v, want 3-4", got)
 	}
 	a, b := SlotsOf(1, 2, 3), SlotsOf(3, 4)
 	if a.Union(b) != SlotsOf(1, 2, 3, 4) || a.Minus(b) != SlotsOf(1, 2) || a.And(b) != SlotsOf(3) {

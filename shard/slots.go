@@ -138,3 +138,27 @@ func parseSlot(text string) (int, error) {
 	}
 	return i, nil
 }
+
+// Slots is the slots that lie wholly in s: the inverse of SlotSet.Set.
+func (s Set) Slots() SlotSet {
+	var out SlotSet
+	for i := range Slots {
+		slot := slotRange(i)
+		for _, r := range s {
+			if r.Contains(slot.Start) && (r.End == 0 || slot.End != 0 && slot.End <= r.End) {
+				out = out.With(i)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// All is every slot.
+func All() SlotSet {
+	var s SlotSet
+	for i := range s {
+		s[i] = ^uint64(0)
+	}
+	return s
+}

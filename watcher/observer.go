@@ -88,6 +88,13 @@ type (
 		Share   float64 // of the hash space; 0 for every object
 		Dropped int
 	}
+	// Swept: Sweep listed Share of the hash space (Listed objects) and
+	// found Deleted stored objects gone from the server, or failed (Err).
+	Swept struct {
+		Share           float64
+		Listed, Deleted int
+		Err             error
+	}
 	// Handed: a change went to the Handler (after the store was updated).
 	Handed struct {
 		Type              store.DeltaType
@@ -108,6 +115,7 @@ func (BackoffStarted) Component() string   { return "watcher" }
 func (Skipped) Component() string          { return "watcher" }
 func (OutOfShard) Component() string       { return "watcher" }
 func (Resharded) Component() string        { return "watcher" }
+func (Swept) Component() string            { return "watcher" }
 func (Handed) Component() string           { return "watcher" }
 
 // Stats counts what the loop did. Every Watcher keeps one (see Watcher.Stats).

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"rawwatch/api/v1alpha1"
 	"rawwatch/compare"
 	"rawwatch/internal/testkit"
 	"rawwatch/shard"
@@ -230,5 +231,121 @@ func TestSetShardMovesWithoutDeletions(t *testing.T) {
 		if _, err := c.Create(ctx, testkit.New(ns, victim.GetName(), "back")); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// Sweep finds what a watch that is behind has not brought: a watcher whose
+// store was filled and never kept up (it does not run) sweeps half the
+// slots after deletions, a re-created name and new objects. It reports, as
+// FinalStateUnknown deletions, exactly the stored objects of those slots
+// that are gone or were re-created (by UID), none outside the slots and no
+// new object; the store is not touched. Gate on and off.
+func TestSweepFindsTheDeletionsTheWatchHasNotBrought(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ctx := context.Background()
+	old, err := cp.AddAPIServer(ctx, "apiserver-no-shards-3", "--feature-gates=ShardedListAndWatch=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Stop()
+	var even []int
+	for i := 0; i < shard.Slots; i += 2 {
+		even = append(even, i)
+	}
+	slots := shard.SlotsOf(even...)
+	for name, cfg := range map[string]*rest.Config{"gate on": cp.Config(), "gate off": old.Config()} {
+		ns := testkit.Namespace(t, cp.Config())
+		c := testkit.Client(t, cp.Config())
+		if err := testkit.CreateMany(ctx, c, ns, "obj", 120); err != nil {
+			t.Fatal(err)
+		}
+		// A store as a watcher left it, and a watcher that will not run.
+		list, err := c.List(ctx, ns, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := store.New[object]()
+		for i := range list.Items {
+			s.Upsert(&list.Items[i])
+		}
+		w := watcher.New(watcher.RESTSource{Client: testkit.Client(t, cfg).REST(), Resource: v1alpha1.Resource, Namespace: ns}, s,
+			watcher.Options[object]{PageSize: 25, Codec: watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind}})
+		if !w.Covered().Empty() {
+			t.Errorf("%s: a watcher that never listed covers %v", name, w.Covered())
+		}
+		want := map[string]bool{} // the deletions the sweep must report
+		recreated := ""
+		for i, o := range list.Items {
+			in := slots.Has(shard.SlotOf(string(o.UID)))
+			switch {
+			case i%7 == 0: // deleted
+				if err := c.Delete(ctx, ns, o.Name, metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				if in {
+					want[store.KeyOf(&list.Items[i])] = true
+				}
+			case in && recreated == "": // deleted and created again: a new UID
+				if err := c.Delete(ctx, ns, o.Name, metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := c.Create(ctx, testkit.New(ns, o.Name, "again")); err != nil {
+					t.Fatal(err)
+				}
+				recreated = store.KeyOf(&list.Items[i])
+				want[recreated] = true
+			}
+		}
+		if err := testkit.CreateMany(ctx, c, ns, "new", 20); err != nil {
+			t.Fatal(err)
+		}
+		found, err := w.Sweep(ctx, slots)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		got := map[string]bool{}
+		for _, d := range found {
+			if d.Type != store.Deleted || !d.FinalStateUnknown {
+				t.Errorf("%s: %s reported as %v (final state unknown %v), want a Deleted with its final state unknown", name, d.Key, d.Type, d.FinalStateUnknown)
+			}
+			if !slots.Has(shard.SlotOf(string(d.Object.GetUID()))) {
+				t.Errorf("%s: %s reported, outside the swept slots", name, d.Key)
+			}
+			got[d.Key] = true
+		}
+		for key := range want {
+			if !got[key] {
+				t.Errorf("%s: the deletion of %s was not found", name, key)
+			}
+		}
+		for key := range got {
+			if !want[key] {
+				t.Errorf("%s: %s reported deleted, but it is on the server", name, key)
+			}
+		}
+		if s.Len() != 120 {
+			t.Errorf("%s: the sweep changed the store: %d objects, want 120", name, s.Len())
+		}
+		t.Logf("%s: %d deletions found in half the slots (%s re-created)", name, len(found), recreated)
+	}
+}
+
+// Covered is the slots whose objects the store holds since a list of them:
+// the shard once synced, nothing from a shard change until its relist.
+func TestCoveredFollowsTheListedShard(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ns := testkit.Namespace(t, cp.Config())
+	a, b := shard.SlotsOf(0, 1, 2, 3), shard.SlotsOf(2, 3, 4, 5, 6)
+	r := start(t, cp.Config(), ns, watcher.Options[object]{Shard: a.Set()})
+	if got := r.w.Covered(); got != a {
+		t.Fatalf("synced on slots %v: covers %v", a, got)
+	}
+	r.w.SetShard(b.Set())
+	testkit.Eventually(t, 30*time.Second, func() bool { return r.w.Covered() == b }, "after SetShard, covers %v, want %v", r.w.Covered(), b)
+	all := start(t, cp.Config(), ns, watcher.Options[object]{})
+	if got := all.w.Covered(); got != shard.All() {
+		t.Errorf("a watcher of every object covers %v", got)
 	}
 }

@@ -101,6 +101,9 @@ type Watcher[T Object] struct {
 	// wakes the loop for it.
 	nextShard atomic.Pointer[shard.Set]
 	reshard   chan struct{}
+	// covered is the slots of the shard the store was last listed with,
+	// while that shard is in effect (see Covered).
+	covered atomic.Pointer[shard.SlotSet]
 }
 
 // partialList is what a paginated list read before it failed.
@@ -137,6 +140,7 @@ func New[T Object](src Source, s *store.Store[T], opts Options[T]) *Watcher[T] {
 	w.obs = observe.Fanout{&w.stats, opts.Observer}
 	empty := ""
 	w.rv.Store(&empty)
+	w.covered.Store(&shard.SlotSet{})
 	return w
 }
 
@@ -148,6 +152,15 @@ func (w *Watcher[T]) ResourceVersion() string { return *w.rv.Load() }
 
 // Stats returns the loop's counters.
 func (w *Watcher[T]) Stats() StatsSnapshot { return w.stats.Snapshot() }
+
+// Covered is the slots (package shard) whose every object the store holds
+// since a list of them, watched since: every deletion in them from now on
+// reaches the Handler, as a DELETED event or, if the watch is down, as a
+// relist's FinalStateUnknown delta. It is empty before the first list and
+// from a shard change (SetShard) until the new shard's list; every slot for
+// a watcher without a shard, once synced. A sharded controller hands a slot
+// over only once its new owner covers it (package ring).
+func (w *Watcher[T]) Covered() shard.SlotSet { return *w.covered.Load() }
 
 // SetShard makes the watcher list and watch s from now on (nil: every
 // object). The request or stream in flight is cut short; the objects the
@@ -248,6 +261,7 @@ func (w *Watcher[T]) applyShard(m *Machine) Action {
 	}
 	w.shard, w.selector = *next, next.Selector()
 	w.partial = nil
+	w.covered.Store(&shard.SlotSet{}) // until the relist of the new shard
 	dropped := 0
 	if len(w.shard) > 0 {
 		dropped = w.store.Retain(func(obj T) bool { return w.shard.Contains(string(obj.GetUID())) })
@@ -400,6 +414,11 @@ func (w *Watcher[T]) commit(repl *store.Replacement[T], rv string) {
 	for _, d := range deltas {
 		w.hand(d)
 	}
+	listed := shard.All()
+	if len(w.shard) > 0 {
+		listed = w.shard.Slots()
+	}
+	w.covered.Store(&listed)
 	w.syncedOnce.Do(func() { close(w.synced) })
 }
 

@@ -239,7 +239,7 @@ func New(opts Options) (_ *App, err error) {
 	wopts.PageSize = opts.PageSize
 	wopts.Observer = observer
 	wopts.Handler = func(d store.Delta[Object]) {
-		if a.enqueue.Load() && (a.gate == nil || a.gate.owns(d.Object)) {
+		if a.enqueue.Load() && (a.gate == nil || a.gate.admit(d)) {
 			a.Controller.OnDelta(d)
 		}
 	}
@@ -301,6 +301,10 @@ func (a *App) Run(ctx context.Context) error {
 		ringCtx, leaveRing := context.WithCancel(context.WithoutCancel(ctx))
 		defer leaveRing()
 		wg.Go(func() { a.Member.Run(ringCtx) })
+		wg.Go(func() {
+			s := a.opts.Sharding
+			a.sweep(ringCtx, cmp.Or(s.RenewPeriod, ring.DefaultRenewPeriod), cmp.Or(s.LeaseDuration, ring.DefaultLeaseDuration))
+		})
 		wg.Go(func() {
 			select { // the first claims say what to watch
 			case <-a.watcherStart:

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
 	"rawwatch/reconcile"
 	"rawwatch/ring"
@@ -49,14 +50,24 @@ func DefaultIdentity() string {
 }
 
 // gate lets a reconcile of a key start only while this replica works the
-// key's slot, and knows which slots have reconciles in flight (the ring
-// releases a slot only once none is).
+// key's slot, and a deletion be handled only while it claims it (Working or
+// Releasing); it keeps the deletions of slots it watches but does not work
+// yet, for when it does; it knows which slots have reconciles in flight (the
+// ring releases a slot only once none is) and which were swept.
 type gate struct {
 	store *store.Store[Object]
 
 	mu      sync.Mutex
-	working shard.SlotSet
+	claims  ring.Claims
 	flights map[*flight]struct{}
+	// held: deletions in slots watched, not worked (Pending, or Target
+	// only): handed to the workers if the slot comes to be worked.
+	held map[int][]store.Delta[Object]
+	// swept: of claims.Sweep, the slots swept since it asked; fresh, the
+	// slots asked for since the sweep under way began (it does not answer
+	// for them).
+	swept, fresh shard.SlotSet
+	kick         chan struct{} // a sweep is asked for
 }
 
 type flight struct {
@@ -65,24 +76,44 @@ type flight struct {
 }
 
 func newGate(s *store.Store[Object]) *gate {
-	return &gate{store: s, flights: map[*flight]struct{}{}}
+	return &gate{store: s, flights: map[*flight]struct{}{}, held: map[int][]store.Delta[Object]{}, kick: make(chan struct{}, 1)}
 }
 
-// owns tells whether this replica works obj's slot now.
-func (g *gate) owns(obj Object) bool {
+// admit tells whether a delta goes to the workers now. A change does if
+// this replica works its slot; a deletion, if it claims the slot (Working or
+// Releasing). A deletion in a slot it only watches is held (see set).
+func (g *gate) admit(d store.Delta[Object]) bool {
+	slot := shard.SlotOf(string(d.Object.GetUID()))
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.working.Has(shard.SlotOf(string(obj.GetUID())))
+	if d.Type != store.Deleted {
+		return g.claims.Working.Has(slot)
+	}
+	if g.claims.Working.Union(g.claims.Releasing).Has(slot) {
+		return true
+	}
+	if g.claims.Watched().Has(slot) {
+		g.held[slot] = append(g.held[slot], d)
+	}
+	return false
 }
 
-// enter starts a reconcile in obj's slot, if this replica works it; leave
-// must follow. The reconcile's context ends when the slot is taken away
-// without being released (the replica was fenced).
-func (g *gate) enter(ctx context.Context, obj Object) (_ context.Context, leave func(), ok bool) {
-	slot := shard.SlotOf(string(obj.GetUID()))
+// enter starts a reconcile (or, with deletion, a deletion's handling) of obj,
+// if admit would let it in; leave must follow. The context ends when the
+// slot is taken away without being released (the replica was fenced). A
+// deletion not let in is held, as by admit.
+func (g *gate) enter(ctx context.Context, d store.Delta[Object], deletion bool) (_ context.Context, leave func(), ok bool) {
+	slot := shard.SlotOf(string(d.Object.GetUID()))
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.working.Has(slot) {
+	allowed := g.claims.Working
+	if deletion {
+		allowed = allowed.Union(g.claims.Releasing)
+	}
+	if !allowed.Has(slot) {
+		if deletion && g.claims.Watched().Has(slot) {
+			g.held[slot] = append(g.held[slot], d)
+		}
 		return nil, nil, false
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -110,18 +141,59 @@ func (g *gate) busy() shard.SlotSet {
 // set puts c in effect: reconciles start only in c.Working from now on; the
 // ones in flight in a slot no longer claimed at all are cancelled (a slot
 // being released keeps its reconciles: the ring waits for them). It returns
-// the slots newly worked.
-func (g *gate) set(c ring.Claims) (gained shard.SlotSet) {
+// the slots newly worked and the deletions held for them; those held for a
+// slot no longer watched are dropped (another replica covers it).
+func (g *gate) set(c ring.Claims) (gained shard.SlotSet, replay []store.Delta[Object]) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	gained = c.Working.Minus(g.working)
-	g.working = c.Working
+	gained = c.Working.Minus(g.claims.Working)
+	g.fresh = g.fresh.Union(c.Sweep.Minus(g.claims.Sweep))
+	g.swept = g.swept.And(c.Sweep).Minus(c.Sweep.Minus(g.claims.Sweep))
+	g.claims = c
 	for f := range g.flights {
 		if !c.Claimed().Has(f.slot) {
 			f.cancel()
 		}
 	}
-	return gained
+	for slot, ds := range g.held {
+		switch {
+		case c.Working.Has(slot):
+			replay = append(replay, ds...)
+			delete(g.held, slot)
+		case !c.Watched().Has(slot):
+			delete(g.held, slot)
+		}
+	}
+	if !c.Sweep.Minus(g.swept).Empty() {
+		select {
+		case g.kick <- struct{}{}:
+		default:
+		}
+	}
+	return gained, replay
+}
+
+// toSweep is the slots the ring asks to sweep and that were not swept since;
+// the sweep that starts now answers for them.
+func (g *gate) toSweep() shard.SlotSet {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.fresh = shard.SlotSet{}
+	return g.claims.Sweep.Minus(g.swept)
+}
+
+// sweptNow records a finished sweep of slots (begun at toSweep).
+func (g *gate) sweptNow(slots shard.SlotSet) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.swept = g.swept.Union(slots.And(g.claims.Sweep).Minus(g.fresh))
+}
+
+// sweptSlots is what the ring reads as View.Swept.
+func (g *gate) sweptSlots() shard.SlotSet {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.swept
 }
 
 // keysIn is the keys of the stored objects in slots.
@@ -150,7 +222,7 @@ func (r gatedReconciler) Reconcile(ctx context.Context, key string) error {
 	if !ok {
 		return nil
 	}
-	ctx, leave, ok := r.gate.enter(ctx, obj)
+	ctx, leave, ok := r.gate.enter(ctx, store.Delta[Object]{Key: key, Object: obj}, false)
 	if !ok {
 		return nil
 	}
@@ -159,7 +231,7 @@ func (r gatedReconciler) Reconcile(ctx context.Context, key string) error {
 }
 
 func (r gatedReconciler) Deleted(ctx context.Context, d store.Delta[Object]) error {
-	ctx, leave, ok := r.gate.enter(ctx, d.Object)
+	ctx, leave, ok := r.gate.enter(ctx, d, true)
 	if !ok {
 		return nil
 	}
@@ -192,8 +264,61 @@ func (a *App) newMember() (*ring.Member, error) {
 	return ring.New(ring.Config{
 		Client: kube, Namespace: s.Namespace, Ring: s.Ring, Identity: s.Identity,
 		LeaseDuration: s.LeaseDuration, RenewPeriod: s.RenewPeriod,
-		Observer: a.observer, OnClaims: a.onClaims, Busy: a.gate.busy,
+		Observer: a.observer, OnClaims: a.onClaims, Busy: a.busy,
+		Covers: a.covers, Swept: a.gate.sweptSlots,
 	})
+}
+
+// busy is the slots with a reconcile in flight or a deletion not handled.
+func (a *App) busy() shard.SlotSet {
+	s := a.gate.busy()
+	a.Controller.Deletions(func(d store.Delta[Object]) { s = s.With(shard.SlotOf(string(d.Object.GetUID()))) })
+	return s
+}
+
+// covers is the slots this replica hears every deletion of: listed by the
+// watcher and still watched (the ring's goroutine, as onClaims).
+func (a *App) covers() shard.SlotSet { return a.Watcher.Covered().And(a.watched) }
+
+// sweep sweeps the slots the ring asks to, until ctx ends: it finds the
+// deletions the watch has not brought yet (watcher.Sweep), hands them to the
+// workers, then tells the ring (which lets the slot go once they are
+// handled). A failed sweep is tried again after a pause, doubling from a
+// renew period up to a lease duration; nothing else retries it.
+func (a *App) sweep(ctx context.Context, renew, lease time.Duration) {
+	log := klog.FromContext(ctx).WithName("sharding")
+	pause := renew
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.gate.kick:
+		}
+		for slots := a.gate.toSweep(); !slots.Empty(); slots = a.gate.toSweep() {
+			found, err := a.Watcher.Sweep(ctx, slots)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				log.Error(err, "Could not sweep the slots being handed over; trying again", "slots", slots, "in", pause)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(pause):
+				}
+				pause = min(2*pause, lease)
+				continue
+			}
+			pause = renew
+			for _, d := range found {
+				if a.gate.admit(d) {
+					a.Controller.OnDelta(d)
+				}
+			}
+			log.V(1).Info("Swept the slots being handed over", "slots", slots, "deletions", len(found))
+			a.gate.sweptNow(slots)
+		}
+	}
 }
 
 // startWatcher lets Run start the watcher (with the shard just set).
@@ -202,7 +327,7 @@ func (a *App) startWatcher() { a.startOnce.Do(func() { close(a.watcherStart) }) 
 // onClaims is called by the ring (on its goroutine) when this replica's
 // claims change.
 func (a *App) onClaims(c ring.Claims) {
-	gained := a.gate.set(c)
+	gained, replay := a.gate.set(c)
 	// The watcher starts with the first slots this replica works, not
 	// before: until then its view of the ring may be partial (replicas
 	// started together each see themselves alone at first, and would each
@@ -217,5 +342,11 @@ func (a *App) onClaims(c ring.Claims) {
 		// reconcile (the watcher's relist hands out the rest as Added, and
 		// the gate now lets them in).
 		a.Controller.Resync(a.gate.keysIn(gained))
+		// And the deletions it heard of before it worked them (the old
+		// owner may have handled some: a deletion is handled at least
+		// once, never by two replicas at once).
+		for _, d := range replay {
+			a.Controller.OnDelta(d)
+		}
 	}
 }

@@ -1,0 +1,83 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"rawwatch/shard"
+	"rawwatch/store"
+)
+
+// Sweep finds the deletions in slots that the watch has not brought yet:
+// it takes the stored objects of those slots, then LISTs the slots at the
+// latest resourceVersion (paginated, with their shard selector), and
+// returns, as Deleted deltas with FinalStateUnknown, the stored objects the
+// list does not have under their UID (gone, or the name re-created as
+// another object). The store is not touched: the watch, or a relist, still
+// brings these deletions in its own time; Sweep only lets its caller hear
+// of them now.
+//
+// A sharded controller sweeps the slots it hands over (package ring): its
+// watch may be behind, and the new owner cannot see what was deleted before
+// it listed. The objects are taken before the LIST starts, so an object
+// created since is not mistaken for a deleted one. Sweep may run beside Run.
+func (w *Watcher[T]) Sweep(ctx context.Context, slots shard.SlotSet) (_ []store.Delta[T], err error) {
+	set := slots.Set()
+	listed := 0
+	var found []store.Delta[T]
+	defer func() {
+		w.obs.Observe(Swept{Share: set.Fraction(), Listed: listed, Deleted: len(found), Err: err})
+	}()
+	if slots.Empty() {
+		return nil, nil
+	}
+	stored := map[string]T{}
+	for _, obj := range w.store.List() {
+		if slots.Has(shard.SlotOf(string(obj.GetUID()))) {
+			stored[store.KeyOf(obj)] = obj
+		}
+	}
+	present := map[string]types.UID{} // key → UID on the server
+	kept := map[string]bool{}         // keys of objects that cannot be decoded: kept as they are
+	opts := metav1.ListOptions{Limit: w.opts.PageSize, ShardSelector: set.Selector()}
+	for {
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		body, err := w.source.List(rctx, opts)
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("sweeping slots %s: %w", slots, err)
+		}
+		meta, err := decodeList(body, w.opts.Codec,
+			func(obj T) {
+				if set.Contains(string(obj.GetUID())) { // a server may ignore the selector
+					listed++
+					present[store.KeyOf(obj)] = obj.GetUID()
+				}
+			},
+			func(skip *SkipError) {
+				if skip.Key != "" {
+					kept[skip.Key] = true
+				}
+			})
+		body.Close()
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("sweeping slots %s: %w", slots, err)
+		}
+		if meta.Continue == "" {
+			break
+		}
+		opts = metav1.ListOptions{Limit: w.opts.PageSize, Continue: meta.Continue, ShardSelector: set.Selector()}
+	}
+	for key, obj := range stored {
+		if uid, ok := present[key]; (ok && uid == obj.GetUID()) || kept[key] {
+			continue
+		}
+		found = append(found, store.Delta[T]{Type: store.Deleted, Key: key, Object: obj, FinalStateUnknown: true})
+	}
+	return found, nil
+}
