@@ -158,31 +158,34 @@ func (f *referee) leave(key string) {
 type ownership struct {
 	at      []time.Time
 	claimed []shard.SlotSet
-	fenced  []bool // the change was a fence: every claim dropped at once
+	fenced  []bool  // the change was a fence: every claim dropped at once
+	rv      []int64 // where the replica's watch was at the change
 }
 
-func (o *ownership) add(t time.Time, c ring.Claims, fenced bool) {
+func (o *ownership) add(t time.Time, c ring.Claims, fenced bool, rv int64) {
 	o.at = append(o.at, t)
 	o.claimed = append(o.claimed, c.Working.Union(c.Releasing))
 	o.fenced = append(o.fenced, fenced)
+	o.rv = append(o.rv, rv)
 }
 
 // claimedAt tells whether slot was claimed at t and, if so, whether that
-// claim ended in a fence rather than in a handoff.
-func (o *ownership) claimedAt(slot int, t time.Time) (claimed, fencedAfter bool) {
+// claim ended in a fence rather than in a handoff, and where the watch was
+// when it ended (-1: it did not).
+func (o *ownership) claimedAt(slot int, t time.Time) (claimed, fencedAfter bool, endRV int64) {
 	i := -1
 	for i+1 < len(o.at) && !o.at[i+1].After(t) {
 		i++
 	}
 	if i < 0 || !o.claimed[i].Has(slot) {
-		return false, false
+		return false, false, -1
 	}
 	for j := i + 1; j < len(o.at); j++ {
 		if !o.claimed[j].Has(slot) {
-			return true, o.fenced[j]
+			return true, o.fenced[j], o.rv[j]
 		}
 	}
-	return true, false
+	return true, false, -1
 }
 
 // around describes when slot was claimed, relative to t: the changes of
@@ -210,7 +213,7 @@ func (o *ownership) around(slot int, t time.Time) string {
 func (r *recorder) observeClaims(e ring.ClaimsChanged) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.owns.add(time.Now(), e.Claims, e.Fenced)
+	r.owns.add(time.Now(), e.Claims, e.Fenced, r.lastRV)
 }
 
 // heardAt is when the replica's watcher last moved its store forward.

@@ -42,6 +42,12 @@ type Verdict struct {
 	// created and deleted while the watcher was between a broken watch and
 	// the relist that followed. They are not losses.
 	Invisible int
+	// HandoffGap (sharded runs) counts deletions no replica could see, of
+	// objects no replica ever had: created after the old owner's watch
+	// position when it let their slot go, and deleted before the new
+	// owner's list (which would have brought them). The sharded form of a
+	// relist gap; not losses.
+	HandoffGap int
 	// Unclaimed (sharded runs): deletions the reconciler never saw, of an
 	// object whose slot no replica claimed when it was deleted (its owner
 	// had been killed or had fenced itself, and the new owner had not
@@ -207,15 +213,16 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 		}
 	}
 	for _, d := range j.deleted {
-		seen, invisible, owner, fenced := false, false, (*replica)(nil), false
+		seen, invisible, owner, fenced, known, endRV := false, false, (*replica)(nil), false, false, int64(-1)
 		slot := shard.SlotOf(string(d.UID))
 		for _, r := range j.replicas {
 			r.rec.mu.Lock()
 			seen = seen || r.rec.seenDeleted[d.incarnation]
+			known = known || r.rec.known[d.incarnation]
 			if !j.sharded {
 				owner, invisible = r, r.rec.invisible(d)
-			} else if claimed, f := r.rec.owns.claimedAt(slot, d.At); claimed {
-				owner, invisible, fenced = r, r.rec.invisible(d), f
+			} else if claimed, f, rv := r.rec.owns.claimedAt(slot, d.At); claimed {
+				owner, invisible, fenced, endRV = r, r.rec.invisible(d), f, rv
 			}
 			r.rec.mu.Unlock()
 		}
@@ -223,6 +230,8 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 		case seen:
 		case invisible:
 			v.Invisible++
+		case j.sharded && owner != nil && !fenced && !known && endRV >= 0 && endRV < d.Created:
+			v.HandoffGap++
 		case j.sharded && (owner == nil || fenced):
 			v.Unclaimed = append(v.Unclaimed, fmt.Sprintf("%s (uid %s)", d.Key, d.UID))
 		case j.sharded && !owner.to.IsZero() && owner.rec.heardAt().Sub(d.At) <= KilledLag:
@@ -452,7 +461,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintln(tw, "workers")
 	row("reconciles", r.Reconciles, fmt.Sprintf("%d status writes", r.StatusWrites))
 	row("retries", r.Retries, fmt.Sprintf("%d after a conflict; the longest delay before a retry %v", r.Conflicts, r.LongestRetry.Round(time.Millisecond)))
-	row("deletions seen", r.Deletes-int64(len(r.Verdict.UnseenDeletions)+r.Verdict.Invisible+len(r.Verdict.Unclaimed)+len(r.Verdict.WithKilled)), fmt.Sprintf("%d with an unknown final state (found by a relist)", r.UnknownFinalState))
+	row("deletions seen", r.Deletes-int64(len(r.Verdict.UnseenDeletions)+r.Verdict.Invisible+len(r.Verdict.Unclaimed)+r.Verdict.HandoffGap+len(r.Verdict.WithKilled)), fmt.Sprintf("%d with an unknown final state (found by a relist)", r.UnknownFinalState))
 	fmt.Fprintln(tw, "time")
 	row("first list synced", r.InitialSync.Round(100*time.Millisecond), "after start (includes creating the objects)")
 	row("converged", r.ConvergedIn.Round(100*time.Millisecond), "after the faults stopped")
@@ -471,8 +480,8 @@ func (r *Report) Print(w io.Writer) {
 	check(len(v.StoreDiff) == 0, fmt.Sprintf("the store equals a fresh LIST of %d objects", v.Listed))
 	check(len(v.StaleStatus) == 0, "every object's status.observedGeneration equals its metadata.generation")
 	if r.Config.Replicas > 1 {
-		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler, but %d inside a relist gap, which no client could see; %d of objects whose slot no replica claimed when they were deleted, or whose claimant fenced itself (%s); and %d the killed replica had not handled when it died, at most %v before (%s)",
-			r.Deletes-int64(v.Invisible)-int64(len(v.Unclaimed)+len(v.WithKilled)), v.Invisible, len(v.Unclaimed), sample(v.Unclaimed),
+		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler, but %d inside a relist gap and %d inside a handoff's gap (objects created after the old owner's watch position when it let the slot go, deleted before the new owner listed it), which no replica could see; %d of objects whose slot no replica claimed when they were deleted, or whose claimant fenced itself (%s); and %d the killed replica had not handled when it died, at most %v before (%s)",
+			r.Deletes-int64(v.Invisible+v.HandoffGap)-int64(len(v.Unclaimed)+len(v.WithKilled)), v.Invisible, v.HandoffGap, len(v.Unclaimed), sample(v.Unclaimed),
 			len(v.WithKilled), v.KilledLagMax.Round(10*time.Millisecond), sample(v.WithKilled)))
 	} else {
 		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler (but %d of objects that lived and died inside a relist gap, which no client could see)",

@@ -11,7 +11,7 @@ import "rawwatch/shard"
 // yet. A member therefore reconciles a slot only while it claims it on its
 // Lease (annotation AnnotationSlots), and claims it in two steps:
 //
-//	           target, and no live Lease claims it
+//	           target, its cache covers it, no live Lease claims it
 //	  (free) ───────────────────────────────────────▶ Pending ── a renewal wrote the claim, and the
 //	    ▲                                                │        list after it shows no other live
 //	    │ no longer target, or another live               │        member claiming the slot
@@ -52,8 +52,8 @@ import "rawwatch/shard"
 // handles it) or after the new owner's (the new owner does), and the sweep's
 // list comes after the new owner's. A new owner that never says it covers
 // the slot (an older version, or one whose watcher cannot list) holds the
-// handoff up for at most a lease duration (View.Overdue): then the slot is
-// swept and let go anyway.
+// handoff up for at most Config.HandoffTimeout (View.Overdue): then the slot
+// is swept and let go anyway, and a log line says what may be lost.
 //
 // A member that cannot renew its Lease counts itself out a RenewPeriod
 // before the others can (Config.fenceAfter): it drops every claim and its
@@ -104,8 +104,11 @@ type View struct {
 	// handled, sampled after the previous step's Working took effect, and
 	// after Swept.
 	Busy shard.SlotSet
-	// Covered: the slots another live member covers (AnnotationCovers).
-	// Overdue: the slots Releasing for a lease duration.
+	// Covers: the slots this member's cache covers (it claims no other:
+	// a slot it works, it has listed). Covered: the slots another live
+	// member covers (AnnotationCovers).
+	Covers shard.SlotSet
+	// Overdue: the slots Releasing for longer than Config.HandoffTimeout.
 	Covered, Overdue shard.SlotSet
 	// Swept: of the slots the previous Claims' Sweep named, those swept
 	// since it named them.
@@ -137,7 +140,7 @@ func (c Claims) Step(v View) Claims {
 	next.Pending = c.Pending.Minus(v.Published).And(v.Target)
 	// What we should own and nobody claims: claim it (the next renewal
 	// writes it, the list after that confirms it).
-	free := v.Target.Minus(next.Claimed()).Minus(v.Others)
+	free := v.Target.Minus(next.Claimed()).Minus(v.Others).And(v.Covers)
 	next.Pending = next.Pending.Union(free)
 	return next
 }

@@ -95,7 +95,7 @@ func TestHandoffNeverLetsTwoMembersWorkASlot(t *testing.T) {
 					}
 					m.claims = m.claims.Step(View{Live: true, Target: m.target, Confirmed: true,
 						Published: m.published, Others: m.others, Busy: busy,
-						Covered: m.covered, Overdue: overdue, Swept: m.swept})
+						Covers: m.covers, Covered: m.covered, Overdue: overdue, Swept: m.swept})
 					m.swept = m.swept.And(m.claims.Sweep) // a sweep counts for the request it answered
 				}
 				m.phase = (m.phase + 1) % 3
@@ -127,7 +127,7 @@ func TestHandoffConverges(t *testing.T) {
 	step := func(c *Claims, lease *shard.SlotSet, other shard.SlotSet, target shard.SlotSet) {
 		*lease = c.Claimed()
 		*c = c.Step(View{Live: true, Target: target, Confirmed: true, Published: *lease, Others: other,
-			Covered: shard.All(), Swept: c.Sweep})
+			Covers: shard.All(), Covered: shard.All(), Swept: c.Sweep})
 	}
 	all := shard.SlotsOf(0, 1, 2, 3)
 	for range 3 {
@@ -213,5 +213,19 @@ func TestReleasingWaitsForTheNewOwnerAndASweep(t *testing.T) {
 	c = Claims{Releasing: five, Sweep: five}.Step(View{Live: true, Confirmed: true, Target: five, Covered: five})
 	if c.Working != five || !c.Sweep.Empty() {
 		t.Fatalf("target again: %+v, want Working and no sweep", c)
+	}
+}
+
+// A member claims a slot only once its cache covers it: working a slot it
+// has not listed, it would miss the deletions made before its list.
+func TestAMemberClaimsOnlyWhatItCovers(t *testing.T) {
+	two := shard.SlotsOf(1, 2)
+	c := Claims{}.Step(View{Live: true, Confirmed: true, Target: two, Covers: shard.SlotsOf(1)})
+	if c.Pending != shard.SlotsOf(1) {
+		t.Fatalf("covers slot 1 of its target 1-2: %+v, want only 1 Pending", c)
+	}
+	c = c.Step(View{Live: true, Confirmed: true, Target: two, Covers: two, Published: c.Claimed()})
+	if c.Working != shard.SlotsOf(1) || c.Pending != shard.SlotsOf(2) {
+		t.Fatalf("then covers both: %+v, want 1 Working and 2 Pending", c)
 	}
 }

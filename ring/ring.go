@@ -104,6 +104,12 @@ type Config struct {
 	// OnClaims, or neither: then a slot is let go as soon as nothing of it
 	// is in flight (no sweeps).
 	Covers, Swept func() shard.SlotSet
+	// HandoffTimeout bounds how long a slot being let go waits for its new
+	// owner to cover it; then it is swept and let go anyway (a deletion
+	// made between that sweep and the new owner's list is then seen by
+	// neither). Default 4 × LeaseDuration: longer than a watcher's backoff
+	// cap plus a list.
+	HandoffTimeout time.Duration
 	// Observer hears MembersChanged and ClaimsChanged. Optional.
 	Observer observe.Observer
 }
@@ -151,6 +157,8 @@ type Member struct {
 	// Leases succeeded (the member's goroutine only).
 	wrote, tried time.Time
 	lookOK       bool
+	// looks counts the successful lists of the ring's Leases.
+	looks int
 	// found is our own Lease as we found it before we ever wrote it (a
 	// previous process of ours, or another one with our identity): adopted
 	// only once it has not moved for LeaseDuration.
@@ -193,6 +201,9 @@ func New(cfg Config) (*Member, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.HandoffTimeout <= 0 {
+		cfg.HandoffTimeout = 4 * cfg.LeaseDuration
 	}
 	return &Member{cfg: cfg, seen: map[string]observed{}, changed: make(chan struct{})}, nil
 }
@@ -248,6 +259,9 @@ func (m *Member) Run(ctx context.Context) {
 			log.Error(lookErr, "Could not list the ring's Leases")
 		}
 		m.lookOK = lookErr == nil
+		if m.lookOK {
+			m.looks++
+		}
 		m.confirmed = renewErr == nil && lookErr == nil // written, then read
 		m.update(log)
 		m.mu.Lock()
@@ -401,9 +415,9 @@ func (m *Member) update(log klog.Logger) {
 	// Swept before Busy: a sweep hands its deletions over, then says it is
 	// done; read the other way round, a slot could be let go between the
 	// two with deletions still queued.
-	swept, covered := shard.All(), shard.All() // without sweeps, nothing to wait for
+	swept, covered, covers := shard.All(), shard.All(), shard.All() // without sweeps, nothing to wait for
 	if m.cfg.Swept != nil {
-		swept, covered = m.cfg.Swept(), shard.SlotSet{}
+		swept, covered, covers = m.cfg.Swept(), shard.SlotSet{}, m.cfg.Covers()
 	}
 	var busy shard.SlotSet
 	if m.cfg.Busy != nil {
@@ -446,20 +460,23 @@ func (m *Member) update(log klog.Logger) {
 		}
 		return
 	}
+	// No target before the second list: the first may have raced the
+	// creation of the Leases of members that started with this one (each
+	// would take itself to be alone, and list every slot for nothing).
 	var target shard.SlotSet
-	if self {
+	if self && m.looks >= 2 {
 		target = shard.SlotsOf(shard.Assign(live)[m.cfg.Identity]...)
 	}
 	var overdue shard.SlotSet
 	for i, since := range m.releasingSince {
-		if !since.IsZero() && now.Sub(since) >= m.cfg.LeaseDuration {
+		if !since.IsZero() && now.Sub(since) >= m.cfg.HandoffTimeout {
 			overdue = overdue.With(i)
 		}
 	}
 	before := m.claims
 	m.claims = before.Step(View{Live: self, Target: target, Confirmed: m.confirmed,
 		Published: m.published, Others: others, Busy: busy,
-		Covered: covered, Overdue: overdue, Swept: swept})
+		Covers: covers, Covered: covered, Overdue: overdue, Swept: swept})
 	for i := range m.releasingSince {
 		switch {
 		case !m.claims.Releasing.Has(i):
@@ -469,6 +486,10 @@ func (m *Member) update(log klog.Logger) {
 		}
 	}
 	after, renewed := m.claims, m.renewed
+	if late := after.Sweep.Minus(before.Sweep).Minus(covered); !late.Empty() {
+		log.Info("Slots being let go were never covered by their new owner in time: sweeping and letting them go anyway; a deletion made between the sweep and the new owner's list will be seen by no replica",
+			"slots", late, "waited", m.cfg.HandoffTimeout)
+	}
 	m.mu.Unlock()
 	if membersChanged != nil {
 		m.observe(*membersChanged)

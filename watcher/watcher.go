@@ -156,9 +156,10 @@ func (w *Watcher[T]) Stats() StatsSnapshot { return w.stats.Snapshot() }
 // Covered is the slots (package shard) whose every object the store holds
 // since a list of them, watched since: every deletion in them from now on
 // reaches the Handler, as a DELETED event or, if the watch is down, as a
-// relist's FinalStateUnknown delta. It is empty before the first list and
-// from a shard change (SetShard) until the new shard's list; every slot for
-// a watcher without a shard, once synced. A sharded controller hands a slot
+// relist's FinalStateUnknown delta. It is empty before the first list; a
+// shard change (SetShard) keeps the slots of both shards, and adds the new
+// ones once their list is in; every slot, for a watcher without a shard,
+// once synced. A sharded controller hands a slot
 // over only once its new owner covers it (package ring).
 func (w *Watcher[T]) Covered() shard.SlotSet { return *w.covered.Load() }
 
@@ -261,7 +262,14 @@ func (w *Watcher[T]) applyShard(m *Machine) Action {
 	}
 	w.shard, w.selector = *next, next.Selector()
 	w.partial = nil
-	w.covered.Store(&shard.SlotSet{}) // until the relist of the new shard
+	// The slots of both shards stay covered (their objects stay in the
+	// store, and the relist's deletions reach the handler); the new ones
+	// are, once the relist is in.
+	covered := w.Covered()
+	if len(w.shard) > 0 {
+		covered = covered.And(w.shard.Slots())
+	}
+	w.covered.Store(&covered)
 	dropped := 0
 	if len(w.shard) > 0 {
 		dropped = w.store.Retain(func(obj T) bool { return w.shard.Contains(string(obj.GetUID())) })

@@ -148,7 +148,7 @@ func (g *gate) set(c ring.Claims) (gained shard.SlotSet, replay []store.Delta[Ob
 	defer g.mu.Unlock()
 	gained = c.Working.Minus(g.claims.Working)
 	g.fresh = g.fresh.Union(c.Sweep.Minus(g.claims.Sweep))
-	g.swept = g.swept.And(c.Sweep).Minus(c.Sweep.Minus(g.claims.Sweep))
+	g.swept = g.swept.And(c.Sweep).And(g.claims.Sweep) // a sweep answers for one request
 	g.claims = c
 	for f := range g.flights {
 		if !c.Claimed().Has(f.slot) {
@@ -328,11 +328,10 @@ func (a *App) startWatcher() { a.startOnce.Do(func() { close(a.watcherStart) }) 
 // claims change.
 func (a *App) onClaims(c ring.Claims) {
 	gained, replay := a.gate.set(c)
-	// The watcher starts with the first slots this replica works, not
-	// before: until then its view of the ring may be partial (replicas
-	// started together each see themselves alone at first, and would each
-	// list everything once for nothing).
-	if watched := c.Watched(); !watched.Empty() && watched != a.watched && (!a.watched.Empty() || !c.Working.Empty()) {
+	// The watcher starts with the first target (the ring gives none until
+	// its view is settled); the replica claims a slot only once the
+	// watcher has listed it.
+	if watched := c.Watched(); !watched.Empty() && watched != a.watched {
 		a.watched = watched
 		a.Watcher.SetShard(watched.Set())
 		a.startWatcher()
