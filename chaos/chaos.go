@@ -644,7 +644,13 @@ func (r *recorder) Reconcile(ctx context.Context, key string) error {
 func (r *recorder) Observe(e observe.Event) {
 	switch e := e.(type) {
 	case watcher.Received:
-		r.EventReceived(e.Type, e.Key, e.RV)
+		r.EventReceived(e.Type, e.Key, e.RV, e.Object)
+	case watcher.Handed:
+		if e.Type == store.Deleted && e.FinalStateUnknown {
+			r.note(e.Key, "a relist found it deleted")
+		}
+	case app.DeletionRouted:
+		r.note(e.Key, fmt.Sprintf("deletion of uid %s %s", e.UID, e.Route))
 	case watcher.BookmarkReceived:
 		r.BookmarkReceived(e.RV, e.InitialEventsEnd)
 	case watcher.Replaced:
@@ -675,11 +681,22 @@ func (r *recorder) silentBetween(from, to time.Time) int {
 	return n
 }
 
-func (r *recorder) EventReceived(eventType, key, rv string) {
+// note adds what happened to key to its history.
+func (r *recorder) note(key, what string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.history[key] = append(r.history[key], what)
+}
+
+func (r *recorder) EventReceived(eventType, key, rv string, o metav1.Object) {
 	obj, inStore := r.store.Get(key)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.history[key] = append(r.history[key], eventType+" event at resourceVersion "+rv)
+	uid := ""
+	if o != nil {
+		uid = " (uid " + string(o.GetUID()) + ")"
+	}
+	r.history[key] = append(r.history[key], eventType+" event at resourceVersion "+rv+uid)
 	r.lastRV = revision(rv)
 	r.heard = time.Now()
 	if inStore {

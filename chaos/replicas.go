@@ -188,6 +188,20 @@ func (o *ownership) claimedAt(slot int, t time.Time) (claimed, fencedAfter bool,
 	return true, false, -1
 }
 
+// endedBefore tells when this replica's last claim of slot before t ended
+// (zero: it had none), and whether by a fence.
+func (o *ownership) endedBefore(slot int, t time.Time) (ended time.Time, fenced bool) {
+	for i := range o.at {
+		if o.at[i].After(t) {
+			break
+		}
+		if i > 0 && o.claimed[i-1].Has(slot) && !o.claimed[i].Has(slot) {
+			ended, fenced = o.at[i], o.fenced[i]
+		}
+	}
+	return ended, fenced
+}
+
 // around describes when slot was claimed, relative to t: the changes of
 // its claim, as offsets from t ("+1.2s claimed, +3s fenced").
 func (o *ownership) around(slot int, t time.Time) string {

@@ -233,7 +233,7 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 		case j.sharded && owner != nil && !fenced && !known && endRV >= 0 && endRV < d.Created:
 			v.HandoffGap++
 		case j.sharded && (owner == nil || fenced):
-			v.Unclaimed = append(v.Unclaimed, fmt.Sprintf("%s (uid %s)", d.Key, d.UID))
+			v.Unclaimed = append(v.Unclaimed, fmt.Sprintf("%s (uid %s; %s)", d.Key, d.UID, j.whyUnclaimed(slot, d, owner)))
 		case j.sharded && !owner.to.IsZero() && owner.rec.heardAt().Sub(d.At) <= KilledLag:
 			v.WithKilled = append(v.WithKilled, fmt.Sprintf("%s (uid %s, deleted %s before %s was killed)", d.Key, d.UID, owner.to.Sub(d.At).Round(10*time.Millisecond), owner.name))
 			v.KilledLagMax = max(v.KilledLagMax, owner.to.Sub(d.At))
@@ -518,4 +518,42 @@ func every(d time.Duration) string {
 		return "never"
 	}
 	return "every ~" + d.String()
+}
+
+// whyUnclaimed says why a deletion had no replica to see it: its claimant
+// fenced itself, or the slot's last claimant was killed, fenced itself or
+// let it go (and when).
+func (j *judge) whyUnclaimed(slot int, d deletion, fenced *replica) string {
+	if fenced != nil {
+		return fenced.name + " claimed the slot, then fenced itself"
+	}
+	var last *replica
+	var ended time.Time
+	var byFence bool
+	for _, r := range j.replicas {
+		r.rec.mu.Lock()
+		t, f := r.rec.owns.endedBefore(slot, d.At)
+		r.rec.mu.Unlock()
+		if !t.IsZero() && t.After(ended) {
+			last, ended, byFence = r, t, f
+		}
+		if !r.to.IsZero() && r.to.Before(d.At) && (last == nil || r.to.After(ended)) {
+			r.rec.mu.Lock()
+			claimed, _, _ := r.rec.owns.claimedAt(slot, r.to)
+			r.rec.mu.Unlock()
+			if claimed {
+				last, ended, byFence = r, r.to, false
+			}
+		}
+	}
+	switch {
+	case last == nil:
+		return "never claimed yet"
+	case !last.to.IsZero() && !ended.Before(last.to.Add(-time.Second)): // its stop dropped the claims
+		return fmt.Sprintf("%s, its owner, was killed %s before", last.name, d.At.Sub(ended).Round(100*time.Millisecond))
+	case byFence:
+		return fmt.Sprintf("%s, its owner, fenced itself %s before", last.name, d.At.Sub(ended).Round(100*time.Millisecond))
+	default:
+		return fmt.Sprintf("%s let it go %s before", last.name, d.At.Sub(ended).Round(100*time.Millisecond))
+	}
 }

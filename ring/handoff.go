@@ -40,7 +40,8 @@ import "rawwatch/shard"
 // old owner's watch may be behind (by a backoff, under faults) when it lets
 // the slot go. So a slot leaves Releasing only after two more things:
 //
-//  1. the new owner covers it: its watcher has listed the slot and watches it
+//  1. the new owner (the member the slot goes to, by this member's view)
+//     covers it: its watcher has listed the slot and watches it
 //     (it publishes the slots it covers on its Lease, AnnotationCovers), so
 //     it hears of every deletion from its list on, and keeps those of a slot
 //     it does not work yet until it does;
@@ -105,8 +106,9 @@ type View struct {
 	// after Swept.
 	Busy shard.SlotSet
 	// Covers: the slots this member's cache covers (it claims no other:
-	// a slot it works, it has listed). Covered: the slots another live
-	// member covers (AnnotationCovers).
+	// a slot it works, it has listed). Covered: the slots that the live
+	// member they go to covers (AnnotationCovers), and went to in the
+	// previous step too.
 	Covers shard.SlotSet
 	// Overdue: the slots Releasing for longer than Config.HandoffTimeout.
 	Covered, Overdue shard.SlotSet
@@ -127,7 +129,9 @@ func (c Claims) Step(v View) Claims {
 	// A slot released in an earlier step stays claimed while a reconcile
 	// or a deletion of it is in flight, and until it was swept after its
 	// new owner covered it; one released now waits for the next step.
-	done := c.Sweep.And(v.Swept).Minus(v.Busy)
+	// (The cover that made the sweep count must hold still: a new owner
+	// that dropped the slot may have dropped deletions with it.)
+	done := c.Sweep.And(v.Swept).And(v.Covered.Union(v.Overdue)).Minus(v.Busy)
 	next.Releasing = c.Releasing.Minus(v.Target).Minus(done).Union(c.Working.Minus(v.Target))
 	next.Sweep = next.Releasing.And(v.Covered.Union(v.Overdue))
 	if !v.Confirmed { // nothing new is known of the others

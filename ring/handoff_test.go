@@ -201,6 +201,12 @@ func TestReleasingWaitsForTheNewOwnerAndASweep(t *testing.T) {
 	if c = c.Step(View{Live: true, Confirmed: true, Covered: five, Swept: five}); !c.Claimed().Empty() {
 		t.Fatalf("swept and handled: %+v, want it let go", c)
 	}
+	// Swept, but the new owner no longer covers it (it dropped the slot,
+	// and the deletions it kept): the slot stays, and no sweep is asked.
+	c = Claims{Releasing: five, Sweep: five}.Step(View{Live: true, Confirmed: true, Swept: five})
+	if c.Releasing != five || !c.Sweep.Empty() {
+		t.Fatalf("swept, cover withdrawn: %+v, want still Releasing and no sweep asked", c)
+	}
 	// Overdue: swept and let go without a new owner covering it.
 	c = Claims{Releasing: five}.Step(View{Live: true, Confirmed: true, Overdue: five})
 	if c.Sweep != five {

@@ -168,8 +168,10 @@ type Member struct {
 	claims    Claims
 	published shard.SlotSet // what this tick's renewal wrote
 	confirmed bool          // this tick: a renewal, then a list, both succeeded
-	// releasingSince is when each slot became Releasing (zero: it is not).
+	// releasingSince is when each slot became Releasing (zero: it is not);
+	// ownerOf, whom the last step's membership gave each slot to.
 	releasingSince [shard.Slots]time.Time
+	ownerOf        [shard.Slots]string
 }
 
 type observed struct {
@@ -415,9 +417,9 @@ func (m *Member) update(log klog.Logger) {
 	// Swept before Busy: a sweep hands its deletions over, then says it is
 	// done; read the other way round, a slot could be let go between the
 	// two with deletions still queued.
-	swept, covered, covers := shard.All(), shard.All(), shard.All() // without sweeps, nothing to wait for
+	swept, covered, ownCover := shard.All(), shard.All(), shard.All() // without sweeps, nothing to wait for
 	if m.cfg.Swept != nil {
-		swept, covered, covers = m.cfg.Swept(), shard.SlotSet{}, m.cfg.Covers()
+		swept, covered, ownCover = m.cfg.Swept(), shard.SlotSet{}, m.cfg.Covers()
 	}
 	var busy shard.SlotSet
 	if m.cfg.Busy != nil {
@@ -431,6 +433,7 @@ func (m *Member) update(log klog.Logger) {
 		live = append(live, m.cfg.Identity)
 	}
 	var others shard.SlotSet
+	covers := map[string]shard.SlotSet{} // the others', by identity
 	for id, o := range m.seen {
 		// While we cannot list, the others' Leases cannot be seen to move:
 		// they are not taken for dead for it (we could not confirm a
@@ -439,12 +442,30 @@ func (m *Member) update(log klog.Logger) {
 		if now.Sub(o.at) < m.cfg.LeaseDuration || !m.lookOK {
 			live = append(live, id)
 			others = others.Union(o.claims)
-			if m.cfg.Swept != nil {
-				covered = covered.Union(o.covers)
-			}
+			covers[id] = o.covers
 		}
 	}
 	slices.Sort(live)
+	assign := shard.Assign(live)
+	if m.cfg.Swept != nil {
+		// A slot counts as covered only by the member it goes to (another
+		// may watch it for a moment and drop it, with the deletions it
+		// kept); and not in the step where that member changes: a sweep
+		// made on the word of the previous one does not count for it.
+		var owner [shard.Slots]string
+		for id, slots := range assign {
+			for _, i := range slots {
+				owner[i] = id
+			}
+			covered = covered.Union(covers[id].And(shard.SlotsOf(slots...)))
+		}
+		for i := range owner {
+			if owner[i] != m.ownerOf[i] {
+				covered = covered.Minus(shard.SlotsOf(i))
+			}
+		}
+		m.ownerOf = owner
+	}
 	var membersChanged *MembersChanged
 	if !slices.Equal(live, m.members) {
 		log.Info("Ring members changed", "members", live, "before", m.members)
@@ -465,7 +486,7 @@ func (m *Member) update(log klog.Logger) {
 	// would take itself to be alone, and list every slot for nothing).
 	var target shard.SlotSet
 	if self && m.looks >= 2 {
-		target = shard.SlotsOf(shard.Assign(live)[m.cfg.Identity]...)
+		target = shard.SlotsOf(assign[m.cfg.Identity]...)
 	}
 	var overdue shard.SlotSet
 	for i, since := range m.releasingSince {
@@ -476,7 +497,7 @@ func (m *Member) update(log klog.Logger) {
 	before := m.claims
 	m.claims = before.Step(View{Live: self, Target: target, Confirmed: m.confirmed,
 		Published: m.published, Others: others, Busy: busy,
-		Covers: covers, Covered: covered, Overdue: overdue, Swept: swept})
+		Covers: ownCover, Covered: covered, Overdue: overdue, Swept: swept})
 	for i := range m.releasingSince {
 		switch {
 		case !m.claims.Releasing.Has(i):

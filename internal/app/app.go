@@ -227,7 +227,7 @@ func New(opts Options) (_ *App, err error) {
 		rec = opts.WrapReconciler(rec)
 	}
 	if opts.Sharding != nil {
-		a.gate = newGate(a.Store)
+		a.gate = newGate(a.Store, observer)
 		a.watcherStart = make(chan struct{})
 		rec = gatedReconciler{next: rec, gate: a.gate}
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"rawwatch/observe"
 	"rawwatch/reconcile"
 	"rawwatch/ring"
 	"rawwatch/shard"
@@ -56,6 +57,7 @@ func DefaultIdentity() string {
 // ring releases a slot only once none is) and which were swept.
 type gate struct {
 	store *store.Store[Object]
+	obs   observe.Observer
 
 	mu      sync.Mutex
 	claims  ring.Claims
@@ -75,8 +77,20 @@ type flight struct {
 	cancel context.CancelFunc
 }
 
-func newGate(s *store.Store[Object]) *gate {
-	return &gate{store: s, flights: map[*flight]struct{}{}, held: map[int][]store.Delta[Object]{}, kick: make(chan struct{}, 1)}
+// DeletionRouted: the gate held a deletion for a slot this replica watches
+// but does not work yet (Route "held"), handed held ones to the workers
+// when it came to work the slot ("replayed"), dropped ones whose slot it no
+// longer watches ("dropped"), or a sweep found one ("swept").
+type DeletionRouted struct {
+	Key   string
+	UID   string
+	Route string
+}
+
+func (DeletionRouted) Component() string { return "sharding" }
+
+func newGate(s *store.Store[Object], obs observe.Observer) *gate {
+	return &gate{store: s, obs: obs, flights: map[*flight]struct{}{}, held: map[int][]store.Delta[Object]{}, kick: make(chan struct{}, 1)}
 }
 
 // admit tells whether a delta goes to the workers now. A change does if
@@ -93,9 +107,19 @@ func (g *gate) admit(d store.Delta[Object]) bool {
 		return true
 	}
 	if g.claims.Watched().Has(slot) {
-		g.held[slot] = append(g.held[slot], d)
+		g.hold(slot, d)
 	}
 	return false
+}
+
+// hold keeps a deletion for when this replica works its slot (mu held).
+func (g *gate) hold(slot int, d store.Delta[Object]) {
+	g.held[slot] = append(g.held[slot], d)
+	g.routed(d, "held")
+}
+
+func (g *gate) routed(d store.Delta[Object], route string) {
+	g.obs.Observe(DeletionRouted{Key: d.Key, UID: string(d.Object.GetUID()), Route: route})
 }
 
 // enter starts a reconcile (or, with deletion, a deletion's handling) of obj,
@@ -112,7 +136,7 @@ func (g *gate) enter(ctx context.Context, d store.Delta[Object], deletion bool) 
 	}
 	if !allowed.Has(slot) {
 		if deletion && g.claims.Watched().Has(slot) {
-			g.held[slot] = append(g.held[slot], d)
+			g.hold(slot, d)
 		}
 		return nil, nil, false
 	}
@@ -160,8 +184,14 @@ func (g *gate) set(c ring.Claims) (gained shard.SlotSet, replay []store.Delta[Ob
 		case c.Working.Has(slot):
 			replay = append(replay, ds...)
 			delete(g.held, slot)
+			for _, d := range ds {
+				g.routed(d, "replayed")
+			}
 		case !c.Watched().Has(slot):
 			delete(g.held, slot)
+			for _, d := range ds {
+				g.routed(d, "dropped")
+			}
 		}
 	}
 	if !c.Sweep.Minus(g.swept).Empty() {
@@ -311,6 +341,7 @@ func (a *App) sweep(ctx context.Context, renew, lease time.Duration) {
 			}
 			pause = renew
 			for _, d := range found {
+				a.gate.routed(d, "swept")
 				if a.gate.admit(d) {
 					a.Controller.OnDelta(d)
 				}
@@ -341,11 +372,11 @@ func (a *App) onClaims(c ring.Claims) {
 		// reconcile (the watcher's relist hands out the rest as Added, and
 		// the gate now lets them in).
 		a.Controller.Resync(a.gate.keysIn(gained))
-		// And the deletions it heard of before it worked them (the old
-		// owner may have handled some: a deletion is handled at least
-		// once, never by two replicas at once).
-		for _, d := range replay {
-			a.Controller.OnDelta(d)
-		}
+	}
+	// And the deletions it heard of before it worked their slots (the old
+	// owner may have handled some: a deletion is handled at least once,
+	// never by two replicas at once).
+	for _, d := range replay {
+		a.Controller.OnDelta(d)
 	}
 }
