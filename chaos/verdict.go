@@ -57,6 +57,9 @@ type Verdict struct {
 	// controller that must act on every deletion uses a finalizer).
 	// Counted, not failed.
 	Unclaimed []string
+	// UnclaimedWhy counts Unclaimed by cause: "killed", "fenced",
+	// "let go" (its owner let it go and nobody claimed it yet), "never".
+	UnclaimedWhy map[string]int
 	// WithKilled (sharded runs): deletions the reconciler never saw, of an
 	// object whose slot the killed replica worked when it was deleted, after
 	// its watch last moved its store forward (it died behind, in a gap the
@@ -226,15 +229,26 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 			}
 			r.rec.mu.Unlock()
 		}
+		// Unclaimed: allowed only after a kill or a fence. A slot let go in
+		// a handoff is covered by its new owner, which keeps the deletions
+		// until it works it: one lost there is a loss.
+		why, cause := "", ""
+		if j.sharded && !seen && (owner == nil || fenced) {
+			why, cause = j.whyUnclaimed(slot, d, owner)
+		}
 		switch {
 		case seen:
 		case invisible:
 			v.Invisible++
 		case j.sharded && owner != nil && !fenced && !known && endRV >= 0 && endRV < d.Created:
 			v.HandoffGap++
-		case j.sharded && (owner == nil || fenced):
-			v.Unclaimed = append(v.Unclaimed, fmt.Sprintf("%s (uid %s; %s)", d.Key, d.UID, j.whyUnclaimed(slot, d, owner)))
-		case j.sharded && !owner.to.IsZero() && owner.rec.heardAt().Sub(d.At) <= KilledLag:
+		case j.sharded && (owner == nil || fenced) && (cause == "killed" || cause == "fenced"):
+			v.Unclaimed = append(v.Unclaimed, fmt.Sprintf("%s (uid %s; %s)", d.Key, d.UID, why))
+			if v.UnclaimedWhy == nil {
+				v.UnclaimedWhy = map[string]int{}
+			}
+			v.UnclaimedWhy[cause]++
+		case j.sharded && owner != nil && !owner.to.IsZero() && owner.rec.heardAt().Sub(d.At) <= KilledLag:
 			v.WithKilled = append(v.WithKilled, fmt.Sprintf("%s (uid %s, deleted %s before %s was killed)", d.Key, d.UID, owner.to.Sub(d.At).Round(10*time.Millisecond), owner.name))
 			v.KilledLagMax = max(v.KilledLagMax, owner.to.Sub(d.At))
 		default:
@@ -247,8 +261,12 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 				saw = append(saw, fmt.Sprintf("%s's claims of slot %d: %s", r.name, slot, r.rec.owns.around(slot, d.At)))
 				r.rec.mu.Unlock()
 			}
+			claimant := "no replica: " + why
+			if owner != nil {
+				claimant = owner.name
+			}
 			v.UnseenDeletions = append(v.UnseenDeletions, fmt.Sprintf("%s (uid %s, slot %d, claimed by %s; %s)",
-				d.Key, d.UID, slot, owner.name, strings.Join(saw, "; ")))
+				d.Key, d.UID, slot, claimant, strings.Join(saw, "; ")))
 		}
 	}
 	j.ref.mu.Lock()
@@ -480,8 +498,8 @@ func (r *Report) Print(w io.Writer) {
 	check(len(v.StoreDiff) == 0, fmt.Sprintf("the store equals a fresh LIST of %d objects", v.Listed))
 	check(len(v.StaleStatus) == 0, "every object's status.observedGeneration equals its metadata.generation")
 	if r.Config.Replicas > 1 {
-		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler, but %d inside a relist gap and %d inside a handoff's gap (objects created after the old owner's watch position when it let the slot go, deleted before the new owner listed it), which no replica could see; %d of objects whose slot no replica claimed when they were deleted, or whose claimant fenced itself (%s); and %d the killed replica had not handled when it died, at most %v before (%s)",
-			r.Deletes-int64(v.Invisible+v.HandoffGap)-int64(len(v.Unclaimed)+len(v.WithKilled)), v.Invisible, v.HandoffGap, len(v.Unclaimed), sample(v.Unclaimed),
+		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler, but %d inside a relist gap and %d inside a handoff's gap (objects created after the old owner's watch position when it let the slot go, deleted before the new owner listed it), which no replica could see; %d of objects whose slot no replica claimed when they were deleted, or whose claimant fenced itself (%s; %s); and %d the killed replica had not handled when it died, at most %v before (%s)",
+			r.Deletes-int64(v.Invisible+v.HandoffGap)-int64(len(v.Unclaimed)+len(v.WithKilled)), v.Invisible, v.HandoffGap, len(v.Unclaimed), causes(v.UnclaimedWhy), sample(v.Unclaimed),
 			len(v.WithKilled), v.KilledLagMax.Round(10*time.Millisecond), sample(v.WithKilled)))
 	} else {
 		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler (but %d of objects that lived and died inside a relist gap, which no client could see)",
@@ -523,9 +541,9 @@ func every(d time.Duration) string {
 // whyUnclaimed says why a deletion had no replica to see it: its claimant
 // fenced itself, or the slot's last claimant was killed, fenced itself or
 // let it go (and when).
-func (j *judge) whyUnclaimed(slot int, d deletion, fenced *replica) string {
+func (j *judge) whyUnclaimed(slot int, d deletion, fenced *replica) (why, cause string) {
 	if fenced != nil {
-		return fenced.name + " claimed the slot, then fenced itself"
+		return fenced.name + " claimed the slot, then fenced itself", "fenced"
 	}
 	var last *replica
 	var ended time.Time
@@ -548,12 +566,26 @@ func (j *judge) whyUnclaimed(slot int, d deletion, fenced *replica) string {
 	}
 	switch {
 	case last == nil:
-		return "never claimed yet"
+		return "never claimed yet", "never"
 	case !last.to.IsZero() && !ended.Before(last.to.Add(-time.Second)): // its stop dropped the claims
-		return fmt.Sprintf("%s, its owner, was killed %s before", last.name, d.At.Sub(ended).Round(100*time.Millisecond))
+		return fmt.Sprintf("%s, its owner, was killed %s before", last.name, d.At.Sub(ended).Round(100*time.Millisecond)), "killed"
 	case byFence:
-		return fmt.Sprintf("%s, its owner, fenced itself %s before", last.name, d.At.Sub(ended).Round(100*time.Millisecond))
+		return fmt.Sprintf("%s, its owner, fenced itself %s before", last.name, d.At.Sub(ended).Round(100*time.Millisecond)), "fenced"
 	default:
-		return fmt.Sprintf("%s let it go %s before", last.name, d.At.Sub(ended).Round(100*time.Millisecond))
+		return fmt.Sprintf("%s let it go %s before", last.name, d.At.Sub(ended).Round(100*time.Millisecond)), "let go"
 	}
+}
+
+// causes is "12 after a kill, 3 after a fence, …".
+func causes(m map[string]int) string {
+	var out []string
+	for _, c := range []struct{ key, text string }{{"killed", "after a kill"}, {"fenced", "after a fence"}, {"let go", "let go, not yet claimed again"}, {"never", "never claimed yet"}} {
+		if m[c.key] > 0 {
+			out = append(out, fmt.Sprintf("%d %s", m[c.key], c.text))
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
 }
