@@ -6,6 +6,8 @@
 //
 //	Lease <ring>-<identity>   labels: rawwatch.example.com/ring=<ring>
 //	  holderIdentity: <identity>, leaseDurationSeconds, renewTime
+//	  annotations (with the handoff): rawwatch.example.com/slots (claimed),
+//	    rawwatch.example.com/covers (listed and watched by its cache)
 //
 // A member:
 //   - creates its Lease, then renews it every RenewPeriod (a write, so its

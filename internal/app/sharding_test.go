@@ -252,21 +252,35 @@ func shardedRun(t *testing.T, cp *controlplane.ControlPlane, server *controlplan
 	testkit.Eventually(t, shardLease, func() bool { return x.a.Member.Claims().Claimed().Empty() },
 		"x still claims slots %s after it was cut off", shardLease)
 	fenced := time.Since(cut)
+	// A replica claims a slot only once its watcher has listed it: the
+	// survivors' lists of their new shards count apart (from when their
+	// targets took x's slots to when their caches covered them).
+	var targeted, covered time.Time
 	testkit.Eventually(t, shardLease+4*shardRenew+10*time.Second, func() bool {
-		var all shard.SlotSet
+		var all, targets shard.SlotSet
+		listed := true
 		for _, r := range []*replica{a, b, d} {
-			all = all.Union(r.a.Member.Claims().Working)
+			c := r.a.Member.Claims()
+			all, targets = all.Union(c.Working), targets.Union(c.Target)
+			listed = listed && c.Target.Minus(r.a.Watcher.Covered()).Empty()
+		}
+		if targeted.IsZero() && targets.Len() == shard.Slots {
+			targeted = time.Now()
+		}
+		if !targeted.IsZero() && covered.IsZero() && listed {
+			covered = time.Now()
 		}
 		return all.Len() == shard.Slots
 	}, "x's slots were not taken over: %s", lazy(func() string { return claimsOf(a, b, d) }))
 	taken := time.Since(cut)
+	listing := covered.Sub(targeted)
 	waitSettled(t, 30*time.Second, objects, a, b, d)
 	cached := time.Since(cut)
 	after = owners(t, a, b, d)
-	t.Logf("x cut off: it fenced itself after %s; its slots were taken over %s after the cut (lease %s, renew period %s), and in the stores %s after it; %d keys moved",
-		fenced.Round(time.Millisecond), taken.Round(time.Millisecond), shardLease, shardRenew, cached.Round(time.Millisecond), moved(own, after))
-	if bound := shardLease + 4*shardRenew + 2*time.Second; taken > bound {
-		t.Errorf("the slots of a replica cut off were taken over after %s, bound %s", taken, bound)
+	t.Logf("x cut off: it fenced itself after %s; its slots were taken over %s after the cut (lease %s, renew period %s; the survivors' lists of their new shards took %s), and in the stores %s after it; %d keys moved",
+		fenced.Round(time.Millisecond), taken.Round(time.Millisecond), shardLease, shardRenew, listing.Round(time.Millisecond), cached.Round(time.Millisecond), moved(own, after))
+	if bound := shardLease + 4*shardRenew + 2*time.Second + listing; taken > bound {
+		t.Errorf("the slots of a replica cut off were taken over after %s, bound %s (lease, four renew periods, 2 s for requests, and the lists)", taken, bound)
 	}
 	own = after
 
