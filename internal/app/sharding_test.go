@@ -194,6 +194,9 @@ func shardedRun(t *testing.T, cp *controlplane.ControlPlane, server *controlplan
 	}
 	waitConverged(t, c, ns, objects)
 	t.Logf("%d objects created and reconciled in %s", objects, time.Since(start).Round(time.Millisecond))
+	// (Under load a renewal may time out, a replica fence itself and
+	// rejoin: the claims and the stores settle again.)
+	waitSettled(t, 30*time.Second, objects, a, b, x)
 	own := owners(t, a, b, x)
 	if len(own) != objects {
 		t.Errorf("the stores hold %d objects in all, want %d", len(own), objects)
