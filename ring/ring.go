@@ -153,12 +153,14 @@ type Member struct {
 	members []string            // the live members, sorted
 	changed chan struct{}       // closed and replaced when members change
 
-	// wrote is the renewTime our last successful renewal wrote, tried the
-	// one of our last attempt (which may have been written though it
-	// failed, e.g. timed out); lookOK, whether the last list of the ring's
-	// Leases succeeded (the member's goroutine only).
-	wrote, tried time.Time
-	lookOK       bool
+	// wrote is the renewTime our last successful renewal wrote, tried
+	// those of the attempts since (any may have been written though it
+	// failed, e.g. timed out after the server wrote it); lookOK, whether
+	// the last list of the ring's Leases succeeded (the member's goroutine
+	// only).
+	wrote  time.Time
+	tried  []time.Time
+	lookOK bool
 	// looks counts the successful lists of the ring's Leases.
 	looks int
 	// found is our own Lease as we found it before we ever wrote it (a
@@ -317,7 +319,7 @@ func (m *Member) renew(ctx context.Context) error {
 			ObjectMeta: metav1.ObjectMeta{Name: m.leaseName(), Namespace: m.cfg.Namespace, Labels: map[string]string{Label: m.cfg.Ring}, Annotations: annotations},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now},
 		}
-		m.tried = sent.Truncate(time.Microsecond)
+		m.try(sent)
 		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
 	case err == nil:
 		if h := lease.Spec.HolderIdentity; h != nil && *h != id {
@@ -338,7 +340,7 @@ func (m *Member) renew(ctx context.Context) error {
 			}
 		}
 		if !m.wrote.IsZero() && (lease.Spec.RenewTime == nil ||
-			!lease.Spec.RenewTime.Time.Equal(m.wrote) && !lease.Spec.RenewTime.Time.Equal(m.tried)) {
+			!lease.Spec.RenewTime.Time.Equal(m.wrote) && !slices.ContainsFunc(m.tried, lease.Spec.RenewTime.Time.Equal)) {
 			return fmt.Errorf("%w: lease %s was renewed by someone else since our last renewal (two processes with identity %q? give each its own --sharding-identity)", errForeignWriter, m.leaseName(), id)
 		}
 		lease.Spec.RenewTime, lease.Spec.LeaseDurationSeconds = &now, &secs
@@ -350,7 +352,7 @@ func (m *Member) renew(ctx context.Context) error {
 				lease.Annotations[k] = v
 			}
 		}
-		m.tried = sent.Truncate(time.Microsecond)
+		m.try(sent)
 		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 	}
 	if err != nil {
@@ -360,8 +362,21 @@ func (m *Member) renew(ctx context.Context) error {
 	m.renewed = sent // before the server wrote it: before anyone saw it
 	m.mu.Unlock()
 	m.wrote = sent.Truncate(time.Microsecond) // as the Lease stores it
+	m.tried = m.tried[:0]
 	m.published = claimed
 	return nil
+}
+
+// try notes the renewTime an attempt is about to write (as the Lease stores
+// it). Every attempt since the last success counts: under load, one times
+// out after the server wrote it, the next times out before, and the Lease
+// holds the older one. (Only the last counted once: a member then took
+// its own earlier write for another process's, and fenced itself for good.)
+func (m *Member) try(sent time.Time) {
+	if len(m.tried) == 64 { // a member failing that long has fenced itself anyway
+		m.tried = m.tried[1:]
+	}
+	m.tried = append(m.tried, sent.Truncate(time.Microsecond))
 }
 
 // look lists the ring's Leases and notes which moved.
