@@ -573,6 +573,9 @@ type recorder struct {
 	conflicts    int64
 	writes       int64
 	seenDeleted  map[incarnation]bool
+	// heardDeleted: deletions that reached this replica (a DELETED event,
+	// or the gate held, replayed or swept them), handled or not.
+	heardDeleted map[incarnation]bool
 	unknown      int64
 	// history is, per key, what the watcher and the reconciler did with it:
 	// the story behind a failed check.
@@ -598,7 +601,7 @@ type recorder struct {
 }
 
 func newRecorder(ref *referee) *recorder {
-	return &recorder{ref: ref, seenDeleted: map[incarnation]bool{}, history: map[string][]string{},
+	return &recorder{ref: ref, seenDeleted: map[incarnation]bool{}, heardDeleted: map[incarnation]bool{}, history: map[string][]string{},
 		known: map[incarnation]bool{}}
 }
 
@@ -651,6 +654,9 @@ func (r *recorder) Observe(e observe.Event) {
 		}
 	case app.DeletionRouted:
 		r.note(e.Key, fmt.Sprintf("deletion of uid %s %s", e.UID, e.Route))
+		r.mu.Lock()
+		r.heardDeleted[incarnation{e.Key, types.UID(e.UID)}] = true
+		r.mu.Unlock()
 	case watcher.BookmarkReceived:
 		r.BookmarkReceived(e.RV, e.InitialEventsEnd)
 	case watcher.Replaced:
@@ -697,6 +703,9 @@ func (r *recorder) EventReceived(eventType, key, rv string, o metav1.Object) {
 		uid = " (uid " + string(o.GetUID()) + ")"
 	}
 	r.history[key] = append(r.history[key], eventType+" event at resourceVersion "+rv+uid)
+	if eventType == watcher.Deleted && o != nil {
+		r.heardDeleted[incarnation{key, o.GetUID()}] = true
+	}
 	r.lastRV = revision(rv)
 	r.heard = time.Now()
 	if inStore {

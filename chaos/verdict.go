@@ -70,8 +70,9 @@ type Verdict struct {
 	// object whose slot the killed replica worked when it was deleted, after
 	// its watch last moved its store forward (it died behind, in a gap the
 	// faults opened) or at most KilledLag before that (they waited in its
-	// queue). Counted, not failed; KilledLagMax is the longest time such a
-	// deletion came before the kill.
+	// queue), or that reached it at all (a DELETED event; its gate held or
+	// replayed it) and died with it. Counted, not failed; KilledLagMax is
+	// the longest time such a deletion came before the kill.
 	WithKilled   []string
 	KilledLagMax time.Duration
 	// Overlaps: keys (sharded runs: objects) reconciled by two workers at
@@ -259,6 +260,12 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 		case seen:
 		case invisible:
 			v.Invisible++
+		case j.sharded && j.killedHeard(d) != nil:
+			// It reached the killed replica (a DELETED event, or the gate
+			// held or replayed it), which died before handling it.
+			k := j.killedHeard(d)
+			v.WithKilled = append(v.WithKilled, fmt.Sprintf("%s (uid %s, deleted %s before %s was killed, which had heard of it)", d.Key, d.UID, k.to.Sub(d.At).Round(10*time.Millisecond), k.name))
+			v.KilledLagMax = max(v.KilledLagMax, k.to.Sub(d.At))
 		case j.sharded && owner != nil && !fenced && !known && endRV >= 0 && endRV < d.Created:
 			v.HandoffGap++
 		case newOwnerGap:
@@ -609,4 +616,20 @@ func causes(m map[string]int) string {
 		return "none"
 	}
 	return strings.Join(out, ", ")
+}
+
+// killedHeard is the killed replica, if the deletion reached it.
+func (j *judge) killedHeard(d deletion) *replica {
+	for _, r := range j.replicas {
+		if r.to.IsZero() {
+			continue
+		}
+		r.rec.mu.Lock()
+		heard := r.rec.heardDeleted[d.incarnation]
+		r.rec.mu.Unlock()
+		if heard {
+			return r
+		}
+	}
+	return nil
 }
