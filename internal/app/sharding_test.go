@@ -282,8 +282,11 @@ func shardedRun(t *testing.T, cp *controlplane.ControlPlane, server *controlplan
 	after = owners(t, a, b, d)
 	t.Logf("x cut off: it fenced itself after %s; its slots were taken over %s after the cut (lease %s, renew period %s; the survivors' lists of their new shards took %s), and in the stores %s after it; %d keys moved",
 		fenced.Round(time.Millisecond), taken.Round(time.Millisecond), shardLease, shardRenew, listing.Round(time.Millisecond), cached.Round(time.Millisecond), moved(own, after))
-	if bound := shardLease + 4*shardRenew + 2*time.Second + listing; taken > bound {
-		t.Errorf("the slots of a replica cut off were taken over after %s, bound %s (lease, four renew periods, 2 s for requests, and the lists)", taken, bound)
+	// The requests get 5 s: under make test's -race and load, renewals
+	// time out (the replicas even fence themselves for a moment) and one
+	// takeover took 10.3 s; unloaded it takes 5.5–5.9 s (docs/sharding.md).
+	if bound := shardLease + 4*shardRenew + 5*time.Second + listing; taken > bound {
+		t.Errorf("the slots of a replica cut off were taken over after %s, bound %s (lease, four renew periods, 5 s for requests under load, and the lists)", taken, bound)
 	}
 	own = after
 
