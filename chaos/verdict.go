@@ -243,6 +243,10 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 		if j.sharded && !seen && (owner == nil || fenced) {
 			why, cause = j.whyUnclaimed(slot, d, owner)
 		}
+		var killed *replica
+		if j.sharded && !seen {
+			killed = j.killedHeard(d)
+		}
 		newOwnerGap := false
 		if cause == "let go" {
 			// Between a handoff's let-go and the new owner's claim, the
@@ -260,12 +264,11 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 		case seen:
 		case invisible:
 			v.Invisible++
-		case j.sharded && j.killedHeard(d) != nil:
+		case killed != nil:
 			// It reached the killed replica (a DELETED event, or the gate
 			// held or replayed it), which died before handling it.
-			k := j.killedHeard(d)
-			v.WithKilled = append(v.WithKilled, fmt.Sprintf("%s (uid %s, deleted %s before %s was killed, which had heard of it)", d.Key, d.UID, k.to.Sub(d.At).Round(10*time.Millisecond), k.name))
-			v.KilledLagMax = max(v.KilledLagMax, k.to.Sub(d.At))
+			v.WithKilled = append(v.WithKilled, fmt.Sprintf("%s (uid %s, deleted %s before %s was killed, which had heard of it)", d.Key, d.UID, killed.to.Sub(d.At).Round(10*time.Millisecond), killed.name))
+			v.KilledLagMax = max(v.KilledLagMax, killed.to.Sub(d.At))
 		case j.sharded && owner != nil && !fenced && !known && endRV >= 0 && endRV < d.Created:
 			v.HandoffGap++
 		case newOwnerGap:

@@ -128,6 +128,18 @@ type running struct {
 // fastBackoff keeps the tests quick; the shape (exponential, capped) is the default's.
 var fastBackoff = watcher.Backoff{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, ResetAfter: 2 * time.Minute}
 
+// extraAPIServer starts another kube-apiserver on cp's etcd, with args,
+// stopped when the test ends.
+func extraAPIServer(t *testing.T, cp *controlplane.ControlPlane, name string, args ...string) *controlplane.APIServer {
+	t.Helper()
+	a, err := cp.AddAPIServer(context.Background(), name, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	return a
+}
+
 // start runs a watcher on one namespace through cfg until the test ends.
 func start(t *testing.T, cfg *rest.Config, ns string, opts watcher.Options[object]) *running {
 	t.Helper()
@@ -572,11 +584,7 @@ func TestWatchListFallsBackToListWhenTheServerRefuses(t *testing.T) {
 	t.Parallel()
 	cp := shared.Get(t)
 	ctx := context.Background()
-	old, err := cp.AddAPIServer(ctx, "apiserver-no-watchlist", "--feature-gates=WatchList=false")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Stop()
+	old := extraAPIServer(t, cp, "apiserver-no-watchlist", "--feature-gates=WatchList=false")
 	ns := testkit.Namespace(t, cp.Config())
 	c := testkit.Client(t, cp.Config())
 	if err := testkit.CreateMany(ctx, c, ns, "obj", 20); err != nil {

@@ -122,11 +122,7 @@ func TestShardsFallBackToClientFilteringWhenTheServerDropsTheSelector(t *testing
 	t.Parallel()
 	cp := shared.Get(t)
 	ctx := context.Background()
-	old, err := cp.AddAPIServer(ctx, "apiserver-no-shards", "--feature-gates=ShardedListAndWatch=false")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Stop()
+	old := extraAPIServer(t, cp, "apiserver-no-shards", "--feature-gates=ShardedListAndWatch=false")
 	ns := testkit.Namespace(t, cp.Config())
 	c := testkit.Client(t, cp.Config())
 	if err := testkit.CreateMany(ctx, c, ns, "obj", 120); err != nil {
@@ -173,11 +169,7 @@ func TestSetShardMovesWithoutDeletions(t *testing.T) {
 	t.Parallel()
 	cp := shared.Get(t)
 	ctx := context.Background()
-	old, err := cp.AddAPIServer(ctx, "apiserver-no-shards-2", "--feature-gates=ShardedListAndWatch=false")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Stop()
+	old := extraAPIServer(t, cp, "apiserver-no-shards-2", "--feature-gates=ShardedListAndWatch=false")
 	ns := testkit.Namespace(t, cp.Config())
 	c := testkit.Client(t, cp.Config())
 	if err := testkit.CreateMany(ctx, c, ns, "obj", 200); err != nil {
@@ -244,11 +236,7 @@ func TestSweepFindsTheDeletionsTheWatchHasNotBrought(t *testing.T) {
 	t.Parallel()
 	cp := shared.Get(t)
 	ctx := context.Background()
-	old, err := cp.AddAPIServer(ctx, "apiserver-no-shards-3", "--feature-gates=ShardedListAndWatch=false")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Stop()
+	old := extraAPIServer(t, cp, "apiserver-no-shards-3", "--feature-gates=ShardedListAndWatch=false")
 	var even []int
 	for i := 0; i < shard.Slots; i += 2 {
 		even = append(even, i)
