@@ -3,12 +3,16 @@ package ring
 import (
 	"context"
 	"errors"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
 )
 
 // A renewal that times out may still have been written. Under load one
@@ -55,5 +59,71 @@ func TestAnOwnEarlierAttemptIsNotAForeignWriter(t *testing.T) {
 	}
 	if err := m.renew(ctx); err != nil {
 		t.Fatalf("after a success: %v", err)
+	}
+}
+
+// While the ring's Leases cannot be listed, the others stand as they stood
+// at the last list that succeeded: one live then stays live, and one dead
+// then stays dead. (A failed list once brought a member killed minutes
+// before back into the view, and its share of the slots with it.)
+func TestAFailedListRaisesNoDeadMember(t *testing.T) {
+	client := fake.NewSimpleClientset()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	member := func(id string) *Member {
+		m, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: id, LeaseDuration: 6 * time.Second, RenewPeriod: time.Second, Now: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	a, dead, alive := member("a"), member("dead"), member("alive")
+	ctx := context.Background()
+	rv := 0 // the fake keeps no resourceVersions: each write gets one
+	client.PrependReactor("*", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
+		if w, ok := act.(interface{ GetObject() runtime.Object }); ok {
+			rv++
+			w.GetObject().(metav1.Object).SetResourceVersion(strconv.Itoa(rv))
+		}
+		return false, nil, nil
+	})
+	step := func(lookOK bool) []string {
+		if err := a.renew(ctx); err != nil {
+			t.Fatal(err)
+		}
+		err := a.look(ctx)
+		if (err == nil) != lookOK {
+			t.Fatalf("list: %v, want it to succeed: %v", err, lookOK)
+		}
+		a.lookOK = lookOK
+		a.update(klog.Background())
+		return a.Members()
+	}
+	for _, m := range []*Member{dead, alive} {
+		if err := m.renew(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := step(true); !slices.Equal(got, []string{"a", "alive", "dead"}) {
+		t.Fatalf("members %v, want all three", got)
+	}
+	for range 7 { // "dead" stops renewing; "alive" goes on
+		now = now.Add(time.Second)
+		if err := alive.renew(ctx); err != nil {
+			t.Fatal(err)
+		}
+		step(true)
+	}
+	if got := a.Members(); !slices.Equal(got, []string{"a", "alive"}) {
+		t.Fatalf("members %v after a lease duration of silence, want a and alive", got)
+	}
+	client.PrependReactor("list", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("the server is down")
+	})
+	for range 3 {
+		now = now.Add(time.Second)
+		if got := step(false); !slices.Equal(got, []string{"a", "alive"}) {
+			t.Fatalf("members %v while the list fails, want them as they were: a and alive", got)
+		}
 	}
 }

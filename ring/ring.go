@@ -161,6 +161,9 @@ type Member struct {
 	wrote  time.Time
 	tried  []time.Time
 	lookOK bool
+	// lookedAt is when the last successful list of the ring's Leases was
+	// made: while lists fail, the others stand as they stood then.
+	lookedAt time.Time
 	// looks counts the successful lists of the ring's Leases.
 	looks int
 	// found is our own Lease as we found it before we ever wrote it (a
@@ -391,6 +394,7 @@ func (m *Member) look(ctx context.Context) error {
 	now := m.cfg.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.lookedAt = now
 	present := map[string]bool{}
 	for _, l := range list.Items {
 		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == m.cfg.Identity {
@@ -451,12 +455,17 @@ func (m *Member) update(log klog.Logger) {
 	}
 	var others shard.SlotSet
 	covers := map[string]shard.SlotSet{} // the others', by identity
+	// While we cannot list, the others' Leases cannot be seen to move:
+	// they stand as they stood at the last list that succeeded, not taken
+	// for dead for it (we could not confirm a claim on their slots anyway,
+	// and a view that shrank would point the watcher at slots it cannot
+	// have); nor is a member already dead then taken for live again.
+	judged := now
+	if !m.lookOK {
+		judged = m.lookedAt
+	}
 	for id, o := range m.seen {
-		// While we cannot list, the others' Leases cannot be seen to move:
-		// they are not taken for dead for it (we could not confirm a
-		// claim on their slots anyway, and a view that shrank would point
-		// the watcher at slots it cannot have).
-		if now.Sub(o.at) < m.cfg.LeaseDuration || !m.lookOK {
+		if judged.Sub(o.at) < m.cfg.LeaseDuration {
 			live = append(live, id)
 			others = others.Union(o.claims)
 			covers[id] = o.covers
