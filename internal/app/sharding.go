@@ -53,8 +53,9 @@ func DefaultIdentity() string {
 // gate lets a reconcile of a key start only while this replica works the
 // key's slot, and a deletion be handled only while it claims it (Working or
 // Releasing); it keeps the deletions of slots it watches but does not work
-// yet, for when it does; it knows which slots have reconciles in flight (the
-// ring releases a slot only once none is) and which were swept.
+// (yet, or for a moment: fenced), for when it does; it knows which slots
+// have reconciles in flight (the ring releases a slot only once none is)
+// and which were swept.
 type gate struct {
 	store *store.Store[Object]
 	obs   observe.Observer
@@ -62,8 +63,13 @@ type gate struct {
 	mu      sync.Mutex
 	claims  ring.Claims
 	flights map[*flight]struct{}
-	// held: deletions in slots watched, not worked (Pending, or Target
-	// only): handed to the workers if the slot comes to be worked.
+	// watched is the slots the watcher lists and watches: the last
+	// non-empty Claims.Watched (a fenced replica has no claims and no
+	// target, and keeps its watcher's shard until it has a target again).
+	watched shard.SlotSet
+	// held: deletions in slots watched, not worked (Pending, Target only,
+	// or a fence took them): handed to the workers if the slot comes to be
+	// worked, dropped if the watcher stops watching it.
 	held map[int][]store.Delta[Object]
 	// swept: of claims.Sweep, the slots swept since it asked; fresh, the
 	// slots asked for since the sweep under way began (it does not answer
@@ -106,7 +112,7 @@ func (g *gate) admit(d store.Delta[Object]) bool {
 	if g.claims.Working.Union(g.claims.Releasing).Has(slot) {
 		return true
 	}
-	if g.claims.Watched().Has(slot) {
+	if g.watched.Has(slot) {
 		g.hold(slot, d)
 	}
 	return false
@@ -135,7 +141,7 @@ func (g *gate) enter(ctx context.Context, d store.Delta[Object], deletion bool) 
 		allowed = allowed.Union(g.claims.Releasing)
 	}
 	if !allowed.Has(slot) {
-		if deletion && g.claims.Watched().Has(slot) {
+		if deletion && g.watched.Has(slot) {
 			g.hold(slot, d)
 		}
 		return nil, nil, false
@@ -165,11 +171,18 @@ func (g *gate) busy() shard.SlotSet {
 // set puts c in effect: reconciles start only in c.Working from now on; the
 // ones in flight in a slot no longer claimed at all are cancelled (a slot
 // being released keeps its reconciles: the ring waits for them). It returns
-// the slots newly worked and the deletions held for them; those held for a
-// slot no longer watched are dropped (another replica covers it).
-func (g *gate) set(c ring.Claims) (gained shard.SlotSet, replay []store.Delta[Object]) {
+// what the watcher is to watch (see watched), the slots newly worked and the
+// deletions held for them; those held for a slot no longer watched are
+// dropped (another replica covers it). A fence keeps them: the deletions
+// still queued then are held as the workers reach them, and handled when
+// the replica works their slots again; after an outage of the API server
+// every replica fences itself, and the ring comes back as it was.
+func (g *gate) set(c ring.Claims) (watched, gained shard.SlotSet, replay []store.Delta[Object]) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if w := c.Watched(); !w.Empty() {
+		g.watched = w
+	}
 	gained = c.Working.Minus(g.claims.Working)
 	g.fresh = g.fresh.Union(c.Sweep.Minus(g.claims.Sweep))
 	g.swept = g.swept.And(c.Sweep).And(g.claims.Sweep) // a sweep answers for one request
@@ -187,7 +200,7 @@ func (g *gate) set(c ring.Claims) (gained shard.SlotSet, replay []store.Delta[Ob
 			for _, d := range ds {
 				g.routed(d, "replayed")
 			}
-		case !c.Watched().Has(slot):
+		case !g.watched.Has(slot):
 			delete(g.held, slot)
 			for _, d := range ds {
 				g.routed(d, "dropped")
@@ -200,7 +213,7 @@ func (g *gate) set(c ring.Claims) (gained shard.SlotSet, replay []store.Delta[Ob
 		default:
 		}
 	}
-	return gained, replay
+	return g.watched, gained, replay
 }
 
 // toSweep is the slots the ring asks to sweep and that were not swept since;
@@ -358,11 +371,11 @@ func (a *App) startWatcher() { a.startOnce.Do(func() { close(a.watcherStart) }) 
 // onClaims is called by the ring (on its goroutine) when this replica's
 // claims change.
 func (a *App) onClaims(c ring.Claims) {
-	gained, replay := a.gate.set(c)
+	watched, gained, replay := a.gate.set(c)
 	// The watcher starts with the first target (the ring gives none until
 	// its view is settled); the replica claims a slot only once the
 	// watcher has listed it.
-	if watched := c.Watched(); !watched.Empty() && watched != a.watched {
+	if !watched.Empty() && watched != a.watched {
 		a.watched = watched
 		a.Watcher.SetShard(watched.Set())
 		a.startWatcher()
