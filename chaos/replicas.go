@@ -188,16 +188,6 @@ func (o *ownership) claimedAt(slot int, t time.Time) (claimed, fencedAfter bool,
 	return true, false, -1
 }
 
-// claimedAfter tells whether this replica claimed slot at some time after t.
-func (o *ownership) claimedAfter(slot int, t time.Time) bool {
-	for i := range o.at {
-		if o.at[i].After(t) && o.claimed[i].Has(slot) {
-			return true
-		}
-	}
-	return false
-}
-
 // endedBefore tells when this replica's last claim of slot before t ended
 // (zero: it had none), and whether by a fence.
 func (o *ownership) endedBefore(slot int, t time.Time) (ended time.Time, fenced bool) {

@@ -48,12 +48,6 @@ type Verdict struct {
 	// owner's list (which would have brought them). The sharded form of a
 	// relist gap; not losses.
 	HandoffGap int
-	// NewOwnerGap (sharded runs): deletions lost in a handoff, of objects
-	// the old owner had and swept alive, created while the new owner's
-	// watch was down and deleted before its relist (which then did not
-	// have them). A known residual loss (docs/sharding.md), counted, not
-	// failed.
-	NewOwnerGap []string
 	// Unclaimed (sharded runs): deletions the reconciler never saw, of an
 	// object whose slot no replica claimed when it was deleted (its owner
 	// had been killed or had fenced itself, and the new owner had not
@@ -247,19 +241,6 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 		if j.sharded && !seen {
 			killed = j.killedHeard(d)
 		}
-		newOwnerGap := false
-		if cause == "let go" {
-			// Between a handoff's let-go and the new owner's claim, the
-			// new owner covers the slot, but not what its own relist gap
-			// hides: an object created while its watch was down (the old
-			// owner had it, and swept before it was deleted), deleted
-			// before its relist. A known residual loss, counted apart.
-			for _, r := range j.replicas {
-				r.rec.mu.Lock()
-				newOwnerGap = newOwnerGap || r.rec.owns.claimedAfter(slot, d.At) && r.rec.invisible(d)
-				r.rec.mu.Unlock()
-			}
-		}
 		switch {
 		case seen:
 		case invisible:
@@ -271,8 +252,6 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 			v.KilledLagMax = max(v.KilledLagMax, killed.to.Sub(d.At))
 		case j.sharded && owner != nil && !fenced && !known && endRV >= 0 && endRV < d.Created:
 			v.HandoffGap++
-		case newOwnerGap:
-			v.NewOwnerGap = append(v.NewOwnerGap, fmt.Sprintf("%s (uid %s; %s)", d.Key, d.UID, why))
 		case j.sharded && (owner == nil || fenced) && (cause == "killed" || cause == "fenced"):
 			v.Unclaimed = append(v.Unclaimed, fmt.Sprintf("%s (uid %s; %s)", d.Key, d.UID, why))
 			if v.UnclaimedWhy == nil {
@@ -510,7 +489,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintln(tw, "workers")
 	row("reconciles", r.Reconciles, fmt.Sprintf("%d status writes", r.StatusWrites))
 	row("retries", r.Retries, fmt.Sprintf("%d after a conflict; the longest delay before a retry %v", r.Conflicts, r.LongestRetry.Round(time.Millisecond)))
-	row("deletions seen", r.Deletes-int64(len(r.Verdict.UnseenDeletions)+r.Verdict.Invisible+len(r.Verdict.Unclaimed)+r.Verdict.HandoffGap+len(r.Verdict.NewOwnerGap)+len(r.Verdict.WithKilled)), fmt.Sprintf("%d with an unknown final state (found by a relist)", r.UnknownFinalState))
+	row("deletions seen", r.Deletes-int64(len(r.Verdict.UnseenDeletions)+r.Verdict.Invisible+len(r.Verdict.Unclaimed)+r.Verdict.HandoffGap+len(r.Verdict.WithKilled)), fmt.Sprintf("%d with an unknown final state (found by a relist)", r.UnknownFinalState))
 	fmt.Fprintln(tw, "time")
 	row("first list synced", r.InitialSync.Round(100*time.Millisecond), "after start (includes creating the objects)")
 	row("converged", r.ConvergedIn.Round(100*time.Millisecond), "after the faults stopped")
@@ -529,8 +508,8 @@ func (r *Report) Print(w io.Writer) {
 	check(len(v.StoreDiff) == 0, fmt.Sprintf("the store equals a fresh LIST of %d objects", v.Listed))
 	check(len(v.StaleStatus) == 0, "every object's status.observedGeneration equals its metadata.generation")
 	if r.Config.Replicas > 1 {
-		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler, but %d inside a relist gap and %d inside a handoff's gap (objects created after the old owner's watch position when it let the slot go, deleted before the new owner listed it), which no replica could see; %d of objects whose slot no replica claimed when they were deleted, or whose claimant fenced itself (%s; %s); %d lost in a handoff, in the new owner's relist gap (%s); and %d the killed replica had not handled when it died, at most %v before (%s)",
-			r.Deletes-int64(v.Invisible+v.HandoffGap)-int64(len(v.Unclaimed)+len(v.NewOwnerGap)+len(v.WithKilled)), v.Invisible, v.HandoffGap, len(v.Unclaimed), causes(v.UnclaimedWhy), sample(v.Unclaimed), len(v.NewOwnerGap), sample(v.NewOwnerGap),
+		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler, but %d inside a relist gap and %d inside a handoff's gap (objects created after the old owner's watch position when it let the slot go, deleted before the new owner listed it), which no replica could see; %d of objects whose slot no replica claimed when they were deleted, or whose claimant fenced itself (%s; %s); and %d the killed replica had not handled when it died, at most %v before (%s)",
+			r.Deletes-int64(v.Invisible+v.HandoffGap)-int64(len(v.Unclaimed)+len(v.WithKilled)), v.Invisible, v.HandoffGap, len(v.Unclaimed), causes(v.UnclaimedWhy), sample(v.Unclaimed),
 			len(v.WithKilled), v.KilledLagMax.Round(10*time.Millisecond), sample(v.WithKilled)))
 	} else {
 		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler (but %d of objects that lived and died inside a relist gap, which no client could see)",
@@ -555,8 +534,8 @@ func (r *Report) Print(w io.Writer) {
 		}
 		return
 	}
-	if n := len(v.Unclaimed) + len(v.NewOwnerGap) + len(v.WithKilled); r.Config.Replicas > 1 && n > 0 {
-		fmt.Fprintf(w, "\nVERDICT: PASS — but %d deletions were not replayed: made while their slot had no owner (after a kill or a fence), whose owner fenced itself or was killed, or in a new owner's relist gap (see above)\n", n)
+	if n := len(v.Unclaimed) + len(v.WithKilled); r.Config.Replicas > 1 && n > 0 {
+		fmt.Fprintf(w, "\nVERDICT: PASS — but %d deletions were not replayed: made while their slot had no owner (after a kill or a fence), or whose owner fenced itself or was killed (see above)\n", n)
 		return
 	}
 	fmt.Fprintf(w, "\nVERDICT: PASS — nothing lost\n")

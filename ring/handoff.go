@@ -1,6 +1,10 @@
 package ring
 
-import "rawwatch/shard"
+import (
+	"math"
+
+	"rawwatch/shard"
+)
 
 // # The handoff
 //
@@ -20,7 +24,8 @@ import "rawwatch/shard"
 //	    ▲                                                │       │
 //	    │ no reconcile or deletion of its keys           │ no longer target:
 //	    │ in flight (sampled after Working lost it),     ▼ new reconciles stop
-//	    │ and swept after the new owner covered it
+//	    │ swept after the new owner covered it, and the
+//	    │ new owner's cache holds what the sweep listed
 //	    └─────────────────────────────────────────── Releasing ─┘
 //
 // A claim is written, then the others' Leases are read: of two members that
@@ -38,7 +43,7 @@ import "rawwatch/shard"
 // a slot it takes over, from its own fresh list. A deletion can: the new
 // owner never hears of an object deleted before it listed the slot, and the
 // old owner's watch may be behind (by a backoff, under faults) when it lets
-// the slot go. So a slot leaves Releasing only after two more things:
+// the slot go. So a slot leaves Releasing only after three more things:
 //
 //  1. the new owner (the member the slot goes to, by this member's view)
 //     covers it: its watcher has listed the slot and watches it
@@ -47,11 +52,19 @@ import "rawwatch/shard"
 //     it does not work yet until it does;
 //  2. the old owner has swept it since (Claims.Sweep asks for it, View.Swept
 //     says it is done): a LIST of the slot made after the new owner's list,
-//     against which every stored object missing is handled as a deletion.
+//     against which every stored object missing is handled as a deletion;
+//  3. the new owner's cache holds every object that sweep listed (View.Handed):
+//     its watch, unbroken since a list made at or before the sweep's, has
+//     reached the newest resourceVersion among them (it publishes both
+//     positions, AnnotationCoversSince and AnnotationSyncedTo).
 //
 // Every deletion is then at or before the sweep's list (the old owner
-// handles it) or after the new owner's (the new owner does), and the sweep's
-// list comes after the new owner's. A new owner that never says it covers
+// handles it), or of an object the new owner holds or hears created (it
+// does). Without the third, a new owner whose watch was down while an
+// object was created, and that relisted after the object was deleted,
+// would never have heard of an object the old owner reconciled: its relist
+// gap. A new owner that relists after the sweep makes the sweep stale
+// (View.Stale): it is asked for again. One that never says it covers
 // the slot (an older version, or one whose watcher cannot list) holds the
 // handoff up for at most Config.HandoffTimeout (View.Overdue): then the slot
 // is swept and let go anyway, and a log line says what may be lost.
@@ -101,10 +114,11 @@ type View struct {
 	Published shard.SlotSet
 	// Others: the slots claimed on the Leases of the other live members.
 	Others shard.SlotSet
-	// Busy: the slots with a reconcile in flight or a deletion not yet
-	// handled, sampled after the previous step's Working took effect, and
-	// after Swept.
-	Busy shard.SlotSet
+	// Busy: the slots with a reconcile, or a deletion's handling, in
+	// flight; Queued: those with a deletion not yet handled (waiting, or
+	// failed and waiting for its retry). Both sampled after the previous
+	// step's Working took effect, and after Swept.
+	Busy, Queued shard.SlotSet
 	// Covers: the slots this member's cache covers (it claims no other:
 	// a slot it works, it has listed). Covered: the slots that the live
 	// member they go to covers (AnnotationCovers), and went to in the
@@ -113,8 +127,31 @@ type View struct {
 	// Overdue: the slots Releasing for longer than Config.HandoffTimeout.
 	Covered, Overdue shard.SlotSet
 	// Swept: of the slots the previous Claims' Sweep named, those swept
-	// since it named them.
-	Swept shard.SlotSet
+	// since it named them. Handed: of those, the ones the new owner's cache
+	// holds everything of that the sweep listed; Stale: the ones whose new
+	// owner relisted after the sweep (see HandedOver).
+	Swept, Handed, Stale shard.SlotSet
+}
+
+// HandedOver tells whether a slot swept at resourceVersion at, whose newest
+// object then was at newest, may be let go to a member whose cache covers
+// as cover says (stale: the member relisted after the sweep, which must be
+// made again). Every object the sweep listed is then in the member's
+// cache, or was deleted after the sweep while the member watched it
+// (and heard of it): its watch has been unbroken since a list made at or
+// before the sweep's, and has reached every listed object's last change.
+// An object deleted later, the member hears of from its cache (a DELETED
+// event, or a relist that finds it gone). Unknown positions (0, or not a
+// number: math.MaxUint64) never hand a slot over.
+func HandedOver(slot int, cover Cover, at, newest uint64) (handed, stale bool) {
+	unknown := func(rv uint64) bool { return rv == 0 || rv == math.MaxUint64 }
+	if !cover.Slots.Has(slot) || unknown(at) || unknown(cover.Since) || unknown(cover.Synced) {
+		return false, false
+	}
+	if cover.Since > at {
+		return false, true
+	}
+	return newest <= cover.Synced, false
 }
 
 // Step is the next Claims; it reads no clock and does no I/O.
@@ -131,9 +168,13 @@ func (c Claims) Step(v View) Claims {
 	// new owner covered it; one released now waits for the next step.
 	// (The cover that made the sweep count must hold still: a new owner
 	// that dropped the slot may have dropped deletions with it.)
-	done := c.Sweep.And(v.Swept).And(v.Covered.Union(v.Overdue)).Minus(v.Busy)
+	// A deletion that keeps failing holds its slot only until it is
+	// overdue: else one bad object would stall the handoff, and with it
+	// every key of its slot, for good.
+	done := c.Sweep.And(v.Swept).And(v.Handed.Union(v.Overdue)).Minus(v.Busy).Minus(v.Queued.Minus(v.Overdue))
 	next.Releasing = c.Releasing.Minus(v.Target).Minus(done).Union(c.Working.Minus(v.Target))
-	next.Sweep = next.Releasing.And(v.Covered.Union(v.Overdue))
+	// A stale sweep is dropped for a step, and so asked for again.
+	next.Sweep = next.Releasing.And(v.Covered.Union(v.Overdue)).Minus(v.Stale.Minus(v.Overdue))
 	if !v.Confirmed { // nothing new is known of the others
 		next.Pending = c.Pending.And(v.Target)
 		return next

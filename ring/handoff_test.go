@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -95,7 +96,7 @@ func TestHandoffNeverLetsTwoMembersWorkASlot(t *testing.T) {
 					}
 					m.claims = m.claims.Step(View{Live: true, Target: m.target, Confirmed: true,
 						Published: m.published, Others: m.others, Busy: busy,
-						Covers: m.covers, Covered: m.covered, Overdue: overdue, Swept: m.swept})
+						Covers: m.covers, Covered: m.covered, Overdue: overdue, Swept: m.swept, Handed: m.covered})
 					m.swept = m.swept.And(m.claims.Sweep) // a sweep counts for the request it answered
 				}
 				m.phase = (m.phase + 1) % 3
@@ -127,7 +128,7 @@ func TestHandoffConverges(t *testing.T) {
 	step := func(c *Claims, lease *shard.SlotSet, other shard.SlotSet, target shard.SlotSet) {
 		*lease = c.Claimed()
 		*c = c.Step(View{Live: true, Target: target, Confirmed: true, Published: *lease, Others: other,
-			Covers: shard.All(), Covered: shard.All(), Swept: c.Sweep})
+			Covers: shard.All(), Covered: shard.All(), Swept: c.Sweep, Handed: shard.All()})
 	}
 	all := shard.SlotsOf(0, 1, 2, 3)
 	for range 3 {
@@ -153,12 +154,12 @@ func TestHandoffConverges(t *testing.T) {
 	}
 	// a busy slot is held until its reconcile ends
 	c := Claims{Working: shard.SlotsOf(5)}
-	c = c.Step(View{Live: true, Busy: shard.SlotsOf(5), Confirmed: true, Covered: shard.All()})
-	c = c.Step(View{Live: true, Busy: shard.SlotsOf(5), Confirmed: true, Covered: shard.All(), Swept: c.Sweep})
+	c = c.Step(View{Live: true, Busy: shard.SlotsOf(5), Confirmed: true, Covered: shard.All(), Handed: shard.All()})
+	c = c.Step(View{Live: true, Busy: shard.SlotsOf(5), Confirmed: true, Covered: shard.All(), Handed: shard.All(), Swept: c.Sweep})
 	if c.Claimed() != shard.SlotsOf(5) || !c.Working.Empty() {
 		t.Errorf("a slot with a reconcile in flight: %+v, want it Releasing", c)
 	}
-	if c = c.Step(View{Live: true, Confirmed: true, Covered: shard.All(), Swept: c.Sweep}); !c.Claimed().Empty() {
+	if c = c.Step(View{Live: true, Confirmed: true, Covered: shard.All(), Handed: shard.All(), Swept: c.Sweep}); !c.Claimed().Empty() {
 		t.Errorf("after the reconcile: %+v, want nothing claimed", c)
 	}
 	// fenced: everything dropped at once
@@ -193,12 +194,28 @@ func TestReleasingWaitsForTheNewOwnerAndASweep(t *testing.T) {
 	if c.Releasing != five {
 		t.Fatalf("not swept yet: %+v, want still Releasing", c)
 	}
-	// Swept, but a deletion it found is still queued: the slot stays.
-	c = c.Step(View{Live: true, Confirmed: true, Covered: five, Swept: five, Busy: five})
+	// Swept, but the new owner's cache has not reached what the sweep
+	// listed: the slot stays.
+	c = c.Step(View{Live: true, Confirmed: true, Covered: five, Swept: five})
+	if c.Releasing != five || c.Sweep != five {
+		t.Fatalf("swept, not handed over: %+v, want still Releasing, the sweep standing", c)
+	}
+	// The new owner relisted after the sweep: it is asked for again (the
+	// request dropped for a step, which makes the gate forget the sweep).
+	c = c.Step(View{Live: true, Confirmed: true, Covered: five, Swept: five, Stale: five})
+	if c.Releasing != five || !c.Sweep.Empty() {
+		t.Fatalf("a stale sweep: %+v, want still Releasing and the sweep dropped", c)
+	}
+	if c = c.Step(View{Live: true, Confirmed: true, Covered: five}); c.Sweep != five {
+		t.Fatalf("after a stale sweep: %+v, want a sweep asked for again", c)
+	}
+	// Swept and handed over, but a deletion it found is still queued: the
+	// slot stays.
+	c = c.Step(View{Live: true, Confirmed: true, Covered: five, Swept: five, Handed: five, Busy: five})
 	if c.Releasing != five {
 		t.Fatalf("swept, deletions queued: %+v, want still Releasing", c)
 	}
-	if c = c.Step(View{Live: true, Confirmed: true, Covered: five, Swept: five}); !c.Claimed().Empty() {
+	if c = c.Step(View{Live: true, Confirmed: true, Covered: five, Swept: five, Handed: five}); !c.Claimed().Empty() {
 		t.Fatalf("swept and handled: %+v, want it let go", c)
 	}
 	// Swept, but the new owner no longer covers it (it dropped the slot,
@@ -214,6 +231,18 @@ func TestReleasingWaitsForTheNewOwnerAndASweep(t *testing.T) {
 	}
 	if c = c.Step(View{Live: true, Confirmed: true, Overdue: five, Swept: five}); !c.Claimed().Empty() {
 		t.Fatalf("overdue and swept: %+v, want it let go", c)
+	}
+	// A deletion that keeps failing holds the slot until it is overdue;
+	// one being handled holds it even then.
+	queued := Claims{Releasing: five, Sweep: five}
+	if c = queued.Step(View{Live: true, Confirmed: true, Covered: five, Swept: five, Handed: five, Queued: five}); c.Releasing != five {
+		t.Fatalf("a deletion queued: %+v, want still Releasing", c)
+	}
+	if c = queued.Step(View{Live: true, Confirmed: true, Swept: five, Overdue: five, Busy: five, Queued: five}); c.Releasing != five {
+		t.Fatalf("overdue, a deletion being handled: %+v, want still Releasing", c)
+	}
+	if c = queued.Step(View{Live: true, Confirmed: true, Swept: five, Overdue: five, Queued: five}); !c.Claimed().Empty() {
+		t.Fatalf("overdue, a deletion waiting for its retry: %+v, want it let go", c)
 	}
 	// The slot comes back while it waits: Working again, no sweep asked.
 	c = Claims{Releasing: five, Sweep: five}.Step(View{Live: true, Confirmed: true, Target: five, Covered: five})
@@ -233,5 +262,34 @@ func TestAMemberClaimsOnlyWhatItCovers(t *testing.T) {
 	c = c.Step(View{Live: true, Confirmed: true, Target: two, Covers: two, Published: c.Claimed()})
 	if c.Working != shard.SlotsOf(1) || c.Pending != shard.SlotsOf(2) {
 		t.Fatalf("then covers both: %+v, want 1 Working and 2 Pending", c)
+	}
+}
+
+// HandedOver: a slot is handed over once the new owner's cache holds every
+// object the sweep listed, on a watch unbroken since a list made at or
+// before the sweep's.
+func TestHandedOver(t *testing.T) {
+	five := shard.SlotsOf(5)
+	for _, c := range []struct {
+		name          string
+		cover         Cover
+		at, newest    uint64
+		handed, stale bool
+	}{
+		{"caught up", Cover{five, 100, 150}, 120, 110, true, false},
+		{"caught up with the newest object, behind the sweep", Cover{five, 100, 110}, 120, 110, true, false},
+		{"an empty slot", Cover{five, 100, 100}, 120, 0, true, false},
+		{"listed at the sweep's resourceVersion", Cover{five, 120, 120}, 120, 110, true, false},
+		{"behind the newest object", Cover{five, 100, 105}, 120, 110, false, false},
+		{"relisted after the sweep", Cover{five, 130, 140}, 120, 110, false, true},
+		{"does not cover the slot", Cover{shard.SlotsOf(4), 100, 150}, 120, 110, false, false},
+		{"positions unknown", Cover{five, 0, 0}, 120, 110, false, false},
+		{"a sweep's position unknown", Cover{five, 100, 150}, 0, 0, false, false},
+		{"a resourceVersion that is not a number", Cover{five, 100, 150}, 120, math.MaxUint64, false, false},
+	} {
+		handed, stale := HandedOver(5, c.cover, c.at, c.newest)
+		if handed != c.handed || stale != c.stale {
+			t.Errorf("%s: handed %v, stale %v; want %v, %v", c.name, handed, stale, c.handed, c.stale)
+		}
 	}
 }

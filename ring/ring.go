@@ -7,7 +7,9 @@
 //	Lease <ring>-<identity>   labels: rawwatch.example.com/ring=<ring>
 //	  holderIdentity: <identity>, leaseDurationSeconds, renewTime
 //	  annotations (with the handoff): rawwatch.example.com/slots (claimed),
-//	    rawwatch.example.com/covers (listed and watched by its cache)
+//	    rawwatch.example.com/covers (listed and watched by its cache),
+//	    rawwatch.example.com/covers-since, rawwatch.example.com/synced-to
+//	    (the resourceVersions of that list, and where the cache stands)
 //
 // A member:
 //   - creates its Lease, then renews it every RenewPeriod (a write, so its
@@ -44,6 +46,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -71,6 +74,30 @@ const AnnotationSlots = "rawwatch.example.com/slots"
 // (Config.Covers): a slot is handed over to it only once it is there.
 const AnnotationCovers = "rawwatch.example.com/covers"
 
+// AnnotationCoversSince and AnnotationSyncedTo on a member's Lease give the
+// resourceVersion of the list since which its cache covers those slots
+// without a gap, and the one the cache is synced to (Cover).
+const (
+	AnnotationCoversSince = "rawwatch.example.com/covers-since"
+	AnnotationSyncedTo    = "rawwatch.example.com/synced-to"
+)
+
+// Cover is what a member's cache covers: its slots, the resourceVersion of
+// the list since which it has followed them without a gap (Since), and the
+// one it is synced to (Synced, read before Since). 0: unknown.
+type Cover struct {
+	Slots         shard.SlotSet
+	Since, Synced uint64
+}
+
+// Sweeps is the slots swept since Claims.Sweep asked, with, by slot, the
+// resourceVersion the sweep listed at and the newest among the slot's
+// objects it listed.
+type Sweeps struct {
+	Slots      shard.SlotSet
+	At, Newest [shard.Slots]uint64
+}
+
 // Defaults of Config.
 const (
 	DefaultLeaseDuration = 15 * time.Second
@@ -97,15 +124,17 @@ type Config struct {
 	// change, and must return once they are in effect (new reconciles of a
 	// slot no longer Working refused, those of a newly Working slot allowed)
 	// without waiting for reconciles to end. Busy reports the slots with a
-	// reconcile in flight or a deletion not yet handled.
+	// reconcile or a deletion's handling in flight, and those with a
+	// deletion not yet handled (queued: read first).
 	OnClaims func(Claims)
-	Busy     func() shard.SlotSet
+	Busy     func() (inFlight, queued shard.SlotSet)
 	// Covers reports the slots whose every deletion this member hears of
-	// from now on (its watcher listed them and watches them); Swept, of
-	// the slots Claims.Sweep named, those swept since. Both go with
-	// OnClaims, or neither: then a slot is let go as soon as nothing of it
-	// is in flight (no sweeps).
-	Covers, Swept func() shard.SlotSet
+	// from now on (its watcher listed them and watches them), and where
+	// its cache stands; Swept, of the slots Claims.Sweep named, those swept
+	// since. Both go with OnClaims, or neither: then a slot is let go as
+	// soon as nothing of it is in flight (no sweeps).
+	Covers func() Cover
+	Swept  func() Sweeps
 	// HandoffTimeout bounds how long a slot being let go waits for its new
 	// owner to cover it; then it is swept and let go anyway (a deletion
 	// made between that sweep and the new owner's list is then seen by
@@ -185,7 +214,7 @@ type observed struct {
 	rv     string
 	at     time.Time     // when we saw rv first
 	claims shard.SlotSet // the slots its Lease claims
-	covers shard.SlotSet // the slots its cache covers
+	covers Cover         // what its cache covers
 }
 
 // New returns a member; it joins when Run starts.
@@ -308,7 +337,10 @@ func (m *Member) renew(ctx context.Context) error {
 	claimed := m.claims.Claimed()
 	annotations := map[string]string{AnnotationSlots: claimed.String()}
 	if m.cfg.Covers != nil {
-		annotations[AnnotationCovers] = m.cfg.Covers().String()
+		c := m.cfg.Covers()
+		annotations[AnnotationCovers] = c.Slots.String()
+		annotations[AnnotationCoversSince] = strconv.FormatUint(c.Since, 10)
+		annotations[AnnotationSyncedTo] = strconv.FormatUint(c.Synced, 10)
 	}
 	if m.cfg.OnClaims == nil {
 		annotations = nil
@@ -411,9 +443,13 @@ func (m *Member) look(ctx context.Context) error {
 				claims = claims.With(i)
 			}
 		}
-		// Covers that cannot be read cover nothing: the handoff waits
-		// (at most a lease duration) instead of trusting them.
-		covers, _ := shard.ParseSlotSet(l.Annotations[AnnotationCovers])
+		// Covers that cannot be read cover nothing, and positions that
+		// cannot be read are unknown: the handoff waits (at most
+		// HandoffTimeout) instead of trusting them.
+		var covers Cover
+		covers.Slots, _ = shard.ParseSlotSet(l.Annotations[AnnotationCovers])
+		covers.Since, _ = strconv.ParseUint(l.Annotations[AnnotationCoversSince], 10, 64)
+		covers.Synced, _ = strconv.ParseUint(l.Annotations[AnnotationSyncedTo], 10, 64)
 		o, ok := m.seen[id]
 		switch {
 		case !ok && l.Spec.RenewTime != nil && now.Sub(l.Spec.RenewTime.Time) > 2*m.cfg.LeaseDuration:
@@ -438,13 +474,15 @@ func (m *Member) update(log klog.Logger) {
 	// Swept before Busy: a sweep hands its deletions over, then says it is
 	// done; read the other way round, a slot could be let go between the
 	// two with deletions still queued.
-	swept, covered, ownCover := shard.All(), shard.All(), shard.All() // without sweeps, nothing to wait for
+	// Without sweeps, nothing to wait for.
+	swept, covered, handed, ownCover := Sweeps{Slots: shard.All()}, shard.All(), shard.All(), shard.All()
+	var stale shard.SlotSet
 	if m.cfg.Swept != nil {
-		swept, covered, ownCover = m.cfg.Swept(), shard.SlotSet{}, m.cfg.Covers()
+		swept, covered, handed, ownCover = m.cfg.Swept(), shard.SlotSet{}, shard.SlotSet{}, m.cfg.Covers().Slots
 	}
-	var busy shard.SlotSet
+	var busy, queued shard.SlotSet
 	if m.cfg.Busy != nil {
-		busy = m.cfg.Busy() // before the step: after the last step took effect
+		busy, queued = m.cfg.Busy() // before the step: after the last step took effect
 	}
 	now := m.cfg.Now()
 	m.mu.Lock()
@@ -454,7 +492,7 @@ func (m *Member) update(log klog.Logger) {
 		live = append(live, m.cfg.Identity)
 	}
 	var others shard.SlotSet
-	covers := map[string]shard.SlotSet{} // the others', by identity
+	covers := map[string]Cover{} // the others', by identity
 	// While we cannot list, the others' Leases cannot be seen to move:
 	// they stand as they stood at the last list that succeeded, not taken
 	// for dead for it (we could not confirm a claim on their slots anyway,
@@ -483,11 +521,20 @@ func (m *Member) update(log klog.Logger) {
 			for _, i := range slots {
 				owner[i] = id
 			}
-			covered = covered.Union(covers[id].And(shard.SlotsOf(slots...)))
+			covered = covered.Union(covers[id].Slots.And(shard.SlotsOf(slots...)))
 		}
 		for i := range owner {
 			if owner[i] != m.ownerOf[i] {
 				covered = covered.Minus(shard.SlotsOf(i))
+			}
+			if !swept.Slots.Has(i) || owner[i] == "" || owner[i] == m.cfg.Identity {
+				continue
+			}
+			switch h, s := HandedOver(i, covers[owner[i]], swept.At[i], swept.Newest[i]); {
+			case h:
+				handed = handed.With(i)
+			case s:
+				stale = stale.With(i)
 			}
 		}
 		m.ownerOf = owner
@@ -522,8 +569,8 @@ func (m *Member) update(log klog.Logger) {
 	}
 	before := m.claims
 	m.claims = before.Step(View{Live: self, Target: target, Confirmed: m.confirmed,
-		Published: m.published, Others: others, Busy: busy,
-		Covers: ownCover, Covered: covered, Overdue: overdue, Swept: swept})
+		Published: m.published, Others: others, Busy: busy, Queued: queued,
+		Covers: ownCover, Covered: covered, Overdue: overdue, Swept: swept.Slots, Handed: handed, Stale: stale})
 	for i := range m.releasingSince {
 		switch {
 		case !m.claims.Releasing.Has(i):
@@ -533,6 +580,12 @@ func (m *Member) update(log klog.Logger) {
 		}
 	}
 	after, renewed := m.claims, m.renewed
+	if m.claims != before && self {
+		if stuck := before.Releasing.Minus(after.Claimed()).And(queued); !stuck.Empty() {
+			log.Info("Letting slots go with deletions still not handled: their Deleted keeps failing; the new owner never hears of them",
+				"slots", stuck, "waited", m.cfg.HandoffTimeout)
+		}
+	}
 	if late := after.Sweep.Minus(before.Sweep).Minus(covered); !late.Empty() {
 		log.Info("Slots being let go were never covered by their new owner in time: sweeping and letting them go anyway; a deletion made between the sweep and the new owner's list will be seen by no replica",
 			"slots", late, "waited", m.cfg.HandoffTimeout)

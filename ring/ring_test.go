@@ -46,7 +46,7 @@ func joinSharded(t *testing.T, cfg *rest.Config, ns, id string) *running {
 	t.Helper()
 	return joinWith(t, ring.Config{Client: kubernetes.NewForConfigOrDie(cfg), Namespace: ns, Ring: "rawwatch",
 		Identity: id, LeaseDuration: leaseDuration, RenewPeriod: renewPeriod,
-		OnClaims: func(ring.Claims) {}, Busy: func() shard.SlotSet { return shard.SlotSet{} }})
+		OnClaims: func(ring.Claims) {}, Busy: func() (_, _ shard.SlotSet) { return }})
 }
 
 func joinWith(t *testing.T, cfg ring.Config) *running {

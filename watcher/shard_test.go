@@ -288,10 +288,29 @@ func TestSweepFindsTheDeletionsTheWatchHasNotBrought(t *testing.T) {
 		if err := testkit.CreateMany(ctx, c, ns, "new", 20); err != nil {
 			t.Fatal(err)
 		}
-		found, err := w.Sweep(ctx, slots)
+		res, err := w.Sweep(ctx, slots)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
+		// Where it listed, and the newest object of each slot: those of
+		// a LIST made after it, of the objects of the swept slots.
+		after, err := c.List(ctx, ns, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var newest [shard.Slots]uint64
+		for _, o := range after.Items {
+			if i := shard.SlotOf(string(o.UID)); slots.Has(i) {
+				newest[i] = max(newest[i], watcher.ParseRV(o.ResourceVersion))
+			}
+		}
+		if res.RV == 0 || res.RV > watcher.ParseRV(after.ResourceVersion) {
+			t.Errorf("%s: swept at resourceVersion %d; the LIST after it was at %s", name, res.RV, after.ResourceVersion)
+		}
+		if res.Newest != newest {
+			t.Errorf("%s: newest resourceVersion by slot %v, want %v", name, res.Newest, newest)
+		}
+		found := res.Deleted
 		got := map[string]bool{}
 		for _, d := range found {
 			if d.Type != store.Deleted || !d.FinalStateUnknown {
@@ -331,6 +350,14 @@ func TestCoveredFollowsTheListedShard(t *testing.T) {
 	if got := r.w.Covered(); got != a {
 		t.Fatalf("synced on slots %v: covers %v", a, got)
 	}
+	if got, since, at := r.w.Coverage(); got != a || since == "" || watcher.ParseRV(at) < watcher.ParseRV(since) {
+		t.Fatalf("synced on slots %v: coverage %v since %q, at %q; want since the list, at or after it", a, got, since, at)
+	}
+	_, since, _ := r.w.Coverage()
+	// A write, so that the relist's resourceVersion is a later one.
+	if _, err := testkit.Client(t, cp.Config()).Create(context.Background(), testkit.New(ns, "later", "x")); err != nil {
+		t.Fatal(err)
+	}
 	r.w.SetShard(b.Set())
 	testkit.Eventually(t, 30*time.Second, func() bool {
 		got := r.w.Covered()
@@ -339,6 +366,9 @@ func TestCoveredFollowsTheListedShard(t *testing.T) {
 		}
 		return got == b
 	}, "after SetShard, covers %v, want %v", r.w.Covered(), b)
+	if _, after, _ := r.w.Coverage(); watcher.ParseRV(after) <= watcher.ParseRV(since) {
+		t.Errorf("after a shard change, covered since %q; before it, since %q: want the relist's, later", after, since)
+	}
 	all := start(t, cp.Config(), ns, watcher.Options[object]{})
 	if got := all.w.Covered(); got != shard.All() {
 		t.Errorf("a watcher of every object covers %v", got)

@@ -3,6 +3,8 @@ package watcher
 import (
 	"context"
 	"fmt"
+	"math"
+	"strconv"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,15 +27,19 @@ import (
 // watch may be behind, and the new owner cannot see what was deleted before
 // it listed. The objects are taken before the LIST starts, so an object
 // created since is not mistaken for a deleted one. Sweep may run beside Run.
-func (w *Watcher[T]) Sweep(ctx context.Context, slots shard.SlotSet) (_ []store.Delta[T], err error) {
+//
+// It also says where the list was read (SweepResult.RV) and, for each
+// slot, the newest resourceVersion among its objects: the new owner has
+// every object the sweep saw once its cache is synced that far, on a watch
+// unbroken since a list made at or before the sweep's (Coverage).
+func (w *Watcher[T]) Sweep(ctx context.Context, slots shard.SlotSet) (res SweepResult[T], err error) {
 	set := slots.Set()
 	listed := 0
-	var found []store.Delta[T]
 	defer func() {
-		w.obs.Observe(Swept{Share: set.Fraction(), Listed: listed, Deleted: len(found), Err: err})
+		w.obs.Observe(Swept{Share: set.Fraction(), Listed: listed, Deleted: len(res.Deleted), Err: err})
 	}()
 	if slots.Empty() {
-		return nil, nil
+		return res, nil
 	}
 	stored := map[string]T{}
 	for _, obj := range w.store.List() {
@@ -49,13 +55,15 @@ func (w *Watcher[T]) Sweep(ctx context.Context, slots shard.SlotSet) (_ []store.
 		body, err := w.source.List(rctx, opts)
 		if err != nil {
 			cancel()
-			return nil, fmt.Errorf("sweeping slots %s: %w", slots, err)
+			return SweepResult[T]{}, fmt.Errorf("sweeping slots %s: %w", slots, err)
 		}
 		meta, err := decodeList(body, w.opts.Codec,
 			func(obj T) {
 				if set.Contains(string(obj.GetUID())) { // a server may ignore the selector
 					listed++
 					present[store.KeyOf(obj)] = obj.GetUID()
+					i := shard.SlotOf(string(obj.GetUID()))
+					res.Newest[i] = max(res.Newest[i], ParseRV(obj.GetResourceVersion()))
 				}
 			},
 			func(skip *SkipError) {
@@ -66,9 +74,10 @@ func (w *Watcher[T]) Sweep(ctx context.Context, slots shard.SlotSet) (_ []store.
 		body.Close()
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("sweeping slots %s: %w", slots, err)
+			return SweepResult[T]{}, fmt.Errorf("sweeping slots %s: %w", slots, err)
 		}
 		if meta.Continue == "" {
+			res.RV = ParseRV(meta.ResourceVersion)
 			break
 		}
 		opts = metav1.ListOptions{Limit: w.opts.PageSize, Continue: meta.Continue, ShardSelector: set.Selector()}
@@ -77,7 +86,34 @@ func (w *Watcher[T]) Sweep(ctx context.Context, slots shard.SlotSet) (_ []store.
 		if uid, ok := present[key]; (ok && uid == obj.GetUID()) || kept[key] {
 			continue
 		}
-		found = append(found, store.Delta[T]{Type: store.Deleted, Key: key, Object: obj, FinalStateUnknown: true})
+		res.Deleted = append(res.Deleted, store.Delta[T]{Type: store.Deleted, Key: key, Object: obj, FinalStateUnknown: true})
 	}
-	return found, nil
+	return res, nil
+}
+
+// SweepResult is what a Sweep found.
+type SweepResult[T Object] struct {
+	// Deleted: the stored objects the list did not have.
+	Deleted []store.Delta[T]
+	// RV is the list's resourceVersion (ParseRV's).
+	RV uint64
+	// Newest: by slot, the newest resourceVersion among the listed objects
+	// (0: none; ParseRV's).
+	Newest [shard.Slots]uint64
+}
+
+// ParseRV reads a resourceVersion as the number it is on an etcd-backed
+// API server. Resource versions are opaque to clients, save for this one
+// use: a sharded controller orders the positions of two replicas' caches.
+// "" is 0 (unknown); one that is not a number is math.MaxUint64, which no
+// position reaches (the handoff then waits for its timeout).
+func ParseRV(rv string) uint64 {
+	if rv == "" {
+		return 0
+	}
+	n, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		return math.MaxUint64
+	}
+	return n
 }

@@ -102,8 +102,14 @@ type Watcher[T Object] struct {
 	nextShard atomic.Pointer[shard.Set]
 	reshard   chan struct{}
 	// covered is the slots of the shard the store was last listed with,
-	// while that shard is in effect (see Covered).
-	covered atomic.Pointer[shard.SlotSet]
+	// while that shard is in effect, and that list's resourceVersion (see
+	// Coverage).
+	covered atomic.Pointer[coverage]
+}
+
+type coverage struct {
+	slots shard.SlotSet
+	since string
 }
 
 // partialList is what a paginated list read before it failed.
@@ -140,7 +146,7 @@ func New[T Object](src Source, s *store.Store[T], opts Options[T]) *Watcher[T] {
 	w.obs = observe.Fanout{&w.stats, opts.Observer}
 	empty := ""
 	w.rv.Store(&empty)
-	w.covered.Store(&shard.SlotSet{})
+	w.covered.Store(&coverage{})
 	return w
 }
 
@@ -161,7 +167,21 @@ func (w *Watcher[T]) Stats() StatsSnapshot { return w.stats.Snapshot() }
 // ones once their list is in; every slot, for a watcher without a shard,
 // once synced. A sharded controller hands a slot
 // over only once its new owner covers it (package ring).
-func (w *Watcher[T]) Covered() shard.SlotSet { return *w.covered.Load() }
+func (w *Watcher[T]) Covered() shard.SlotSet { return w.covered.Load().slots }
+
+// Coverage is Covered with two resourceVersions: since, the last list's
+// (the store has followed every event of those slots since, without a
+// gap), and at, where the store stands now, read before since. Every
+// object of the slots whose last change is at or before at, and that lived
+// at since or was created after it, the store has held: its deletion
+// reaches the Handler whenever it comes. A sharded controller publishes
+// this, for the replica handing it a slot to know when nothing it had can
+// be lost in the new owner's relist gap (package ring).
+func (w *Watcher[T]) Coverage() (slots shard.SlotSet, since, at string) {
+	at = w.ResourceVersion()
+	c := w.covered.Load()
+	return c.slots, c.since, at
+}
 
 // SetShard makes the watcher list and watch s from now on (nil: every
 // object). The request or stream in flight is cut short; the objects the
@@ -265,9 +285,9 @@ func (w *Watcher[T]) applyShard(m *Machine) Action {
 	// The slots of both shards stay covered (their objects stay in the
 	// store, and the relist's deletions reach the handler); the new ones
 	// are, once the relist is in.
-	covered := w.Covered()
+	covered := *w.covered.Load()
 	if len(w.shard) > 0 {
-		covered = covered.And(w.shard.Slots())
+		covered.slots = covered.slots.And(w.shard.Slots())
 	}
 	w.covered.Store(&covered)
 	dropped := 0
@@ -426,7 +446,7 @@ func (w *Watcher[T]) commit(repl *store.Replacement[T], rv string) {
 	if len(w.shard) > 0 {
 		listed = w.shard.Slots()
 	}
-	w.covered.Store(&listed)
+	w.covered.Store(&coverage{slots: listed, since: rv})
 	w.syncedOnce.Do(func() { close(w.synced) })
 }
 

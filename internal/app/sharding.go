@@ -19,6 +19,7 @@ import (
 	"rawwatch/ring"
 	"rawwatch/shard"
 	"rawwatch/store"
+	"rawwatch/watcher"
 )
 
 // Sharding makes this process one replica of a sharded controller: the
@@ -71,11 +72,12 @@ type gate struct {
 	// or a fence took them): handed to the workers if the slot comes to be
 	// worked, dropped if the watcher stops watching it.
 	held map[int][]store.Delta[Object]
-	// swept: of claims.Sweep, the slots swept since it asked; fresh, the
-	// slots asked for since the sweep under way began (it does not answer
-	// for them).
-	swept, fresh shard.SlotSet
-	kick         chan struct{} // a sweep is asked for
+	// swept: of claims.Sweep, the slots swept since it asked, and where
+	// (ring.Sweeps); fresh, the slots asked for since the sweep under way
+	// began (it does not answer for them).
+	swept ring.Sweeps
+	fresh shard.SlotSet
+	kick  chan struct{} // a sweep is asked for
 }
 
 type flight struct {
@@ -157,7 +159,7 @@ func (g *gate) enter(ctx context.Context, d store.Delta[Object], deletion bool) 
 	}, true
 }
 
-// busy is the slots with a reconcile in flight.
+// busy is the slots with a reconcile, or a deletion's handling, in flight.
 func (g *gate) busy() shard.SlotSet {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -185,7 +187,7 @@ func (g *gate) set(c ring.Claims) (watched, gained shard.SlotSet, replay []store
 	}
 	gained = c.Working.Minus(g.claims.Working)
 	g.fresh = g.fresh.Union(c.Sweep.Minus(g.claims.Sweep))
-	g.swept = g.swept.And(c.Sweep).And(g.claims.Sweep) // a sweep answers for one request
+	g.swept.Slots = g.swept.Slots.And(c.Sweep).And(g.claims.Sweep) // a sweep answers for one request
 	g.claims = c
 	for f := range g.flights {
 		if !c.Claimed().Has(f.slot) {
@@ -207,7 +209,7 @@ func (g *gate) set(c ring.Claims) (watched, gained shard.SlotSet, replay []store
 			}
 		}
 	}
-	if !c.Sweep.Minus(g.swept).Empty() {
+	if !c.Sweep.Minus(g.swept.Slots).Empty() {
 		select {
 		case g.kick <- struct{}{}:
 		default:
@@ -222,18 +224,23 @@ func (g *gate) toSweep() shard.SlotSet {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.fresh = shard.SlotSet{}
-	return g.claims.Sweep.Minus(g.swept)
+	return g.claims.Sweep.Minus(g.swept.Slots)
 }
 
-// sweptNow records a finished sweep of slots (begun at toSweep).
-func (g *gate) sweptNow(slots shard.SlotSet) {
+// sweptNow records a finished sweep of slots (begun at toSweep): listed at
+// resourceVersion at, the newest object of each slot at newest.
+func (g *gate) sweptNow(slots shard.SlotSet, at uint64, newest *[shard.Slots]uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.swept = g.swept.Union(slots.And(g.claims.Sweep).Minus(g.fresh))
+	done := slots.And(g.claims.Sweep).Minus(g.fresh)
+	g.swept.Slots = g.swept.Slots.Union(done)
+	for _, i := range done.List() {
+		g.swept.At[i], g.swept.Newest[i] = at, newest[i]
+	}
 }
 
-// sweptSlots is what the ring reads as View.Swept.
-func (g *gate) sweptSlots() shard.SlotSet {
+// sweptSlots is what the ring reads as its Sweeps.
+func (g *gate) sweptSlots() ring.Sweeps {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.swept
@@ -312,16 +319,23 @@ func (a *App) newMember() (*ring.Member, error) {
 	})
 }
 
-// busy is the slots with a reconcile in flight or a deletion not handled.
-func (a *App) busy() shard.SlotSet {
-	s := a.gate.busy()
-	a.Controller.Deletions(func(d store.Delta[Object]) { s = s.With(shard.SlotOf(string(d.Object.GetUID()))) })
-	return s
+// busy is the slots with a reconcile or a deletion's handling in flight, and
+// those with a deletion not handled yet.
+//
+// The deletions are read first: one that starts being handled between the
+// two reads is then in both, not in neither.
+func (a *App) busy() (inFlight, queued shard.SlotSet) {
+	a.Controller.Deletions(func(d store.Delta[Object]) { queued = queued.With(shard.SlotOf(string(d.Object.GetUID()))) })
+	return a.gate.busy(), queued
 }
 
-// covers is the slots this replica hears every deletion of: listed by the
-// watcher and still watched (the ring's goroutine, as onClaims).
-func (a *App) covers() shard.SlotSet { return a.Watcher.Covered().And(a.watched) }
+// covers is the slots this replica hears every deletion of (listed by the
+// watcher and still watched), and where its cache stands (the ring's
+// goroutine, as onClaims).
+func (a *App) covers() ring.Cover {
+	slots, since, at := a.Watcher.Coverage()
+	return ring.Cover{Slots: slots.And(a.watched), Since: watcher.ParseRV(since), Synced: watcher.ParseRV(at)}
+}
 
 // sweep sweeps the slots the ring asks to, until ctx ends: it finds the
 // deletions the watch has not brought yet (watcher.Sweep), hands them to the
@@ -338,7 +352,7 @@ func (a *App) sweep(ctx context.Context, renew, lease time.Duration) {
 		case <-a.gate.kick:
 		}
 		for slots := a.gate.toSweep(); !slots.Empty(); slots = a.gate.toSweep() {
-			found, err := a.Watcher.Sweep(ctx, slots)
+			res, err := a.Watcher.Sweep(ctx, slots)
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -353,14 +367,14 @@ func (a *App) sweep(ctx context.Context, renew, lease time.Duration) {
 				continue
 			}
 			pause = renew
-			for _, d := range found {
+			for _, d := range res.Deleted {
 				a.gate.routed(d, "swept")
 				if a.gate.admit(d) {
 					a.Controller.OnDelta(d)
 				}
 			}
-			log.V(1).Info("Swept the slots being handed over", "slots", slots, "deletions", len(found))
-			a.gate.sweptNow(slots)
+			log.V(1).Info("Swept the slots being handed over", "slots", slots, "deletions", len(res.Deleted), "resourceVersion", res.RV)
+			a.gate.sweptNow(slots, res.RV, &res.Newest)
 		}
 	}
 }
