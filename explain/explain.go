@@ -297,7 +297,7 @@ func (n *Narrator) claims(e ring.ClaimsChanged) {
 		n.line("TAKE", "%s now reconciles slots %s: nobody else claims them", e.Identity, s)
 	}
 	if s := c.Releasing.Minus(b.Releasing); !s.Empty() {
-		n.line("RELEASE", "%s stops reconciling slots %s (they belong to another replica now); it claims them, handling their deletions, until its reconciles in flight end and, once their new owner has listed them, it has swept them", e.Identity, s)
+		n.line("RELEASE", "%s stops reconciling slots %s (they belong to another replica now); it claims them, handling their deletions, until its reconciles in flight end and, once their new owner has listed them, it has swept them and the new owner's cache holds every object the sweep saw", e.Identity, s)
 	}
 	if s := b.Claimed().Minus(c.Claimed()); !s.Empty() {
 		n.line("GIVE UP", "%s no longer claims slots %s: nothing of theirs is in flight and no deletion is left unhandled; their new owner may take them", e.Identity, s)

@@ -2,8 +2,12 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -13,6 +17,7 @@ import (
 	"rawwatch/ring"
 	"rawwatch/shard"
 	"rawwatch/store"
+	"rawwatch/watcher"
 )
 
 // tombstoneIn is a deletion of an object whose UID falls in slot.
@@ -66,5 +71,44 @@ func TestAFenceKeepsTheDeletionsStillQueued(t *testing.T) {
 	}
 	if _, _, replay := g.set(ring.Claims{Working: mine.Union(other), Target: mine.Union(other)}); len(replay) != 0 {
 		t.Fatalf("slot 9 back: replayed %v, want nothing (its deletion was dropped when it stopped being watched)", replay)
+	}
+}
+
+// failingSource answers every LIST with an error, and counts them.
+type failingSource struct{ lists atomic.Int64 }
+
+func (s *failingSource) List(context.Context, metav1.ListOptions) (io.ReadCloser, error) {
+	s.lists.Add(1)
+	return nil, errors.New("500: the server is failing")
+}
+
+func (s *failingSource) Watch(context.Context, metav1.ListOptions) (io.ReadCloser, error) {
+	return nil, errors.New("not watched here")
+}
+
+// A sweep the server keeps refusing is tried again after a pause doubling
+// from a renew period up to a lease duration, one at a time: over a time T,
+// at most 1 + log2(lease/renew) + T/lease LISTs (two a minute at the
+// defaults, once the pause is at its cap), and never given up.
+func TestAFailingSweepIsRetriedAtABoundedRate(t *testing.T) {
+	const renew, lease, run = 10 * time.Millisecond, 80 * time.Millisecond, time.Second
+	src := &failingSource{}
+	s := store.New[Object]()
+	a := &App{Store: s, Watcher: watcher.New[Object](src, s, watcher.Options[Object]{}),
+		gate: newGate(s, observe.Func(func(observe.Event) {}))}
+	five := shard.SlotsOf(5)
+	a.gate.set(ring.Claims{Releasing: five, Sweep: five})
+	ctx, cancel := context.WithTimeout(context.Background(), run)
+	defer cancel()
+	a.sweep(ctx, renew, lease)
+	// 10+20+40+80 ms, then 80 ms each: 1 + 4 + (1000-150)/80.
+	bound := int64(1 + 3 + run/lease)
+	n := src.lists.Load()
+	if n > bound || n < 6 {
+		t.Errorf("%d LISTs in %v, want at most %d, and more than the 5 of the pause's ramp (it keeps trying)", n, run, bound)
+	}
+	t.Logf("%d LISTs in %v (bound %d)", n, run, bound)
+	if !a.gate.sweptSlots().Slots.Empty() {
+		t.Errorf("a sweep that never succeeded counts as done: %v", a.gate.sweptSlots().Slots)
 	}
 }
