@@ -189,13 +189,18 @@ func TestSetShardMovesWithoutDeletions(t *testing.T) {
 		inA := r.store.Len()
 		before := r.rec.len()
 		r.w.SetShard(b)
-		testkit.Eventually(t, 30*time.Second, func() bool { return r.store.Len() == 200-inA },
-			"%s: after SetShard the store holds %d objects, want the other %d", name, r.store.Len(), 200-inA)
-		for _, o := range r.store.List() {
-			if !b.Contains(string(o.GetUID())) {
-				t.Errorf("%s: %s is outside the new shard", name, o.GetName())
+		// (The count alone is not enough: with 100 objects in each shard,
+		// it holds before the change too.)
+		inB := func() bool {
+			for _, o := range r.store.List() {
+				if !b.Contains(string(o.GetUID())) {
+					return false
+				}
 			}
+			return true
 		}
+		testkit.Eventually(t, 30*time.Second, func() bool { return r.store.Len() == 200-inA && inB() },
+			"%s: after SetShard the store holds %d objects (all in the new shard: %v), want the other %d", name, r.store.Len(), inB(), 200-inA)
 		added := 0
 		for _, d := range r.rec.since(before) {
 			switch d.Type {
