@@ -576,7 +576,10 @@ type recorder struct {
 	// heardDeleted: deletions that reached this replica (a DELETED event,
 	// or the gate held, replayed or swept them), handled or not.
 	heardDeleted map[incarnation]bool
-	unknown      int64
+	// dropped: deletions its gate dropped, and when (it stopped watching
+	// their slot before it worked it).
+	dropped map[incarnation]time.Time
+	unknown int64
 	// history is, per key, what the watcher and the reconciler did with it:
 	// the story behind a failed check.
 	history map[string][]string
@@ -601,7 +604,7 @@ type recorder struct {
 }
 
 func newRecorder(ref *referee) *recorder {
-	return &recorder{ref: ref, seenDeleted: map[incarnation]bool{}, heardDeleted: map[incarnation]bool{}, history: map[string][]string{},
+	return &recorder{ref: ref, seenDeleted: map[incarnation]bool{}, heardDeleted: map[incarnation]bool{}, dropped: map[incarnation]time.Time{}, history: map[string][]string{},
 		known: map[incarnation]bool{}}
 }
 
@@ -656,6 +659,9 @@ func (r *recorder) Observe(e observe.Event) {
 		r.note(e.Key, fmt.Sprintf("deletion of uid %s %s", e.UID, e.Route))
 		r.mu.Lock()
 		r.heardDeleted[incarnation{e.Key, types.UID(e.UID)}] = true
+		if e.Route == "dropped" {
+			r.dropped[incarnation{e.Key, types.UID(e.UID)}] = time.Now()
+		}
 		r.mu.Unlock()
 	case watcher.BookmarkReceived:
 		r.BookmarkReceived(e.RV, e.InitialEventsEnd)

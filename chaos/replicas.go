@@ -158,7 +158,6 @@ func (f *referee) leave(key string) {
 type ownership struct {
 	at      []time.Time
 	claimed []shard.SlotSet
-	target  []shard.SlotSet
 	fenced  []bool  // the change was a fence: every claim dropped at once
 	rv      []int64 // where the replica's watch was at the change
 }
@@ -166,7 +165,6 @@ type ownership struct {
 func (o *ownership) add(t time.Time, c ring.Claims, fenced bool, rv int64) {
 	o.at = append(o.at, t)
 	o.claimed = append(o.claimed, c.Working.Union(c.Releasing))
-	o.target = append(o.target, c.Target)
 	o.fenced = append(o.fenced, fenced)
 	o.rv = append(o.rv, rv)
 }
@@ -190,33 +188,10 @@ func (o *ownership) claimedAt(slot int, t time.Time) (claimed, fencedAfter bool,
 	return true, false, -1
 }
 
-// letGoAfter is when this replica's claim of slot, held at t, ended (zero:
-// it did not).
-func (o *ownership) letGoAfter(slot int, t time.Time) time.Time {
+// fencedBefore tells whether this replica fenced itself before t.
+func (o *ownership) fencedBefore(t time.Time) bool {
 	for i := range o.at {
-		if o.at[i].After(t) && !o.claimed[i].Has(slot) {
-			return o.at[i]
-		}
-	}
-	return time.Time{}
-}
-
-// droppedUnworked tells whether slot was in this replica's target at t, and
-// left it later without the replica ever claiming the slot in between: a
-// new owner whose view of the ring changed again before it worked the slot.
-func (o *ownership) droppedUnworked(slot int, t time.Time) bool {
-	i := -1
-	for i+1 < len(o.at) && !o.at[i+1].After(t) {
-		i++
-	}
-	if i < 0 || !o.target[i].Has(slot) || o.claimed[i].Has(slot) {
-		return false
-	}
-	for j := i + 1; j < len(o.at); j++ {
-		switch {
-		case o.claimed[j].Has(slot):
-			return false
-		case !o.target[j].Has(slot):
+		if o.at[i].Before(t) && o.fenced[i] {
 			return true
 		}
 	}

@@ -57,16 +57,6 @@ type Verdict struct {
 	// controller that must act on every deletion uses a finalizer).
 	// Counted, not failed.
 	Unclaimed []string
-	// Redirected (sharded runs): deletions lost in a handoff whose new
-	// owner's view of the ring changed again before it worked the slot:
-	// the old owner let the slot go to a member that covered it (and held
-	// its deletions), and that member's target then lost the slot before
-	// it claimed it, so it dropped the slot and what it held; the next
-	// owner listed after the deletion. Two changes of the members within
-	// one handoff (the short chaos run's kill and start come 3 s apart
-	// with a 6 s lease). A known residual loss (docs/sharding.md),
-	// counted, not failed.
-	Redirected []string
 	// UnclaimedWhy counts Unclaimed by cause: "killed", "fenced",
 	// "let go" (its owner let it go and nobody claimed it yet), "never".
 	UnclaimedWhy map[string]int
@@ -250,18 +240,10 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 		var killed *replica
 		if j.sharded && !seen {
 			killed = j.killedHeard(d)
-		}
-		var redirected *replica
-		if j.sharded && !seen && owner != nil && !fenced {
-			owner.rec.mu.Lock()
-			letGo := owner.rec.owns.letGoAfter(slot, d.At)
-			owner.rec.mu.Unlock()
-			for _, r := range j.replicas {
-				r.rec.mu.Lock()
-				if r != owner && !letGo.IsZero() && r.rec.owns.droppedUnworked(slot, letGo) {
-					redirected = r
-				}
-				r.rec.mu.Unlock()
+			if r := j.fencedDropped(d); r != nil && owner == nil {
+				// It reached a replica (held, or queued), which fenced
+				// itself before handling it, and came back without the slot.
+				why, cause = fmt.Sprintf("%s heard of it, fenced itself, and dropped it with the slot", r.name), "fenced"
 			}
 		}
 		switch {
@@ -275,8 +257,6 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 			v.KilledLagMax = max(v.KilledLagMax, killed.to.Sub(d.At))
 		case j.sharded && owner != nil && !fenced && !known && endRV >= 0 && endRV < d.Created:
 			v.HandoffGap++
-		case redirected != nil:
-			v.Redirected = append(v.Redirected, fmt.Sprintf("%s (uid %s; %s let slot %d go to %s, whose target lost it before it claimed it)", d.Key, d.UID, owner.name, slot, redirected.name))
 		case j.sharded && (owner == nil || fenced) && (cause == "killed" || cause == "fenced"):
 			v.Unclaimed = append(v.Unclaimed, fmt.Sprintf("%s (uid %s; %s)", d.Key, d.UID, why))
 			if v.UnclaimedWhy == nil {
@@ -514,7 +494,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintln(tw, "workers")
 	row("reconciles", r.Reconciles, fmt.Sprintf("%d status writes", r.StatusWrites))
 	row("retries", r.Retries, fmt.Sprintf("%d after a conflict; the longest delay before a retry %v", r.Conflicts, r.LongestRetry.Round(time.Millisecond)))
-	row("deletions seen", r.Deletes-int64(len(r.Verdict.UnseenDeletions)+r.Verdict.Invisible+len(r.Verdict.Unclaimed)+len(r.Verdict.Redirected)+r.Verdict.HandoffGap+len(r.Verdict.WithKilled)), fmt.Sprintf("%d with an unknown final state (found by a relist)", r.UnknownFinalState))
+	row("deletions seen", r.Deletes-int64(len(r.Verdict.UnseenDeletions)+r.Verdict.Invisible+len(r.Verdict.Unclaimed)+r.Verdict.HandoffGap+len(r.Verdict.WithKilled)), fmt.Sprintf("%d with an unknown final state (found by a relist)", r.UnknownFinalState))
 	fmt.Fprintln(tw, "time")
 	row("first list synced", r.InitialSync.Round(100*time.Millisecond), "after start (includes creating the objects)")
 	row("converged", r.ConvergedIn.Round(100*time.Millisecond), "after the faults stopped")
@@ -533,8 +513,8 @@ func (r *Report) Print(w io.Writer) {
 	check(len(v.StoreDiff) == 0, fmt.Sprintf("the store equals a fresh LIST of %d objects", v.Listed))
 	check(len(v.StaleStatus) == 0, "every object's status.observedGeneration equals its metadata.generation")
 	if r.Config.Replicas > 1 {
-		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler, but %d inside a relist gap and %d inside a handoff's gap (objects created after the old owner's watch position when it let the slot go, deleted before the new owner listed it), which no replica could see; %d of objects whose slot no replica claimed when they were deleted, or whose claimant fenced itself (%s; %s); %d lost in a handoff whose new owner's target lost the slot before it worked it (%s); and %d the killed replica had not handled when it died, at most %v before (%s)",
-			r.Deletes-int64(v.Invisible+v.HandoffGap)-int64(len(v.Unclaimed)+len(v.Redirected)+len(v.WithKilled)), v.Invisible, v.HandoffGap, len(v.Unclaimed), causes(v.UnclaimedWhy), sample(v.Unclaimed), len(v.Redirected), sample(v.Redirected),
+		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler, but %d inside a relist gap and %d inside a handoff's gap (objects created after the old owner's watch position when it let the slot go, deleted before the new owner listed it), which no replica could see; %d of objects whose slot no replica claimed when they were deleted, or whose claimant fenced itself (%s; %s); and %d the killed replica had not handled when it died, at most %v before (%s)",
+			r.Deletes-int64(v.Invisible+v.HandoffGap)-int64(len(v.Unclaimed)+len(v.WithKilled)), v.Invisible, v.HandoffGap, len(v.Unclaimed), causes(v.UnclaimedWhy), sample(v.Unclaimed),
 			len(v.WithKilled), v.KilledLagMax.Round(10*time.Millisecond), sample(v.WithKilled)))
 	} else {
 		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler (but %d of objects that lived and died inside a relist gap, which no client could see)",
@@ -559,8 +539,8 @@ func (r *Report) Print(w io.Writer) {
 		}
 		return
 	}
-	if n := len(v.Unclaimed) + len(v.Redirected) + len(v.WithKilled); r.Config.Replicas > 1 && n > 0 {
-		fmt.Fprintf(w, "\nVERDICT: PASS — but %d deletions were not replayed: made while their slot had no owner (after a kill or a fence), whose owner fenced itself or was killed, or lost when a handoff's new owner lost the slot before working it (see above)\n", n)
+	if n := len(v.Unclaimed) + len(v.WithKilled); r.Config.Replicas > 1 && n > 0 {
+		fmt.Fprintf(w, "\nVERDICT: PASS — but %d deletions were not replayed: made while their slot had no owner (after a kill or a fence), or whose owner fenced itself or was killed (see above)\n", n)
 		return
 	}
 	fmt.Fprintf(w, "\nVERDICT: PASS — nothing lost\n")
@@ -626,6 +606,21 @@ func causes(m map[string]int) string {
 }
 
 // killedHeard is the killed replica, if the deletion reached it.
+// fencedDropped is the replica that heard of deletion d, fenced itself,
+// then dropped d with its slot (it came back without it), if one did.
+func (j *judge) fencedDropped(d deletion) *replica {
+	for _, r := range j.replicas {
+		r.rec.mu.Lock()
+		at, dropped := r.rec.dropped[d.incarnation]
+		fenced := dropped && r.rec.owns.fencedBefore(at)
+		r.rec.mu.Unlock()
+		if fenced {
+			return r
+		}
+	}
+	return nil
+}
+
 func (j *judge) killedHeard(d deletion) *replica {
 	for _, r := range j.replicas {
 		if r.to.IsZero() {

@@ -91,14 +91,30 @@ type Claims struct {
 	// them, or they are overdue); each stays Releasing until View.Swept
 	// says it was swept since it was asked for.
 	Sweep shard.SlotSet
+	// Given: slots let go, whose new owner the member names on its Lease
+	// (AnnotationGiven) until that owner has confirmed them; nobody else
+	// claims them meanwhile, this member included.
+	Given shard.SlotSet
+	// Custody: slots another live member gave this one and it has not
+	// confirmed yet: it claims them whatever its target (into Releasing,
+	// if they are no longer its target: then it hands them on as usual).
+	Custody shard.SlotSet
+	// Lingering: slots it no longer covers for itself, still watched (and
+	// their deletions kept) until every live member claiming them has
+	// renewed twice since its Lease stopped saying it covers them: until
+	// none can give it them on the word of a cover it withdrew.
+	Lingering shard.SlotSet
 }
 
 // Claimed is what the member's Lease must say it claims.
 func (c Claims) Claimed() shard.SlotSet { return c.Working.Union(c.Pending).Union(c.Releasing) }
 
-// Watched is what the member's watcher must list and watch: its claims and
-// its target (it fills its cache with a slot before it can work on it).
-func (c Claims) Watched() shard.SlotSet { return c.Claimed().Union(c.Target) }
+// Watched is what the member's watcher must list and watch: its claims, its
+// target (it fills its cache with a slot before it can work on it), its
+// custody and what lingers.
+func (c Claims) Watched() shard.SlotSet {
+	return c.Claimed().Union(c.Target).Union(c.Custody).Union(c.Lingering)
+}
 
 // View is what a member knows at one step of the handoff.
 type View struct {
@@ -112,8 +128,13 @@ type View struct {
 	// that list's.
 	Confirmed bool
 	Published shard.SlotSet
-	// Others: the slots claimed on the Leases of the other live members.
+	// Others: the slots claimed on the Leases of the other live members,
+	// and those they gave to a member other than this one.
 	Others shard.SlotSet
+	// Custody: the slots live members gave this one (AnnotationGiven).
+	// Accepted: of the Given slots, those whose named owner confirmed them
+	// (claims them, not Pending), is no longer live, or is nobody.
+	Custody, Accepted shard.SlotSet
 	// Busy: the slots with a reconcile, or a deletion's handling, in
 	// flight; Queued: those with a deletion not yet handled (waiting, or
 	// failed and waiting for its retry). Both sampled after the previous
@@ -159,7 +180,7 @@ func (c Claims) Step(v View) Claims {
 	if !v.Live {
 		return Claims{}
 	}
-	next := Claims{Target: v.Target}
+	next := Claims{Target: v.Target} // Lingering: the member's (not a step's)
 	// Slots still ours stay Working; a slot that was being released and is
 	// ours again was claimed all along, so nobody can have taken it.
 	next.Working = c.Working.Union(c.Releasing).And(v.Target)
@@ -175,17 +196,27 @@ func (c Claims) Step(v View) Claims {
 	next.Releasing = c.Releasing.Minus(v.Target).Minus(done).Union(c.Working.Minus(v.Target))
 	// A stale sweep is dropped for a step, and so asked for again.
 	next.Sweep = next.Releasing.And(v.Covered.Union(v.Overdue)).Minus(v.Stale.Minus(v.Overdue))
+	// A slot let go is given, by name, until its new owner confirms it; a
+	// given slot counts as the new owner's claim.
+	next.Given = c.Given.Minus(v.Accepted).Union(done)
+	others := v.Others.Union(next.Given)
+	wanted := v.Target.Union(v.Custody)
 	if !v.Confirmed { // nothing new is known of the others
-		next.Pending = c.Pending.And(v.Target)
+		next.Pending = c.Pending.And(wanted)
+		next.Custody = v.Custody.Minus(next.Working).Minus(next.Releasing)
 		return next
 	}
 	// Claims this step's renewal wrote, and no other live member claims:
-	// confirmed. Published claims another member also holds are withdrawn.
-	next.Working = next.Working.Union(c.Pending.And(v.Published).And(v.Target).Minus(v.Others))
-	next.Pending = c.Pending.Minus(v.Published).And(v.Target)
-	// What we should own and nobody claims: claim it (the next renewal
-	// writes it, the list after that confirms it).
-	free := v.Target.Minus(next.Claimed()).Minus(v.Others).And(v.Covers)
+	// confirmed, into Working (its target) or Releasing (custody only).
+	// Published claims another member also holds are withdrawn.
+	confirmed := c.Pending.And(v.Published).Minus(others)
+	next.Working = next.Working.Union(confirmed.And(v.Target))
+	next.Releasing = next.Releasing.Union(confirmed.And(v.Custody).Minus(v.Target))
+	next.Pending = c.Pending.Minus(v.Published).And(wanted)
+	// What we should own, or were given, and nobody claims: claim it (the
+	// next renewal writes it, the list after that confirms it).
+	free := wanted.Minus(next.Claimed()).Minus(others).And(v.Covers)
 	next.Pending = next.Pending.Union(free)
+	next.Custody = v.Custody.Minus(next.Working).Minus(next.Releasing)
 	return next
 }

@@ -27,13 +27,18 @@ func TestHandoffNeverLetsTwoMembersWorkASlot(t *testing.T) {
 			others    shard.SlotSet
 			covers    shard.SlotSet // what its Lease says it covers
 			covered   shard.SlotSet // what the others' said, at its last list
+			pending   shard.SlotSet // what its Lease says is not confirmed
+			given     map[int]int   // what its Lease says it gave, to whom
+			givenTo   map[int]int   // whom it gave each Given slot
+			custody   shard.SlotSet // given to it, at its last list
+			confirmed map[int]shard.SlotSet
 			swept     shard.SlotSet // sweeps done since Claims.Sweep asked
 			target    shard.SlotSet
 			busy      map[int]int // slot → reconciles in flight
 		}
 		ms := make([]*member, members)
 		for i := range ms {
-			ms[i] = &member{busy: map[int]int{}}
+			ms[i] = &member{busy: map[int]int{}, given: map[int]int{}, givenTo: map[int]int{}}
 		}
 		retarget := func() {
 			// Each slot goes to a random member, sometimes to two (views
@@ -74,13 +79,27 @@ func TestHandoffNeverLetsTwoMembersWorkASlot(t *testing.T) {
 				case 0:
 					m.lease = m.claims.Claimed()
 					m.published = m.lease
+					m.pending = m.claims.Pending
 					m.covers = m.claims.Watched() // its watcher lists what it watches
+					m.given = map[int]int{}
+					for _, s := range m.claims.Given.List() {
+						m.given[s] = m.givenTo[s]
+					}
 				case 1:
-					m.others, m.covered = shard.SlotSet{}, shard.SlotSet{}
+					m.others, m.covered, m.custody = shard.SlotSet{}, shard.SlotSet{}, shard.SlotSet{}
+					m.confirmed = map[int]shard.SlotSet{}
 					for j, o := range ms {
 						if j != i {
 							m.others = m.others.Union(o.lease)
 							m.covered = m.covered.Union(o.covers)
+							m.confirmed[j] = o.lease.Minus(o.pending)
+							for s, to := range o.given {
+								if to == i {
+									m.custody = m.custody.With(s)
+								} else {
+									m.others = m.others.With(s)
+								}
+							}
 						}
 					}
 				case 2:
@@ -94,9 +113,23 @@ func TestHandoffNeverLetsTwoMembersWorkASlot(t *testing.T) {
 					if rng.IntN(10) == 0 {
 						overdue = m.claims.Releasing
 					}
+					var accepted shard.SlotSet
+					for _, s := range m.claims.Given.List() {
+						if to := m.givenTo[s]; to < 0 || m.confirmed[to].Has(s) {
+							accepted = accepted.With(s)
+						}
+					}
+					before := m.claims
 					m.claims = m.claims.Step(View{Live: true, Target: m.target, Confirmed: true,
 						Published: m.published, Others: m.others, Busy: busy,
-						Covers: m.covers, Covered: m.covered, Overdue: overdue, Swept: m.swept, Handed: m.covered})
+						Covers: m.covers, Covered: m.covered, Overdue: overdue, Swept: m.swept, Handed: m.covered,
+						Custody: m.custody, Accepted: accepted})
+					for _, s := range m.claims.Given.Minus(before.Given).List() {
+						m.givenTo[s] = rng.IntN(members+1) - 1 // to anyone, or nobody (-1)
+						if m.givenTo[s] == i {
+							m.givenTo[s] = -1
+						}
+					}
 					m.swept = m.swept.And(m.claims.Sweep) // a sweep counts for the request it answered
 				}
 				m.phase = (m.phase + 1) % 3
@@ -291,5 +324,47 @@ func TestHandedOver(t *testing.T) {
 		if handed != c.handed || stale != c.stale {
 			t.Errorf("%s: handed %v, stale %v; want %v, %v", c.name, handed, stale, c.handed, c.stale)
 		}
+	}
+}
+
+// A slot let go is given to its new owner by name until that owner
+// confirms it: nobody else claims it meanwhile, the giver included. The
+// named member claims it whatever its target: into Working if it is its
+// target, else into Releasing (it handles the deletions it kept, then hands
+// the slot on as usual).
+func TestAGivenSlotIsClaimedByItsNewOwnerWhateverItsTarget(t *testing.T) {
+	five := shard.SlotsOf(5)
+	// The giver: let go, the slot is Given; back in its target, it does
+	// not claim it while it is given; accepted, it is free again.
+	c := Claims{Releasing: five, Sweep: five}.Step(View{Live: true, Confirmed: true, Covered: five, Swept: five, Handed: five})
+	if !c.Claimed().Empty() || c.Given != five {
+		t.Fatalf("let go: %+v, want nothing claimed and slot 5 given", c)
+	}
+	if c = c.Step(View{Live: true, Confirmed: true, Target: five, Covers: five}); !c.Claimed().Empty() || c.Given != five {
+		t.Fatalf("given, then target again: %+v, want it still given and not claimed", c)
+	}
+	if c = c.Step(View{Live: true, Confirmed: true, Target: five, Covers: five, Accepted: five}); !c.Given.Empty() || c.Pending != five {
+		t.Fatalf("accepted: %+v, want it no longer given, and claimed again", c)
+	}
+
+	// The new owner, whose target lost the slot before it claimed it.
+	n := Claims{}.Step(View{Live: true, Confirmed: true, Custody: five, Covers: five})
+	if n.Pending != five || n.Custody != five || !n.Watched().Has(5) {
+		t.Fatalf("given a slot out of its target: %+v, want it Pending, in custody, watched", n)
+	}
+	// Another member claims it at the same time: withdrawn, custody kept.
+	n = n.Step(View{Live: true, Confirmed: true, Custody: five, Covers: five, Published: five, Others: five})
+	if !n.Pending.Empty() || n.Custody != five {
+		t.Fatalf("a conflict: %+v, want the claim withdrawn and the custody kept", n)
+	}
+	n = n.Step(View{Live: true, Confirmed: true, Custody: five, Covers: five})
+	n = n.Step(View{Live: true, Confirmed: true, Custody: five, Covers: five, Published: n.Claimed()})
+	if n.Releasing != five || !n.Working.Empty() || !n.Custody.Empty() {
+		t.Fatalf("confirmed out of its target: %+v, want it Releasing", n)
+	}
+	// In its target: Working.
+	w := Claims{Pending: five}.Step(View{Live: true, Confirmed: true, Custody: five, Target: five, Covers: five, Published: five})
+	if w.Working != five {
+		t.Fatalf("confirmed in its target: %+v, want it Working", w)
 	}
 }

@@ -47,6 +47,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -81,6 +82,47 @@ const (
 	AnnotationCoversSince = "rawwatch.example.com/covers-since"
 	AnnotationSyncedTo    = "rawwatch.example.com/synced-to"
 )
+
+// AnnotationPending on a member's Lease lists the claimed slots it has
+// not confirmed yet (Claims.Pending); AnnotationGiven, the slots it let go,
+// by the member it gave them to, until that member confirmed them
+// (Claims.Given): "<identity>=<slots>;…".
+const (
+	AnnotationPending = "rawwatch.example.com/pending"
+	AnnotationGiven   = "rawwatch.example.com/given"
+)
+
+// formatGiven and parseGiven write and read AnnotationGiven.
+func formatGiven(given shard.SlotSet, to *[shard.Slots]string) string {
+	by := map[string]shard.SlotSet{}
+	for _, i := range given.List() {
+		by[to[i]] = by[to[i]].With(i)
+	}
+	var parts []string
+	for id, slots := range by {
+		if id != "" {
+			parts = append(parts, id+"="+slots.String())
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ";")
+}
+
+func parseGiven(s string) (map[string]shard.SlotSet, error) {
+	given := map[string]shard.SlotSet{}
+	for _, part := range strings.Split(s, ";") {
+		if part == "" {
+			continue
+		}
+		id, slots, ok := strings.Cut(part, "=")
+		set, err := shard.ParseSlotSet(slots)
+		if !ok || id == "" || err != nil {
+			return nil, fmt.Errorf("given slots %q: want <identity>=<slots>", part)
+		}
+		given[id] = given[id].Union(set)
+	}
+	return given, nil
+}
 
 // Cover is what a member's cache covers: its slots, the resourceVersion of
 // the list since which it has followed them without a gap (Since), and the
@@ -208,13 +250,31 @@ type Member struct {
 	// ownerOf, whom the last step's membership gave each slot to.
 	releasingSince [shard.Slots]time.Time
 	ownerOf        [shard.Slots]string
+	// givenTo names the member each Given slot went to.
+	givenTo [shard.Slots]string
+	// Lingering (Claims.Lingering): published is the cover the last
+	// renewal wrote; withdrawn, the slots it stopped covering since the
+	// last list; withdrawals, each withdrawal with the others' renewal
+	// counts at the list after it was written.
+	publishedCover shard.SlotSet
+	withdrawn      shard.SlotSet
+	withdrawals    []withdrawal
+}
+
+type withdrawal struct {
+	slots   shard.SlotSet
+	renewed map[string]int // by identity: observed.renewals then
 }
 
 type observed struct {
-	rv     string
-	at     time.Time     // when we saw rv first
-	claims shard.SlotSet // the slots its Lease claims
-	covers Cover         // what its cache covers
+	rv       string
+	at       time.Time     // when we saw rv first
+	renewals int           // how many times we saw rv change
+	claims   shard.SlotSet // the slots its Lease claims
+	pending  shard.SlotSet // of those, the ones not confirmed yet
+	covers   Cover         // what its cache covers
+	// givenMe: the slots it gave this member; givenOthers, to others.
+	givenMe, givenOthers shard.SlotSet
 }
 
 // New returns a member; it joins when Run starts.
@@ -335,12 +395,14 @@ func (m *Member) renew(ctx context.Context) error {
 	sent := m.cfg.Now()
 	now := metav1.NewMicroTime(sent)
 	claimed := m.claims.Claimed()
-	annotations := map[string]string{AnnotationSlots: claimed.String()}
+	annotations := map[string]string{AnnotationSlots: claimed.String(),
+		AnnotationPending: m.claims.Pending.String(), AnnotationGiven: formatGiven(m.claims.Given, &m.givenTo)}
+	var cover Cover
 	if m.cfg.Covers != nil {
-		c := m.cfg.Covers()
-		annotations[AnnotationCovers] = c.Slots.String()
-		annotations[AnnotationCoversSince] = strconv.FormatUint(c.Since, 10)
-		annotations[AnnotationSyncedTo] = strconv.FormatUint(c.Synced, 10)
+		cover = m.cfg.Covers()
+		annotations[AnnotationCovers] = cover.Slots.String()
+		annotations[AnnotationCoversSince] = strconv.FormatUint(cover.Since, 10)
+		annotations[AnnotationSyncedTo] = strconv.FormatUint(cover.Synced, 10)
 	}
 	if m.cfg.OnClaims == nil {
 		annotations = nil
@@ -399,6 +461,8 @@ func (m *Member) renew(ctx context.Context) error {
 	m.wrote = sent.Truncate(time.Microsecond) // as the Lease stores it
 	m.tried = m.tried[:0]
 	m.published = claimed
+	m.withdrawn = m.withdrawn.Union(m.publishedCover.Minus(cover.Slots))
+	m.publishedCover = cover.Slots
 	return nil
 }
 
@@ -450,15 +514,49 @@ func (m *Member) look(ctx context.Context) error {
 		covers.Slots, _ = shard.ParseSlotSet(l.Annotations[AnnotationCovers])
 		covers.Since, _ = strconv.ParseUint(l.Annotations[AnnotationCoversSince], 10, 64)
 		covers.Synced, _ = strconv.ParseUint(l.Annotations[AnnotationSyncedTo], 10, 64)
+		// Pending that cannot be read is all pending (nothing taken for
+		// confirmed); given slots that cannot be read are given to
+		// somebody else (nobody claims them), loud.
+		pending, err := shard.ParseSlotSet(l.Annotations[AnnotationPending])
+		if err != nil {
+			pending = claims
+		}
+		var givenMe, givenOthers shard.SlotSet
+		if given, err := parseGiven(l.Annotations[AnnotationGiven]); err != nil {
+			klog.FromContext(ctx).Error(err, "A ring Lease gives slots we cannot read: taking them as given to another member", "lease", l.Name)
+			givenOthers = shard.All()
+		} else {
+			for to, slots := range given {
+				if to == m.cfg.Identity {
+					givenMe = givenMe.Union(slots)
+				} else {
+					givenOthers = givenOthers.Union(slots)
+				}
+			}
+		}
 		o, ok := m.seen[id]
+		next := observed{rv: l.ResourceVersion, at: now, renewals: o.renewals, claims: claims, pending: pending,
+			covers: covers, givenMe: givenMe, givenOthers: givenOthers}
 		switch {
 		case !ok && l.Spec.RenewTime != nil && now.Sub(l.Spec.RenewTime.Time) > 2*m.cfg.LeaseDuration:
 			// First seen, and by its own clock not renewed for two lease
 			// durations: a member that died, not one that just joined.
-			m.seen[id] = observed{rv: l.ResourceVersion, at: now.Add(-m.cfg.LeaseDuration), claims: claims, covers: covers}
-		case !ok || o.rv != l.ResourceVersion:
-			m.seen[id] = observed{rv: l.ResourceVersion, at: now, claims: claims, covers: covers}
+			next.at = now.Add(-m.cfg.LeaseDuration)
+			m.seen[id] = next
+		case !ok:
+			m.seen[id] = next
+		case o.rv != l.ResourceVersion:
+			next.renewals++
+			m.seen[id] = next
 		}
+	}
+	if !m.withdrawn.Empty() { // the cover withdrawn is written: count from now
+		w := withdrawal{slots: m.withdrawn, renewed: map[string]int{}}
+		for id, o := range m.seen {
+			w.renewed[id] = o.renewals
+		}
+		m.withdrawals = append(m.withdrawals, w)
+		m.withdrawn = shard.SlotSet{}
 	}
 	for id := range m.seen { // deleted: left cleanly
 		if !present[id] {
@@ -491,8 +589,9 @@ func (m *Member) update(log klog.Logger) {
 	if self {
 		live = append(live, m.cfg.Identity)
 	}
-	var others shard.SlotSet
-	covers := map[string]Cover{} // the others', by identity
+	var others, custody shard.SlotSet
+	covers := map[string]Cover{}            // the others', by identity
+	confirmed := map[string]shard.SlotSet{} // their claims, not Pending
 	// While we cannot list, the others' Leases cannot be seen to move:
 	// they stand as they stood at the last list that succeeded, not taken
 	// for dead for it (we could not confirm a claim on their slots anyway,
@@ -505,10 +604,47 @@ func (m *Member) update(log klog.Logger) {
 	for id, o := range m.seen {
 		if judged.Sub(o.at) < m.cfg.LeaseDuration {
 			live = append(live, id)
-			others = others.Union(o.claims)
+			others = others.Union(o.claims).Union(o.givenOthers)
+			custody = custody.Union(o.givenMe)
 			covers[id] = o.covers
+			confirmed[id] = o.claims.Minus(o.pending)
 		}
 	}
+	// Of the slots we gave, those their new owner confirmed (or that
+	// went to a member no longer live, or to nobody).
+	var accepted shard.SlotSet
+	for _, i := range m.claims.Given.List() {
+		if to, ok := confirmed[m.givenTo[i]]; !ok || to.Has(i) {
+			accepted = accepted.With(i)
+		}
+	}
+	// A cover lingers while a live member that claims the slot may still
+	// give it to us on its word: from when we stop watching the slot for
+	// ourselves, through the renewal that withdraws it, until that member
+	// has renewed twice since (so its last decision was made on a list
+	// that showed the withdrawal). A slot given to us meanwhile is ours
+	// to claim (custody).
+	var lingering, claimedByOthers shard.SlotSet
+	for _, o := range m.seen {
+		if judged.Sub(o.at) < m.cfg.LeaseDuration {
+			claimedByOthers = claimedByOthers.Union(o.claims)
+		}
+	}
+	lingering = m.publishedCover.Union(m.withdrawn).And(claimedByOthers)
+	var kept []withdrawal
+	for _, w := range m.withdrawals {
+		var waiting shard.SlotSet
+		for id, o := range m.seen {
+			if judged.Sub(o.at) < m.cfg.LeaseDuration && o.renewals < w.renewed[id]+2 {
+				waiting = waiting.Union(o.claims.And(w.slots))
+			}
+		}
+		if !waiting.Empty() {
+			lingering = lingering.Union(waiting)
+			kept = append(kept, withdrawal{slots: waiting, renewed: w.renewed})
+		}
+	}
+	m.withdrawals = kept
 	slices.Sort(live)
 	assign := shard.Assign(live)
 	if m.cfg.Swept != nil {
@@ -570,7 +706,14 @@ func (m *Member) update(log klog.Logger) {
 	before := m.claims
 	m.claims = before.Step(View{Live: self, Target: target, Confirmed: m.confirmed,
 		Published: m.published, Others: others, Busy: busy, Queued: queued,
+		Custody: custody, Accepted: accepted,
 		Covers: ownCover, Covered: covered, Overdue: overdue, Swept: swept.Slots, Handed: handed, Stale: stale})
+	if self { // what lingers: not what is watched for another reason anyway
+		m.claims.Lingering = lingering.Minus(m.claims.Claimed()).Minus(m.claims.Target).Minus(m.claims.Custody)
+	}
+	for _, i := range m.claims.Given.Minus(before.Given).List() {
+		m.givenTo[i] = m.ownerOf[i] // the member it goes to, by our view ("" without sweeps: nobody named)
+	}
 	for i := range m.releasingSince {
 		switch {
 		case !m.claims.Releasing.Has(i):

@@ -174,7 +174,9 @@ func (g *gate) busy() shard.SlotSet {
 // ones in flight in a slot no longer claimed at all are cancelled (a slot
 // being released keeps its reconciles: the ring waits for them). It returns
 // what the watcher is to watch (see watched), the slots newly worked and the
-// deletions held for them; those held for a slot no longer watched are
+// deletions held for them (and for the slots it now claims in custody,
+// Releasing: it handles them before handing the slot on); those held for a
+// slot no longer watched are
 // dropped (another replica covers it). A fence keeps them: the deletions
 // still queued then are held as the workers reach them, and handled when
 // the replica works their slots again; after an outage of the API server
@@ -196,7 +198,7 @@ func (g *gate) set(c ring.Claims) (watched, gained shard.SlotSet, replay []store
 	}
 	for slot, ds := range g.held {
 		switch {
-		case c.Working.Has(slot):
+		case c.Working.Union(c.Releasing).Has(slot): // worked, or in custody
 			replay = append(replay, ds...)
 			delete(g.held, slot)
 			for _, d := range ds {
@@ -237,6 +239,14 @@ func (g *gate) sweptNow(slots shard.SlotSet, at uint64, newest *[shard.Slots]uin
 	for _, i := range done.List() {
 		g.swept.At[i], g.swept.Newest[i] = at, newest[i]
 	}
+}
+
+// lingering is what the watcher watches only until the others have seen it
+// withdrawn (ring.Claims.Lingering).
+func (g *gate) lingering() shard.SlotSet {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.claims.Lingering
 }
 
 // sweptSlots is what the ring reads as its Sweeps.
@@ -334,7 +344,9 @@ func (a *App) busy() (inFlight, queued shard.SlotSet) {
 // goroutine, as onClaims).
 func (a *App) covers() ring.Cover {
 	slots, since, at := a.Watcher.Coverage()
-	return ring.Cover{Slots: slots.And(a.watched), Since: watcher.ParseRV(since), Synced: watcher.ParseRV(at)}
+	// What only lingers is not published: the others must stop counting
+	// on it (it is watched only until they have seen that).
+	return ring.Cover{Slots: slots.And(a.watched).Minus(a.gate.lingering()), Since: watcher.ParseRV(since), Synced: watcher.ParseRV(at)}
 }
 
 // sweep sweeps the slots the ring asks to, until ctx ends: it finds the
