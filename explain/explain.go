@@ -296,11 +296,23 @@ func (n *Narrator) claims(e ring.ClaimsChanged) {
 	if s := c.Working.Minus(b.Working); !s.Empty() {
 		n.line("TAKE", "%s now reconciles slots %s: nobody else claims them", e.Identity, s)
 	}
-	if s := c.Releasing.Minus(b.Releasing); !s.Empty() {
+	if s := c.Custody.Minus(b.Custody); !s.Empty() {
+		n.line("CUSTODY", "%s was given slots %s by their old owner, and claims them even though they are no longer its share (it kept their deletions; it handles them, then hands the slots on)", e.Identity, s)
+	}
+	if s := c.Lingering.Minus(b.Lingering); !s.Empty() {
+		n.line("LINGER", "%s no longer covers slots %s for itself, and says so on its Lease; it keeps watching them (and their deletions) until their claimants have seen that", e.Identity, s)
+	}
+	if s := c.Releasing.Minus(b.Releasing).Minus(b.Pending); !s.Empty() {
 		n.line("RELEASE", "%s stops reconciling slots %s (they belong to another replica now); it claims them, handling their deletions, until its reconciles in flight end and, once their new owner has listed them, it has swept them and the new owner's cache holds every object the sweep saw", e.Identity, s)
 	}
-	if s := b.Claimed().Minus(c.Claimed()); !s.Empty() {
-		n.line("GIVE UP", "%s no longer claims slots %s: nothing of theirs is in flight and no deletion is left unhandled; their new owner may take them", e.Identity, s)
+	if s := c.Releasing.And(b.Pending); !s.Empty() {
+		n.line("TAKE", "%s claims slots %s in custody: nobody else claims them; it handles the deletions it kept, then hands them on", e.Identity, s)
+	}
+	if s := b.Pending.Minus(c.Claimed()); !s.Empty() {
+		n.line("WITHDRAW", "%s withdraws its claim of slots %s: another replica claims them too (or they are no longer its share)", e.Identity, s)
+	}
+	if s := b.Releasing.Minus(c.Claimed()); !s.Empty() {
+		n.line("GIVE UP", "%s no longer claims slots %s: nothing of theirs is in flight and no deletion is left unhandled; it names their new owner on its Lease until that one has taken them", e.Identity, s)
 	}
 }
 

@@ -252,6 +252,11 @@ func TestNarrationOfTheHandoff(t *testing.T) {
 		Claims: ring.Claims{Working: shard.SlotsOf(0, 1)}})
 	n.Observe(ring.ClaimsChanged{Identity: "b", Claims: ring.Claims{Pending: shard.SlotsOf(2, 3)}})
 	n.Observe(ring.ClaimsChanged{Identity: "b", Before: ring.Claims{Pending: shard.SlotsOf(2, 3)}, Claims: ring.Claims{Working: shard.SlotsOf(2, 3)}})
+	// c, given slot 4 and no longer its share: custody, then taken.
+	four := shard.SlotsOf(4)
+	n.Observe(ring.ClaimsChanged{Identity: "c", Claims: ring.Claims{Pending: four, Custody: four}})
+	n.Observe(ring.ClaimsChanged{Identity: "c", Before: ring.Claims{Pending: four, Custody: four}, Claims: ring.Claims{Releasing: four}})
+	n.Observe(ring.ClaimsChanged{Identity: "c", Before: ring.Claims{Releasing: four}, Claims: ring.Claims{Lingering: four}})
 	n.Observe(watcher.Resharded{Share: 0.5, Dropped: 12})
 	n.Observe(watcher.Swept{Share: 0.25, Listed: 40, Deleted: 3})
 	n.Observe(ring.ClaimsChanged{Identity: "b", Before: ring.Claims{Working: shard.SlotsOf(2, 3)}, Fenced: true})
@@ -262,6 +267,9 @@ func TestNarrationOfTheHandoff(t *testing.T) {
 		"GIVE UP", "a no longer claims slots 2-3",
 		"CLAIM", "b claims slots 2-3 on its Lease",
 		"TAKE", "b now reconciles slots 2-3",
+		"CUSTODY", "c was given slots 4",
+		"TAKE", "c claims slots 4 in custody",
+		"LINGER", "c no longer covers slots 4 for itself",
 		"RESHARD", "50.0% of the hash space: 12 objects",
 		"SWEEP", "(25.0% of the hash space) were listed again before letting them go: 40 objects there, 3 in the store no longer on the server",
 		"FENCED", "b could not renew its ring Lease in time",
@@ -270,7 +278,10 @@ func TestNarrationOfTheHandoff(t *testing.T) {
 			t.Errorf("the narration lacks %q:\n%s", want, got)
 		}
 	}
-	if strings.Count(got, "GIVE UP") != 1 {
+	if strings.Contains(got, "c stops reconciling") {
+		t.Errorf("a slot taken in custody narrated as one that stops being reconciled:\n%s", got)
+	}
+	if strings.Count(got, "GIVE UP") != 2 {
 		t.Errorf("one slot given up twice:\n%s", got)
 	}
 }

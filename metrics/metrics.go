@@ -185,7 +185,7 @@ func New(opts Options) *Metrics {
 	m.shardShare = prometheus.NewGauge(prometheus.GaugeOpts{Name: "rawwatch_shard_share",
 		Help: "Share of the hash space whose objects this replica reconciles (its Working slots)."})
 	m.shardSlots = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rawwatch_shard_slots",
-		Help: "This replica's slots (of 256) by handoff state: working, pending (claimed, not confirmed), releasing (waiting for reconciles in flight and a sweep), target (its share by the membership)."}, []string{"state"})
+		Help: "This replica's slots (of 256) by handoff state: working, pending (claimed, not confirmed), releasing (waiting for reconciles in flight and a sweep), target (its share by the membership), given (let go, its new owner named until it takes them), custody (given to it, not its share), lingering (watched until their claimants have seen its cover withdrawn)."}, []string{"state"})
 	m.shardWorking = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rawwatch_shard_working_info",
 		Help: "Always 1; the slots label lists the slots this replica reconciles (\"0-12,40\")."}, []string{"slots"})
 	m.handoffs = counterVec("rawwatch_shard_handoffs_total", "Slots this replica started (taken) or stopped (given) reconciling.", "direction")
@@ -300,7 +300,8 @@ func (m *Metrics) Observe(e observe.Event) {
 func (m *Metrics) claims(e ring.ClaimsChanged) {
 	c := e.Claims
 	for state, slots := range map[string]int{"working": c.Working.Len(), "pending": c.Pending.Len(),
-		"releasing": c.Releasing.Len(), "target": c.Target.Len()} {
+		"releasing": c.Releasing.Len(), "target": c.Target.Len(), "given": c.Given.Len(), "custody": c.Custody.Len(),
+		"lingering": c.Lingering.Len()} {
 		m.shardSlots.WithLabelValues(state).Set(float64(slots))
 	}
 	m.shardShare.Set(c.Working.Set().Fraction())

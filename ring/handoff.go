@@ -15,7 +15,7 @@ import (
 // yet. A member therefore reconciles a slot only while it claims it on its
 // Lease (annotation AnnotationSlots), and claims it in two steps:
 //
-//	           target, its cache covers it, no live Lease claims it
+//	    target (or given to it), its cache covers it, no live Lease claims it
 //	  (free) ───────────────────────────────────────▶ Pending ── a renewal wrote the claim, and the
 //	    ▲                                                │        list after it shows no other live
 //	    │ no longer target, or another live               │        member claiming the slot
@@ -27,6 +27,9 @@ import (
 //	    │ swept after the new owner covered it, and the
 //	    │ new owner's cache holds what the sweep listed
 //	    └─────────────────────────────────────────── Releasing ─┘
+//
+// (A slot given to it that is no longer its target goes from Pending,
+// confirmed, straight to Releasing: see Custody.)
 //
 // A claim is written, then the others' Leases are read: of two members that
 // claim one slot at the same time, the one that reads second sees the
@@ -68,6 +71,19 @@ import (
 // the slot (an older version, or one whose watcher cannot list) holds the
 // handoff up for at most Config.HandoffTimeout (View.Overdue): then the slot
 // is swept and let go anyway, and a log line says what may be lost.
+//
+// # Custody
+//
+// Between the old owner's let-go and the new owner's claim, the new owner
+// alone holds the slot's deletions. If its view of the ring changes again
+// in that window and the slot leaves its target, it must not drop them. So
+// the old owner names the new owner (Claims.Given, on its Lease) until the
+// new owner has confirmed the slot, and nobody else claims it meanwhile; the
+// named member claims it whatever its target (Claims.Custody: into Releasing
+// if the slot moved on, then hands it on as usual). And a member keeps
+// watching a slot it stopped covering for itself (Claims.Lingering) until
+// every live member claiming it has renewed twice since its Lease withdrew
+// the cover: none can give it the slot on the word of that cover any more.
 //
 // A member that cannot renew its Lease counts itself out a RenewPeriod
 // before the others can (Config.fenceAfter): it drops every claim and its
