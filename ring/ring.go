@@ -250,8 +250,9 @@ type Member struct {
 	// ownerOf, whom the last step's membership gave each slot to.
 	releasingSince [shard.Slots]time.Time
 	ownerOf        [shard.Slots]string
-	// givenTo names the member each Given slot went to.
+	// givenTo names the member each Given slot went to, givenAt when.
 	givenTo [shard.Slots]string
+	givenAt [shard.Slots]time.Time
 	// Lingering (Claims.Lingering): published is the cover the last
 	// renewal wrote; withdrawn, the slots it stopped covering since the
 	// last list; withdrawals, each withdrawal with the others' renewal
@@ -611,12 +612,21 @@ func (m *Member) update(log klog.Logger) {
 		}
 	}
 	// Of the slots we gave, those their new owner confirmed (or that
-	// went to a member no longer live, or to nobody).
-	var accepted shard.SlotSet
+	// went to a member no longer live, or to nobody); and, so that a new
+	// owner that never takes a slot cannot keep it from everyone, those
+	// given longer than HandoffTimeout ago.
+	var accepted, expired shard.SlotSet
 	for _, i := range m.claims.Given.List() {
 		if to, ok := confirmed[m.givenTo[i]]; !ok || to.Has(i) {
 			accepted = accepted.With(i)
+		} else if now.Sub(m.givenAt[i]) >= m.cfg.HandoffTimeout {
+			expired = expired.With(i)
 		}
+	}
+	if !expired.Empty() {
+		log.Info("Slots given to a member that has not taken them in time: no longer naming it; another may take them, and the deletions it kept may be lost",
+			"slots", expired, "waited", m.cfg.HandoffTimeout)
+		accepted = accepted.Union(expired)
 	}
 	// A cover lingers while a live member that claims the slot may still
 	// give it to us on its word: from when we stop watching the slot for
@@ -713,6 +723,7 @@ func (m *Member) update(log klog.Logger) {
 	}
 	for _, i := range m.claims.Given.Minus(before.Given).List() {
 		m.givenTo[i] = m.ownerOf[i] // the member it goes to, by our view ("" without sweeps: nobody named)
+		m.givenAt[i] = now
 	}
 	for i := range m.releasingSince {
 		switch {
