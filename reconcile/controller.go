@@ -90,6 +90,7 @@ type Controller[T store.Object] struct {
 	mu         sync.Mutex
 	tombstones map[string][]store.Delta[T]
 	handling   map[string][]store.Delta[T] // taken by a worker, not yet handled
+	failed     map[string]bool             // keys whose Deleted failed, until their deletions are handled
 	abort      context.Context
 	pause      pause
 }
@@ -144,6 +145,10 @@ func (c *Controller[T]) deletions(ctx context.Context, key string) error {
 			c.mu.Lock()
 			c.tombstones[key] = append(ds[i:], c.tombstones[key]...)
 			delete(c.handling, key)
+			if c.failed == nil {
+				c.failed = map[string]bool{}
+			}
+			c.failed[key] = true
 			c.mu.Unlock()
 			return fmt.Errorf("handling the deletion of %s (uid %s): %w", key, d.Object.GetUID(), err)
 		}
@@ -153,21 +158,25 @@ func (c *Controller[T]) deletions(ctx context.Context, key string) error {
 	}
 	c.mu.Lock()
 	delete(c.handling, key)
+	if len(c.tombstones[key]) == 0 {
+		delete(c.failed, key)
+	}
 	c.mu.Unlock()
 	return nil
 }
 
 // Deletions calls f with every deletion not yet handled: queued, or being
-// handled by a worker. A deletion leaves this set only once Deleted returned
+// handled by a worker; failed says Deleted already failed for its key (it
+// waits for a retry). A deletion leaves this set only once Deleted returned
 // nil for it, so a caller that samples it never misses one between the queue
 // and the worker. f runs under the controller's lock: it must not call back.
-func (c *Controller[T]) Deletions(f func(store.Delta[T])) {
+func (c *Controller[T]) Deletions(f func(d store.Delta[T], failed bool)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, m := range []map[string][]store.Delta[T]{c.tombstones, c.handling} {
-		for _, ds := range m {
+		for key, ds := range m {
 			for _, d := range ds {
-				f(d)
+				f(d, c.failed[key])
 			}
 		}
 	}

@@ -365,7 +365,7 @@ func TestDeletionsHoldsADeletionUntilItIsHandled(t *testing.T) {
 	b := &blockingDeleter{entered: make(chan struct{}), release: make(chan struct{})}
 	c := &Controller[object]{Queue: queue.New(nil), Reconciler: b}
 	pending := func() (uids []string) {
-		c.Deletions(func(d store.Delta[object]) { uids = append(uids, string(d.Object.UID)) })
+		c.Deletions(func(d store.Delta[object], _ bool) { uids = append(uids, string(d.Object.UID)) })
 		slices.Sort(uids)
 		return uids
 	}
@@ -391,4 +391,35 @@ func TestDeletionsHoldsADeletionUntilItIsHandled(t *testing.T) {
 	}
 	b.release <- struct{}{}
 	testkit.Eventually(t, 5*time.Second, func() bool { return len(pending()) == 0 }, "a deletion stayed after it was handled")
+}
+
+// Deletions tells a deletion waiting for its retry (its Deleted failed) from
+// one only queued: a sharded replica lets a deletion that keeps failing hold
+// a slot it hands over only so long, and one queued behind a backlog for as
+// long as it takes.
+func TestDeletionsTellsAFailedDeletion(t *testing.T) {
+	fake := &fakeReconciler{delErrs: []error{errors.New("boom")}}
+	c := &Controller[object]{Queue: queue.New(queue.NewExponentialLimiter(time.Hour, time.Hour)), Reconciler: fake}
+	failed := func() (queued, failing int) {
+		c.Deletions(func(_ store.Delta[object], f bool) {
+			if f {
+				failing++
+			} else {
+				queued++
+			}
+		})
+		return
+	}
+	bad := myResource("a", "x", 1)
+	bad.UID = "uid-bad"
+	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: bad})
+	if q, f := failed(); q != 1 || f != 0 {
+		t.Fatalf("queued: %d queued, %d failing; want 1, 0", q, f)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx, nil, 1); close(done) }()
+	defer func() { cancel(); <-done }()
+	testkit.Eventually(t, 5*time.Second, func() bool { q, f := failed(); return q == 0 && f == 1 },
+		"after its Deleted failed, the deletion is not reported failing")
 }

@@ -151,11 +151,12 @@ type View struct {
 	// Accepted: of the Given slots, those whose named owner confirmed them
 	// (claims them, not Pending), is no longer live, or is nobody.
 	Custody, Accepted shard.SlotSet
-	// Busy: the slots with a reconcile, or a deletion's handling, in
-	// flight; Queued: those with a deletion not yet handled (waiting, or
-	// failed and waiting for its retry). Both sampled after the previous
-	// step's Working took effect, and after Swept.
-	Busy, Queued shard.SlotSet
+	// Busy: the slots with a reconcile in flight or a deletion not yet
+	// handled (queued, however long the queue, or being handled); Failing:
+	// those with a deletion whose handling failed, waiting for a retry.
+	// Both sampled after the previous step's Working took effect, and
+	// after Swept.
+	Busy, Failing shard.SlotSet
 	// Covers: the slots this member's cache covers (it claims no other:
 	// a slot it works, it has listed). Covered: the slots that the live
 	// member they go to covers (AnnotationCovers), and went to in the
@@ -208,7 +209,7 @@ func (c Claims) Step(v View) Claims {
 	// A deletion that keeps failing holds its slot only until it is
 	// overdue: else one bad object would stall the handoff, and with it
 	// every key of its slot, for good.
-	done := c.Sweep.And(v.Swept).And(v.Handed.Union(v.Overdue)).Minus(v.Busy).Minus(v.Queued.Minus(v.Overdue))
+	done := c.Sweep.And(v.Swept).And(v.Handed.Union(v.Overdue)).Minus(v.Busy).Minus(v.Failing.Minus(v.Overdue))
 	next.Releasing = c.Releasing.Minus(v.Target).Minus(done).Union(c.Working.Minus(v.Target))
 	// A stale sweep is dropped for a step, and so asked for again.
 	next.Sweep = next.Releasing.And(v.Covered.Union(v.Overdue)).Minus(v.Stale.Minus(v.Overdue))

@@ -265,16 +265,16 @@ func TestReleasingWaitsForTheNewOwnerAndASweep(t *testing.T) {
 	if c = c.Step(View{Live: true, Confirmed: true, Overdue: five, Swept: five}); !c.Claimed().Empty() {
 		t.Fatalf("overdue and swept: %+v, want it let go", c)
 	}
-	// A deletion that keeps failing holds the slot until it is overdue;
-	// one being handled holds it even then.
-	queued := Claims{Releasing: five, Sweep: five}
-	if c = queued.Step(View{Live: true, Confirmed: true, Covered: five, Swept: five, Handed: five, Queued: five}); c.Releasing != five {
-		t.Fatalf("a deletion queued: %+v, want still Releasing", c)
+	// A deletion that keeps failing holds the slot until it is overdue; one
+	// queued (however long the queue) or being handled holds it even then.
+	releasing := Claims{Releasing: five, Sweep: five}
+	if c = releasing.Step(View{Live: true, Confirmed: true, Covered: five, Swept: five, Handed: five, Failing: five}); c.Releasing != five {
+		t.Fatalf("a deletion failing: %+v, want still Releasing", c)
 	}
-	if c = queued.Step(View{Live: true, Confirmed: true, Swept: five, Overdue: five, Busy: five, Queued: five}); c.Releasing != five {
-		t.Fatalf("overdue, a deletion being handled: %+v, want still Releasing", c)
+	if c = releasing.Step(View{Live: true, Confirmed: true, Swept: five, Overdue: five, Busy: five, Failing: five}); c.Releasing != five {
+		t.Fatalf("overdue, a deletion queued behind the failing one: %+v, want still Releasing", c)
 	}
-	if c = queued.Step(View{Live: true, Confirmed: true, Swept: five, Overdue: five, Queued: five}); !c.Claimed().Empty() {
+	if c = releasing.Step(View{Live: true, Confirmed: true, Swept: five, Overdue: five, Failing: five}); !c.Claimed().Empty() {
 		t.Fatalf("overdue, a deletion waiting for its retry: %+v, want it let go", c)
 	}
 	// The slot comes back while it waits: Working again, no sweep asked.

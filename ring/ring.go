@@ -166,10 +166,10 @@ type Config struct {
 	// change, and must return once they are in effect (new reconciles of a
 	// slot no longer Working refused, those of a newly Working slot allowed)
 	// without waiting for reconciles to end. Busy reports the slots with a
-	// reconcile or a deletion's handling in flight, and those with a
-	// deletion not yet handled (queued: read first).
+	// reconcile in flight or a deletion not yet handled, and those with a
+	// deletion whose handling failed, waiting for a retry.
 	OnClaims func(Claims)
-	Busy     func() (inFlight, queued shard.SlotSet)
+	Busy     func() (busy, failing shard.SlotSet)
 	// Covers reports the slots whose every deletion this member hears of
 	// from now on (its watcher listed them and watches them), and where
 	// its cache stands; Swept, of the slots Claims.Sweep named, those swept
@@ -579,9 +579,9 @@ func (m *Member) update(log klog.Logger) {
 	if m.cfg.Swept != nil {
 		swept, covered, handed, ownCover = m.cfg.Swept(), shard.SlotSet{}, shard.SlotSet{}, m.cfg.Covers().Slots
 	}
-	var busy, queued shard.SlotSet
+	var busy, failing shard.SlotSet
 	if m.cfg.Busy != nil {
-		busy, queued = m.cfg.Busy() // before the step: after the last step took effect
+		busy, failing = m.cfg.Busy() // before the step: after the last step took effect
 	}
 	now := m.cfg.Now()
 	m.mu.Lock()
@@ -715,7 +715,7 @@ func (m *Member) update(log klog.Logger) {
 	}
 	before := m.claims
 	m.claims = before.Step(View{Live: self, Target: target, Confirmed: m.confirmed,
-		Published: m.published, Others: others, Busy: busy, Queued: queued,
+		Published: m.published, Others: others, Busy: busy, Failing: failing,
 		Custody: custody, Accepted: accepted,
 		Covers: ownCover, Covered: covered, Overdue: overdue, Swept: swept.Slots, Handed: handed, Stale: stale})
 	if self { // what lingers: not what is watched for another reason anyway
@@ -735,7 +735,7 @@ func (m *Member) update(log klog.Logger) {
 	}
 	after, renewed := m.claims, m.renewed
 	if m.claims != before && self {
-		if stuck := before.Releasing.Minus(after.Claimed()).And(queued); !stuck.Empty() {
+		if stuck := before.Releasing.Minus(after.Claimed()).And(failing); !stuck.Empty() {
 			log.Info("Letting slots go with deletions still not handled: their Deleted keeps failing; the new owner never hears of them",
 				"slots", stuck, "waited", m.cfg.HandoffTimeout)
 		}

@@ -329,14 +329,21 @@ func (a *App) newMember() (*ring.Member, error) {
 	})
 }
 
-// busy is the slots with a reconcile or a deletion's handling in flight, and
-// those with a deletion not handled yet.
+// busy is the slots with a reconcile in flight or a deletion not handled
+// yet (queued, however long the queue, or being handled), and those with a
+// deletion whose handling failed and waits for a retry.
 //
 // The deletions are read first: one that starts being handled between the
 // two reads is then in both, not in neither.
-func (a *App) busy() (inFlight, queued shard.SlotSet) {
-	a.Controller.Deletions(func(d store.Delta[Object]) { queued = queued.With(shard.SlotOf(string(d.Object.GetUID()))) })
-	return a.gate.busy(), queued
+func (a *App) busy() (busy, failing shard.SlotSet) {
+	a.Controller.Deletions(func(d store.Delta[Object], failed bool) {
+		if slot := shard.SlotOf(string(d.Object.GetUID())); failed {
+			failing = failing.With(slot)
+		} else {
+			busy = busy.With(slot)
+		}
+	})
+	return busy.Union(a.gate.busy()), failing
 }
 
 // covers is the slots this replica hears every deletion of (listed by the
