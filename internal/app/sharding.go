@@ -143,8 +143,11 @@ func (g *gate) enter(ctx context.Context, d store.Delta[Object], deletion bool) 
 		allowed = allowed.Union(g.claims.Releasing)
 	}
 	if !allowed.Has(slot) {
-		if deletion && g.watched.Has(slot) {
+		switch {
+		case deletion && g.watched.Has(slot):
 			g.hold(slot, d)
+		case deletion: // its slot's deletions are another replica's now
+			g.routed(d, "dropped")
 		}
 		return nil, nil, false
 	}
