@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -109,8 +110,21 @@ func storm(args []string) int {
 	fs.BoolVar(&o.Baseline, "baseline", true, "first restart the apiserver once with no client, for comparison")
 	fs.DurationVar(&o.Interval, "interval", 100*time.Millisecond, "apiserver /metrics sampling interval")
 	fs.StringVar(&o.OutDir, "out", "out/storm", "output directory")
+	render := fs.Bool("render", false, "only render --out's storm.json again (storm.md, storm.svg)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *render {
+		r, err := compare.ReadStormReport(filepath.Join(o.OutDir, "storm.json"))
+		if err == nil {
+			err = r.Write(o.OutDir)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "compare storm:", err)
+			return 1
+		}
+		fmt.Println(r.Markdown())
+		return 0
 	}
 	o.ClientQPS = float32(*qps)
 	o.Kinds = strings.Split(*kinds, ",")
