@@ -215,6 +215,9 @@ func (s *storm) connect(ctx context.Context) error {
 	if s.sampler, err = NewAPIServerSampler(cfg); err != nil {
 		return err
 	}
+	// A storm keeps the apiserver and the machine busy: a scrape is given
+	// longer than the sampler's default before it counts as failed.
+	s.sampler.client.Timeout = 10 * time.Second
 	s.namespace = fmt.Sprintf("storm-%d", time.Now().UnixNano())
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.namespace}}
 	if _, err := s.kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
