@@ -108,10 +108,12 @@ type StormMode struct {
 	// ConsumerMaxRSS is the consumer process's peak RSS (bytes), for scale.
 	ConsumerMaxRSS int64 `json:"consumerMaxRSS"`
 	// Correct: every client ended holding exactly the server's objects.
-	Correct    bool          `json:"correct"`
-	Incorrect  string        `json:"incorrect,omitempty"`
-	Clients    []StormClient `json:"clients"`
-	ScrapeErrs int           `json:"scrapeErrors"`
+	Correct   bool          `json:"correct"`
+	Incorrect string        `json:"incorrect,omitempty"`
+	Clients   []StormClient `json:"clients"`
+	// ScrapeErrs: failed apiserver scrapes during this mode (its initial
+	// sync included), by kind of failure.
+	ScrapeErrs map[string]int `json:"scrapeErrors"`
 	// Series: seconds since the kill → apiserver RSS and heap in use (MiB),
 	// from 2 s before the kill to Tail after the last relist.
 	Series [][3]float64 `json:"series"`
@@ -184,6 +186,7 @@ type storm struct {
 	namespace  string
 	kube       kubernetes.Interface
 	sampler    *APIServerSampler
+	failures   map[string]int // the sampler's failures as of the last measure
 	child      *stormChild
 }
 
@@ -397,8 +400,15 @@ func stormVerdict(res *StormConsumerResult, clients, objects int, allRelisted bo
 
 // measure fills a mode's apiserver figures from the samples.
 func (s *storm) measure(m *StormMode) {
-	samples, errs := s.sampler.Samples()
-	m.ScrapeErrs = errs
+	samples, _ := s.sampler.Samples()
+	failures := s.sampler.Failures()
+	m.ScrapeErrs = map[string]int{}
+	for k, v := range failures {
+		if d := v - s.failures[k]; d > 0 {
+			m.ScrapeErrs[k] = d
+		}
+	}
+	s.failures = failures
 	m.RestartSeconds = float64(m.ReadyAt-m.KilledAt) / 1e9
 	m.RelistSeconds = float64(m.DoneAt-m.KilledAt) / 1e9
 	killed := time.Unix(0, m.KilledAt)

@@ -65,7 +65,8 @@ type StormClient struct {
 // StormRequests are request counts summed over the clients.
 type StormRequests struct {
 	// Lists: LIST requests beginning a list; ListPages: every LIST request;
-	// WatchLists: WATCHes with sendInitialEvents; Watches: every WATCH.
+	// WatchLists: WATCHes with sendInitialEvents; Watches: every WATCH;
+	// Probes: one-item LISTs (the raw watcher's "where is the server").
 	RequestCounts
 	// All requests sent (any verb, retries included), responses 429, and
 	// requests that got no response (the apiserver was away).
@@ -77,7 +78,7 @@ type StormRequests struct {
 func (a StormRequests) minus(b StormRequests) StormRequests {
 	return StormRequests{
 		RequestCounts: RequestCounts{ListStarts: a.ListStarts - b.ListStarts, ListPages: a.ListPages - b.ListPages,
-			WatchLists: a.WatchLists - b.WatchLists, Watches: a.Watches - b.Watches},
+			WatchLists: a.WatchLists - b.WatchLists, Watches: a.Watches - b.Watches, Probes: a.Probes - b.Probes},
 		Total: a.Total - b.Total, Throttled: a.Throttled - b.Throttled, Failed: a.Failed - b.Failed,
 	}
 }
@@ -250,7 +251,7 @@ func RunStormConsumer(opts StormConsumerOptions, stdin io.Reader, stdout io.Writ
 func addRequests(a, b StormRequests) StormRequests {
 	return StormRequests{
 		RequestCounts: RequestCounts{ListStarts: a.ListStarts + b.ListStarts, ListPages: a.ListPages + b.ListPages,
-			WatchLists: a.WatchLists + b.WatchLists, Watches: a.Watches + b.Watches},
+			WatchLists: a.WatchLists + b.WatchLists, Watches: a.Watches + b.Watches, Probes: a.Probes + b.Probes},
 		Total: a.Total + b.Total, Throttled: a.Throttled + b.Throttled, Failed: a.Failed + b.Failed,
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -69,7 +70,7 @@ func (r *StormReport) Markdown() string {
 		"%d objects of %d payload bytes; the apiserver is killed and restarted once every client has synced; apiserver sampled every %.0f ms "+
 		"(peaks are of the samples taken: a peak inside a sampling gap is not seen); %s, %d CPUs.\n\n",
 		r.Clients, r.ClientQPS, r.ClientBurst, r.Objects, r.Payload, r.IntervalMs, r.GoVersion, r.CPUs)
-	b.WriteString("| mode | longest sampling gap in the storm | apiserver peak RSS | peak heap in use | restart → ready | restart → all relisted | relisted | initial sync of all | requests (LIST starts / pages / WatchLists / WATCHes / all) | 429s seen by the clients / counted by the apiserver | failed (no response) | consumer process max RSS | correct |\n")
+	b.WriteString("| mode | longest sampling gap in the storm | apiserver peak RSS | peak heap in use | restart → ready | restart → all relisted | relisted | initial sync of all | requests (LIST starts / pages / WatchLists / WATCHes / one-item probes / all) | 429s seen by the clients / counted by the apiserver | failed (no response) | consumer process max RSS | correct |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	row := func(m StormMode) {
 		verdict := "yes"
@@ -82,9 +83,9 @@ func (r *StormReport) Markdown() string {
 			return
 		}
 		q := m.Requests
-		fmt.Fprintf(&b, "| %s | %.1f s | %s | %s | %.1f s | %.1f s | %d/%d | %.1f s | %d / %d / %d / %d / %d | %d / %.0f | %d | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %.1f s | %s | %s | %.1f s | %.1f s | %d/%d | %.1f s | %d / %d / %d / %d / %d / %d | %d / %.0f | %d | %s | %s |\n",
 			m.Kind, m.sampleGap(), mibF(m.PeakRSS), mibF(m.PeakHeap), m.RestartSeconds, m.RelistSeconds, m.RelistedClients, len(m.Clients),
-			m.InitialSyncSeconds, q.ListStarts, q.ListPages, q.WatchLists, q.Watches, q.Total, q.Throttled, m.ServerThrottled,
+			m.InitialSyncSeconds, q.ListStarts, q.ListPages, q.WatchLists, q.Watches, q.Probes, q.Total, q.Throttled, m.ServerThrottled,
 			q.Failed, mibF(float64(m.ConsumerMaxRSS)), verdict)
 	}
 	if r.Baseline != nil {
@@ -93,6 +94,19 @@ func (r *StormReport) Markdown() string {
 	for _, m := range r.Modes {
 		row(m)
 	}
+	b.WriteString("\nFailed apiserver scrapes (each mode's initial sync included):")
+	for _, m := range r.Modes {
+		var kinds []string
+		for k, v := range m.ScrapeErrs {
+			kinds = append(kinds, fmt.Sprintf("%d %s", v, k))
+		}
+		slices.Sort(kinds)
+		if len(kinds) == 0 {
+			kinds = []string{"none"}
+		}
+		fmt.Fprintf(&b, " %s: %s;", m.Kind, strings.Join(kinds, ", "))
+	}
+	b.WriteString("\n")
 	if len(r.Targets) > 0 {
 		b.WriteString("\n| target | raw | compared with | ratio | goal | met | ratio of what each adds to the no-client restart's peak |\n|---|---|---|---|---|---|---|\n")
 		for _, t := range r.Targets {
