@@ -130,6 +130,7 @@ type APIServerSampler struct {
 	mu      sync.Mutex
 	samples []APIServerSample
 	errs    int
+	reasons map[string]int // failed scrapes by error (what kind of failure)
 }
 
 // NewAPIServerSampler needs a config allowed to GET /metrics (the control
@@ -174,6 +175,10 @@ func (s *APIServerSampler) Run(ctx context.Context, interval time.Duration) {
 		s.mu.Lock()
 		if err != nil {
 			s.errs++
+			if s.reasons == nil {
+				s.reasons = map[string]int{}
+			}
+			s.reasons[scrapeFailure(err)]++
 		} else {
 			s.samples = append(s.samples, smp)
 		}
@@ -191,6 +196,33 @@ func (s *APIServerSampler) Samples() ([]APIServerSample, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]APIServerSample(nil), s.samples...), s.errs
+}
+
+// Failures counts the failed scrapes so far by kind of failure.
+func (s *APIServerSampler) Failures() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range s.reasons {
+		out[k] = v
+	}
+	return out
+}
+
+// scrapeFailure names a failed scrape's kind, without its addresses.
+func scrapeFailure(err error) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "Client.Timeout") || strings.Contains(msg, "deadline exceeded"):
+		return "timeout"
+	case strings.Contains(msg, "connection refused"):
+		return "connection refused"
+	case strings.Contains(msg, "GET /metrics: "):
+		return strings.TrimPrefix(msg, "GET /metrics: ")
+	case strings.Contains(msg, "EOF") || strings.Contains(msg, "reset"):
+		return "connection lost"
+	}
+	return "other"
 }
 
 // Peak is the highest RSS and heap-in-use among samples taken at or after since.

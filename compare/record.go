@@ -150,6 +150,9 @@ type requestCounts struct {
 	ListStarts, ListPages atomic.Int64
 	// WatchLists are WATCH requests with sendInitialEvents (each one a list).
 	WatchLists, Watches atomic.Int64
+	// Probes are one-item LISTs (limit=1, no continue token): the raw
+	// watcher asks where the server is with one; not a list of the objects.
+	Probes atomic.Int64
 }
 
 // RequestCounts is requestCounts as reported.
@@ -158,11 +161,12 @@ type RequestCounts struct {
 	ListPages  int64 `json:"listPages"`
 	WatchLists int64 `json:"watchLists"`
 	Watches    int64 `json:"watches"`
+	Probes     int64 `json:"probes,omitempty"`
 }
 
 func (c *requestCounts) snapshot() RequestCounts {
 	return RequestCounts{ListStarts: c.ListStarts.Load(), ListPages: c.ListPages.Load(),
-		WatchLists: c.WatchLists.Load(), Watches: c.Watches.Load()}
+		WatchLists: c.WatchLists.Load(), Watches: c.Watches.Load(), Probes: c.Probes.Load()}
 }
 
 // Lists is how many complete (re)lists the requests amount to.
@@ -180,6 +184,8 @@ func (r *recorder) countRequests(cfg *rest.Config) {
 					r.counts.Watches.Add(1)
 				case q.Get("watch") == "true":
 					r.counts.Watches.Add(1)
+				case q.Get("continue") == "" && q.Get("limit") == "1":
+					r.counts.Probes.Add(1)
 				case q.Get("continue") == "":
 					r.counts.ListStarts.Add(1)
 					r.counts.ListPages.Add(1)

@@ -118,6 +118,9 @@ type Target struct {
 	Met   bool    `json:"met"`
 	// Note, when set, says why this run cannot decide the target.
 	Note string `json:"note,omitempty"`
+	// AboveBaseline (storm only) is the ratio of what each side adds to the
+	// peak of an apiserver restart with no client (0: not measured).
+	AboveBaseline float64 `json:"aboveBaseline,omitempty"`
 }
 
 func (h *harness) report() (*Report, error) {

@@ -4,6 +4,7 @@
 //	compare                                   10,000 objects on a local control plane
 //	compare --objects 1000 --update-rate 500  a smaller run
 //	compare --kubeconfig ~/.kube/config       any cluster (no forced relist)
+//	compare storm --clients 50 --payload 2048 the relist storm: 50 clients of each kind relist at once
 //
 // It writes report.md, report.json and report.svg (and each consumer's raw
 // events and log) to --out, and prints the Markdown table.
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -23,8 +25,15 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "consume" {
-		os.Exit(consume(os.Args[2:]))
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "consume":
+			os.Exit(consume(os.Args[2:]))
+		case "storm":
+			os.Exit(storm(os.Args[2:]))
+		case "storm-consume":
+			os.Exit(stormConsume(os.Args[2:]))
+		}
 	}
 	os.Exit(run(os.Args[1:]))
 }
@@ -84,6 +93,79 @@ func consume(args []string) int {
 	}
 	if err := compare.RunConsumer(o, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "consume:", err)
+		return 1
+	}
+	return 0
+}
+
+func storm(args []string) int {
+	fs := flag.NewFlagSet("storm", flag.ContinueOnError)
+	var o compare.StormOptions
+	fs.IntVar(&o.Objects, "objects", 10000, "objects every client caches")
+	fs.IntVar(&o.Payload, "payload", 0, "bytes of filler annotation on every object")
+	fs.IntVar(&o.Clients, "clients", 50, "clients of one kind, all in one consumer process, that relist at once")
+	kinds := fs.String("consumers", strings.Join(compare.StormKinds, ","), "kinds to storm with, one after the other")
+	qps := fs.Float64("client-qps", 200, "each client's own QPS limit")
+	fs.IntVar(&o.ClientBurst, "client-burst", 400, "each client's own burst")
+	fs.BoolVar(&o.Baseline, "baseline", true, "first restart the apiserver once with no client, for comparison")
+	fs.DurationVar(&o.Interval, "interval", 100*time.Millisecond, "apiserver /metrics sampling interval")
+	fs.StringVar(&o.OutDir, "out", "out/storm", "output directory")
+	render := fs.Bool("render", false, "only render --out's storm.json again (storm.md, storm.svg)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *render {
+		r, err := compare.ReadStormReport(filepath.Join(o.OutDir, "storm.json"))
+		if err == nil {
+			err = r.Write(o.OutDir)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "compare storm:", err)
+			return 1
+		}
+		fmt.Println(r.Markdown())
+		return 0
+	}
+	o.ClientQPS = float32(*qps)
+	o.Kinds = strings.Split(*kinds, ",")
+	o.Progress = os.Stderr
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	report, err := compare.RunStorm(ctx, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compare storm:", err)
+		return 1
+	}
+	if err := report.Write(o.OutDir); err != nil {
+		fmt.Fprintln(os.Stderr, "compare storm:", err)
+		return 1
+	}
+	fmt.Println(report.Markdown())
+	fmt.Fprintf(os.Stderr, "report: %s/storm.{md,json,svg}\n", o.OutDir)
+	if !report.AllCorrect {
+		fmt.Fprintln(os.Stderr, "compare storm: a mode failed its correctness check")
+		return 1
+	}
+	return 0
+}
+
+func stormConsume(args []string) int {
+	fs := flag.NewFlagSet("storm-consume", flag.ContinueOnError)
+	var o compare.StormConsumerOptions
+	fs.StringVar(&o.Kind, "kind", "", "consumer kind")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig")
+	fs.StringVar(&o.Namespace, "namespace", "", "namespace")
+	fs.IntVar(&o.Clients, "clients", 50, "independent clients")
+	fs.IntVar(&o.Objects, "objects", 0, "objects a synced client holds")
+	qps := fs.Float64("qps", 200, "each client's QPS")
+	fs.IntVar(&o.Burst, "burst", 400, "each client's burst")
+	fs.StringVar(&o.ResultPath, "result", "", "result file")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	o.QPS = float32(*qps)
+	if err := compare.RunStormConsumer(o, os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "storm-consume:", err)
 		return 1
 	}
 	return 0

@@ -1,0 +1,603 @@
+package compare
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"rawwatch/client"
+	"rawwatch/internal/controlplane"
+)
+
+// StormKinds are the consumers a storm compares, in report order.
+var StormKinds = []string{KindRaw, KindRawWatchList, KindInformer, KindInformerList}
+
+// StormOptions configure a relist storm: M clients of one kind, all synced,
+// lose their apiserver at once and relist from the restarted one.
+type StormOptions struct {
+	// Kubeconfig and RestartAPIServer: a server and how to restart it. With
+	// Kubeconfig "" RunStorm starts a local control plane and restarts its
+	// apiserver itself.
+	Kubeconfig       string
+	RestartAPIServer func(context.Context) error
+	// Objects is N (default 10,000), Payload each object's filler annotation
+	// (bytes), Writers the load generator's parallelism (default 16).
+	Objects, Payload, Writers int
+	// Clients is M, the clients of one kind in the consumer process (default 50).
+	Clients int
+	// ClientQPS and ClientBurst are each client's own limits (default 200
+	// and 400: a relist of 10,000 objects is at most 21 requests a client).
+	ClientQPS   float32
+	ClientBurst int
+	// Kinds to run, one after the other (default StormKinds).
+	Kinds []string
+	// Interval between apiserver samples (default 100 ms); Tail how long to
+	// keep sampling after the last client relisted (default 3 s), for the chart.
+	Interval, Tail time.Duration
+	// Baseline restarts the apiserver once with no client first, to show
+	// what a restart alone costs (BaselineFor long).
+	Baseline    bool
+	BaselineFor time.Duration
+	// SyncTimeout bounds the initial sync of the M clients, RelistTimeout
+	// the relist after the restart (default 10 and 5 minutes).
+	SyncTimeout, RelistTimeout time.Duration
+	OutDir                     string
+	// Binary runs "BINARY storm-consume ..." (default: this executable).
+	Binary   string
+	Progress io.Writer
+}
+
+// StormReport is the outcome of RunStorm.
+type StormReport struct {
+	Date        string  `json:"date"`
+	GoVersion   string  `json:"goVersion"`
+	CPUs        int     `json:"cpus"`
+	Objects     int     `json:"objects"`
+	Payload     int     `json:"payloadBytes"`
+	Clients     int     `json:"clients"`
+	ClientQPS   float32 `json:"clientQPS"`
+	ClientBurst int     `json:"clientBurst"`
+	IntervalMs  float64 `json:"sampleIntervalMs"`
+	// Baseline is a restart with no client (if asked for).
+	Baseline *StormMode  `json:"baseline,omitempty"`
+	Modes    []StormMode `json:"modes"`
+	// Ratios of the peaks the issue sets targets for.
+	Targets    []Target `json:"targets"`
+	AllCorrect bool     `json:"allCorrect"`
+}
+
+// StormMode is one kind's storm.
+type StormMode struct {
+	Kind string `json:"kind"`
+	// InitialSyncSeconds: process start → all M clients synced.
+	InitialSyncSeconds float64 `json:"initialSyncSeconds"`
+	// RestartSeconds: apiserver killed → ready again; RelistSeconds: killed →
+	// the last of the M clients relisted (its cache whole again).
+	RestartSeconds float64 `json:"restartSeconds"`
+	RelistSeconds  float64 `json:"relistSeconds"`
+	// RelistedClients of Clients finished a relist before RelistTimeout.
+	RelistedClients int `json:"relistedClients"`
+	// Apiserver peaks between the kill and the last relist (bytes), and the
+	// 429s the apiserver itself counted since its restart.
+	PeakRSS         float64 `json:"peakRSS"`
+	PeakHeap        float64 `json:"peakHeap"`
+	ServerThrottled float64 `json:"serverThrottled"`
+	// Restarted: the apiserver's own request counter went down across the
+	// kill (a new process counts from zero).
+	Restarted bool `json:"restarted"`
+	// Requests the clients sent during the storm (from just before the kill
+	// until every client had relisted).
+	Requests StormRequests `json:"requests"`
+	// ConsumerMaxRSS is the consumer process's peak RSS (bytes), for scale.
+	ConsumerMaxRSS int64 `json:"consumerMaxRSS"`
+	// Correct: every client ended holding exactly the server's objects.
+	Correct   bool          `json:"correct"`
+	Incorrect string        `json:"incorrect,omitempty"`
+	Clients   []StormClient `json:"clients"`
+	// ScrapeErrs: failed apiserver scrapes during this mode (its initial
+	// sync included), by kind of failure.
+	ScrapeErrs map[string]int `json:"scrapeErrors"`
+	// Series: seconds since the kill → apiserver RSS and heap in use (MiB),
+	// from 2 s before the kill to Tail after the last relist.
+	Series [][3]float64 `json:"series"`
+	// Times, unix ns.
+	KilledAt, ReadyAt, DoneAt int64 `json:"-"`
+}
+
+// RunStorm runs one storm per kind and returns the report.
+func RunStorm(ctx context.Context, opts StormOptions) (*StormReport, error) {
+	if opts.Objects == 0 {
+		opts.Objects = 10000
+	}
+	if opts.Clients == 0 {
+		opts.Clients = 50
+	}
+	if opts.Objects < 0 || opts.Clients < 0 {
+		return nil, errors.New("storm: objects and clients must be positive")
+	}
+	if opts.Writers == 0 {
+		opts.Writers = 16
+	}
+	if opts.ClientQPS == 0 {
+		opts.ClientQPS, opts.ClientBurst = 200, 400
+	}
+	if len(opts.Kinds) == 0 {
+		opts.Kinds = StormKinds
+	}
+	if opts.Interval == 0 {
+		opts.Interval = 100 * time.Millisecond
+	}
+	if opts.Tail == 0 {
+		opts.Tail = 3 * time.Second
+	}
+	if opts.BaselineFor == 0 {
+		opts.BaselineFor = 10 * time.Second
+	}
+	if opts.SyncTimeout == 0 {
+		opts.SyncTimeout = 10 * time.Minute
+	}
+	if opts.RelistTimeout == 0 {
+		opts.RelistTimeout = 5 * time.Minute
+	}
+	if opts.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		opts.Binary = exe
+	}
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	opts.Progress = &lockedWriter{w: opts.Progress}
+	if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
+		return nil, err
+	}
+	s := &storm{opts: opts, start: time.Now()}
+	defer s.cleanup()
+	if err := s.connect(ctx); err != nil {
+		return nil, err
+	}
+	return s.run(ctx)
+}
+
+type storm struct {
+	opts       StormOptions
+	start      time.Time
+	cp         *controlplane.ControlPlane
+	kubeconfig string
+	namespace  string
+	kube       kubernetes.Interface
+	sampler    *APIServerSampler
+	failures   map[string]int // the sampler's failures as of the last measure
+	child      *stormChild
+}
+
+func (s *storm) logf(format string, args ...any) {
+	fmt.Fprintf(s.opts.Progress, "%6.1fs  "+format+"\n", append([]any{time.Since(s.start).Seconds()}, args...)...)
+}
+
+func (s *storm) connect(ctx context.Context) error {
+	if s.opts.Kubeconfig == "" {
+		s.logf("starting a local control plane")
+		cp, err := controlplane.Start(ctx, controlplane.Options{Logf: func(f string, a ...any) { s.logf(f, a...) }})
+		if err != nil {
+			return err
+		}
+		s.cp, s.kubeconfig = cp, cp.Kubeconfig
+		s.opts.RestartAPIServer = cp.APIServer.Restart
+	} else {
+		s.kubeconfig = s.opts.Kubeconfig
+	}
+	if s.opts.RestartAPIServer == nil {
+		return errors.New("storm: no way to restart the apiserver (RestartAPIServer)")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = -1, 0
+	s.kube = kubernetes.NewForConfigOrDie(cfg)
+	if s.sampler, err = NewAPIServerSampler(cfg); err != nil {
+		return err
+	}
+	// A storm keeps the apiserver and the machine busy: a scrape is given
+	// longer than the sampler's default before it counts as failed.
+	s.sampler.client.Timeout = 10 * time.Second
+	s.namespace = fmt.Sprintf("storm-%d", time.Now().UnixNano())
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.namespace}}
+	if _, err := s.kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating namespace %s: %w", s.namespace, err)
+	}
+	c, err := client.New(cfg)
+	if err != nil {
+		return err
+	}
+	load := &Load{Client: c, Namespace: s.namespace, Writers: s.opts.Writers, Payload: s.opts.Payload, Progress: s.opts.Progress}
+	s.logf("creating %d objects of %d payload bytes in %s", s.opts.Objects, s.opts.Payload, s.namespace)
+	_, err = load.Create(ctx, s.opts.Objects)
+	return err
+}
+
+func (s *storm) cleanup() {
+	if s.child != nil {
+		s.child.kill()
+	}
+	if s.cp != nil {
+		s.cp.Stop()
+	} else if s.kube != nil && s.namespace != "" {
+		_ = s.kube.CoreV1().Namespaces().Delete(context.Background(), s.namespace, metav1.DeleteOptions{})
+	}
+}
+
+func (s *storm) run(ctx context.Context) (*StormReport, error) {
+	r := &StormReport{
+		Date: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
+		Objects: s.opts.Objects, Payload: s.opts.Payload, Clients: s.opts.Clients,
+		ClientQPS: s.opts.ClientQPS, ClientBurst: s.opts.ClientBurst, IntervalMs: float64(s.opts.Interval) / 1e6,
+	}
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
+	var sampling sync.WaitGroup
+	sampling.Go(func() { s.sampler.Run(sampleCtx, s.opts.Interval) })
+	defer sampling.Wait()
+	defer stopSampling()
+
+	if s.opts.Baseline {
+		m, err := s.baseline(ctx)
+		if err != nil {
+			return nil, err
+		}
+		r.Baseline = m
+	}
+	for _, kind := range s.opts.Kinds {
+		m, err := s.mode(ctx, kind)
+		if err != nil {
+			return nil, fmt.Errorf("storm %s: %w", kind, err)
+		}
+		r.Modes = append(r.Modes, *m)
+	}
+	r.AllCorrect = len(r.Modes) > 0
+	for _, m := range r.Modes {
+		r.AllCorrect = r.AllCorrect && m.Correct
+	}
+	r.Targets = stormTargets(r)
+	return r, nil
+}
+
+// bump writes a few objects in a namespace no client watches: a restarted
+// apiserver's watch cache starts at the current revision, and a watch from
+// the clients' older revision then gets 410 Gone: they must relist.
+func (s *storm) bump(ctx context.Context) error {
+	for i := range 3 {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", GenerateName: "storm-bump-"},
+			Data: map[string]string{"i": strconv.Itoa(i)}}
+		if _, err := s.kube.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// restart kills and restarts the apiserver; it returns when it is ready.
+// It waits first for a sample of the apiserver as it was (at most 10 s).
+func (s *storm) restart(ctx context.Context) (killed, ready int64, err error) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if smp, _ := s.sampler.Samples(); len(smp) > 0 && time.Since(smp[len(smp)-1].At) < time.Second {
+			break
+		}
+	}
+	killed = time.Now().UnixNano()
+	err = s.opts.RestartAPIServer(ctx)
+	return killed, time.Now().UnixNano(), err
+}
+
+func (s *storm) baseline(ctx context.Context) (*StormMode, error) {
+	s.logf("baseline: restarting the apiserver with no client")
+	m := &StormMode{Kind: "none", Correct: true}
+	var err error
+	if m.KilledAt, m.ReadyAt, err = s.restart(ctx); err != nil {
+		return nil, err
+	}
+	time.Sleep(s.opts.BaselineFor)
+	m.DoneAt = time.Now().UnixNano()
+	s.measure(m)
+	return m, nil
+}
+
+func (s *storm) mode(ctx context.Context, kind string) (*StormMode, error) {
+	m := &StormMode{Kind: kind}
+	s.logf("%s: starting %d clients", kind, s.opts.Clients)
+	c, err := s.spawn(kind)
+	if err != nil {
+		return nil, err
+	}
+	s.child = c
+	defer func() { c.kill(); s.child = nil }()
+	begin := time.Now()
+	if err := c.waitFor(s.opts.SyncTimeout, func(st stormStatus) bool { return st.synced == s.opts.Clients }); err != nil {
+		return nil, fmt.Errorf("initial sync: %w (%d of %d synced)\n%s", err, c.status().synced, s.opts.Clients, c.stderrTail())
+	}
+	m.InitialSyncSeconds = time.Since(begin).Seconds()
+	s.logf("%s: %d clients synced in %.1fs", kind, s.opts.Clients, m.InitialSyncSeconds)
+	time.Sleep(2 * time.Second) // every client is watching
+	c.send("arm")
+	if err := c.waitFor(time.Minute, func(st stormStatus) bool { return st.armed }); err != nil {
+		return nil, fmt.Errorf("arm: %w\n%s", err, c.stderrTail())
+	}
+	if err := s.bump(ctx); err != nil {
+		return nil, err
+	}
+	s.logf("%s: restarting the apiserver", kind)
+	if m.KilledAt, m.ReadyAt, err = s.restart(ctx); err != nil {
+		return nil, err
+	}
+	s.logf("%s: apiserver ready after %.1fs; waiting for %d relists", kind, float64(m.ReadyAt-m.KilledAt)/1e9, s.opts.Clients)
+	if err := c.waitFor(s.opts.RelistTimeout, func(st stormStatus) bool { return st.allRelisted }); err != nil {
+		s.logf("%s: %v: %d of %d clients relisted", kind, err, c.status().relisted, s.opts.Clients)
+	}
+	st := c.status()
+	m.RelistedClients = st.relisted
+	m.DoneAt = st.lastRelist
+	if !st.allRelisted {
+		m.DoneAt = time.Now().UnixNano()
+	}
+	s.logf("%s: %d clients relisted %.1fs after the kill", kind, st.relisted, float64(m.DoneAt-m.KilledAt)/1e9)
+	time.Sleep(s.opts.Tail)
+	c.send("stop")
+	res, err := c.result(2 * time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	m.Requests, m.Clients = res.Storm, res.Clients
+	m.ConsumerMaxRSS = c.maxRSS()
+	s.measure(m)
+	m.Correct, m.Incorrect = stormVerdict(res, s.opts.Clients, s.opts.Objects, st.allRelisted)
+	return m, nil
+}
+
+// stormVerdict: every client synced, relisted, and ends with exactly the
+// server's objects.
+func stormVerdict(res *StormConsumerResult, clients, objects int, allRelisted bool) (bool, string) {
+	var why []string
+	if res.ServerObjects != objects {
+		why = append(why, fmt.Sprintf("the server holds %d objects, not %d", res.ServerObjects, objects))
+	}
+	if len(res.Clients) != clients {
+		why = append(why, fmt.Sprintf("%d clients reported, not %d", len(res.Clients), clients))
+	}
+	if !allRelisted {
+		why = append(why, "not every client relisted")
+	}
+	for i, c := range res.Clients {
+		if c.SyncedAt == 0 || c.RelistedAt == 0 || c.Missing+c.Stale+c.Extra > 0 || c.StoreLen != res.ServerObjects {
+			why = append(why, fmt.Sprintf("client %d: synced %v, relisted %v, %d cached, %d missing, %d stale, %d extra",
+				i, c.SyncedAt != 0, c.RelistedAt != 0, c.StoreLen, c.Missing, c.Stale, c.Extra))
+			if len(why) > 5 {
+				break
+			}
+		}
+	}
+	return len(why) == 0, strings.Join(why, "; ")
+}
+
+// measure fills a mode's apiserver figures from the samples.
+func (s *storm) measure(m *StormMode) {
+	samples, _ := s.sampler.Samples()
+	failures := s.sampler.Failures()
+	m.ScrapeErrs = map[string]int{}
+	for k, v := range failures {
+		if d := v - s.failures[k]; d > 0 {
+			m.ScrapeErrs[k] = d
+		}
+	}
+	s.failures = failures
+	m.RestartSeconds = float64(m.ReadyAt-m.KilledAt) / 1e9
+	m.RelistSeconds = float64(m.DoneAt-m.KilledAt) / 1e9
+	killed := time.Unix(0, m.KilledAt)
+	done := time.Unix(0, m.DoneAt)
+	from, to := killed.Add(-2*time.Second), done.Add(s.opts.Tail)
+	var last *APIServerSample // the last sample before the kill
+	for i, smp := range samples {
+		if smp.At.Before(killed) {
+			last = &samples[i]
+		} else if last != nil && !m.Restarted && smp.Requests < last.Requests {
+			m.Restarted = true
+		}
+		if smp.At.Before(from) || smp.At.After(to) {
+			continue
+		}
+		m.Series = append(m.Series, [3]float64{smp.At.Sub(killed).Seconds(), smp.RSS / (1 << 20), smp.HeapInuse / (1 << 20)})
+		if smp.At.Before(killed) {
+			continue
+		}
+		// The restarted apiserver counts from zero: its counters are the storm's.
+		m.ServerThrottled = max(m.ServerThrottled, smp.Throttled)
+		if !smp.At.After(done) {
+			m.PeakRSS, m.PeakHeap = max(m.PeakRSS, smp.RSS), max(m.PeakHeap, smp.HeapInuse)
+		}
+	}
+}
+
+// ---- the consumer process ----
+
+type stormChild struct {
+	cmd        *exec.Cmd
+	stdin      io.WriteCloser
+	resultPath string
+	stderrPath string
+	done       chan struct{}
+
+	mu sync.Mutex
+	st stormStatus
+}
+
+type stormStatus struct {
+	synced, relisted int
+	armed            bool
+	allRelisted      bool
+	lastRelist       int64
+	exited           error
+}
+
+func (s *storm) spawn(kind string) (*stormChild, error) {
+	c := &stormChild{
+		resultPath: filepath.Join(s.opts.OutDir, kind+".json"),
+		stderrPath: filepath.Join(s.opts.OutDir, kind+".log"),
+		done:       make(chan struct{}),
+	}
+	args := []string{"storm-consume", "--kind", kind, "--kubeconfig", s.kubeconfig, "--namespace", s.namespace,
+		"--clients", strconv.Itoa(s.opts.Clients), "--objects", strconv.Itoa(s.opts.Objects),
+		"--qps", strconv.FormatFloat(float64(s.opts.ClientQPS), 'f', -1, 32), "--burst", strconv.Itoa(s.opts.ClientBurst),
+		"--result", c.resultPath}
+	c.cmd = exec.Command(s.opts.Binary, args...)
+	watchList := "true"
+	if kind == KindInformerList {
+		watchList = "false"
+	}
+	c.cmd.Env = append(os.Environ(), "KUBE_FEATURE_WatchListClient="+watchList)
+	stderr, err := os.Create(c.stderrPath)
+	if err != nil {
+		return nil, err
+	}
+	c.cmd.Stderr = stderr
+	stdout, err := c.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	if err := c.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go c.read(stdout)
+	go func() {
+		err := c.cmd.Wait()
+		stderr.Close()
+		c.mu.Lock()
+		if err == nil {
+			err = errors.New("exited")
+		}
+		c.st.exited = err
+		c.mu.Unlock()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+func (c *stormChild) read(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		c.mu.Lock()
+		switch f[0] {
+		case "synced":
+			c.st.synced++
+		case "armed":
+			c.st.armed = true
+		case "relisted":
+			c.st.relisted++
+			if len(f) == 3 {
+				at, _ := strconv.ParseInt(f[2], 10, 64)
+				c.st.lastRelist = max(c.st.lastRelist, at)
+			}
+		case "allrelisted":
+			c.st.allRelisted = true
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (c *stormChild) status() stormStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.st
+}
+
+func (c *stormChild) waitFor(timeout time.Duration, ok func(stormStatus) bool) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		st := c.status()
+		if ok(st) {
+			return nil
+		}
+		if st.exited != nil {
+			return fmt.Errorf("consumer exited: %v", st.exited)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s", timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (c *stormChild) send(line string) { fmt.Fprintln(c.stdin, line) }
+
+func (c *stormChild) result(timeout time.Duration) (*StormConsumerResult, error) {
+	select {
+	case <-c.done:
+	case <-time.After(timeout):
+		c.kill()
+		return nil, errors.New("consumer did not stop")
+	}
+	if code := c.cmd.ProcessState.ExitCode(); code != 0 {
+		return nil, fmt.Errorf("consumer exit code %d\n%s", code, c.stderrTail())
+	}
+	b, err := os.ReadFile(c.resultPath)
+	if err != nil {
+		return nil, err
+	}
+	var res StormConsumerResult
+	return &res, json.Unmarshal(b, &res)
+}
+
+// maxRSS is the exited process's peak resident set (bytes; Linux reports KiB).
+func (c *stormChild) maxRSS() int64 {
+	if c.cmd.ProcessState == nil {
+		return 0
+	}
+	if ru, ok := c.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		return ru.Maxrss * 1024
+	}
+	return 0
+}
+
+func (c *stormChild) kill() {
+	if c.cmd.Process != nil {
+		_ = c.cmd.Process.Kill()
+	}
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+func (c *stormChild) stderrTail() string {
+	b, _ := os.ReadFile(c.stderrPath)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 15 {
+		lines = lines[len(lines)-15:]
+	}
+	return strings.Join(lines, "\n")
+}

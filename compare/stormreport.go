@@ -1,0 +1,263 @@
+package compare
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// stormTargets checks issue 11's storm goals: each raw kind against the
+// informer that gets its state the same way (raw and informer-list LIST,
+// raw-watchlist and informer use WatchList).
+func stormTargets(r *StormReport) []Target {
+	var out []Target
+	mode := func(kind string) *StormMode {
+		for i := range r.Modes {
+			if r.Modes[i].Kind == kind {
+				return &r.Modes[i]
+			}
+		}
+		return nil
+	}
+	mibf := func(x float64) string { return fmt.Sprintf("%.1f MiB", x/(1<<20)) }
+	for _, g := range []struct {
+		raw, other string
+		limit      float64
+	}{{KindRaw, KindInformerList, 0.5}, {KindRawWatchList, KindInformer, 1.0}} {
+		raw, other := mode(g.raw), mode(g.other)
+		if raw == nil || other == nil {
+			continue
+		}
+		for _, v := range []struct {
+			name   string
+			rv, ov float64
+		}{{"storm peak apiserver RSS", raw.PeakRSS, other.PeakRSS}, {"storm peak apiserver heap", raw.PeakHeap, other.PeakHeap}} {
+			if v.ov == 0 {
+				continue
+			}
+			ratio := v.rv / v.ov
+			t := Target{Name: v.name, Raw: raw.Kind + " " + mibf(v.rv), Other: other.Kind + " " + mibf(v.ov),
+				Ratio: math.Round(ratio*1000) / 1000, Limit: fmt.Sprintf("≤ %.1f×", g.limit), Met: ratio <= g.limit}
+			// A restart alone costs the baseline's peak, whoever relists:
+			// what the clients add on top of it, compared the same way.
+			if b := r.Baseline; b != nil {
+				base := b.PeakRSS
+				if strings.HasSuffix(v.name, "heap") {
+					base = b.PeakHeap
+				}
+				if v.ov > base {
+					t.AboveBaseline = math.Round((v.rv-base)/(v.ov-base)*1000) / 1000
+				}
+			}
+			if !raw.Correct || !other.Correct {
+				t.Met, t.Note = false, "a mode failed its correctness check"
+			}
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Markdown renders the storm report.
+func (r *StormReport) Markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "### Relist storm, %s\n\n", r.Date)
+	fmt.Fprintf(&b, "%d clients of one kind in one process (each with its own cache, client, connections and rate limiter: %g QPS, burst %d), "+
+		"%d objects of %d payload bytes; the apiserver is killed and restarted once every client has synced; apiserver sampled every %.0f ms "+
+		"(peaks are of the samples taken: a peak inside a sampling gap is not seen); %s, %d CPUs.\n\n",
+		r.Clients, r.ClientQPS, r.ClientBurst, r.Objects, r.Payload, r.IntervalMs, r.GoVersion, r.CPUs)
+	b.WriteString("| mode | longest sampling gap in the storm | apiserver peak RSS | peak heap in use | restart → ready | restart → all relisted | relisted | initial sync of all | requests (LIST starts / pages / WatchLists / WATCHes / one-item probes / all) | 429s seen by the clients / counted by the apiserver | failed (no response) | consumer process max RSS | correct |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	row := func(m StormMode) {
+		verdict := "yes"
+		if !m.Correct {
+			verdict = "**no**: " + m.Incorrect
+		}
+		if m.Kind == "none" {
+			fmt.Fprintf(&b, "| no clients (baseline) | %.1f s | %s | %s | %.1f s | – | – | – | – | – / %.0f | – | – | – |\n",
+				m.sampleGap(), mibF(m.PeakRSS), mibF(m.PeakHeap), m.RestartSeconds, m.ServerThrottled)
+			return
+		}
+		q := m.Requests
+		fmt.Fprintf(&b, "| %s | %.1f s | %s | %s | %.1f s | %.1f s | %d/%d | %.1f s | %d / %d / %d / %d / %d / %d | %d / %.0f | %d | %s | %s |\n",
+			m.Kind, m.sampleGap(), mibF(m.PeakRSS), mibF(m.PeakHeap), m.RestartSeconds, m.RelistSeconds, m.RelistedClients, len(m.Clients),
+			m.InitialSyncSeconds, q.ListStarts, q.ListPages, q.WatchLists, q.Watches, q.Probes, q.Total, q.Throttled, m.ServerThrottled,
+			q.Failed, mibF(float64(m.ConsumerMaxRSS)), verdict)
+	}
+	if r.Baseline != nil {
+		row(*r.Baseline)
+	}
+	for _, m := range r.Modes {
+		row(m)
+	}
+	b.WriteString("\nFailed apiserver scrapes (each mode's initial sync included):")
+	for _, m := range r.Modes {
+		var kinds []string
+		for k, v := range m.ScrapeErrs {
+			kinds = append(kinds, fmt.Sprintf("%d %s", v, k))
+		}
+		slices.Sort(kinds)
+		if len(kinds) == 0 {
+			kinds = []string{"none"}
+		}
+		fmt.Fprintf(&b, " %s: %s;", m.Kind, strings.Join(kinds, ", "))
+	}
+	b.WriteString("\n")
+	if len(r.Targets) > 0 {
+		b.WriteString("\n| target | raw | compared with | ratio | goal | met | ratio of what each adds to the no-client restart's peak |\n|---|---|---|---|---|---|---|\n")
+		for _, t := range r.Targets {
+			met := "yes"
+			switch {
+			case t.Note != "":
+				met = "**no**: " + t.Note
+			case !t.Met:
+				met = "**no**"
+			}
+			above := "–"
+			if t.AboveBaseline != 0 {
+				above = fmt.Sprintf("%.3f", t.AboveBaseline)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %.3f | %s | %s | %s |\n", t.Name, t.Raw, t.Other, t.Ratio, t.Limit, met, above)
+		}
+	}
+	return b.String()
+}
+
+// sampleGap is the longest time without a successful apiserver sample
+// between the kill and the last relist (the restart itself included): a
+// scrape times out when the apiserver or the machine is too busy to answer,
+// and a peak in a gap is not seen.
+func (m StormMode) sampleGap() float64 {
+	end := m.RelistSeconds
+	prev := 0.0
+	var gap float64
+	for _, p := range m.Series {
+		if p[0] < 0 {
+			continue
+		}
+		if p[0] > end {
+			gap = max(gap, p[0]-prev)
+			return gap
+		}
+		gap = max(gap, p[0]-prev)
+		prev = p[0]
+	}
+	return max(gap, end-prev)
+}
+
+func mibF(x float64) string {
+	if x == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f MiB", x/(1<<20))
+}
+
+// SVG draws the apiserver's RSS (left) and heap in use (right) over time,
+// one line per mode, time 0 being the kill; a dashed mark at each mode's
+// last relist.
+func (r *StormReport) SVG() string {
+	const w, h, pad = 520, 340, 50
+	modes := r.Modes
+	if r.Baseline != nil {
+		modes = append([]StormMode{*r.Baseline}, modes...)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", 2*w, h+40)
+	b.WriteString(`<rect width="100%" height="100%" fill="white"/>` + "\n")
+	tmin, tmax := 0.0, 0.0
+	for _, m := range modes {
+		for _, p := range m.Series {
+			tmin, tmax = math.Min(tmin, p[0]), math.Max(tmax, p[0])
+		}
+	}
+	if tmax <= tmin {
+		tmax = tmin + 1
+	}
+	for panel, what := range []string{"apiserver RSS (MiB)", "apiserver heap in use (MiB)"} {
+		var mmax float64
+		for _, m := range modes {
+			for _, p := range m.Series {
+				mmax = math.Max(mmax, p[1+panel])
+			}
+		}
+		if mmax == 0 {
+			mmax = 1
+		}
+		ox := float64(panel * w)
+		x := func(t float64) float64 { return ox + pad + (t-tmin)/(tmax-tmin)*(w-2*pad) }
+		y := func(v float64) float64 { return h - pad - v/(mmax*1.1)*(h-2*pad) }
+		axes(&b, panel*w, w, h, pad, "seconds since the apiserver was killed", what)
+		for i := 0; i <= 4; i++ {
+			v := mmax * 1.1 * float64(i) / 4
+			fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">%.0f</text><line x1="%.0f" x2="%.0f" y1="%.0f" y2="%.0f" stroke="#eee"/>`+"\n",
+				ox+pad-4, y(v)+4, v, ox+pad, ox+w-pad, y(v), y(v))
+		}
+		for _, t := range []float64{tmin, 0, tmax} {
+			fmt.Fprintf(&b, `<text x="%.0f" y="%d" text-anchor="middle">%.0f</text>`+"\n", x(t), h-pad+14, t)
+		}
+		fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%d" y2="%d" stroke="#888"/>`+"\n", x(0), x(0), pad, h-pad)
+		for _, m := range modes {
+			color := stormColor(m.Kind)
+			var pts []string
+			for _, p := range m.Series {
+				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(p[0]), y(p[1+panel])))
+			}
+			if len(pts) > 0 {
+				fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.3" points="%s"/>`+"\n", color, strings.Join(pts, " "))
+			}
+			if m.Kind != "none" {
+				fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%d" y2="%d" stroke="%s" stroke-dasharray="3,3"/>`+"\n",
+					x(m.RelistSeconds), x(m.RelistSeconds), pad, h-pad, color)
+			}
+		}
+	}
+	for i, m := range modes {
+		label := m.Kind
+		if label == "none" {
+			label = "no clients"
+		}
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n",
+			pad+i*150, h+14, stormColor(m.Kind), pad+i*150+16, h+24, label)
+	}
+	b.WriteString("</svg>\n")
+	return b.String()
+}
+
+func stormColor(kind string) string {
+	if c, ok := palette[kind]; ok {
+		return c
+	}
+	return "#999"
+}
+
+// Write stores the report as storm.md, storm.json and storm.svg in dir.
+func (r *StormReport) Write(dir string) error {
+	j, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	for name, data := range map[string][]byte{"storm.md": []byte(r.Markdown()), "storm.json": j, "storm.svg": []byte(r.SVG())} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReadStormReport reads a storm.json back (to render it again).
+func ReadStormReport(path string) (*StormReport, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r StormReport
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, err
+	}
+	r.Targets = stormTargets(&r)
+	return &r, nil
+}

@@ -1,0 +1,60 @@
+package compare
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The storm's targets compare each raw kind with the informer that gets its
+// state the same way, absolute and above the no-client restart, and survive
+// a round trip through storm.json.
+func TestStormTargetsAndRendering(t *testing.T) {
+	const mb = 1 << 20
+	r := &StormReport{Clients: 50, Objects: 10000,
+		Baseline: &StormMode{Kind: "none", Correct: true, PeakRSS: 300 * mb, PeakHeap: 200 * mb},
+		Modes: []StormMode{
+			{Kind: KindRaw, Correct: true, PeakRSS: 400 * mb, PeakHeap: 250 * mb, Series: [][3]float64{{-1, 290, 190}, {2, 400, 250}}},
+			{Kind: KindRawWatchList, Correct: true, PeakRSS: 500 * mb, PeakHeap: 300 * mb},
+			{Kind: KindInformer, Correct: true, PeakRSS: 450 * mb, PeakHeap: 320 * mb},
+			{Kind: KindInformerList, Correct: false, Incorrect: "client 3: 2 missing", PeakRSS: 700 * mb, PeakHeap: 600 * mb, Series: [][3]float64{{0, 300, 200}, {5, 700, 600}}},
+		}}
+	r.Targets = stormTargets(r)
+	want := []struct {
+		ratio, above float64
+		met          bool
+		note         bool
+	}{
+		{0.571, 0.25, false, true},  // raw / informer-list RSS: 400/700; (100)/(400); informer-list incorrect
+		{0.417, 0.125, false, true}, // heap: 250/600; 50/400
+		{1.111, 1.333, false, false},
+		{0.938, 0.833, true, false},
+	}
+	if len(r.Targets) != len(want) {
+		t.Fatalf("%d targets: %+v", len(r.Targets), r.Targets)
+	}
+	for i, w := range want {
+		g := r.Targets[i]
+		if g.Ratio != w.ratio || g.AboveBaseline != w.above || g.Met != w.met || (g.Note != "") != w.note {
+			t.Errorf("target %d: %+v, want %+v", i, g, w)
+		}
+	}
+	dir := t.TempDir()
+	if err := r.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadStormReport(filepath.Join(dir, "storm.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Markdown() != r.Markdown() {
+		t.Errorf("storm.json does not render the same:\n%s\n%s", back.Markdown(), r.Markdown())
+	}
+	md := r.Markdown()
+	svg, _ := os.ReadFile(filepath.Join(dir, "storm.svg"))
+	if !strings.Contains(md, "| no clients (baseline) | 0.0 s | 300.0 MiB") || !strings.Contains(md, "| informer-list | 5.0 s | 700.0 MiB") || !strings.Contains(md, "**no**: client 3: 2 missing") ||
+		strings.Count(string(svg), "<polyline") != 4 {
+		t.Errorf("report:\n%s\n%s", md, svg)
+	}
+}
