@@ -9,7 +9,10 @@
 //	  annotations (with the handoff): rawwatch.example.com/slots (claimed),
 //	    rawwatch.example.com/covers (listed and watched by its cache),
 //	    rawwatch.example.com/covers-since, rawwatch.example.com/synced-to
-//	    (the resourceVersions of that list, and where the cache stands)
+//	    (the resourceVersions of that list, and where the cache stands),
+//	    rawwatch.example.com/pending (claimed, not confirmed yet),
+//	    rawwatch.example.com/given (slots let go, by the member named to
+//	    take them: custody, handoff.go)
 //
 // A member:
 //   - creates its Lease, then renews it every RenewPeriod (a write, so its
