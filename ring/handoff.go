@@ -209,7 +209,8 @@ func (c Claims) Step(v View) Claims {
 	// A deletion that keeps failing holds its slot only until it is
 	// overdue: else one bad object would stall the handoff, and with it
 	// every key of its slot, for good.
-	done := c.Sweep.And(v.Swept).And(v.Handed.Union(v.Overdue)).Minus(v.Busy).Minus(v.Failing.Minus(v.Overdue))
+	// (A slot that is ours again is not let go, nor given.)
+	done := c.Sweep.And(v.Swept).And(v.Handed.Union(v.Overdue)).Minus(v.Busy).Minus(v.Failing.Minus(v.Overdue)).Minus(v.Target)
 	next.Releasing = c.Releasing.Minus(v.Target).Minus(done).Union(c.Working.Minus(v.Target))
 	// A stale sweep is dropped for a step, and so asked for again.
 	next.Sweep = next.Releasing.And(v.Covered.Union(v.Overdue)).Minus(v.Stale.Minus(v.Overdue))

@@ -282,6 +282,11 @@ func TestReleasingWaitsForTheNewOwnerAndASweep(t *testing.T) {
 	if c.Working != five || !c.Sweep.Empty() {
 		t.Fatalf("target again: %+v, want Working and no sweep", c)
 	}
+	// Even in the step where it would have been let go: not given away.
+	c = Claims{Releasing: five, Sweep: five}.Step(View{Live: true, Confirmed: true, Target: five, Covered: five, Swept: five, Handed: five})
+	if c.Working != five || !c.Given.Empty() {
+		t.Fatalf("target again as it was swept and handed over: %+v, want Working and nothing given", c)
+	}
 }
 
 // A member claims a slot only once its cache covers it: working a slot it
