@@ -456,39 +456,15 @@ func (h *harness) spawn(kind string) (*child, error) {
 	if h.opts.Profile {
 		args = append(args, "--profile-dir", h.opts.OutDir)
 	}
-	c.cmd = exec.Command(h.opts.Binary, args...)
-	watchList := "true"
-	if kind == KindInformerList {
-		watchList = "false"
-	}
-	c.cmd.Env = append(os.Environ(), "KUBE_FEATURE_WatchListClient="+watchList)
-	stderr, err := os.Create(c.stderrPath)
-	if err != nil {
-		return nil, err
-	}
-	c.cmd.Stderr = stderr
-	stdout, err := c.cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
-		return nil, err
-	}
-	if err := c.cmd.Start(); err != nil {
-		return nil, err
-	}
-	go c.read(stdout)
-	go func() {
-		err := c.cmd.Wait()
-		stderr.Close()
+	var err error
+	c.cmd, c.stdin, err = startConsumer(h.opts.Binary, args, kind, c.stderrPath, c.done, c.read, func(err error) {
 		c.mu.Lock()
-		if err == nil {
-			err = errors.New("exited")
-		}
 		c.st.exited = err
 		c.mu.Unlock()
-		close(c.done)
-	}()
+	})
+	if err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 

@@ -15,6 +15,28 @@ import (
 
 var shared = &controlplane.Shared{}
 
+// dedicated starts an apiserver of its own on the shared etcd (restarting
+// it, the forced relist, disturbs no other test), writes a kubeconfig for
+// it, and builds cmd/compare, the consumers' binary.
+func dedicated(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane, name string) (a *controlplane.APIServer, kubeconfig, bin string) {
+	t.Helper()
+	a, err := cp.AddAPIServer(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	dir := t.TempDir()
+	kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := cp.WriteKubeconfig(kubeconfig, a); err != nil {
+		t.Fatal(err)
+	}
+	bin = filepath.Join(dir, "compare")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/compare").CombinedOutput(); err != nil {
+		t.Fatalf("building cmd/compare: %v\n%s", err, out)
+	}
+	return a, kubeconfig, bin
+}
+
 func TestMain(m *testing.M) { shared.Main(m) }
 
 // A short run of the whole harness against the local control plane: every
@@ -24,22 +46,8 @@ func TestMain(m *testing.M) { shared.Main(m) }
 func TestShortRunWithABrokenConsumer(t *testing.T) {
 	cp := shared.Get(t)
 	ctx := context.Background()
-	// A dedicated apiserver, so that restarting it (the forced relist)
-	// disturbs no other test.
-	a, err := cp.AddAPIServer(ctx, "apiserver-compare")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop()
+	a, kubeconfig, bin := dedicated(t, ctx, cp, "apiserver-compare")
 	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := cp.WriteKubeconfig(kubeconfig, a); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "compare")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/compare").CombinedOutput(); err != nil {
-		t.Fatalf("building cmd/compare: %v\n%s", err, out)
-	}
 	const broken = compare.KindRawWatchList
 	var progress strings.Builder
 	report, err := compare.Run(ctx, compare.Options{

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -151,4 +153,47 @@ func writeHeapProfile(path string) error {
 	}
 	defer f.Close()
 	return pprof.Lookup("heap").WriteTo(f, 0)
+}
+
+// startConsumer starts a consumer process: binary with args, client-go's
+// WatchListClient feature on unless kind is KindInformerList, its stderr
+// into stderrPath, its stdout to read. When it ends, exited hears why (an
+// exit without error is still "exited"), then done is closed.
+func startConsumer(binary string, args []string, kind, stderrPath string, done chan struct{}, read func(io.Reader), exited func(error)) (*exec.Cmd, io.WriteCloser, error) {
+	cmd := exec.Command(binary, args...)
+	watchList := "true"
+	if kind == KindInformerList {
+		watchList = "false"
+	}
+	cmd.Env = append(os.Environ(), "KUBE_FEATURE_WatchListClient="+watchList)
+	stderr, err := os.Create(stderrPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd.Stderr = stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		stderr.Close()
+		return nil, nil, err
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		stderr.Close()
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		stderr.Close()
+		return nil, nil, err
+	}
+	go read(stdout)
+	go func() {
+		err := cmd.Wait()
+		stderr.Close()
+		if err == nil {
+			err = errors.New("exited")
+		}
+		exited(err)
+		close(done)
+	}()
+	return cmd, stdin, nil
 }

@@ -467,39 +467,15 @@ func (s *storm) spawn(kind string) (*stormChild, error) {
 		"--clients", strconv.Itoa(s.opts.Clients), "--objects", strconv.Itoa(s.opts.Objects),
 		"--qps", strconv.FormatFloat(float64(s.opts.ClientQPS), 'f', -1, 32), "--burst", strconv.Itoa(s.opts.ClientBurst),
 		"--result", c.resultPath}
-	c.cmd = exec.Command(s.opts.Binary, args...)
-	watchList := "true"
-	if kind == KindInformerList {
-		watchList = "false"
-	}
-	c.cmd.Env = append(os.Environ(), "KUBE_FEATURE_WatchListClient="+watchList)
-	stderr, err := os.Create(c.stderrPath)
-	if err != nil {
-		return nil, err
-	}
-	c.cmd.Stderr = stderr
-	stdout, err := c.cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
-		return nil, err
-	}
-	if err := c.cmd.Start(); err != nil {
-		return nil, err
-	}
-	go c.read(stdout)
-	go func() {
-		err := c.cmd.Wait()
-		stderr.Close()
+	var err error
+	c.cmd, c.stdin, err = startConsumer(s.opts.Binary, args, kind, c.stderrPath, c.done, c.read, func(err error) {
 		c.mu.Lock()
-		if err == nil {
-			err = errors.New("exited")
-		}
 		c.st.exited = err
 		c.mu.Unlock()
-		close(c.done)
-	}()
+	})
+	if err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 

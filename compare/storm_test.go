@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,20 +21,8 @@ func TestSmallRelistStorm(t *testing.T) {
 	cp := shared.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	a, err := cp.AddAPIServer(ctx, "apiserver-storm") // restarting it disturbs no other test
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop()
+	a, kubeconfig, bin := dedicated(t, ctx, cp, "apiserver-storm")
 	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := cp.WriteKubeconfig(kubeconfig, a); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "compare")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/compare").CombinedOutput(); err != nil {
-		t.Fatalf("building cmd/compare: %v\n%s", err, out)
-	}
 	const clients, objects = 3, 300
 	kinds := []string{compare.KindRaw, compare.KindInformerList}
 	var progress strings.Builder

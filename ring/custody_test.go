@@ -2,14 +2,9 @@ package ring
 
 import (
 	"context"
-	"strconv"
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 
 	"rawwatch/shard"
@@ -23,15 +18,7 @@ import (
 // (into Releasing: it hands it on to m as usual). (Without these, the short
 // sharded chaos run lost a deletion this way about one run in six.)
 func TestASlotGivenOnAWithdrawnCoverIsNotLost(t *testing.T) {
-	client := fake.NewSimpleClientset()
-	rv := 0 // the fake keeps no resourceVersions: each write gets one
-	client.PrependReactor("*", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
-		if w, ok := act.(interface{ GetObject() runtime.Object }); ok {
-			rv++
-			w.GetObject().(metav1.Object).SetResourceVersion(strconv.Itoa(rv))
-		}
-		return false, nil, nil
-	})
+	client := versionedClient()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	s := -1 // n's slot with n and o, m's once m joins

@@ -67,7 +67,7 @@ func TestAnOwnEarlierAttemptIsNotAForeignWriter(t *testing.T) {
 // then stays dead. (A failed list once brought a member killed minutes
 // before back into the view, and its share of the slots with it.)
 func TestAFailedListRaisesNoDeadMember(t *testing.T) {
-	client := fake.NewSimpleClientset()
+	client := versionedClient()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	member := func(id string) *Member {
@@ -79,14 +79,6 @@ func TestAFailedListRaisesNoDeadMember(t *testing.T) {
 	}
 	a, dead, alive := member("a"), member("dead"), member("alive")
 	ctx := context.Background()
-	rv := 0 // the fake keeps no resourceVersions: each write gets one
-	client.PrependReactor("*", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
-		if w, ok := act.(interface{ GetObject() runtime.Object }); ok {
-			rv++
-			w.GetObject().(metav1.Object).SetResourceVersion(strconv.Itoa(rv))
-		}
-		return false, nil, nil
-	})
 	step := func(lookOK bool) []string {
 		if err := a.renew(ctx); err != nil {
 			t.Fatal(err)
@@ -126,4 +118,20 @@ func TestAFailedListRaisesNoDeadMember(t *testing.T) {
 			t.Fatalf("members %v while the list fails, want them as they were: a and alive", got)
 		}
 	}
+}
+
+// versionedClient is a fake clientset whose Leases get a new
+// resourceVersion at every write, as on a real server (the fake keeps none,
+// and a member judges the others live by their resourceVersions moving).
+func versionedClient() *fake.Clientset {
+	client := fake.NewSimpleClientset()
+	rv := 0
+	client.PrependReactor("*", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
+		if w, ok := act.(interface{ GetObject() runtime.Object }); ok {
+			rv++
+			w.GetObject().(metav1.Object).SetResourceVersion(strconv.Itoa(rv))
+		}
+		return false, nil, nil
+	})
+	return client
 }
