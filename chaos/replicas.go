@@ -188,10 +188,10 @@ func (o *ownership) claimedAt(slot int, t time.Time) (claimed, fencedAfter bool,
 	return true, false, -1
 }
 
-// fencedBefore tells whether this replica fenced itself before t.
-func (o *ownership) fencedBefore(t time.Time) bool {
+// fencedBetween tells whether this replica fenced itself between from and to.
+func (o *ownership) fencedBetween(from, to time.Time) bool {
 	for i := range o.at {
-		if o.at[i].Before(t) && o.fenced[i] {
+		if o.at[i].After(from) && o.at[i].Before(to) && o.fenced[i] {
 			return true
 		}
 	}

@@ -606,13 +606,14 @@ func causes(m map[string]int) string {
 }
 
 // killedHeard is the killed replica, if the deletion reached it.
-// fencedDropped is the replica that heard of deletion d, fenced itself,
-// then dropped d with its slot (it came back without it), if one did.
+// fencedDropped is the replica that heard of deletion d, fenced itself
+// after d was made, then dropped d with its slot (it came back without
+// it), if one did.
 func (j *judge) fencedDropped(d deletion) *replica {
 	for _, r := range j.replicas {
 		r.rec.mu.Lock()
 		at, dropped := r.rec.dropped[d.incarnation]
-		fenced := dropped && r.rec.owns.fencedBefore(at)
+		fenced := dropped && r.rec.owns.fencedBetween(d.At, at)
 		r.rec.mu.Unlock()
 		if fenced {
 			return r

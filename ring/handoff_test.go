@@ -373,3 +373,35 @@ func TestAGivenSlotIsClaimedByItsNewOwnerWhateverItsTarget(t *testing.T) {
 		t.Fatalf("confirmed in its target: %+v, want it Working", w)
 	}
 }
+
+// A sweep that stays stale (the new owner's list always after it: a server
+// whose resourceVersions went backwards, or a new owner that keeps
+// relisting) is asked for again at most every other step, one LIST each,
+// and once the slot is overdue it is swept and let go: it neither storms
+// the server nor stalls the handoff for good.
+func TestAStaleSweepIsAskedAgainEveryOtherStepUntilOverdue(t *testing.T) {
+	five := shard.SlotsOf(5)
+	c := Claims{Releasing: five}
+	asked := 0
+	for step := range 20 {
+		v := View{Live: true, Confirmed: true, Covered: five, Swept: c.Sweep, Stale: c.Sweep}
+		if step >= 16 {
+			v.Overdue = five
+		}
+		before := c.Sweep
+		c = c.Step(v)
+		if c.Sweep.Has(5) && !before.Has(5) {
+			asked++
+		}
+		if c.Claimed().Empty() {
+			if step < 16 {
+				t.Fatalf("let go at step %d on a stale sweep, before it was overdue", step)
+			}
+			if asked > 9 {
+				t.Errorf("%d sweeps asked for in %d steps, want at most one every other step", asked, step+1)
+			}
+			return
+		}
+	}
+	t.Fatalf("overdue and swept, still claimed: %+v", c)
+}
