@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -39,6 +40,7 @@ type options struct {
 	minWatchTimeout             time.Duration
 	silenceLimit                time.Duration
 	watchList                   bool
+	cacheDropAnnotations        string
 	qps                         float64
 	burst                       int
 	retryBase, retryMax         time.Duration
@@ -77,6 +79,8 @@ func run(args []string) int {
 	fs.DurationVar(&o.minWatchTimeout, "min-watch-timeout", watcher.DefaultWatchTimeoutMin, "each WATCH asks the server to end it after a random time between this and twice this")
 	fs.DurationVar(&o.silenceLimit, "watch-silence-limit", watcher.DefaultSilenceLimit, "abandon and resume a WATCH that delivers nothing, not even a bookmark, for this long (the apiserver bookmarks about every minute)")
 	fs.BoolVar(&o.watchList, "watch-list", false, "get the initial state from a WATCH that streams it (sendInitialEvents) instead of a paginated LIST; falls back to LIST on servers that refuse it")
+	fs.StringVar(&o.cacheDropAnnotations, "cache-drop-annotations", strings.Join(reconcile.UnreadAnnotations, ","),
+		`annotations the cache does not keep, comma-separated: ones the reconciler never reads ("": keep every annotation)`)
 	fs.Float64Var(&o.qps, "kube-api-qps", 50, "client-side limit of requests per second to the API server")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst of requests to the API server")
 	fs.DurationVar(&o.retryBase, "retry-base-delay", queue.DefaultRetryBase, "delay before the first retry of a failed key (doubles each retry)")
@@ -237,27 +241,39 @@ func runController(ctx context.Context, o options) error {
 		sharding = &o.shards
 	}
 	a, err := app.New(app.Options{
-		Config:             cfg,
-		Namespace:          o.namespace,
-		Workers:            o.workers,
-		PageSize:           o.pageSize,
-		Watch:              watcher.Options[app.Object]{WatchTimeoutMin: o.minWatchTimeout, SilenceLimit: o.silenceLimit, WatchList: o.watchList},
-		RetryBase:          o.retryBase,
-		RetryMax:           o.retryMax,
-		Version:            version,
-		MetricsAddr:        o.metricsAddr,
-		HealthAddr:         o.healthAddr,
-		UIAddr:             o.uiAddr,
-		SecureServing:      o.secureServing,
-		CertDir:            o.certDir,
-		Explain:            narrator,
-		LeaderElection:     lease,
-		FreshnessProbe:     o.freshnessProbe,
-		FreshnessNamespace: o.freshnessNamespace,
-		Sharding:           sharding,
+		Config:               cfg,
+		Namespace:            o.namespace,
+		Workers:              o.workers,
+		CacheDropAnnotations: splitList(o.cacheDropAnnotations),
+		PageSize:             o.pageSize,
+		Watch:                watcher.Options[app.Object]{WatchTimeoutMin: o.minWatchTimeout, SilenceLimit: o.silenceLimit, WatchList: o.watchList},
+		RetryBase:            o.retryBase,
+		RetryMax:             o.retryMax,
+		Version:              version,
+		MetricsAddr:          o.metricsAddr,
+		HealthAddr:           o.healthAddr,
+		UIAddr:               o.uiAddr,
+		SecureServing:        o.secureServing,
+		CertDir:              o.certDir,
+		Explain:              narrator,
+		LeaderElection:       lease,
+		FreshnessProbe:       o.freshnessProbe,
+		FreshnessNamespace:   o.freshnessNamespace,
+		Sharding:             sharding,
 	})
 	if err != nil {
 		return err
 	}
 	return a.Run(ctx) // returns after ctx ends (or the lease is lost) and in-flight work is done
+}
+
+// splitList reads a comma-separated flag value: its non-empty items, trimmed.
+func splitList(v string) []string {
+	var out []string
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }

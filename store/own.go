@@ -31,3 +31,23 @@ func intern(s string) string {
 	}
 	return unique.Make(s).Value()
 }
+
+// DropAnnotations returns a transform (SetTransform) that deletes the
+// annotations named by keys. The usual one is kubectl's
+// last-applied-configuration: a copy of the whole object as its last client-side
+// apply wrote it, often the largest part of an object a human manages with
+// kubectl apply, and one no controller of the object needs.
+func DropAnnotations[T Object](keys ...string) func(T) {
+	return func(obj T) {
+		a := obj.GetAnnotations()
+		if len(a) == 0 {
+			return
+		}
+		for _, k := range keys {
+			delete(a, k)
+		}
+		if len(a) == 0 {
+			obj.SetAnnotations(nil)
+		}
+	}
+}

@@ -24,7 +24,7 @@ func (s *Store[T]) NewReplacement() *Replacement[T] {
 
 // Add records a listed object.
 func (r *Replacement[T]) Add(obj T) {
-	own(obj)
+	r.s.take(obj)
 	key := KeyOf(obj)
 	if old, ok := r.s.Get(key); ok && old.GetResourceVersion() == obj.GetResourceVersion() {
 		obj = old

@@ -36,6 +36,8 @@ func Key(namespace, name string) string {
 type Store[T Object] struct {
 	mu    sync.RWMutex
 	items map[string]T
+	// transform, when set, trims every object the store takes (SetTransform).
+	transform func(T)
 }
 
 // New returns an empty store.
@@ -81,11 +83,26 @@ func (s *Store[T]) List() []T {
 	return out
 }
 
+// SetTransform makes the store call f on every object it takes, after
+// slimming it (own), before anyone else sees it: the place to drop what the
+// reconcilers never read, as client-go's SharedInformer.SetTransform does.
+// f changes the object in place and must keep its key, UID and
+// resourceVersion. Call it before the store is first written.
+func (s *Store[T]) SetTransform(f func(T)) { s.transform = f }
+
+// take prepares an object the store is given: own, then the transform.
+func (s *Store[T]) take(obj T) {
+	own(obj)
+	if s.transform != nil {
+		s.transform(obj)
+	}
+}
+
 // Upsert stores obj (a watch ADDED or MODIFIED event) and says what changed.
 // changed is false when the stored object already has obj's resourceVersion:
 // a duplicate delivery, which needs no reaction.
 func (s *Store[T]) Upsert(obj T) (d Delta[T], changed bool) {
-	own(obj)
+	s.take(obj)
 	key := KeyOf(obj)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -103,7 +120,7 @@ func (s *Store[T]) Upsert(obj T) (d Delta[T], changed bool) {
 // Delete removes obj's key (a watch DELETED event; obj is the server's final
 // state). known is false when the key was not stored: nothing to react to.
 func (s *Store[T]) Delete(obj T) (d Delta[T], known bool) {
-	own(obj)
+	s.take(obj)
 	return s.DeleteKey(KeyOf(obj), obj)
 }
 

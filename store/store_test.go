@@ -191,3 +191,42 @@ func TestRetainDropsWithoutDeltas(t *testing.T) {
 		t.Fatalf("relist after Retain: %+v, want only ns/d Added", ds)
 	}
 }
+
+// A transform trims every object the store takes — from a watch event, a
+// relist and a deletion alike — and DropAnnotations deletes the named
+// annotations only.
+func TestTransformTrimsEveryObjectTaken(t *testing.T) {
+	const big, keep = "kubectl.kubernetes.io/last-applied-configuration", "example.com/keep"
+	annotated := func(name, rv string, a map[string]string) *v1alpha1.MyResource {
+		o := obj("ns", name, rv)
+		o.Annotations = a
+		return o
+	}
+	s := New[*v1alpha1.MyResource]()
+	s.SetTransform(DropAnnotations[*v1alpha1.MyResource](big))
+
+	s.Upsert(annotated("a", "1", map[string]string{big: "{...}", keep: "1"}))
+	s.Upsert(annotated("b", "1", map[string]string{big: "{...}"}))
+	if a, _ := s.Get("ns/a"); len(a.Annotations) != 1 || a.Annotations[keep] != "1" {
+		t.Errorf("upsert: annotations %v, want only %s", a.Annotations, keep)
+	}
+	if b, _ := s.Get("ns/b"); b.Annotations != nil {
+		t.Errorf("upsert: annotations %v, want none (nil)", b.Annotations)
+	}
+
+	r := s.NewReplacement()
+	r.Add(annotated("a", "2", map[string]string{big: "{...}", keep: "2"}))
+	r.Add(annotated("c", "1", map[string]string{big: "{...}"}))
+	r.Commit()
+	if a, _ := s.Get("ns/a"); len(a.Annotations) != 1 || a.Annotations[keep] != "2" {
+		t.Errorf("relist: annotations %v, want only %s", a.Annotations, keep)
+	}
+	if c, _ := s.Get("ns/c"); c.Annotations != nil {
+		t.Errorf("relist: annotations %v, want none", c.Annotations)
+	}
+
+	d, _ := s.Delete(annotated("c", "2", map[string]string{big: "{...}"}))
+	if d.Object.Annotations != nil {
+		t.Errorf("delete: the final state's annotations %v, want none", d.Object.Annotations)
+	}
+}

@@ -78,6 +78,9 @@ type Options struct {
 	// queue.DefaultRetryBase and DefaultRetryMax).
 	RetryBase, RetryMax time.Duration
 
+	// CacheDropAnnotations are deleted from every object the store takes
+	// (store.DropAnnotations): annotations the reconciler never reads.
+	CacheDropAnnotations []string
 	// Watch tunes the watcher (its Handler, Observer and Codec are set by
 	// New).
 	Watch watcher.Options[Object]
@@ -180,6 +183,9 @@ func New(opts Options) (_ *App, err error) {
 	}
 
 	a := &App{Client: myClient, opts: opts, Store: store.New[Object](), kube: kube}
+	if len(opts.CacheDropAnnotations) > 0 {
+		a.Store.SetTransform(store.DropAnnotations[Object](opts.CacheDropAnnotations...))
+	}
 	a.events = record.NewBroadcaster()
 	defer func() {
 		if err != nil { // its goroutines would outlive a failed New

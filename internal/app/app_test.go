@@ -249,6 +249,38 @@ func TestCreateUpdateDelete(t *testing.T) {
 	}, "the reconciler never saw the deletion")
 }
 
+// The cache leaves out the annotations the reconciler never reads, and the
+// status written from that trimmed copy leaves them on the server: a write
+// through /status changes nothing but the status.
+func TestTheCacheDropsAnnotationsTheReconcilerNeverReads(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ns := testkit.Namespace(t, cp.Config())
+	c := testkit.Client(t, cp.Config())
+	a, _, _ := startAppWith(t, app.Options{Config: cp.Config(), Namespace: ns, Workers: 1,
+		CacheDropAnnotations: reconcile.UnreadAnnotations})
+
+	obj := testkit.New(ns, "applied", "hello")
+	lastApplied := `{"apiVersion":"example.com/v1alpha1","kind":"MyResource","spec":{"message":"hello"}}`
+	obj.Annotations = map[string]string{corev1.LastAppliedConfigAnnotation: lastApplied, "example.com/kept": "yes"}
+	if _, err := c.Create(context.Background(), obj); err != nil {
+		t.Fatal(err)
+	}
+	onServer := waitStatus(t, c, ns, "applied", func(o *v1alpha1.MyResource) bool {
+		return o.Status.Phase == v1alpha1.PhaseProcessed
+	}, "want Processed")
+	if got := onServer.Annotations[corev1.LastAppliedConfigAnnotation]; got != lastApplied {
+		t.Errorf("on the server after the status write: last-applied-configuration = %q, want it untouched", got)
+	}
+	cached, ok := a.Store.Get(ns + "/applied")
+	if !ok {
+		t.Fatal("not in the store")
+	}
+	if _, has := cached.Annotations[corev1.LastAppliedConfigAnnotation]; has || cached.Annotations["example.com/kept"] != "yes" {
+		t.Errorf("cached annotations %v: want example.com/kept only", cached.Annotations)
+	}
+}
+
 func TestFailRetriesWithGrowingDelay(t *testing.T) {
 	t.Parallel()
 	cp := shared.Get(t)
