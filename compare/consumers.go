@@ -71,12 +71,15 @@ func (n noopReconciler) Reconcile(_ context.Context, key string) error {
 
 func (noopReconciler) Deleted(context.Context, store.Delta[object]) error { return nil }
 
-func newRaw(cfg *rest.Config, ns string, rec *recorder, watchList bool, dropEvery int) (consumer, error) {
+func newRaw(cfg *rest.Config, ns string, rec *recorder, watchList bool, dropEvery int, drop []string) (consumer, error) {
 	c, err := client.New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	r := &rawConsumer{store: store.New[object]()}
+	if len(drop) > 0 {
+		r.store.SetTransform(store.DropAnnotations[object](drop...))
+	}
 	r.ctrl = &reconcile.Controller[object]{Queue: queue.New(nil), Reconciler: noopReconciler{r.store}}
 	var src watcher.Source = watcher.RESTSource{Client: c.REST(), Resource: v1alpha1.Resource, Namespace: ns}
 	if dropEvery > 0 {
@@ -130,7 +133,7 @@ type informerConsumer struct {
 	queue    workqueue.TypedRateLimitingInterface[string]
 }
 
-func newInformer(cfg *rest.Config, ns string, rec *recorder) (consumer, error) {
+func newInformer(cfg *rest.Config, ns string, rec *recorder, drop []string) (consumer, error) {
 	c, err := client.New(cfg)
 	if err != nil {
 		return nil, err
@@ -138,6 +141,19 @@ func newInformer(cfg *rest.Config, ns string, rec *recorder) (consumer, error) {
 	lw := cache.NewListWatchFromClient(c.REST(), v1alpha1.Resource, ns, fields.Everything())
 	inf := cache.NewSharedIndexInformer(lw, &v1alpha1.MyResource{}, 0,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	if len(drop) > 0 {
+		// The same trim as the raw store's (store.DropAnnotations), the way
+		// client-go offers it: before the object reaches the indexer.
+		trim := store.DropAnnotations[object](drop...)
+		if err := inf.SetTransform(func(obj any) (any, error) {
+			if o, ok := obj.(object); ok {
+				trim(o)
+			}
+			return obj, nil
+		}); err != nil {
+			return nil, err
+		}
+	}
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	enqueue := func(typ byte, obj any) {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -341,16 +357,16 @@ type closerFunc func() error
 func (f closerFunc) Close() error { return f() }
 
 // newConsumer builds the consumer of the given kind.
-func newConsumer(kind string, cfg *rest.Config, ns string, rec *recorder, dropEvery int) (consumer, error) {
+func newConsumer(kind string, cfg *rest.Config, ns string, rec *recorder, dropEvery int, drop []string) (consumer, error) {
 	switch kind {
 	case KindRaw:
-		return newRaw(cfg, ns, rec, false, dropEvery)
+		return newRaw(cfg, ns, rec, false, dropEvery, drop)
 	case KindRawWatchList:
-		return newRaw(cfg, ns, rec, true, dropEvery)
+		return newRaw(cfg, ns, rec, true, dropEvery, drop)
 	case KindInformer, KindInformerList:
 		// informer-list runs with KUBE_FEATURE_WatchListClient=false in its
 		// environment (client-go reads its feature gates from there).
-		return newInformer(cfg, ns, rec)
+		return newInformer(cfg, ns, rec, drop)
 	case KindBare:
 		return newBare(cfg, ns, rec)
 	}

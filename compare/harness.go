@@ -22,6 +22,7 @@ import (
 
 	"rawwatch/client"
 	"rawwatch/internal/controlplane"
+	"rawwatch/reconcile"
 	"rawwatch/store"
 )
 
@@ -46,8 +47,17 @@ type Options struct {
 	// Kinds are the consumers to run (default AllKinds).
 	Kinds []string
 	// Writers is the load generator's parallelism; Payload an annotation
-	// size added to every object (bytes).
-	Writers, Payload int
+	// size added to every object (bytes), under PayloadAnnotation (default
+	// DefaultPayloadAnnotation).
+	Writers, Payload  int
+	PayloadAnnotation string
+	// Transform says which consumers drop the annotations rawwatch's
+	// reconciler never reads (reconcile.UnreadAnnotations) from their cache:
+	// TransformRaw (the default: the raw consumers, as rawwatch does out of
+	// the box; an informer keeps whatever it is given unless its user sets
+	// a transform), TransformAll (the informers too, with SetTransform), or
+	// TransformNone.
+	Transform string
 	// Apply writes the objects with server-side apply, so that they carry
 	// the managedFields real objects carry (the fields each manager owns).
 	Apply bool
@@ -82,6 +92,16 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	if opts.Writers == 0 {
 		opts.Writers = 16
+	}
+	if opts.PayloadAnnotation == "" {
+		opts.PayloadAnnotation = DefaultPayloadAnnotation
+	}
+	switch opts.Transform {
+	case "":
+		opts.Transform = TransformRaw
+	case TransformRaw, TransformAll, TransformNone:
+	default:
+		return nil, fmt.Errorf("compare: Transform %q: want %s, %s or %s", opts.Transform, TransformRaw, TransformAll, TransformNone)
 	}
 	if opts.Binary == "" {
 		exe, err := os.Executable()
@@ -163,7 +183,7 @@ func (h *harness) connect(ctx context.Context) error {
 	if _, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating namespace %s: %w", h.namespace, err)
 	}
-	h.load = &Load{Client: h.client, Namespace: h.namespace, Writers: h.opts.Writers, Payload: h.opts.Payload, Apply: h.opts.Apply, Progress: h.opts.Progress}
+	h.load = &Load{Client: h.client, Namespace: h.namespace, Writers: h.opts.Writers, Payload: h.opts.Payload, PayloadAnnotation: h.opts.PayloadAnnotation, Apply: h.opts.Apply, Progress: h.opts.Progress}
 	return nil
 }
 
@@ -455,6 +475,9 @@ func (h *harness) spawn(kind string) (*child, error) {
 	}
 	if h.opts.Profile {
 		args = append(args, "--profile-dir", h.opts.OutDir)
+	}
+	if h.opts.Transform == TransformAll || h.opts.Transform == TransformRaw && strings.HasPrefix(kind, KindRaw) {
+		args = append(args, "--drop-annotations", strings.Join(reconcile.UnreadAnnotations, ","))
 	}
 	var err error
 	c.cmd, c.stdin, err = startConsumer(h.opts.Binary, args, kind, c.stderrPath, c.done, c.read, func(err error) {

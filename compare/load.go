@@ -1,6 +1,7 @@
 package compare
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -27,6 +28,19 @@ type Write struct {
 	Ack int64  // unix ns: the response arrived
 }
 
+// DefaultPayloadAnnotation holds the payload unless told otherwise: an
+// annotation nobody reads, which every consumer keeps. Under
+// kubectl.kubernetes.io/last-applied-configuration instead, the payload sits
+// where kubectl's client-side apply keeps its copy of the object.
+const DefaultPayloadAnnotation = "compare.example.com/payload"
+
+// Which consumers drop reconcile.UnreadAnnotations (Options.Transform).
+const (
+	TransformRaw  = "raw"
+	TransformAll  = "all"
+	TransformNone = "none"
+)
+
 // Load writes MyResources into one namespace with several writers in
 // parallel. Each writer owns a fixed share of the keys, so writes never
 // conflict and every key's writes are in order.
@@ -35,8 +49,10 @@ type Load struct {
 	Namespace string
 	Writers   int
 	// Payload is the size of a filler annotation on every object (bytes):
-	// real objects are bigger than a one-field spec.
-	Payload int
+	// real objects are bigger than a one-field spec. It goes under
+	// PayloadAnnotation (default DefaultPayloadAnnotation).
+	Payload           int
+	PayloadAnnotation string
 	// Apply writes with server-side apply (field manager "compare") instead
 	// of create and update: the objects get the managedFields an applied
 	// object has (every field the manager set, payload key included).
@@ -100,7 +116,7 @@ func (l *Load) Create(ctx context.Context, n int) ([]Write, error) {
 			Spec:       v1alpha1.MyResourceSpec{Message: "created"},
 		}
 		if l.Payload > 0 {
-			obj.Annotations = map[string]string{"compare.example.com/payload": payload}
+			obj.Annotations = map[string]string{cmp.Or(l.PayloadAnnotation, DefaultPayloadAnnotation): payload}
 		}
 		got, err := l.write(ctx, obj, true)
 		if err != nil {

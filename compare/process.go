@@ -28,6 +28,9 @@ type ConsumerOptions struct {
 	EventsPath, ResultPath string
 	// DropEvery > 0 breaks the consumer on purpose (raw kinds only).
 	DropEvery int
+	// DropAnnotations are deleted from every object the consumer caches
+	// (store.SetTransform, or the informer's SetTransform).
+	DropAnnotations []string
 	// ProfileDir, if set, receives a heap profile at every mark
 	// (KIND-LABEL.heap.pprof), for `go tool pprof`.
 	ProfileDir string
@@ -68,7 +71,7 @@ func RunConsumer(opts ConsumerOptions, stdin io.Reader, stdout io.Writer) error 
 		return err
 	}
 	rec.countRequests(cfg)
-	c, err := newConsumer(opts.Kind, cfg, opts.Namespace, rec, opts.DropEvery)
+	c, err := newConsumer(opts.Kind, cfg, opts.Namespace, rec, opts.DropEvery, opts.DropAnnotations)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"rawwatch/reconcile"
 )
 
 // Report is the outcome of a run.
@@ -22,6 +24,8 @@ type Report struct {
 	Objects       int              `json:"objects"`
 	Payload       int              `json:"payloadBytes"`
 	Applied       bool             `json:"serverSideApply"`
+	PayloadKey    string           `json:"payloadAnnotation,omitempty"`
+	Transform     string           `json:"transform"`
 	UpdateTarget  float64          `json:"updateRateTarget"`
 	Updates       int              `json:"updatesWritten"`
 	UpdateRate    float64          `json:"updateRateAchieved"`
@@ -126,7 +130,7 @@ type Target struct {
 func (h *harness) report() (*Report, error) {
 	r := &Report{
 		Date: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
-		Objects: h.opts.Objects, Payload: h.opts.Payload, Applied: h.opts.Apply, UpdateTarget: h.opts.UpdateRate, Relist: h.relisted,
+		Objects: h.opts.Objects, Payload: h.opts.Payload, Applied: h.opts.Apply, PayloadKey: h.opts.PayloadAnnotation, Transform: h.opts.Transform, UpdateTarget: h.opts.UpdateRate, Relist: h.relisted,
 		start: h.start.UnixNano(), writesByPhase: map[byte]int{},
 	}
 	for _, p := range h.phases {
@@ -373,8 +377,13 @@ func (r *Report) Markdown() string {
 	if r.Applied {
 		written = "written with server-side apply"
 	}
-	fmt.Fprintf(&b, "%d objects (payload %d B, %s), %d updates at %.0f/s (target %.0f/s), %d deletes, relist forced: %v; %s, %d CPUs.\n\n",
-		r.Objects, r.Payload, written, r.Updates, r.UpdateRate, r.UpdateTarget, r.Deletes, r.Relist, r.GoVersion, r.CPUs)
+	fmt.Fprintf(&b, "%d objects (payload %d B in %s, %s), %d updates at %.0f/s (target %.0f/s), %d deletes, relist forced: %v; %s, %d CPUs.\n",
+		r.Objects, r.Payload, r.PayloadKey, written, r.Updates, r.UpdateRate, r.UpdateTarget, r.Deletes, r.Relist, r.GoVersion, r.CPUs)
+	fmt.Fprintf(&b, "Caches drop %s: %s.\n\n", strings.Join(reconcile.UnreadAnnotations, ", "), map[string]string{
+		TransformRaw:  "the raw consumers' (as rawwatch does by default); the informers keep every annotation",
+		TransformAll:  "every consumer's (the informers with SetTransform)",
+		TransformNone: "no consumer's",
+	}[r.Transform])
 	b.WriteString("| consumer | initial sync | events/s | latency p50 / p90 / p99 / max | live heap after sync / updates | heap per object | RSS after sync | relist peak heap / RSS | LIST / WATCH requests | relists | verdict |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range r.Consumers {

@@ -140,7 +140,7 @@ func RunStormConsumer(opts StormConsumerOptions, stdin io.Reader, stdout io.Writ
 		s := &stormClient{rec: &recorder{events: bufio.NewWriter(io.Discard)}, wire: &ByteCounter{}}
 		cfg.Wrap(s.wire.Wrap)
 		s.rec.countRequests(cfg)
-		if s.c, err = newConsumer(opts.Kind, cfg, opts.Namespace, s.rec, 0); err != nil {
+		if s.c, err = newConsumer(opts.Kind, cfg, opts.Namespace, s.rec, 0, nil); err != nil {
 			return err
 		}
 		clients[i] = s

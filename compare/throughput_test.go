@@ -135,7 +135,7 @@ func deliver(b *testing.B, kind string, cfg *rest.Config, events int, onEvent ..
 	if len(onEvent) > 0 {
 		rec.onEvent = onEvent[0]
 	}
-	c, err := newConsumer(kind, rest.CopyConfig(cfg), "bench", rec, 0)
+	c, err := newConsumer(kind, rest.CopyConfig(cfg), "bench", rec, 0, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

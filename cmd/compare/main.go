@@ -50,6 +50,10 @@ func run(args []string) int {
 	kinds := fs.String("consumers", strings.Join(compare.AllKinds, ","), "consumers to run")
 	fs.IntVar(&o.Writers, "writers", 16, "parallel writers of the load generator")
 	fs.IntVar(&o.Payload, "payload", 0, "bytes of filler annotation on every object")
+	fs.StringVar(&o.PayloadAnnotation, "payload-annotation", compare.DefaultPayloadAnnotation,
+		"the payload's annotation (kubectl.kubernetes.io/last-applied-configuration: where kubectl's client-side apply keeps its copy of the object)")
+	fs.StringVar(&o.Transform, "transform", compare.TransformRaw,
+		"which consumers drop the annotations rawwatch's reconciler never reads: raw (as rawwatch does by default), all (informers too, with SetTransform), none")
 	fs.BoolVar(&o.Apply, "apply", false, "write the objects with server-side apply, so that they carry real managedFields")
 	fs.StringVar(&o.OutDir, "out", "out/compare", "output directory")
 	fs.BoolVar(&o.Profile, "profile", false, "write each consumer's heap profile at every phase end (KIND-PHASE.heap.pprof)")
@@ -87,9 +91,13 @@ func consume(args []string) int {
 	fs.StringVar(&o.EventsPath, "events", "", "events file")
 	fs.StringVar(&o.ResultPath, "result", "", "result file")
 	fs.IntVar(&o.DropEvery, "drop-every", 0, "lose every n-th watch frame (to test the verdict)")
+	drop := fs.String("drop-annotations", "", "annotations the consumer's cache does not keep, comma-separated")
 	fs.StringVar(&o.ProfileDir, "profile-dir", "", "write heap profiles here at every mark")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *drop != "" {
+		o.DropAnnotations = strings.Split(*drop, ",")
 	}
 	if err := compare.RunConsumer(o, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "consume:", err)
