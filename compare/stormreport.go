@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -236,16 +235,7 @@ func stormColor(kind string) string {
 
 // Write stores the report as storm.md, storm.json and storm.svg in dir.
 func (r *StormReport) Write(dir string) error {
-	j, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	for name, data := range map[string][]byte{"storm.md": []byte(r.Markdown()), "storm.json": j, "storm.svg": []byte(r.SVG())} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
+	return writeReport(dir, "storm", r, r.Markdown(), r.SVG())
 }
 
 // ReadStormReport reads a storm.json back (to render it again).

@@ -5,6 +5,7 @@
 //	compare --objects 1000 --update-rate 500  a smaller run
 //	compare --kubeconfig ~/.kube/config       any cluster (no forced relist)
 //	compare storm --clients 50 --payload 2048 the relist storm: 50 clients of each kind relist at once
+//	compare sizes --objects 10000             heap per cached object against payload (0, 2 and 16 KiB)
 //
 // It writes report.md, report.json and report.svg (and each consumer's raw
 // events and log) to --out, and prints the Markdown table.
@@ -17,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -31,6 +33,8 @@ func main() {
 			os.Exit(consume(os.Args[2:]))
 		case "storm":
 			os.Exit(storm(os.Args[2:]))
+		case "sizes":
+			os.Exit(sizes(os.Args[2:]))
 		case "storm-consume":
 			os.Exit(stormConsume(os.Args[2:]))
 		}
@@ -154,6 +158,47 @@ func storm(args []string) int {
 		fmt.Fprintln(os.Stderr, "compare storm: a mode failed its correctness check")
 		return 1
 	}
+	return 0
+}
+
+func sizes(args []string) int {
+	fs := flag.NewFlagSet("sizes", flag.ContinueOnError)
+	var o compare.SizesOptions
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "cluster to use (default: start a local control plane)")
+	fs.IntVar(&o.Objects, "objects", 10000, "objects in each run")
+	payloads := fs.String("payloads", "0,2048,16384", "payload sizes in bytes, comma-separated")
+	kinds := fs.String("consumers", strings.Join(compare.SizesKinds, ","), "consumers to run")
+	fs.StringVar(&o.OutDir, "out", "out/sizes", "output directory")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	o.Payloads = []int{}
+	for _, p := range strings.Split(*payloads, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 0 {
+			fmt.Fprintf(os.Stderr, "compare sizes: --payloads: %q is not a size in bytes\n", p)
+			return 2
+		}
+		o.Payloads = append(o.Payloads, n)
+	}
+	o.Kinds = strings.Split(*kinds, ",")
+	o.Progress = os.Stderr
+	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "compare sizes:", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	report, err := compare.RunSizes(ctx, o)
+	if err == nil {
+		err = report.Write(o.OutDir)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compare sizes:", err)
+		return 1
+	}
+	fmt.Println(report.Markdown())
+	fmt.Fprintf(os.Stderr, "report: %s/sizes.{md,json,svg}\n", o.OutDir)
 	return 0
 }
 

@@ -1,0 +1,21 @@
+package compare
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+)
+
+// writeReport puts a report into dir as BASE.json (v), BASE.md and BASE.svg.
+func writeReport(dir, base string, v any, markdown, svg string) error {
+	j, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	for ext, data := range map[string][]byte{".json": j, ".md": []byte(markdown), ".svg": []byte(svg)} {
+		if err := os.WriteFile(filepath.Join(dir, base+ext), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
