@@ -30,6 +30,10 @@ type APIServerSample struct {
 	// answered 429 (max-in-flight or APF pushing back).
 	Requests  float64 `json:"requests"`
 	Throttled float64 `json:"throttled"`
+	// Watches is the number of WATCH requests being served (the sum of
+	// apiserver_longrunning_requests with verb WATCH): in a storm, how many
+	// clients stream at once.
+	Watches float64 `json:"watches"`
 }
 
 // parseAPIServerMetrics reads the few series the storm report needs out of
@@ -78,6 +82,15 @@ func parseAPIServerMetrics(r io.Reader) (APIServerSample, error) {
 			}
 		}
 	}
+	if f := fams["apiserver_longrunning_requests"]; f != nil {
+		for _, m := range f.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "verb" && l.GetValue() == "WATCH" {
+					s.Watches += value(m)
+				}
+			}
+		}
+	}
 	return s, nil
 }
 
@@ -86,6 +99,7 @@ var sampledSeries = [][]byte{
 	[]byte("go_memstats_heap_inuse_bytes"),
 	[]byte("process_cpu_seconds_total"),
 	[]byte("apiserver_request_total"),
+	[]byte("apiserver_longrunning_requests"),
 }
 
 // wanted reports whether a line of the text format (a sample, or a # HELP or

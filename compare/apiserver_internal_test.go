@@ -19,6 +19,10 @@ process_cpu_seconds_total 12.5
 apiserver_request_total{code="200",resource="myresources",verb="LIST"} 40
 apiserver_request_total{code="429",resource="myresources",verb="LIST"} 7
 apiserver_request_total{code="201",resource="myresources",verb="POST"} 3
+# TYPE apiserver_longrunning_requests gauge
+apiserver_longrunning_requests{component="apiserver",resource="myresources",scope="namespace",verb="WATCH"} 12
+apiserver_longrunning_requests{component="apiserver",resource="pods",scope="cluster",verb="WATCH"} 3
+apiserver_longrunning_requests{component="apiserver",resource="pods",scope="namespace",subresource="exec",verb="CONNECT"} 2
 # TYPE apiserver_request_total_other counter
 apiserver_request_total_other{code="429"} 1000
 # TYPE apiserver_request_duration_seconds histogram
@@ -30,7 +34,7 @@ func TestParseAPIServerMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.RSS != 1.2345e8 || s.HeapInuse != 6.5e7 || s.CPUSeconds != 12.5 || s.Requests != 50 || s.Throttled != 7 {
+	if s.RSS != 1.2345e8 || s.HeapInuse != 6.5e7 || s.CPUSeconds != 12.5 || s.Requests != 50 || s.Throttled != 7 || s.Watches != 15 {
 		t.Fatalf("parsed %+v", s)
 	}
 	if _, err := parseAPIServerMetrics(strings.NewReader("process_resident_memory_bytes{ 1\n")); err == nil {

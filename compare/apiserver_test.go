@@ -27,6 +27,22 @@ func TestAPIServerSamplerReadsARealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An open WATCH is counted while the apiserver serves it.
+	w, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().ConfigMaps("default").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var watching compare.APIServerSample
+	for deadline := time.Now().Add(30 * time.Second); watching.Watches < 1; time.Sleep(100 * time.Millisecond) {
+		if watching, err = s.Scrape(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("an open WATCH is not counted: %+v", watching)
+		}
+	}
+
 	var wire compare.ByteCounter
 	counted := *cfg
 	counted.Wrap(wire.Wrap)

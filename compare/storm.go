@@ -96,8 +96,12 @@ type StormMode struct {
 	RelistedClients int `json:"relistedClients"`
 	// Apiserver peaks between the kill and the last relist (bytes), and the
 	// 429s the apiserver itself counted since its restart.
-	PeakRSS         float64 `json:"peakRSS"`
-	PeakHeap        float64 `json:"peakHeap"`
+	PeakRSS  float64 `json:"peakRSS"`
+	PeakHeap float64 `json:"peakHeap"`
+	// PeakWatches is the most WATCH requests the apiserver served at once
+	// in that time (every client's, the WatchLists included): how close
+	// together the clients came back.
+	PeakWatches     float64 `json:"peakWatches"`
 	ServerThrottled float64 `json:"serverThrottled"`
 	// Restarted: the apiserver's own request counter went down across the
 	// kill (a new process counts from zero).
@@ -432,6 +436,7 @@ func (s *storm) measure(m *StormMode) {
 		m.ServerThrottled = max(m.ServerThrottled, smp.Throttled)
 		if !smp.At.After(done) {
 			m.PeakRSS, m.PeakHeap = max(m.PeakRSS, smp.RSS), max(m.PeakHeap, smp.HeapInuse)
+			m.PeakWatches = max(m.PeakWatches, smp.Watches)
 		}
 	}
 }

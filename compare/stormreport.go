@@ -69,21 +69,21 @@ func (r *StormReport) Markdown() string {
 		"%d objects of %d payload bytes; the apiserver is killed and restarted once every client has synced; apiserver sampled every %.0f ms "+
 		"(peaks are of the samples taken: a peak inside a sampling gap is not seen); %s, %d CPUs.\n\n",
 		r.Clients, r.ClientQPS, r.ClientBurst, r.Objects, r.Payload, r.IntervalMs, r.GoVersion, r.CPUs)
-	b.WriteString("| mode | longest sampling gap in the storm | apiserver peak RSS | peak heap in use | restart → ready | restart → all relisted | relisted | initial sync of all | requests (LIST starts / pages / WatchLists / WATCHes / one-item probes / all) | 429s seen by the clients / counted by the apiserver | failed (no response) | consumer process max RSS | correct |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| mode | longest sampling gap in the storm | apiserver peak RSS | peak heap in use | most WATCHes at once | restart → ready | restart → all relisted | relisted | initial sync of all | requests (LIST starts / pages / WatchLists / WATCHes / one-item probes / all) | 429s seen by the clients / counted by the apiserver | failed (no response) | consumer process max RSS | correct |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	row := func(m StormMode) {
 		verdict := "yes"
 		if !m.Correct {
 			verdict = "**no**: " + m.Incorrect
 		}
 		if m.Kind == "none" {
-			fmt.Fprintf(&b, "| no clients (baseline) | %.1f s | %s | %s | %.1f s | – | – | – | – | – / %.0f | – | – | – |\n",
-				m.sampleGap(), mibF(m.PeakRSS), mibF(m.PeakHeap), m.RestartSeconds, m.ServerThrottled)
+			fmt.Fprintf(&b, "| no clients (baseline) | %.1f s | %s | %s | %.0f | %.1f s | – | – | – | – | – / %.0f | – | – | – |\n",
+				m.sampleGap(), mibF(m.PeakRSS), mibF(m.PeakHeap), m.PeakWatches, m.RestartSeconds, m.ServerThrottled)
 			return
 		}
 		q := m.Requests
-		fmt.Fprintf(&b, "| %s | %.1f s | %s | %s | %.1f s | %.1f s | %d/%d | %.1f s | %d / %d / %d / %d / %d / %d | %d / %.0f | %d | %s | %s |\n",
-			m.Kind, m.sampleGap(), mibF(m.PeakRSS), mibF(m.PeakHeap), m.RestartSeconds, m.RelistSeconds, m.RelistedClients, len(m.Clients),
+		fmt.Fprintf(&b, "| %s | %.1f s | %s | %s | %.0f | %.1f s | %.1f s | %d/%d | %.1f s | %d / %d / %d / %d / %d / %d | %d / %.0f | %d | %s | %s |\n",
+			m.Kind, m.sampleGap(), mibF(m.PeakRSS), mibF(m.PeakHeap), m.PeakWatches, m.RestartSeconds, m.RelistSeconds, m.RelistedClients, len(m.Clients),
 			m.InitialSyncSeconds, q.ListStarts, q.ListPages, q.WatchLists, q.Watches, q.Probes, q.Total, q.Throttled, m.ServerThrottled,
 			q.Failed, mibF(float64(m.ConsumerMaxRSS)), verdict)
 	}
