@@ -33,6 +33,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -374,6 +375,9 @@ func (a *App) newProbe() (*freshness.Probe, error) {
 	}
 	if a.opts.Namespace != "" && ns != a.opts.Namespace {
 		return nil, fmt.Errorf("app: the freshness probe's namespace %q is not the watched one, %q: the watcher would never see its heartbeats", ns, a.opts.Namespace)
+	}
+	if slices.Contains(a.opts.CacheDropAnnotations, freshness.Annotation) {
+		return nil, fmt.Errorf("app: the freshness probe reads its heartbeat from the annotation %s, which CacheDropAnnotations drops", freshness.Annotation)
 	}
 	write := func(ctx context.Context, t time.Time) error {
 		beat := t.UTC().Format(time.RFC3339Nano)

@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"rawwatch/freshness"
 	"rawwatch/internal/app"
 	"rawwatch/internal/testkit"
 )
@@ -58,5 +59,15 @@ func TestServingRefusesWhatWouldBeOpen(t *testing.T) {
 		if _, err := app.New(opts); err != nil {
 			t.Errorf("%+v: %v", opts, err)
 		}
+	}
+}
+
+// The freshness probe reads its heartbeat from an annotation of its object:
+// a cache told to drop that annotation would leave it blind, so New refuses.
+func TestTheProbeRefusesACacheThatDropsItsHeartbeat(t *testing.T) {
+	_, err := app.New(app.Options{Config: &rest.Config{Host: "https://127.0.0.1:1"}, Namespace: "ns",
+		FreshnessProbe: time.Second, CacheDropAnnotations: []string{"a", freshness.Annotation}})
+	if err == nil || !strings.Contains(err.Error(), freshness.Annotation) {
+		t.Fatalf("New: %v, want an error naming %s", err, freshness.Annotation)
 	}
 }
