@@ -34,9 +34,16 @@ type StatusWriter interface {
 	UpdateStatus(ctx context.Context, obj *v1alpha1.MyResource) (*v1alpha1.MyResource, error)
 }
 
+// Getter reads an object by key (namespace/name) from a cache: this
+// project's store.Store, or anything else that holds MyResources (the
+// comparison harness backs it with an informer's indexer).
+type Getter interface {
+	Get(key string) (*v1alpha1.MyResource, bool)
+}
+
 // MyResourceReconciler reconciles MyResources.
 type MyResourceReconciler struct {
-	Store    *store.Store[*v1alpha1.MyResource]
+	Store    Getter
 	Client   StatusWriter
 	Recorder record.EventRecorder
 	// Now gives the time for condition transitions (default metav1.Now).

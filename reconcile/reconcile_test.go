@@ -110,7 +110,7 @@ func TestReconcileWritesOnceAndNeverTouchesTheCache(t *testing.T) {
 	// The watch brings back the written object; reconciling again writes nothing.
 	written := w.writes[0].DeepCopy()
 	written.ResourceVersion = "2"
-	r.Store.Upsert(written)
+	r.Store.(*store.Store[object]).Upsert(written)
 	if err := r.Reconcile(ctx, "ns/a"); err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestReconcileFailMessage(t *testing.T) {
 	if ev := <-events.Events; !strings.HasPrefix(ev, "Warning ReconcileFailed") {
 		t.Fatalf("event = %q", ev)
 	}
-	r.Store.Upsert(func() object { o := w.writes[0].DeepCopy(); o.ResourceVersion = "2"; return o }())
+	r.Store.(*store.Store[object]).Upsert(func() object { o := w.writes[0].DeepCopy(); o.ResourceVersion = "2"; return o }())
 	// Still failing: an error again (so the queue retries), but no new write.
 	if err := r.Reconcile(ctx, "ns/f"); !errors.Is(err, ErrRequestedFailure) || len(w.writes) != 1 {
 		t.Fatalf("retry: err %v, writes %d", err, len(w.writes))
