@@ -81,8 +81,8 @@ func run(args []string) int {
 	fs.BoolVar(&o.watchList, "watch-list", false, "get the initial state from a WATCH that streams it (sendInitialEvents) instead of a paginated LIST; falls back to LIST on servers that refuse it")
 	fs.StringVar(&o.cacheDropAnnotations, "cache-drop-annotations", strings.Join(reconcile.UnreadAnnotations, ","),
 		`annotations the cache does not keep, comma-separated: ones the reconciler never reads ("": keep every annotation)`)
-	fs.Float64Var(&o.qps, "kube-api-qps", 50, "client-side limit of requests per second to the API server")
-	fs.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst of requests to the API server")
+	fs.Float64Var(&o.qps, "kube-api-qps", app.DefaultQPS, "client-side limit of requests per second to the API server")
+	fs.IntVar(&o.burst, "kube-api-burst", app.DefaultBurst, "client-side burst of requests to the API server")
 	fs.DurationVar(&o.retryBase, "retry-base-delay", queue.DefaultRetryBase, "delay before the first retry of a failed key (doubles each retry)")
 	fs.DurationVar(&o.retryMax, "retry-max-delay", queue.DefaultRetryMax, "longest delay between retries of a failed key")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", "0", `address to serve /metrics on, e.g. ":8080" ("0": off)`)

@@ -69,6 +69,14 @@ import (
 // Object is the type this controller watches.
 type Object = *v1alpha1.MyResource
 
+// The client-side rate limit main.go gives the controller's clients unless
+// told otherwise (--kube-api-qps, --kube-api-burst). The status writer and
+// the Event recorder each have a bucket of this size.
+const (
+	DefaultQPS   = 50
+	DefaultBurst = 100
+)
+
 // Options configure an App. Zero values mean the defaults main.go documents.
 type Options struct {
 	Config    *rest.Config
@@ -92,6 +100,9 @@ type Options struct {
 	// (tests use them to count writes or inject failures).
 	WrapStatusWriter func(reconcile.StatusWriter) reconcile.StatusWriter
 	WrapReconciler   func(reconcile.Reconciler[Object]) reconcile.Reconciler[Object]
+	// NoEvents: the reconciler records no Events (leader election still
+	// does).
+	NoEvents bool
 
 	// Version is reported as rawwatch_build_info.
 	Version string
@@ -227,9 +238,11 @@ func New(opts Options) (_ *App, err error) {
 	if opts.WrapStatusWriter != nil {
 		status = opts.WrapStatusWriter(status)
 	}
-	var rec reconcile.Reconciler[Object] = &reconcile.MyResourceReconciler{
-		Store: a.Store, Client: status, Recorder: recorder,
+	mine := &reconcile.MyResourceReconciler{Store: a.Store, Client: status, Recorder: recorder}
+	if opts.NoEvents {
+		mine.Recorder = nil
 	}
+	var rec reconcile.Reconciler[Object] = mine
 	if opts.WrapReconciler != nil {
 		rec = opts.WrapReconciler(rec)
 	}
