@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -100,6 +102,10 @@ type ConvergeOptions struct {
 	Timeout  time.Duration
 	OutDir   string
 	Progress io.Writer
+	// CPUProfiles writes a CPU profile of this process (the controller, the
+	// harness's watch and the load generator) for every run into OutDir
+	// (KIND-SETTING-RUN.cpu.pprof).
+	CPUProfiles bool
 }
 
 // ConvergeReport is the outcome of RunConverge.
@@ -174,6 +180,11 @@ func RunConverge(ctx context.Context, opts ConvergeOptions) (*ConvergeReport, er
 	}
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
+	}
+	if opts.CPUProfiles {
+		if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
+			return nil, err
+		}
 	}
 	start := time.Now()
 	logf := func(format string, args ...any) {
@@ -307,6 +318,18 @@ func (h *convergeHarness) run(ctx context.Context, kind string, s Setting, run i
 	}
 	h.logf("%s %s run %d: creating %d objects in %s (load %.2f)", kind, s, run+1, h.opts.Objects, ns, res.Load)
 	load := &Load{Client: h.client, Namespace: ns, Writers: h.opts.Writers}
+	if h.opts.CPUProfiles {
+		name := fmt.Sprintf("%s-%s-%d.cpu.pprof", kind, strings.ReplaceAll(s.String(), "/", "-"), run+1)
+		f, err := os.Create(filepath.Join(h.opts.OutDir, name))
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	t0 := time.Now()
 	if _, err := load.Create(ctx, h.opts.Objects); err != nil {
 		w.stop()

@@ -239,6 +239,7 @@ func converge(args []string) int {
 	settings := fs.String("settings", "50/100/2/events,200/400/2/events,200/400/2/no-events,defaults",
 		"comma-separated settings, each QPS/BURST/WORKERS/events|no-events, or defaults (rawwatch with no flags; raw only)")
 	fs.StringVar(&o.OutDir, "out", "out/converge", "output directory")
+	fs.BoolVar(&o.CPUProfiles, "cpu-profile", false, "write a CPU profile of every run (controller and harness, one process) into --out")
 	render := fs.Bool("render", false, "only render --out's convergence.json again (convergence.md, convergence.svg)")
 	if err := fs.Parse(args); err != nil {
 		return 2
