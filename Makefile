@@ -103,9 +103,10 @@ bench-storm: tools ## relist storm: STORM_CLIENTS (50) clients of each kind reli
 	bin/compare storm --clients $(STORM_CLIENTS) --payload 2048 --out out/storm/payload-2k
 	bin/compare storm --clients $(STORM_CLIENTS_16K) --payload 16384 --out out/storm/payload-16k
 
-# Whole-controller convergence: each setting is QPS/burst/workers/events;
+# Whole-controller convergence: each setting is QPS/burst/workers/events (all,
+# warnings or none);
 # "defaults" is rawwatch with no flags.
-CONVERGE_SETTINGS ?= 50/100/2/events,200/400/2/events,200/400/2/no-events,defaults
+CONVERGE_SETTINGS ?= 50/100/2/all,200/400/2/all,200/400/2/none,defaults
 CONVERGE_RUNS     ?= 3
 
 bench-converge: tools ## the real controller and an informer controller with the same reconciler, one at a time at CONVERGE_SETTINGS, CONVERGE_RUNS (3) runs each: time from 1,000 and 10,000 creates to every status Processed, requests per object, into out/converge

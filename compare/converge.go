@@ -40,48 +40,45 @@ type Setting struct {
 	QPS     float32 `json:"qps"`
 	Burst   int     `json:"burst"`
 	Workers int     `json:"workers"`
-	// Events: the reconciler records an Event for every status write.
-	Events bool `json:"events"`
+	// Events: which status writes get an Event (reconcile.EventPolicy).
+	Events reconcile.EventPolicy `json:"events"`
 	// Defaults: rawwatch's shipped defaults (app.DefaultQPS, DefaultBurst,
-	// reconcile.DefaultWorkers, Events on); raw only.
+	// DefaultEvents, reconcile.DefaultWorkers); raw only.
 	Defaults bool `json:"defaults,omitempty"`
 }
 
 // DefaultsSetting is the setting rawwatch runs with when given no flags.
-var DefaultsSetting = Setting{QPS: app.DefaultQPS, Burst: app.DefaultBurst, Workers: reconcile.DefaultWorkers, Events: true, Defaults: true}
+var DefaultsSetting = Setting{QPS: app.DefaultQPS, Burst: app.DefaultBurst, Workers: reconcile.DefaultWorkers, Events: app.DefaultEvents, Defaults: true}
 
 func (s Setting) String() string {
 	if s.Defaults {
 		return "defaults"
 	}
-	ev := "events"
-	if !s.Events {
-		ev = "no-events"
-	}
-	return fmt.Sprintf("%g/%d/%d/%s", s.QPS, s.Burst, s.Workers, ev)
+	return fmt.Sprintf("%g/%d/%d/%s", s.QPS, s.Burst, s.Workers, s.Events)
 }
 
-// ParseSetting reads "QPS/BURST/WORKERS/events|no-events" (e.g.
-// "200/400/2/no-events"), or "defaults".
+// ParseSetting reads "QPS/BURST/WORKERS/EVENTS", EVENTS an event policy
+// (all, warnings, none; e.g. "200/400/2/none"), or "defaults".
 func ParseSetting(s string) (Setting, error) {
 	if s == "defaults" {
 		return DefaultsSetting, nil
 	}
 	f := strings.Split(s, "/")
-	bad := fmt.Errorf("setting %q: want QPS/BURST/WORKERS/events|no-events (e.g. 50/100/2/events), or defaults", s)
+	bad := fmt.Errorf("setting %q: want QPS/BURST/WORKERS/EVENTS, EVENTS all, warnings or none (e.g. 50/100/2/all), or defaults", s)
 	if len(f) != 4 {
 		return Setting{}, bad
 	}
 	qps, err1 := strconv.ParseFloat(f[0], 32)
 	burst, err2 := strconv.Atoi(f[1])
 	workers, err3 := strconv.Atoi(f[2])
-	if err := errors.Join(err1, err2, err3); err != nil || (f[3] != "events" && f[3] != "no-events") {
+	events, err4 := reconcile.ParseEventPolicy(f[3])
+	if errors.Join(err1, err2, err3, err4) != nil {
 		return Setting{}, bad
 	}
 	if qps <= 0 || burst < 1 || workers < 1 {
 		return Setting{}, fmt.Errorf("setting %q: QPS must be above 0, burst and workers at least 1", s)
 	}
-	return Setting{QPS: float32(qps), Burst: burst, Workers: workers, Events: f[3] == "events"}, nil
+	return Setting{QPS: float32(qps), Burst: burst, Workers: workers, Events: events}, nil
 }
 
 // ConvergeOptions configure a convergence run: for every setting and kind,
@@ -268,7 +265,7 @@ func (h *convergeHarness) run(ctx context.Context, kind string, s Setting, run i
 	ended := make(chan error, 1)
 	switch kind {
 	case KindRaw:
-		a, err := app.New(app.Options{Config: cfg, Namespace: ns, Workers: s.Workers, NoEvents: !s.Events})
+		a, err := app.New(app.Options{Config: cfg, Namespace: ns, Workers: s.Workers, Events: s.Events})
 		if err != nil {
 			stop()
 			return nil, err

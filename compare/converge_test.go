@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"rawwatch/compare"
+	"rawwatch/reconcile"
 )
 
 // Both controllers converge on the real control plane: 200 creates each,
@@ -21,7 +22,7 @@ func TestConvergeBothKinds(t *testing.T) {
 	defer cancel()
 	const objects = 200
 	var settings []compare.Setting
-	for _, s := range []string{"200/400/2/events", "200/400/2/no-events"} {
+	for _, s := range []string{"200/400/2/all", "200/400/2/none"} {
 		st, err := compare.ParseSetting(s)
 		if err != nil {
 			t.Fatal(err)
@@ -49,7 +50,7 @@ func TestConvergeBothKinds(t *testing.T) {
 		if run.StatusWrites() < objects {
 			t.Errorf("%s %s: %d status writes for %d objects: %v", run.Kind, run.Setting, run.StatusWrites(), objects, run.Requests)
 		}
-		if run.Setting.Events && run.EventWrites() < objects || !run.Setting.Events && run.EventWrites() != 0 {
+		if all := run.Setting.Events == reconcile.EventsAll; all && run.EventWrites() < objects || !all && run.EventWrites() != 0 {
 			t.Errorf("%s %s: %d Event writes for %d objects", run.Kind, run.Setting, run.EventWrites(), objects)
 		}
 		if run.Requests["WATCH myresources"] < 1 || run.Codes[200] < objects {
@@ -83,14 +84,14 @@ func TestConvergeBothKinds(t *testing.T) {
 }
 
 func TestParseSetting(t *testing.T) {
-	s, err := compare.ParseSetting("200/400/4/no-events")
-	if err != nil || s.QPS != 200 || s.Burst != 400 || s.Workers != 4 || s.Events || s.String() != "200/400/4/no-events" {
+	s, err := compare.ParseSetting("200/400/4/warnings")
+	if err != nil || s.QPS != 200 || s.Burst != 400 || s.Workers != 4 || s.Events != reconcile.EventsWarnings || s.String() != "200/400/4/warnings" {
 		t.Errorf("got %+v, %v", s, err)
 	}
 	if d, err := compare.ParseSetting("defaults"); err != nil || !d.Defaults || d != compare.DefaultsSetting {
 		t.Errorf("defaults: %+v, %v", d, err)
 	}
-	for _, bad := range []string{"", "50/100/2", "50/100/2/maybe", "x/100/2/events", "0/100/2/events", "50/100/0/events", "50/0/2/events"} {
+	for _, bad := range []string{"", "50/100/2", "50/100/2/maybe", "50/100/2/events", "x/100/2/all", "0/100/2/all", "50/100/0/all", "50/0/2/all"} {
 		if _, err := compare.ParseSetting(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

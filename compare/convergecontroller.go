@@ -62,8 +62,8 @@ func newInformerController(cfg *rest.Config, ns string, s Setting) (*informerCon
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		workers:  s.Workers,
 	}
-	ic.reconciler = &reconcile.MyResourceReconciler{Store: indexerGetter{ic.informer.GetIndexer()}, Client: c}
-	if s.Events {
+	ic.reconciler = &reconcile.MyResourceReconciler{Store: indexerGetter{ic.informer.GetIndexer()}, Client: c, Events: s.Events}
+	if s.Events != reconcile.EventsNone {
 		ic.events = record.NewBroadcaster()
 		ic.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 		ic.reconciler.Recorder = ic.events.NewRecorder(client.Scheme, corev1.EventSource{Component: "informer-controller"})

@@ -103,7 +103,7 @@ func (r *ConvergeReport) Ratios() []ConvergeRatio {
 func (r *ConvergeReport) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Whole-controller convergence: %d creates, %s, %d CPUs, %s.\n\n", r.Objects, r.GoVersion, r.CPUs, r.Date)
-	b.WriteString("Setting is QPS/burst/workers/events (the controller's client limits, reconcile workers, Events on or off); ")
+	b.WriteString("Setting is QPS/burst/workers/events (the controller's client limits, reconcile workers, and which status writes get an Event: all, warnings (failures only) or none); ")
 	b.WriteString("defaults is rawwatch with no flags. Times are seconds from the first create to 50%, 90% and all of the statuses Processed, medians over the runs; ")
 	b.WriteString("requests per object are what the controller's transport sent (other: lists, watches and the rest).\n\n")
 	b.WriteString("| kind | setting | runs | all Processed (s) | each run (s) | 50% (s) | 90% (s) | status writes/obj | Event writes/obj | other req/obj | 429s | load at start |\n")

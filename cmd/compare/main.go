@@ -236,8 +236,8 @@ func converge(args []string) int {
 	fs.IntVar(&o.Runs, "runs", 1, "runs of every kind and setting, interleaved")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "how long one run may take to converge")
 	kinds := fs.String("kinds", strings.Join(compare.ConvergeKinds, ","), "controllers to run")
-	settings := fs.String("settings", "50/100/2/events,200/400/2/events,200/400/2/no-events,defaults",
-		"comma-separated settings, each QPS/BURST/WORKERS/events|no-events, or defaults (rawwatch with no flags; raw only)")
+	settings := fs.String("settings", "50/100/2/all,200/400/2/all,200/400/2/none,defaults",
+		"comma-separated settings, each QPS/BURST/WORKERS/EVENTS with EVENTS all, warnings or none, or defaults (rawwatch with no flags; raw only)")
 	fs.StringVar(&o.OutDir, "out", "out/converge", "output directory")
 	fs.BoolVar(&o.CPUProfiles, "cpu-profile", false, "write a CPU profile of every run (controller and harness, one process) into --out")
 	render := fs.Bool("render", false, "only render --out's convergence.json again (convergence.md, convergence.svg)")

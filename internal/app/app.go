@@ -70,11 +70,13 @@ import (
 type Object = *v1alpha1.MyResource
 
 // The client-side rate limit main.go gives the controller's clients unless
-// told otherwise (--kube-api-qps, --kube-api-burst). The status writer and
-// the Event recorder each have a bucket of this size.
+// told otherwise (--kube-api-qps, --kube-api-burst; the status writer and
+// the Event recorder each have a bucket of this size), and the Events the
+// reconciler records (--events).
 const (
-	DefaultQPS   = 50
-	DefaultBurst = 100
+	DefaultQPS    = 50
+	DefaultBurst  = 100
+	DefaultEvents = reconcile.EventsAll
 )
 
 // Options configure an App. Zero values mean the defaults main.go documents.
@@ -100,9 +102,9 @@ type Options struct {
 	// (tests use them to count writes or inject failures).
 	WrapStatusWriter func(reconcile.StatusWriter) reconcile.StatusWriter
 	WrapReconciler   func(reconcile.Reconciler[Object]) reconcile.Reconciler[Object]
-	// NoEvents: the reconciler records no Events (leader election still
-	// does).
-	NoEvents bool
+	// Events: which status writes the reconciler records an Event for
+	// (default reconcile.EventsAll; leader election records its own).
+	Events reconcile.EventPolicy
 
 	// Version is reported as rawwatch_build_info.
 	Version string
@@ -238,11 +240,9 @@ func New(opts Options) (_ *App, err error) {
 	if opts.WrapStatusWriter != nil {
 		status = opts.WrapStatusWriter(status)
 	}
-	mine := &reconcile.MyResourceReconciler{Store: a.Store, Client: status, Recorder: recorder}
-	if opts.NoEvents {
-		mine.Recorder = nil
+	var rec reconcile.Reconciler[Object] = &reconcile.MyResourceReconciler{
+		Store: a.Store, Client: status, Recorder: recorder, Events: opts.Events,
 	}
-	var rec reconcile.Reconciler[Object] = mine
 	if opts.WrapReconciler != nil {
 		rec = opts.WrapReconciler(rec)
 	}
