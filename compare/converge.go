@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -130,6 +131,10 @@ type ConvergeRun struct {
 	P90Seconds float64 `json:"p90Seconds"`
 	Processed  int     `json:"processed"`
 	Converged  bool    `json:"converged"`
+	// CPUSeconds: the CPU this process used from the first create to all
+	// Processed: the controller's, plus the load generator's and the
+	// harness's watch, which are the same whichever controller runs.
+	CPUSeconds float64 `json:"cpuSeconds"`
 	// Requests the controller sent from its start until it stopped, as its
 	// transport counted them ("PUT myresources/status", "POST events",
 	// "WATCH myresources", ...), and the answers by status code.
@@ -327,6 +332,7 @@ func (h *convergeHarness) run(ctx context.Context, kind string, s Setting, run i
 		}
 		defer pprof.StopCPUProfile()
 	}
+	cpu0 := processCPU()
 	t0 := time.Now()
 	if _, err := load.Create(ctx, h.opts.Objects); err != nil {
 		w.stop()
@@ -334,6 +340,7 @@ func (h *convergeHarness) run(ctx context.Context, kind string, s Setting, run i
 	}
 	res.CreateSeconds = time.Since(t0).Seconds()
 	converged := w.wait(h.opts.Objects, h.opts.Timeout)
+	res.CPUSeconds = processCPU() - cpu0
 	w.stop()
 	// Events are sent on their own goroutine: give the last ones a moment
 	// to go out before counting (until no request for a second, at most 30 s).
@@ -349,8 +356,8 @@ func (h *convergeHarness) run(ctx context.Context, kind string, s Setting, run i
 	res.Processed, res.Converged = len(times), converged
 	res.AllSeconds, res.P50Seconds, res.P90Seconds = quantileSeconds(times, t0, 1), quantileSeconds(times, t0, 0.5), quantileSeconds(times, t0, 0.9)
 	res.Curve = curve(times, t0, 200)
-	h.logf("%s %s run %d: %d/%d Processed in %.1fs (creates took %.1fs); %d status writes, %d Event writes, %d other requests, %d answered 429",
-		kind, s, run+1, res.Processed, h.opts.Objects, res.AllSeconds, res.CreateSeconds, res.StatusWrites(), res.EventWrites(), res.OtherRequests(), res.Codes[429])
+	h.logf("%s %s run %d: %d/%d Processed in %.1fs (creates took %.1fs, %.1f CPU s); %d status writes, %d Event writes, %d other requests, %d answered 429",
+		kind, s, run+1, res.Processed, h.opts.Objects, res.AllSeconds, res.CreateSeconds, res.CPUSeconds, res.StatusWrites(), res.EventWrites(), res.OtherRequests(), res.Codes[429])
 	if !converged {
 		return res, fmt.Errorf("%d of %d objects Processed after %s", len(times), h.opts.Objects, h.opts.Timeout)
 	}
@@ -408,6 +415,15 @@ func curve(times []time.Time, t0 time.Time, n int) [][2]float64 {
 		out = append(out, [2]float64{times[last].Sub(t0).Seconds(), float64(last + 1)})
 	}
 	return out
+}
+
+// processCPU is the user and system CPU time this process used so far (s).
+func processCPU() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 func loadAverage() float64 {

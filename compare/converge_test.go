@@ -56,6 +56,9 @@ func TestConvergeBothKinds(t *testing.T) {
 		if run.Requests["WATCH myresources"] < 1 || run.Codes[200] < objects {
 			t.Errorf("%s %s: requests %v, codes %v", run.Kind, run.Setting, run.Requests, run.Codes)
 		}
+		if run.CPUSeconds <= 0 {
+			t.Errorf("%s %s: CPU %v s", run.Kind, run.Setting, run.CPUSeconds)
+		}
 		if n := len(run.Curve); n < 2 || run.Curve[n-1][1] != objects {
 			t.Errorf("%s %s: curve ends at %v", run.Kind, run.Setting, run.Curve[n-1])
 		}

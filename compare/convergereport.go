@@ -20,9 +20,11 @@ type ConvergeRow struct {
 	AllRuns       []float64
 	// Per object, medians: status writes, Event writes, other requests.
 	StatusPerObj, EventsPerObj, OtherPerObj float64
-	Throttled                               int // 429s, all runs
-	Loads                                   []float64
-	Converged                               bool // every run
+	// CPUMsPerObj: this process's CPU per object (ms), median.
+	CPUMsPerObj float64
+	Throttled   int // 429s, all runs
+	Loads       []float64
+	Converged   bool // every run
 }
 
 // Rows groups the runs by kind and setting, in the order they first ran.
@@ -46,17 +48,19 @@ func (r *ConvergeReport) Rows() []ConvergeRow {
 	}
 	for i := range rows {
 		row := &rows[i]
-		var p50, p90, st, ev, ot []float64
+		var p50, p90, st, ev, ot, cpu []float64
 		for _, run := range r.Runs {
 			if run.Kind != row.Kind || run.Setting != row.Setting {
 				continue
 			}
 			n := float64(max(r.Objects, 1))
 			p50, p90 = append(p50, run.P50Seconds), append(p90, run.P90Seconds)
+			cpu = append(cpu, run.CPUSeconds*1000/n)
 			st, ev, ot = append(st, float64(run.StatusWrites())/n), append(ev, float64(run.EventWrites())/n), append(ot, float64(run.OtherRequests())/n)
 		}
 		row.All, row.P50, row.P90 = median(row.AllRuns), median(p50), median(p90)
 		row.StatusPerObj, row.EventsPerObj, row.OtherPerObj = median(st), median(ev), median(ot)
+		row.CPUMsPerObj = median(cpu)
 	}
 	return rows
 }
@@ -105,17 +109,18 @@ func (r *ConvergeReport) Markdown() string {
 	fmt.Fprintf(&b, "Whole-controller convergence: %d creates, %s, %d CPUs, %s.\n\n", r.Objects, r.GoVersion, r.CPUs, r.Date)
 	b.WriteString("Setting is QPS/burst/workers/events (the controller's client limits, reconcile workers, and which status writes get an Event: all, warnings (failures only) or none); ")
 	b.WriteString("defaults is rawwatch with no flags. Times are seconds from the first create to 50%, 90% and all of the statuses Processed, medians over the runs; ")
-	b.WriteString("requests per object are what the controller's transport sent (other: lists, watches and the rest).\n\n")
-	b.WriteString("| kind | setting | runs | all Processed (s) | each run (s) | 50% (s) | 90% (s) | status writes/obj | Event writes/obj | other req/obj | 429s | load at start |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("requests per object are what the controller's transport sent (other: lists, watches and the rest); ")
+	b.WriteString("CPU is the harness process's until all Processed (the controller, plus the load generator and the watch, the same for both kinds).\n\n")
+	b.WriteString("| kind | setting | runs | all Processed (s) | each run (s) | 50% (s) | 90% (s) | status writes/obj | Event writes/obj | other req/obj | 429s | CPU ms/obj | load at start |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, row := range r.Rows() {
 		all := fmt.Sprintf("%.1f", row.All)
 		if !row.Converged {
 			all += " (did not converge)"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %.1f | %.1f | %.2f | %.2f | %.3f | %d | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %.1f | %.1f | %.2f | %.2f | %.3f | %d | %.2f | %s |\n",
 			row.Kind, row.Setting, row.Runs, all, joinFloats(row.AllRuns, "%.1f"), row.P50, row.P90,
-			row.StatusPerObj, row.EventsPerObj, row.OtherPerObj, row.Throttled, joinFloats(row.Loads, "%.2f"))
+			row.StatusPerObj, row.EventsPerObj, row.OtherPerObj, row.Throttled, row.CPUMsPerObj, joinFloats(row.Loads, "%.2f"))
 	}
 	if ratios := r.Ratios(); len(ratios) > 0 {
 		b.WriteString("\n| raw at | informer at | raw / informer (goal ≤ 1.0) |\n|---|---|---|\n")
