@@ -180,6 +180,14 @@ func RunConverge(ctx context.Context, opts ConvergeOptions) (*ConvergeReport, er
 	if len(opts.Settings) == 0 {
 		return nil, errors.New("converge: no settings")
 	}
+	for _, s := range opts.Settings {
+		if s.QPS <= 0 || s.Burst < 1 || s.Workers < 1 {
+			return nil, fmt.Errorf("converge: setting %s: QPS must be above 0, burst and workers at least 1", s)
+		}
+		if _, err := reconcile.ParseEventPolicy(string(s.Events)); err != nil {
+			return nil, fmt.Errorf("converge: setting %s: %w", s, err)
+		}
+	}
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
 	}
@@ -226,10 +234,12 @@ func RunConverge(ctx context.Context, opts ConvergeOptions) (*ConvergeReport, er
 					continue // the defaults are rawwatch's
 				}
 				res, err := h.run(ctx, kind, s, run)
+				if res != nil {
+					r.Runs = append(r.Runs, *res) // one that did not converge too
+				}
 				if err != nil {
 					return r, fmt.Errorf("converge %s %s: %w", kind, s, err)
 				}
-				r.Runs = append(r.Runs, *res)
 			}
 		}
 	}

@@ -99,4 +99,10 @@ func TestParseSetting(t *testing.T) {
 			t.Errorf("%q accepted", bad)
 		}
 	}
+	// RunConverge refuses what ParseSetting would, before it starts anything.
+	for _, bad := range []compare.Setting{{QPS: 50, Burst: 100}, {QPS: 50, Burst: 100, Workers: 2, Events: "some"}} {
+		if _, err := compare.RunConverge(context.Background(), compare.ConvergeOptions{Kubeconfig: "unused", Settings: []compare.Setting{bad}}); err == nil {
+			t.Errorf("RunConverge accepted %+v", bad)
+		}
+	}
 }
