@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -206,18 +205,7 @@ func (r *ConvergeReport) Write(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	js, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	for name, data := range map[string][]byte{
-		"convergence.md": []byte(r.Markdown()), "convergence.json": js, "convergence.svg": []byte(r.SVG()),
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
+	return writeReport(dir, "convergence", r, r.Markdown(), r.SVG())
 }
 
 // ReadConvergeReport reads a convergence.json back.
