@@ -8,7 +8,7 @@ SHELL := /bin/bash
 GO    ?= go
 TOOLS := ./hack/ensure-tools.sh
 
-.PHONY: all help build browser test unit vet manifests verify-manifests tools demo demo-410 demo-drop demo-refuse demo-garbage demo-storm demo-faults cluster run chaos clean bench bench-storm image-binary deploy undeploy
+.PHONY: all help build browser test unit vet manifests verify-manifests tools demo demo-410 demo-drop demo-refuse demo-garbage demo-storm demo-faults cluster run chaos clean bench bench-storm bench-converge image-binary deploy undeploy
 
 # The version stamped into binaries and the image tag `make deploy` uses.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -102,3 +102,14 @@ bench-storm: tools ## relist storm: STORM_CLIENTS (50) clients of each kind reli
 	bin/compare storm --clients $(STORM_CLIENTS) --payload 0 --out out/storm/payload-0
 	bin/compare storm --clients $(STORM_CLIENTS) --payload 2048 --out out/storm/payload-2k
 	bin/compare storm --clients $(STORM_CLIENTS_16K) --payload 16384 --out out/storm/payload-16k
+
+# Whole-controller convergence: each setting is QPS/burst/workers/events (all,
+# warnings or none);
+# "defaults" is rawwatch with no flags.
+CONVERGE_SETTINGS ?= 50/100/2/all,200/400/2/all,200/400/2/none,defaults
+CONVERGE_RUNS     ?= 3
+
+bench-converge: tools ## the real controller and an informer controller with the same reconciler, one at a time at CONVERGE_SETTINGS, CONVERGE_RUNS (3) runs each: time from 1,000 and 10,000 creates to every status Processed, requests per object, into out/converge
+	$(GO) build -o bin/compare ./cmd/compare
+	bin/compare converge --objects 1000 --runs $(CONVERGE_RUNS) --settings $(CONVERGE_SETTINGS) --out out/converge/n-1000
+	bin/compare converge --objects 10000 --runs $(CONVERGE_RUNS) --settings $(CONVERGE_SETTINGS) --out out/converge/n-10000

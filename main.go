@@ -42,6 +42,7 @@ type options struct {
 	watchList                   bool
 	cacheDropAnnotations        string
 	qps                         float64
+	events                      reconcile.EventPolicy
 	burst                       int
 	retryBase, retryMax         time.Duration
 	metricsAddr, healthAddr     string
@@ -81,8 +82,9 @@ func run(args []string) int {
 	fs.BoolVar(&o.watchList, "watch-list", false, "get the initial state from a WATCH that streams it (sendInitialEvents) instead of a paginated LIST; falls back to LIST on servers that refuse it")
 	fs.StringVar(&o.cacheDropAnnotations, "cache-drop-annotations", strings.Join(reconcile.UnreadAnnotations, ","),
 		`annotations the cache does not keep, comma-separated: ones the reconciler never reads ("": keep every annotation)`)
-	fs.Float64Var(&o.qps, "kube-api-qps", 50, "client-side limit of requests per second to the API server")
-	fs.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst of requests to the API server")
+	fs.Float64Var(&o.qps, "kube-api-qps", app.DefaultQPS, "client-side limit of requests per second to the API server")
+	fs.IntVar(&o.burst, "kube-api-burst", app.DefaultBurst, "client-side burst of requests to the API server")
+	events := fs.String("events", string(app.DefaultEvents), "which status writes get an Event: all (a Normal Processed or a Warning ReconcileFailed), warnings (failures only; a success shows in the status), none")
 	fs.DurationVar(&o.retryBase, "retry-base-delay", queue.DefaultRetryBase, "delay before the first retry of a failed key (doubles each retry)")
 	fs.DurationVar(&o.retryMax, "retry-max-delay", queue.DefaultRetryMax, "longest delay between retries of a failed key")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", "0", `address to serve /metrics on, e.g. ":8080" ("0": off)`)
@@ -112,6 +114,11 @@ func run(args []string) int {
 	if *showVersion {
 		fmt.Println("rawwatch", version)
 		return 0
+	}
+	var err error
+	if o.events, err = reconcile.ParseEventPolicy(*events); err != nil {
+		fmt.Fprintln(os.Stderr, "rawwatch: --events:", err)
+		return 2
 	}
 	if o.workers < 1 || o.pageSize < 1 || o.minWatchTimeout < time.Second || o.silenceLimit < time.Second {
 		fmt.Fprintln(os.Stderr, "rawwatch: --workers and --page-size must be at least 1, --min-watch-timeout and --watch-silence-limit at least 1s")
@@ -244,6 +251,7 @@ func runController(ctx context.Context, o options) error {
 		Config:               cfg,
 		Namespace:            o.namespace,
 		Workers:              o.workers,
+		Events:               o.events,
 		CacheDropAnnotations: splitList(o.cacheDropAnnotations),
 		PageSize:             o.pageSize,
 		Watch:                watcher.Options[app.Object]{WatchTimeoutMin: o.minWatchTimeout, SilenceLimit: o.silenceLimit, WatchList: o.watchList},

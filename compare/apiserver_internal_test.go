@@ -60,3 +60,24 @@ func TestByteCounter(t *testing.T) {
 		t.Fatalf("read %d bytes in %d requests, want 30000 in 3", c.Read(), c.Requests())
 	}
 }
+
+func TestRequestName(t *testing.T) {
+	for url, want := range map[string]string{
+		"GET /apis/example.com/v1alpha1/namespaces/ns/myresources?limit=500":         "LIST myresources",
+		"GET /apis/example.com/v1alpha1/namespaces/ns/myresources?watch=true":        "WATCH myresources",
+		"PUT /apis/example.com/v1alpha1/namespaces/ns/myresources/obj-000001/status": "PUT myresources/status",
+		"POST /api/v1/namespaces/ns/events":                                          "POST events",
+		"PATCH /api/v1/namespaces/ns/events/obj.1234":                                "PATCH events",
+		"POST /apis/authentication.k8s.io/v1/selfsubjectreviews":                     "POST selfsubjectreviews",
+		"GET /apis/example.com/v1alpha1/namespaces/ns/myresources/obj-000001":        "GET myresources",
+	} {
+		method, path, _ := strings.Cut(url, " ")
+		req, err := http.NewRequest(method, "https://server"+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := requestName(req); got != want {
+			t.Errorf("%s: %q, want %q", url, got, want)
+		}
+	}
+}

@@ -28,6 +28,13 @@
 // write, and every key's events arrived in resourceVersion order — and writes
 // a Markdown table, JSON and an SVG chart (report.go, svg.go).
 //
+// Two more runs, each a subcommand of cmd/compare: the relist storm
+// (storm.go: M clients of one kind relist at once after an apiserver
+// restart) and whole-controller convergence (converge.go: the real
+// controller of internal/app, and the same reconciler on an informer and a
+// workqueue, from N creates to every status Processed, at given client
+// settings).
+//
 // This is the only package of the project that imports client-go's informer
 // machinery (tools/cache, util/workqueue): it is the thing being compared.
 package compare

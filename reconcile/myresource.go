@@ -34,11 +34,43 @@ type StatusWriter interface {
 	UpdateStatus(ctx context.Context, obj *v1alpha1.MyResource) (*v1alpha1.MyResource, error)
 }
 
+// Getter reads an object by key (namespace/name) from a cache: this
+// project's store.Store, or anything else that holds MyResources (the
+// comparison harness backs it with an informer's indexer).
+type Getter interface {
+	Get(key string) (*v1alpha1.MyResource, bool)
+}
+
+// EventPolicy says which status writes the reconciler records an Event for.
+type EventPolicy string
+
+const (
+	// EventsAll: every status write, a Normal Processed or a Warning
+	// ReconcileFailed (the zero value means this too).
+	EventsAll EventPolicy = "all"
+	// EventsWarnings: only Warning ReconcileFailed; a success shows in the
+	// status (phase Processed, condition Ready) and nowhere else.
+	EventsWarnings EventPolicy = "warnings"
+	// EventsNone: no Events.
+	EventsNone EventPolicy = "none"
+)
+
+// ParseEventPolicy reads "all", "warnings" or "none".
+func ParseEventPolicy(s string) (EventPolicy, error) {
+	switch p := EventPolicy(s); p {
+	case EventsAll, EventsWarnings, EventsNone:
+		return p, nil
+	}
+	return "", fmt.Errorf("event policy %q: want all, warnings or none", s)
+}
+
 // MyResourceReconciler reconciles MyResources.
 type MyResourceReconciler struct {
-	Store    *store.Store[*v1alpha1.MyResource]
+	Store    Getter
 	Client   StatusWriter
 	Recorder record.EventRecorder
+	// Events says which writes get an Event (default EventsAll).
+	Events EventPolicy
 	// Now gives the time for condition transitions (default metav1.Now).
 	Now func() metav1.Time
 }
@@ -64,12 +96,12 @@ func (r *MyResourceReconciler) Reconcile(ctx context.Context, key string) error 
 	}
 	klog.FromContext(ctx).V(2).Info("Status written", "phase", desired.Phase,
 		"generation", obj.Generation, "resourceVersion", obj.ResourceVersion)
-	if r.Recorder != nil {
-		if desired.Phase == v1alpha1.PhaseFailed {
-			r.Recorder.Event(obj, corev1.EventTypeWarning, ReasonFailed, desired.Message)
-		} else {
-			r.Recorder.Eventf(obj, corev1.EventTypeNormal, ReasonProcessed, "Processed generation %d", obj.Generation)
-		}
+	switch {
+	case r.Recorder == nil || r.Events == EventsNone:
+	case desired.Phase == v1alpha1.PhaseFailed:
+		r.Recorder.Event(obj, corev1.EventTypeWarning, ReasonFailed, desired.Message)
+	case r.Events != EventsWarnings:
+		r.Recorder.Eventf(obj, corev1.EventTypeNormal, ReasonProcessed, "Processed generation %d", obj.Generation)
 	}
 	return failure(desired)
 }

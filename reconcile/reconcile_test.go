@@ -110,7 +110,7 @@ func TestReconcileWritesOnceAndNeverTouchesTheCache(t *testing.T) {
 	// The watch brings back the written object; reconciling again writes nothing.
 	written := w.writes[0].DeepCopy()
 	written.ResourceVersion = "2"
-	r.Store.Upsert(written)
+	r.Store.(*store.Store[object]).Upsert(written)
 	if err := r.Reconcile(ctx, "ns/a"); err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestReconcileFailMessage(t *testing.T) {
 	if ev := <-events.Events; !strings.HasPrefix(ev, "Warning ReconcileFailed") {
 		t.Fatalf("event = %q", ev)
 	}
-	r.Store.Upsert(func() object { o := w.writes[0].DeepCopy(); o.ResourceVersion = "2"; return o }())
+	r.Store.(*store.Store[object]).Upsert(func() object { o := w.writes[0].DeepCopy(); o.ResourceVersion = "2"; return o }())
 	// Still failing: an error again (so the queue retries), but no new write.
 	if err := r.Reconcile(ctx, "ns/f"); !errors.Is(err, ErrRequestedFailure) || len(w.writes) != 1 {
 		t.Fatalf("retry: err %v, writes %d", err, len(w.writes))
@@ -422,4 +422,49 @@ func TestDeletionsTellsAFailedDeletion(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	testkit.Eventually(t, 5*time.Second, func() bool { q, f := failed(); return q == 0 && f == 1 },
 		"after its Deleted failed, the deletion is not reported failing")
+}
+
+// The event policy: all records both kinds, warnings only the failure,
+// none nothing; the status is written alike under each.
+func TestEventPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		policy     EventPolicy
+		okEvent    bool
+		failEvent  bool
+		parseError bool
+	}{
+		{"", true, true, true}, {EventsAll, true, true, false}, {EventsWarnings, false, true, false}, {EventsNone, false, false, false},
+	} {
+		ok, fail := myResource("ok", "hello", 1), myResource("bad", FailMessage, 1)
+		r, w, events := newReconciler(ok, fail)
+		r.Events = tc.policy
+		_ = r.Reconcile(context.Background(), "ns/ok")
+		_ = r.Reconcile(context.Background(), "ns/bad")
+		if len(w.writes) != 2 {
+			t.Errorf("%q: %d status writes, want 2", tc.policy, len(w.writes))
+		}
+		var got []string
+		for len(events.Events) > 0 {
+			got = append(got, <-events.Events)
+		}
+		want := 0
+		if tc.okEvent {
+			want++
+			if len(got) == 0 || !strings.HasPrefix(got[0], "Normal Processed") {
+				t.Errorf("%q: events %q, want a Normal Processed first", tc.policy, got)
+			}
+		}
+		if tc.failEvent {
+			want++
+			if len(got) == 0 || !strings.HasPrefix(got[len(got)-1], "Warning ReconcileFailed") {
+				t.Errorf("%q: events %q, want a Warning ReconcileFailed last", tc.policy, got)
+			}
+		}
+		if len(got) != want {
+			t.Errorf("%q: events %q, want %d", tc.policy, got, want)
+		}
+		if p, err := ParseEventPolicy(string(tc.policy)); (err != nil) != tc.parseError || (err == nil && p != tc.policy) {
+			t.Errorf("ParseEventPolicy(%q) = %q, %v", tc.policy, p, err)
+		}
+	}
 }

@@ -6,6 +6,7 @@
 //	compare --kubeconfig ~/.kube/config       any cluster (no forced relist)
 //	compare storm --clients 50 --payload 2048 the relist storm: 50 clients of each kind relist at once
 //	compare sizes --objects 10000             heap per cached object against payload (0, 2 and 16 KiB)
+//	compare converge --objects 1000           the whole controller, raw and informer, until every status says Processed
 //
 // It writes report.md, report.json and report.svg (and each consumer's raw
 // events and log) to --out, and prints the Markdown table.
@@ -37,6 +38,8 @@ func main() {
 			os.Exit(sizes(os.Args[2:]))
 		case "storm-consume":
 			os.Exit(stormConsume(os.Args[2:]))
+		case "converge":
+			os.Exit(converge(os.Args[2:]))
 		}
 	}
 	os.Exit(run(os.Args[1:]))
@@ -219,6 +222,67 @@ func stormConsume(args []string) int {
 	o.QPS = float32(*qps)
 	if err := compare.RunStormConsumer(o, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "storm-consume:", err)
+		return 1
+	}
+	return 0
+}
+
+func converge(args []string) int {
+	fs := flag.NewFlagSet("converge", flag.ContinueOnError)
+	var o compare.ConvergeOptions
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "cluster to use (default: start a local control plane)")
+	fs.IntVar(&o.Objects, "objects", 1000, "objects created while each controller runs")
+	fs.IntVar(&o.Writers, "writers", 16, "parallel writers of the load generator (unthrottled)")
+	fs.IntVar(&o.Runs, "runs", 1, "runs of every kind and setting, interleaved")
+	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "how long one run may take to converge")
+	kinds := fs.String("kinds", strings.Join(compare.ConvergeKinds, ","), "controllers to run")
+	settings := fs.String("settings", "50/100/2/all,200/400/2/all,200/400/2/none,defaults",
+		"comma-separated settings, each QPS/BURST/WORKERS/EVENTS with EVENTS all, warnings or none, or defaults (rawwatch with no flags; raw only)")
+	fs.StringVar(&o.OutDir, "out", "out/converge", "output directory")
+	fs.BoolVar(&o.CPUProfiles, "cpu-profile", false, "write a CPU profile of every run (controller and harness, one process) into --out")
+	render := fs.Bool("render", false, "only render --out's convergence.json again (convergence.md, convergence.svg)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "compare converge: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if *render {
+		r, err := compare.ReadConvergeReport(filepath.Join(o.OutDir, "convergence.json"))
+		if err == nil {
+			err = r.Write(o.OutDir)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "compare converge:", err)
+			return 1
+		}
+		fmt.Println(r.Markdown())
+		return 0
+	}
+	o.Kinds = strings.Split(*kinds, ",")
+	for _, s := range strings.Split(*settings, ",") {
+		st, err := compare.ParseSetting(strings.TrimSpace(s))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "compare converge:", err)
+			return 2
+		}
+		o.Settings = append(o.Settings, st)
+	}
+	o.Progress = os.Stderr
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	report, err := compare.RunConverge(ctx, o)
+	if report != nil && len(report.Runs) > 0 {
+		if werr := report.Write(o.OutDir); werr != nil {
+			fmt.Fprintln(os.Stderr, "compare converge:", werr)
+			return 1
+		}
+		fmt.Println(report.Markdown())
+		fmt.Fprintf(os.Stderr, "report: %s/convergence.{md,json,svg}\n", o.OutDir)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compare converge:", err)
 		return 1
 	}
 	return 0

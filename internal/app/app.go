@@ -69,6 +69,20 @@ import (
 // Object is the type this controller watches.
 type Object = *v1alpha1.MyResource
 
+// The client-side rate limit main.go gives the controller's clients unless
+// told otherwise (--kube-api-qps, --kube-api-burst; the status writer and
+// the Event recorder each have a bucket of this size), and the Events the
+// reconciler records (--events). Chosen from measurements: see "Whole-
+// controller convergence" in docs/benchmarks.md. At 50/s, 10,000 creates
+// took 198 s to converge, exactly what the limiter allows; an Event for
+// every success costs the server a write per object, and client-go drops
+// Events beyond 1,000 queued anyway.
+const (
+	DefaultQPS    = 200
+	DefaultBurst  = 400
+	DefaultEvents = reconcile.EventsWarnings
+)
+
 // Options configure an App. Zero values mean the defaults main.go documents.
 type Options struct {
 	Config    *rest.Config
@@ -92,6 +106,9 @@ type Options struct {
 	// (tests use them to count writes or inject failures).
 	WrapStatusWriter func(reconcile.StatusWriter) reconcile.StatusWriter
 	WrapReconciler   func(reconcile.Reconciler[Object]) reconcile.Reconciler[Object]
+	// Events: which status writes the reconciler records an Event for
+	// (default reconcile.EventsAll; leader election records its own).
+	Events reconcile.EventPolicy
 
 	// Version is reported as rawwatch_build_info.
 	Version string
@@ -228,7 +245,7 @@ func New(opts Options) (_ *App, err error) {
 		status = opts.WrapStatusWriter(status)
 	}
 	var rec reconcile.Reconciler[Object] = &reconcile.MyResourceReconciler{
-		Store: a.Store, Client: status, Recorder: recorder,
+		Store: a.Store, Client: status, Recorder: recorder, Events: opts.Events,
 	}
 	if opts.WrapReconciler != nil {
 		rec = opts.WrapReconciler(rec)

@@ -74,7 +74,8 @@ func TestInClusterWithAServiceAccountToken(t *testing.T) {
 	ns := testkit.Namespace(t, cp.Config())
 	// Serving /metrics as the Deployment does: HTTPS (the default), a
 	// self-signed certificate, to callers RBAC allows.
-	p := startBinary(t, env, "--serviceaccount-dir", sa, "--namespace", ns, "--leader-elect", "-v=2",
+	// --events=all: a success gets an Event too, the one this test waits for.
+	p := startBinary(t, env, "--serviceaccount-dir", sa, "--namespace", ns, "--leader-elect", "--events=all", "-v=2",
 		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=localhost:0")
 
 	p.waitLog(t, 30*time.Second, regexp.MustCompile(`"Client configuration" source="in-cluster" server="`+regexp.QuoteMeta(cp.APIServer.URL)+`"`))

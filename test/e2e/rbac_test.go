@@ -41,7 +41,8 @@ func TestLeastPrivilegeServiceAccountIsEnough(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	p := startBinary(t, nil, "--kubeconfig", kubeconfig, "--namespace", ns, "-v=2")
+	// --events=all: a success gets an Event too, the one this test waits for.
+	p := startBinary(t, nil, "--kubeconfig", kubeconfig, "--namespace", ns, "--events=all", "-v=2")
 	testkit.Eventually(t, 30*time.Second, func() bool {
 		o, err := admin.Get(ctx, ns, "least")
 		return err == nil && o.Status.Phase == v1alpha1.PhaseProcessed && o.Status.ObservedGeneration == o.Generation
