@@ -435,6 +435,7 @@ type status struct {
 	adds, updates, deletes, resyncs int64
 	storeLen                        int
 	lists, pages, doneLists         int64
+	bytesRead                       int64
 	marked                          map[string]bool
 	exited                          error
 }
@@ -484,13 +485,14 @@ func (c *child) read(r io.Reader) {
 				c.st.marked[f[1]] = true
 			}
 		case "status":
-			if len(f) == 9 {
-				v := make([]int64, 8)
+			if len(f) == 10 {
+				v := make([]int64, 9)
 				for i := range v {
 					v[i], _ = strconv.ParseInt(f[i+1], 10, 64)
 				}
 				c.st.adds, c.st.updates, c.st.deletes, c.st.resyncs = v[0], v[1], v[2], v[3]
 				c.st.storeLen, c.st.lists, c.st.pages, c.st.doneLists = int(v[4]), v[5], v[6], v[7]
+				c.st.bytesRead = v[8]
 			}
 		}
 		c.mu.Unlock()
