@@ -45,6 +45,12 @@ type Options struct {
 	RestartAPIServer func(context.Context) error
 	// Kinds are the consumers to run (default AllKinds).
 	Kinds []string
+	// CostKinds are the consumers first run alone, one after the other, to
+	// measure what each costs the apiserver (alone.go; none by default;
+	// only with RestartAPIServer). IdleFor is how long the idle apiserver
+	// is sampled before each measurement (default 2 s).
+	CostKinds []string
+	IdleFor   time.Duration
 	// Writers is the load generator's parallelism; Payload an annotation
 	// size added to every object (bytes).
 	Writers, Payload int
@@ -122,6 +128,7 @@ type harness struct {
 	writes     []Write
 	serverRVs  map[string]string
 	relisted   bool
+	costs      []APIServerCost
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -189,9 +196,14 @@ func (h *harness) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if len(h.opts.CostKinds) > 0 && h.opts.RestartAPIServer != nil {
+		if err := h.phase("apiserver-cost", func() error { return h.measureCosts(ctx) }); err != nil {
+			return err
+		}
+	}
 	err = h.phase("sync", func() error {
 		for _, kind := range h.opts.Kinds {
-			c, err := h.spawn(kind)
+			c, err := h.spawn(kind, kind)
 			if err != nil {
 				return err
 			}
@@ -440,12 +452,13 @@ type status struct {
 	exited                          error
 }
 
-func (h *harness) spawn(kind string) (*child, error) {
+// spawn starts a consumer of kind; its files in OutDir are named name.*.
+func (h *harness) spawn(kind, name string) (*child, error) {
 	c := &child{
 		kind:       kind,
-		eventsPath: filepath.Join(h.opts.OutDir, kind+".events"),
-		resultPath: filepath.Join(h.opts.OutDir, kind+".json"),
-		stderrPath: filepath.Join(h.opts.OutDir, kind+".log"),
+		eventsPath: filepath.Join(h.opts.OutDir, name+".events"),
+		resultPath: filepath.Join(h.opts.OutDir, name+".json"),
+		stderrPath: filepath.Join(h.opts.OutDir, name+".log"),
 		done:       make(chan struct{}),
 		st:         status{marked: map[string]bool{}},
 	}

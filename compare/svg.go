@@ -17,7 +17,11 @@ var palette = map[string]string{
 func (r *Report) SVG() string {
 	const w, h, pad = 520, 340, 50
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", 2*w, h+40)
+	height := h + 40
+	if len(r.APIServerCosts) > 0 {
+		height += h + 40
+	}
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", 2*w, height)
 	b.WriteString(`<rect width="100%" height="100%" fill="white"/>` + "\n")
 
 	// Left: latency CDF.
@@ -100,6 +104,9 @@ func (r *Report) SVG() string {
 	for i, c := range r.Consumers {
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n",
 			pad+i*150, h+14, palette[c.Kind], pad+i*150+16, h+24, c.Kind)
+	}
+	if len(r.APIServerCosts) > 0 {
+		r.costSVG(&b, h+40, w, h, pad)
 	}
 	b.WriteString("</svg>\n")
 	return b.String()
