@@ -6,7 +6,6 @@ import (
 	"math"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,15 +22,14 @@ import (
 //     next), its watch cache of the objects is ready, it is left to settle
 //     for IdleFor and then sampled idle for IdleFor;
 //  2. initial sync: the consumer starts; the window ends when it has synced;
-//  3. relist: the consumer is frozen (SIGSTOP), writes elsewhere move the
-//     revision on, the apiserver is restarted and sampled idle again, and the
-//     consumer resumed (SIGCONT): its watch is gone and a new one gets 410
-//     Gone. The window ends when it has relisted.
+//  3. relist: writes elsewhere move the revision on and the apiserver is
+//     restarted: the consumer's watch is gone and a new one gets 410 Gone.
+//     The window runs from the kill until the consumer has relisted.
 //
-// Freezing the consumer through the restart keeps the apiserver's own start
-// (its watch cache's LIST from etcd included) out of the relist's window: in
-// both windows the apiserver cost is what the consumer added to a warm, idle
-// apiserver. The relist storm measures the cold restart.
+// The restarted apiserver counts its CPU from zero and rebuilds its memory
+// and its watch cache, whoever relists: the relist's CPU is counted from the
+// apiserver's being ready again, and its peaks are compared with the same
+// idle apiserver as the initial sync's.
 
 // APIServerCost is what one consumer, running alone, cost the apiserver.
 type APIServerCost struct {
@@ -43,29 +41,30 @@ type APIServerCost struct {
 // CostWindow is one window of a consumer running alone.
 type CostWindow struct {
 	// Done: the consumer synced (or relisted) before the timeout. Seconds:
-	// consumer started (resumed) → synced (relisted), the relist to within
-	// the consumer's 200 ms status interval.
+	// consumer started → synced, or apiserver killed → consumer relisted
+	// (to within the consumer's 200 ms status interval).
 	Done    bool    `json:"done"`
 	Seconds float64 `json:"seconds"`
-	// The apiserver idle over IdleFor just before: its highest RSS and heap
-	// in use (bytes) and its CPU use (seconds per second; the scrapes are
-	// most of it).
+	// The apiserver idle over IdleFor just before the initial sync: its
+	// highest RSS and heap in use (bytes) and its CPU use (seconds per
+	// second; the scrapes are most of it).
 	IdleRSS     float64 `json:"idleRSS"`
 	IdleHeap    float64 `json:"idleHeap"`
 	IdleCPURate float64 `json:"idleCPUPerSecond"`
 	// The highest RSS and heap in use sampled in the window (bytes).
 	PeakRSS  float64 `json:"peakRSS"`
 	PeakHeap float64 `json:"peakHeap"`
-	// CPUSeconds is process_cpu_seconds_total from the last sample before
-	// the window to the first after it; CPUAboveIdle the same less the idle
-	// rate over that time.
+	// CPUSeconds is process_cpu_seconds_total from the first sample of the
+	// window (after the restart, in a relist) to the first after it;
+	// CPUAboveIdle the same less the idle rate over that time.
 	CPUSeconds   float64 `json:"cpuSeconds"`
 	CPUAboveIdle float64 `json:"cpuAboveIdle"`
 	// BytesRead: response bytes the consumer read in the window (and the
 	// second after it), counted in its transport.
 	BytesRead int64 `json:"bytesRead"`
 	// SampleGap is the longest time in the window without a successful
-	// scrape (seconds): a peak inside a gap is not seen.
+	// scrape (seconds; in a relist, from the apiserver's being ready): a
+	// peak inside a gap is not seen.
 	SampleGap float64 `json:"sampleGapSeconds"`
 	// Series: seconds since the window began → apiserver RSS and heap in use
 	// (MiB), from IdleFor before it to a second after.
@@ -106,28 +105,26 @@ func (h *harness) idleFor() time.Duration {
 }
 
 func (h *harness) alone(ctx context.Context, s *APIServerSampler, kind string) (*APIServerCost, error) {
-	idle := h.idleFor()
-	// A fresh apiserver, idle and warm.
-	fresh := func() (time.Time, error) {
-		if _, _, err := restartSampled(ctx, s, h.opts.RestartAPIServer); err != nil {
-			return time.Time{}, err
-		}
-		if err := h.watchReady(ctx); err != nil {
-			return time.Time{}, err
-		}
-		// A fresh apiserver still collects the garbage of its start for
-		// a while: it is given as long again to settle.
-		time.Sleep(idle)
-		idleFrom := time.Now()
-		time.Sleep(idle)
-		return idleFrom, nil
-	}
-	cost := &APIServerCost{Kind: kind}
+	// A fresh apiserver, warm (its watch cache filled) and idle.
 	h.logf("%s alone: restarting the apiserver", kind)
-	idleFrom, err := fresh()
-	if err != nil {
+	if _, _, err := restartSampled(ctx, s, h.opts.RestartAPIServer); err != nil {
 		return nil, err
 	}
+	if err := h.watchReady(ctx); err != nil {
+		return nil, err
+	}
+	// A fresh apiserver still collects the garbage of its start for a
+	// while: it is given IdleFor to settle, then sampled idle for IdleFor
+	// and at least three samples (a busy machine answers scrapes late).
+	time.Sleep(h.idleFor())
+	idleFrom := time.Now()
+	time.Sleep(h.idleFor())
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if smp, _ := s.Samples(); len(smp) >= 3 && !smp[len(smp)-3].At.Before(idleFrom) {
+			break
+		}
+	}
+	cost := &APIServerCost{Kind: kind}
 	c, err := h.spawn(kind, "alone-"+kind)
 	if err != nil {
 		return nil, err
@@ -144,20 +141,14 @@ func (h *harness) alone(ctx context.Context, s *APIServerSampler, kind string) (
 	end := time.Now()
 	time.Sleep(time.Second) // the samples after the window, the last status lines
 	before := c.status()
-	cost.Sync = window(s, idleFrom, begin, end, before.synced, 0, before.bytesRead)
+	cost.Sync = window(s, idleFrom, begin, begin, begin, end, before.synced, before.bytesRead)
 
-	h.logf("%s alone: synced in %.1fs; freezing it, restarting the apiserver", kind, cost.Sync.Seconds)
-	if err := c.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		return nil, err
-	}
+	h.logf("%s alone: synced in %.1fs; restarting the apiserver", kind, cost.Sync.Seconds)
 	if err := h.bump(ctx); err != nil {
 		return nil, err
 	}
-	if idleFrom, err = fresh(); err != nil {
-		return nil, err
-	}
-	begin = time.Now()
-	if err := c.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	killed, ready, err := restartSampled(ctx, s, h.opts.RestartAPIServer)
+	if err != nil {
 		return nil, err
 	}
 	n := h.opts.Objects
@@ -167,7 +158,7 @@ func (h *harness) alone(ctx context.Context, s *APIServerSampler, kind string) (
 	end = time.Now()
 	time.Sleep(time.Second)
 	after := c.status()
-	cost.Relist = window(s, idleFrom, begin, end, relisted(kind, before, after, n), before.bytesRead, after.bytesRead)
+	cost.Relist = window(s, idleFrom, begin, time.Unix(0, killed), time.Unix(0, ready), end, relisted(kind, before, after, n), after.bytesRead-before.bytesRead)
 	h.logf("%s alone: relisted in %.1fs", kind, cost.Relist.Seconds)
 	c.stop()
 	if err := c.wait(time.Minute); err != nil {
@@ -198,42 +189,48 @@ func (h *harness) watchReady(ctx context.Context) error {
 	}
 }
 
-// window computes a window's figures from the sampler's samples: idle over
-// [idleFrom, from), the window [from, to]; bytes0 and bytes1 are the
-// consumer's byte counts before and after.
-func window(s *APIServerSampler, idleFrom, from, to time.Time, done bool, bytes0, bytes1 int64) CostWindow {
+// window computes a window's figures from the sampler's samples: the idle
+// apiserver over [idleFrom, idleTo), the window [from, to], the apiserver
+// ready at ready (from, unless it restarted in the window); bytes is what the
+// consumer read.
+func window(s *APIServerSampler, idleFrom, idleTo, from, ready, to time.Time, done bool, bytes int64) CostWindow {
 	samples, _ := s.Samples()
-	w := CostWindow{Done: done, Seconds: to.Sub(from).Seconds(), BytesRead: bytes1 - bytes0}
+	w := CostWindow{Done: done, Seconds: to.Sub(from).Seconds(), BytesRead: bytes}
+	var idle, in []APIServerSample
 	var times []float64
-	var last, first *APIServerSample // the last sample before from, the first after to
-	var idleSamples, inSamples []APIServerSample
+	var first, last *APIServerSample // the first sample from ready, the first after to
 	for i, smp := range samples {
+		if !smp.At.Before(idleFrom) && smp.At.Before(idleTo) {
+			idle = append(idle, smp)
+		}
 		t := smp.At.Sub(from).Seconds()
-		if smp.At.Before(idleFrom) || t > w.Seconds+1 {
+		if t < -idleTo.Sub(idleFrom).Seconds() || t > w.Seconds+1 {
 			continue
 		}
 		w.Series = append(w.Series, [3]float64{t, smp.RSS / (1 << 20), smp.HeapInuse / (1 << 20)})
 		times = append(times, t)
 		switch {
 		case smp.At.Before(from):
-			idleSamples, last = append(idleSamples, smp), &samples[i]
 		case !smp.At.After(to):
-			inSamples = append(inSamples, smp)
-		case first == nil:
-			first = &samples[i]
+			in = append(in, smp)
+			if first == nil && !smp.At.Before(ready) {
+				first = &samples[i]
+			}
+		case last == nil:
+			last = &samples[i]
 		}
 	}
-	w.IdleRSS, w.IdleHeap = Peak(idleSamples, idleFrom)
-	w.PeakRSS, w.PeakHeap = Peak(inSamples, from)
-	if len(idleSamples) > 1 {
-		a, b := idleSamples[0], idleSamples[len(idleSamples)-1]
+	w.IdleRSS, w.IdleHeap = Peak(idle, idleFrom)
+	w.PeakRSS, w.PeakHeap = Peak(in, from)
+	if len(idle) > 1 {
+		a, b := idle[0], idle[len(idle)-1]
 		w.IdleCPURate = (b.CPUSeconds - a.CPUSeconds) / b.At.Sub(a.At).Seconds()
 	}
-	if last != nil && first != nil && first.CPUSeconds >= last.CPUSeconds {
-		w.CPUSeconds = first.CPUSeconds - last.CPUSeconds
-		w.CPUAboveIdle = w.CPUSeconds - w.IdleCPURate*first.At.Sub(last.At).Seconds()
+	if first != nil && last != nil && last.CPUSeconds >= first.CPUSeconds {
+		w.CPUSeconds = last.CPUSeconds - first.CPUSeconds
+		w.CPUAboveIdle = w.CPUSeconds - w.IdleCPURate*last.At.Sub(first.At).Seconds()
 	}
-	w.SampleGap = longestGap(times, 0, w.Seconds)
+	w.SampleGap = longestGap(times, ready.Sub(from).Seconds(), w.Seconds)
 	return w
 }
 
@@ -245,9 +242,11 @@ func (r *Report) costMarkdown(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, "\n#### API-server cost per consumer, each alone\n\n"+
 		"Each consumer alone on a freshly restarted apiserver with its watch cache of the %d objects ready, /metrics scraped every 100 ms. "+
-		"Initial sync: consumer start → synced. Relist: the consumer, frozen through a second restart, resumed → relisted (its watch gets 410). "+
-		"Peaks are above the apiserver's idle peak over the %.0f s before (a peak inside a sampling gap is not seen); "+
-		"CPU is process_cpu_seconds_total over the window less the idle rate; bytes are the response bytes the consumer read.\n\n",
+		"Initial sync: consumer start → synced. Relist: writes elsewhere, apiserver killed → consumer relisted (its watch gets 410; "+
+		"the restarted apiserver rebuilds its watch cache too, whoever relists). "+
+		"Peaks are above the idle apiserver's peak over the %.0f s before the initial sync (a peak inside a sampling gap is not seen); "+
+		"CPU is process_cpu_seconds_total over the window (in a relist, from the apiserver's being ready) less the idle rate; "+
+		"bytes are the response bytes the consumer read.\n\n",
 		r.Objects, r.IdleSeconds)
 	b.WriteString("| consumer | idle apiserver RSS / heap | initial sync | peak RSS / heap above idle | CPU s | bytes read | longest sampling gap | relist | peak RSS / heap above idle | CPU s | bytes read | longest sampling gap |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")

@@ -28,6 +28,12 @@
 // write, and every key's events arrived in resourceVersion order — and writes
 // a Markdown table, JSON and an SVG chart (report.go, svg.go).
 //
+// Side by side, what the apiserver spends cannot be told apart by consumer.
+// So, before the side-by-side phases, each of Options.CostKinds runs alone on
+// a freshly restarted apiserver whose /metrics is scraped every 100 ms: its
+// peak RSS and heap in use above idle, CPU seconds and the bytes the consumer
+// read, at its initial sync and at a relist (alone.go).
+//
 // This is the only package of the project that imports client-go's informer
 // machinery (tools/cache, util/workqueue): it is the thing being compared.
 package compare
