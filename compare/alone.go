@@ -299,7 +299,7 @@ func signedMiB(x float64) string { return fmt.Sprintf("%+.1f MiB", x/(1<<20)) }
 // during each consumer's initial sync (left) and relist (right), alone.
 func (r *Report) costSVG(b *strings.Builder, oy, w, h, pad int) {
 	fmt.Fprintf(b, `<g transform="translate(0,%d)">`+"\n", oy)
-	for panel, what := range []string{"initial sync", "relist"} {
+	for panel, what := range []string{"seconds since the consumer (alone) started", "seconds since the apiserver was killed (consumer alone)"} {
 		tmin, tmax := 0.0, 1.0
 		var lines []seriesLine
 		for _, c := range r.APIServerCosts {
@@ -314,7 +314,7 @@ func (r *Report) costSVG(b *strings.Builder, oy, w, h, pad int) {
 			}
 			lines = append(lines, l)
 		}
-		seriesPanel(b, panel*w, w, h, pad, tmin, tmax, "seconds since the consumer (alone) started or resumed: "+what, "apiserver heap in use (MiB)", lines)
+		seriesPanel(b, panel*w, w, h, pad, tmin, tmax, what, "apiserver heap in use (MiB)", lines)
 	}
 	b.WriteString("</g>\n")
 }

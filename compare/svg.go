@@ -77,12 +77,20 @@ func (r *Report) SVG() string {
 			tmax, mmax = math.Max(tmax, p[0]), math.Max(mmax, p[1])
 		}
 	}
-	if tmax > 0 {
+	// From the side-by-side consumers' start (the costs' consumers, alone, came before).
+	tmin := 0.0
+	if p := r.phase("sync"); p != nil {
+		tmin = p.StartS
+	}
+	if tmax > tmin {
 		ox := float64(w)
-		x := func(t float64) float64 { return ox + pad + t/tmax*(w-2*pad) }
+		x := func(t float64) float64 { return ox + pad + (t-tmin)/(tmax-tmin)*(w-2*pad) }
 		y := func(m float64) float64 { return h - pad - m/(mmax*1.1)*(h-2*pad) }
 		axes(&b, w, w, h, pad, "seconds since start", "heap in use (MiB)")
 		for i, p := range r.Phases { // labels on two rows, so that short phases do not overlap
+			if p.StartS < tmin {
+				continue
+			}
 			fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%d" y2="%d" stroke="#ccc" stroke-dasharray="3,3"/><text x="%.0f" y="%d" fill="#888">%s</text>`+"\n",
 				x(p.StartS), x(p.StartS), pad, h-pad, x(p.StartS)+2, pad+10+12*(i%2), p.Name)
 		}
@@ -90,7 +98,9 @@ func (r *Report) SVG() string {
 			m := mmax * 1.1 * float64(i) / 4
 			fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">%.0f</text>`+"\n", ox+pad-4, y(m)+4, m)
 		}
-		fmt.Fprintf(&b, `<text x="%.0f" y="%d" text-anchor="middle">%.0f</text>`+"\n", x(tmax), h-pad+14, tmax)
+		for _, t := range []float64{tmin, tmax} {
+			fmt.Fprintf(&b, `<text x="%.0f" y="%d" text-anchor="middle">%.0f</text>`+"\n", x(t), h-pad+14, t)
+		}
 		for _, c := range r.Consumers {
 			var pts []string
 			for _, p := range c.heap {
