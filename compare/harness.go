@@ -200,6 +200,8 @@ func (h *harness) run(ctx context.Context) error {
 		if err := h.phase("apiserver-cost", func() error { return h.measureCosts(ctx) }); err != nil {
 			return err
 		}
+	} else if len(h.opts.CostKinds) > 0 {
+		h.logf("no apiserver cost per consumer: no way to restart the apiserver")
 	}
 	err = h.phase("sync", func() error {
 		for _, kind := range h.opts.Kinds {
