@@ -164,6 +164,9 @@ func (s *APIServerSampler) Scrape(ctx context.Context) (APIServerSample, error) 
 	if err != nil {
 		return APIServerSample{}, err
 	}
+	// Not gzipped: compressing megabytes ten times a second would be most
+	// of what the scrapes cost the apiserver being measured.
+	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return APIServerSample{}, err
@@ -249,4 +252,36 @@ func Peak(samples []APIServerSample, since time.Time) (rss, heap float64) {
 		heap = max(heap, s.HeapInuse)
 	}
 	return rss, heap
+}
+
+// restartSampled restarts the apiserver with restart once the sampler has a
+// recent sample of it as it was (it waits at most 10 s for one), and
+// returns when it is ready again.
+func restartSampled(ctx context.Context, s *APIServerSampler, restart func(context.Context) error) (killed, ready int64, err error) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if smp, _ := s.Samples(); len(smp) > 0 && time.Since(smp[len(smp)-1].At) < time.Second {
+			break
+		}
+	}
+	killed = time.Now().UnixNano()
+	err = restart(ctx)
+	return killed, time.Now().UnixNano(), err
+}
+
+// longestGap is the longest interval between successive times (seconds) in
+// the window [from, to], the window's start and end counting as times when
+// no sample lies beyond them.
+func longestGap(times []float64, from, to float64) float64 {
+	prev, gap := from, 0.0
+	for _, t := range times {
+		if t < from {
+			continue
+		}
+		gap = max(gap, t-prev)
+		if t > to {
+			return gap
+		}
+		prev = t
+	}
+	return max(gap, to-prev)
 }

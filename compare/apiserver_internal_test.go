@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 const metricsText = `# HELP process_resident_memory_bytes Resident memory size in bytes.
@@ -79,5 +80,59 @@ func TestRequestName(t *testing.T) {
 		if got := requestName(req); got != want {
 			t.Errorf("%s: %q, want %q", url, got, want)
 		}
+	}
+}
+
+// The longest gap between samples in a window counts the window's start and
+// end when no sample lies beyond them, and the interval across the end when
+// one does; samples before the window do not count.
+func TestLongestGap(t *testing.T) {
+	for _, c := range []struct {
+		times    []float64
+		from, to float64
+		want     float64
+	}{
+		{[]float64{-5, 0.1, 0.2, 0.3}, 0, 1, 0.7},     // the last sample → the end
+		{[]float64{0.1, 0.2, 1.5}, 0, 1, 1.3},         // across the end
+		{[]float64{-1, 2.5, 2.6, 3}, 2, 4, 1},         // from the start, before the first sample: 0.5; the last one → the end: 1
+		{nil, 0, 2, 2},                                // no sample at all
+		{[]float64{0.5, 0.6, 0.7, 0.8, 9}, 0, 1, 8.2}, // the next sample comes late
+	} {
+		if got := longestGap(c.times, c.from, c.to); got < c.want-1e-9 || got > c.want+1e-9 {
+			t.Errorf("longestGap(%v, %v, %v) = %v, want %v", c.times, c.from, c.to, got, c.want)
+		}
+	}
+}
+
+// A window's figures from made-up samples: idle for a second (peaks 100 MiB
+// RSS, 60 MiB heap, 0.1 CPU s/s), then a second in which the apiserver
+// works 0.5 CPU s/s more and peaks at 130 and 90 MiB.
+func TestCostWindow(t *testing.T) {
+	t0 := time.Now()
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	s := &APIServerSampler{}
+	for i := range 22 {
+		x := float64(i) / 10
+		smp := APIServerSample{At: at(x), RSS: 100 << 20, HeapInuse: float64(50+10*(i%2)) * (1 << 20), CPUSeconds: 0.1 * x}
+		if x >= 1 {
+			smp.RSS, smp.HeapInuse, smp.CPUSeconds = float64(100+3*(i-10))*(1<<20), float64(60+3*(i-10))*(1<<20), 0.1+0.6*(x-1)
+		}
+		s.samples = append(s.samples, smp)
+	}
+	w := window(s, at(0), at(0.95), at(0.95), at(0.95), at(2.05), true, 12345)
+	near := func(a, b float64) bool { return a > b-1e-6 && a < b+1e-6 }
+	if !w.Done || w.BytesRead != 12345 || !near(w.Seconds, 1.1) {
+		t.Errorf("window: %+v", w)
+	}
+	if !near(w.IdleRSS, 100<<20) || !near(w.IdleHeap, 60<<20) || !near(w.IdleCPURate, 0.1) {
+		t.Errorf("idle: RSS %v, heap %v, CPU %v/s", w.IdleRSS, w.IdleHeap, w.IdleCPURate)
+	}
+	// Peaks: the sample at 2.0 s (130, 90 MiB); CPU from the 1.0 s sample to
+	// the 2.1 s one: 0.66 s, of which 0.11 s idle.
+	if !near(w.RSSAboveIdle(), 30<<20) || !near(w.HeapAboveIdle(), 30<<20) || !near(w.CPUSeconds, 0.66) || !near(w.CPUAboveIdle, 0.55) {
+		t.Errorf("above idle: RSS %v MiB, heap %v MiB, CPU %v s (%v above idle)", w.RSSAboveIdle()/(1<<20), w.HeapAboveIdle()/(1<<20), w.CPUSeconds, w.CPUAboveIdle)
+	}
+	if !near(w.SampleGap, 0.1) || len(w.Series) != 22 {
+		t.Errorf("gap %v, %d points", w.SampleGap, len(w.Series))
 	}
 }

@@ -28,12 +28,19 @@
 // write, and every key's events arrived in resourceVersion order — and writes
 // a Markdown table, JSON and an SVG chart (report.go, svg.go).
 //
-// Two more runs, each a subcommand of cmd/compare: the relist storm
+// Side by side, what the apiserver spends cannot be told apart by consumer.
+// So, before the side-by-side phases, each of Options.CostKinds runs alone on
+// a freshly restarted apiserver whose /metrics is scraped every 100 ms: its
+// peak RSS and heap in use above idle, CPU seconds and the bytes the consumer
+// read, at its initial sync and at a relist (alone.go).
+//
+// Three more runs, each a subcommand of cmd/compare: the relist storm
 // (storm.go: M clients of one kind relist at once after an apiserver
-// restart) and whole-controller convergence (converge.go: the real
+// restart), whole-controller convergence (converge.go: the real
 // controller of internal/app, and the same reconciler on an informer and a
 // workqueue, from N creates to every status Processed, at given client
-// settings).
+// settings), and the heap per cached object against payload (sizes.go: a
+// short harness run per payload size and place).
 //
 // This is the only package of the project that imports client-go's informer
 // machinery (tools/cache, util/workqueue): it is the thing being compared.

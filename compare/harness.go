@@ -46,6 +46,12 @@ type Options struct {
 	RestartAPIServer func(context.Context) error
 	// Kinds are the consumers to run (default AllKinds).
 	Kinds []string
+	// CostKinds are the consumers first run alone, one after the other, to
+	// measure what each costs the apiserver (alone.go; none by default;
+	// only with RestartAPIServer). IdleFor is how long the idle apiserver
+	// is sampled before each measurement (default 2 s).
+	CostKinds []string
+	IdleFor   time.Duration
 	// Writers is the load generator's parallelism; Payload an annotation
 	// size added to every object (bytes), under PayloadAnnotation (default
 	// DefaultPayloadAnnotation).
@@ -142,6 +148,7 @@ type harness struct {
 	writes     []Write
 	serverRVs  map[string]string
 	relisted   bool
+	costs      []APIServerCost
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -209,9 +216,16 @@ func (h *harness) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if len(h.opts.CostKinds) > 0 && h.opts.RestartAPIServer != nil {
+		if err := h.phase("apiserver-cost", func() error { return h.measureCosts(ctx) }); err != nil {
+			return err
+		}
+	} else if len(h.opts.CostKinds) > 0 {
+		h.logf("no apiserver cost per consumer: no way to restart the apiserver")
+	}
 	err = h.phase("sync", func() error {
 		for _, kind := range h.opts.Kinds {
-			c, err := h.spawn(kind)
+			c, err := h.spawn(kind, kind)
 			if err != nil {
 				return err
 			}
@@ -455,16 +469,18 @@ type status struct {
 	adds, updates, deletes, resyncs int64
 	storeLen                        int
 	lists, pages, doneLists         int64
+	bytesRead                       int64
 	marked                          map[string]bool
 	exited                          error
 }
 
-func (h *harness) spawn(kind string) (*child, error) {
+// spawn starts a consumer of kind; its files in OutDir are named name.*.
+func (h *harness) spawn(kind, name string) (*child, error) {
 	c := &child{
 		kind:       kind,
-		eventsPath: filepath.Join(h.opts.OutDir, kind+".events"),
-		resultPath: filepath.Join(h.opts.OutDir, kind+".json"),
-		stderrPath: filepath.Join(h.opts.OutDir, kind+".log"),
+		eventsPath: filepath.Join(h.opts.OutDir, name+".events"),
+		resultPath: filepath.Join(h.opts.OutDir, name+".json"),
+		stderrPath: filepath.Join(h.opts.OutDir, name+".log"),
 		done:       make(chan struct{}),
 		st:         status{marked: map[string]bool{}},
 	}
@@ -507,13 +523,14 @@ func (c *child) read(r io.Reader) {
 				c.st.marked[f[1]] = true
 			}
 		case "status":
-			if len(f) == 9 {
-				v := make([]int64, 8)
+			if len(f) == 10 {
+				v := make([]int64, 9)
 				for i := range v {
 					v[i], _ = strconv.ParseInt(f[i+1], 10, 64)
 				}
 				c.st.adds, c.st.updates, c.st.deletes, c.st.resyncs = v[0], v[1], v[2], v[3]
 				c.st.storeLen, c.st.lists, c.st.pages, c.st.doneLists = int(v[4]), v[5], v[6], v[7]
+				c.st.bytesRead = v[8]
 			}
 		}
 		c.mu.Unlock()

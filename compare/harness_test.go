@@ -42,8 +42,9 @@ func TestMain(m *testing.M) { shared.Main(m) }
 // A short run of the whole harness against the local control plane: every
 // consumer converges and passes, the report is written, and a consumer
 // broken on purpose (it loses every 7th watch frame) fails its verdict — the
-// verdict comes from what the consumers really did.
-func TestShortRunWithABrokenConsumer(t *testing.T) {
+// verdict comes from what the consumers really did. Two consumers are first
+// run alone, and what each cost the apiserver must be in the report.
+func TestHarnessShortRunWithABrokenConsumer(t *testing.T) {
 	cp := shared.Get(t)
 	ctx := context.Background()
 	a, kubeconfig, bin := dedicated(t, ctx, cp, "apiserver-compare")
@@ -56,6 +57,7 @@ func TestShortRunWithABrokenConsumer(t *testing.T) {
 		OutDir: filepath.Join(dir, "out"), Binary: bin, Writers: 8,
 		Apply: true, Payload: 512, // real managedFields, a payload
 		Break: map[string]int{broken: 7}, Progress: &progress,
+		CostKinds: []string{compare.KindRaw, compare.KindInformerList}, IdleFor: 300 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
@@ -89,6 +91,32 @@ func TestShortRunWithABrokenConsumer(t *testing.T) {
 	if report.AllCorrect {
 		t.Error("AllCorrect with a broken consumer")
 	}
+	if len(report.APIServerCosts) != 2 {
+		t.Fatalf("%d API-server costs", len(report.APIServerCosts))
+	}
+	for _, c := range report.APIServerCosts {
+		for _, w := range []compare.CostWindow{c.Sync, c.Relist} {
+			// Each window reads every object (each carries a 512-byte
+			// payload), costs the apiserver some CPU, and is sampled
+			// before, during and after.
+			var idle, after int
+			for _, p := range w.Series {
+				if p[0] < 0 {
+					idle++
+				} else if p[0] > w.Seconds {
+					after++
+				}
+			}
+			if !w.Done || w.Seconds <= 0 || w.BytesRead < 300*512 || w.CPUSeconds <= 0 || w.IdleCPURate < 0 ||
+				w.IdleRSS <= 0 || w.IdleHeap <= 0 || w.PeakHeap <= 0 || w.PeakRSS < 0.8*w.IdleRSS ||
+				w.SampleGap <= 0 || w.SampleGap > 5 || idle < 2 || after < 2 {
+				t.Errorf("%s alone: implausible window (%d idle samples, %d after): %+v", c.Kind, idle, after, w)
+			}
+		}
+	}
+	if c := report.APIServerCosts[0]; c.Relist.BytesRead > 3*c.Sync.BytesRead || c.Sync.BytesRead > 3*c.Relist.BytesRead {
+		t.Errorf("%s: %d bytes read at the initial sync, %d at the relist of the same objects", c.Kind, c.Sync.BytesRead, c.Relist.BytesRead)
+	}
 	md, _ := os.ReadFile(filepath.Join(dir, "out", "report.md"))
 	svg, _ := os.ReadFile(filepath.Join(dir, "out", "report.svg"))
 	js, _ := os.ReadFile(filepath.Join(dir, "out", "report.json"))
@@ -99,6 +127,10 @@ func TestShortRunWithABrokenConsumer(t *testing.T) {
 	}
 	if !strings.Contains(string(md), "server-side apply") || !strings.Contains(string(md), "heap per object vs informer") {
 		t.Errorf("report.md says nothing of the applied objects' heap per object:\n%s", md)
+	}
+	if !strings.Contains(string(md), "API-server cost per consumer") || !strings.Contains(string(md), "| raw / informer-list |") ||
+		!strings.Contains(string(svg), "apiserver heap in use") || !strings.Contains(string(js), `"apiserverCosts"`) {
+		t.Errorf("the API-server costs are missing from the report files:\n%s", md)
 	}
 	if !strings.Contains(string(md), "FAIL") || strings.Count(string(svg), "<polyline") < 2*len(compare.AllKinds)-1 {
 		t.Errorf("report.md or report.svg incomplete:\n%s", md)

@@ -49,10 +49,12 @@ type ConsumerResult struct {
 // The protocol between the harness and a consumer process, one line each:
 //
 //	consumer → harness (stdout):  synced
-//	                              status ADDS UPDATES DELETES RESYNCS STORELEN LISTS PAGES DONELISTS  (every 200 ms)
+//	                              status ADDS UPDATES DELETES RESYNCS STORELEN LISTS PAGES DONELISTS BYTES  (every 200 ms)
 //	                              marked LABEL
 //	harness → consumer (stdin):   mark LABEL   (force a GC, record the live heap)
 //	                              stop         (write the result and exit)
+//
+// BYTES are the response bytes the consumer has read (its ByteCounter).
 
 // RunConsumer is the main of a consumer process.
 func RunConsumer(opts ConsumerOptions, stdin io.Reader, stdout io.Writer) error {
@@ -71,6 +73,8 @@ func RunConsumer(opts ConsumerOptions, stdin io.Reader, stdout io.Writer) error 
 		return err
 	}
 	rec.countRequests(cfg)
+	wire := &ByteCounter{}
+	cfg.Wrap(wire.Wrap)
 	c, err := newConsumer(opts.Kind, cfg, opts.Namespace, rec, opts.DropEvery, opts.DropAnnotations)
 	if err != nil {
 		return err
@@ -107,7 +111,7 @@ func RunConsumer(opts ConsumerOptions, stdin io.Reader, stdout io.Writer) error 
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				say("%s", rec.statusLine(c.storeLen(), c.lists()))
+				say("%s", rec.statusLine(c.storeLen(), c.lists(), wire.Read()))
 			}
 		}
 	}()

@@ -37,6 +37,11 @@ type Report struct {
 	AllCorrect    bool             `json:"allCorrect"`
 	start         int64
 	writesByPhase map[byte]int
+
+	// APIServerCosts: each of Options.CostKinds run alone (alone.go);
+	// IdleSeconds the idle sampling before each window.
+	APIServerCosts []APIServerCost `json:"apiserverCosts,omitempty"`
+	IdleSeconds    float64         `json:"idleSeconds,omitempty"`
 }
 
 // ConsumerReport holds one consumer's figures.
@@ -132,6 +137,10 @@ func (h *harness) report() (*Report, error) {
 		Date: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 		Objects: h.opts.Objects, Payload: h.opts.Payload, Applied: h.opts.Apply, PayloadKey: h.opts.PayloadAnnotation, Transform: h.opts.Transform, UpdateTarget: h.opts.UpdateRate, Relist: h.relisted,
 		start: h.start.UnixNano(), writesByPhase: map[byte]int{},
+		APIServerCosts: h.costs,
+	}
+	if len(h.costs) > 0 {
+		r.IdleSeconds = h.idleFor().Seconds()
 	}
 	for _, p := range h.phases {
 		p.StartS, p.EndS = float64(p.Start-r.start)/1e9, float64(p.End-r.start)/1e9
@@ -406,6 +415,7 @@ func (r *Report) Markdown() string {
 			fmt.Fprintf(&b, "| %s | %s | %s | %.3f | %s | %s |\n", t.Name, t.Raw, t.Other, t.Ratio, t.Limit, met)
 		}
 	}
+	r.costMarkdown(&b)
 	return b.String()
 }
 

@@ -300,24 +300,11 @@ func (s *storm) bump(ctx context.Context) error {
 	return nil
 }
 
-// restart kills and restarts the apiserver; it returns when it is ready.
-// It waits first for a sample of the apiserver as it was (at most 10 s).
-func (s *storm) restart(ctx context.Context) (killed, ready int64, err error) {
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if smp, _ := s.sampler.Samples(); len(smp) > 0 && time.Since(smp[len(smp)-1].At) < time.Second {
-			break
-		}
-	}
-	killed = time.Now().UnixNano()
-	err = s.opts.RestartAPIServer(ctx)
-	return killed, time.Now().UnixNano(), err
-}
-
 func (s *storm) baseline(ctx context.Context) (*StormMode, error) {
 	s.logf("baseline: restarting the apiserver with no client")
 	m := &StormMode{Kind: "none", Correct: true}
 	var err error
-	if m.KilledAt, m.ReadyAt, err = s.restart(ctx); err != nil {
+	if m.KilledAt, m.ReadyAt, err = restartSampled(ctx, s.sampler, s.opts.RestartAPIServer); err != nil {
 		return nil, err
 	}
 	time.Sleep(s.opts.BaselineFor)
@@ -350,7 +337,7 @@ func (s *storm) mode(ctx context.Context, kind string) (*StormMode, error) {
 		return nil, err
 	}
 	s.logf("%s: restarting the apiserver", kind)
-	if m.KilledAt, m.ReadyAt, err = s.restart(ctx); err != nil {
+	if m.KilledAt, m.ReadyAt, err = restartSampled(ctx, s.sampler, s.opts.RestartAPIServer); err != nil {
 		return nil, err
 	}
 	s.logf("%s: apiserver ready after %.1fs; waiting for %d relists", kind, float64(m.ReadyAt-m.KilledAt)/1e9, s.opts.Clients)

@@ -131,21 +131,11 @@ func (r *StormReport) Markdown() string {
 // scrape times out when the apiserver or the machine is too busy to answer,
 // and a peak in a gap is not seen.
 func (m StormMode) sampleGap() float64 {
-	end := m.RelistSeconds
-	prev := 0.0
-	var gap float64
-	for _, p := range m.Series {
-		if p[0] < 0 {
-			continue
-		}
-		if p[0] > end {
-			gap = max(gap, p[0]-prev)
-			return gap
-		}
-		gap = max(gap, p[0]-prev)
-		prev = p[0]
+	times := make([]float64, len(m.Series))
+	for i, p := range m.Series {
+		times[i] = p[0]
 	}
-	return max(gap, end-prev)
+	return longestGap(times, 0, m.RelistSeconds)
 }
 
 func mibF(x float64) string {
@@ -173,46 +163,19 @@ func (r *StormReport) SVG() string {
 			tmin, tmax = math.Min(tmin, p[0]), math.Max(tmax, p[0])
 		}
 	}
-	if tmax <= tmin {
-		tmax = tmin + 1
-	}
 	for panel, what := range []string{"apiserver RSS (MiB)", "apiserver heap in use (MiB)"} {
-		var mmax float64
+		var lines []seriesLine
 		for _, m := range modes {
+			l := seriesLine{color: stormColor(m.Kind), mark: math.NaN()}
 			for _, p := range m.Series {
-				mmax = math.Max(mmax, p[1+panel])
-			}
-		}
-		if mmax == 0 {
-			mmax = 1
-		}
-		ox := float64(panel * w)
-		x := func(t float64) float64 { return ox + pad + (t-tmin)/(tmax-tmin)*(w-2*pad) }
-		y := func(v float64) float64 { return h - pad - v/(mmax*1.1)*(h-2*pad) }
-		axes(&b, panel*w, w, h, pad, "seconds since the apiserver was killed", what)
-		for i := 0; i <= 4; i++ {
-			v := mmax * 1.1 * float64(i) / 4
-			fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">%.0f</text><line x1="%.0f" x2="%.0f" y1="%.0f" y2="%.0f" stroke="#eee"/>`+"\n",
-				ox+pad-4, y(v)+4, v, ox+pad, ox+w-pad, y(v), y(v))
-		}
-		for _, t := range []float64{tmin, 0, tmax} {
-			fmt.Fprintf(&b, `<text x="%.0f" y="%d" text-anchor="middle">%.0f</text>`+"\n", x(t), h-pad+14, t)
-		}
-		fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%d" y2="%d" stroke="#888"/>`+"\n", x(0), x(0), pad, h-pad)
-		for _, m := range modes {
-			color := stormColor(m.Kind)
-			var pts []string
-			for _, p := range m.Series {
-				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(p[0]), y(p[1+panel])))
-			}
-			if len(pts) > 0 {
-				fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.3" points="%s"/>`+"\n", color, strings.Join(pts, " "))
+				l.pts = append(l.pts, [2]float64{p[0], p[1+panel]})
 			}
 			if m.Kind != "none" {
-				fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%d" y2="%d" stroke="%s" stroke-dasharray="3,3"/>`+"\n",
-					x(m.RelistSeconds), x(m.RelistSeconds), pad, h-pad, color)
+				l.mark = m.RelistSeconds
 			}
+			lines = append(lines, l)
 		}
+		seriesPanel(&b, panel*w, w, h, pad, tmin, tmax, "seconds since the apiserver was killed", what, lines)
 	}
 	for i, m := range modes {
 		label := m.Kind

@@ -55,6 +55,7 @@ func run(args []string) int {
 	fs.Float64Var(&o.DeleteFraction, "delete-fraction", 0.5, "fraction of the objects deleted in the last phase")
 	fs.BoolVar(&o.Relist, "relist", true, "force a relist by restarting the apiserver (local control plane only)")
 	kinds := fs.String("consumers", strings.Join(compare.AllKinds, ","), "consumers to run")
+	costKinds := fs.String("apiserver-cost", strings.Join(compare.AllKinds, ","), "consumers first run alone, to measure what each costs the apiserver (\"\": none; local control plane only)")
 	fs.IntVar(&o.Writers, "writers", 16, "parallel writers of the load generator")
 	fs.IntVar(&o.Payload, "payload", 0, "bytes of filler annotation on every object")
 	fs.StringVar(&o.PayloadAnnotation, "payload-annotation", compare.DefaultPayloadAnnotation,
@@ -68,6 +69,9 @@ func run(args []string) int {
 		return 2
 	}
 	o.Kinds = strings.Split(*kinds, ",")
+	if *costKinds != "" {
+		o.CostKinds = strings.Split(*costKinds, ",")
+	}
 	o.Progress = os.Stderr
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
