@@ -77,7 +77,7 @@ func (r *StormReport) Markdown() string {
 			verdict = "**no**: " + m.Incorrect
 		}
 		if m.Kind == "none" {
-			fmt.Fprintf(&b, "| no clients (baseline) | %.1f s | %s | %s | %.0f | %.1f s | – | – | – | – | – / %.0f | – | – | – |\n",
+			fmt.Fprintf(&b, "| no clients (baseline: a restart and one one-item LIST) | %.1f s | %s | %s | %.0f | %.1f s | – | – | – | – | – / %.0f | – | – | – |\n",
 				m.sampleGap(), mibF(m.PeakRSS), mibF(m.PeakHeap), m.PeakWatches, m.RestartSeconds, m.ServerThrottled)
 			return
 		}

@@ -53,7 +53,7 @@ func TestStormTargetsAndRendering(t *testing.T) {
 	}
 	md := r.Markdown()
 	svg, _ := os.ReadFile(filepath.Join(dir, "storm.svg"))
-	if !strings.Contains(md, "| no clients (baseline) | 0.0 s | 300.0 MiB") || !strings.Contains(md, "| informer-list | 5.0 s | 700.0 MiB") || !strings.Contains(md, "**no**: client 3: 2 missing") ||
+	if !strings.Contains(md, "| no clients (baseline: a restart and one one-item LIST) | 0.0 s | 300.0 MiB") || !strings.Contains(md, "| informer-list | 5.0 s | 700.0 MiB") || !strings.Contains(md, "**no**: client 3: 2 missing") ||
 		strings.Count(string(svg), "<polyline") != 4 {
 		t.Errorf("report:\n%s\n%s", md, svg)
 	}
