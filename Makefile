@@ -84,11 +84,17 @@ clean: ## remove bin/ and out/ (the tool cache in the user cache dir stays)
 # bench runs: 2,000 keeps it near a minute; the docs' figures are at 10,000.
 SIZES_OBJECTS ?= 2000
 
-bench: tools ## the comparison harness (default scenario), heap per object against payload, and the delivery benchmark, into out/compare
+bench: tools ## the comparison harness (default scenario, the apiserver's cost per consumer), heap per object against payload, convergence of 1,000 creates at the default flags, and the delivery benchmark: one report, out/compare/bench.md
 	$(GO) build -o bin/compare ./cmd/compare
 	bin/compare --out out/compare
 	bin/compare sizes --objects $(SIZES_OBJECTS) --out out/compare/sizes
+	bin/compare converge --objects 1000 --runs 1 --settings defaults,200/400/2/none --out out/compare/converge
 	$(GO) test -run '^$$' -bench Delivery -benchtime 5x ./compare | tee out/compare/delivery.txt
+	{ cat out/compare/report.md; echo '![latency, heap, apiserver](report.svg)'; echo; \
+	  cat out/compare/sizes/sizes.md; echo '![heap per object against payload](sizes/sizes.svg)'; echo; \
+	  cat out/compare/converge/convergence.md; echo '![convergence](converge/convergence.svg)'; echo; \
+	  echo '### BenchmarkDelivery'; echo; echo '```'; cat out/compare/delivery.txt; echo '```'; } > out/compare/bench.md
+	@echo "report: out/compare/bench.md"
 
 # The relist storm's clients per payload. 50 informers of 10,000 16 KiB
 # objects are about 8 GB of cache in one process, twice that while they

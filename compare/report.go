@@ -428,19 +428,5 @@ func mib(x uint64) string {
 
 // Write stores the report as report.md, report.json and report.svg in dir.
 func (r *Report) Write(dir string) error {
-	j, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	files := map[string][]byte{
-		"report.md":   []byte(r.Markdown()),
-		"report.json": j,
-		"report.svg":  []byte(r.SVG()),
-	}
-	for name, data := range files {
-		if err := os.WriteFile(dir+"/"+name, data, 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
+	return writeReport(dir, "report", r, r.Markdown(), r.SVG())
 }
