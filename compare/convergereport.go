@@ -1,7 +1,6 @@
 package compare
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -210,13 +209,5 @@ func (r *ConvergeReport) Write(dir string) error {
 
 // ReadConvergeReport reads a convergence.json back.
 func ReadConvergeReport(path string) (*ConvergeReport, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var r ConvergeReport
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return &r, nil
+	return readReport[ConvergeReport](path)
 }

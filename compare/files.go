@@ -2,6 +2,7 @@ package compare
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 )
@@ -18,4 +19,17 @@ func writeReport(dir, base string, v any, markdown, svg string) error {
 		}
 	}
 	return nil
+}
+
+// readReport reads a report's JSON back (to render it again).
+func readReport[T any](path string) (*T, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r T
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &r, nil
 }

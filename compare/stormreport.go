@@ -1,10 +1,8 @@
 package compare
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"strings"
 )
@@ -203,14 +201,10 @@ func (r *StormReport) Write(dir string) error {
 
 // ReadStormReport reads a storm.json back (to render it again).
 func ReadStormReport(path string) (*StormReport, error) {
-	b, err := os.ReadFile(path)
+	r, err := readReport[StormReport](path)
 	if err != nil {
 		return nil, err
 	}
-	var r StormReport
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, err
-	}
-	r.Targets = stormTargets(&r)
-	return &r, nil
+	r.Targets = stormTargets(r)
+	return r, nil
 }
