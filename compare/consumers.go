@@ -43,6 +43,8 @@ type consumer interface {
 	run(ctx context.Context, synced chan<- struct{})
 	// storeLen is the number of cached objects (-1 without a cache).
 	storeLen() int
+	// queued is the number of keys waiting for a worker (0 without a queue).
+	queued() int
 	// lists is the number of (re)lists completed, if the consumer can tell
 	// (-1 if not: the harness then infers it from the events, see relisted).
 	lists() int64
@@ -116,6 +118,7 @@ func (r *rawConsumer) run(ctx context.Context, synced chan<- struct{}) {
 }
 
 func (r *rawConsumer) storeLen() int { return r.store.Len() }
+func (r *rawConsumer) queued() int   { return r.ctrl.Queue.Len() }
 func (r *rawConsumer) lists() int64  { return r.w.Stats().Lists }
 
 func (r *rawConsumer) dump() map[string]string {
@@ -211,6 +214,7 @@ func (i *informerConsumer) run(ctx context.Context, synced chan<- struct{}) {
 }
 
 func (i *informerConsumer) storeLen() int { return len(i.informer.GetIndexer().ListKeys()) }
+func (i *informerConsumer) queued() int   { return i.queue.Len() }
 func (i *informerConsumer) lists() int64  { return -1 }
 
 func (i *informerConsumer) dump() map[string]string {
@@ -305,6 +309,7 @@ func (b *bareConsumer) run(ctx context.Context, synced chan<- struct{}) {
 }
 
 func (b *bareConsumer) storeLen() int           { return -1 }
+func (b *bareConsumer) queued() int             { return 0 }
 func (b *bareConsumer) lists() int64            { return -1 }
 func (b *bareConsumer) dump() map[string]string { return nil }
 

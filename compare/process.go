@@ -51,7 +51,7 @@ type ConsumerResult struct {
 //	consumer → harness (stdout):  synced
 //	                              status ADDS UPDATES DELETES RESYNCS STORELEN LISTS PAGES DONELISTS BYTES  (every 200 ms)
 //	                              marked LABEL
-//	harness → consumer (stdin):   mark LABEL   (force a GC, record the live heap)
+//	harness → consumer (stdin):   mark LABEL   (once the queue is empty, force a GC, record the live heap)
 //	                              stop         (write the result and exit)
 //
 // BYTES are the response bytes the consumer has read (its ByteCounter).
@@ -123,6 +123,12 @@ func RunConsumer(opts ConsumerOptions, stdin io.Reader, stdout io.Writer) error 
 			break
 		}
 		if cmd == "mark" {
+			// A phase's heap is its steady state: the keys the phase queued
+			// (10,000 after an initial sync) are worked off first, for up to
+			// 10 s, so that neither the queue's keys nor its grown maps count.
+			for deadline := time.Now().Add(10 * time.Second); c.queued() > 0 && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
 			rec.sample(arg)
 			if opts.ProfileDir != "" {
 				if err := writeHeapProfile(filepath.Join(opts.ProfileDir, opts.Kind+"-"+arg+".heap.pprof")); err != nil {
