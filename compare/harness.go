@@ -1,13 +1,11 @@
 package compare
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -421,8 +419,8 @@ func (h *harness) waitEach(timeout, quiet time.Duration, what string, ok func(*c
 		var late, quietKinds []string
 		for _, c := range h.consumers {
 			s := c.status()
-			if s.exited != nil {
-				return fmt.Errorf("consumer %s exited during %s: %v\n%s", c.kind, what, s.exited, c.stderrTail())
+			if err := c.exited(); err != nil {
+				return fmt.Errorf("consumer %s exited during %s: %v\n%s", c.kind, what, err, c.stderrTail())
 			}
 			if ok(c, s) {
 				continue
@@ -453,12 +451,9 @@ func (h *harness) waitEach(timeout, quiet time.Duration, what string, ok func(*c
 // ---- a consumer process ----
 
 type child struct {
+	*consumerProcess
 	kind                   string
-	cmd                    *exec.Cmd
-	stdin                  io.WriteCloser
 	eventsPath, resultPath string
-	stderrPath             string
-	done                   chan struct{}
 
 	mu sync.Mutex
 	st status
@@ -471,7 +466,6 @@ type status struct {
 	lists, pages, doneLists         int64
 	bytesRead                       int64
 	marked                          map[string]bool
-	exited                          error
 }
 
 // spawn starts a consumer of kind; its files in OutDir are named name.*.
@@ -480,8 +474,6 @@ func (h *harness) spawn(kind, name string) (*child, error) {
 		kind:       kind,
 		eventsPath: filepath.Join(h.opts.OutDir, name+".events"),
 		resultPath: filepath.Join(h.opts.OutDir, name+".json"),
-		stderrPath: filepath.Join(h.opts.OutDir, name+".log"),
-		done:       make(chan struct{}),
 		st:         status{marked: map[string]bool{}},
 	}
 	args := []string{"consume", "--kind", kind, "--kubeconfig", h.kubeconfig, "--namespace", h.namespace,
@@ -496,44 +488,34 @@ func (h *harness) spawn(kind, name string) (*child, error) {
 		args = append(args, "--drop-annotations", strings.Join(reconcile.UnreadAnnotations, ","))
 	}
 	var err error
-	c.cmd, c.stdin, err = startConsumer(h.opts.Binary, args, kind, c.stderrPath, c.done, c.read, func(err error) {
-		c.mu.Lock()
-		c.st.exited = err
-		c.mu.Unlock()
-	})
+	c.consumerProcess, err = startConsumer(h.opts.Binary, args, kind, filepath.Join(h.opts.OutDir, name+".log"), c.line)
 	if err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-func (c *child) read(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 0 {
-			continue
+// line takes one line of the consumer's status protocol (RunConsumer).
+func (c *child) line(f []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch f[0] {
+	case "synced":
+		c.st.synced = true
+	case "marked":
+		if len(f) > 1 {
+			c.st.marked[f[1]] = true
 		}
-		c.mu.Lock()
-		switch f[0] {
-		case "synced":
-			c.st.synced = true
-		case "marked":
-			if len(f) > 1 {
-				c.st.marked[f[1]] = true
+	case "status":
+		if len(f) == 10 {
+			v := make([]int64, 9)
+			for i := range v {
+				v[i], _ = strconv.ParseInt(f[i+1], 10, 64)
 			}
-		case "status":
-			if len(f) == 10 {
-				v := make([]int64, 9)
-				for i := range v {
-					v[i], _ = strconv.ParseInt(f[i+1], 10, 64)
-				}
-				c.st.adds, c.st.updates, c.st.deletes, c.st.resyncs = v[0], v[1], v[2], v[3]
-				c.st.storeLen, c.st.lists, c.st.pages, c.st.doneLists = int(v[4]), v[5], v[6], v[7]
-				c.st.bytesRead = v[8]
-			}
+			c.st.adds, c.st.updates, c.st.deletes, c.st.resyncs = v[0], v[1], v[2], v[3]
+			c.st.storeLen, c.st.lists, c.st.pages, c.st.doneLists = int(v[4]), v[5], v[6], v[7]
+			c.st.bytesRead = v[8]
 		}
-		c.mu.Unlock()
 	}
 }
 
@@ -553,37 +535,7 @@ func (c *child) status() status {
 	return s
 }
 
-func (c *child) send(line string) { fmt.Fprintln(c.stdin, line) }
-
 func (c *child) stop() { c.send("stop") }
-
-func (c *child) wait(timeout time.Duration) error {
-	select {
-	case <-c.done:
-	case <-time.After(timeout):
-		c.kill()
-		return errors.New("did not stop")
-	}
-	if c.cmd.ProcessState.ExitCode() != 0 {
-		return fmt.Errorf("exit code %d\n%s", c.cmd.ProcessState.ExitCode(), c.stderrTail())
-	}
-	return nil
-}
-
-func (c *child) kill() {
-	if c.cmd.Process != nil {
-		_ = c.cmd.Process.Kill()
-	}
-}
-
-func (c *child) stderrTail() string {
-	b, _ := os.ReadFile(c.stderrPath)
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 15 {
-		lines = lines[len(lines)-15:]
-	}
-	return strings.Join(lines, "\n")
-}
 
 // lockedWriter serialises the progress lines of the harness and the load
 // generator.

@@ -168,11 +168,25 @@ func writeHeapProfile(path string) error {
 	return pprof.Lookup("heap").WriteTo(f, 0)
 }
 
+// consumerProcess is a running consumer process, the harness's or the
+// storm's: its stdin takes commands, its stderr goes to a file, and it says
+// why it ended.
+type consumerProcess struct {
+	cmd        *exec.Cmd
+	stdin      io.WriteCloser
+	stderrPath string
+	done       chan struct{} // closed once it has ended
+
+	endMu sync.Mutex
+	end   error // why it ended (nil while it runs)
+}
+
 // startConsumer starts a consumer process: binary with args, client-go's
 // WatchListClient feature on unless kind is KindInformerList, its stderr
-// into stderrPath, its stdout to read. When it ends, exited hears why (an
-// exit without error is still "exited"), then done is closed.
-func startConsumer(binary string, args []string, kind, stderrPath string, done chan struct{}, read func(io.Reader), exited func(error)) (*exec.Cmd, io.WriteCloser, error) {
+// into stderrPath. line hears each non-empty line of its stdout, split into
+// fields. When it ends, exited says why (an exit without error is still
+// "exited"), then done is closed.
+func startConsumer(binary string, args []string, kind, stderrPath string, line func(fields []string)) (*consumerProcess, error) {
 	cmd := exec.Command(binary, args...)
 	watchList := "true"
 	if kind == KindInformerList {
@@ -181,32 +195,87 @@ func startConsumer(binary string, args []string, kind, stderrPath string, done c
 	cmd.Env = append(os.Environ(), "KUBE_FEATURE_WatchListClient="+watchList)
 	stderr, err := os.Create(stderrPath)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		stderr.Close()
-		return nil, nil, err
+		return nil, err
 	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		stderr.Close()
-		return nil, nil, err
+		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
 		stderr.Close()
-		return nil, nil, err
+		return nil, err
 	}
-	go read(stdout)
+	p := &consumerProcess{cmd: cmd, stdin: stdin, stderrPath: stderrPath, done: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if f := strings.Fields(sc.Text()); len(f) > 0 {
+				line(f)
+			}
+		}
+	}()
 	go func() {
 		err := cmd.Wait()
 		stderr.Close()
 		if err == nil {
 			err = errors.New("exited")
 		}
-		exited(err)
-		close(done)
+		p.endMu.Lock()
+		p.end = err
+		p.endMu.Unlock()
+		close(p.done)
 	}()
-	return cmd, stdin, nil
+	return p, nil
+}
+
+// exited is why the process ended, nil while it runs.
+func (p *consumerProcess) exited() error {
+	p.endMu.Lock()
+	defer p.endMu.Unlock()
+	return p.end
+}
+
+func (p *consumerProcess) send(line string) { fmt.Fprintln(p.stdin, line) }
+
+// wait waits for the process to end by itself (it was told to stop), and
+// kills it after timeout. Ending with a non-zero exit code is an error too.
+func (p *consumerProcess) wait(timeout time.Duration) error {
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.kill()
+		return errors.New("did not stop")
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		return fmt.Errorf("exit code %d\n%s", code, p.stderrTail())
+	}
+	return nil
+}
+
+// kill kills the process and waits (up to 10 s) until it has ended.
+func (p *consumerProcess) kill() {
+	if p.cmd.Process != nil {
+		_ = p.cmd.Process.Kill()
+	}
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// stderrTail is the last 15 lines the process wrote to its stderr.
+func (p *consumerProcess) stderrTail() string {
+	b, _ := os.ReadFile(p.stderrPath)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 15 {
+		lines = lines[len(lines)-15:]
+	}
+	return strings.Join(lines, "\n")
 }

@@ -1,14 +1,12 @@
 package compare
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -445,11 +443,8 @@ func (s *storm) measure(m *StormMode) {
 // ---- the consumer process ----
 
 type stormChild struct {
-	cmd        *exec.Cmd
-	stdin      io.WriteCloser
+	*consumerProcess
 	resultPath string
-	stderrPath string
-	done       chan struct{}
 
 	mu sync.Mutex
 	st stormStatus
@@ -460,54 +455,41 @@ type stormStatus struct {
 	armed            bool
 	allRelisted      bool
 	lastRelist       int64
-	exited           error
 }
 
 func (s *storm) spawn(kind string) (*stormChild, error) {
 	c := &stormChild{
 		resultPath: filepath.Join(s.opts.OutDir, kind+".json"),
-		stderrPath: filepath.Join(s.opts.OutDir, kind+".log"),
-		done:       make(chan struct{}),
 	}
 	args := []string{"storm-consume", "--kind", kind, "--kubeconfig", s.kubeconfig, "--namespace", s.namespace,
 		"--clients", strconv.Itoa(s.opts.Clients), "--objects", strconv.Itoa(s.opts.Objects),
 		"--qps", strconv.FormatFloat(float64(s.opts.ClientQPS), 'f', -1, 32), "--burst", strconv.Itoa(s.opts.ClientBurst),
 		"--result", c.resultPath}
 	var err error
-	c.cmd, c.stdin, err = startConsumer(s.opts.Binary, args, kind, c.stderrPath, c.done, c.read, func(err error) {
-		c.mu.Lock()
-		c.st.exited = err
-		c.mu.Unlock()
-	})
+	c.consumerProcess, err = startConsumer(s.opts.Binary, args, kind, filepath.Join(s.opts.OutDir, kind+".log"), c.line)
 	if err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-func (c *stormChild) read(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 0 {
-			continue
+// line takes one line of the storm consumer's protocol (RunStormConsumer).
+func (c *stormChild) line(f []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch f[0] {
+	case "synced":
+		c.st.synced++
+	case "armed":
+		c.st.armed = true
+	case "relisted":
+		c.st.relisted++
+		if len(f) == 3 {
+			at, _ := strconv.ParseInt(f[2], 10, 64)
+			c.st.lastRelist = max(c.st.lastRelist, at)
 		}
-		c.mu.Lock()
-		switch f[0] {
-		case "synced":
-			c.st.synced++
-		case "armed":
-			c.st.armed = true
-		case "relisted":
-			c.st.relisted++
-			if len(f) == 3 {
-				at, _ := strconv.ParseInt(f[2], 10, 64)
-				c.st.lastRelist = max(c.st.lastRelist, at)
-			}
-		case "allrelisted":
-			c.st.allRelisted = true
-		}
-		c.mu.Unlock()
+	case "allrelisted":
+		c.st.allRelisted = true
 	}
 }
 
@@ -524,8 +506,8 @@ func (c *stormChild) waitFor(timeout time.Duration, ok func(stormStatus) bool) e
 		if ok(st) {
 			return nil
 		}
-		if st.exited != nil {
-			return fmt.Errorf("consumer exited: %v", st.exited)
+		if err := c.exited(); err != nil {
+			return fmt.Errorf("consumer exited: %v", err)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("timed out after %s", timeout)
@@ -534,17 +516,9 @@ func (c *stormChild) waitFor(timeout time.Duration, ok func(stormStatus) bool) e
 	}
 }
 
-func (c *stormChild) send(line string) { fmt.Fprintln(c.stdin, line) }
-
 func (c *stormChild) result(timeout time.Duration) (*StormConsumerResult, error) {
-	select {
-	case <-c.done:
-	case <-time.After(timeout):
-		c.kill()
-		return nil, errors.New("consumer did not stop")
-	}
-	if code := c.cmd.ProcessState.ExitCode(); code != 0 {
-		return nil, fmt.Errorf("consumer exit code %d\n%s", code, c.stderrTail())
+	if err := c.wait(timeout); err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
 	}
 	b, err := os.ReadFile(c.resultPath)
 	if err != nil {
@@ -563,23 +537,4 @@ func (c *stormChild) maxRSS() int64 {
 		return ru.Maxrss * 1024
 	}
 	return 0
-}
-
-func (c *stormChild) kill() {
-	if c.cmd.Process != nil {
-		_ = c.cmd.Process.Kill()
-	}
-	select {
-	case <-c.done:
-	case <-time.After(10 * time.Second):
-	}
-}
-
-func (c *stormChild) stderrTail() string {
-	b, _ := os.ReadFile(c.stderrPath)
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 15 {
-		lines = lines[len(lines)-15:]
-	}
-	return strings.Join(lines, "\n")
 }
