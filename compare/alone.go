@@ -144,7 +144,7 @@ func (h *harness) alone(ctx context.Context, s *APIServerSampler, kind string) (
 	cost.Sync = window(s, idleFrom, begin, begin, begin, end, before.synced, before.bytesRead)
 
 	h.logf("%s alone: synced in %.1fs; restarting the apiserver", kind, cost.Sync.Seconds)
-	if err := h.bump(ctx); err != nil {
+	if err := bumpRevision(ctx, h.kube); err != nil {
 		return nil, err
 	}
 	killed, ready, err := restartSampled(ctx, s, h.opts.RestartAPIServer)

@@ -1,6 +1,7 @@
 package compare
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -160,9 +161,9 @@ func (r ConvergeRun) OtherRequests() int {
 
 // RunConverge runs every kind at every setting, one controller at a time.
 func RunConverge(ctx context.Context, opts ConvergeOptions) (*ConvergeReport, error) {
-	opts.Objects = cmpOr(opts.Objects, 1000)
-	opts.Writers = cmpOr(opts.Writers, 16)
-	opts.Runs = cmpOr(opts.Runs, 1)
+	opts.Objects = cmp.Or(opts.Objects, 1000)
+	opts.Writers = cmp.Or(opts.Writers, 16)
+	opts.Runs = cmp.Or(opts.Runs, 1)
 	if opts.Timeout == 0 {
 		opts.Timeout = 10 * time.Minute
 	}
@@ -244,13 +245,6 @@ func RunConverge(ctx context.Context, opts ConvergeOptions) (*ConvergeReport, er
 		}
 	}
 	return r, nil
-}
-
-func cmpOr(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 type convergeHarness struct {

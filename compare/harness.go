@@ -139,6 +139,7 @@ type harness struct {
 	kubeconfig string
 	cfg        *rest.Config
 	client     *client.Client
+	kube       kubernetes.Interface
 	namespace  string
 	load       *Load
 	consumers  []*child
@@ -183,9 +184,10 @@ func (h *harness) connect(ctx context.Context) error {
 	if h.client, err = client.New(cfg); err != nil {
 		return err
 	}
+	h.kube = kubernetes.NewForConfigOrDie(cfg)
 	h.namespace = fmt.Sprintf("compare-%d", time.Now().Unix())
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: h.namespace}}
-	if _, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+	if _, err := h.kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating namespace %s: %w", h.namespace, err)
 	}
 	h.load = &Load{Client: h.client, Namespace: h.namespace, Writers: h.opts.Writers, Payload: h.opts.Payload, PayloadAnnotation: h.opts.PayloadAnnotation, Apply: h.opts.Apply, Progress: h.opts.Progress}
@@ -196,8 +198,8 @@ func (h *harness) cleanup() {
 	for _, c := range h.consumers {
 		c.kill()
 	}
-	if h.cfg != nil && h.namespace != "" && h.cp == nil {
-		_ = kubernetes.NewForConfigOrDie(h.cfg).CoreV1().Namespaces().Delete(context.Background(), h.namespace, metav1.DeleteOptions{})
+	if h.kube != nil && h.namespace != "" && h.cp == nil {
+		_ = h.kube.CoreV1().Namespaces().Delete(context.Background(), h.namespace, metav1.DeleteOptions{})
 	}
 	if h.cp != nil {
 		h.cp.Stop()
@@ -269,7 +271,7 @@ func (h *harness) run(ctx context.Context) error {
 			// revision, and a watch from an older one gets 410 Gone. The
 			// consumers are at the revision of their last event; writes
 			// elsewhere move the current revision past it.
-			if err := h.bump(ctx); err != nil {
+			if err := bumpRevision(ctx, h.kube); err != nil {
 				return err
 			}
 			if err := h.opts.RestartAPIServer(ctx); err != nil {
@@ -350,9 +352,11 @@ func (h *harness) run(ctx context.Context) error {
 	return nil
 }
 
-// bump writes a few objects in a namespace no consumer watches.
-func (h *harness) bump(ctx context.Context) error {
-	kube := kubernetes.NewForConfigOrDie(h.cfg)
+// bumpRevision writes a few objects in a namespace no consumer watches: a
+// restarted apiserver's watch cache starts at the current revision, and a
+// watch from the consumers' older revision then gets 410 Gone: they must
+// relist.
+func bumpRevision(ctx context.Context, kube kubernetes.Interface) error {
 	for i := range 3 {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", GenerateName: "compare-bump-"},
 			Data: map[string]string{"i": strconv.Itoa(i)}}

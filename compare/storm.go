@@ -285,20 +285,6 @@ func (s *storm) run(ctx context.Context) (*StormReport, error) {
 	return r, nil
 }
 
-// bump writes a few objects in a namespace no client watches: a restarted
-// apiserver's watch cache starts at the current revision, and a watch from
-// the clients' older revision then gets 410 Gone: they must relist.
-func (s *storm) bump(ctx context.Context) error {
-	for i := range 3 {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", GenerateName: "storm-bump-"},
-			Data: map[string]string{"i": strconv.Itoa(i)}}
-		if _, err := s.kube.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func (s *storm) baseline(ctx context.Context) (*StormMode, error) {
 	s.logf("baseline: restarting the apiserver with no client")
 	m := &StormMode{Kind: "none", Correct: true}
@@ -345,7 +331,7 @@ func (s *storm) mode(ctx context.Context, kind string) (*StormMode, error) {
 	if err := c.waitFor(time.Minute, func(st stormStatus) bool { return st.armed }); err != nil {
 		return nil, fmt.Errorf("arm: %w\n%s", err, c.stderrTail())
 	}
-	if err := s.bump(ctx); err != nil {
+	if err := bumpRevision(ctx, s.kube); err != nil {
 		return nil, err
 	}
 	s.logf("%s: restarting the apiserver", kind)
