@@ -424,6 +424,41 @@ func TestDeletionsTellsAFailedDeletion(t *testing.T) {
 		"after its Deleted failed, the deletion is not reported failing")
 }
 
+// A failed deletion's mark goes with it: once a retry handles it, a later
+// deletion of the same key is reported queued, not failing (a stale mark
+// would let a slot go without a deletion that never failed).
+func TestAFailedMarkEndsWhenTheDeletionIsHandled(t *testing.T) {
+	fake := &fakeReconciler{delErrs: []error{errors.New("boom")}}
+	c := &Controller[object]{Queue: queue.New(queue.NewExponentialLimiter(10*time.Millisecond, 10*time.Millisecond)), Reconciler: fake}
+	count := func() (queued, failing int) {
+		c.Deletions(func(_ store.Delta[object], f bool) {
+			if f {
+				failing++
+			} else {
+				queued++
+			}
+		})
+		return
+	}
+	first := myResource("a", "x", 1)
+	first.UID = "uid-1"
+	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: first})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx, nil, 1); close(done) }()
+	testkit.Eventually(t, 5*time.Second, func() bool { q, f := count(); return q == 0 && f == 0 },
+		"the deletion that failed once was not handled by its retry")
+	cancel()
+	<-done
+
+	second := myResource("a", "x", 2)
+	second.UID = "uid-2"
+	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: second})
+	if q, f := count(); q != 1 || f != 0 {
+		t.Fatalf("a new deletion of the key: %d queued, %d failing; want 1, 0", q, f)
+	}
+}
+
 // The event policy: all records both kinds, warnings only the failure,
 // none nothing; the status is written alike under each.
 func TestEventPolicy(t *testing.T) {
