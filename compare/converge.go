@@ -479,8 +479,10 @@ func (h *convergeHarness) watchProcessed(ctx context.Context, ns string) (*proce
 					}
 					rv = l.ResourceVersion
 				}
-				sleep(ctx, 100*time.Millisecond)
 			}
+			// At most ten WATCHes a second, even from a server that ends
+			// every watch at once without an error.
+			sleep(ctx, 100*time.Millisecond)
 		}
 	}()
 	return p, nil
