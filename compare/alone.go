@@ -50,18 +50,31 @@ type CostWindow struct {
 	// second; the scrapes are most of it).
 	IdleRSS     float64 `json:"idleRSS"`
 	IdleHeap    float64 `json:"idleHeap"`
+	IdleLive    float64 `json:"idleLiveHeap"`
 	IdleCPURate float64 `json:"idleCPUPerSecond"`
-	// The highest RSS and heap in use sampled in the window (bytes).
+	// The highest RSS, heap in use and live heap sampled in the window
+	// and the first sample after it (bytes; a window shorter than the
+	// sampling interval may have no sample of its own). The live heap is what the last GC kept (APIServerSample):
+	// it does not swing with the GC's timing as heap in use does.
 	PeakRSS  float64 `json:"peakRSS"`
 	PeakHeap float64 `json:"peakHeap"`
-	// CPUSeconds is process_cpu_seconds_total from the first sample of the
-	// window (after the restart, in a relist) to the first after it;
+	PeakLive float64 `json:"peakLiveHeap"`
+	// Allocated: bytes the apiserver allocated over the same time as
+	// CPUSeconds; AllocatedAboveIdle the same less the idle rate (the
+	// scrapes allocate too).
+	Allocated          float64 `json:"allocated"`
+	AllocatedAboveIdle float64 `json:"allocatedAboveIdle"`
+	// CPUSeconds is process_cpu_seconds_total from the last sample before
+	// the window (in a relist, the first after the restart) to the first
+	// after it;
 	// CPUAboveIdle the same less the idle rate over that time.
 	CPUSeconds   float64 `json:"cpuSeconds"`
 	CPUAboveIdle float64 `json:"cpuAboveIdle"`
-	// BytesRead: response bytes the consumer read in the window (and the
-	// second after it), counted in its transport.
+	// BytesRead: response-body bytes the consumer read in the window (and
+	// the second after it), counted in its transport after decompression;
+	// WireBytes: the bytes it read from its connections in that time.
 	BytesRead int64 `json:"bytesRead"`
+	WireBytes int64 `json:"wireBytes"`
 	// SampleGap is the longest time in the window without a successful
 	// scrape (seconds; in a relist, from the apiserver's being ready): a
 	// peak inside a gap is not seen.
@@ -74,6 +87,7 @@ type CostWindow struct {
 // RSSAboveIdle and HeapAboveIdle are the window's peaks less the idle peaks.
 func (w CostWindow) RSSAboveIdle() float64  { return w.PeakRSS - w.IdleRSS }
 func (w CostWindow) HeapAboveIdle() float64 { return w.PeakHeap - w.IdleHeap }
+func (w CostWindow) LiveAboveIdle() float64 { return w.PeakLive - w.IdleLive }
 
 // measureCosts runs each of CostKinds alone.
 func (h *harness) measureCosts(ctx context.Context) error {
@@ -141,7 +155,7 @@ func (h *harness) alone(ctx context.Context, s *APIServerSampler, kind string) (
 	end := time.Now()
 	time.Sleep(time.Second) // the samples after the window, the last status lines
 	before := c.status()
-	cost.Sync = window(s, idleFrom, begin, begin, begin, end, before.synced, before.bytesRead)
+	cost.Sync = window(s, idleFrom, begin, begin, begin, end, before.synced, before.bytesRead, before.wireBytes)
 
 	h.logf("%s alone: synced in %.1fs; restarting the apiserver", kind, cost.Sync.Seconds)
 	if err := bumpRevision(ctx, h.kube); err != nil {
@@ -158,7 +172,8 @@ func (h *harness) alone(ctx context.Context, s *APIServerSampler, kind string) (
 	end = time.Now()
 	time.Sleep(time.Second)
 	after := c.status()
-	cost.Relist = window(s, idleFrom, begin, time.Unix(0, killed), time.Unix(0, ready), end, relisted(kind, before, after, n), after.bytesRead-before.bytesRead)
+	cost.Relist = window(s, idleFrom, begin, time.Unix(0, killed), time.Unix(0, ready), end, relisted(kind, before, after, n),
+		after.bytesRead-before.bytesRead, after.wireBytes-before.wireBytes)
 	h.logf("%s alone: relisted in %.1fs", kind, cost.Relist.Seconds)
 	c.stop()
 	if err := c.wait(time.Minute); err != nil {
@@ -191,14 +206,14 @@ func (h *harness) watchReady(ctx context.Context) error {
 
 // window computes a window's figures from the sampler's samples: the idle
 // apiserver over [idleFrom, idleTo), the window [from, to], the apiserver
-// ready at ready (from, unless it restarted in the window); bytes is what the
-// consumer read.
-func window(s *APIServerSampler, idleFrom, idleTo, from, ready, to time.Time, done bool, bytes int64) CostWindow {
+// ready at ready (from, unless it restarted in the window); read and wire are
+// the bytes the consumer read (ByteCounter).
+func window(s *APIServerSampler, idleFrom, idleTo, from, ready, to time.Time, done bool, read, wire int64) CostWindow {
 	samples, _ := s.Samples()
-	w := CostWindow{Done: done, Seconds: to.Sub(from).Seconds(), BytesRead: bytes}
+	w := CostWindow{Done: done, Seconds: to.Sub(from).Seconds(), BytesRead: read, WireBytes: wire}
 	var idle, in []APIServerSample
 	var times []float64
-	var first, last *APIServerSample // the first sample from ready, the first after to
+	var first, last *APIServerSample // the last before from (the first from ready, if it restarted), the first after to
 	for i, smp := range samples {
 		if !smp.At.Before(idleFrom) && smp.At.Before(idleTo) {
 			idle = append(idle, smp)
@@ -211,6 +226,9 @@ func window(s *APIServerSampler, idleFrom, idleTo, from, ready, to time.Time, do
 		times = append(times, t)
 		switch {
 		case smp.At.Before(from):
+			if !ready.After(from) {
+				first = &samples[i] // no restart in the window: count from just before it
+			}
 		case !smp.At.After(to):
 			in = append(in, smp)
 			if first == nil && !smp.At.Before(ready) {
@@ -218,17 +236,31 @@ func window(s *APIServerSampler, idleFrom, idleTo, from, ready, to time.Time, do
 			}
 		case last == nil:
 			last = &samples[i]
+			in = append(in, smp)
 		}
 	}
 	w.IdleRSS, w.IdleHeap = Peak(idle, idleFrom)
 	w.PeakRSS, w.PeakHeap = Peak(in, from)
+	for _, smp := range idle {
+		w.IdleLive = max(w.IdleLive, smp.LiveHeap)
+	}
+	for _, smp := range in {
+		w.PeakLive = max(w.PeakLive, smp.LiveHeap)
+	}
+	var idleAllocRate float64
 	if len(idle) > 1 {
 		a, b := idle[0], idle[len(idle)-1]
 		w.IdleCPURate = (b.CPUSeconds - a.CPUSeconds) / b.At.Sub(a.At).Seconds()
+		idleAllocRate = (b.Allocated - a.Allocated) / b.At.Sub(a.At).Seconds()
 	}
-	if first != nil && last != nil && last.CPUSeconds >= first.CPUSeconds {
+	// Both counters restart from zero with the apiserver: a window's are
+	// read from the first sample after ready.
+	if first != nil && last != nil && last.CPUSeconds >= first.CPUSeconds && last.Allocated >= first.Allocated {
+		span := last.At.Sub(first.At).Seconds()
 		w.CPUSeconds = last.CPUSeconds - first.CPUSeconds
-		w.CPUAboveIdle = w.CPUSeconds - w.IdleCPURate*last.At.Sub(first.At).Seconds()
+		w.CPUAboveIdle = w.CPUSeconds - w.IdleCPURate*span
+		w.Allocated = last.Allocated - first.Allocated
+		w.AllocatedAboveIdle = w.Allocated - idleAllocRate*span
 	}
 	w.SampleGap = longestGap(times, ready.Sub(from).Seconds(), w.Seconds)
 	return w
@@ -245,21 +277,23 @@ func (r *Report) costMarkdown(b *strings.Builder) {
 		"Initial sync: consumer start → synced. Relist: writes elsewhere, apiserver killed → consumer relisted (its watch gets 410; "+
 		"the restarted apiserver rebuilds its watch cache too, whoever relists). "+
 		"Peaks are above the idle apiserver's peak over the %.0f s before the initial sync (a peak inside a sampling gap is not seen); "+
-		"CPU is process_cpu_seconds_total over the window (in a relist, from the apiserver's being ready) less the idle rate; "+
-		"bytes are the response bytes the consumer read.\n\n",
+		"heap is heap in use (go_memstats_heap_inuse_bytes: it swings with the GC's timing by up to the live heap), "+
+		"live is go_gc_heap_live_bytes (what the last GC kept). "+
+		"CPU (process_cpu_seconds_total) and allocated (go_gc_heap_allocs_bytes_total) are over the window (in a relist, from the apiserver's being ready) less the idle rate; "+
+		"bytes are the response bodies the consumer read (decompressed) / the bytes it read from its connections (TLS, compressed LIST pages).\n\n",
 		r.Objects, r.IdleSeconds)
-	b.WriteString("| consumer | idle apiserver RSS / heap | initial sync | peak RSS / heap above idle | CPU s | bytes read | longest sampling gap | relist | peak RSS / heap above idle | CPU s | bytes read | longest sampling gap |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| consumer | idle apiserver RSS / heap / live | initial sync | peak RSS / heap / live above idle | allocated | CPU s | bytes read / on the wire | longest sampling gap | relist | peak RSS / heap / live above idle | allocated | CPU s | bytes read / on the wire | longest sampling gap |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	cell := func(w CostWindow) string {
 		t := fmt.Sprintf("%.2f s", w.Seconds)
 		if !w.Done {
 			t = "**not done** after " + t
 		}
-		return fmt.Sprintf("%s | %s / %s | %.2f | %.2f MiB | %.1f s", t, signedMiB(w.RSSAboveIdle()), signedMiB(w.HeapAboveIdle()),
-			w.CPUAboveIdle, float64(w.BytesRead)/(1<<20), w.SampleGap)
+		return fmt.Sprintf("%s | %s / %s / %s | %s | %.2f | %.2f / %.2f MiB | %.1f s", t, signedMiB(w.RSSAboveIdle()), signedMiB(w.HeapAboveIdle()),
+			signedMiB(w.LiveAboveIdle()), mibF(w.AllocatedAboveIdle), w.CPUAboveIdle, float64(w.BytesRead)/(1<<20), float64(w.WireBytes)/(1<<20), w.SampleGap)
 	}
 	for _, c := range r.APIServerCosts {
-		fmt.Fprintf(b, "| %s | %s / %s | %s | %s |\n", c.Kind, mibF(c.Sync.IdleRSS), mibF(c.Sync.IdleHeap), cell(c.Sync), cell(c.Relist))
+		fmt.Fprintf(b, "| %s | %s / %s / %s | %s | %s |\n", c.Kind, mibF(c.Sync.IdleRSS), mibF(c.Sync.IdleHeap), mibF(c.Sync.IdleLive), cell(c.Sync), cell(c.Relist))
 	}
 	cost := func(kind string) *APIServerCost {
 		for i := range r.APIServerCosts {
@@ -277,7 +311,8 @@ func (r *Report) costMarkdown(b *strings.Builder) {
 	}
 	ratios := func(a, b CostWindow) string {
 		return strings.Join([]string{ratio(a.RSSAboveIdle(), b.RSSAboveIdle()), ratio(a.HeapAboveIdle(), b.HeapAboveIdle()),
-			ratio(a.CPUAboveIdle, b.CPUAboveIdle), ratio(float64(a.BytesRead), float64(b.BytesRead))}, " | ")
+			ratio(a.LiveAboveIdle(), b.LiveAboveIdle()), ratio(a.AllocatedAboveIdle, b.AllocatedAboveIdle),
+			ratio(a.CPUAboveIdle, b.CPUAboveIdle), ratio(float64(a.WireBytes), float64(b.WireBytes))}, " | ")
 	}
 	var rows []string
 	for _, pair := range [][2]string{{KindRaw, KindInformerList}, {KindRawWatchList, KindInformer}} {
@@ -286,8 +321,8 @@ func (r *Report) costMarkdown(b *strings.Builder) {
 		}
 	}
 	if len(rows) > 0 {
-		b.WriteString("\n| ratio | sync: peak RSS above idle | peak heap above idle | CPU s | bytes read | relist: peak RSS above idle | peak heap above idle | CPU s | bytes read |\n")
-		b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("\n| ratio | sync: peak RSS above idle | peak heap | peak live heap | allocated | CPU s | bytes on the wire | relist: peak RSS above idle | peak heap | peak live heap | allocated | CPU s | bytes on the wire |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		b.WriteString(strings.Join(rows, ""))
 		b.WriteString("\n(– : a side added nothing measurable above idle.)\n")
 	}

@@ -23,6 +23,15 @@ type APIServerSample struct {
 	// RSS is process_resident_memory_bytes, HeapInuse go_memstats_heap_inuse_bytes.
 	RSS       float64 `json:"rss"`
 	HeapInuse float64 `json:"heapInuse"`
+	// LiveHeap is go_gc_heap_live_bytes: the heap the last GC found live.
+	// Heap in use also holds the garbage made since that GC, so it swings
+	// by up to GOGC (100%) of the live heap with the GC's timing; the live
+	// heap moves only with what the apiserver holds on to.
+	LiveHeap float64 `json:"liveHeap"`
+	// Allocated is go_gc_heap_allocs_bytes_total, every byte the apiserver
+	// has allocated since it started: the work behind the garbage, which
+	// does not depend on when the GC runs.
+	Allocated float64 `json:"allocated"`
 	// CPUSeconds is process_cpu_seconds_total: it restarts from zero when the
 	// apiserver does.
 	CPUSeconds float64 `json:"cpuSeconds"`
@@ -70,6 +79,8 @@ func parseAPIServerMetrics(r io.Reader) (APIServerSample, error) {
 	}
 	s.RSS = gauge("process_resident_memory_bytes")
 	s.HeapInuse = gauge("go_memstats_heap_inuse_bytes")
+	s.LiveHeap = gauge("go_gc_heap_live_bytes")
+	s.Allocated = gauge("go_gc_heap_allocs_bytes_total")
 	s.CPUSeconds = gauge("process_cpu_seconds_total")
 	if f := fams["apiserver_request_total"]; f != nil {
 		for _, m := range f.Metric {
@@ -97,6 +108,8 @@ func parseAPIServerMetrics(r io.Reader) (APIServerSample, error) {
 var sampledSeries = [][]byte{
 	[]byte("process_resident_memory_bytes"),
 	[]byte("go_memstats_heap_inuse_bytes"),
+	[]byte("go_gc_heap_live_bytes"),
+	[]byte("go_gc_heap_allocs_bytes_total"),
 	[]byte("process_cpu_seconds_total"),
 	[]byte("apiserver_request_total"),
 	[]byte("apiserver_longrunning_requests"),

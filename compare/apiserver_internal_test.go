@@ -14,6 +14,12 @@ const metricsText = `# HELP process_resident_memory_bytes Resident memory size i
 process_resident_memory_bytes 1.2345e+08
 # TYPE go_memstats_heap_inuse_bytes gauge
 go_memstats_heap_inuse_bytes 6.5e+07
+# TYPE go_gc_heap_live_bytes gauge
+go_gc_heap_live_bytes 4.5e+07
+# TYPE go_gc_heap_allocs_bytes_total counter
+go_gc_heap_allocs_bytes_total 9.9e+09
+# TYPE go_gc_heap_allocs_by_size_bytes histogram
+go_gc_heap_allocs_by_size_bytes_sum 1
 # TYPE process_cpu_seconds_total counter
 process_cpu_seconds_total 12.5
 # TYPE apiserver_request_total counter
@@ -35,7 +41,7 @@ func TestParseAPIServerMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.RSS != 1.2345e8 || s.HeapInuse != 6.5e7 || s.CPUSeconds != 12.5 || s.Requests != 50 || s.Throttled != 7 || s.Watches != 15 {
+	if s.RSS != 1.2345e8 || s.HeapInuse != 6.5e7 || s.LiveHeap != 4.5e7 || s.Allocated != 9.9e9 || s.CPUSeconds != 12.5 || s.Requests != 50 || s.Throttled != 7 || s.Watches != 15 {
 		t.Fatalf("parsed %+v", s)
 	}
 	if _, err := parseAPIServerMetrics(strings.NewReader("process_resident_memory_bytes{ 1\n")); err == nil {
@@ -105,34 +111,65 @@ func TestLongestGap(t *testing.T) {
 }
 
 // A window's figures from made-up samples: idle for a second (peaks 100 MiB
-// RSS, 60 MiB heap, 0.1 CPU s/s), then a second in which the apiserver
-// works 0.5 CPU s/s more and peaks at 130 and 90 MiB.
+// RSS, 60 MiB heap, 40 MiB live; 0.1 CPU s/s, 10 MiB/s allocated), then a
+// second in which the apiserver works 0.5 CPU s/s and allocates 40 MiB/s
+// more, and grows by 3, 3 and 2 MiB every sample.
 func TestCostWindow(t *testing.T) {
 	t0 := time.Now()
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	s := &APIServerSampler{}
 	for i := range 22 {
 		x := float64(i) / 10
-		smp := APIServerSample{At: at(x), RSS: 100 << 20, HeapInuse: float64(50+10*(i%2)) * (1 << 20), CPUSeconds: 0.1 * x}
+		smp := APIServerSample{At: at(x), RSS: 100 << 20, HeapInuse: float64(50+10*(i%2)) * (1 << 20), LiveHeap: 40 << 20,
+			CPUSeconds: 0.1 * x, Allocated: 10 * x * (1 << 20)}
 		if x >= 1 {
 			smp.RSS, smp.HeapInuse, smp.CPUSeconds = float64(100+3*(i-10))*(1<<20), float64(60+3*(i-10))*(1<<20), 0.1+0.6*(x-1)
+			smp.LiveHeap, smp.Allocated = float64(40+2*(i-10))*(1<<20), (10+50*(x-1))*(1<<20)
 		}
 		s.samples = append(s.samples, smp)
 	}
-	w := window(s, at(0), at(0.95), at(0.95), at(0.95), at(2.05), true, 12345)
+	w := window(s, at(0), at(0.95), at(0.95), at(0.95), at(2.05), true, 12345, 678)
 	near := func(a, b float64) bool { return a > b-1e-6 && a < b+1e-6 }
-	if !w.Done || w.BytesRead != 12345 || !near(w.Seconds, 1.1) {
+	if !w.Done || w.BytesRead != 12345 || w.WireBytes != 678 || !near(w.Seconds, 1.1) {
 		t.Errorf("window: %+v", w)
 	}
 	if !near(w.IdleRSS, 100<<20) || !near(w.IdleHeap, 60<<20) || !near(w.IdleCPURate, 0.1) {
 		t.Errorf("idle: RSS %v, heap %v, CPU %v/s", w.IdleRSS, w.IdleHeap, w.IdleCPURate)
 	}
-	// Peaks: the sample at 2.0 s (130, 90 MiB); CPU from the 1.0 s sample to
-	// the 2.1 s one: 0.66 s, of which 0.11 s idle.
-	if !near(w.RSSAboveIdle(), 30<<20) || !near(w.HeapAboveIdle(), 30<<20) || !near(w.CPUSeconds, 0.66) || !near(w.CPUAboveIdle, 0.55) {
-		t.Errorf("above idle: RSS %v MiB, heap %v MiB, CPU %v s (%v above idle)", w.RSSAboveIdle()/(1<<20), w.HeapAboveIdle()/(1<<20), w.CPUSeconds, w.CPUAboveIdle)
+	// Peaks: the first sample after the window, at 2.1 s (133, 93, 62 MiB:
+	// a window may be shorter than the sampling interval). CPU and allocations
+	// from the last sample before the window (0.9 s) to the first after it
+	// (2.1 s): 0.67 s of CPU, of which 0.12 s idle; 56 MiB, of which 12 idle.
+	if !near(w.RSSAboveIdle(), 33<<20) || !near(w.HeapAboveIdle(), 33<<20) || !near(w.LiveAboveIdle(), 22<<20) ||
+		!near(w.CPUSeconds, 0.67) || !near(w.CPUAboveIdle, 0.55) || !near(w.Allocated, 56<<20) || !near(w.AllocatedAboveIdle, 44<<20) {
+		t.Errorf("above idle: RSS %v MiB, heap %v MiB, live %v MiB, CPU %v s (%v above idle), allocated %v MiB (%v above idle)",
+			w.RSSAboveIdle()/(1<<20), w.HeapAboveIdle()/(1<<20), w.LiveAboveIdle()/(1<<20), w.CPUSeconds, w.CPUAboveIdle,
+			w.Allocated/(1<<20), w.AllocatedAboveIdle/(1<<20))
 	}
 	if !near(w.SampleGap, 0.1) || len(w.Series) != 22 {
 		t.Errorf("gap %v, %d points", w.SampleGap, len(w.Series))
+	}
+}
+
+// A window with a restart in it (a relist) counts CPU and allocations from
+// the first sample after the apiserver was ready again: its counters start
+// from zero then.
+func TestCostWindowAfterARestart(t *testing.T) {
+	t0 := time.Now()
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	s := &APIServerSampler{}
+	for i := range 22 {
+		x := float64(i) / 10
+		smp := APIServerSample{At: at(x), CPUSeconds: 5 + x, Allocated: 500 << 20}
+		if x >= 1.3 { // restarted: counting from zero
+			smp.CPUSeconds, smp.Allocated = 0.5*(x-1.2), (x-1.2)*(100<<20)
+		}
+		s.samples = append(s.samples, smp)
+	}
+	w := window(s, at(0), at(0.5), at(0.95), at(1.25), at(2.05), true, 0, 0)
+	near := func(a, b float64) bool { return a > b-1e-6 && a < b+1e-6 }
+	// From the 1.3 s sample to the 2.1 s one.
+	if !near(w.CPUSeconds, 0.4) || !near(w.Allocated, 80<<20) {
+		t.Errorf("CPU %v s, allocated %v MiB; want 0.4 s and 80 MiB", w.CPUSeconds, w.Allocated/(1<<20))
 	}
 }

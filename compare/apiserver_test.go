@@ -45,7 +45,7 @@ func TestAPIServerSamplerReadsARealAPIServer(t *testing.T) {
 
 	var wire compare.ByteCounter
 	counted := *cfg
-	counted.Wrap(wire.Wrap)
+	wire.Install(&counted)
 	cs := kubernetes.NewForConfigOrDie(&counted)
 	for range 5 {
 		if _, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err != nil {
@@ -56,14 +56,20 @@ func TestAPIServerSamplerReadsARealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after.RSS <= 0 || after.HeapInuse <= 0 || after.CPUSeconds <= 0 {
+	if after.RSS <= 0 || after.HeapInuse <= 0 || after.LiveHeap <= 0 || after.CPUSeconds <= 0 {
 		t.Fatalf("sample %+v: memory and CPU must be positive", after)
+	}
+	if after.Allocated <= before.Allocated {
+		t.Fatalf("allocated %v then %v bytes: the apiserver allocated nothing for 5 LISTs", before.Allocated, after.Allocated)
 	}
 	if after.Requests < before.Requests+5 {
 		t.Fatalf("requests %v then %v: the 5 LISTs in between are not counted", before.Requests, after.Requests)
 	}
-	if wire.Requests() != 5 || wire.Read() == 0 {
-		t.Fatalf("byte counter: %d requests, %d bytes; want 5 requests and some bytes", wire.Requests(), wire.Read())
+	// Small responses travel uncompressed, inside TLS records and HTTP
+	// headers: more bytes on the wire than in the bodies.
+	if wire.Requests() != 5 || wire.Read() == 0 || wire.Wire() <= wire.Read() {
+		t.Fatalf("byte counter: %d requests, %d bytes read, %d on the wire; want 5 requests, and more bytes on the wire than read",
+			wire.Requests(), wire.Read(), wire.Wire())
 	}
 
 	// Run keeps sampling. No rate is asserted: on a loaded machine one

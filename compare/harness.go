@@ -468,7 +468,7 @@ type status struct {
 	adds, updates, deletes, resyncs int64
 	storeLen                        int
 	lists, pages, doneLists         int64
-	bytesRead                       int64
+	bytesRead, wireBytes            int64
 	marked                          map[string]bool
 }
 
@@ -511,14 +511,14 @@ func (c *child) line(f []string) {
 			c.st.marked[f[1]] = true
 		}
 	case "status":
-		if len(f) == 10 {
-			v := make([]int64, 9)
+		if len(f) == 11 {
+			v := make([]int64, 10)
 			for i := range v {
 				v[i], _ = strconv.ParseInt(f[i+1], 10, 64)
 			}
 			c.st.adds, c.st.updates, c.st.deletes, c.st.resyncs = v[0], v[1], v[2], v[3]
 			c.st.storeLen, c.st.lists, c.st.pages, c.st.doneLists = int(v[4]), v[5], v[6], v[7]
-			c.st.bytesRead = v[8]
+			c.st.bytesRead, c.st.wireBytes = v[8], v[9]
 		}
 	}
 }

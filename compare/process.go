@@ -49,12 +49,13 @@ type ConsumerResult struct {
 // The protocol between the harness and a consumer process, one line each:
 //
 //	consumer → harness (stdout):  synced
-//	                              status ADDS UPDATES DELETES RESYNCS STORELEN LISTS PAGES DONELISTS BYTES  (every 200 ms)
+//	                              status ADDS UPDATES DELETES RESYNCS STORELEN LISTS PAGES DONELISTS BYTES WIRE  (every 200 ms)
 //	                              marked LABEL
 //	harness → consumer (stdin):   mark LABEL   (once the queue is empty, force a GC, record the live heap)
 //	                              stop         (write the result and exit)
 //
-// BYTES are the response bytes the consumer has read (its ByteCounter).
+// BYTES are the response-body bytes the consumer has read, WIRE the bytes
+// read from its connections (its ByteCounter).
 
 // RunConsumer is the main of a consumer process.
 func RunConsumer(opts ConsumerOptions, stdin io.Reader, stdout io.Writer) error {
@@ -74,7 +75,7 @@ func RunConsumer(opts ConsumerOptions, stdin io.Reader, stdout io.Writer) error 
 	}
 	rec.countRequests(cfg)
 	wire := &ByteCounter{}
-	cfg.Wrap(wire.Wrap)
+	wire.Install(cfg)
 	c, err := newConsumer(opts.Kind, cfg, opts.Namespace, rec, opts.DropEvery, opts.DropAnnotations)
 	if err != nil {
 		return err
@@ -111,7 +112,7 @@ func RunConsumer(opts ConsumerOptions, stdin io.Reader, stdout io.Writer) error 
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				say("%s", rec.statusLine(c.storeLen(), c.lists(), wire.Read()))
+				say("%s", rec.statusLine(c.storeLen(), c.lists(), wire))
 			}
 		}
 	}()

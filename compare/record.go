@@ -202,8 +202,8 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-func (r *recorder) statusLine(storeLen int, lists, bytesRead int64) string {
+func (r *recorder) statusLine(storeLen int, lists int64, bytes *ByteCounter) string {
 	c := r.counts.snapshot()
-	return fmt.Sprintf("status %d %d %d %d %d %d %d %d %d", r.adds.Load(), r.updates.Load(), r.deletes.Load(), r.resyncs.Load(),
-		storeLen, c.Lists(), c.ListPages, lists, bytesRead)
+	return fmt.Sprintf("status %d %d %d %d %d %d %d %d %d %d", r.adds.Load(), r.updates.Load(), r.deletes.Load(), r.resyncs.Load(),
+		storeLen, c.Lists(), c.ListPages, lists, bytes.Read(), bytes.Wire())
 }

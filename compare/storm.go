@@ -97,6 +97,11 @@ type StormMode struct {
 	// 429s the apiserver itself counted since its restart.
 	PeakRSS  float64 `json:"peakRSS"`
 	PeakHeap float64 `json:"peakHeap"`
+	// PeakLive is the highest live heap (what a GC kept; APIServerSample)
+	// in that time, Allocated the bytes the restarted apiserver allocated
+	// until the last relist (its counter starts from zero).
+	PeakLive  float64 `json:"peakLiveHeap"`
+	Allocated float64 `json:"allocated"`
 	// PeakWatches is the most WATCH requests the apiserver served at once
 	// in that time (every client's, the WatchLists included): how close
 	// together the clients came back.
@@ -421,6 +426,7 @@ func (s *storm) measure(m *StormMode) {
 		m.ServerThrottled = max(m.ServerThrottled, smp.Throttled)
 		if !smp.At.After(done) {
 			m.PeakRSS, m.PeakHeap = max(m.PeakRSS, smp.RSS), max(m.PeakHeap, smp.HeapInuse)
+			m.PeakLive, m.Allocated = max(m.PeakLive, smp.LiveHeap), max(m.Allocated, smp.Allocated)
 			m.PeakWatches = max(m.PeakWatches, smp.Watches)
 		}
 	}

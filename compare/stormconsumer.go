@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -73,6 +71,10 @@ type StormRequests struct {
 	Total     int64 `json:"total"`
 	Throttled int64 `json:"throttled"`
 	Failed    int64 `json:"failed"`
+	// Bytes of response bodies read (decompressed), and read from the
+	// connections (ByteCounter).
+	Read int64 `json:"bytesRead"`
+	Wire int64 `json:"wireBytes"`
 }
 
 func (a StormRequests) minus(b StormRequests) StormRequests {
@@ -80,6 +82,7 @@ func (a StormRequests) minus(b StormRequests) StormRequests {
 		RequestCounts: RequestCounts{ListStarts: a.ListStarts - b.ListStarts, ListPages: a.ListPages - b.ListPages,
 			WatchLists: a.WatchLists - b.WatchLists, Watches: a.Watches - b.Watches, Probes: a.Probes - b.Probes},
 		Total: a.Total - b.Total, Throttled: a.Throttled - b.Throttled, Failed: a.Failed - b.Failed,
+		Read: a.Read - b.Read, Wire: a.Wire - b.Wire,
 	}
 }
 
@@ -98,7 +101,8 @@ func (s *stormClient) now() status {
 }
 
 func (s *stormClient) requests() StormRequests {
-	return StormRequests{RequestCounts: s.rec.counts.snapshot(), Total: s.wire.Requests(), Throttled: s.wire.Throttled(), Failed: s.wire.Failed()}
+	return StormRequests{RequestCounts: s.rec.counts.snapshot(), Total: s.wire.Requests(), Throttled: s.wire.Throttled(), Failed: s.wire.Failed(),
+		Read: s.wire.Read(), Wire: s.wire.Wire()}
 }
 
 // The protocol between the storm and its consumer process, one line each:
@@ -134,11 +138,10 @@ func RunStormConsumer(opts StormConsumerOptions, stdin io.Reader, stdout io.Writ
 	for i := range clients {
 		cfg := rest.CopyConfig(base)
 		// Its own transport and connections: client-go shares one transport
-		// among configs with the same TLS settings unless a Proxy function
-		// is set (it cannot compare functions). No proxy is used.
-		cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
+		// among configs with the same TLS settings unless a Dial function
+		// is set (it cannot compare functions), as Install sets one.
 		s := &stormClient{rec: &recorder{events: bufio.NewWriter(io.Discard)}, wire: &ByteCounter{}}
-		cfg.Wrap(s.wire.Wrap)
+		s.wire.Install(cfg)
 		s.rec.countRequests(cfg)
 		if s.c, err = newConsumer(opts.Kind, cfg, opts.Namespace, s.rec, 0, nil); err != nil {
 			return err

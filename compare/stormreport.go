@@ -32,7 +32,8 @@ func stormTargets(r *StormReport) []Target {
 		for _, v := range []struct {
 			name   string
 			rv, ov float64
-		}{{"storm peak apiserver RSS", raw.PeakRSS, other.PeakRSS}, {"storm peak apiserver heap", raw.PeakHeap, other.PeakHeap}} {
+		}{{"storm peak apiserver RSS", raw.PeakRSS, other.PeakRSS}, {"storm peak apiserver heap", raw.PeakHeap, other.PeakHeap},
+			{"storm peak apiserver live heap", raw.PeakLive, other.PeakLive}} {
 			if v.ov == 0 {
 				continue
 			}
@@ -43,7 +44,10 @@ func stormTargets(r *StormReport) []Target {
 			// what the clients add on top of it, compared the same way.
 			if b := r.Baseline; b != nil {
 				base := b.PeakRSS
-				if strings.HasSuffix(v.name, "heap") {
+				switch {
+				case strings.HasSuffix(v.name, "live heap"):
+					base = b.PeakLive
+				case strings.HasSuffix(v.name, "heap"):
 					base = b.PeakHeap
 				}
 				if v.ov > base {
@@ -65,24 +69,26 @@ func (r *StormReport) Markdown() string {
 	fmt.Fprintf(&b, "### Relist storm, %s\n\n", r.Date)
 	fmt.Fprintf(&b, "%d clients of one kind in one process (each with its own cache, client, connections and rate limiter: %g QPS, burst %d), "+
 		"%d objects of %d payload bytes; the apiserver is killed and restarted once every client has synced; apiserver sampled every %.0f ms "+
-		"(peaks are of the samples taken: a peak inside a sampling gap is not seen); %s, %d CPUs.\n\n",
+		"(peaks are of the samples taken: a peak inside a sampling gap is not seen; heap in use swings with the GC's timing, "+
+		"the live heap is what the last GC kept; allocated counts from the restart). "+
+		"Bytes are the clients' response bodies (decompressed) / what they read from their connections. %s, %d CPUs.\n\n",
 		r.Clients, r.ClientQPS, r.ClientBurst, r.Objects, r.Payload, r.IntervalMs, r.GoVersion, r.CPUs)
-	b.WriteString("| mode | longest sampling gap in the storm | apiserver peak RSS | peak heap in use | most WATCHes at once | restart → ready | restart → all relisted | relisted | initial sync of all | requests (LIST starts / pages / WatchLists / WATCHes / one-item probes / all) | 429s seen by the clients / counted by the apiserver | failed (no response) | consumer process max RSS | correct |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| mode | longest sampling gap in the storm | apiserver peak RSS | peak heap in use | peak live heap | allocated | most WATCHes at once | restart → ready | restart → all relisted | relisted | initial sync of all | requests (LIST starts / pages / WatchLists / WATCHes / one-item probes / all) | bytes read / on the wire | 429s seen by the clients / counted by the apiserver | failed (no response) | consumer process max RSS | correct |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	row := func(m StormMode) {
 		verdict := "yes"
 		if !m.Correct {
 			verdict = "**no**: " + m.Incorrect
 		}
 		if m.Kind == "none" {
-			fmt.Fprintf(&b, "| no clients (baseline: a restart and one one-item LIST) | %.1f s | %s | %s | %.0f | %.1f s | – | – | – | – | – / %.0f | – | – | – |\n",
-				m.sampleGap(), mibF(m.PeakRSS), mibF(m.PeakHeap), m.PeakWatches, m.RestartSeconds, m.ServerThrottled)
+			fmt.Fprintf(&b, "| no clients (baseline: a restart and one one-item LIST) | %.1f s | %s | %s | %s | %s | %.0f | %.1f s | – | – | – | – | – | – / %.0f | – | – | – |\n",
+				m.sampleGap(), mibF(m.PeakRSS), mibF(m.PeakHeap), mibF(m.PeakLive), mibF(m.Allocated), m.PeakWatches, m.RestartSeconds, m.ServerThrottled)
 			return
 		}
 		q := m.Requests
-		fmt.Fprintf(&b, "| %s | %.1f s | %s | %s | %.0f | %.1f s | %.1f s | %d/%d | %.1f s | %d / %d / %d / %d / %d / %d | %d / %.0f | %d | %s | %s |\n",
-			m.Kind, m.sampleGap(), mibF(m.PeakRSS), mibF(m.PeakHeap), m.PeakWatches, m.RestartSeconds, m.RelistSeconds, m.RelistedClients, len(m.Clients),
-			m.InitialSyncSeconds, q.ListStarts, q.ListPages, q.WatchLists, q.Watches, q.Probes, q.Total, q.Throttled, m.ServerThrottled,
+		fmt.Fprintf(&b, "| %s | %.1f s | %s | %s | %s | %s | %.0f | %.1f s | %.1f s | %d/%d | %.1f s | %d / %d / %d / %d / %d / %d | %s / %s | %d / %.0f | %d | %s | %s |\n",
+			m.Kind, m.sampleGap(), mibF(m.PeakRSS), mibF(m.PeakHeap), mibF(m.PeakLive), mibF(m.Allocated), m.PeakWatches, m.RestartSeconds, m.RelistSeconds, m.RelistedClients, len(m.Clients),
+			m.InitialSyncSeconds, q.ListStarts, q.ListPages, q.WatchLists, q.Watches, q.Probes, q.Total, mibF(float64(q.Read)), mibF(float64(q.Wire)), q.Throttled, m.ServerThrottled,
 			q.Failed, mibF(float64(m.ConsumerMaxRSS)), verdict)
 	}
 	if r.Baseline != nil {

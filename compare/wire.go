@@ -1,18 +1,30 @@
 package compare
 
 import (
+	"context"
 	"io"
+	"net"
 	"net/http"
 	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/rest"
 )
 
-// ByteCounter counts the response bytes a consumer reads off the wire (after
-// the transport's decompression, if any: what the decoder sees), its requests,
-// and their responses by status code. Install it with
-// rest.Config.Wrap(counter.Wrap), outside client-go's retries: every attempt
-// is counted, a 429 client-go retried included.
+// ByteCounter counts a consumer's requests, their responses by status code,
+// and the bytes it reads twice: the response bodies after the transport's
+// gzip decompression (what the decoder sees), and what crossed its
+// connections (TLS records, HTTP/2 frames and headers, compressed bodies:
+// the wire). The apiserver gzips a response of more than 128 KiB if the
+// client accepts it, as Go's transport does: a LIST page of many objects
+// travels compressed, a watch stream (a WatchList's initial events too)
+// does not.
+//
+// Install it on a rest.Config; it wraps the transport outside client-go's
+// retries, so every attempt is counted, a 429 client-go retried included.
 type ByteCounter struct {
 	read     atomic.Int64
+	wire     atomic.Int64
 	requests atomic.Int64
 	failed   atomic.Int64      // no response at all (connection refused, reset, ...)
 	codes    [600]atomic.Int64 // responses by status code
@@ -35,10 +47,48 @@ func (c *ByteCounter) Failed() int64 { return c.failed.Load() }
 // Read is the number of response-body bytes read so far.
 func (c *ByteCounter) Read() int64 { return c.read.Load() }
 
+// Wire is the number of bytes read from the connections so far.
+func (c *ByteCounter) Wire() int64 { return c.wire.Load() }
+
 // Requests is the number of requests sent so far.
 func (c *ByteCounter) Requests() int64 { return c.requests.Load() }
 
-// Wrap is a transport wrapper for rest.Config.Wrap.
+// Install counts cfg's requests and bytes: its transport is wrapped, and its
+// connections are dialled through Dialer. (A rest.Config with its own Dial
+// gets a transport of its own: client-go shares transports only between
+// configs it can compare.)
+func (c *ByteCounter) Install(cfg *rest.Config) {
+	cfg.Wrap(c.Wrap)
+	cfg.Dial = c.Dialer(cfg.Dial)
+}
+
+// Dialer wraps dial (nil: a net.Dialer with client-go's default timeouts) so
+// that every connection it makes counts the bytes read from it.
+func (c *ByteCounter) Dialer(dial func(ctx context.Context, network, address string) (net.Conn, error)) func(ctx context.Context, network, address string) (net.Conn, error) {
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		conn, err := dial(ctx, network, address)
+		if err != nil {
+			return nil, err
+		}
+		return &countingConn{Conn: conn, n: &c.wire}, nil
+	}
+}
+
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// Wrap is a transport wrapper for rest.Config.Wrap (Install uses it).
 func (c *ByteCounter) Wrap(rt http.RoundTripper) http.RoundTripper {
 	return countingRT{rt: rt, c: c}
 }

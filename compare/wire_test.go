@@ -1,9 +1,11 @@
 package compare
 
 import (
+	"compress/gzip"
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -34,5 +36,33 @@ func TestByteCounterCountsStatusCodes(t *testing.T) {
 	}
 	if c.Status(-1) != 0 || c.Status(1000) != 0 {
 		t.Fatal("out-of-range codes must read 0")
+	}
+}
+
+// A gzipped response is counted twice: decompressed as the decoder reads it,
+// compressed as it crossed the connection (Go's transport asks for gzip and
+// decompresses by itself, as it does for client-go).
+func TestByteCounterCountsTheWire(t *testing.T) {
+	body := strings.Repeat("x", 100_000)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Accept-Encoding") != "gzip" {
+			t.Errorf("Accept-Encoding %q", r.Header.Get("Accept-Encoding"))
+		}
+		w.Header().Set("Content-Encoding", "gzip")
+		z := gzip.NewWriter(w)
+		io.WriteString(z, body)
+		z.Close()
+	}))
+	defer srv.Close()
+	var c ByteCounter
+	client := &http.Client{Transport: c.Wrap(&http.Transport{DialContext: c.Dialer(nil)})}
+	resp, err := client.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if c.Read() != 100_000 || c.Wire() == 0 || c.Wire() > 10_000 {
+		t.Fatalf("read %d bytes, %d on the wire; want 100000, and a compressed few hundred", c.Read(), c.Wire())
 	}
 }
