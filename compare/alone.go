@@ -59,6 +59,10 @@ type CostWindow struct {
 	PeakRSS  float64 `json:"peakRSS"`
 	PeakHeap float64 `json:"peakHeap"`
 	PeakLive float64 `json:"peakLiveHeap"`
+	// HighWaterRSS is the kernel's peak of the apiserver's resident set
+	// over the window (VmHWM, reset when the window begins; in a relist,
+	// since the restart), which no sampling gap hides; 0 if unknown.
+	HighWaterRSS float64 `json:"highWaterRSS,omitempty"`
 	// Allocated: bytes the apiserver allocated over the same time as
 	// CPUSeconds; AllocatedAboveIdle the same less the idle rate (the
 	// scrapes allocate too).
@@ -84,8 +88,14 @@ type CostWindow struct {
 	Series [][3]float64 `json:"series"`
 }
 
-// RSSAboveIdle and HeapAboveIdle are the window's peaks less the idle peaks.
-func (w CostWindow) RSSAboveIdle() float64  { return w.PeakRSS - w.IdleRSS }
+// RSSAboveIdle and HeapAboveIdle are the window's peaks less the idle peaks
+// (RSS: the kernel's peak if known, else the samples').
+func (w CostWindow) RSSAboveIdle() float64 {
+	if w.HighWaterRSS > 0 {
+		return w.HighWaterRSS - w.IdleRSS
+	}
+	return w.PeakRSS - w.IdleRSS
+}
 func (w CostWindow) HeapAboveIdle() float64 { return w.PeakHeap - w.IdleHeap }
 func (w CostWindow) LiveAboveIdle() float64 { return w.PeakLive - w.IdleLive }
 
@@ -139,6 +149,7 @@ func (h *harness) alone(ctx context.Context, s *APIServerSampler, kind string) (
 		}
 	}
 	cost := &APIServerCost{Kind: kind}
+	h.resetHighWater()
 	c, err := h.spawn(kind, "alone-"+kind)
 	if err != nil {
 		return nil, err
@@ -153,9 +164,11 @@ func (h *harness) alone(ctx context.Context, s *APIServerSampler, kind string) (
 		return nil, err
 	}
 	end := time.Now()
+	highWater := h.highWater()
 	time.Sleep(time.Second) // the samples after the window, the last status lines
 	before := c.status()
 	cost.Sync = window(s, idleFrom, begin, begin, begin, end, before.synced, before.bytesRead, before.wireBytes)
+	cost.Sync.HighWaterRSS = highWater
 
 	h.logf("%s alone: synced in %.1fs; restarting the apiserver", kind, cost.Sync.Seconds)
 	if err := bumpRevision(ctx, h.kube); err != nil {
@@ -170,16 +183,48 @@ func (h *harness) alone(ctx context.Context, s *APIServerSampler, kind string) (
 		return nil, err
 	}
 	end = time.Now()
+	highWater = h.highWater()
 	time.Sleep(time.Second)
 	after := c.status()
 	cost.Relist = window(s, idleFrom, begin, time.Unix(0, killed), time.Unix(0, ready), end, relisted(kind, before, after, n),
 		after.bytesRead-before.bytesRead, after.wireBytes-before.wireBytes)
+	cost.Relist.HighWaterRSS = highWater
 	h.logf("%s alone: relisted in %.1fs", kind, cost.Relist.Seconds)
 	c.stop()
 	if err := c.wait(time.Minute); err != nil {
 		return nil, err
 	}
 	return cost, nil
+}
+
+// highWater is the apiserver's resident-set high-water mark (bytes), 0 if
+// it cannot be read; resetHighWater sets it back to the resident set now.
+func (h *harness) highWater() float64 {
+	pid := h.apiserverPID()
+	if pid == 0 {
+		return 0
+	}
+	v, err := peakRSS(pid)
+	if err != nil {
+		h.logf("the apiserver's peak RSS: %v", err)
+		return 0
+	}
+	return float64(v)
+}
+
+func (h *harness) resetHighWater() {
+	if pid := h.apiserverPID(); pid != 0 {
+		if err := resetPeakRSS(pid); err != nil {
+			h.logf("resetting the apiserver's peak RSS: %v", err)
+		}
+	}
+}
+
+func (h *harness) apiserverPID() int {
+	if h.opts.APIServerPID == nil {
+		return 0
+	}
+	return h.opts.APIServerPID()
 }
 
 // watchReady waits until the apiserver serves a WATCH of the namespace's
@@ -276,7 +321,8 @@ func (r *Report) costMarkdown(b *strings.Builder) {
 		"Each consumer alone on a freshly restarted apiserver with its watch cache of the %d objects ready, /metrics scraped every 100 ms. "+
 		"Initial sync: consumer start → synced. Relist: writes elsewhere, apiserver killed → consumer relisted (its watch gets 410; "+
 		"the restarted apiserver rebuilds its watch cache too, whoever relists). "+
-		"Peaks are above the idle apiserver's peak over the %.0f s before the initial sync (a peak inside a sampling gap is not seen); "+
+		"Peaks are above the idle apiserver's peak over the %.0f s before the initial sync (a peak inside a sampling gap is not seen, "+
+		"except RSS's when the harness started the apiserver: then it is the kernel's peak, VmHWM); "+
 		"heap is heap in use (go_memstats_heap_inuse_bytes: it swings with the GC's timing by up to the live heap), "+
 		"live is go_gc_heap_live_bytes (what the last GC kept). "+
 		"CPU (process_cpu_seconds_total) and allocated (go_gc_heap_allocs_bytes_total) are over the window (in a relist, from the apiserver's being ready) less the idle rate; "+

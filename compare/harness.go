@@ -42,6 +42,10 @@ type Options struct {
 	// local control plane itself; without it there is no relist phase).
 	Relist           bool
 	RestartAPIServer func(context.Context) error
+	// APIServerPID, if set, gives the running apiserver's process id, for
+	// the kernel's peak of its resident set in the cost windows (set by Run
+	// with the local control plane).
+	APIServerPID func() int
 	// Kinds are the consumers to run (default AllKinds).
 	Kinds []string
 	// CostKinds are the consumers first run alone, one after the other, to
@@ -171,7 +175,7 @@ func (h *harness) connect(ctx context.Context) error {
 			return err
 		}
 		h.cp, h.kubeconfig = cp, cp.Kubeconfig
-		h.opts.RestartAPIServer = cp.APIServer.Restart
+		h.opts.RestartAPIServer, h.opts.APIServerPID = cp.APIServer.Restart, cp.APIServer.PID
 	} else {
 		h.kubeconfig = h.opts.Kubeconfig
 	}

@@ -53,7 +53,7 @@ func TestHarnessShortRunWithABrokenConsumer(t *testing.T) {
 	var progress strings.Builder
 	report, err := compare.Run(ctx, compare.Options{
 		Kubeconfig: kubeconfig, Objects: 300, UpdateRate: 200, UpdateDuration: 3 * time.Second,
-		DeleteFraction: 0.5, Relist: true, RestartAPIServer: a.Restart,
+		DeleteFraction: 0.5, Relist: true, RestartAPIServer: a.Restart, APIServerPID: a.PID,
 		OutDir: filepath.Join(dir, "out"), Binary: bin, Writers: 8,
 		Apply: true, Payload: 512, // real managedFields, a payload
 		Break: map[string]int{broken: 7}, Progress: &progress,
@@ -108,7 +108,7 @@ func TestHarnessShortRunWithABrokenConsumer(t *testing.T) {
 				}
 			}
 			if !w.Done || w.Seconds <= 0 || w.BytesRead < 300*512 || w.CPUSeconds <= 0 || w.IdleCPURate < 0 ||
-				w.IdleRSS <= 0 || w.IdleHeap <= 0 || w.PeakHeap <= 0 || w.PeakRSS < 0.8*w.IdleRSS || w.PeakLive <= 0 || w.Allocated <= 0 || w.WireBytes <= 0 ||
+				w.IdleRSS <= 0 || w.IdleHeap <= 0 || w.PeakHeap <= 0 || w.PeakRSS < 0.8*w.IdleRSS || w.PeakLive <= 0 || w.Allocated <= 0 || w.WireBytes <= 0 || w.HighWaterRSS <= 0 ||
 				w.SampleGap <= 0 || w.SampleGap > 5 || idle < 2 || after < 2 {
 				t.Errorf("%s alone: implausible window (%d idle samples, %d after): %+v", c.Kind, idle, after, w)
 			}

@@ -35,6 +35,10 @@ type StormOptions struct {
 	// apiserver itself.
 	Kubeconfig       string
 	RestartAPIServer func(context.Context) error
+	// APIServerPID, if set, gives the running apiserver's process id (0:
+	// none), for the kernel's peak of its resident set (peakRSS), which no
+	// sampling gap hides. Set by RunStorm when it starts the control plane.
+	APIServerPID func() int
 	// Objects is N (default 10,000), Payload each object's filler annotation
 	// (bytes), Writers the load generator's parallelism (default 16).
 	Objects, Payload, Writers int
@@ -97,6 +101,10 @@ type StormMode struct {
 	// 429s the apiserver itself counted since its restart.
 	PeakRSS  float64 `json:"peakRSS"`
 	PeakHeap float64 `json:"peakHeap"`
+	// HighWaterRSS is the restarted apiserver's peak resident set as the
+	// kernel kept it (VmHWM), read once every client has relisted: the
+	// true peak since the restart, sampled or not (0 if unknown).
+	HighWaterRSS float64 `json:"highWaterRSS,omitempty"`
 	// PeakLive is the highest live heap (what a GC kept; APIServerSample)
 	// in that time, Allocated the bytes the restarted apiserver allocated
 	// until the last relist (its counter starts from zero).
@@ -211,7 +219,7 @@ func (s *storm) connect(ctx context.Context) error {
 			return err
 		}
 		s.cp, s.kubeconfig = cp, cp.Kubeconfig
-		s.opts.RestartAPIServer = cp.APIServer.Restart
+		s.opts.RestartAPIServer, s.opts.APIServerPID = cp.APIServer.Restart, cp.APIServer.PID
 	} else {
 		s.kubeconfig = s.opts.Kubeconfig
 	}
@@ -312,6 +320,7 @@ func (s *storm) baseline(ctx context.Context) (*StormMode, error) {
 	}
 	time.Sleep(s.opts.BaselineFor)
 	m.DoneAt = time.Now().UnixNano()
+	m.HighWaterRSS = s.highWater()
 	s.measure(m)
 	return m, nil
 }
@@ -347,6 +356,7 @@ func (s *storm) mode(ctx context.Context, kind string) (*StormMode, error) {
 	if err := c.waitFor(s.opts.RelistTimeout, func(st stormStatus) bool { return st.allRelisted }); err != nil {
 		s.logf("%s: %v: %d of %d clients relisted", kind, err, c.status().relisted, s.opts.Clients)
 	}
+	m.HighWaterRSS = s.highWater()
 	st := c.status()
 	m.RelistedClients = st.relisted
 	m.DoneAt = st.lastRelist
@@ -390,6 +400,24 @@ func stormVerdict(res *StormConsumerResult, clients, objects int, allRelisted bo
 		}
 	}
 	return len(why) == 0, strings.Join(why, "; ")
+}
+
+// highWater is the apiserver's resident-set high-water mark (bytes), 0 if
+// it cannot be read.
+func (s *storm) highWater() float64 {
+	if s.opts.APIServerPID == nil {
+		return 0
+	}
+	pid := s.opts.APIServerPID()
+	if pid == 0 {
+		return 0
+	}
+	v, err := peakRSS(pid)
+	if err != nil {
+		s.logf("the apiserver's peak RSS: %v", err)
+		return 0
+	}
+	return float64(v)
 }
 
 // measure fills a mode's apiserver figures from the samples.

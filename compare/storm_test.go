@@ -28,7 +28,7 @@ func TestSmallRelistStorm(t *testing.T) {
 	var progress strings.Builder
 	out := filepath.Join(dir, "out")
 	r, err := compare.RunStorm(ctx, compare.StormOptions{
-		Kubeconfig: kubeconfig, RestartAPIServer: a.Restart, Objects: objects, Payload: 256, Clients: clients,
+		Kubeconfig: kubeconfig, RestartAPIServer: a.Restart, APIServerPID: a.PID, Objects: objects, Payload: 256, Clients: clients,
 		Kinds: kinds, Writers: 8, OutDir: out, Binary: bin, Progress: &progress,
 		Baseline: true, BaselineFor: 2 * time.Second, Tail: time.Second,
 	})
@@ -73,25 +73,35 @@ func TestSmallRelistStorm(t *testing.T) {
 				after++
 			}
 		}
-		if before == 0 || after == 0 || m.PeakRSS <= 0 || m.PeakHeap <= 0 {
-			t.Errorf("%s: %d samples before the kill, %d after ready; peaks %v / %v", m.Kind, before, after, m.PeakRSS, m.PeakHeap)
+		if before == 0 || after == 0 || m.PeakRSS <= 0 || m.PeakHeap <= 0 || m.PeakLive <= 0 || m.Allocated <= 0 {
+			t.Errorf("%s: %d samples before the kill, %d after ready; peaks %v / %v / %v, allocated %v", m.Kind, before, after, m.PeakRSS, m.PeakHeap, m.PeakLive, m.Allocated)
+		}
+		// The kernel's peak of the restarted apiserver's resident set is
+		// at least every sample of it.
+		if m.HighWaterRSS < m.PeakRSS {
+			t.Errorf("%s: the kernel's peak RSS %v below the sampled peak %v", m.Kind, m.HighWaterRSS, m.PeakRSS)
 		}
 		// Every client relisted: at least one list each (paginated LIST
 		// starts, or WatchLists), and a watch after it.
 		q := m.Requests
-		if q.ListStarts+q.WatchLists < clients || q.Watches < clients || q.Total < q.ListPages+q.Watches {
+		if q.ListStarts+q.WatchLists < clients || q.Watches < clients || q.Total < q.ListPages+q.Watches || q.Read < objects*256 || q.Wire <= 0 {
 			t.Errorf("%s: implausible requests %+v", m.Kind, q)
 		}
 		if m.ConsumerMaxRSS <= 0 {
 			t.Errorf("%s: consumer max RSS %d", m.Kind, m.ConsumerMaxRSS)
 		}
 	}
+	if r.Baseline.HighWaterRSS <= 0 || r.Baseline.HighWaterRSS < r.Baseline.PeakRSS {
+		t.Errorf("baseline: the kernel's peak RSS %v, sampled %v", r.Baseline.HighWaterRSS, r.Baseline.PeakRSS)
+	}
 	if !r.Modes[0].Restarted || !r.Modes[1].Restarted || !r.Baseline.Restarted {
 		t.Errorf("no sign of a restart in the apiserver's own counters: %v %v %v", r.Baseline.Restarted, r.Modes[0].Restarted, r.Modes[1].Restarted)
 	}
-	// raw against informer-list, RSS and heap; raw-watchlist/informer did not run.
-	if len(r.Targets) != 2 || r.Targets[0].Ratio != math.Round(r.Modes[0].PeakRSS/r.Modes[1].PeakRSS*1000)/1000 ||
-		r.Targets[1].Ratio != math.Round(r.Modes[0].PeakHeap/r.Modes[1].PeakHeap*1000)/1000 {
+	// raw against informer-list, the kernel's RSS, sampled RSS, heap and
+	// live heap; raw-watchlist/informer did not run.
+	if len(r.Targets) != 4 || r.Targets[0].Ratio != math.Round(r.Modes[0].HighWaterRSS/r.Modes[1].HighWaterRSS*1000)/1000 ||
+		r.Targets[1].Ratio != math.Round(r.Modes[0].PeakRSS/r.Modes[1].PeakRSS*1000)/1000 ||
+		r.Targets[2].Ratio != math.Round(r.Modes[0].PeakHeap/r.Modes[1].PeakHeap*1000)/1000 {
 		t.Errorf("targets: %+v", r.Targets)
 	}
 	if err := r.Write(out); err != nil {

@@ -256,6 +256,7 @@ func addRequests(a, b StormRequests) StormRequests {
 		RequestCounts: RequestCounts{ListStarts: a.ListStarts + b.ListStarts, ListPages: a.ListPages + b.ListPages,
 			WatchLists: a.WatchLists + b.WatchLists, Watches: a.Watches + b.Watches, Probes: a.Probes + b.Probes},
 		Total: a.Total + b.Total, Throttled: a.Throttled + b.Throttled, Failed: a.Failed + b.Failed,
+		Read: a.Read + b.Read, Wire: a.Wire + b.Wire,
 	}
 }
 

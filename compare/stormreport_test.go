@@ -13,12 +13,12 @@ import (
 func TestStormTargetsAndRendering(t *testing.T) {
 	const mb = 1 << 20
 	r := &StormReport{Clients: 50, Objects: 10000,
-		Baseline: &StormMode{Kind: "none", Correct: true, PeakRSS: 300 * mb, PeakHeap: 200 * mb, PeakLive: 150 * mb},
+		Baseline: &StormMode{Kind: "none", Correct: true, PeakRSS: 300 * mb, PeakHeap: 200 * mb, PeakLive: 150 * mb, HighWaterRSS: 400 * mb},
 		Modes: []StormMode{
-			{Kind: KindRaw, Correct: true, PeakRSS: 400 * mb, PeakHeap: 250 * mb, PeakLive: 180 * mb, Series: [][3]float64{{-1, 290, 190}, {2, 400, 250}}},
-			{Kind: KindRawWatchList, Correct: true, PeakRSS: 500 * mb, PeakHeap: 300 * mb, PeakLive: 200 * mb},
-			{Kind: KindInformer, Correct: true, PeakRSS: 450 * mb, PeakHeap: 320 * mb, PeakLive: 210 * mb},
-			{Kind: KindInformerList, Correct: false, Incorrect: "client 3: 2 missing", PeakRSS: 700 * mb, PeakHeap: 600 * mb, PeakLive: 300 * mb, Series: [][3]float64{{0, 300, 200}, {5, 700, 600}}},
+			{Kind: KindRaw, Correct: true, PeakRSS: 400 * mb, PeakHeap: 250 * mb, PeakLive: 180 * mb, HighWaterRSS: 500 * mb, Series: [][3]float64{{-1, 290, 190}, {2, 400, 250}}},
+			{Kind: KindRawWatchList, Correct: true, PeakRSS: 500 * mb, PeakHeap: 300 * mb, PeakLive: 200 * mb, HighWaterRSS: 600 * mb},
+			{Kind: KindInformer, Correct: true, PeakRSS: 450 * mb, PeakHeap: 320 * mb, PeakLive: 210 * mb, HighWaterRSS: 650 * mb},
+			{Kind: KindInformerList, Correct: false, Incorrect: "client 3: 2 missing", PeakRSS: 700 * mb, PeakHeap: 600 * mb, PeakLive: 300 * mb, HighWaterRSS: 900 * mb, Series: [][3]float64{{0, 300, 200}, {5, 700, 600}}},
 		}}
 	r.Targets = stormTargets(r)
 	want := []struct {
@@ -26,9 +26,11 @@ func TestStormTargetsAndRendering(t *testing.T) {
 		met          bool
 		note         bool
 	}{
-		{0.571, 0.25, false, true},  // raw / informer-list RSS: 400/700; (100)/(400); informer-list incorrect
+		{0.556, 0.2, false, true},   // raw / informer-list, the kernel's RSS: 500/900; 100/500; informer-list incorrect
+		{0.571, 0.25, false, true},  // sampled RSS: 400/700; (100)/(400)
 		{0.417, 0.125, false, true}, // heap: 250/600; 50/400
 		{0.6, 0.2, false, true},     // live heap: 180/300; 30/150
+		{0.923, 0.8, true, false},   // raw-watchlist / informer, the kernel's RSS: 600/650; 200/250
 		{1.111, 1.333, false, false},
 		{0.938, 0.833, true, false},
 		{0.952, 0.833, true, false}, // live heap: 200/210; 50/60
@@ -55,7 +57,7 @@ func TestStormTargetsAndRendering(t *testing.T) {
 	}
 	md := r.Markdown()
 	svg, _ := os.ReadFile(filepath.Join(dir, "storm.svg"))
-	if !strings.Contains(md, "| no clients (baseline: a restart and one one-item LIST) | 0.0 s | 300.0 MiB") || !strings.Contains(md, "| informer-list | 5.0 s | 700.0 MiB") || !strings.Contains(md, "**no**: client 3: 2 missing") ||
+	if !strings.Contains(md, "| no clients (baseline: a restart and one one-item LIST) | 0.0 s | 400.0 MiB / 300.0 MiB") || !strings.Contains(md, "| informer-list | 5.0 s | 900.0 MiB / 700.0 MiB") || !strings.Contains(md, "**no**: client 3: 2 missing") ||
 		strings.Count(string(svg), "<polyline") != 4 {
 		t.Errorf("report:\n%s\n%s", md, svg)
 	}

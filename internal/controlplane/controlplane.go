@@ -269,6 +269,15 @@ func (a *APIServer) start(ctx context.Context) error {
 // Stop kills the apiserver process (as abruptly as a crash would).
 func (a *APIServer) Stop() { a.proc.kill() }
 
+// PID is the process id of the running kube-apiserver, 0 if none runs: its
+// memory can be read from /proc, whether or not it answers requests.
+func (a *APIServer) PID() int {
+	if a.proc == nil || a.proc.exited() != nil {
+		return 0
+	}
+	return a.proc.cmd.Process.Pid
+}
+
 // Restart kills the apiserver and starts it again with the same flags and
 // port, waiting until it is ready: clients see their connections drop and
 // their watches end, as in a real apiserver restart or upgrade.
