@@ -198,34 +198,9 @@ func (h *harness) alone(ctx context.Context, s *APIServerSampler, kind string) (
 }
 
 // highWater is the apiserver's resident-set high-water mark (bytes), 0 if
-// it cannot be read; resetHighWater sets it back to the resident set now.
-func (h *harness) highWater() float64 {
-	pid := h.apiserverPID()
-	if pid == 0 {
-		return 0
-	}
-	v, err := peakRSS(pid)
-	if err != nil {
-		h.logf("the apiserver's peak RSS: %v", err)
-		return 0
-	}
-	return float64(v)
-}
-
-func (h *harness) resetHighWater() {
-	if pid := h.apiserverPID(); pid != 0 {
-		if err := resetPeakRSS(pid); err != nil {
-			h.logf("resetting the apiserver's peak RSS: %v", err)
-		}
-	}
-}
-
-func (h *harness) apiserverPID() int {
-	if h.opts.APIServerPID == nil {
-		return 0
-	}
-	return h.opts.APIServerPID()
-}
+// unknown; resetHighWater sets it back to the resident set now.
+func (h *harness) highWater() float64 { return highWater(h.opts.APIServerPID, h.logf) }
+func (h *harness) resetHighWater()    { resetHighWater(h.opts.APIServerPID, h.logf) }
 
 // watchReady waits until the apiserver serves a WATCH of the namespace's
 // objects, which it does from its watch cache once that cache has been

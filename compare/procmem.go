@@ -40,3 +40,28 @@ func peakRSS(pid int) (int64, error) {
 func resetPeakRSS(pid int) error {
 	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
 }
+
+// highWater is the high-water mark (bytes) of the process pid gives (nil,
+// or a pid of 0: none), 0 if there is none or it cannot be read (logf says
+// why).
+func highWater(pid func() int, logf func(string, ...any)) float64 {
+	if pid == nil || pid() == 0 {
+		return 0
+	}
+	v, err := peakRSS(pid())
+	if err != nil {
+		logf("the apiserver's peak RSS: %v", err)
+		return 0
+	}
+	return float64(v)
+}
+
+// resetHighWater resets the high-water mark of the process pid gives, if any.
+func resetHighWater(pid func() int, logf func(string, ...any)) {
+	if pid == nil || pid() == 0 {
+		return
+	}
+	if err := resetPeakRSS(pid()); err != nil {
+		logf("resetting the apiserver's peak RSS: %v", err)
+	}
+}

@@ -404,21 +404,7 @@ func stormVerdict(res *StormConsumerResult, clients, objects int, allRelisted bo
 
 // highWater is the apiserver's resident-set high-water mark (bytes), 0 if
 // it cannot be read.
-func (s *storm) highWater() float64 {
-	if s.opts.APIServerPID == nil {
-		return 0
-	}
-	pid := s.opts.APIServerPID()
-	if pid == 0 {
-		return 0
-	}
-	v, err := peakRSS(pid)
-	if err != nil {
-		s.logf("the apiserver's peak RSS: %v", err)
-		return 0
-	}
-	return float64(v)
-}
+func (s *storm) highWater() float64 { return highWater(s.opts.APIServerPID, s.logf) }
 
 // measure fills a mode's apiserver figures from the samples.
 func (s *storm) measure(m *StormMode) {
