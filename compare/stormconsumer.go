@@ -138,8 +138,8 @@ func RunStormConsumer(opts StormConsumerOptions, stdin io.Reader, stdout io.Writ
 	for i := range clients {
 		cfg := rest.CopyConfig(base)
 		// Its own transport and connections: client-go shares one transport
-		// among configs with the same TLS settings unless a Dial function
-		// is set (it cannot compare functions), as Install sets one.
+		// among clients with the same TLS settings, but not among clients
+		// whose config has a Dial function, as Install sets.
 		s := &stormClient{rec: &recorder{events: bufio.NewWriter(io.Discard)}, wire: &ByteCounter{}}
 		s.wire.Install(cfg)
 		s.rec.countRequests(cfg)

@@ -54,9 +54,10 @@ func (c *ByteCounter) Wire() int64 { return c.wire.Load() }
 func (c *ByteCounter) Requests() int64 { return c.requests.Load() }
 
 // Install counts cfg's requests and bytes: its transport is wrapped, and its
-// connections are dialled through Dialer. (A rest.Config with its own Dial
-// gets a transport of its own: client-go shares transports only between
-// configs it can compare.)
+// connections are dialled through Dialer. (Each client made from a config
+// with a Dial gets a transport and connections of its own: client-go keys
+// its shared transports by a holder of the Dial function, made anew for
+// every client.)
 func (c *ByteCounter) Install(cfg *rest.Config) {
 	cfg.Wrap(c.Wrap)
 	cfg.Dial = c.Dialer(cfg.Dial)
