@@ -18,9 +18,10 @@
 //	                             │ BackingOff │ ┌───────────┐
 //	                             │ wait, then │ │ Relisting │ ── listed ──▶ Watching
 //	                             │ retry      │ └───────────┘
-//	                             └────────────┘ (the first relist is at once;
-//	                                             another before a healthy
-//	                                             stream backs off first)
+//	                             └────────────┘ (the first relist skips the
+//	                                             backoff, staggered after
+//	                                             trouble; another before a
+//	                                             healthy stream backs off)
 //
 // The decisions are one pure state machine, Machine: the loop (Watcher.Run)
 // performs the Action it returns — List, WatchList, Watch from a
@@ -96,11 +97,21 @@
 // half at random (the jitter never lengthens a wait, so 30 s is a true cap);
 // a 429 waits at least its Retry-After. n starts again after two minutes
 // without trouble. The exceptions are the first relist after a healthy
-// stream (immediate: it is what recovers after an outage, whatever the
-// backoff grew to meanwhile), a WatchList that failed on the way (the same
+// stream (it does not wait out the backoff, whatever it grew to while the
+// server was away: it is what recovers after an outage), a WatchList that failed on the way (the same
 // list is made at once with LIST; the next relist tries WatchList again; a
 // server that refuses WatchList gets LIST for good), and the watchdog's
 // re-watch (below).
+//
+// That first relist starts at once after a 410 under a healthy stream (a
+// compaction). Right after trouble it starts after a random part, uniform
+// in [0, d), of the last backoff step d ("full jitter"): when an apiserver
+// restarts, every client of it meets trouble and then a 410 within the same
+// step, and a fleet that relisted in the same instant would make the new
+// apiserver serve all its lists at once. client-go's Reflector spreads the
+// same fleet over [d, 2d] by waiting its whole jittered backoff before it
+// relists; this waits less (d/2 on average) for a spread as wide
+// (docs/benchmarks.md measures it in a 50-client relist storm).
 //
 // The bounds that follow, which the explorer holds on thousands of random
 // schedules:
@@ -117,7 +128,8 @@
 //     and four WATCHes when every stream ends in an ERROR.
 //   - Recovery: once the faults stop, the next request comes within the 30 s
 //     cap (or the server's Retry-After), or, on a stream that froze, within
-//     the silence limit; the store is then in sync after one list.
+//     the silence limit; the store is then in sync after one list, which
+//     the stagger may put off by less than one more backoff step.
 //
 // # The watchdog
 //

@@ -308,15 +308,31 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 	switch {
 	case class == Expired, class == TooLargeRV, o.ErrorEvent && class == Transient:
 		reason := fmt.Sprintf("watch from resourceVersion %s ended (%v): relist", m.RV, o.Err)
-		// The first relist is at once, whatever the backoff grew to while the
-		// server was away: it is what recovers us. Another before any healthy
-		// stream backs off.
+		// The first relist does not wait out the backoff, whatever it grew
+		// to while the server was away: it is what recovers us. Another
+		// before any healthy stream backs off.
 		if m.relisted {
 			return m.trouble(o.At, 0, m.relist(), class, o.Err, reason)
 		}
 		m.relisted = true
 		m.disturbed(o.At)
 		a := m.relist()
+		// Right after trouble, though, the server was most likely away for
+		// every client, and every client comes back to a 410 within the
+		// same backoff step: a fleet that relisted at once would make the
+		// restarted apiserver serve all its lists together. So the first
+		// relist after trouble starts after a random part of the last
+		// backoff step (full jitter): the fleet's relists spread over that
+		// step, as client-go's Reflector spreads them over [d, 2d] by
+		// waiting its whole jittered backoff. A 410 with no trouble in the
+		// last ResetAfter (a compaction under a healthy stream) relists at
+		// once. The stagger is not trouble: the backoff does not grow.
+		if d := time.Duration(m.rand() * float64(m.backoff.Delay(m.troubles-1, 0))); m.troubles > 0 && d > 0 {
+			a.Reason = fmt.Sprintf("relist, %s after the 410 (staggered, so that clients back from the same outage do not all relist at once)", d.Round(time.Millisecond))
+			m.after = a
+			return m.do(Action{Do: Wait, Delay: d, Class: class, Err: o.Err,
+				Reason: fmt.Sprintf("%s, after a random part of the last backoff step (%s)", reason, d.Round(time.Millisecond))})
+		}
 		a.Class, a.Err, a.Reason = class, o.Err, reason
 		return m.do(a)
 	case o.Silent:

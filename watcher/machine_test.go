@@ -160,6 +160,34 @@ func TestMachineExpiredRelists(t *testing.T) {
 	s.step(0, Outcome{Err: errTooOld, ErrorEvent: true, Timeout: fiveMin}, Action{Do: List}, Relisting)
 }
 
+// The first relist right after trouble (the server was away, and so it was
+// for every client) starts after a random part of the last backoff step, so
+// that a fleet back from one outage does not relist at once; it is not
+// trouble (the next backoff is the one it would have been). A 410 with no
+// trouble in the last two minutes relists at once.
+func TestMachineRelistAfterTroubleIsStaggered(t *testing.T) {
+	s := &script{t: t, m: NewMachine(DefaultBackoff, false, func() float64 { return 0.5 }), now: t0}
+	s.m.Start(t0)
+	s.step(0, listed10, Action{Do: Watch}, Watching)
+	// The server goes away: the stream is cut, the next WATCH refused.
+	a := s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: Watch, RV: "10"}, Watching)
+	a = s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 1200 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: Probe}, Watching)
+	s.step(0, Outcome{RV: "12"}, Action{Do: Watch, RV: "10"}, Watching)
+	// Back, restarted: 410. Half (rand 0.5) of the last step, 1.6 s.
+	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Do: Wait, Delay: 800 * time.Millisecond}, Relisting)
+	s.wait(a, Action{Do: List}, Relisting)
+	s.step(time.Second, Outcome{RV: "50"}, Action{Do: Watch, RV: "50"}, Watching)
+	// Another 410 before a healthy stream is trouble: the third step.
+	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Do: Wait, Delay: 2400 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: List}, Relisting)
+	// Much later, after a stream that ran its course: a 410 relists at once.
+	s.step(time.Second, Outcome{RV: "60"}, Action{Do: Watch, RV: "60"}, Watching)
+	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin}, Action{Do: Watch, RV: "60"}, Watching)
+	s.step(time.Second, Outcome{Err: errGone, Open: time.Second, Timeout: fiveMin}, Action{Do: List}, Relisting)
+}
+
 // An ERROR event that is not a 410 (a 500: "etcd event received with
 // PrevKv=nil") relists too; so does a "too large resource version" on a
 // WATCH, which is what a server restored from an older etcd snapshot says.
