@@ -17,8 +17,9 @@ import (
 // connections (TLS records, HTTP/2 frames and headers, compressed bodies:
 // the wire). The apiserver gzips a response of more than 128 KiB if the
 // client accepts it, as Go's transport does: a LIST page of many objects
-// travels compressed, a watch stream (a WatchList's initial events too)
-// does not.
+// travels compressed. kube-apiserver 1.37 also gzips a WatchList's stream
+// (feature WatchListCompression, beta and on), one gzip flush per flush of
+// the stream; a plain WATCH travels uncompressed.
 //
 // Install it on a rest.Config; it wraps the transport outside client-go's
 // retries, so every attempt is counted, a 429 client-go retried included.
