@@ -249,9 +249,13 @@ func window(s *APIServerSampler, idleFrom, idleTo, from, ready, to time.Time, do
 			if !ready.After(from) {
 				first = &samples[i] // no restart in the window: count from just before it
 			}
+		case smp.At.Before(ready):
+			// Between a kill and the restarted apiserver's being ready: a
+			// scrape that returned just after the kill was answered by the
+			// old one. Not the window's.
 		case !smp.At.After(to):
 			in = append(in, smp)
-			if first == nil && !smp.At.Before(ready) {
+			if first == nil {
 				first = &samples[i]
 			}
 		case last == nil:

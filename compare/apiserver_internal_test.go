@@ -153,16 +153,18 @@ func TestCostWindow(t *testing.T) {
 
 // A window with a restart in it (a relist) counts CPU and allocations from
 // the first sample after the apiserver was ready again: its counters start
-// from zero then.
+// from zero then. Its peaks leave out the samples between the kill and the
+// new apiserver's being ready: the old one answered those, with the memory
+// of everything before the window.
 func TestCostWindowAfterARestart(t *testing.T) {
 	t0 := time.Now()
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	s := &APIServerSampler{}
 	for i := range 22 {
 		x := float64(i) / 10
-		smp := APIServerSample{At: at(x), CPUSeconds: 5 + x, Allocated: 500 << 20}
+		smp := APIServerSample{At: at(x), CPUSeconds: 5 + x, Allocated: 500 << 20, RSS: 900 << 20}
 		if x >= 1.3 { // restarted: counting from zero
-			smp.CPUSeconds, smp.Allocated = 0.5*(x-1.2), (x-1.2)*(100<<20)
+			smp.CPUSeconds, smp.Allocated, smp.RSS = 0.5*(x-1.2), (x-1.2)*(100<<20), float64(200+i)*(1<<20)
 		}
 		s.samples = append(s.samples, smp)
 	}
@@ -171,5 +173,9 @@ func TestCostWindowAfterARestart(t *testing.T) {
 	// From the 1.3 s sample to the 2.1 s one.
 	if !near(w.CPUSeconds, 0.4) || !near(w.Allocated, 80<<20) {
 		t.Errorf("CPU %v s, allocated %v MiB; want 0.4 s and 80 MiB", w.CPUSeconds, w.Allocated/(1<<20))
+	}
+	// The last sample in the window, 2.0 s, or the first after it, 2.1 s.
+	if !near(w.PeakRSS, 221<<20) {
+		t.Errorf("peak RSS %v MiB; want 221 (the old apiserver's 900 before ready do not count)", w.PeakRSS/(1<<20))
 	}
 }

@@ -97,8 +97,9 @@ type StormMode struct {
 	RelistSeconds  float64 `json:"relistSeconds"`
 	// RelistedClients of Clients finished a relist before RelistTimeout.
 	RelistedClients int `json:"relistedClients"`
-	// Apiserver peaks between the kill and the last relist (bytes), and the
-	// 429s the apiserver itself counted since its restart.
+	// Apiserver peaks from the restarted apiserver's being ready until the
+	// last relist (bytes; a scrape answered just after the kill is the old
+	// apiserver's), and the 429s it counted itself.
 	PeakRSS  float64 `json:"peakRSS"`
 	PeakHeap float64 `json:"peakHeap"`
 	// HighWaterRSS is the restarted apiserver's peak resident set as the
@@ -419,7 +420,7 @@ func (s *storm) measure(m *StormMode) {
 	s.failures = failures
 	m.RestartSeconds = float64(m.ReadyAt-m.KilledAt) / 1e9
 	m.RelistSeconds = float64(m.DoneAt-m.KilledAt) / 1e9
-	killed := time.Unix(0, m.KilledAt)
+	killed, ready := time.Unix(0, m.KilledAt), time.Unix(0, m.ReadyAt)
 	done := time.Unix(0, m.DoneAt)
 	from, to := killed.Add(-2*time.Second), done.Add(s.opts.Tail)
 	var last *APIServerSample // the last sample before the kill
@@ -438,7 +439,10 @@ func (s *storm) measure(m *StormMode) {
 		}
 		// The restarted apiserver counts from zero: its counters are the storm's.
 		m.ServerThrottled = max(m.ServerThrottled, smp.Throttled)
-		if !smp.At.After(done) {
+		// A scrape that returned just after the kill was answered by the
+		// old apiserver, which still held its clients' initial sync: peaks
+		// count from the new one's being ready.
+		if !smp.At.Before(ready) && !smp.At.After(done) {
 			m.PeakRSS, m.PeakHeap = max(m.PeakRSS, smp.RSS), max(m.PeakHeap, smp.HeapInuse)
 			m.PeakLive, m.Allocated = max(m.PeakLive, smp.LiveHeap), max(m.Allocated, smp.Allocated)
 			m.PeakWatches = max(m.PeakWatches, smp.Watches)

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The storm's targets compare each raw kind with the informer that gets its
@@ -60,5 +61,29 @@ func TestStormTargetsAndRendering(t *testing.T) {
 	if !strings.Contains(md, "| no clients (baseline: a restart and one one-item LIST) | 0.0 s | 400.0 MiB / 300.0 MiB") || !strings.Contains(md, "| informer-list | 5.0 s | 900.0 MiB / 700.0 MiB") || !strings.Contains(md, "**no**: client 3: 2 missing") ||
 		strings.Count(string(svg), "<polyline") != 4 {
 		t.Errorf("report:\n%s\n%s", md, svg)
+	}
+}
+
+// A storm's peaks are the restarted apiserver's: from its being ready until
+// the last relist. A scrape that returned just after the kill was answered
+// by the old apiserver, still holding its clients' initial sync.
+func TestStormPeaksAreTheRestartedAPIServers(t *testing.T) {
+	const mb = 1 << 20
+	t0 := time.Now()
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	sampler := &APIServerSampler{}
+	add := func(x, rss, requests float64) {
+		sampler.samples = append(sampler.samples, APIServerSample{At: at(x), RSS: rss * mb, HeapInuse: rss / 2 * mb, Requests: requests})
+	}
+	add(-1, 3000, 900)
+	add(0, 3100, 901) // returned as the kill began: the old apiserver
+	for x := 2.0; x <= 9; x++ {
+		add(x, 400+10*x, x) // the new one, counting requests from zero
+	}
+	s := &storm{sampler: sampler, opts: StormOptions{Tail: time.Second}}
+	m := &StormMode{KilledAt: at(0).UnixNano(), ReadyAt: at(1.5).UnixNano(), DoneAt: at(8).UnixNano()}
+	s.measure(m)
+	if m.PeakRSS != 480*mb || m.PeakHeap != 240*mb || !m.Restarted {
+		t.Errorf("peaks %v / %v MiB, restarted %v; want 480 / 240 (the sample at 8 s) and a restart", m.PeakRSS/mb, m.PeakHeap/mb, m.Restarted)
 	}
 }
