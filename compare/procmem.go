@@ -11,8 +11,10 @@ import (
 // The kernel keeps a process's peak resident set, its high-water mark
 // (VmHWM in /proc/PID/status). Unlike a peak of samples it misses nothing:
 // in a relist storm the apiserver is so busy that its /metrics goes
-// unanswered for tens of seconds, which is when its memory peaks. Linux
-// only, and only for an apiserver this process started (it needs the pid).
+// unanswered for tens of seconds, which is when its memory peaks. (RSS
+// falls back slowly, so the sampled peak was seldom far off; the kernel's
+// settles it.) Linux only, and only for an apiserver this process started
+// (it needs the pid).
 
 // peakRSS is the process's resident-set high-water mark in bytes: since it
 // started, or since resetPeakRSS.

@@ -327,11 +327,13 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 		// waiting its whole jittered backoff. A 410 with no trouble in the
 		// last ResetAfter (a compaction under a healthy stream) relists at
 		// once. The stagger is not trouble: the backoff does not grow.
-		if d := time.Duration(m.rand() * float64(m.backoff.Delay(m.troubles-1, 0))); m.troubles > 0 && d > 0 {
-			a.Reason = fmt.Sprintf("relist, %s after the 410 (staggered, so that clients back from the same outage do not all relist at once)", d.Round(time.Millisecond))
-			m.after = a
-			return m.do(Action{Do: Wait, Delay: d, Class: class, Err: o.Err,
-				Reason: fmt.Sprintf("%s, after a random part of the last backoff step (%s)", reason, d.Round(time.Millisecond))})
+		if m.troubles > 0 {
+			if d := time.Duration(m.rand() * float64(m.backoff.Delay(m.troubles-1, 0))); d > 0 {
+				a.Reason = fmt.Sprintf("relist, %s after the 410 (staggered, so that clients back from the same outage do not all relist at once)", d.Round(time.Millisecond))
+				m.after = a
+				return m.do(Action{Do: Wait, Delay: d, Class: class, Err: o.Err,
+					Reason: fmt.Sprintf("%s, after a random part of the last backoff step (%s)", reason, d.Round(time.Millisecond))})
+			}
 		}
 		a.Class, a.Err, a.Reason = class, o.Err, reason
 		return m.do(a)
