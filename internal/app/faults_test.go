@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -20,7 +21,12 @@ import (
 	"rawwatch/reconcile"
 )
 
-// retries records the retry delays the workers chose.
+// retries records the retry delays the workers chose after failures. A
+// status write that met a 409 Conflict is left out: it is not a failure of
+// the object and does not grow its backoff (the key is retried by the
+// conflict safety net, reconcile.DefaultConflictRetry, or at once when the
+// watch brings the newer version). A fast retry can meet one when the cache
+// has not yet seen the previous try's own status write.
 type retries struct {
 	mu     sync.Mutex
 	delays map[string][]time.Duration
@@ -28,7 +34,7 @@ type retries struct {
 
 func (r *retries) Observe(e observe.Event) {
 	f, ok := e.(reconcile.Finished)
-	if !ok || f.Err == nil {
+	if !ok || f.Err == nil || apierrors.IsConflict(f.Err) {
 		return
 	}
 	r.mu.Lock()
