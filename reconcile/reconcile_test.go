@@ -393,6 +393,19 @@ func TestDeletionsHoldsADeletionUntilItIsHandled(t *testing.T) {
 	testkit.Eventually(t, 5*time.Second, func() bool { return len(pending()) == 0 }, "a deletion stayed after it was handled")
 }
 
+// deletionCounts counts what c.Deletions reports: deletions only queued, and
+// deletions waiting for a retry after their Deleted failed.
+func deletionCounts(c *Controller[object]) (queued, failing int) {
+	c.Deletions(func(_ store.Delta[object], f bool) {
+		if f {
+			failing++
+		} else {
+			queued++
+		}
+	})
+	return
+}
+
 // Deletions tells a deletion waiting for its retry (its Deleted failed) from
 // one only queued: a sharded replica lets a deletion that keeps failing hold
 // a slot it hands over only so long, and one queued behind a backlog for as
@@ -400,27 +413,17 @@ func TestDeletionsHoldsADeletionUntilItIsHandled(t *testing.T) {
 func TestDeletionsTellsAFailedDeletion(t *testing.T) {
 	fake := &fakeReconciler{delErrs: []error{errors.New("boom")}}
 	c := &Controller[object]{Queue: queue.New(queue.NewExponentialLimiter(time.Hour, time.Hour)), Reconciler: fake}
-	failed := func() (queued, failing int) {
-		c.Deletions(func(_ store.Delta[object], f bool) {
-			if f {
-				failing++
-			} else {
-				queued++
-			}
-		})
-		return
-	}
 	bad := myResource("a", "x", 1)
 	bad.UID = "uid-bad"
 	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: bad})
-	if q, f := failed(); q != 1 || f != 0 {
+	if q, f := deletionCounts(c); q != 1 || f != 0 {
 		t.Fatalf("queued: %d queued, %d failing; want 1, 0", q, f)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { c.Run(ctx, nil, 1); close(done) }()
 	defer func() { cancel(); <-done }()
-	testkit.Eventually(t, 5*time.Second, func() bool { q, f := failed(); return q == 0 && f == 1 },
+	testkit.Eventually(t, 5*time.Second, func() bool { q, f := deletionCounts(c); return q == 0 && f == 1 },
 		"after its Deleted failed, the deletion is not reported failing")
 }
 
@@ -430,23 +433,13 @@ func TestDeletionsTellsAFailedDeletion(t *testing.T) {
 func TestAFailedMarkEndsWhenTheDeletionIsHandled(t *testing.T) {
 	fake := &fakeReconciler{delErrs: []error{errors.New("boom")}}
 	c := &Controller[object]{Queue: queue.New(queue.NewExponentialLimiter(10*time.Millisecond, 10*time.Millisecond)), Reconciler: fake}
-	count := func() (queued, failing int) {
-		c.Deletions(func(_ store.Delta[object], f bool) {
-			if f {
-				failing++
-			} else {
-				queued++
-			}
-		})
-		return
-	}
 	first := myResource("a", "x", 1)
 	first.UID = "uid-1"
 	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: first})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { c.Run(ctx, nil, 1); close(done) }()
-	testkit.Eventually(t, 5*time.Second, func() bool { q, f := count(); return q == 0 && f == 0 },
+	testkit.Eventually(t, 5*time.Second, func() bool { q, f := deletionCounts(c); return q == 0 && f == 0 },
 		"the deletion that failed once was not handled by its retry")
 	cancel()
 	<-done
@@ -454,7 +447,7 @@ func TestAFailedMarkEndsWhenTheDeletionIsHandled(t *testing.T) {
 	second := myResource("a", "x", 2)
 	second.UID = "uid-2"
 	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: second})
-	if q, f := count(); q != 1 || f != 0 {
+	if q, f := deletionCounts(c); q != 1 || f != 0 {
 		t.Fatalf("a new deletion of the key: %d queued, %d failing; want 1, 0", q, f)
 	}
 }
