@@ -107,7 +107,9 @@ type Options struct {
 	WrapStatusWriter func(reconcile.StatusWriter) reconcile.StatusWriter
 	WrapReconciler   func(reconcile.Reconciler[Object]) reconcile.Reconciler[Object]
 	// Events: which status writes the reconciler records an Event for
-	// (default reconcile.EventsAll; leader election records its own).
+	// (leader election records its own). Unlike the other fields, the zero
+	// value is not main.go's default (DefaultEvents, warnings only): it is
+	// reconcile's, EventsAll, every write.
 	Events reconcile.EventPolicy
 
 	// Version is reported as rawwatch_build_info.
