@@ -1,11 +1,43 @@
 package compare
 
 import (
+	"bufio"
+	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"testing"
 )
+
+// peakHelperEnv makes the test binary a helper process whose memory
+// TestPeakRSS controls: the test process itself holds whatever the
+// package's other tests left, and their goroutines may still be working.
+const peakHelperEnv = "COMPARE_PEAK_RSS_HELPER"
+
+const peakHelperSize = 256 << 20
+
+func init() {
+	if os.Getenv(peakHelperEnv) == "" {
+		return
+	}
+	// Touch every page of 256 MiB (resident now), say so, wait; free it
+	// and give it back to the OS, say so, wait.
+	in := bufio.NewScanner(os.Stdin)
+	b := make([]byte, peakHelperSize)
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 1
+	}
+	fmt.Println("touched")
+	in.Scan()
+	runtime.KeepAlive(b)
+	b = nil
+	runtime.GC()
+	debug.FreeOSMemory()
+	fmt.Println("freed")
+	in.Scan()
+	os.Exit(0)
+}
 
 // The high-water mark sees memory that is gone by the time anyone looks,
 // and resetPeakRSS forgets it.
@@ -13,27 +45,39 @@ func TestPeakRSS(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("/proc is Linux's")
 	}
-	pid := os.Getpid()
-	before, err := peakRSS(pid)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), peakHelperEnv+"=1")
+	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	const size = 256 << 20
-	b := make([]byte, size)
-	for i := 0; i < len(b); i += 4096 {
-		b[i] = 1 // touch every page: resident now
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
 	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	out := bufio.NewScanner(stdout)
+	expect := func(line string) {
+		t.Helper()
+		if !out.Scan() || out.Text() != line {
+			t.Fatalf("helper said %q (%v), want %q", out.Text(), out.Err(), line)
+		}
+	}
+	pid := cmd.Process.Pid
+
+	expect("touched")
 	peak, err := peakRSS(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if peak < before+size/2 {
-		t.Fatalf("high-water mark %d MiB after touching %d MiB (it was %d MiB)", peak>>20, size>>20, before>>20)
+	if peak < peakHelperSize {
+		t.Fatalf("high-water mark %d MiB after touching %d MiB", peak>>20, peakHelperSize>>20)
 	}
-	runtime.KeepAlive(b)
-	b = nil
-	runtime.GC()
-	debug.FreeOSMemory()
+	fmt.Fprintln(stdin, "free")
+	expect("freed")
 	if err := resetPeakRSS(pid); err != nil {
 		t.Fatal(err)
 	}
@@ -41,8 +85,8 @@ func TestPeakRSS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after > peak-size/2 {
-		t.Fatalf("high-water mark %d MiB after the reset; it was %d MiB with %d MiB more resident", after>>20, peak>>20, size>>20)
+	if after > peak-peakHelperSize/2 {
+		t.Fatalf("high-water mark %d MiB after the reset; it was %d MiB with %d MiB more resident", after>>20, peak>>20, peakHelperSize>>20)
 	}
 	if _, err := peakRSS(1 << 30); err == nil {
 		t.Fatal("a pid that does not exist has a high-water mark")
