@@ -270,6 +270,17 @@ func (h *Hub) Handler(prefix string) http.Handler {
 	return mux
 }
 
+// Paths are the paths Handler(prefix) serves: the page, its files and the
+// event stream.
+func (h *Hub) Paths(prefix string) []string {
+	paths := []string{prefix, prefix + "events"}
+	entries, _ := fs.ReadDir(static, "static")
+	for _, e := range entries {
+		paths = append(paths, prefix+e.Name())
+	}
+	return paths
+}
+
 // serveEvents streams Server-Sent Events to one browser until it leaves,
 // falls too far behind to be written to, or the server shuts down.
 func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {

@@ -53,8 +53,9 @@ func TestSecureServingLetsInOnlyWhomRBACAllows(t *testing.T) {
 		want            int
 		body            string
 	}{
-		{metrics, "no token", "", http.StatusUnauthorized, "bearer token"},
-		{metrics, "a made-up token", "not-a-token", http.StatusUnauthorized, "does not know this token"},
+		{metrics, "no token", "", http.StatusUnauthorized, "Unauthorized"},
+		{metrics, "a made-up token", "not-a-token", http.StatusUnauthorized, "Unauthorized"},
+		{metrics + "/x", "a ServiceAccount with the role, on a path not served", reader, http.StatusNotFound, ""},
 		{metrics, "a ServiceAccount without the role", nosy, http.StatusForbidden, `"system:serviceaccount:` + ns + `:nosy" may not get /metrics`},
 		{metrics, "a ServiceAccount with the role", reader, http.StatusOK, "rawwatch_resource_version"},
 		{page, "no token", "", http.StatusUnauthorized, ""},

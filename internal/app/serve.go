@@ -74,7 +74,8 @@ type endpoint struct {
 	flag    string // the flag that sets its address, for errors
 	addr    string
 	handler http.Handler
-	guarded bool // HTTPS behind the guard when secure serving is on
+	guarded bool     // HTTPS behind the guard when secure serving is on
+	paths   []string // what handler serves: the guard authorizes only these
 	ln      net.Listener
 }
 
@@ -92,7 +93,7 @@ func (a *App) endpoints() ([]*endpoint, error) {
 	var eps []*endpoint
 	if !off(a.opts.MetricsAddr) {
 		ep := &endpoint{what: "metrics (/metrics)", flag: "--metrics-bind-address", addr: a.opts.MetricsAddr,
-			handler: metrics, guarded: true}
+			handler: metrics, guarded: true, paths: []string{"/metrics"}}
 		if a.opts.HealthAddr == a.opts.MetricsAddr {
 			if a.opts.SecureServing {
 				return nil, fmt.Errorf("the health probes need an address of their own with secure serving (they stay plain HTTP for the kubelet): --health-probe-bind-address equals --metrics-bind-address %s", a.opts.MetricsAddr)
@@ -111,7 +112,7 @@ func (a *App) endpoints() ([]*endpoint, error) {
 		m.Handle("/ui/", a.UI.Handler("/ui/"))
 		m.Handle("/{$}", http.RedirectHandler("/ui/", http.StatusFound))
 		eps = append(eps, &endpoint{what: "the live page (/ui/)", flag: "--ui-bind-address", addr: a.opts.UIAddr,
-			handler: m, guarded: true})
+			handler: m, guarded: true, paths: append([]string{"/", "/ui"}, a.UI.Paths("/ui/")...)})
 	}
 	for _, ep := range eps {
 		if ep.guarded && !a.opts.SecureServing && !loopback(ep.addr) {
@@ -199,7 +200,7 @@ func (a *App) serve(log klog.Logger) (stop func(), err error) {
 			ErrorLog:    httpErrorLog(log)}
 		serve, scheme, how := srv.Serve, "http://", "plain HTTP"
 		if ep.guarded && a.opts.SecureServing {
-			srv.Handler = guard.Wrap(ep.handler)
+			srv.Handler = guard.Wrap(ep.handler, ep.paths...)
 			srv.TLSConfig = tlsConfig.Clone() // each server adds its protocols to its own
 			serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
 			scheme, how = "https://", "HTTPS, authenticated and authorized by the API server"

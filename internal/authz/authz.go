@@ -4,8 +4,8 @@
 //
 // Each request must carry a bearer token. The token is authenticated by the
 // API server (a TokenReview: who is this?), and the user it names is
-// authorized for the request's verb and path (a SubjectAccessReview: may
-// they "get" "/metrics"?), so that plain RBAC decides who reads what:
+// authorized for the request's path (a SubjectAccessReview: may they "get"
+// "/metrics"?), so that plain RBAC decides who reads what:
 //
 //	kind: ClusterRole
 //	rules:
@@ -16,28 +16,53 @@
 // (scaffolded by kubebuilder) and kube-rbac-proxy do, written with client-go's
 // typed clients only.
 //
-// Answers: 401 without a token or with one the server does not know, 403
-// when RBAC says no, 503 when the server could not be asked (never "allow"),
-// 429 when too many reviews are already in flight. The guard must not become
-// a way to hurt the controller or the API server:
-//   - decisions are cached by the token's SHA-256 (never the token itself),
-//     verb and path: allowed for AllowTTL, refused for DenyTTL; a failed
-//     review is not cached;
-//   - at most MaxInFlight reviews run at once, the rest get 429 at once;
-//   - reviews go through a client of their own, limited to a few requests a
-//     second, so that a flood of made-up tokens cannot eat the controller's
-//     own client-side rate limit; the API server sees at most that;
-//   - an Authorization header longer than MaxTokenBytes is refused unread;
-//   - the cache holds at most MaxEntries decisions.
+// Answers: 401 without a token or with one the server does not know (always
+// the same body: the caller is told nothing of why), 404 for a path the
+// server does not route and 405 for a method other than GET and HEAD (both
+// to authenticated callers only, and never reviewed), 403 when RBAC says no,
+// 503 when the server could not be asked (never "allow"), 429 when no review
+// could start within MaxWait.
+//
+// The guard must not become a way to hurt the controller or the API server.
+// What an unauthenticated caller chooses (the token, the path) is never
+// kept:
+//   - Authentication is cached apart from authorization, keyed by an HMAC of
+//     the token (32 bytes, a key of the guard's own). An authenticated token
+//     is kept with the user the server named for TokenTTL; a refused one
+//     with nothing for RefusedTTL. Each of the two caches holds at most
+//     MaxEntries, the first also at most MaxUserBytes of user names and
+//     groups. A flood of made-up tokens fills only the cache of refusals.
+//   - Authorization is asked only for an authenticated user and a routed
+//     path, and cached by a hash of the user, verb and path: AllowTTL when
+//     allowed, DenyTTL when not, at most MaxEntries.
+//   - A cached answer in the second half of its life is served and
+//     refreshed ahead, in the background, so that a caller that comes back
+//     more often than every TTL (a scrape) never waits for a review.
+//   - Reviews go through two lanes, each with a client of its own limited to
+//     DefaultQPS requests a second and at most MaxInFlight reviews at once.
+//     Tokens not seen authenticated take the first lane. Refreshes ahead and
+//     the SubjectAccessReviews of authenticated users take the second, which
+//     a made-up token cannot enter. A request waits at most MaxWait for a
+//     slot, and at most MaxWaiting requests wait per lane: the rest get 429
+//     at once. A refresh ahead that finds no free slot is tried again at the
+//     next request. The API server sees at most 2×DefaultQPS reviews a
+//     second.
+//   - A failed review is not cached; an Authorization header longer than
+//     MaxTokenBytes is refused unread.
 package authz
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
@@ -50,78 +75,80 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultAllowTTL    = 10 * time.Second
-	DefaultDenyTTL     = 5 * time.Second
+	// A scrape every minute (Prometheus's default) is served from the cache
+	// for ever: each answer is refreshed ahead after half its TTL.
+	DefaultTokenTTL   = 2 * time.Minute
+	DefaultRefusedTTL = 30 * time.Second
+	DefaultAllowTTL   = 2 * time.Minute
+	DefaultDenyTTL    = 30 * time.Second
+	// Per lane.
 	DefaultMaxInFlight = 4
-	DefaultMaxEntries  = 4096
+	DefaultMaxWaiting  = 64
+	DefaultMaxWait     = 2 * time.Second
+	// Per cache.
+	DefaultMaxEntries   = 4096
+	DefaultMaxUserBytes = 4 << 20
 	// Service account tokens are about 1 KiB; OIDC ones a few.
 	DefaultMaxTokenBytes = 16 << 10
-	// The reviews' own client: at most this many requests a second.
+	// Each lane's client: at most this many requests a second.
 	DefaultQPS   = 5
 	DefaultBurst = 10
-	// How long one request may wait for its reviews.
+	// How long one review may take.
 	DefaultReviewTimeout = 10 * time.Second
 )
 
 // Options tune a Guard; zero values take the defaults above.
 type Options struct {
-	AllowTTL, DenyTTL time.Duration
-	MaxInFlight       int
-	MaxEntries        int
-	MaxTokenBytes     int
-	ReviewTimeout     time.Duration
+	TokenTTL, RefusedTTL, AllowTTL, DenyTTL time.Duration
+	MaxInFlight, MaxWaiting                 int
+	MaxWait                                 time.Duration
+	MaxEntries, MaxUserBytes                int
+	MaxTokenBytes                           int
+	ReviewTimeout                           time.Duration
 }
 
 // Guard authenticates and authorizes HTTP requests against the API server.
 type Guard struct {
-	kube kubernetes.Interface
-	opts Options
-	now  func() time.Time // tests move it
-	sem  chan struct{}    // reviews in flight
+	opts     Options
+	now      func() time.Time // tests move it
+	newToken lane             // reviews of tokens not seen authenticated
+	known    lane             // refreshes ahead, and reviews for authenticated users
+	bg       sync.WaitGroup   // refreshes ahead running
+	macKey   []byte
 
 	mu         sync.Mutex
-	cache      map[cacheKey]decision
-	lastFailed time.Time // last failed review logged
+	users      *cache[*authnv1.UserInfo] // authenticated tokens
+	refused    *cache[struct{}]          // tokens the server does not know
+	grants     *cache[bool]              // user, verb and path: allowed?
+	lastFailed time.Time                 // last failed review logged
 }
 
-// logFailure tells whether a failed review is the first in a minute.
-func (g *Guard) logFailure() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	now := g.now()
-	if now.Sub(g.lastFailed) < time.Minute {
-		return false
-	}
-	g.lastFailed = now
-	return true
-}
-
-type cacheKey struct {
-	token      [sha256.Size]byte
-	verb, path string
-}
-
-type decision struct {
-	status  int    // http.StatusOK, StatusUnauthorized or StatusForbidden
-	message string // why, for a refusal
-	expires time.Time
-}
-
-// New returns a Guard whose reviews go through a client of their own made
-// from cfg, limited to DefaultQPS requests a second.
+// New returns a Guard whose reviews go through two clients of their own
+// made from cfg, each limited to DefaultQPS requests a second.
 func New(cfg *rest.Config, opts Options) (*Guard, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst = DefaultQPS, DefaultBurst
-	cfg.RateLimiter = nil
-	kube, err := kubernetes.NewForConfig(cfg)
+	client := func() (kubernetes.Interface, error) {
+		cfg := rest.CopyConfig(cfg)
+		cfg.QPS, cfg.Burst = DefaultQPS, DefaultBurst
+		cfg.RateLimiter = nil
+		return kubernetes.NewForConfig(cfg)
+	}
+	newToken, err := client()
 	if err != nil {
 		return nil, fmt.Errorf("authz: %w", err)
 	}
-	return NewForClient(kube, opts), nil
+	known, err := client()
+	if err != nil {
+		return nil, fmt.Errorf("authz: %w", err)
+	}
+	return newGuard(newToken, known, opts), nil
 }
 
-// NewForClient returns a Guard that reviews through kube.
+// NewForClient returns a Guard that makes every review through kube.
 func NewForClient(kube kubernetes.Interface, opts Options) *Guard {
+	return newGuard(kube, kube, opts)
+}
+
+func newGuard(newToken, known kubernetes.Interface, opts Options) *Guard {
 	def := func(v *time.Duration, d time.Duration) {
 		if *v <= 0 {
 			*v = d
@@ -132,165 +159,363 @@ func NewForClient(kube kubernetes.Interface, opts Options) *Guard {
 			*v = d
 		}
 	}
+	def(&opts.TokenTTL, DefaultTokenTTL)
+	def(&opts.RefusedTTL, DefaultRefusedTTL)
 	def(&opts.AllowTTL, DefaultAllowTTL)
 	def(&opts.DenyTTL, DefaultDenyTTL)
+	def(&opts.MaxWait, DefaultMaxWait)
 	def(&opts.ReviewTimeout, DefaultReviewTimeout)
 	defInt(&opts.MaxInFlight, DefaultMaxInFlight)
+	defInt(&opts.MaxWaiting, DefaultMaxWaiting)
 	defInt(&opts.MaxEntries, DefaultMaxEntries)
+	defInt(&opts.MaxUserBytes, DefaultMaxUserBytes)
 	defInt(&opts.MaxTokenBytes, DefaultMaxTokenBytes)
-	return &Guard{kube: kube, opts: opts, now: time.Now,
-		sem: make(chan struct{}, opts.MaxInFlight), cache: map[cacheKey]decision{}}
+	macKey := make([]byte, 32)
+	_, _ = rand.Read(macKey) // never fails (crypto/rand)
+	return &Guard{opts: opts, now: time.Now, macKey: macKey,
+		newToken: newLane(newToken, opts), known: newLane(known, opts),
+		users:    newCache[*authnv1.UserInfo](opts.MaxEntries, opts.MaxUserBytes),
+		refused:  newCache[struct{}](opts.MaxEntries, 0),
+		grants:   newCache[bool](opts.MaxEntries, 0)}
 }
 
-// Wrap returns next behind the guard.
-func (g *Guard) Wrap(next http.Handler) http.Handler {
+type userKey struct{}
+
+// User is the name of the user a request let through by the guard was
+// authenticated as ("" for a request that did not pass a guard).
+func User(ctx context.Context) string {
+	s, _ := ctx.Value(userKey{}).(string)
+	return s
+}
+
+// Wrap returns next behind the guard. paths are the paths next serves:
+// only these are authorized; any other gets 404 once the caller is
+// authenticated.
+func (g *Guard) Wrap(next http.Handler, paths ...string) http.Handler {
+	routed := map[string]bool{}
+	for _, p := range paths {
+		routed[p] = true
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		status, msg := g.Check(r)
-		if status == http.StatusOK {
-			next.ServeHTTP(w, r)
-			return
-		}
+		status, user := g.check(r, routed)
 		switch status {
+		case http.StatusOK:
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, user.Username)))
+			return
 		case http.StatusUnauthorized:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="rawwatch"`)
-		case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+			http.Error(w, "Unauthorized", status)
+		case http.StatusForbidden:
+			http.Error(w, fmt.Sprintf("Forbidden: user %q may not get %s", user.Username, r.URL.Path), status)
+		case http.StatusMethodNotAllowed:
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "Method not allowed", status)
+		case http.StatusNotFound:
+			http.NotFound(w, r)
+		case http.StatusTooManyRequests:
 			w.Header().Set("Retry-After", "1")
+			http.Error(w, "Too many requests: reviews of other requests are in flight", status)
+		default:
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "Service unavailable: could not ask the API server who may read this; try again later", status)
 		}
-		http.Error(w, msg, status)
 	})
 }
 
-// Check decides one request: http.StatusOK to let it through, else the
-// status to answer and why.
-func (g *Guard) Check(r *http.Request) (status int, message string) {
+// check decides one request: http.StatusOK to let it through, else the
+// status to answer; user is who the token names, once it is known.
+func (g *Guard) check(r *http.Request, routed map[string]bool) (status int, user *authnv1.UserInfo) {
 	h := r.Header.Get("Authorization")
 	if len(h) > g.opts.MaxTokenBytes {
-		return http.StatusUnauthorized, "Unauthorized: the Authorization header is too long"
+		return http.StatusUnauthorized, nil
 	}
 	scheme, token, ok := strings.Cut(h, " ")
 	token = strings.TrimSpace(token)
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return http.StatusUnauthorized, "Unauthorized: send a bearer token (Authorization: Bearer <token>) of a user allowed to get " + r.URL.Path
+		return http.StatusUnauthorized, nil
 	}
-	key := cacheKey{token: sha256.Sum256([]byte(token)), verb: verbOf(r.Method), path: r.URL.Path}
-	if d, ok := g.cached(key); ok {
-		return d.status, d.message
+	user, status = g.authenticate(r.Context(), token)
+	if status != http.StatusOK {
+		return status, nil
 	}
-	select {
-	case g.sem <- struct{}{}:
-		defer func() { <-g.sem }()
-	default:
-		return http.StatusTooManyRequests, "Too many requests: reviews of other tokens are in flight"
+	if !routed[r.URL.Path] {
+		return http.StatusNotFound, user
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), g.opts.ReviewTimeout)
-	defer cancel()
-	d, err := g.review(ctx, token, key.verb, key.path)
-	if err != nil {
-		// The caller is not told why (it may not even be authenticated);
-		// the log is, once a minute at most (a missing permission of the
-		// controller's, say), the rest at V(2).
-		log := klog.FromContext(r.Context())
-		if g.logFailure() {
-			log.Error(err, "Could not ask the API server who may read an endpoint; answering 503", "path", key.path)
-		} else {
-			log.V(2).Info("Could not review a request", "path", key.path, "err", err)
-		}
-		return http.StatusServiceUnavailable, "Service unavailable: could not ask the API server who may read this; try again later"
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return http.StatusMethodNotAllowed, user
 	}
-	ttl := g.opts.DenyTTL
-	if d.status == http.StatusOK {
-		ttl = g.opts.AllowTTL
-	}
-	d.expires = g.now().Add(ttl)
-	g.store(key, d)
-	return d.status, d.message
+	return g.authorize(r.Context(), user, r.URL.Path), user
 }
 
-func (g *Guard) review(ctx context.Context, token, verb, path string) (decision, error) {
-	tr, err := g.kube.AuthenticationV1().TokenReviews().Create(ctx,
+// authenticate answers who token is: from the cache, or the first lane.
+func (g *Guard) authenticate(ctx context.Context, token string) (*authnv1.UserInfo, int) {
+	k := g.tokenKey(token)
+	now := g.now()
+	g.mu.Lock()
+	u, found, refresh := g.users.get(k, now)
+	_, refused, _ := g.refused.get(k, now)
+	g.mu.Unlock()
+	switch {
+	case found:
+		if refresh {
+			g.ahead(func() { g.users.unmark(k) }, func(ctx context.Context) error {
+				return g.reviewToken(ctx, g.known.kube, k, token)
+			})
+		}
+		return u, http.StatusOK
+	case refused:
+		return nil, http.StatusUnauthorized
+	}
+	if !g.newToken.acquire(ctx, g.opts.MaxWait) {
+		return nil, http.StatusTooManyRequests
+	}
+	defer g.newToken.release()
+	ctx, cancel := context.WithTimeout(ctx, g.opts.ReviewTimeout)
+	defer cancel()
+	if err := g.reviewToken(ctx, g.newToken.kube, k, token); err != nil {
+		g.failed(ctx, err)
+		return nil, http.StatusServiceUnavailable
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if u, found, _ := g.users.get(k, g.now()); found {
+		return u, http.StatusOK
+	}
+	return nil, http.StatusUnauthorized
+}
+
+// reviewToken asks the server who token is and caches the answer.
+func (g *Guard) reviewToken(ctx context.Context, kube kubernetes.Interface, k key, token string) error {
+	tr, err := kube.AuthenticationV1().TokenReviews().Create(ctx,
 		&authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
 	if err != nil {
-		return decision{}, fmt.Errorf("TokenReview: %w", err)
+		return fmt.Errorf("TokenReview: %w", err)
 	}
+	now := g.now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if !tr.Status.Authenticated {
-		msg := "Unauthorized: the API server does not know this token"
-		if tr.Status.Error != "" {
-			msg += " (" + tr.Status.Error + ")"
-		}
-		return decision{status: http.StatusUnauthorized, message: msg}, nil
+		g.users.remove(k)
+		g.refused.put(k, struct{}{}, 0, now, g.opts.RefusedTTL, false)
+		return nil
 	}
 	u := tr.Status.User
+	g.refused.remove(k)
+	g.users.put(k, &u, userBytes(&u), now, g.opts.TokenTTL, true)
+	return nil
+}
+
+// authorize answers whether user may get path: from the cache, or the
+// second lane.
+func (g *Guard) authorize(ctx context.Context, user *authnv1.UserInfo, path string) int {
+	k := grantKey(user, "get", path)
+	now := g.now()
+	g.mu.Lock()
+	allowed, found, refresh := g.grants.get(k, now)
+	g.mu.Unlock()
+	if found {
+		if refresh {
+			g.ahead(func() { g.grants.unmark(k) }, func(ctx context.Context) error {
+				return g.reviewAccess(ctx, k, user, path)
+			})
+		}
+		return statusOf(allowed)
+	}
+	if !g.known.acquire(ctx, g.opts.MaxWait) {
+		return http.StatusTooManyRequests
+	}
+	defer g.known.release()
+	ctx, cancel := context.WithTimeout(ctx, g.opts.ReviewTimeout)
+	defer cancel()
+	if err := g.reviewAccess(ctx, k, user, path); err != nil {
+		g.failed(ctx, err)
+		return http.StatusServiceUnavailable
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	allowed, _, _ = g.grants.get(k, g.now())
+	return statusOf(allowed)
+}
+
+func statusOf(allowed bool) int {
+	if allowed {
+		return http.StatusOK
+	}
+	return http.StatusForbidden
+}
+
+// reviewAccess asks the server whether user may get path and caches the
+// answer.
+func (g *Guard) reviewAccess(ctx context.Context, k key, u *authnv1.UserInfo, path string) error {
 	extra := map[string]authzv1.ExtraValue{}
 	for k, v := range u.Extra {
 		extra[k] = authzv1.ExtraValue(v)
 	}
-	sar, err := g.kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{
+	sar, err := g.known.kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{
 		Spec: authzv1.SubjectAccessReviewSpec{
 			User: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra,
-			NonResourceAttributes: &authzv1.NonResourceAttributes{Path: path, Verb: verb},
+			NonResourceAttributes: &authzv1.NonResourceAttributes{Path: path, Verb: "get"},
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return decision{}, fmt.Errorf("SubjectAccessReview: %w", err)
+		return fmt.Errorf("SubjectAccessReview: %w", err)
 	}
-	if !sar.Status.Allowed || sar.Status.Denied {
-		msg := fmt.Sprintf("Forbidden: user %q may not %s %s", u.Username, verb, path)
-		if sar.Status.Reason != "" {
-			msg += " (" + sar.Status.Reason + ")"
-		}
-		return decision{status: http.StatusForbidden, message: msg}, nil
+	allowed := sar.Status.Allowed && !sar.Status.Denied
+	ttl := g.opts.DenyTTL
+	if allowed {
+		ttl = g.opts.AllowTTL
 	}
-	return decision{status: http.StatusOK}, nil
-}
-
-func (g *Guard) cached(k cacheKey) (decision, bool) {
+	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	d, ok := g.cache[k]
-	if !ok {
-		return decision{}, false
-	}
-	if !g.now().Before(d.expires) {
-		delete(g.cache, k)
-		return decision{}, false
-	}
-	return d, true
+	g.grants.put(k, allowed, 0, now, ttl, allowed)
+	return nil
 }
 
-func (g *Guard) store(k cacheKey, d decision) {
+// ahead refreshes a cached answer in the background through the second
+// lane, if a slot is free; unmark (called under g.mu) lets the next request
+// try again when it is not, or when the review fails.
+func (g *Guard) ahead(unmark func(), review func(context.Context) error) {
+	if !g.known.try() {
+		g.mu.Lock()
+		unmark()
+		g.mu.Unlock()
+		return
+	}
+	g.bg.Go(func() {
+		defer g.known.release()
+		ctx, cancel := context.WithTimeout(context.Background(), g.opts.ReviewTimeout)
+		defer cancel()
+		if err := review(ctx); err != nil {
+			g.mu.Lock()
+			unmark()
+			g.mu.Unlock()
+			g.failed(ctx, err)
+		}
+	})
+}
+
+// failed logs a failed review: the first in a minute as an error (a
+// missing permission of the controller's, say), the rest at V(2). The
+// caller is not told why.
+func (g *Guard) failed(ctx context.Context, err error) {
+	log := klog.FromContext(ctx)
+	g.mu.Lock()
+	now := g.now()
+	first := now.Sub(g.lastFailed) >= time.Minute
+	if first {
+		g.lastFailed = now
+	}
+	g.mu.Unlock()
+	if first {
+		log.Error(err, "Could not ask the API server who may read an endpoint; answering 503")
+	} else {
+		log.V(2).Info("Could not review a request", "err", err)
+	}
+}
+
+// tokenKey is the HMAC of token under the guard's own key: a token is
+// never kept, and a caller cannot aim at the map's buckets.
+func (g *Guard) tokenKey(token string) key {
+	m := hmac.New(sha256.New, g.macKey)
+	m.Write([]byte(token))
+	return key(m.Sum(nil))
+}
+
+// grantKey hashes what a SubjectAccessReview asks, each field length-prefixed.
+func grantKey(u *authnv1.UserInfo, verb, path string) key {
+	h := sha256.New()
+	put := func(s string) {
+		h.Write(binary.BigEndian.AppendUint32(nil, uint32(len(s))))
+		h.Write([]byte(s))
+	}
+	put(u.Username)
+	put(u.UID)
+	putAll := func(ss []string) {
+		put(fmt.Sprint(len(ss)))
+		for _, s := range ss {
+			put(s)
+		}
+	}
+	putAll(u.Groups)
+	names := make([]string, 0, len(u.Extra))
+	for n := range u.Extra {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	putAll(names)
+	for _, n := range names {
+		putAll(u.Extra[n])
+	}
+	put(verb)
+	put(path)
+	return key(h.Sum(nil))
+}
+
+// userBytes is about what u costs in the cache.
+func userBytes(u *authnv1.UserInfo) int {
+	n := 256 + len(u.Username) + len(u.UID)
+	for _, g := range u.Groups {
+		n += 16 + len(g)
+	}
+	for k, vs := range u.Extra {
+		n += 64 + len(k)
+		for _, v := range vs {
+			n += 16 + len(v)
+		}
+	}
+	return n
+}
+
+// Len is how many answers are cached: tokens authenticated, tokens refused,
+// and grants.
+func (g *Guard) Len() (users, refused, grants int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.cache) >= g.opts.MaxEntries {
-		now := g.now()
-		for k, d := range g.cache {
-			if !now.Before(d.expires) {
-				delete(g.cache, k)
-			}
-		}
-		// Still full of live decisions (a flood of tokens): forget some.
-		// Forgetting only costs a review later; it never lets anything in.
-		for k := range g.cache {
-			if len(g.cache) < g.opts.MaxEntries {
-				break
-			}
-			delete(g.cache, k)
-		}
-	}
-	g.cache[k] = d
+	return len(g.users.m), len(g.refused.m), len(g.grants.m)
 }
 
-// Len is how many decisions are cached.
-func (g *Guard) Len() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.cache)
+// A lane is a client and the reviews running through it.
+type lane struct {
+	kube       kubernetes.Interface
+	slots      chan struct{}
+	waiting    atomic.Int32
+	maxWaiting int32
 }
 
-// verbOf maps an HTTP method to the verb RBAC checks for a non-resource URL:
-// the method in lower case, as kube-apiserver does.
-func verbOf(method string) string {
-	if method == http.MethodHead {
-		return "get" // what GET would show, without the body
-	}
-	return strings.ToLower(method)
+func newLane(kube kubernetes.Interface, opts Options) lane {
+	return lane{kube: kube, slots: make(chan struct{}, opts.MaxInFlight), maxWaiting: int32(opts.MaxWaiting)}
 }
+
+// acquire takes a slot, waiting at most wait; false when none came or too
+// many requests wait already.
+func (l *lane) acquire(ctx context.Context, wait time.Duration) bool {
+	if l.try() {
+		return true
+	}
+	if l.waiting.Add(1) > l.maxWaiting {
+		l.waiting.Add(-1)
+		return false
+	}
+	defer l.waiting.Add(-1)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+func (l *lane) try() bool {
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l *lane) release() { <-l.slots }

@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -13,29 +14,57 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
-	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
-// server is a fake API server's review side: tokens name users, and grants
-// say which user may get which path.
+// server is a fake API server's review side, served on loopback: tokens
+// name users, and grants say which user may get which path.
 type server struct {
 	users       map[string]string          // token → user
 	grants      map[string]map[string]bool // user → path → may get
 	fail        atomic.Bool                // answer 500
 	block       chan struct{}              // when set, reviews wait on it
+	blockMadeUp chan struct{}              // when set, reviews of unknown tokens wait on it
+	tokenErrors map[string]string          // token → the error a refusal names
 	reviews     atomic.Int32               // TokenReviews made
 	access      atomic.Int32               // SubjectAccessReviews made
 	inFlight    atomic.Int32
 	maxInFlight atomic.Int32
+	url         string
+	mu          sync.Mutex // guards grants and lastSAR
 	lastSAR     authzv1.SubjectAccessReviewSpec
-	mu          sync.Mutex
 }
 
-func (s *server) guard(opts Options) *Guard {
-	kube := fake.NewClientset()
-	kube.PrependReactor("create", "tokenreviews", func(a clienttesting.Action) (bool, runtime.Object, error) {
+func newServer(t testing.TB) *server {
+	s := &server{
+		users:  map[string]string{"reader-token": "reader", "other-token": "other"},
+		grants: map[string]map[string]bool{"reader": {"/metrics": true}},
+	}
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	s.url = srv.URL
+	return s
+}
+
+func (s *server) grant(user, path string, may bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.grants[user][path] = may
+}
+
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	reply := func(obj any, err error) {
+		w.Header().Set("Content-Type", "application/json")
+		if err != nil {
+			st := err.(apierrors.APIStatus).Status()
+			w.WriteHeader(int(st.Code))
+			obj = &st
+		}
+		json.NewEncoder(w).Encode(obj)
+	}
+	switch r.URL.Path {
+	case "/apis/authentication.k8s.io/v1/tokenreviews":
 		s.reviews.Add(1)
 		n := s.inFlight.Add(1)
 		defer s.inFlight.Add(-1)
@@ -48,37 +77,58 @@ func (s *server) guard(opts Options) *Guard {
 		if s.block != nil {
 			<-s.block
 		}
-		if s.fail.Load() {
-			return true, nil, apierrors.NewInternalError(fmt.Errorf("etcd is away"))
+		var tr authnv1.TokenReview
+		if err := json.NewDecoder(r.Body).Decode(&tr); err != nil {
+			reply(nil, apierrors.NewBadRequest(r.Header.Get("Content-Type")+": "+err.Error()))
+			return
 		}
-		tr := a.(clienttesting.CreateAction).GetObject().(*authnv1.TokenReview).DeepCopy()
-		if user, ok := s.users[tr.Spec.Token]; ok {
+		user, known := s.users[tr.Spec.Token]
+		if !known && s.blockMadeUp != nil {
+			<-s.blockMadeUp
+		}
+		if s.fail.Load() {
+			reply(nil, apierrors.NewInternalError(fmt.Errorf("etcd is away")))
+			return
+		}
+		if known {
 			tr.Status = authnv1.TokenReviewStatus{Authenticated: true,
 				User: authnv1.UserInfo{Username: user, UID: "uid-" + user, Groups: []string{"system:authenticated"}}}
+		} else {
+			tr.Status.Error = s.tokenErrors[tr.Spec.Token]
 		}
-		return true, tr, nil
-	})
-	kube.PrependReactor("create", "subjectaccessreviews", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		tr.APIVersion, tr.Kind = "authentication.k8s.io/v1", "TokenReview"
+		reply(&tr, nil)
+	case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
 		s.access.Add(1)
 		if s.fail.Load() {
-			return true, nil, apierrors.NewServiceUnavailable("etcd is away")
+			reply(nil, apierrors.NewInternalError(fmt.Errorf("etcd is away")))
+			return
 		}
-		sar := a.(clienttesting.CreateAction).GetObject().(*authzv1.SubjectAccessReview).DeepCopy()
+		var sar authzv1.SubjectAccessReview
+		if err := json.NewDecoder(r.Body).Decode(&sar); err != nil {
+			reply(nil, apierrors.NewBadRequest(r.Header.Get("Content-Type")+": "+err.Error()))
+			return
+		}
 		s.mu.Lock()
 		s.lastSAR = sar.Spec
-		s.mu.Unlock()
 		na := sar.Spec.NonResourceAttributes
 		sar.Status.Allowed = na != nil && na.Verb == "get" && s.grants[sar.Spec.User][na.Path]
-		return true, sar, nil
-	})
-	return NewForClient(kube, opts)
+		s.mu.Unlock()
+		sar.APIVersion, sar.Kind = "authorization.k8s.io/v1", "SubjectAccessReview"
+		reply(&sar, nil)
+	default:
+		http.NotFound(w, r)
+	}
 }
 
-func newServer() *server {
-	return &server{
-		users:  map[string]string{"reader-token": "reader", "other-token": "other"},
-		grants: map[string]map[string]bool{"reader": {"/metrics": true}},
+// guard is a Guard that reviews through s, with no client-side rate limit.
+func (s *server) guard(opts Options) *Guard {
+	kube, err := kubernetes.NewForConfig(&rest.Config{Host: s.url, QPS: -1,
+		ContentConfig: rest.ContentConfig{ContentType: "application/json"}})
+	if err != nil {
+		panic(err)
 	}
+	return NewForClient(kube, opts)
 }
 
 func get(t *testing.T, h http.Handler, path, auth string) *httptest.ResponseRecorder {
@@ -95,8 +145,8 @@ func get(t *testing.T, h http.Handler, path, auth string) *httptest.ResponseReco
 var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "secret metrics") })
 
 func TestAnswers(t *testing.T) {
-	s := newServer()
-	h := s.guard(Options{}).Wrap(ok)
+	s := newServer(t)
+	h := s.guard(Options{}).Wrap(ok, "/metrics", "/ui/")
 	for _, c := range []struct {
 		name, path, auth string
 		want             int
@@ -128,41 +178,52 @@ func TestAnswers(t *testing.T) {
 }
 
 func TestDecisionsAreCachedForTheirTTL(t *testing.T) {
-	s := newServer()
-	g := s.guard(Options{AllowTTL: 10 * time.Second, DenyTTL: 5 * time.Second})
+	s := newServer(t)
+	g := s.guard(Options{TokenTTL: 2 * time.Minute, RefusedTTL: 30 * time.Second,
+		AllowTTL: 2 * time.Minute, DenyTTL: 30 * time.Second})
 	now := time.Unix(1000, 0)
 	g.now = func() time.Time { return now }
-	h := g.Wrap(ok)
+	h := g.Wrap(ok, "/metrics")
 	for range 100 {
 		get(t, h, "/metrics", "Bearer reader-token")
 		get(t, h, "/metrics", "Bearer other-token")
 		get(t, h, "/metrics", "Bearer made-up")
 	}
-	if r, a := s.reviews.Load(), s.access.Load(); r != 3 || a != 2 {
-		t.Fatalf("300 requests of 3 tokens made %d TokenReviews and %d SubjectAccessReviews, want 3 and 2", r, a)
+	counts := func(when string, reviews, access int32) {
+		t.Helper()
+		if r, a := s.reviews.Load(), s.access.Load(); r != reviews || a != access {
+			t.Fatalf("%s: %d TokenReviews and %d SubjectAccessReviews, want %d and %d", when, r, a, reviews, access)
+		}
 	}
-	now = now.Add(5 * time.Second) // the refusals expire, the grant does not
+	counts("300 requests of 3 tokens", 3, 2)
+	// The refusals expire; the other user's token is still known, only the
+	// refusal of its access is asked again.
+	now = now.Add(30 * time.Second)
 	get(t, h, "/metrics", "Bearer reader-token")
 	get(t, h, "/metrics", "Bearer other-token")
 	get(t, h, "/metrics", "Bearer made-up")
-	if r := s.reviews.Load(); r != 5 {
-		t.Fatalf("after 5 s: %d TokenReviews, want 5 (the two refusals reviewed again)", r)
+	counts("after 30 s", 4, 3)
+	// Half-way through their TTL the reader's answers are refreshed ahead,
+	// while the request is answered from the cache.
+	now = now.Add(30 * time.Second)
+	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusOK {
+		t.Fatalf("after 60 s: %d, want 200", w.Code)
 	}
-	now = now.Add(5 * time.Second)
-	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusOK || s.reviews.Load() != 6 {
-		t.Fatalf("after 10 s: %d, %d TokenReviews, want 200 and 6", w.Code, s.reviews.Load())
-	}
+	g.bg.Wait()
+	counts("after 60 s", 5, 4)
 	// A permission taken away is seen within AllowTTL.
-	s.grants["reader"]["/metrics"] = false
-	now = now.Add(10 * time.Second)
+	s.grant("reader", "/metrics", false)
+	now = now.Add(time.Minute)
+	get(t, h, "/metrics", "Bearer reader-token") // served from the cache; refreshed
+	g.bg.Wait()
 	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusForbidden {
-		t.Fatalf("10 s after the grant was taken away: %d, want 403", w.Code)
+		t.Fatalf("a minute after the grant was taken away: %d, want 403", w.Code)
 	}
 }
 
 func TestAFailedReviewIsNeitherAllowedNorCached(t *testing.T) {
-	s := newServer()
-	h := s.guard(Options{}).Wrap(ok)
+	s := newServer(t)
+	h := s.guard(Options{}).Wrap(ok, "/metrics", "/ui/")
 	s.fail.Store(true)
 	for range 3 {
 		w := get(t, h, "/metrics", "Bearer reader-token")
@@ -183,38 +244,37 @@ func TestAFailedReviewIsNeitherAllowedNorCached(t *testing.T) {
 }
 
 func TestAHugeHeaderIsRefusedUnread(t *testing.T) {
-	s := newServer()
-	h := s.guard(Options{}).Wrap(ok)
+	s := newServer(t)
+	h := s.guard(Options{}).Wrap(ok, "/metrics", "/ui/")
 	w := get(t, h, "/metrics", "Bearer "+strings.Repeat("x", DefaultMaxTokenBytes))
 	if w.Code != http.StatusUnauthorized || s.reviews.Load() != 0 {
 		t.Fatalf("a %d-byte token: %d after %d reviews, want 401 after none", DefaultMaxTokenBytes, w.Code, s.reviews.Load())
 	}
 }
 
-// A flood of made-up tokens: at most MaxInFlight reviews at once, the rest
-// answered 429 at once, and the cache stays bounded.
+// A flood of made-up tokens: at most MaxInFlight reviews at once, at most
+// MaxWaiting requests wait for one (MaxWait at most), the rest are answered
+// 429 at once, and the caches stay bounded.
 func TestAFloodOfTokensIsBounded(t *testing.T) {
-	s := newServer()
+	s := newServer(t)
 	s.block = make(chan struct{})
-	g := s.guard(Options{MaxInFlight: 4, MaxEntries: 50})
-	h := g.Wrap(ok)
+	g := s.guard(Options{MaxInFlight: 4, MaxWaiting: 8, MaxWait: 100 * time.Millisecond, MaxEntries: 50})
+	h := g.Wrap(ok, "/metrics")
 	var wg sync.WaitGroup
 	codes := make(chan int, 200)
 	for i := range 200 {
 		wg.Go(func() { codes <- get(t, h, "/metrics", fmt.Sprintf("Bearer flood-%d", i)).Code })
 	}
-	// The 196 that found no free slot were answered without waiting.
-	deadline := time.After(10 * time.Second)
-	refused := 0
-	for refused < 196 {
+	// The 196 that found no free slot were answered without a review.
+	deadline := time.After(30 * time.Second)
+	for refused := 0; refused < 196; refused++ {
 		select {
 		case c := <-codes:
 			if c != http.StatusTooManyRequests {
 				t.Fatalf("a request beyond the in-flight bound got %d, want 429", c)
 			}
-			refused++
 		case <-deadline:
-			t.Fatalf("only %d of 196 requests beyond the bound were refused at once", refused)
+			t.Fatalf("only %d of 196 requests beyond the bound were refused", refused)
 		}
 	}
 	close(s.block)
@@ -231,33 +291,26 @@ func TestAFloodOfTokensIsBounded(t *testing.T) {
 	for i := range 500 { // sequential: each reviewed, each cached
 		get(t, h, "/metrics", fmt.Sprintf("Bearer more-%d", i))
 	}
-	if n := g.Len(); n > 50 {
-		t.Errorf("%d cached decisions, bound 50", n)
+	if _, refused, _ := g.Len(); refused > 50 {
+		t.Errorf("%d cached refusals, bound 50", refused)
 	}
 	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusOK {
 		t.Errorf("after the flood the reader got %d, want 200", w.Code)
 	}
 }
 
-func TestVerbs(t *testing.T) {
-	for method, want := range map[string]string{"GET": "get", "HEAD": "get", "POST": "post", "DELETE": "delete"} {
-		if got := verbOf(method); got != want {
-			t.Errorf("verbOf(%s) = %s, want %s", method, got, want)
-		}
-	}
-}
-
 // The path every scrape takes: a cached decision.
 func BenchmarkCachedDecision(b *testing.B) {
-	s := newServer()
+	s := newServer(b)
 	g := s.guard(Options{AllowTTL: time.Hour})
+	routed := map[string]bool{"/metrics": true}
 	r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
 	r.Header.Set("Authorization", "Bearer reader-token")
-	if st, msg := g.Check(r); st != http.StatusOK {
-		b.Fatal(st, msg)
+	if st, _ := g.check(r, routed); st != http.StatusOK {
+		b.Fatal(st)
 	}
 	for b.Loop() {
-		if st, _ := g.Check(r); st != http.StatusOK {
+		if st, _ := g.check(r, routed); st != http.StatusOK {
 			b.Fatal(st)
 		}
 	}
