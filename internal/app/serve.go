@@ -195,9 +195,7 @@ func (a *App) serve(log klog.Logger) (stop func(), err error) {
 	// end with this context, so that stopping does not wait for them.
 	base, cancel := context.WithCancel(context.Background())
 	for _, ep := range a.served {
-		srv := &http.Server{Handler: ep.handler, ReadHeaderTimeout: 10 * time.Second,
-			BaseContext: func(net.Listener) context.Context { return base },
-			ErrorLog:    httpErrorLog(log)}
+		srv := httpServer(ep.handler, base, log)
 		serve, scheme, how := srv.Serve, "http://", "plain HTTP"
 		if ep.guarded && a.opts.SecureServing {
 			srv.Handler = guard.Wrap(ep.handler, ep.paths...)
@@ -221,6 +219,14 @@ func (a *App) serve(log klog.Logger) (stop func(), err error) {
 			_ = srv.Shutdown(ctx)
 		}
 	}, nil
+}
+
+// httpServer is the server of every endpoint; its requests' contexts end
+// with base.
+func httpServer(h http.Handler, base context.Context, log klog.Logger) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return base },
+		ErrorLog:    httpErrorLog(log)}
 }
 
 // httpErrorLog sends net/http's own complaints (a TLS handshake that a port
