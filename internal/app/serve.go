@@ -195,7 +195,7 @@ func (a *App) serve(log klog.Logger) (stop func(), err error) {
 	// end with this context, so that stopping does not wait for them.
 	base, cancel := context.WithCancel(context.Background())
 	for _, ep := range a.served {
-		srv := httpServer(ep.handler, base, log)
+		srv := httpServer(ep.handler, base, log, defaultLimits)
 		serve, scheme, how := srv.Serve, "http://", "plain HTTP"
 		if ep.guarded && a.opts.SecureServing {
 			srv.Handler = guard.Wrap(ep.handler, ep.paths...)
@@ -221,10 +221,30 @@ func (a *App) serve(log klog.Logger) (stop func(), err error) {
 	}, nil
 }
 
+// serverLimits bound what one caller can make a server hold: a connection
+// that sends nothing, or a request slowly, or reads a response slowly, or
+// idles between requests, is closed within these times (docs/operations.md).
+type serverLimits struct {
+	readHeader, read, write, idle time.Duration
+	maxHeaderBytes, maxStreams    int
+}
+
+// defaultLimits are every endpoint's: a Prometheus scrape or a probe is
+// one small request, the live page's event stream extends its own
+// deadlines (package ui).
+var defaultLimits = serverLimits{readHeader: 5 * time.Second, read: 30 * time.Second, write: 30 * time.Second,
+	idle: 30 * time.Second, maxHeaderBytes: 64 << 10, maxStreams: 32}
+
 // httpServer is the server of every endpoint; its requests' contexts end
 // with base.
-func httpServer(h http.Handler, base context.Context, log klog.Logger) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+func httpServer(h http.Handler, base context.Context, log klog.Logger, l serverLimits) *http.Server {
+	return &http.Server{Handler: h,
+		ReadHeaderTimeout: l.readHeader, ReadTimeout: l.read, WriteTimeout: l.write, IdleTimeout: l.idle,
+		// A bearer token is at most 16 KiB (package authz); net/http adds 4 KiB.
+		MaxHeaderBytes: l.maxHeaderBytes,
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: l.maxStreams,
+			// A peer that stops reading, or vanishes, is given up on.
+			WriteByteTimeout: l.write, SendPingTimeout: l.idle, PingTimeout: l.readHeader},
 		BaseContext: func(net.Listener) context.Context { return base },
 		ErrorLog:    httpErrorLog(log)}
 }

@@ -1,0 +1,125 @@
+package app
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// testLimits are defaultLimits with shorter times.
+var testLimits = func() serverLimits {
+	l := defaultLimits
+	l.readHeader, l.read, l.write, l.idle = 300*time.Millisecond, 2*time.Second, 2*time.Second, 300*time.Millisecond
+	return l
+}()
+
+// serveOnLoopback serves h with httpServer, over TLS when tlsOn, and
+// returns the address.
+func serveOnLoopback(t *testing.T, h http.Handler, tlsOn bool) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httpServer(h, context.Background(), klog.Background(), testLimits)
+	serve := srv.Serve
+	if tlsOn {
+		cert, err := selfSigned()
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
+		serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
+	}
+	go serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// closedByServer waits until the server closes conn: nil when it did, an
+// error when conn was still open after wait.
+func closedByServer(conn net.Conn, wait time.Duration) error {
+	conn.SetReadDeadline(time.Now().Add(wait))
+	_, err := io.Copy(io.Discard, conn)
+	if err == nil || errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "reset by peer") {
+		return nil
+	}
+	return err
+}
+
+// No server keeps a connection for ever: an idle HTTP/1.1 connection after
+// a request, one that never sends a byte, and an idle HTTP/2 connection are
+// all closed within their timeouts; a request line and headers over
+// MaxHeaderBytes are refused.
+func TestConnectionsAreNotKeptForEver(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
+	plain := serveOnLoopback(t, ok, false)
+	var conns []net.Conn
+	for range 20 {
+		conn, err := net.Dial("tcp", plain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprint(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("a request: %v %v", resp, err)
+		}
+		conns = append(conns, conn)
+	}
+	silent, err := net.Dial("tcp", plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	conns = append(conns, silent)
+	secure := serveOnLoopback(t, ok, true)
+	h2, err := tls.Dial("tcp", secure, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h2.Close()
+	if p := h2.ConnectionState().NegotiatedProtocol; p != "h2" {
+		t.Fatalf("negotiated %q, want h2", p)
+	}
+	// The client preface and an empty SETTINGS frame; then nothing.
+	if _, err := h2.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")); err != nil {
+		t.Fatal(err)
+	}
+	conns = append(conns, h2)
+	errs := make(chan error, len(conns))
+	for _, conn := range conns {
+		go func() { errs <- closedByServer(conn, 30*time.Second) }()
+	}
+	open := 0
+	for range conns {
+		if err := <-errs; err != nil {
+			open++
+		}
+	}
+	if open > 0 {
+		t.Errorf("%d of %d idle connections (20 HTTP/1.1 after a request, 1 silent, 1 HTTP/2) still open after 30 s", open, len(conns))
+	}
+
+	conn, err := net.Dial("tcp", plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	go fmt.Fprintf(conn, "GET /%s HTTP/1.1\r\nHost: x\r\n\r\n", strings.Repeat("a", 1<<20))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("a request line of 1 MiB: %v %v, want 431", resp, err)
+	}
+}
