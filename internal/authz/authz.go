@@ -174,9 +174,9 @@ func newGuard(newToken, known kubernetes.Interface, opts Options) *Guard {
 	_, _ = rand.Read(macKey) // never fails (crypto/rand)
 	return &Guard{opts: opts, now: time.Now, macKey: macKey,
 		newToken: newLane(newToken, opts), known: newLane(known, opts),
-		users:    newCache[*authnv1.UserInfo](opts.MaxEntries, opts.MaxUserBytes),
-		refused:  newCache[struct{}](opts.MaxEntries, 0),
-		grants:   newCache[bool](opts.MaxEntries, 0)}
+		users:   newCache[*authnv1.UserInfo](opts.MaxEntries, opts.MaxUserBytes),
+		refused: newCache[struct{}](opts.MaxEntries, 0),
+		grants:  newCache[bool](opts.MaxEntries, 0)}
 }
 
 type userKey struct{}
