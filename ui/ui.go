@@ -29,8 +29,16 @@
 //     overwritten and is told how much it missed: the page shows the count
 //     (dropped), then the current picture, which is always whole;
 //   - a browser that takes more than WriteTimeout to accept a write is
-//     disconnected (EventSource reconnects by itself);
-//   - at most MaxClients browsers at once; more get 503.
+//     disconnected (EventSource reconnects by itself). A browser that
+//     stops reading is seen only once the connection's buffers are full
+//     (hundreds of KiB): until then its writes succeed;
+//   - a stream ends after MaxStream and a random part of a quarter more,
+//     whatever the browser does: it reconnects, saying the last event it
+//     saw (Last-Event-ID), and passes the server's guard again, so a
+//     viewer whose grant was taken away stops seeing events, and one that
+//     stopped reading gives its slot back;
+//   - at most MaxClients browsers at once, at most MaxPerViewer of one
+//     viewer (Options.Viewer); more get 503.
 //
 // Memory is the ring (Options.Ring events) whatever the number of browsers.
 package ui
@@ -40,7 +48,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +75,8 @@ const (
 	DefaultWriteTimeout = 10 * time.Second
 	DefaultFlushEvery   = 100 * time.Millisecond
 	DefaultPictureEvery = 500 * time.Millisecond
+	DefaultMaxStream    = time.Minute
+	DefaultMaxPerViewer = 4
 	// ListMax is how many keys of each kind the queue view shows.
 	ListMax = 50
 )
@@ -82,6 +94,14 @@ type Options struct {
 	// PictureEvery is how often the current picture is sent (the queue's
 	// keys and the delays count down between events too).
 	PictureEvery time.Duration
+	// MaxStream is how long one event stream lasts, plus a random part of
+	// a quarter more so that viewers do not all come back at once.
+	MaxStream time.Duration
+	// Viewer names who a request comes from (the user the server's guard
+	// authenticated); "" is nobody in particular, bounded by MaxClients
+	// only. MaxPerViewer bounds the streams one named viewer holds.
+	Viewer       func(*http.Request) string
+	MaxPerViewer int
 }
 
 // Hub hears every event (it is an observe.Observer) and serves the page.
@@ -90,11 +110,12 @@ type Hub struct {
 	clients atomic.Int32
 	dropped atomic.Int64 // events browsers missed, summed over browsers
 
-	mu    sync.Mutex
-	ring  []item // ring[seq % len(ring)]
-	next  uint64 // seq of the next event
-	woken map[chan struct{}]struct{}
-	pic   picture
+	mu      sync.Mutex
+	viewers map[string]int // streams open, per named viewer
+	ring    []item         // ring[seq % len(ring)]
+	next    uint64         // seq of the next event
+	woken   map[chan struct{}]struct{}
+	pic     picture
 }
 
 type item struct {
@@ -183,7 +204,9 @@ func New(opts Options) *Hub {
 	defDur(&opts.WriteTimeout, DefaultWriteTimeout)
 	defDur(&opts.FlushEvery, DefaultFlushEvery)
 	defDur(&opts.PictureEvery, DefaultPictureEvery)
-	return &Hub{opts: opts, ring: make([]item, opts.Ring), woken: map[chan struct{}]struct{}{},
+	defDur(&opts.MaxStream, DefaultMaxStream)
+	def(&opts.MaxPerViewer, DefaultMaxPerViewer)
+	return &Hub{opts: opts, ring: make([]item, opts.Ring), woken: map[chan struct{}]struct{}{}, viewers: map[string]int{},
 		pic: picture{State: watcher.Listing.String(), Workers: map[int]held{}, LastHeard: time.Now()}}
 }
 
@@ -284,12 +307,18 @@ func (h *Hub) Paths(prefix string) []string {
 // serveEvents streams Server-Sent Events to one browser until it leaves,
 // falls too far behind to be written to, or the server shuts down.
 func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
-	if h.clients.Add(1) > int32(h.opts.MaxClients) {
-		h.clients.Add(-1)
-		http.Error(w, fmt.Sprintf("at most %d viewers at once", h.opts.MaxClients), http.StatusServiceUnavailable)
+	viewer := ""
+	if h.opts.Viewer != nil {
+		viewer = h.opts.Viewer(r)
+	}
+	if msg := h.admit(viewer); msg != "" {
+		http.Error(w, msg, http.StatusServiceUnavailable)
 		return
 	}
-	defer h.clients.Add(-1)
+	defer h.leave(viewer)
+	life := h.opts.MaxStream + rand.N(h.opts.MaxStream/4+1)
+	end := time.NewTimer(life)
+	defer end.Stop()
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
@@ -298,8 +327,12 @@ func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 	wake := make(chan struct{}, 1)
 	h.mu.Lock()
 	h.woken[wake] = struct{}{}
-	// A new browser starts with the events still in the ring.
+	// A new browser starts with the events still in the ring; one that
+	// reconnects, after the last event it saw.
 	cursor := h.next - min(h.next, uint64(len(h.ring)))
+	if seen, err := strconv.ParseUint(r.Header.Get("Last-Event-ID"), 10, 64); err == nil && seen < h.next {
+		cursor = max(cursor, seen+1)
+	}
 	h.mu.Unlock()
 	defer func() {
 		h.mu.Lock()
@@ -320,7 +353,7 @@ func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 			s.send("dropped", map[string]any{"n": skipped, "total": missed})
 		}
 		for _, it := range items {
-			s.send("item", encode(it))
+			s.sendID("item", strconv.FormatUint(it.seq, 10), encode(it))
 		}
 		if first || len(items) > 0 || skipped > 0 {
 			s.send("picture", h.picture(missed))
@@ -332,14 +365,46 @@ func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			return
+		case <-end.C:
+			return
 		case <-time.After(h.opts.FlushEvery):
 		}
 		select {
 		case <-r.Context().Done():
 			return
+		case <-end.C:
+			return
 		case <-wake:
 		case <-tick.C:
 			s.send("picture", h.picture(missed))
+		}
+	}
+}
+
+// admit counts a stream in, or says why not.
+func (h *Hub) admit(viewer string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if int(h.clients.Load()) >= h.opts.MaxClients {
+		return fmt.Sprintf("at most %d viewers at once", h.opts.MaxClients)
+	}
+	if viewer != "" && h.viewers[viewer] >= h.opts.MaxPerViewer {
+		return fmt.Sprintf("at most %d streams of one viewer at once", h.opts.MaxPerViewer)
+	}
+	h.clients.Add(1)
+	if viewer != "" {
+		h.viewers[viewer]++
+	}
+	return ""
+}
+
+func (h *Hub) leave(viewer string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.clients.Add(-1)
+	if viewer != "" {
+		if h.viewers[viewer]--; h.viewers[viewer] == 0 {
+			delete(h.viewers, viewer)
 		}
 	}
 }
@@ -403,9 +468,19 @@ type stream struct {
 	err     error
 }
 
-func (s *stream) send(event string, v any) {
+func (s *stream) send(event string, v any) { s.sendID(event, "", v) }
+
+// sendID sends an event with an id (the browser says the last one it saw
+// when it reconnects); "" sends none.
+func (s *stream) sendID(event, id string, v any) {
 	if s.err != nil {
 		return
+	}
+	if id != "" {
+		s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+		if _, s.err = fmt.Fprintf(s.w, "id: %s\n", id); s.err != nil {
+			return
+		}
 	}
 	data, err := json.Marshal(v)
 	if err != nil {

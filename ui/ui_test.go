@@ -79,11 +79,24 @@ func serve(t *testing.T, h *ui.Hub) string {
 
 // The page and its assets are served from the binary.
 func TestPageIsEmbedded(t *testing.T) {
-	url := serve(t, ui.New(ui.Options{}))
+	h := ui.New(ui.Options{})
+	url := serve(t, h)
 	for _, f := range []string{"", "app.js", "style.css"} {
 		resp, err := http.Get(url + f)
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("GET %s: %v %v", url+f, resp, err)
+		}
+		resp.Body.Close()
+	}
+	// Paths lists what is served (the guard authorizes only these).
+	client := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, p := range h.Paths("/ui/") {
+		if strings.HasSuffix(p, "/events") {
+			continue
+		}
+		resp, err := client.Get(strings.TrimSuffix(url, "/ui/") + p)
+		if err != nil || resp.StatusCode >= 400 {
+			t.Fatalf("GET %s, listed by Paths: %v %v", p, resp, err)
 		}
 		resp.Body.Close()
 	}
@@ -198,5 +211,73 @@ func TestViewersAreBounded(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("a third viewer got %s, want 503", resp.Status)
+	}
+}
+
+// openAs opens an event stream with extra request headers; it returns the
+// status and, when 200, the stream.
+func openAs(t *testing.T, url string, header map[string]string) (int, *sse) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp.StatusCode, &sse{t: t, r: bufio.NewReader(resp.Body)}
+}
+
+// A stream ends after MaxStream (and a random part of a quarter more), so
+// that a viewer whose grant was taken away is authorized again, and fails,
+// when its browser reconnects; and a viewer that stopped reading gives its
+// slot back.
+func TestAStreamEndsAfterItsLifetime(t *testing.T) {
+	h := ui.New(ui.Options{MaxStream: 200 * time.Millisecond, PictureEvery: 10 * time.Millisecond})
+	_, s := openAs(t, serve(t, h)+"events", nil)
+	for {
+		if _, err := s.r.ReadString('\n'); err != nil {
+			if err.Error() != "EOF" {
+				t.Fatalf("the stream did not end after its lifetime: %v", err)
+			}
+			break
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); h.Viewers() > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d viewers after the stream ended", h.Viewers())
+		}
+	}
+}
+
+// One viewer holds at most MaxPerViewer streams: another still gets in.
+func TestOneViewerCannotHoldEverySlot(t *testing.T) {
+	h := ui.New(ui.Options{MaxClients: 8, MaxPerViewer: 4, Viewer: func(r *http.Request) string { return r.Header.Get("X-Viewer") }})
+	url := serve(t, h) + "events"
+	var codes []int
+	for range 8 {
+		code, _ := openAs(t, url, map[string]string{"X-Viewer": "greedy"})
+		codes = append(codes, code)
+	}
+	if want := []int{200, 200, 200, 200, 503, 503, 503, 503}; fmt.Sprint(codes) != fmt.Sprint(want) {
+		t.Errorf("one viewer opening 8 streams got %v, want %v", codes, want)
+	}
+	if code, _ := openAs(t, url, map[string]string{"X-Viewer": "other"}); code != 200 {
+		t.Errorf("another viewer then got %d, want 200", code)
+	}
+}
+
+// A browser that reconnects (after a stream's lifetime, say) says the last
+// event it saw (Last-Event-ID), and gets only the ones after it.
+func TestAReconnectingBrowserGetsOnlyWhatItHasNotSeen(t *testing.T) {
+	h := ui.New(ui.Options{})
+	for i := range 5 {
+		h.Observe(watcher.Received{Type: "MODIFIED", Key: "ns/a", RV: fmt.Sprint(i)})
+	}
+	_, s := openAs(t, serve(t, h)+"events", map[string]string{"Last-Event-ID": "2"})
+	if it := s.until("item", func(map[string]any) bool { return true }); it["seq"] != 3.0 {
+		t.Errorf("after Last-Event-ID 2 the first event sent is %v, want seq 3", it["seq"])
 	}
 }

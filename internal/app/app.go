@@ -33,6 +33,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -54,6 +55,7 @@ import (
 	"rawwatch/explain"
 	"rawwatch/freshness"
 	"rawwatch/health"
+	"rawwatch/internal/authz"
 	"rawwatch/leader"
 	"rawwatch/metrics"
 	"rawwatch/observe"
@@ -231,7 +233,8 @@ func New(opts Options) (_ *App, err error) {
 		observer = append(observer, a.probe)
 	}
 	if opts.UIAddr != "" && opts.UIAddr != "0" {
-		a.UI = ui.New(ui.Options{Queue: a.Queue.Snapshot, StoreLen: a.Store.Len})
+		a.UI = ui.New(ui.Options{Queue: a.Queue.Snapshot, StoreLen: a.Store.Len,
+			Viewer: func(r *http.Request) string { return authz.User(r.Context()) }})
 		observer = append(observer, a.UI)
 	}
 	if opts.Observer != nil {

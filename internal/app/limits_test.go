@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"rawwatch/ui"
 )
 
 // testLimits are defaultLimits with shorter times.
@@ -121,5 +123,23 @@ func TestConnectionsAreNotKeptForEver(t *testing.T) {
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil || resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 		t.Errorf("a request line of 1 MiB: %v %v, want 431", resp, err)
+	}
+}
+
+// The live page's event stream is not a slow request: it outlives the
+// servers' read and write timeouts (it extends its own deadlines).
+func TestAnEventStreamOutlivesTheServersTimeouts(t *testing.T) {
+	h := ui.New(ui.Options{PictureEvery: 50 * time.Millisecond})
+	addr := serveOnLoopback(t, h.Handler("/ui/"), false)
+	resp, err := (&http.Client{Timeout: time.Minute}).Get("http://" + addr + "/ui/events")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /ui/events: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	for until := time.Now().Add(2 * max(testLimits.read, testLimits.write)); time.Now().Before(until); {
+		if _, err := r.ReadString('\n'); err != nil {
+			t.Fatalf("the stream ended after the servers' timeouts (read %v, write %v): %v", testLimits.read, testLimits.write, err)
+		}
 	}
 }
