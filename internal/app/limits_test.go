@@ -21,19 +21,19 @@ import (
 // testLimits are defaultLimits with shorter times.
 var testLimits = func() serverLimits {
 	l := defaultLimits
-	l.readHeader, l.read, l.write, l.idle = 300*time.Millisecond, 2*time.Second, 2*time.Second, 300*time.Millisecond
+	l.readHeader, l.read, l.write, l.idle = 2*time.Second, 5*time.Second, 5*time.Second, time.Second
 	return l
 }()
 
-// serveOnLoopback serves h with httpServer, over TLS when tlsOn, and
+// serveOnLoopback serves h with httpServer and l, over TLS when tlsOn, and
 // returns the address.
-func serveOnLoopback(t *testing.T, h http.Handler, tlsOn bool) string {
+func serveOnLoopback(t *testing.T, h http.Handler, tlsOn bool, l serverLimits) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httpServer(h, context.Background(), klog.Background(), testLimits)
+	srv := httpServer(h, context.Background(), klog.Background(), l)
 	serve := srv.Serve
 	if tlsOn {
 		cert, err := selfSigned()
@@ -65,7 +65,7 @@ func closedByServer(conn net.Conn, wait time.Duration) error {
 // MaxHeaderBytes are refused.
 func TestConnectionsAreNotKeptForEver(t *testing.T) {
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
-	plain := serveOnLoopback(t, ok, false)
+	plain := serveOnLoopback(t, ok, false, testLimits)
 	var conns []net.Conn
 	for range 20 {
 		conn, err := net.Dial("tcp", plain)
@@ -86,7 +86,7 @@ func TestConnectionsAreNotKeptForEver(t *testing.T) {
 	}
 	defer silent.Close()
 	conns = append(conns, silent)
-	secure := serveOnLoopback(t, ok, true)
+	secure := serveOnLoopback(t, ok, true, testLimits)
 	h2, err := tls.Dial("tcp", secure, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestConnectionsAreNotKeptForEver(t *testing.T) {
 // servers' read and write timeouts (it extends its own deadlines).
 func TestAnEventStreamOutlivesTheServersTimeouts(t *testing.T) {
 	h := ui.New(ui.Options{PictureEvery: 50 * time.Millisecond})
-	addr := serveOnLoopback(t, h.Handler("/ui/"), false)
+	addr := serveOnLoopback(t, h.Handler("/ui/"), false, testLimits)
 	resp, err := (&http.Client{Timeout: time.Minute}).Get("http://" + addr + "/ui/events")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("GET /ui/events: %v %v", resp, err)

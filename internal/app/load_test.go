@@ -67,13 +67,13 @@ func heapAfterGC() uint64 {
 // made-up tokens, half on 1 MiB paths (refused by the server's header
 // limit), half on 48 KiB paths (which reach the guard), while a scraper
 // with a known token reads /metrics. The heap stays flat and every scrape
-// gets 200. make test runs a count-bounded version (800 requests);
+// gets 200. make test runs a count-bounded version (400 requests);
 // RAWWATCH_LOAD=60s runs it for that long and logs the heap every 5 s:
 //
 //	RAWWATCH_LOAD=60s go test -count=1 -v -run TestUnauthenticatedLoad ./internal/app/
 func TestUnauthenticatedLoad(t *testing.T) {
 	duration, _ := time.ParseDuration(os.Getenv("RAWWATCH_LOAD"))
-	requests := int64(800)
+	requests := int64(400)
 	opts := authz.Options{MaxWait: 10 * time.Millisecond}
 	if duration > 0 {
 		requests = 1 << 62
@@ -87,7 +87,7 @@ func TestUnauthenticatedLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "rawwatch_up 1\n") })
-	addr := serveOnLoopback(t, guard.Wrap(metrics, "/metrics"), true)
+	addr := serveOnLoopback(t, guard.Wrap(metrics, "/metrics"), true, defaultLimits)
 	client := func() *http.Client {
 		return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 			TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, MaxIdleConnsPerHost: 4}}
