@@ -13,8 +13,10 @@ TOOLS := ./hack/ensure-tools.sh
 # The version stamped into binaries and the image tag `make deploy` uses.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 IMG     ?= rawwatch:$(VERSION)
-# What `make deploy` applies: config/default, or config/sharded.
+# What `make deploy` applies: config/default, or config/sharded; and
+# components added to it (config/components/freshness-probe).
 CONFIG  ?= config/default
+COMPONENTS ?=
 
 all: build ## the default goal (plain `make`): build
 
@@ -69,9 +71,9 @@ chaos: tools ## the full chaos run (10,000 objects, 3 min of churn under faults)
 run: build ## the controller against your cluster: make run ARGS="--kubeconfig ~/.kube/config"
 	bin/rawwatch $(ARGS)
 
-deploy: ## apply $(CONFIG) (config/default; config/sharded: 3 sharded replicas) to the cluster of $$KUBECONFIG (server-side) with image $(IMG)
+deploy: ## apply $(CONFIG) (config/default; config/sharded: 3 sharded replicas) and $(COMPONENTS) to the cluster of $$KUBECONFIG (server-side) with image $(IMG)
 	$(TOOLS) kubectl
-	IMG=$(IMG) CONFIG=$(CONFIG) ./hack/deploy.sh
+	IMG=$(IMG) CONFIG=$(CONFIG) COMPONENTS="$(COMPONENTS)" ./hack/deploy.sh
 
 undeploy: ## delete what deploy applied (the CRD too, and with it every MyResource)
 	$(TOOLS) kubectl

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -84,7 +85,8 @@ type CostWindow struct {
 	// peak inside a gap is not seen.
 	SampleGap float64 `json:"sampleGapSeconds"`
 	// Series: seconds since the window began → apiserver RSS and heap in use
-	// (MiB), from IdleFor before it to a second after.
+	// (MiB), from IdleFor before it to a second after, and at least the
+	// three samples before it and the two after it.
 	Series [][3]float64 `json:"series"`
 }
 
@@ -143,11 +145,7 @@ func (h *harness) alone(ctx context.Context, s *APIServerSampler, kind string) (
 	time.Sleep(h.idleFor())
 	idleFrom := time.Now()
 	time.Sleep(h.idleFor())
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if smp, _ := s.Samples(); len(smp) >= 3 && !smp[len(smp)-3].At.Before(idleFrom) {
-			break
-		}
-	}
+	awaitSamples(s, idleFrom, 3)
 	cost := &APIServerCost{Kind: kind}
 	h.resetHighWater()
 	c, err := h.spawn(kind, "alone-"+kind)
@@ -165,7 +163,8 @@ func (h *harness) alone(ctx context.Context, s *APIServerSampler, kind string) (
 	}
 	end := time.Now()
 	highWater := h.highWater()
-	time.Sleep(time.Second) // the samples after the window, the last status lines
+	time.Sleep(time.Second) // the last status lines
+	awaitSamples(s, end, 2) // the samples after the window
 	before := c.status()
 	cost.Sync = window(s, idleFrom, begin, begin, begin, end, before.synced, before.bytesRead, before.wireBytes)
 	cost.Sync.HighWaterRSS = highWater
@@ -185,6 +184,7 @@ func (h *harness) alone(ctx context.Context, s *APIServerSampler, kind string) (
 	end = time.Now()
 	highWater = h.highWater()
 	time.Sleep(time.Second)
+	awaitSamples(s, end, 2)
 	after := c.status()
 	cost.Relist = window(s, idleFrom, begin, time.Unix(0, killed), time.Unix(0, ready), end, relisted(kind, before, after, n),
 		after.bytesRead-before.bytesRead, after.wireBytes-before.wireBytes)
@@ -195,6 +195,17 @@ func (h *harness) alone(ctx context.Context, s *APIServerSampler, kind string) (
 		return nil, err
 	}
 	return cost, nil
+}
+
+// awaitSamples waits until the last n samples were all taken at or after t,
+// at most 10 s: a busy machine answers the 100 ms scrapes late, and a fixed
+// sleep may then hold one sample or none.
+func awaitSamples(s *APIServerSampler, t time.Time, n int) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if smp, _ := s.Samples(); len(smp) >= n && !smp[len(smp)-n].At.Before(t) {
+			return
+		}
+	}
 }
 
 // highWater is the apiserver's resident-set high-water mark (bytes), 0 if
@@ -234,12 +245,25 @@ func window(s *APIServerSampler, idleFrom, idleTo, from, ready, to time.Time, do
 	var idle, in []APIServerSample
 	var times []float64
 	var first, last *APIServerSample // the last before from (the first from ready, if it restarted), the first after to
+	// The series runs from the idle time before the window to a second
+	// after it, and holds at least the last three samples before it and
+	// the first two after it, however late they came.
+	lo, hi := -idleTo.Sub(idleFrom).Seconds(), w.Seconds+1
+	if k := slices.IndexFunc(samples, func(s APIServerSample) bool { return !s.At.Before(from) }); k != 0 && len(samples) > 0 {
+		if k < 0 {
+			k = len(samples)
+		}
+		lo = min(lo, samples[max(k-3, 0)].At.Sub(from).Seconds())
+	}
+	if k := slices.IndexFunc(samples, func(s APIServerSample) bool { return s.At.After(to) }); k >= 0 {
+		hi = max(hi, samples[min(k+1, len(samples)-1)].At.Sub(from).Seconds())
+	}
 	for i, smp := range samples {
 		if !smp.At.Before(idleFrom) && smp.At.Before(idleTo) {
 			idle = append(idle, smp)
 		}
 		t := smp.At.Sub(from).Seconds()
-		if t < -idleTo.Sub(idleFrom).Seconds() || t > w.Seconds+1 {
+		if t < lo || t > hi {
 			continue
 		}
 		w.Series = append(w.Series, [3]float64{t, smp.RSS / (1 << 20), smp.HeapInuse / (1 << 20)})

@@ -1,6 +1,7 @@
 package compare
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -177,5 +178,32 @@ func TestCostWindowAfterARestart(t *testing.T) {
 	// The last sample in the window, 2.0 s, or the first after it, 2.1 s.
 	if !near(w.PeakRSS, 221<<20) {
 		t.Errorf("peak RSS %v MiB; want 221 (the old apiserver's 900 before ready do not count)", w.PeakRSS/(1<<20))
+	}
+}
+
+// On a busy machine the 100 ms scrapes come late: here one every 0.75 s. The
+// series still shows the apiserver before the window (its last three
+// samples, though the idle time is 0.3 s) and after it (the first two, though
+// they come later than a second after). It once held one sample before a
+// relist's window, and the harness's test failed on a loaded machine.
+func TestCostWindowSeriesOfLateSamples(t *testing.T) {
+	t0 := time.Now()
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	s := &APIServerSampler{}
+	for i := range 12 {
+		s.samples = append(s.samples, APIServerSample{At: at(0.75 * float64(i)), RSS: 100 << 20, CPUSeconds: float64(i)})
+	}
+	// idle [2.7, 3.0), window [3.0, 3.2]; samples at 0, 0.75, 1.5, 2.25 | 3 | 3.75, 4.5, 5.25 ...
+	w := window(s, at(2.7), at(3), at(3), at(3), at(3.2), true, 0, 0)
+	var got []float64
+	for _, p := range w.Series {
+		got = append(got, p[0])
+	}
+	if want := []float64{-2.25, -1.5, -0.75, 0, 0.75, 1.5}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("series at %v, want %v", got, want)
+	}
+	// A window before the first sample and past the last.
+	if w := window(s, at(-1), at(-1), at(-1), at(-1), at(9), true, 0, 0); len(w.Series) != 12 {
+		t.Errorf("%d points, want all 12", len(w.Series))
 	}
 }

@@ -6,8 +6,14 @@
 #
 #   IMG=registry.example/rawwatch:v1.0.0 hack/deploy.sh     (what `make deploy` runs)
 #
-# The image goes in through a kustomize overlay written to out/deploy, so that
-# config/ itself stays as committed. Extra kubectl arguments: $KUBECTL_ARGS
+# $COMPONENTS adds kustomize components, e.g. the freshness probe:
+#   COMPONENTS=config/components/freshness-probe make deploy IMG=...
+#
+# The image and the components go in through a kustomize overlay written to
+# out/deploy, so that config/ itself stays as committed. The CRD is applied
+# first, and waited for: kubectl maps every object of one apply before it
+# sends any, and a MyResource (the probe's object) cannot be mapped before
+# its CRD is served. Extra kubectl arguments: $KUBECTL_ARGS
 # (e.g. --force-conflicts after someone edited the objects by hand).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +43,18 @@ mkdir -p out/deploy
 	echo "  newName: $name"
 	if [ -n "$digest" ]; then echo "  digest: $digest"; fi
 	if [ -n "$tag" ]; then echo "  newTag: $tag"; fi
+	if [ -n "${COMPONENTS:-}" ]; then
+		echo "components:"
+		for c in $COMPONENTS; do
+			[ -f "${c%/}/kustomization.yaml" ] || { echo "deploy.sh: component $c has no kustomization.yaml" >&2; exit 2; }
+			echo "- ../../${c%/}"
+		done
+	fi
 } > out/deploy/kustomization.yaml
+
+# shellcheck disable=SC2086 # KUBECTL_ARGS is a list of arguments
+bin/kubectl apply --server-side --field-manager=rawwatch-deploy ${KUBECTL_ARGS:-} -k config/crd
+bin/kubectl wait --for=condition=Established --timeout=60s crd/myresources.example.com
 
 # shellcheck disable=SC2086 # KUBECTL_ARGS is a list of arguments
 bin/kubectl apply --server-side --field-manager=rawwatch-deploy ${KUBECTL_ARGS:-} -k out/deploy

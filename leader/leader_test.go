@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -93,8 +95,9 @@ func (c *candidate) times() (start, workCtxEnd, end time.Time) {
 }
 
 // One candidate leads; the other waits. When the leader shuts down, it keeps
-// the lease until its work has drained, then releases it, and the standby
-// takes over at once — long before the lease would have expired.
+// the lease until its work has drained, then releases it (the Lease names no
+// holder between the two), and the standby takes over at its next retry
+// instead of waiting the lease out (logged: a busy machine may be slower).
 func TestHandoverWaitsForWorkToDrain(t *testing.T) {
 	t.Parallel()
 	cp := shared.Get(t)
@@ -107,12 +110,41 @@ func TestHandoverWaitsForWorkToDrain(t *testing.T) {
 		t.Fatal("b leads while a holds the lease")
 	}
 
+	// Every version of the Lease from now on: a release writes no holder.
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	w, err := kubernetes.NewForConfigOrDie(cp.Config()).CoordinationV1().Leases(ns).Watch(ctx,
+		metav1.ListOptions{FieldSelector: "metadata.name=rawwatch-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
 	stopped := time.Now()
 	a.cancel()
 	if <-a.done; a.err != nil {
 		t.Fatalf("a's Run after cancel: %v", a.err)
 	}
 	testkit.Eventually(t, 10*time.Second, b.e.IsLeader, "b never took over")
+	var holders []string
+	for len(holders) == 0 || holders[len(holders)-1] != "b" {
+		select {
+		case e := <-w.ResultChan():
+			if l, ok := e.Object.(*coordinationv1.Lease); ok {
+				holder := ""
+				if l.Spec.HolderIdentity != nil {
+					holder = *l.Spec.HolderIdentity
+				}
+				holders = append(holders, holder)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the Lease's holders %q, and b's not among them", holders)
+		}
+	}
+	// The watch's first event is the Lease as it was; a renews until it stops.
+	if holders = slices.Compact(holders); !slices.Equal(holders, []string{"a", "", "b"}) {
+		t.Errorf("the Lease's holders %q, want a, then none (released), then b", holders)
+	}
 	_, _, aEnd := a.times()
 	bStart, _, _ := b.times()
 	if !bStart.After(aEnd) {
@@ -120,8 +152,8 @@ func TestHandoverWaitsForWorkToDrain(t *testing.T) {
 	}
 	handover := bStart.Sub(aEnd)
 	t.Logf("a stopped; its work drained for %s; b took over %s after a's work ended", aEnd.Sub(stopped).Round(time.Millisecond), handover.Round(time.Millisecond))
-	if handover > 2*time.Second { // the lease is 3 s: a release must beat waiting it out
-		t.Errorf("handover took %s: the lease was not released", handover)
+	if handover > 2*time.Second { // the lease is 3 s; a busy machine may take this long all the same
+		t.Logf("handover took %s: a measure, slow on a busy machine", handover)
 	}
 }
 
@@ -165,7 +197,7 @@ func TestLostLeaseStopsTheWork(t *testing.T) {
 
 // Renewals answered 500 for longer than the renew deadline (the Lease API
 // broken for the leader only, through a fault proxy) while the leader has a
-// reconcile in flight that would take 3 s more. The leader gives up, aborts
+// reconcile in flight that would take 30 s more. The leader gives up, aborts
 // that work at once and never frees the Lease; the standby takes over when
 // the Lease expires. At no instant do both work.
 func TestFailedRenewalsNeverLetTwoLeadersWork(t *testing.T) {
@@ -173,7 +205,7 @@ func TestFailedRenewalsNeverLetTwoLeadersWork(t *testing.T) {
 	cp := shared.Get(t)
 	ns := testkit.Namespace(t, cp.Config())
 	proxy, viaProxy := testkit.Proxy(t, cp, cp.APIServer)
-	a := campaignVia(t, viaProxy, config(ns, "a"), 3*time.Second)
+	a := campaignVia(t, viaProxy, config(ns, "a"), 30*time.Second)
 	testkit.Eventually(t, 10*time.Second, a.e.IsLeader, "a never led")
 	b := campaign(t, config(ns, "b"), 0)
 	testkit.Eventually(t, 10*time.Second, func() bool { return b.e.Leader() == "a" }, "b never saw a lead")
@@ -197,7 +229,7 @@ func TestFailedRenewalsNeverLetTwoLeadersWork(t *testing.T) {
 		t.Fatalf("two leaders at once: b started %s after the renewals began failing, while a's work ran until %s",
 			bStart.Sub(failed).Round(time.Millisecond), aEnd.Sub(failed).Round(time.Millisecond))
 	}
-	if d := aEnd.Sub(aWorkEnd); d > time.Second {
+	if d := aEnd.Sub(aWorkEnd); d > 10*time.Second { // of the 30 s it would have drained
 		t.Errorf("a's work in flight took %s to stop after the loss: it was not aborted", d)
 	}
 	proxy.Heal()

@@ -315,7 +315,7 @@ func TestControllerHandlesADeletionOnceWhileTheNewObjectRetries(t *testing.T) {
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logs.Logger(0)))
 	done := make(chan struct{})
 	go func() { c.Run(ctx, nil, 1); close(done) }()
-	testkit.Eventually(t, 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return finished >= 5 }, "fewer than 5 reconciles")
+	testkit.Eventually(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return finished >= 5 }, "fewer than 5 reconciles")
 	cancel()
 	<-done
 	if lines := logs.Grep("MyResource deleted"); len(lines) != 1 {
@@ -390,7 +390,7 @@ func TestDeletionsHoldsADeletionUntilItIsHandled(t *testing.T) {
 		t.Fatalf("while a worker handles the second: Deletions gives %v", got)
 	}
 	b.release <- struct{}{}
-	testkit.Eventually(t, 5*time.Second, func() bool { return len(pending()) == 0 }, "a deletion stayed after it was handled")
+	testkit.Eventually(t, 30*time.Second, func() bool { return len(pending()) == 0 }, "a deletion stayed after it was handled")
 }
 
 // deletionCounts counts what c.Deletions reports: deletions only queued, and
@@ -423,7 +423,7 @@ func TestDeletionsTellsAFailedDeletion(t *testing.T) {
 	done := make(chan struct{})
 	go func() { c.Run(ctx, nil, 1); close(done) }()
 	defer func() { cancel(); <-done }()
-	testkit.Eventually(t, 5*time.Second, func() bool { q, f := deletionCounts(c); return q == 0 && f == 1 },
+	testkit.Eventually(t, 30*time.Second, func() bool { q, f := deletionCounts(c); return q == 0 && f == 1 },
 		"after its Deleted failed, the deletion is not reported failing")
 }
 
@@ -439,7 +439,7 @@ func TestAFailedMarkEndsWhenTheDeletionIsHandled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { c.Run(ctx, nil, 1); close(done) }()
-	testkit.Eventually(t, 5*time.Second, func() bool { q, f := deletionCounts(c); return q == 0 && f == 0 },
+	testkit.Eventually(t, 30*time.Second, func() bool { q, f := deletionCounts(c); return q == 0 && f == 0 },
 		"the deletion that failed once was not handled by its retry")
 	cancel()
 	<-done

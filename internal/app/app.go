@@ -412,6 +412,9 @@ func (a *App) newProbe() (*freshness.Probe, error) {
 					Labels:      map[string]string{"app.kubernetes.io/managed-by": "rawwatch"}},
 				Spec: v1alpha1.MyResourceSpec{Message: "rawwatch's freshness probe writes a heartbeat here"},
 			})
+			if apierrors.IsForbidden(err) {
+				err = fmt.Errorf("the probe's object %s/%s is missing, and this controller may not create it (config/components/freshness-probe ships it): %w", ns, freshness.DefaultName, err)
+			}
 		}
 		return err
 	}

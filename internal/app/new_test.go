@@ -29,7 +29,7 @@ func TestFailedNewLeaksNoGoroutine(t *testing.T) {
 			t.Fatalf("New with the metrics port taken: %v, want address already in use", err)
 		}
 	}
-	testkit.Eventually(t, 5*time.Second, func() bool { return runtime.NumGoroutine() <= before },
+	testkit.Eventually(t, 30*time.Second, func() bool { return runtime.NumGoroutine() <= before },
 		"goroutines left behind by ten failed News")
 }
 

@@ -137,13 +137,16 @@ func TestFreshnessProbe(t *testing.T) {
 	a, _, _ := startAppWith(t, app.Options{Config: cp.Config(), Namespace: ns,
 		MetricsAddr: "127.0.0.1:0", FreshnessProbe: 200 * time.Millisecond,
 		Observer: observe.Func(func(e observe.Event) {
-			if r, ok := e.(watcher.Received); ok && r.Key == ns+"/"+freshness.DefaultName {
+			if r, ok := e.(watcher.Received); ok && r.Key == ns+"/"+freshness.DefaultName && r.Object != nil {
 				// The server's write time, read before the store dropped
-				// managedFields: whole seconds, so a fresh heartbeat reads
-				// under a second and a half old (the object's creation time
-				// instead would read older and older).
-				if lag := r.Arrived.Sub(r.Written); lag > 1500*time.Millisecond || lag < -time.Second {
-					t.Errorf("%s %s arrived %v after its write time %v", r.Type, r.Key, lag, r.Written)
+				// managedFields: whole seconds, so it is no earlier than
+				// the heartbeat's own time truncated to the second, and
+				// no later than the event's arrival (one clock here). The
+				// object's creation time instead would be the first
+				// heartbeat's, older and older. (How late is load.)
+				beat, err := time.Parse(time.RFC3339Nano, r.Object.GetAnnotations()[freshness.Annotation])
+				if err == nil && (r.Written.Before(beat.Truncate(time.Second)) || r.Written.After(r.Arrived)) {
+					t.Errorf("%s %s: write time %v, heartbeat %v, arrived %v", r.Type, r.Key, r.Written, beat, r.Arrived)
 				}
 			}
 			if m, ok := e.(freshness.Measured); ok {
@@ -157,7 +160,7 @@ func TestFreshnessProbe(t *testing.T) {
 		})})
 	url := "http://" + a.MetricsAddr() + "/metrics"
 	var m map[string]float64
-	testkit.Eventually(t, 20*time.Second, func() bool {
+	testkit.Eventually(t, time.Minute, func() bool {
 		m = testkit.Scrape(t, url)
 		return m[`rawwatch_freshness_probe_seconds_count{stage="reconcile"}`] >= 15
 	}, "fewer than 15 heartbeats reconciled")
@@ -190,7 +193,7 @@ func TestFreshnessProbe(t *testing.T) {
 	if ok := testkit.Scrape(t, url)[`rawwatch_freshness_probe_writes_total{result="ok"}`]; ok < float64(reconciled) {
 		t.Errorf("%v heartbeats written, %d reconciled", ok, reconciled)
 	}
-	if s := m["rawwatch_watch_silence_seconds"]; s > 2 {
+	if s := m["rawwatch_watch_silence_seconds"]; s > 10 { // 0.2 s, unless the machine is busy
 		t.Errorf("silence %v s while heartbeats flow every 200 ms", s)
 	}
 	if m["rawwatch_watch_event_delivery_lag_seconds_count"] < 5 {

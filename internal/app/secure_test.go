@@ -27,7 +27,8 @@ import (
 // ServiceAccount (so its metrics-auth role is shown to suffice) and serves
 // /metrics and the live page over HTTPS with a certificate from a directory;
 // a ServiceAccount bound to config/rbac's rawwatch-metrics-reader reads
-// them, another gets 403, no token 401; the probes stay plain and open.
+// /metrics and not the page, one bound to rawwatch-page-reader the page and
+// not /metrics, another gets 403, no token 401; the probes stay plain and open.
 func TestSecureServingLetsInOnlyWhomRBACAllows(t *testing.T) {
 	t.Parallel()
 	cp := shared.Get(t)
@@ -36,6 +37,8 @@ func TestSecureServingLetsInOnlyWhomRBACAllows(t *testing.T) {
 	reader := testkit.ServiceAccountToken(t, cp.Config(), ns, "prometheus")
 	nosy := testkit.ServiceAccountToken(t, cp.Config(), ns, "nosy")
 	testkit.BindClusterRole(t, cp.Config(), "rawwatch-metrics-reader", ns, "prometheus")
+	viewer := testkit.ServiceAccountToken(t, cp.Config(), ns, "viewer")
+	testkit.BindClusterRole(t, cp.Config(), "rawwatch-page-reader", ns, "viewer")
 
 	asController := rest.AnonymousClientConfig(cp.Config())
 	asController.BearerToken = testkit.ServiceAccountToken(t, cp.Config(), testkit.ControllerNamespace, testkit.ControllerServiceAccount)
@@ -58,10 +61,12 @@ func TestSecureServingLetsInOnlyWhomRBACAllows(t *testing.T) {
 		{metrics + "/x", "a ServiceAccount with the role, on a path not served", reader, http.StatusNotFound, ""},
 		{metrics, "a ServiceAccount without the role", nosy, http.StatusForbidden, `"system:serviceaccount:` + ns + `:nosy" may not get /metrics`},
 		{metrics, "a ServiceAccount with the role", reader, http.StatusOK, "rawwatch_resource_version"},
+		{metrics, "a ServiceAccount with the page's role", viewer, http.StatusForbidden, "may not get /metrics"},
 		{page, "no token", "", http.StatusUnauthorized, ""},
 		{page, "a ServiceAccount without the role", nosy, http.StatusForbidden, ""},
-		{page, "a ServiceAccount with the role", reader, http.StatusOK, "rawwatch"},
-		{page + "events", "a ServiceAccount with the role", reader, http.StatusOK, "text/event-stream"},
+		{page, "a ServiceAccount with the metrics' role", reader, http.StatusForbidden, ""},
+		{page, "a ServiceAccount with the role", viewer, http.StatusOK, "rawwatch"},
+		{page + "events", "a ServiceAccount with the role", viewer, http.StatusOK, "text/event-stream"},
 	} {
 		code, body := get(c.url, c.token)
 		if code != c.want || !strings.Contains(body, c.body) {

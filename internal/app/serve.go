@@ -191,6 +191,7 @@ func (a *App) serve(log klog.Logger) (stop func(), err error) {
 		}
 	}
 	var running []*http.Server
+	var what []string // of each running server
 	// Requests that never end on their own (the live page's event streams)
 	// end with this context, so that stopping does not wait for them.
 	base, cancel := context.WithCancel(context.Background())
@@ -203,7 +204,7 @@ func (a *App) serve(log klog.Logger) (stop func(), err error) {
 			serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
 			scheme, how = "https://", "HTTPS, authenticated and authorized by the API server"
 		}
-		running = append(running, srv)
+		running, what = append(running, srv), append(what, ep.what)
 		log.Info("Serving "+ep.what, "address", scheme+ep.ln.Addr().String(), "as", how)
 		go func() {
 			if err := serve(ep.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -215,8 +216,10 @@ func (a *App) serve(log klog.Logger) (stop func(), err error) {
 		cancel()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		for _, srv := range running {
-			_ = srv.Shutdown(ctx)
+		for i, srv := range running {
+			if err := srv.Shutdown(ctx); err != nil {
+				log.Info("Stopped serving with requests still open", "serving", what[i], "err", err)
+			}
 		}
 	}, nil
 }

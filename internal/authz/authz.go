@@ -9,7 +9,7 @@
 //
 //	kind: ClusterRole
 //	rules:
-//	- nonResourceURLs: ["/metrics", "/ui", "/ui/*"]
+//	- nonResourceURLs: ["/metrics"] # rawwatch-metrics-reader; ["/ui", "/ui/*"]: rawwatch-page-reader
 //	  verbs: ["get"]
 //
 // This is what controller-runtime's filters.WithAuthenticationAndAuthorization

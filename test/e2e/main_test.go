@@ -141,8 +141,10 @@ func TestBinaryReconcilesAndStopsCleanly(t *testing.T) {
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM, want 0", code)
 	}
-	if d := time.Since(stopping); d > 4*time.Second {
-		t.Errorf("stopping took %v with a viewer connected", d)
+	// Had the stream held the server up, it would have been cut after the
+	// 5 s shutdown timeout, and said so.
+	if strings.Contains(p.output(), "Stopped serving with requests still open") {
+		t.Errorf("the live page's event stream held the shutdown up (stopping took %v)", time.Since(stopping))
 	}
 	if !strings.Contains(p.output(), "Stopped cleanly") {
 		t.Error("no clean-stop log line")

@@ -15,6 +15,7 @@ import (
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/freshness"
+	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
 	"rawwatch/reconcile"
 )
@@ -143,13 +144,18 @@ func TestForbiddenListIsLoggedAndBackedOff(t *testing.T) {
 	}
 }
 
-// --freshness-probe runs on its own Role (config/rbac/freshness_probe_role.yaml):
-// as the ServiceAccount, the binary creates its heartbeat object in its own
-// namespace and patches it again and again, without a forbidden.
+// --freshness-probe runs on its component's Role
+// (config/components/freshness-probe): as the ServiceAccount, the binary
+// patches the object the component ships again and again, without a
+// forbidden; it creates nothing (the Role does not let it).
 func TestFreshnessProbeRunsWithItsRole(t *testing.T) {
 	t.Parallel()
 	cp := shared.Get(t)
 	testkit.InstallRBAC(t, cp.Config())
+	component := filepath.Join(root, "config", "components", "freshness-probe")
+	if err := controlplane.Apply(context.Background(), cp.Config(), filepath.Join(component, "role.yaml"), filepath.Join(component, "probe.yaml")); err != nil {
+		t.Fatal(err)
+	}
 	token := testkit.ServiceAccountToken(t, cp.Config(), testkit.ControllerNamespace, testkit.ControllerServiceAccount)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := cp.WriteKubeconfigFor(kubeconfig, cp.APIServer.URL, token); err != nil {
@@ -158,19 +164,26 @@ func TestFreshnessProbeRunsWithItsRole(t *testing.T) {
 	admin := testkit.Client(t, cp.Config())
 	ns := testkit.ControllerNamespace
 	t.Cleanup(func() { _ = admin.Delete(context.Background(), ns, freshness.DefaultName, metav1.DeleteOptions{}) })
+	shipped, err := admin.Get(context.Background(), ns, freshness.DefaultName)
+	if err != nil {
+		t.Fatal(err)
+	}
 
-	p := startBinary(t, nil, "--kubeconfig", kubeconfig, "--namespace", ns, "--freshness-probe", "1s")
+	p := startBinary(t, nil, "--kubeconfig", kubeconfig, "--namespace", ns, "--freshness-probe", "1s", "-v=1")
 	var beats []string
 	testkit.Eventually(t, 30*time.Second, func() bool {
 		o, err := admin.Get(context.Background(), ns, freshness.DefaultName)
 		if err != nil {
 			return false
 		}
-		if b := o.Annotations[freshness.Annotation]; len(beats) == 0 || beats[len(beats)-1] != b {
+		if o.UID != shipped.UID {
+			t.Fatalf("the probe's object was replaced (uid %s, shipped %s)", o.UID, shipped.UID)
+		}
+		if b := o.Annotations[freshness.Annotation]; b != "" && (len(beats) == 0 || beats[len(beats)-1] != b) {
 			beats = append(beats, b)
 		}
 		return len(beats) >= 3
-	}, "the probe's object was not created and patched as the ServiceAccount")
+	}, "the shipped probe object was not patched as the ServiceAccount")
 	if out := p.output(); strings.Contains(out, "forbidden") {
 		t.Errorf("the probe needed a permission its role lacks:\n%s", out)
 	}
