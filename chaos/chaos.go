@@ -50,7 +50,8 @@
 //     the object deleted (a re-created name is another object);
 //   - no key was ever reconciled by two workers at once.
 //
-// and, while the faults lasted, that the watcher kept to its request budget.
+// and, while the faults lasted, that the watcher kept to its request budget
+// (sharded runs: and each replica's ring to its bound on requests on Leases).
 //
 // Run returns a Report with the counts (events, relists, watch restarts,
 // retries...) and the verdict; cmd/chaos prints it and exits non-zero on any
@@ -64,6 +65,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -85,6 +87,7 @@ import (
 	"rawwatch/observe"
 	"rawwatch/reconcile"
 	"rawwatch/ring"
+	"rawwatch/shard"
 	"rawwatch/store"
 	"rawwatch/watcher"
 )
@@ -427,10 +430,11 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 			b.Requests, b.Busiest = r.meter.Between(faultsStart, faultsEnd), n
 		}
 	}
+	if cfg.Replicas > 1 {
+		b.leases(replicas, faultsStart, faultsEnd, cmp.Or(cfg.RingRenew, ring.DefaultRenewPeriod))
+	}
 	judge := &judge{list: target.Config(), ns: ns, replicas: replicas, ref: ref, deleted: churn.deletions(), budget: b,
-		// A handoff takes a couple of renew periods; the owners' watches
-		// may be behind by up to two backoff caps under these faults.
-		sharded: cfg.Replicas > 1}
+		sharded: cfg.Replicas > 1, lease: cfg.RingLease, outage: rep.RestartTook}
 	poll := time.Second + time.Duration(cfg.Objects/5000)*time.Second
 	for {
 		v, err := judge.verdict(ctx)
@@ -593,9 +597,11 @@ type recorder struct {
 	known  map[incarnation]bool
 	lastRV int64
 	gaps   [][2]int64
-	// heard is when the watcher last moved the store forward (an event, a
-	// bookmark, a list): a replica killed in a gap knew nothing after it.
-	heard time.Time
+	// lists are the watcher's (re)lists: when, at which resourceVersion, and
+	// which slots (coverage: the watcher's Covered, read as it reports the
+	// list, is the slots listed).
+	lists    []listed
+	coverage func() shard.SlotSet
 
 	// silent holds when the watchdog abandoned a stream.
 	silent []time.Time
@@ -713,7 +719,6 @@ func (r *recorder) EventReceived(eventType, key, rv string, o metav1.Object) {
 		r.heardDeleted[incarnation{key, o.GetUID()}] = true
 	}
 	r.lastRV = revision(rv)
-	r.heard = time.Now()
 	if inStore {
 		r.known[incarnation{key, obj.UID}] = true
 	}
@@ -723,19 +728,44 @@ func (r *recorder) BookmarkReceived(rv string, _ bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.lastRV = revision(rv)
-	r.heard = time.Now()
 }
 
 func (r *recorder) Replaced(rv string, _, _, _, _ int) {
 	objs := r.store.List()
+	slots := shard.All()
+	if r.coverage != nil {
+		slots = r.coverage()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.gaps = append(r.gaps, [2]int64{r.lastRV, revision(rv)})
 	r.lastRV = revision(rv)
-	r.heard = time.Now()
+	r.lists = append(r.lists, listed{at: time.Now(), rv: revision(rv), slots: slots})
 	for _, o := range objs {
 		r.known[incarnation{store.KeyOf(o), o.UID}] = true
 	}
+}
+
+// listed is one (re)list of a watcher: when it was in the store, its
+// resourceVersion, and the slots it listed.
+type listed struct {
+	at    time.Time
+	rv    int64
+	slots shard.SlotSet
+}
+
+// listBefore is the last list of slot that was in the store at or before t
+// (ok false: none was). Callers hold mu.
+func (r *recorder) listBefore(slot int, t time.Time) (l listed, ok bool) {
+	for _, x := range r.lists {
+		if x.at.After(t) {
+			break
+		}
+		if x.slots.Has(slot) {
+			l, ok = x, true
+		}
+	}
+	return l, ok
 }
 
 // invisible: an object the watcher never had, created inside a gap (so it

@@ -28,8 +28,11 @@ type replica struct {
 	app   *app.App
 	rec   *recorder
 	meter *faultproxy.Meter
-	dead  *atomic.Bool // the kill switch: every request fails at once
-	stop  func()
+	// leases counts its requests on the ring's Leases (the budget's other
+	// half: leaseBound).
+	leases *leaseMeter
+	dead   *atomic.Bool // the kill switch: every request fails at once
+	stop   func()
 	// from and to bound its life; to is zero while it runs.
 	from, to time.Time
 }
@@ -42,7 +45,7 @@ var errKilled = errors.New("chaos: this replica was killed")
 // the request budget) and behind a kill switch. With sharding, it is one
 // member of the ring.
 func newReplica(cfg Config, base *rest.Config, ns, name string, sharding *app.Sharding, ref *referee) (*replica, error) {
-	r := &replica{name: name, rec: newRecorder(ref), meter: faultproxy.NewMeter(), dead: &atomic.Bool{}}
+	r := &replica{name: name, rec: newRecorder(ref), meter: faultproxy.NewMeter(), leases: newLeaseMeter(time.Now), dead: &atomic.Bool{}}
 	r.rec.byObject = sharding != nil
 	c := rest.CopyConfig(base)
 	c.QPS, c.Burst = cfg.QPS, cfg.Burst
@@ -52,8 +55,11 @@ func newReplica(cfg Config, base *rest.Config, ns, name string, sharding *app.Sh
 			if r.dead.Load() {
 				return nil, errKilled
 			}
-			if strings.Contains(req.URL.Path, "/myresources") {
+			switch {
+			case strings.Contains(req.URL.Path, "/myresources"):
 				return metered.RoundTrip(req)
+			case strings.Contains(req.URL.Path, "/leases"):
+				r.leases.count(req)
 			}
 			return rt.RoundTrip(req) // the ring's Leases, Events: not the watcher's budget
 		})
@@ -74,6 +80,7 @@ func newReplica(cfg Config, base *rest.Config, ns, name string, sharding *app.Sh
 	}
 	r.app = a
 	r.rec.store = a.Store
+	r.rec.coverage = a.Watcher.Covered
 	return r, nil
 }
 
@@ -169,33 +176,53 @@ func (o *ownership) add(t time.Time, c ring.Claims, fenced bool, rv int64) {
 	o.rv = append(o.rv, rv)
 }
 
-// claimedAt tells whether slot was claimed at t and, if so, whether that
-// claim ended in a fence rather than in a handoff, and where the watch was
-// when it ended (-1: it did not).
-func (o *ownership) claimedAt(slot int, t time.Time) (claimed, fencedAfter bool, endRV int64) {
+// claim is one stretch of a replica's claim of a slot, as claimedAt finds
+// it: how it ended (at zero: it had not by the end of the run), whether by a
+// fence, and where the replica's watch was then.
+type claim struct {
+	end    time.Time
+	fenced bool
+	rv     int64
+}
+
+// claimedAt tells whether slot was claimed at t and, if so, how that claim
+// ended.
+func (o *ownership) claimedAt(slot int, t time.Time) (claimed bool, c claim) {
 	i := -1
 	for i+1 < len(o.at) && !o.at[i+1].After(t) {
 		i++
 	}
 	if i < 0 || !o.claimed[i].Has(slot) {
-		return false, false, -1
+		return false, claim{rv: -1}
 	}
 	for j := i + 1; j < len(o.at); j++ {
 		if !o.claimed[j].Has(slot) {
-			return true, o.fenced[j], o.rv[j]
+			return true, claim{end: o.at[j], fenced: o.fenced[j], rv: o.rv[j]}
 		}
 	}
-	return true, false, -1
+	return true, claim{rv: -1}
 }
 
-// fencedBetween tells whether this replica fenced itself between from and to.
-func (o *ownership) fencedBetween(from, to time.Time) bool {
+// claimedFrom is when this replica first claimed slot after t (zero: it
+// did not).
+func (o *ownership) claimedFrom(slot int, t time.Time) time.Time {
 	for i := range o.at {
-		if o.at[i].After(from) && o.at[i].Before(to) && o.fenced[i] {
-			return true
+		if o.at[i].After(t) && o.claimed[i].Has(slot) {
+			return o.at[i]
 		}
 	}
-	return false
+	return time.Time{}
+}
+
+// fencedBetween is when this replica first fenced itself between from and
+// to (zero: it did not).
+func (o *ownership) fencedBetween(from, to time.Time) time.Time {
+	for i := range o.at {
+		if o.at[i].After(from) && o.at[i].Before(to) && o.fenced[i] {
+			return o.at[i]
+		}
+	}
+	return time.Time{}
 }
 
 // endedBefore tells when this replica's last claim of slot before t ended
@@ -240,9 +267,78 @@ func (r *recorder) observeClaims(e ring.ClaimsChanged) {
 	r.owns.add(time.Now(), e.Claims, e.Fenced, r.lastRV)
 }
 
-// heardAt is when the replica's watcher last moved its store forward.
-func (r *recorder) heardAt() time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.heard
+// leaseMeter counts a replica's requests on Leases, by verb, each with its
+// time, counted on its transport (refused connections too).
+type leaseMeter struct {
+	now   func() time.Time
+	mu    sync.Mutex
+	at    []time.Time
+	verbs []string
+}
+
+func newLeaseMeter(now func() time.Time) *leaseMeter { return &leaseMeter{now: now} }
+
+// count records r, a request on Leases: get, list, create, update, patch or
+// delete.
+func (m *leaseMeter) count(r *http.Request) {
+	verb := strings.ToLower(r.Method)
+	switch r.Method {
+	case http.MethodGet:
+		verb = "get"
+		if strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/leases") {
+			verb = "list"
+		}
+	case http.MethodPost:
+		verb = "create"
+	case http.MethodPut:
+		verb = "update"
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.at = append(m.at, m.now())
+	m.verbs = append(m.verbs, verb)
+}
+
+// between counts the requests from from up to (not including) to, by verb.
+func (m *leaseMeter) between(from, to time.Time) map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := map[string]int{}
+	for i, t := range m.at {
+		if !t.Before(from) && t.Before(to) {
+			n[m.verbs[i]]++
+		}
+	}
+	return n
+}
+
+// busiest is the most requests in any minute from from to to.
+func (m *leaseMeter) busiest(from, to time.Time) int {
+	m.mu.Lock()
+	var at []time.Time
+	for _, t := range m.at {
+		if !t.Before(from) && t.Before(to) {
+			at = append(at, t)
+		}
+	}
+	m.mu.Unlock()
+	return faultproxy.BusiestIn(at, time.Minute)
+}
+
+// leaseBound is the most requests on Leases a ring member renewing every
+// renew may make in any minute (package ring's loop): a round of three
+// (its Lease's GET, then its UPDATE or CREATE, then the ring's LIST) at
+// once and then at each tick of a renew-period ticker, which drops the ticks
+// a slow round misses (so at most ⌊1 min / renew⌋ + 2 rounds start in a
+// minute: the ticks in it, and one that fired just before and waited for a
+// round); each request of a round may be retried by client-go after a
+// Retry-After (a real one, or the 1 s it makes up for a GET whose
+// connection was reset), within the round's timeout of one renew period:
+// at most ⌊renew / 1 s⌋ times; and the DELETE of a clean leave. With the
+// short run's renew period of 1 s: 62 rounds of at most 6, and a DELETE,
+// 373; with the default 2 s, 32 rounds of at most 9, and a DELETE, 289.
+func leaseBound(renew time.Duration) int {
+	rounds := int(time.Minute/renew) + 2
+	perRequest := 1 + int(renew/time.Second)
+	return rounds*3*perRequest + 1
 }

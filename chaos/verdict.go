@@ -38,37 +38,40 @@ type Verdict struct {
 	StaleStatus []string
 	// UnseenDeletions: deletions the reconciler was never told about.
 	UnseenDeletions []string
-	// Invisible counts deletions no client could have seen: of objects
-	// created and deleted while the watcher was between a broken watch and
-	// the relist that followed. They are not losses.
+	// The deletions the reconciler never saw that no replica could have
+	// handled, each by one rule of judgeDeletion (each with its bound, and
+	// a test that fails the verdict without the rule's condition). Counted,
+	// not failed; any other unseen deletion is in UnseenDeletions.
+	//
+	// Invisible (relist gap): of objects no replica ever had, created
+	// inside a gap of the watch of the slot's claimant (between a broken
+	// watch and the relist that followed), and so deleted before that
+	// relist, which did not have them.
 	Invisible int
-	// HandoffGap (sharded runs) counts deletions no replica could see, of
-	// objects no replica ever had: created after the old owner's watch
-	// position when it let their slot go, and deleted before the new
-	// owner's list (which would have brought them). The sharded form of a
-	// relist gap; not losses.
+	// HandoffGap (sharded runs): of objects no replica ever had, created
+	// after the old owner's watch position when it let their slot go, and
+	// absent from the list by which the new owner took the slot over, made
+	// after their creation: deleted before it.
 	HandoffGap int
-	// Unclaimed (sharded runs): deletions the reconciler never saw, of an
-	// object whose slot no replica claimed when it was deleted (its owner
-	// had been killed or had fenced itself, and the new owner had not
-	// listed the slot yet), or whose claimant fenced itself before it
-	// handled them. A handoff loses nothing (the old owner sweeps, the new
-	// one covers); a fence or a kill does: nobody replays those (a
-	// controller that must act on every deletion uses a finalizer).
-	// Counted, not failed.
-	Unclaimed []string
-	// UnclaimedWhy counts Unclaimed by cause: "killed", "fenced",
-	// "let go" (its owner let it go and nobody claimed it yet), "never".
+	// Unclaimed (sharded runs): of objects whose slot no replica claimed
+	// when they were deleted, within Bound of the kill or fence that ended
+	// the last claim; or deleted within Bound before their claimant fenced
+	// itself; or heard of by a replica that fenced itself within Bound and
+	// then dropped them with their slot. UnclaimedWhy counts them by cause,
+	// "killed" or "fenced".
+	Unclaimed    []string
 	UnclaimedWhy map[string]int
-	// WithKilled (sharded runs): deletions the reconciler never saw, of an
-	// object whose slot the killed replica worked when it was deleted, after
-	// its watch last moved its store forward (it died behind, in a gap the
-	// faults opened) or at most KilledLag before that (they waited in its
-	// queue), or that reached it at all (a DELETED event; its gate held or
-	// replayed it) and died with it. Counted, not failed; KilledLagMax is
-	// the longest time such a deletion came before the kill.
+	// WithKilled (sharded runs): deletions the killed replica died with:
+	// deleted within Bound before the kill, while it claimed the slot (and
+	// it still did at the kill), or heard of by it, and held, not dropped,
+	// while no live replica claimed the slot. KilledLagMax is the longest
+	// time such a deletion came before the kill.
 	WithKilled   []string
 	KilledLagMax time.Duration
+	// Bound is the time bound of the kill's and the fence's rules (see
+	// judge.bound); Longest, per rule, the longest stretch it excused.
+	Bound   time.Duration
+	Longest map[string]time.Duration
 	// Overlaps: keys (sharded runs: objects) reconciled by two workers at
 	// once. SameName (sharded runs): times a deleted name's old object and
 	// its re-created new one, in two shards, were handled at once.
@@ -88,6 +91,24 @@ type Verdict struct {
 type budget struct {
 	Requests       faultproxy.Rate
 	Busiest, Bound int
+	// Sharded runs: the requests on Leases of the replica that made the
+	// most in a minute (LeaseReplica), by verb, while the faults lasted;
+	// that most, and the bound its ring promises (leaseBound).
+	Leases                   map[string]int
+	LeaseReplica             string
+	LeaseBusiest, LeaseBound int
+}
+
+// leases measures the ring's share of the budget: the replica that made the
+// most requests on Leases in a minute from from to to, and the bound of a
+// ring renewing every renew.
+func (b *budget) leases(replicas []*replica, from, to time.Time, renew time.Duration) {
+	b.LeaseBound, b.LeaseBusiest = leaseBound(renew), -1
+	for _, r := range replicas {
+		if n := r.leases.busiest(from, to); n > b.LeaseBusiest {
+			b.Leases, b.LeaseBusiest, b.LeaseReplica = r.leases.between(from, to), n, r.name
+		}
+	}
 }
 
 // requestBound is the most LISTs and WATCHes a watcher with backoff b may
@@ -147,6 +168,9 @@ func (v Verdict) Failures() []string {
 	if b := v.Budget; b.Busiest > b.Bound {
 		out = append(out, fmt.Sprintf("over the request budget: %d LISTs and WATCHes in one minute, bound %d", b.Busiest, b.Bound))
 	}
+	if b := v.Budget; b.LeaseBusiest > b.LeaseBound {
+		out = append(out, fmt.Sprintf("over the Lease budget: %s made %d requests on Leases in one minute (%s), bound %d", b.LeaseReplica, b.LeaseBusiest, verbs(b.Leases), b.LeaseBound))
+	}
 	return out
 }
 
@@ -177,11 +201,6 @@ func sample(items []string) string {
 	return strings.Join(items[:show], ", ") + fmt.Sprintf(", … (%d more)", len(items)-show)
 }
 
-// KilledLag is how long before the killed replica's watch last moved its
-// store forward a deletion may have waited in its queue, unhandled at its
-// death, without counting as a loss.
-const KilledLag = 15 * time.Second
-
 // judge computes verdicts: it compares the controller with the server.
 type judge struct {
 	list     *rest.Config // straight to an apiserver, no proxy
@@ -192,6 +211,32 @@ type judge struct {
 	budget   budget
 	// sharded: the replicas divide the objects.
 	sharded bool
+	// lease is the ring's lease duration; outage, how long the API server's
+	// restart took (nobody could claim, or handle, anything meanwhile).
+	lease, outage time.Duration
+}
+
+// bound is the time bound of the rules that excuse a deletion lost to a
+// kill or a fence: four lease durations (the ring's HandoffTimeout), plus
+// the API server's restart. Why nothing within it could have been handled,
+// and why everything older could:
+//
+//   - Unclaimed after a kill or a fence. The member's Lease expires a lease
+//     duration after its last renewal; the others see it within a renew
+//     period, list its slots, claim them (a write, then a read: two renew
+//     periods) — a lease duration and four renew periods, at most 2⅓ lease
+//     durations since a renew period is at most a third of one, and a list;
+//     and while the API server restarts nobody renews, lists or claims. A
+//     slot unclaimed longer than that is a stall of the ring, and its
+//     deletions are losses.
+//   - Deleted before its claimant was killed or fenced itself, unhandled.
+//     A deletion reaches its claimant within its watch's lag (a backoff
+//     cap and a relist, under the faults), then waits in its queue; a slot
+//     being let go waits for its deletions no longer than HandoffTimeout
+//     either. One made longer than that before the kill or the fence
+//     should have been handled by then: its loss is not the kill's.
+func (j *judge) bound() time.Duration {
+	return 4*cmp.Or(j.lease, ring.DefaultLeaseDuration) + j.outage
 }
 
 func (j *judge) verdict(ctx context.Context) (Verdict, error) {
@@ -217,72 +262,7 @@ func (j *judge) verdict(ctx context.Context) (Verdict, error) {
 		}
 	}
 	for _, d := range j.deleted {
-		seen, invisible, owner, fenced, known, endRV := false, false, (*replica)(nil), false, false, int64(-1)
-		slot := shard.SlotOf(string(d.UID))
-		for _, r := range j.replicas {
-			r.rec.mu.Lock()
-			seen = seen || r.rec.seenDeleted[d.incarnation]
-			known = known || r.rec.known[d.incarnation]
-			if !j.sharded {
-				owner, invisible = r, r.rec.invisible(d)
-			} else if claimed, f, rv := r.rec.owns.claimedAt(slot, d.At); claimed {
-				owner, invisible, fenced, endRV = r, r.rec.invisible(d), f, rv
-			}
-			r.rec.mu.Unlock()
-		}
-		// Unclaimed: allowed only after a kill or a fence. A slot let go in
-		// a handoff is covered by its new owner, which keeps the deletions
-		// until it works it: one lost there is a loss.
-		why, cause := "", ""
-		if j.sharded && !seen && (owner == nil || fenced) {
-			why, cause = j.whyUnclaimed(slot, d, owner)
-		}
-		var killed *replica
-		if j.sharded && !seen {
-			killed = j.killedHeard(d)
-			if r := j.fencedDropped(d); r != nil && owner == nil {
-				// It reached a replica (held, or queued), which fenced
-				// itself before handling it, and came back without the slot.
-				why, cause = fmt.Sprintf("%s heard of it, fenced itself, and dropped it with the slot", r.name), "fenced"
-			}
-		}
-		switch {
-		case seen:
-		case invisible:
-			v.Invisible++
-		case killed != nil:
-			// It reached the killed replica (a DELETED event, or the gate
-			// held or replayed it), which died before handling it.
-			v.WithKilled = append(v.WithKilled, fmt.Sprintf("%s (uid %s, deleted %s before %s was killed, which had heard of it)", d.Key, d.UID, killed.to.Sub(d.At).Round(10*time.Millisecond), killed.name))
-			v.KilledLagMax = max(v.KilledLagMax, killed.to.Sub(d.At))
-		case j.sharded && owner != nil && !fenced && !known && endRV >= 0 && endRV < d.Created:
-			v.HandoffGap++
-		case j.sharded && (owner == nil || fenced) && (cause == "killed" || cause == "fenced"):
-			v.Unclaimed = append(v.Unclaimed, fmt.Sprintf("%s (uid %s; %s)", d.Key, d.UID, why))
-			if v.UnclaimedWhy == nil {
-				v.UnclaimedWhy = map[string]int{}
-			}
-			v.UnclaimedWhy[cause]++
-		case j.sharded && owner != nil && !owner.to.IsZero() && owner.rec.heardAt().Sub(d.At) <= KilledLag:
-			v.WithKilled = append(v.WithKilled, fmt.Sprintf("%s (uid %s, deleted %s before %s was killed)", d.Key, d.UID, owner.to.Sub(d.At).Round(10*time.Millisecond), owner.name))
-			v.KilledLagMax = max(v.KilledLagMax, owner.to.Sub(d.At))
-		default:
-			var saw []string
-			for _, r := range j.replicas {
-				r.rec.mu.Lock()
-				if h := r.rec.history[d.Key]; len(h) > 0 || r == owner {
-					saw = append(saw, fmt.Sprintf("%s saw %s", r.name, strings.Join(h, "; ")))
-				}
-				saw = append(saw, fmt.Sprintf("%s's claims of slot %d: %s", r.name, slot, r.rec.owns.around(slot, d.At)))
-				r.rec.mu.Unlock()
-			}
-			claimant := "no replica: " + why
-			if owner != nil {
-				claimant = owner.name
-			}
-			v.UnseenDeletions = append(v.UnseenDeletions, fmt.Sprintf("%s (uid %s, slot %d, claimed by %s; %s)",
-				d.Key, d.UID, slot, claimant, strings.Join(saw, "; ")))
-		}
+		j.judgeDeletion(&v, d)
 	}
 	j.ref.mu.Lock()
 	v.Overlaps = slices.Clone(j.ref.overlaps)
@@ -513,7 +493,7 @@ func (r *Report) Print(w io.Writer) {
 	check(len(v.StoreDiff) == 0, fmt.Sprintf("the store equals a fresh LIST of %d objects", v.Listed))
 	check(len(v.StaleStatus) == 0, "every object's status.observedGeneration equals its metadata.generation")
 	if r.Config.Replicas > 1 {
-		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler, but %d inside a relist gap and %d inside a handoff's gap (objects created after the old owner's watch position when it let the slot go, deleted before the new owner listed it), which no replica could see; %d of objects whose slot no replica claimed when they were deleted, or whose claimant fenced itself (%s; %s); and %d the killed replica had not handled when it died, at most %v before (%s)",
+		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler, but %d inside a relist gap and %d inside a handoff's gap (objects created after the old owner's watch position when it let the slot go, deleted before the new owner listed it), which no replica could see; %d of objects whose slot no replica claimed when they were deleted, after a kill or a fence, or whose claimant (or a replica that held them) fenced itself (%s; %s); and %d the killed replica died with, at most %v before (%s)",
 			r.Deletes-int64(v.Invisible+v.HandoffGap)-int64(len(v.Unclaimed)+len(v.WithKilled)), v.Invisible, v.HandoffGap, len(v.Unclaimed), causes(v.UnclaimedWhy), sample(v.Unclaimed),
 			len(v.WithKilled), v.KilledLagMax.Round(10*time.Millisecond), sample(v.WithKilled)))
 	} else {
@@ -532,6 +512,20 @@ func (r *Report) Print(w io.Writer) {
 	b := v.Budget
 	check(b.Busiest <= b.Bound, fmt.Sprintf("request budget: the watcher's busiest minute of faults held %d LISTs and WATCHes, its bound %d (%.1f a minute over the %v of faults: %d LISTs, %d WATCHes)",
 		b.Busiest, b.Bound, b.Requests.PerMinute(b.Requests.Requests()), b.Requests.Over.Round(time.Second), b.Requests.Lists, b.Requests.Watches))
+	if r.Config.Replicas > 1 {
+		check(b.LeaseBusiest <= b.LeaseBound, fmt.Sprintf("Lease budget: the ring's busiest minute of faults held %d requests on Leases (%s, %s over the faults: %s), its bound %d",
+			b.LeaseBusiest, b.LeaseReplica, b.LeaseReplica, verbs(b.Leases), b.LeaseBound))
+		var longest []string
+		for _, rule := range []string{"killed", "unclaimed after a kill", "unclaimed after a fence"} {
+			if d, ok := v.Longest[rule]; ok {
+				longest = append(longest, fmt.Sprintf("%s %v", rule, d.Round(100*time.Millisecond)))
+			}
+		}
+		if len(longest) > 0 {
+			fmt.Fprintf(w, "  the rules of the kill and the fence, bound %v (4 lease durations and the API server's restart), excused at most: %s\n",
+				v.Bound.Round(100*time.Millisecond), strings.Join(longest, ", "))
+		}
+	}
 	if f := r.Failures(); len(f) > 0 {
 		fmt.Fprintf(w, "\nVERDICT: FAIL\n")
 		for _, line := range f {
@@ -553,42 +547,15 @@ func every(d time.Duration) string {
 	return "every ~" + d.String()
 }
 
-// whyUnclaimed says why a deletion had no replica to see it: its claimant
-// fenced itself, or the slot's last claimant was killed, fenced itself or
-// let it go (and when).
-func (j *judge) whyUnclaimed(slot int, d deletion, fenced *replica) (why, cause string) {
-	if fenced != nil {
-		return fenced.name + " claimed the slot, then fenced itself", "fenced"
-	}
-	var last *replica
-	var ended time.Time
-	var byFence bool
-	for _, r := range j.replicas {
-		r.rec.mu.Lock()
-		t, f := r.rec.owns.endedBefore(slot, d.At)
-		r.rec.mu.Unlock()
-		if !t.IsZero() && t.After(ended) {
-			last, ended, byFence = r, t, f
-		}
-		if !r.to.IsZero() && r.to.Before(d.At) && (last == nil || r.to.After(ended)) {
-			r.rec.mu.Lock()
-			claimed, _, _ := r.rec.owns.claimedAt(slot, r.to)
-			r.rec.mu.Unlock()
-			if claimed {
-				last, ended, byFence = r, r.to, false
-			}
+// verbs is "get 60, list 60, update 59".
+func verbs(n map[string]int) string {
+	var out []string
+	for _, v := range []string{"get", "list", "create", "update", "patch", "delete"} {
+		if n[v] > 0 {
+			out = append(out, fmt.Sprintf("%s %d", v, n[v]))
 		}
 	}
-	switch {
-	case last == nil:
-		return "never claimed yet", "never"
-	case !last.to.IsZero() && !ended.Before(last.to.Add(-time.Second)): // its stop dropped the claims
-		return fmt.Sprintf("%s, its owner, was killed %s before", last.name, d.At.Sub(ended).Round(100*time.Millisecond)), "killed"
-	case byFence:
-		return fmt.Sprintf("%s, its owner, fenced itself %s before", last.name, d.At.Sub(ended).Round(100*time.Millisecond)), "fenced"
-	default:
-		return fmt.Sprintf("%s let it go %s before", last.name, d.At.Sub(ended).Round(100*time.Millisecond)), "let go"
-	}
+	return strings.Join(out, ", ")
 }
 
 // causes is "12 after a kill, 3 after a fence, …".
@@ -605,34 +572,238 @@ func causes(m map[string]int) string {
 	return strings.Join(out, ", ")
 }
 
-// killedHeard is the killed replica, if the deletion reached it.
-// fencedDropped is the replica that heard of deletion d, fenced itself
-// after d was made, then dropped d with its slot (it came back without
-// it), if one did.
-func (j *judge) fencedDropped(d deletion) *replica {
-	for _, r := range j.replicas {
-		r.rec.mu.Lock()
-		at, dropped := r.rec.dropped[d.incarnation]
-		fenced := dropped && r.rec.owns.fencedBetween(d.At, at)
-		r.rec.mu.Unlock()
-		if fenced {
-			return r
-		}
-	}
-	return nil
+// facts is what the replicas' records say about one deletion.
+type facts struct {
+	slot int
+	// seen: a replica handled it; known: a replica ever had the object.
+	seen, known bool
+	// owner claimed the slot (Working or Releasing) when it was deleted
+	// (nil: nobody did); claim is how that claim ended.
+	owner *replica
+	claim claim
 }
 
-func (j *judge) killedHeard(d deletion) *replica {
+func (j *judge) facts(d deletion) facts {
+	f := facts{slot: shard.SlotOf(string(d.UID)), claim: claim{rv: -1}}
 	for _, r := range j.replicas {
-		if r.to.IsZero() {
+		r.rec.mu.Lock()
+		f.seen = f.seen || r.rec.seenDeleted[d.incarnation]
+		f.known = f.known || r.rec.known[d.incarnation]
+		if !j.sharded {
+			f.owner = r
+		} else if claimed, c := r.rec.owns.claimedAt(f.slot, d.At); claimed && (r.to.IsZero() || !d.At.After(r.to)) {
+			if !r.to.IsZero() && (c.end.IsZero() || c.end.After(r.to)) {
+				c = claim{end: r.to, rv: r.rec.lastRV} // its claims ended with it
+			}
+			f.owner, f.claim = r, c
+		}
+		r.rec.mu.Unlock()
+	}
+	return f
+}
+
+// judgeDeletion puts deletion d in v: seen, excused by one of the rules
+// below (tried in this order), or lost. Each rule names what kept every
+// replica from handling it, and is bounded: in resourceVersions (the gaps),
+// or in time (judge.bound).
+func (j *judge) judgeDeletion(v *Verdict, d deletion) {
+	f := j.facts(d)
+	if f.seen {
+		return
+	}
+	longest := func(rule string, d time.Duration) {
+		if v.Longest == nil {
+			v.Longest = map[string]time.Duration{}
+		}
+		v.Longest[rule] = max(v.Longest[rule], d)
+	}
+	v.Bound = j.bound()
+	// A relist gap: nobody ever had the object, and it lived and died
+	// inside a gap of its claimant's watch. (Another replica that had it
+	// would have heard of its deletion, or handed it over: a loss then.)
+	if f.owner != nil && !f.known && j.inGap(f.owner, d) {
+		v.Invisible++
+		return
+	}
+	if !j.sharded {
+		j.lost(v, d, f, "")
+		return
+	}
+	// A handoff's gap: nobody ever had the object; its claimant's watch
+	// stood before its creation when it let the slot go, and the new
+	// owner's list, made after its creation, did not have it.
+	if f.owner != nil && !f.known && !f.claim.end.IsZero() && !f.claim.fenced &&
+		f.claim.rv >= 0 && f.claim.rv < d.Created && j.newOwnerListedAfter(f, d) {
+		v.HandoffGap++
+		return
+	}
+	// The killed replica died with it.
+	if k, lag := j.diedWith(d, f); k != nil {
+		v.WithKilled = append(v.WithKilled, fmt.Sprintf("%s (uid %s, deleted %s before %s was killed)", d.Key, d.UID, lag.Round(10*time.Millisecond), k.name))
+		v.KilledLagMax = max(v.KilledLagMax, lag)
+		longest("killed", lag)
+		return
+	}
+	// Nobody claimed the slot, after a kill or a fence; or its claimant, or
+	// a replica that held it, fenced itself before handling it.
+	if why, cause, stretch := j.unclaimed(d, f); cause != "" {
+		v.Unclaimed = append(v.Unclaimed, fmt.Sprintf("%s (uid %s; %s)", d.Key, d.UID, why))
+		if v.UnclaimedWhy == nil {
+			v.UnclaimedWhy = map[string]int{}
+		}
+		v.UnclaimedWhy[cause]++
+		longest("unclaimed after a "+map[string]string{"killed": "kill", "fenced": "fence"}[cause], stretch)
+		return
+	}
+	why, _, _ := j.lastClaimant(f.slot, d.At)
+	j.lost(v, d, f, why)
+}
+
+// inGap: r never had the object of d, created inside a gap of r's watch
+// (after its last position, and at or before the relist that ended the
+// gap; the relist did not have it, so it was deleted before).
+func (j *judge) inGap(r *replica, d deletion) bool {
+	r.rec.mu.Lock()
+	defer r.rec.mu.Unlock()
+	return r.rec.invisible(d)
+}
+
+// newOwnerListedAfter: the replica that next claimed the slot after f's
+// claimant let it go took it over by a list of the slot (its last before
+// its claim) made after the object's creation, which did not have it.
+func (j *judge) newOwnerListedAfter(f facts, d deletion) bool {
+	var next *replica
+	var from time.Time
+	for _, r := range j.replicas {
+		if r == f.owner {
+			continue
+		}
+		r.rec.mu.Lock()
+		t := r.rec.owns.claimedFrom(f.slot, f.claim.end.Add(-time.Nanosecond))
+		r.rec.mu.Unlock()
+		if !t.IsZero() && (next == nil || t.Before(from)) {
+			next, from = r, t
+		}
+	}
+	if next == nil {
+		return false
+	}
+	next.rec.mu.Lock()
+	defer next.rec.mu.Unlock()
+	l, ok := next.rec.listBefore(f.slot, from)
+	return ok && l.rv >= d.Created && !next.rec.known[d.incarnation]
+}
+
+// diedWith is the killed replica, if it died with deletion d unhandled:
+// deleted within the bound before the kill, and either it claimed the slot
+// then and still did at the kill, or it heard of the deletion and held it,
+// not dropped, while no live replica claimed the slot (nobody did, or the
+// claimant had let it go, to it, before the kill). lag is how long before
+// the kill d was made.
+func (j *judge) diedWith(d deletion, f facts) (k *replica, lag time.Duration) {
+	for _, r := range j.replicas {
+		if r.to.IsZero() || d.At.After(r.to) || r.to.Sub(d.At) > j.bound() {
 			continue
 		}
 		r.rec.mu.Lock()
 		heard := r.rec.heardDeleted[d.incarnation]
+		_, dropped := r.rec.dropped[d.incarnation]
 		r.rec.mu.Unlock()
-		if heard {
-			return r
+		// Its stop drops its claims: a claim that ended within a second of
+		// the kill lasted until it.
+		claimedToTheEnd := f.owner == r && (f.claim.end.IsZero() || !f.claim.end.Before(r.to.Add(-time.Second)))
+		handedOn := f.owner == nil || (f.owner != r && !f.claim.end.IsZero() && f.claim.end.Before(r.to))
+		if claimedToTheEnd || (heard && !dropped && handedOn) {
+			return r, r.to.Sub(d.At)
 		}
 	}
-	return nil
+	return nil, 0
+}
+
+// unclaimed says why nobody could handle deletion d after a kill or a
+// fence (cause "" if that is not why): its slot had no claimant within the
+// bound after the kill or fence that ended the last claim; or its claimant
+// fenced itself within the bound after it; or a replica heard of it, fenced
+// itself within the bound after it, and dropped it with its slot while
+// nobody claimed it. stretch is the time measured against the bound.
+func (j *judge) unclaimed(d deletion, f facts) (why, cause string, stretch time.Duration) {
+	switch {
+	case f.owner != nil && f.claim.fenced:
+		if stretch = f.claim.end.Sub(d.At); stretch <= j.bound() {
+			return fmt.Sprintf("%s claimed the slot, and fenced itself %s later", f.owner.name, stretch.Round(100*time.Millisecond)), "fenced", stretch
+		}
+	case f.owner == nil:
+		why, cause, ended := j.lastClaimant(f.slot, d.At)
+		if stretch = d.At.Sub(ended); (cause == "killed" || cause == "fenced") && stretch <= j.bound() {
+			return why, cause, stretch
+		}
+		for _, r := range j.replicas {
+			r.rec.mu.Lock()
+			at, dropped := r.rec.dropped[d.incarnation]
+			fence := time.Time{}
+			if dropped {
+				fence = r.rec.owns.fencedBetween(d.At, at)
+			}
+			r.rec.mu.Unlock()
+			if stretch = fence.Sub(d.At); !fence.IsZero() && stretch <= j.bound() {
+				return fmt.Sprintf("%s heard of it, fenced itself %s later, and dropped it with the slot", r.name, stretch.Round(100*time.Millisecond)), "fenced", stretch
+			}
+		}
+	}
+	return "", "", 0
+}
+
+// lastClaimant says who last claimed slot before t, and how that claim
+// ended: killed, fenced, let go (cause), and when.
+func (j *judge) lastClaimant(slot int, t time.Time) (why, cause string, ended time.Time) {
+	var last *replica
+	var byFence bool
+	for _, r := range j.replicas {
+		r.rec.mu.Lock()
+		e, f := r.rec.owns.endedBefore(slot, t)
+		r.rec.mu.Unlock()
+		if !e.IsZero() && e.After(ended) {
+			last, ended, byFence = r, e, f
+		}
+		// A killed replica's claims end with it, said so or not.
+		if !r.to.IsZero() && r.to.Before(t) && r.to.After(ended) {
+			r.rec.mu.Lock()
+			claimed, _ := r.rec.owns.claimedAt(slot, r.to)
+			r.rec.mu.Unlock()
+			if claimed {
+				last, ended, byFence = r, r.to, false
+			}
+		}
+	}
+	switch {
+	case last == nil:
+		return "never claimed yet", "never", time.Time{}
+	case !last.to.IsZero() && !ended.Before(last.to.Add(-time.Second)): // its stop dropped the claims
+		return fmt.Sprintf("%s, its owner, was killed %s before", last.name, t.Sub(ended).Round(100*time.Millisecond)), "killed", ended
+	case byFence:
+		return fmt.Sprintf("%s, its owner, fenced itself %s before", last.name, t.Sub(ended).Round(100*time.Millisecond)), "fenced", ended
+	default:
+		return fmt.Sprintf("%s let it go %s before", last.name, t.Sub(ended).Round(100*time.Millisecond)), "let go", ended
+	}
+}
+
+// lost records deletion d as a loss, with what each replica saw of it.
+func (j *judge) lost(v *Verdict, d deletion, f facts, why string) {
+	var saw []string
+	for _, r := range j.replicas {
+		r.rec.mu.Lock()
+		if h := r.rec.history[d.Key]; len(h) > 0 || r == f.owner {
+			saw = append(saw, fmt.Sprintf("%s saw %s", r.name, strings.Join(h, "; ")))
+		}
+		if j.sharded {
+			saw = append(saw, fmt.Sprintf("%s's claims of slot %d: %s", r.name, f.slot, r.rec.owns.around(f.slot, d.At)))
+		}
+		r.rec.mu.Unlock()
+	}
+	claimant := "no replica: " + why
+	if f.owner != nil {
+		claimant = f.owner.name
+	}
+	v.UnseenDeletions = append(v.UnseenDeletions, fmt.Sprintf("%s (uid %s, slot %d, claimed by %s; %s)",
+		d.Key, d.UID, f.slot, claimant, strings.Join(saw, "; ")))
 }

@@ -2,7 +2,10 @@ package chaos
 
 import (
 	"testing"
+	"time"
 
+	"rawwatch/ring"
+	"rawwatch/shard"
 	"rawwatch/watcher"
 )
 
@@ -16,5 +19,189 @@ func TestRequestBoundFollowsTheBackoff(t *testing.T) {
 	compressed := Config{Compress: 15}.Watch().Backoff
 	if n := requestBound(compressed); n != 325 {
 		t.Errorf("backoff compressed ×15 (%+v): %d, want 325", compressed, n)
+	}
+}
+
+// A scene is the records of a sharded run around one deletion, written by
+// hand: which replica claimed the deletion's slot when, what each one knew,
+// heard and dropped, and who was killed. Times are offsets from t0.
+type scene struct {
+	t0   time.Time
+	j    *judge
+	d    deletion
+	slot int
+	by   map[string]*replica
+}
+
+// newScene: replicas named names, the ring's lease 6 s (the rules' bound
+// is then 24 s), and one deletion at +100 s of an object created at
+// resourceVersion 150.
+func newScene(names ...string) *scene {
+	s := &scene{t0: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), by: map[string]*replica{}}
+	s.j = &judge{sharded: true, lease: 6 * time.Second, ref: newReferee()}
+	for _, n := range names {
+		r := &replica{name: n, rec: newRecorder(s.j.ref)}
+		s.by[n] = r
+		s.j.replicas = append(s.j.replicas, r)
+	}
+	s.d = deletion{incarnation: incarnation{Key: "ns/obj", UID: "uid-1"}, Created: 150, At: s.at(100 * time.Second)}
+	s.slot = shard.SlotOf("uid-1")
+	s.j.deleted = []deletion{s.d}
+	return s
+}
+
+func (s *scene) at(d time.Duration) time.Time { return s.t0.Add(d) }
+
+// claims: replica name's claims change at offset to the deletion's slot
+// (claimed) or nothing, by a fence or not, its watch at rv.
+func (s *scene) claims(name string, at time.Duration, claimed, fenced bool, rv int64) *scene {
+	c := ring.Claims{}
+	if claimed {
+		c.Working = shard.SlotsOf(s.slot)
+	}
+	s.by[name].rec.owns.add(s.at(at), c, fenced, rv)
+	return s
+}
+
+func (s *scene) kill(name string, at time.Duration) *scene {
+	s.by[name].to = s.at(at)
+	return s.claims(name, at, false, false, 0) // its stop drops its claims
+}
+
+func (s *scene) knew(name string) *scene {
+	s.by[name].rec.known[s.d.incarnation] = true
+	return s
+}
+
+func (s *scene) heard(name string) *scene {
+	s.by[name].rec.heardDeleted[s.d.incarnation] = true
+	return s
+}
+
+func (s *scene) dropped(name string, at time.Duration) *scene {
+	s.by[name].rec.dropped[s.d.incarnation] = s.at(at)
+	return s
+}
+
+func (s *scene) gap(name string, from, to int64) *scene {
+	s.by[name].rec.gaps = append(s.by[name].rec.gaps, [2]int64{from, to})
+	return s
+}
+
+func (s *scene) list(name string, at time.Duration, rv int64) *scene {
+	r := s.by[name].rec
+	r.lists = append(r.lists, listed{at: s.at(at), rv: rv, slots: shard.SlotsOf(s.slot)})
+	return s
+}
+
+func (s *scene) verdict() Verdict {
+	var v Verdict
+	for _, d := range s.j.deleted {
+		s.j.judgeDeletion(&v, d)
+	}
+	return v
+}
+
+// Every rule that excuses a deletion no replica saw, with its control: the
+// same loss without the rule's condition fails the verdict. Each rule is
+// bounded (in resourceVersions, or by judge.bound: 24 s here).
+func TestEveryExcuseHasAControl(t *testing.T) {
+	excused := func(v Verdict) string {
+		switch {
+		case len(v.UnseenDeletions) > 0:
+			return "lost"
+		case v.Invisible > 0:
+			return "relist gap"
+		case v.HandoffGap > 0:
+			return "handoff gap"
+		case len(v.WithKilled) > 0:
+			return "killed"
+		case v.UnclaimedWhy["killed"] > 0:
+			return "unclaimed after a kill"
+		case v.UnclaimedWhy["fenced"] > 0:
+			return "fenced"
+		}
+		return "seen"
+	}
+	// a claims the slot from 0 s on, and b does not: the common start.
+	owned := func() *scene { return newScene("a", "b", "k").claims("a", 0, true, false, 10) }
+	for _, c := range []struct {
+		name  string
+		scene *scene
+		want  string
+	}{
+		// Relist gap: the object lived inside a gap of its claimant's
+		// watch, and nobody had it.
+		{"relist gap", owned().gap("a", 100, 200), "relist gap"},
+		{"relist gap: created outside the gap", owned().gap("a", 160, 200), "lost"},
+		// Finding 7: another replica had the object (it watched the slot):
+		// its deletion was to reach someone.
+		{"relist gap: another replica knew the object", owned().gap("a", 100, 200).knew("b"), "lost"},
+
+		// Handoff gap: a let the slot go at 101 s with its watch at 140, b
+		// took it over at 103 s by a list at 102 s, resourceVersion 160,
+		// after the object's creation: it was deleted before that list.
+		{"handoff gap", owned().claims("a", 101*time.Second, false, false, 140).
+			list("b", 102*time.Second, 160).claims("b", 103*time.Second, true, false, 160), "handoff gap"},
+		{"handoff gap: the old owner's watch had passed the creation", owned().claims("a", 101*time.Second, false, false, 155).
+			list("b", 102*time.Second, 160).claims("b", 103*time.Second, true, false, 160), "lost"},
+		// Finding 9: the new owner listed before the object's creation (so
+		// it watched it being created): not a gap, its loss.
+		{"handoff gap: the new owner listed before the creation", owned().claims("a", 101*time.Second, false, false, 140).
+			list("b", 90*time.Second, 120).claims("b", 103*time.Second, true, false, 160), "lost"},
+		{"handoff gap: nobody took the slot over", owned().claims("a", 101*time.Second, false, false, 140), "lost"},
+
+		// Killed: k claimed the slot, and died 10 s after the deletion.
+		{"killed, claiming the slot", newScene("a", "k").claims("k", 0, true, false, 10).kill("k", 110*time.Second), "killed"},
+		{"killed, claiming the slot, 40 s after the deletion", newScene("a", "k").claims("k", 0, true, false, 10).kill("k", 140*time.Second), "lost"},
+		{"killed, having let the slot go before", newScene("a", "k").claims("k", 0, true, false, 10).
+			claims("k", 105*time.Second, false, false, 200).kill("k", 110*time.Second), "lost"},
+		// Killed: k held the deletion (it watched the slot, nobody
+		// claimed it) when it died.
+		{"killed, holding it", newScene("a", "k").heard("k").kill("k", 105*time.Second), "killed"},
+		// Finding 8: k heard of it and dropped it, while a Worked the slot
+		// (and still does), minutes before the kill.
+		{"killed, having dropped it minutes before, a live owner working the slot", owned().heard("k").
+			dropped("k", 101*time.Second).kill("k", 300*time.Second), "lost"},
+		{"killed, having dropped it, the slot unclaimed", newScene("a", "k").heard("k").
+			dropped("k", 101*time.Second).kill("k", 105*time.Second), "lost"},
+		{"killed, holding it, a live owner working the slot", owned().heard("k").kill("k", 105*time.Second), "lost"},
+
+		// Unclaimed after a kill: k, the slot's owner, was killed at 90 s.
+		{"unclaimed after a kill", newScene("a", "k").claims("k", 0, true, false, 10).kill("k", 90*time.Second), "unclaimed after a kill"},
+		{"unclaimed 40 s after a kill", newScene("a", "k").claims("k", 0, true, false, 10).kill("k", 60*time.Second), "lost"},
+		{"unclaimed after a handoff", newScene("a", "k").claims("k", 0, true, false, 10).claims("k", 90*time.Second, false, false, 100), "lost"},
+
+		// Fenced: a, the slot's owner, fenced itself at 90 s; or a claimed
+		// it and fenced itself 5 s after the deletion; or b heard of it,
+		// fenced itself, and dropped it with the slot.
+		{"unclaimed after a fence", owned().claims("a", 90*time.Second, false, true, 100), "fenced"},
+		{"unclaimed 40 s after a fence", owned().claims("a", 60*time.Second, false, true, 100), "lost"},
+		{"claimant fenced after it", owned().claims("a", 105*time.Second, false, true, 100), "fenced"},
+		{"claimant fenced 40 s after it", owned().claims("a", 140*time.Second, false, true, 100), "lost"},
+		{"heard, fenced, dropped", newScene("a", "b").heard("b").claims("b", 103*time.Second, false, true, 100).dropped("b", 110*time.Second), "fenced"},
+		{"heard, fenced 40 s later, dropped", newScene("a", "b").heard("b").claims("b", 140*time.Second, false, true, 100).dropped("b", 150*time.Second), "lost"},
+		{"heard, dropped, never fenced", newScene("a", "b").heard("b").dropped("b", 110*time.Second), "lost"},
+	} {
+		v := c.scene.verdict()
+		if got := excused(v); got != c.want {
+			t.Errorf("%s: %s, want %s (%+v)", c.name, got, c.want, v)
+		}
+	}
+}
+
+// One controller (no sharding): a relist gap excuses a deletion of an
+// object it never had, created inside the gap; one created outside it is
+// lost.
+func TestRelistGapOfOneController(t *testing.T) {
+	for _, c := range []struct {
+		gap  [2]int64
+		want int
+	}{{[2]int64{100, 200}, 0}, {[2]int64{160, 200}, 1}} {
+		s := newScene("only").gap("only", c.gap[0], c.gap[1])
+		s.j.sharded = false
+		if v := s.verdict(); len(v.UnseenDeletions) != c.want || v.Invisible != 1-c.want {
+			t.Errorf("gap %v: %d lost, %d in a relist gap; want %d lost", c.gap, len(v.UnseenDeletions), v.Invisible, c.want)
+		}
 	}
 }

@@ -109,7 +109,14 @@ func (m *Meter) Busiest(from, to time.Time, window time.Duration) int {
 		}
 	}
 	m.mu.Unlock()
+	return BusiestIn(at, window)
+}
+
+// BusiestIn is the most of the times at (in any order) that fall in any
+// stretch of length window.
+func BusiestIn(at []time.Time, window time.Duration) int {
 	// Requests made at once may be recorded a little out of order.
+	at = slices.Clone(at)
 	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
 	// The busiest window can be taken to start at a request.
 	most, j := 0, 0

@@ -86,7 +86,10 @@ type Watcher[T Object] struct {
 	stats  Stats
 	obs    observe.Observer
 
-	rv         atomic.Pointer[string]
+	// pos is where the store stands: one immutable value, replaced whole
+	// (by the loop's goroutine only), so that a reader never sees one
+	// list's resourceVersion beside another's coverage.
+	pos        atomic.Pointer[position]
 	synced     chan struct{}
 	syncedOnce sync.Once
 	// partial is a paginated list that failed on the way, kept for the
@@ -101,13 +104,13 @@ type Watcher[T Object] struct {
 	// wakes the loop for it.
 	nextShard atomic.Pointer[shard.Set]
 	reshard   chan struct{}
-	// covered is the slots of the shard the store was last listed with,
-	// while that shard is in effect, and that list's resourceVersion (see
-	// Coverage).
-	covered atomic.Pointer[coverage]
 }
 
-type coverage struct {
+// position is where the store stands: rv, the last resourceVersion it is
+// synced to; slots, those of the shard it was last listed with, while that
+// shard is in effect; since, that list's resourceVersion (see Coverage).
+type position struct {
+	rv    string
 	slots shard.SlotSet
 	since string
 }
@@ -144,9 +147,7 @@ func New[T Object](src Source, s *store.Store[T], opts Options[T]) *Watcher[T] {
 	w := &Watcher[T]{source: src, store: s, opts: opts, synced: make(chan struct{}),
 		shard: opts.Shard, selector: opts.Shard.Selector(), reshard: make(chan struct{}, 1)}
 	w.obs = observe.Fanout{&w.stats, opts.Observer}
-	empty := ""
-	w.rv.Store(&empty)
-	w.covered.Store(&coverage{})
+	w.pos.Store(&position{})
 	return w
 }
 
@@ -154,7 +155,7 @@ func New[T Object](src Source, s *store.Store[T], opts Options[T]) *Watcher[T] {
 func (w *Watcher[T]) Synced() <-chan struct{} { return w.synced }
 
 // ResourceVersion is the last resourceVersion the store is synced to.
-func (w *Watcher[T]) ResourceVersion() string { return *w.rv.Load() }
+func (w *Watcher[T]) ResourceVersion() string { return w.pos.Load().rv }
 
 // Stats returns the loop's counters.
 func (w *Watcher[T]) Stats() StatsSnapshot { return w.stats.Snapshot() }
@@ -167,20 +168,20 @@ func (w *Watcher[T]) Stats() StatsSnapshot { return w.stats.Snapshot() }
 // ones once their list is in; every slot, for a watcher without a shard,
 // once synced. A sharded controller hands a slot
 // over only once its new owner covers it (package ring).
-func (w *Watcher[T]) Covered() shard.SlotSet { return w.covered.Load().slots }
+func (w *Watcher[T]) Covered() shard.SlotSet { return w.pos.Load().slots }
 
 // Coverage is Covered with two resourceVersions: since, the last list's
 // (the store has followed every event of those slots since, without a
-// gap), and at, where the store stands now, read before since. Every
+// gap), and at, where the store stands now; all three read in one step
+// (a relist replaces them together). Every
 // object of the slots whose last change is at or before at, and that lived
 // at since or was created after it, the store has held: its deletion
 // reaches the Handler whenever it comes. A sharded controller publishes
 // this, for the replica handing it a slot to know when nothing it had can
 // be lost in the new owner's relist gap (package ring).
 func (w *Watcher[T]) Coverage() (slots shard.SlotSet, since, at string) {
-	at = w.ResourceVersion()
-	c := w.covered.Load()
-	return c.slots, c.since, at
+	p := w.pos.Load()
+	return p.slots, p.since, p.rv
 }
 
 // SetShard makes the watcher list and watch s from now on (nil: every
@@ -285,11 +286,11 @@ func (w *Watcher[T]) applyShard(m *Machine) Action {
 	// The slots of both shards stay covered (their objects stay in the
 	// store, and the relist's deletions reach the handler); the new ones
 	// are, once the relist is in.
-	covered := *w.covered.Load()
+	p := *w.pos.Load()
 	if len(w.shard) > 0 {
-		covered.slots = covered.slots.And(w.shard.Slots())
+		p.slots = p.slots.And(w.shard.Slots())
 	}
-	w.covered.Store(&covered)
+	w.pos.Store(&p)
 	dropped := 0
 	if len(w.shard) > 0 {
 		dropped = w.store.Retain(func(obj T) bool { return w.shard.Contains(string(obj.GetUID())) })
@@ -346,7 +347,12 @@ func (w *Watcher[T]) logStep(from, to State, a Action) {
 	}
 }
 
-func (w *Watcher[T]) setRV(rv string) { w.rv.Store(&rv) }
+// setRV moves where the store stands, its coverage unchanged.
+func (w *Watcher[T]) setRV(rv string) {
+	p := *w.pos.Load()
+	p.rv = rv
+	w.pos.Store(&p)
+}
 
 // list reads every page into a Replacement and swaps it into the store. It
 // always asks for resourceVersion "": the latest data, read consistently
@@ -437,16 +443,18 @@ func (w *Watcher[T]) commit(repl *store.Replacement[T], rv string) {
 			deleted++
 		}
 	}
-	w.setRV(rv)
-	w.obs.Observe(Replaced{RV: rv, Size: size, Added: added, Updated: updated, Deleted: deleted})
-	for _, d := range deltas {
-		w.hand(d)
-	}
+	// The store now holds the list: where it stands and what it covers
+	// change together, before anyone hears of the list (its deltas, and
+	// deletions after them, reach the handler from here on).
 	listed := shard.All()
 	if len(w.shard) > 0 {
 		listed = w.shard.Slots()
 	}
-	w.covered.Store(&coverage{slots: listed, since: rv})
+	w.pos.Store(&position{rv: rv, slots: listed, since: rv})
+	w.obs.Observe(Replaced{RV: rv, Size: size, Added: added, Updated: updated, Deleted: deleted})
+	for _, d := range deltas {
+		w.hand(d)
+	}
 	w.syncedOnce.Do(func() { close(w.synced) })
 }
 
