@@ -58,7 +58,7 @@ func TestASlotGivenOnAWithdrawnCoverIsNotLost(t *testing.T) {
 	ctx := context.Background()
 	tick := func(m *Member, look bool) {
 		now = now.Add(100 * time.Millisecond)
-		renewErr := m.renew(ctx)
+		renewErr := renewed(m, ctx)
 		m.lookOK = false
 		if look {
 			m.lookOK = m.look(ctx) == nil

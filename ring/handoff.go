@@ -145,8 +145,10 @@ type View struct {
 	Confirmed bool
 	Published shard.SlotSet
 	// Others: the slots claimed on the Leases of the other live members,
-	// and those they gave to a member other than this one.
-	Others shard.SlotSet
+	// and those they gave to a member other than this one. Rival: of
+	// those, the ones another live member claims confirmed (not Pending:
+	// it Works or Releases them).
+	Others, Rival shard.SlotSet
 	// Custody: the slots live members gave this one (AnnotationGiven).
 	// Accepted: of the Given slots, those whose named owner confirmed them
 	// (claims them, not Pending), is no longer live, or is nobody.
@@ -228,6 +230,13 @@ func (c Claims) Step(v View) Claims {
 	// confirmed, into Working (its target) or Releasing (custody only).
 	// Published claims another member also holds are withdrawn.
 	confirmed := c.Pending.And(v.Published).Minus(others)
+	// A Working slot that another live member claims confirmed: a split
+	// brain the rules above never make, but a wrong idea of who is live
+	// can. Withdrawn at once, not released (Releasing would keep it
+	// claimed, its deletions handled here): the gate admits nothing more
+	// of it and cancels what is in flight. The other does the same when it
+	// reads our Lease; then the slot is claimed afresh, by the rules above.
+	next.Working = next.Working.Minus(v.Rival)
 	next.Working = next.Working.Union(confirmed.And(v.Target))
 	next.Releasing = next.Releasing.Union(confirmed.And(v.Custody).Minus(v.Target))
 	next.Pending = c.Pending.Minus(v.Published).And(wanted)

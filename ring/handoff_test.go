@@ -405,3 +405,30 @@ func TestAStaleSweepIsAskedAgainEveryOtherStepUntilOverdue(t *testing.T) {
 	}
 	t.Fatalf("overdue and swept, still claimed: %+v", c)
 }
+
+// A Working slot that another live member claims, confirmed, is a split
+// brain the step never makes but a wrong idea of who is live can: it is
+// withdrawn at once (not released: Releasing would keep it claimed and its
+// deletions handled here), and not claimed again while the other claims it.
+// A Pending claim of the other's does not count.
+func TestAWorkingSlotARivalClaimsIsWithdrawn(t *testing.T) {
+	five, six := shard.SlotsOf(5), shard.SlotsOf(5, 6)
+	c := Claims{Working: six, Target: six}
+	v := View{Live: true, Confirmed: true, Target: six, Covers: shard.All(), Published: six, Others: five, Rival: five}
+	if c = c.Step(v); c.Working != shard.SlotsOf(6) || c.Claimed().Has(5) {
+		t.Fatalf("slot 5 claimed, confirmed, by another live member: %+v, want it withdrawn, 6 still Working", c)
+	}
+	if c = c.Step(v); c.Claimed().Has(5) {
+		t.Fatalf("the other still claims slot 5: %+v, want it not claimed again", c)
+	}
+	// Pending at the other: not a rival (the other withdraws when it reads
+	// our claim).
+	c = Claims{Working: six, Target: six}.Step(View{Live: true, Confirmed: true, Target: six, Covers: shard.All(), Published: six, Others: five})
+	if c.Working != six {
+		t.Fatalf("slot 5 only pending at another member: %+v, want it still Working", c)
+	}
+	// A step without a confirmed list knows nothing new: nothing withdrawn.
+	if c = (Claims{Working: six, Target: six}).Step(View{Live: true, Target: six, Rival: five}); c.Working != six {
+		t.Fatalf("no list after the renewal: %+v, want every slot still Working", c)
+	}
+}

@@ -30,7 +30,7 @@ func TestAnOwnEarlierAttemptIsNotAForeignWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := m.renew(ctx); err != nil {
+	if err := renewed(m, ctx); err != nil {
 		t.Fatalf("creating the Lease: %v", err)
 	}
 	timeout := errors.New("context deadline exceeded")
@@ -50,14 +50,14 @@ func TestAnOwnEarlierAttemptIsNotAForeignWriter(t *testing.T) {
 		return false, nil, nil
 	})
 	for i := range 2 {
-		if err := m.renew(ctx); !errors.Is(err, timeout) {
+		if err := renewed(m, ctx); !errors.Is(err, timeout) {
 			t.Fatalf("attempt %d: %v, want the timeout", i+1, err)
 		}
 	}
-	if err := m.renew(ctx); err != nil {
+	if err := renewed(m, ctx); err != nil {
 		t.Fatalf("the third attempt, finding the first one's renewTime on the Lease: %v", err)
 	}
-	if err := m.renew(ctx); err != nil {
+	if err := renewed(m, ctx); err != nil {
 		t.Fatalf("after a success: %v", err)
 	}
 }
@@ -80,7 +80,7 @@ func TestAFailedListRaisesNoDeadMember(t *testing.T) {
 	a, dead, alive := member("a"), member("dead"), member("alive")
 	ctx := context.Background()
 	step := func(lookOK bool) []string {
-		if err := a.renew(ctx); err != nil {
+		if err := renewed(a, ctx); err != nil {
 			t.Fatal(err)
 		}
 		err := a.look(ctx)
@@ -92,7 +92,7 @@ func TestAFailedListRaisesNoDeadMember(t *testing.T) {
 		return a.Members()
 	}
 	for _, m := range []*Member{dead, alive} {
-		if err := m.renew(ctx); err != nil {
+		if err := renewed(m, ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -101,7 +101,7 @@ func TestAFailedListRaisesNoDeadMember(t *testing.T) {
 	}
 	for range 7 { // "dead" stops renewing; "alive" goes on
 		now = now.Add(time.Second)
-		if err := alive.renew(ctx); err != nil {
+		if err := renewed(alive, ctx); err != nil {
 			t.Fatal(err)
 		}
 		step(true)
@@ -134,4 +134,13 @@ func versionedClient() *fake.Clientset {
 		return false, nil, nil
 	})
 	return client
+}
+
+// renewed renews m's Lease as Run does: a success extends its lease.
+func renewed(m *Member, ctx context.Context) error {
+	sent, err := m.renew(ctx)
+	if err == nil {
+		m.extend(klog.Background(), sent)
+	}
+	return err
 }

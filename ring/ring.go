@@ -20,11 +20,12 @@
 //   - lists the ring's Leases every RenewPeriod, and takes as live every
 //     Lease whose resourceVersion it saw move within LeaseDuration, judged on
 //     its own clock (as client-go's leader election does), its own included
-//     only while its renewals succeed; a Lease seen for the first time with a
-//     renewTime two lease durations old is taken as a dead member's at once
-//     (the one place the clocks are compared, with that much slack);
-//   - deletes its Lease when it leaves cleanly, so the others see it gone at
-//     their next list instead of a LeaseDuration later.
+//     only while its renewals succeed; no clock is ever compared with
+//     another machine's (liveness.go has the rules);
+//   - marks its Lease leaving, then deletes it, when it leaves cleanly, so
+//     the others count it out at their next list instead of a LeaseDuration
+//     later (a Lease that vanishes unmarked was deleted by hand, and counts
+//     as live for a LeaseDuration).
 //
 // The bounds: a member that joins is seen by the others within one
 // RenewPeriod (plus a request); one that leaves cleanly, the same; one that
@@ -32,9 +33,10 @@
 // cannot renew counts itself out a RenewPeriod before the others can: its
 // lease runs from when it sent its last successful renewal (before the
 // server wrote it, so before anyone saw it), and it stops LeaseDuration
-// minus RenewPeriod after that, on a timer, not at its next tick. So it
-// never goes on believing it owns what the others hand to someone else (the
-// fence the handoff builds on).
+// minus RenewPeriod after that, on a timer of its own, whatever its loop is
+// doing; its gate admits nothing past that instant (Admits, OnDeadline).
+// So it never goes on believing it owns what the others hand to someone
+// else (the fence the handoff builds on).
 //
 // With Config.OnClaims, the members also divide the shard slots among
 // themselves, each claiming its slots on its Lease (handoff.go).
@@ -59,6 +61,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"rawwatch/observe"
 	"rawwatch/shard"
@@ -66,6 +69,9 @@ import (
 
 // errForeignWriter: our own Lease was renewed by someone else.
 var errForeignWriter = errors.New("another process renews this member's Lease")
+
+// errLeaseDeleted: our Lease, which claimed slots, was deleted (by hand).
+var errLeaseDeleted = errors.New("this member's Lease was deleted under it")
 
 // Label marks a Lease as a member of the ring named by its value.
 const Label = "rawwatch.example.com/ring"
@@ -94,6 +100,13 @@ const (
 	AnnotationPending = "rawwatch.example.com/pending"
 	AnnotationGiven   = "rawwatch.example.com/given"
 )
+
+// AnnotationLeaving ("true") on a member's Lease says that it left
+// cleanly: it admits nothing any more and claims nothing. The others count
+// it out at once, and forget it when the Lease is gone; a Lease that
+// vanishes without it was deleted by hand, and counts as live until its
+// lease runs out (liveness.go).
+const AnnotationLeaving = "rawwatch.example.com/leaving"
 
 // formatGiven and parseGiven write and read AnnotationGiven.
 func formatGiven(given shard.SlotSet, to *[shard.Slots]string) string {
@@ -161,8 +174,20 @@ type Config struct {
 	// out. RenewPeriod: how often Leases are renewed and listed. Defaults
 	// DefaultLeaseDuration and DefaultRenewPeriod.
 	LeaseDuration, RenewPeriod time.Duration
-	// Now is the clock; default time.Now.
+	// Now is the clock; default Clock.Now. Its readings carry the
+	// monotonic clock (time.Now's do): every duration the ring measures is
+	// between two of its own readings, never against another machine's.
 	Now func() time.Time
+	// Clock makes Run's ticker and fence timer; default the real clock
+	// (tests move a fake one).
+	Clock clock.WithTicker
+	// OnDeadline, when set, hears the fence deadline (on Now's clock)
+	// whenever it moves: the instant from which this member may admit no
+	// reconcile (Admits), the zero time when it has no lease at all. Called
+	// on the member's goroutines, before the claims that rely on it are
+	// handed to OnClaims, and, when it is extended, after the member checked
+	// it had not passed.
+	OnDeadline func(time.Time)
 
 	// OnClaims, when set, makes the members divide the shard slots (the
 	// handoff): it is called on the member's goroutine whenever its Claims
@@ -221,6 +246,12 @@ func (m *Member) observe(e observe.Event) {
 type Member struct {
 	cfg Config
 
+	// step serializes the steps of the claims: the loop's (update) and
+	// the fence timer's (fenceIfPast); held across OnClaims.
+	step sync.Mutex
+	// rearm wakes the fence timer when renewed moves.
+	rearm chan struct{}
+
 	mu      sync.Mutex
 	seen    map[string]observed // by identity, the other members' Leases
 	renewed time.Time           // when our last successful renewal was sent
@@ -240,6 +271,11 @@ type Member struct {
 	lookedAt time.Time
 	// looks counts the successful lists of the ring's Leases.
 	looks int
+	// quietUntil: our Lease was deleted under us; the one re-created
+	// claims nothing until then (lostLease).
+	quietUntil time.Time
+	// ownSeen: the last list showed our own Lease.
+	ownSeen bool
 	// found is our own Lease as we found it before we ever wrote it (a
 	// previous process of ours, or another one with our identity): adopted
 	// only once it has not moved for LeaseDuration.
@@ -279,6 +315,9 @@ type observed struct {
 	covers   Cover         // what its cache covers
 	// givenMe: the slots it gave this member; givenOthers, to others.
 	givenMe, givenOthers shard.SlotSet
+	// leaving: marked AnnotationLeaving; gone: no longer listed (deleted
+	// by hand), standing as last seen until its lease runs out.
+	leaving, gone bool
 }
 
 // New returns a member; it joins when Run starts.
@@ -301,13 +340,16 @@ func New(cfg Config) (*Member, error) {
 	if (cfg.Covers == nil) != (cfg.Swept == nil) || cfg.Covers != nil && cfg.OnClaims == nil {
 		return nil, fmt.Errorf("ring: Covers and Swept go together, with OnClaims")
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
 	if cfg.Now == nil {
-		cfg.Now = time.Now
+		cfg.Now = cfg.Clock.Now
 	}
 	if cfg.HandoffTimeout <= 0 {
 		cfg.HandoffTimeout = 4 * cfg.LeaseDuration
 	}
-	return &Member{cfg: cfg, seen: map[string]observed{}, changed: make(chan struct{})}, nil
+	return &Member{cfg: cfg, seen: map[string]observed{}, changed: make(chan struct{}), rearm: make(chan struct{}, 1)}, nil
 }
 
 // Members returns the live members, sorted; this one is among them only
@@ -338,69 +380,209 @@ func (m *Member) Changed() <-chan struct{} {
 
 func (m *Member) leaseName() string { return m.cfg.Ring + "-" + m.cfg.Identity }
 
-// Run holds the membership until ctx ends, then leaves: it deletes its Lease
-// (one try, bounded by a RenewPeriod) and returns.
+// Run holds the membership until ctx ends, then leaves (see leave) and
+// returns. A timer of its own fences the member at its deadline, whatever
+// the loop is doing (a renewal or a list may hang up to a RenewPeriod).
 func (m *Member) Run(ctx context.Context) {
 	log := klog.FromContext(ctx).WithName("ring")
-	tick := time.NewTicker(m.cfg.RenewPeriod)
+	tick := m.cfg.Clock.NewTicker(m.cfg.RenewPeriod)
 	defer tick.Stop()
-	fence := time.NewTimer(time.Hour)
-	defer fence.Stop()
+	fenceCtx, stopFence := context.WithCancel(ctx)
+	fenceDone := make(chan struct{})
+	go func() { defer close(fenceDone); m.watchFence(fenceCtx, log) }()
 	for {
-		renewErr := m.renew(ctx)
-		if renewErr != nil && ctx.Err() == nil {
-			log.Error(renewErr, "Could not renew the ring's Lease", "lease", m.leaseName())
-		}
-		if errors.Is(renewErr, errForeignWriter) {
-			m.mu.Lock()
-			m.renewed = time.Time{} // out now, not at the fence timer
-			m.mu.Unlock()
-		}
-		lookErr := m.look(ctx)
-		if lookErr != nil && ctx.Err() == nil {
-			log.Error(lookErr, "Could not list the ring's Leases")
-		}
-		m.lookOK = lookErr == nil
-		if m.lookOK {
-			m.looks++
-		}
-		m.confirmed = renewErr == nil && lookErr == nil // written, then read
-		m.update(log)
-		m.mu.Lock()
-		fence.Reset(max(0, m.renewed.Add(m.fenceAfter()).Sub(m.cfg.Now())))
-		m.mu.Unlock()
+		m.round(ctx, log)
 		select {
 		case <-ctx.Done():
+			stopFence()
+			<-fenceDone
 			m.leave(log)
 			return
-		case <-fence.C:
-			m.confirmed = false
-			m.update(log) // out at once, not at the next tick
-			select {
-			case <-ctx.Done():
-				m.leave(log)
-				return
-			case <-tick.C:
-			}
-		case <-tick.C:
+		case <-tick.C():
 		}
 	}
 }
 
-func (m *Member) request(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, m.cfg.RenewPeriod)
+// round is one turn of the loop: renew, list, step.
+func (m *Member) round(ctx context.Context, log klog.Logger) {
+	m.beforeRenew(log)
+	sent, renewErr := m.renew(ctx)
+	switch {
+	case renewErr == nil:
+		m.extend(log, sent)
+	case ctx.Err() == nil:
+		log.Error(renewErr, "Could not renew the ring's Lease", "lease", m.leaseName())
+	}
+	if errors.Is(renewErr, errLeaseDeleted) {
+		m.lostLease()
+	}
+	if errors.Is(renewErr, errForeignWriter) || errors.Is(renewErr, errLeaseDeleted) {
+		m.setRenewed(time.Time{}) // out now, not at the fence timer
+		m.fenceIfPast(log)
+	}
+	lookErr := m.look(ctx)
+	if lookErr != nil && ctx.Err() == nil {
+		log.Error(lookErr, "Could not list the ring's Leases")
+	}
+	m.lookOK = lookErr == nil
+	if m.lookOK {
+		m.looks++
+	}
+	m.afterLook(log, renewErr == nil)
+	m.update(log)
 }
 
-// renew creates or renews this member's Lease.
-func (m *Member) renew(ctx context.Context) error {
+// afterLook: a renewal, then a list that shows our Lease, confirm the claims
+// (written, then read); a list that does not show the Lease our renewal
+// just wrote finds it deleted under us (lostLease).
+func (m *Member) afterLook(log klog.Logger, renewed bool) {
+	m.confirmed = renewed && m.lookOK && m.ownSeen
+	if renewed && m.lookOK && !m.ownSeen {
+		m.lostLease()
+		m.setRenewed(time.Time{})
+		m.fenceIfPast(log)
+	}
+}
+
+// lostLease: our Lease was deleted under us. The Lease we re-create claims
+// nothing for a lease duration: an observer whose lists are less than that
+// apart then reads it before it claims anything, and one that could not
+// (blind that long) counts what it saw gone as freshly gone (sight).
+func (m *Member) lostLease() {
+	m.mu.Lock()
+	m.quietUntil = m.cfg.Now().Add(m.cfg.LeaseDuration)
+	m.mu.Unlock()
+}
+
+// beforeRenew: a member past its fence (resumed from a pause, say) is out
+// before it renews; the renewal would otherwise renew the claims it lost.
+func (m *Member) beforeRenew(log klog.Logger) {
+	if fenceFirst {
+		m.fenceIfPast(log)
+	}
+}
+
+// extend moves the lease on after a successful renewal sent at sent; a
+// member whose fence passed while the renewal was in flight fences first
+// (the claims it held may be another's by now).
+func (m *Member) extend(log klog.Logger, sent time.Time) {
+	if fenceFirst {
+		m.fenceIfPast(log)
+	}
+	m.setRenewed(sent)
+}
+
+// setRenewed records the last successful renewal's sending (zero: none),
+// tells OnDeadline, and rearms the fence timer.
+func (m *Member) setRenewed(sent time.Time) {
+	m.mu.Lock()
+	m.renewed = sent
+	m.mu.Unlock()
+	if m.cfg.OnDeadline != nil {
+		var until time.Time
+		if !sent.IsZero() {
+			until = sent.Add(m.fenceAfter())
+		}
+		m.cfg.OnDeadline(until)
+	}
+	select {
+	case m.rearm <- struct{}{}:
+	default:
+	}
+}
+
+// watchFence fences the member when its deadline passes, until ctx ends.
+func (m *Member) watchFence(ctx context.Context, log klog.Logger) {
+	for {
+		m.mu.Lock()
+		renewed := m.renewed
+		m.mu.Unlock()
+		var fire <-chan time.Time
+		stop := func() {}
+		if !renewed.IsZero() {
+			t := m.cfg.Clock.NewTimer(max(0, renewed.Add(m.fenceAfter()).Sub(m.cfg.Now())))
+			fire, stop = t.C(), func() { t.Stop() }
+		}
+		select {
+		case <-ctx.Done():
+			stop()
+			return
+		case <-m.rearm:
+			stop()
+		case <-fire:
+			m.fenceIfPast(log)
+			select { // wait for the lease to move again
+			case <-ctx.Done():
+				return
+			case <-m.rearm:
+			}
+		}
+	}
+}
+
+// fenceIfPast drops every claim (and this member from its members) if its
+// fence deadline has passed: OnClaims hears empty claims, and the gate
+// cancels the reconciles in flight.
+func (m *Member) fenceIfPast(log klog.Logger) {
+	m.step.Lock()
+	defer m.step.Unlock()
+	m.mu.Lock()
+	if !fenced(m.renewed, m.cfg.Now(), m.fenceAfter()) {
+		m.mu.Unlock()
+		return
+	}
+	before, renewed := m.claims, m.renewed
+	m.claims = Claims{}
+	var membersChanged *MembersChanged
+	if i := slices.Index(m.members, m.cfg.Identity); i >= 0 {
+		live := slices.Delete(slices.Clone(m.members), i, i+1)
+		membersChanged = &MembersChanged{Identity: m.cfg.Identity, Members: live, Before: m.members}
+		m.members = live
+		close(m.changed)
+		m.changed = make(chan struct{})
+	}
+	members := m.members
+	m.mu.Unlock()
+	if membersChanged != nil {
+		m.observe(*membersChanged)
+	}
+	if before == (Claims{}) {
+		return
+	}
+	log.Info("Fenced: our Lease could not be renewed in time; every claim dropped", "lastRenewal", renewed)
+	if m.cfg.OnClaims != nil {
+		m.cfg.OnClaims(Claims{})
+	}
+	m.observe(ClaimsChanged{Identity: m.cfg.Identity, Before: before, Fenced: true, Members: members})
+}
+
+// request bounds a ring request by a RenewPeriod, and by the fence deadline
+// while it is ahead: the loop is back by the time the member counts itself
+// out.
+func (m *Member) request(ctx context.Context) (context.Context, context.CancelFunc) {
+	timeout := m.cfg.RenewPeriod
+	m.mu.Lock()
+	if !m.renewed.IsZero() {
+		if left := m.renewed.Add(m.fenceAfter()).Sub(m.cfg.Now()); left > 0 {
+			timeout = min(timeout, left)
+		}
+	}
+	m.mu.Unlock()
+	return context.WithTimeout(ctx, timeout)
+}
+
+// renew creates or renews this member's Lease; it returns when the
+// renewal was sent (its lease runs from then: extend).
+func (m *Member) renew(ctx context.Context) (time.Time, error) {
 	ctx, cancel := m.request(ctx)
 	defer cancel()
 	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
 	sent := m.cfg.Now()
 	now := metav1.NewMicroTime(sent)
-	claimed := m.claims.Claimed()
+	claims := m.Claims() // the fence timer may drop them meanwhile
+	claimed := claims.Claimed()
 	annotations := map[string]string{AnnotationSlots: claimed.String(),
-		AnnotationPending: m.claims.Pending.String(), AnnotationGiven: formatGiven(m.claims.Given, &m.givenTo)}
+		AnnotationPending: claims.Pending.String(), AnnotationGiven: formatGiven(claims.Given, &m.givenTo)}
 	var cover Cover
 	if m.cfg.Covers != nil {
 		cover = m.cfg.Covers()
@@ -415,6 +597,12 @@ func (m *Member) renew(ctx context.Context) error {
 	id := m.cfg.Identity
 	lease, err := leases.Get(ctx, m.leaseName(), metav1.GetOptions{})
 	switch {
+	case apierrors.IsNotFound(err) && !m.wrote.IsZero() && !claimed.Empty():
+		// Deleted by hand under us: the others may forget it a lease
+		// duration after they first found it gone, and one that never
+		// read it may take its slots at once. Out now; re-created, with
+		// no claims, at the next turn.
+		return sent, errLeaseDeleted
 	case apierrors.IsNotFound(err):
 		lease = &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: m.leaseName(), Namespace: m.cfg.Namespace, Labels: map[string]string{Label: m.cfg.Ring}, Annotations: annotations},
@@ -424,7 +612,7 @@ func (m *Member) renew(ctx context.Context) error {
 		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
 	case err == nil:
 		if h := lease.Spec.HolderIdentity; h != nil && *h != id {
-			return fmt.Errorf("lease %s is held by %q, not %q: two members with one identity", m.leaseName(), *h, id)
+			return sent, fmt.Errorf("lease %s is held by %q, not %q: two members with one identity", m.leaseName(), *h, id)
 		}
 		if m.wrote.IsZero() {
 			// Ours, but not written by us: a process with our identity
@@ -436,15 +624,16 @@ func (m *Member) renew(ctx context.Context) error {
 				m.found = &observed{rv: lease.ResourceVersion, at: now}
 			}
 			if wait := m.cfg.LeaseDuration - now.Sub(m.found.at); wait > 0 {
-				return fmt.Errorf("%w: lease %s exists (a previous process with identity %q, or another one running?); taking it over once it has not been renewed for %s, in %s",
+				return sent, fmt.Errorf("%w: lease %s exists (a previous process with identity %q, or another one running?); taking it over once it has not been renewed for %s, in %s",
 					errForeignWriter, m.leaseName(), id, m.cfg.LeaseDuration, wait.Round(time.Millisecond))
 			}
 		}
 		if !m.wrote.IsZero() && (lease.Spec.RenewTime == nil ||
 			!lease.Spec.RenewTime.Time.Equal(m.wrote) && !slices.ContainsFunc(m.tried, lease.Spec.RenewTime.Time.Equal)) {
-			return fmt.Errorf("%w: lease %s was renewed by someone else since our last renewal (two processes with identity %q? give each its own --sharding-identity)", errForeignWriter, m.leaseName(), id)
+			return sent, fmt.Errorf("%w: lease %s was renewed by someone else since our last renewal (two processes with identity %q? give each its own --sharding-identity)", errForeignWriter, m.leaseName(), id)
 		}
 		lease.Spec.RenewTime, lease.Spec.LeaseDurationSeconds = &now, &secs
+		delete(lease.Annotations, AnnotationLeaving) // ours again: a process of ours left it
 		if annotations != nil {
 			if lease.Annotations == nil {
 				lease.Annotations = map[string]string{}
@@ -457,17 +646,14 @@ func (m *Member) renew(ctx context.Context) error {
 		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 	}
 	if err != nil {
-		return err
+		return sent, err
 	}
-	m.mu.Lock()
-	m.renewed = sent // before the server wrote it: before anyone saw it
-	m.mu.Unlock()
 	m.wrote = sent.Truncate(time.Microsecond) // as the Lease stores it
 	m.tried = m.tried[:0]
 	m.published = claimed
 	m.withdrawn = m.withdrawn.Union(m.publishedCover.Minus(cover.Slots))
 	m.publishedCover = cover.Slots
-	return nil
+	return sent, nil // sent before the server wrote it: before anyone saw it
 }
 
 // try notes the renewTime an attempt is about to write (as the Lease stores
@@ -494,14 +680,18 @@ func (m *Member) look(ctx context.Context) error {
 	now := m.cfg.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	prev := m.lookedAt
 	m.lookedAt = now
-	present := map[string]bool{}
+	listed := map[string]observed{}
+	m.ownSeen = false
 	for _, l := range list.Items {
+		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == m.cfg.Identity && l.Name == m.leaseName() {
+			m.ownSeen = true
+		}
 		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == m.cfg.Identity {
 			continue
 		}
 		id := *l.Spec.HolderIdentity
-		present[id] = true
 		claims, err := shard.ParseSlotSet(l.Annotations[AnnotationSlots])
 		if err != nil {
 			// Not ours to read: take it as claiming everything, which is
@@ -538,22 +728,10 @@ func (m *Member) look(ctx context.Context) error {
 				}
 			}
 		}
-		o, ok := m.seen[id]
-		next := observed{rv: l.ResourceVersion, at: now, renewals: o.renewals, claims: claims, pending: pending,
-			covers: covers, givenMe: givenMe, givenOthers: givenOthers}
-		switch {
-		case !ok && l.Spec.RenewTime != nil && now.Sub(l.Spec.RenewTime.Time) > 2*m.cfg.LeaseDuration:
-			// First seen, and by its own clock not renewed for two lease
-			// durations: a member that died, not one that just joined.
-			next.at = now.Add(-m.cfg.LeaseDuration)
-			m.seen[id] = next
-		case !ok:
-			m.seen[id] = next
-		case o.rv != l.ResourceVersion:
-			next.renewals++
-			m.seen[id] = next
-		}
+		listed[id] = observed{rv: l.ResourceVersion, claims: claims, pending: pending,
+			covers: covers, givenMe: givenMe, givenOthers: givenOthers, leaving: l.Annotations[AnnotationLeaving] == "true"}
 	}
+	sight(m.seen, listed, now, prev, m.cfg.LeaseDuration)
 	if !m.withdrawn.Empty() { // the cover withdrawn is written: count from now
 		w := withdrawal{slots: m.withdrawn, renewed: map[string]int{}}
 		for id, o := range m.seen {
@@ -562,17 +740,14 @@ func (m *Member) look(ctx context.Context) error {
 		m.withdrawals = append(m.withdrawals, w)
 		m.withdrawn = shard.SlotSet{}
 	}
-	for id := range m.seen { // deleted: left cleanly
-		if !present[id] {
-			delete(m.seen, id)
-		}
-	}
 	return nil
 }
 
 // update recomputes the live members from what was observed, then, with
 // the handoff, steps the claims.
 func (m *Member) update(log klog.Logger) {
+	m.step.Lock()
+	defer m.step.Unlock()
 	// Swept before Busy: a sweep hands its deletions over, then says it is
 	// done; read the other way round, a slot could be let go between the
 	// two with deletions still queued.
@@ -589,11 +764,11 @@ func (m *Member) update(log klog.Logger) {
 	now := m.cfg.Now()
 	m.mu.Lock()
 	var live []string
-	self := !m.renewed.IsZero() && now.Sub(m.renewed) < m.fenceAfter()
+	self := !fenced(m.renewed, now, m.fenceAfter())
 	if self {
 		live = append(live, m.cfg.Identity)
 	}
-	var others, custody shard.SlotSet
+	var others, custody, rival shard.SlotSet
 	covers := map[string]Cover{}            // the others', by identity
 	confirmed := map[string]shard.SlotSet{} // their claims, not Pending
 	// While we cannot list, the others' Leases cannot be seen to move:
@@ -606,12 +781,13 @@ func (m *Member) update(log klog.Logger) {
 		judged = m.lookedAt
 	}
 	for id, o := range m.seen {
-		if judged.Sub(o.at) < m.cfg.LeaseDuration {
+		if o.live(judged, m.cfg.LeaseDuration) {
 			live = append(live, id)
 			others = others.Union(o.claims).Union(o.givenOthers)
 			custody = custody.Union(o.givenMe)
 			covers[id] = o.covers
 			confirmed[id] = o.claims.Minus(o.pending)
+			rival = rival.Union(confirmed[id])
 		}
 	}
 	// Of the slots we gave, those their new owner confirmed (or that
@@ -639,7 +815,7 @@ func (m *Member) update(log klog.Logger) {
 	// to claim (custody).
 	var lingering, claimedByOthers shard.SlotSet
 	for _, o := range m.seen {
-		if judged.Sub(o.at) < m.cfg.LeaseDuration {
+		if o.live(judged, m.cfg.LeaseDuration) {
 			claimedByOthers = claimedByOthers.Union(o.claims)
 		}
 	}
@@ -648,7 +824,7 @@ func (m *Member) update(log klog.Logger) {
 	for _, w := range m.withdrawals {
 		var waiting shard.SlotSet
 		for id, o := range m.seen {
-			if judged.Sub(o.at) < m.cfg.LeaseDuration && o.renewals < w.renewed[id]+2 {
+			if o.live(judged, m.cfg.LeaseDuration) && o.renewals < w.renewed[id]+2 {
 				waiting = waiting.Union(o.claims.And(w.slots))
 			}
 		}
@@ -659,7 +835,7 @@ func (m *Member) update(log klog.Logger) {
 	}
 	m.withdrawals = kept
 	slices.Sort(live)
-	assign := shard.Assign(live)
+	assign := assignSlots(live)
 	if m.cfg.Swept != nil {
 		// A slot counts as covered only by the member it goes to (another
 		// may watch it for a moment and drop it, with the deletions it
@@ -707,8 +883,12 @@ func (m *Member) update(log klog.Logger) {
 	// creation of the Leases of members that started with this one (each
 	// would take itself to be alone, and list every slot for nothing).
 	var target shard.SlotSet
-	if self && m.looks >= 2 {
+	quiet := now.Before(m.quietUntil) // re-created after a deletion: claims nothing yet
+	if self && m.looks >= 2 && !quiet {
 		target = shard.SlotsOf(assign[m.cfg.Identity]...)
+	}
+	if quiet {
+		custody = shard.SlotSet{}
 	}
 	var overdue shard.SlotSet
 	for i, since := range m.releasingSince {
@@ -718,7 +898,7 @@ func (m *Member) update(log klog.Logger) {
 	}
 	before := m.claims
 	m.claims = before.Step(View{Live: self, Target: target, Confirmed: m.confirmed,
-		Published: m.published, Others: others, Busy: busy, Failing: failing,
+		Published: m.published, Others: others, Rival: rival, Busy: busy, Failing: failing,
 		Custody: custody, Accepted: accepted,
 		Covers: ownCover, Covered: covered, Overdue: overdue, Swept: swept.Slots, Handed: handed, Stale: stale})
 	if self { // what lingers: not what is watched for another reason anyway
@@ -762,16 +942,19 @@ func (m *Member) update(log klog.Logger) {
 	}
 }
 
-// leave deletes this member's Lease, so that the others see it gone now.
+// leave stops this member and deletes its Lease, so that the others see
+// it gone now. In this order: it drops its claims and its lease (the gate
+// admits nothing from here on), marks its Lease leaving (AnnotationLeaving,
+// claiming nothing: the others count it out at their next list), waits a
+// RenewPeriod for their lists to read the mark, and deletes the Lease. A
+// Lease that vanishes unmarked counts as live for a lease duration (it may
+// have been deleted by hand under a member still working): so one whose
+// mark could not be written, or that an observer saw vanish without
+// having read the mark, is out a lease duration later instead.
 func (m *Member) leave(log klog.Logger) {
-	ctx, cancel := m.request(context.Background())
-	defer cancel()
-	err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Delete(ctx, m.leaseName(), metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		log.Error(err, "Could not delete the ring's Lease on leaving: the others see it expire", "lease", m.leaseName())
-	}
+	m.setRenewed(time.Time{})
 	m.mu.Lock()
-	m.members, m.renewed = nil, time.Time{}
+	m.members = nil
 	close(m.changed)
 	m.changed = make(chan struct{})
 	had := m.claims
@@ -781,4 +964,44 @@ func (m *Member) leave(log klog.Logger) {
 		m.cfg.OnClaims(Claims{})
 		m.observe(ClaimsChanged{Identity: m.cfg.Identity, Before: had})
 	}
+	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
+	if !m.wrote.IsZero() { // ours: mark it
+		if err := m.markLeaving(); err != nil {
+			log.Error(err, "Could not mark the ring's Lease leaving: the others count this member out a lease duration after its last renewal", "lease", m.leaseName())
+		} else {
+			<-m.cfg.Clock.After(m.cfg.RenewPeriod)
+		}
+	}
+	ctx, cancel := m.request(context.Background())
+	defer cancel()
+	err := leases.Delete(ctx, m.leaseName(), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		log.Error(err, "Could not delete the ring's Lease on leaving: the others see it expire", "lease", m.leaseName())
+	}
+}
+
+// markLeaving writes AnnotationLeaving on this member's Lease, with no
+// claims.
+func (m *Member) markLeaving() error {
+	ctx, cancel := m.request(context.Background())
+	defer cancel()
+	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
+	lease, err := leases.Get(ctx, m.leaseName(), metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if r := lease.Spec.RenewTime; r == nil || !r.Time.Equal(m.wrote) && !slices.ContainsFunc(m.tried, r.Time.Equal) {
+		return fmt.Errorf("%w: lease %s; not marking it", errForeignWriter, m.leaseName())
+	}
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	lease.Annotations[AnnotationLeaving] = "true"
+	for _, k := range []string{AnnotationSlots, AnnotationPending, AnnotationGiven} {
+		if _, ok := lease.Annotations[k]; ok {
+			lease.Annotations[k] = ""
+		}
+	}
+	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	return err
 }

@@ -41,6 +41,7 @@ func tombstoneIn(t *testing.T, slot int) store.Delta[Object] {
 // over a hundred deletions, queued behind the startup's backlog.)
 func TestAFenceKeepsTheDeletionsStillQueued(t *testing.T) {
 	g := newGate(store.New[Object](), observe.Func(func(observe.Event) {}))
+	g.setDeadline(time.Now().Add(time.Hour))
 	mine, other := shard.SlotsOf(7), shard.SlotsOf(9)
 	working := ring.Claims{Working: mine.Union(other), Target: mine.Union(other)}
 	g.set(working)
@@ -110,5 +111,46 @@ func TestAFailingSweepIsRetriedAtABoundedRate(t *testing.T) {
 	t.Logf("%d LISTs in %v (bound %d)", n, run, bound)
 	if !a.gate.sweptSlots().Slots.Empty() {
 		t.Errorf("a sweep that never succeeded counts as done: %v", a.gate.sweptSlots().Slots)
+	}
+}
+
+// The gate has a clock: past the ring's fence deadline it admits nothing,
+// whatever the claims it holds say, until the ring moves the deadline. A
+// replica frozen past its lease (SIGSTOP, a VM paused, a GC storm) resumes
+// with its workers and its ring goroutines racing: a worker must not start
+// a reconcile in a slot another replica has taken meanwhile, before the
+// ring's fence has dropped the claims. (The gate had no clock: it admitted
+// anything Working, fence or not.)
+func TestTheGateAdmitsNothingPastTheFence(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	g := newGate(store.New[Object](), observe.Func(func(observe.Event) {}))
+	g.now = func() time.Time { return now }
+	seven := shard.SlotsOf(7)
+	g.set(ring.Claims{Working: seven, Target: seven})
+	d := tombstoneIn(t, 7)
+	change := store.Delta[Object]{Type: store.Updated, Key: d.Key, Object: d.Object}
+	ctx := context.Background()
+	try := func() (admitted, entered, deleted bool) {
+		_, leave, ok := g.enter(ctx, change, false)
+		if ok {
+			leave()
+		}
+		_, leaveD, okD := g.enter(ctx, d, true)
+		if okD {
+			leaveD()
+		}
+		return g.admit(change), ok, okD
+	}
+	g.setDeadline(now.Add(time.Second))
+	if a, e, del := try(); !a || !e || !del {
+		t.Fatalf("before the deadline: admitted %v, entered %v, deletion %v; want all let in", a, e, del)
+	}
+	now = now.Add(time.Second) // the deadline: out, the claims unchanged
+	if a, e, del := try(); a || e || del {
+		t.Fatalf("at the fence deadline, still Working: admitted %v, entered %v, deletion %v; want nothing let in", a, e, del)
+	}
+	g.setDeadline(time.Time{}) // no lease at all
+	if a, e, del := try(); a || e || del {
+		t.Fatalf("with no lease: admitted %v, entered %v, deletion %v; want nothing let in", a, e, del)
 	}
 }

@@ -61,8 +61,17 @@ type gate struct {
 	store *store.Store[Object]
 	obs   observe.Observer
 
-	mu      sync.Mutex
-	claims  ring.Claims
+	// now is the gate's clock (time.Now: its readings carry the monotonic
+	// clock).
+	now func() time.Time
+
+	mu     sync.Mutex
+	claims ring.Claims
+	// until is the ring's fence deadline (ring.Config.OnDeadline): from
+	// then on nothing is admitted, whatever the claims say, until the ring
+	// moves it (a worker resumed from a pause starts nothing before the
+	// ring's fence has dropped the claims).
+	until   time.Time
 	flights map[*flight]struct{}
 	// watched is the slots the watcher lists and watches: the last
 	// non-empty Claims.Watched (a fenced replica has no claims and no
@@ -98,7 +107,7 @@ type DeletionRouted struct {
 func (DeletionRouted) Component() string { return "sharding" }
 
 func newGate(s *store.Store[Object], obs observe.Observer) *gate {
-	return &gate{store: s, obs: obs, flights: map[*flight]struct{}{}, held: map[int][]store.Delta[Object]{}, kick: make(chan struct{}, 1)}
+	return &gate{store: s, obs: obs, now: time.Now, flights: map[*flight]struct{}{}, held: map[int][]store.Delta[Object]{}, kick: make(chan struct{}, 1)}
 }
 
 // admit tells whether a delta goes to the workers now. A change does if
@@ -108,11 +117,11 @@ func (g *gate) admit(d store.Delta[Object]) bool {
 	slot := shard.SlotOf(string(d.Object.GetUID()))
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if d.Type != store.Deleted {
-		return g.claims.Working.Has(slot)
-	}
-	if g.claims.Working.Union(g.claims.Releasing).Has(slot) {
+	if ring.Admits(g.claims, g.until, g.now(), slot, d.Type == store.Deleted) {
 		return true
+	}
+	if d.Type != store.Deleted {
+		return false
 	}
 	if g.watched.Has(slot) {
 		g.hold(slot, d)
@@ -138,11 +147,7 @@ func (g *gate) enter(ctx context.Context, d store.Delta[Object], deletion bool) 
 	slot := shard.SlotOf(string(d.Object.GetUID()))
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	allowed := g.claims.Working
-	if deletion {
-		allowed = allowed.Union(g.claims.Releasing)
-	}
-	if !allowed.Has(slot) {
+	if !ring.Admits(g.claims, g.until, g.now(), slot, deletion) {
 		switch {
 		case deletion && g.watched.Has(slot):
 			g.hold(slot, d)
@@ -160,6 +165,13 @@ func (g *gate) enter(ctx context.Context, d store.Delta[Object], deletion bool) 
 		g.mu.Unlock()
 		cancel()
 	}, true
+}
+
+// setDeadline is ring.Config.OnDeadline.
+func (g *gate) setDeadline(until time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.until = until
 }
 
 // busy is the slots with a reconcile, or a deletion's handling, in flight.
@@ -327,7 +339,7 @@ func (a *App) newMember() (*ring.Member, error) {
 	return ring.New(ring.Config{
 		Client: kube, Namespace: s.Namespace, Ring: s.Ring, Identity: s.Identity,
 		LeaseDuration: s.LeaseDuration, RenewPeriod: s.RenewPeriod,
-		Observer: a.observer, OnClaims: a.onClaims, Busy: a.busy,
+		Observer: a.observer, OnClaims: a.onClaims, Busy: a.busy, OnDeadline: a.gate.setDeadline,
 		Covers: a.covers, Swept: a.gate.sweptSlots,
 	})
 }

@@ -1,0 +1,133 @@
+package ring
+
+import (
+	"time"
+
+	"rawwatch/shard"
+)
+
+// # Who is live, and when a member stops
+//
+// Claims.Step is sound for the views it is given; a split brain comes from a
+// wrong idea of who is live. So the rules that decide it are here, pure, on
+// the observer's own clock (Config.Now, whose readings carry the monotonic
+// clock), and the model (model_test.go) drives them through pauses, Leases
+// deleted by hand, requests that hang, skewed clocks and clean leaves:
+//
+//   - sight: another member is live while its Lease's resourceVersion was
+//     seen to move within LeaseDuration, on the observer's clock. A Lease
+//     seen for the first time counts as just renewed: no renewTime, written
+//     by another machine's clock, is ever compared with ours (a joiner 25 s
+//     ahead once took a live member's slots on such a comparison). A Lease
+//     that vanishes counts as live for LeaseDuration from the list that
+//     first found it gone (or from the first list after a blind stretch of
+//     LeaseDuration), claiming every slot, unless it was last seen
+//     marked leaving (AnnotationLeaving): deleted by hand, its owner does
+//     not know, goes on working until its own fence, and may have renewed
+//     just before the delete in a write this observer never read. A Lease
+//     marked leaving is not live: its owner admits nothing any more.
+//   - fenced: a member counts itself out fenceAfter (LeaseDuration −
+//     RenewPeriod) after it sent its last successful renewal, on its own
+//     clock. Run fences it on a timer of its own, whatever the loop is doing,
+//     and the loop fences it before it sends a renewal and before a renewal's
+//     success extends its lease (the rule fenceFirst): a member resumed
+//     from a pause must not renew the claims it lost.
+//   - Admits: the gate lets a reconcile in only in a Working slot, and only
+//     before the fence deadline, on the gate's own clock: a worker resumed
+//     from a pause starts nothing before the fence has run.
+
+// The rules, as variables only so that the model's tests can break each on
+// purpose and see the model fail (model_test.go). Never changed elsewhere.
+var (
+	// fenceFirst: a member past its fence fences before it renews, and
+	// before a renewal's success extends its lease.
+	fenceFirst = true
+	// gateClock: the gate admits nothing past the fence deadline.
+	gateClock = true
+	// vanishedLive: a Lease that vanished unmarked counts as live until a
+	// lease duration after it last moved.
+	vanishedLive = true
+)
+
+// fenced tells whether a member whose last successful renewal was sent at
+// renewed (zero: none) counts itself out at now.
+func fenced(renewed, now time.Time, after time.Duration) bool {
+	return renewed.IsZero() || now.Sub(renewed) >= after
+}
+
+// Admits tells whether a gate that holds c, with the fence deadline until
+// (zero: no lease), lets a reconcile (or, with deletion, a deletion's
+// handling) of a key in slot start at now: a reconcile only in a Working
+// slot, a deletion in a claimed one (Working or Releasing), and neither at
+// or past the deadline.
+func Admits(c Claims, until, now time.Time, slot int, deletion bool) bool {
+	if gateClock && !now.Before(until) {
+		return false
+	}
+	if deletion {
+		return c.Working.Union(c.Releasing).Has(slot)
+	}
+	return c.Working.Has(slot)
+}
+
+// sight records one list of the ring's Leases, made at now on the
+// observer's clock: listed holds the others' Leases as read (rv, claims,
+// leaving; at and renewals are set here). seen is what the observer knew;
+// prev, when its last list before this one succeeded (zero: none).
+func sight(seen, listed map[string]observed, now, prev time.Time, lease time.Duration) {
+	// Back after a lease duration or more without a list (paused, or its
+	// lists failing): a Lease gone may have come back and gone again
+	// meanwhile, re-created, working, deleted, in writes this observer
+	// never read. Its gone Leases count as freshly gone. (A re-created
+	// Lease claims nothing for a lease duration: renew, errLeaseDeleted; so
+	// an observer whose lists are less than that apart reads it.)
+	blind := !prev.IsZero() && now.Sub(prev) >= lease
+	for id, l := range listed {
+		o, ok := seen[id]
+		l.at, l.renewals = now, o.renewals
+		switch {
+		case !ok:
+		case o.rv != l.rv:
+			l.renewals++
+		default:
+			l.at = o.at
+		}
+		seen[id] = l
+	}
+	for id, o := range seen {
+		if _, ok := listed[id]; ok {
+			continue
+		}
+		// Gone. Left cleanly (seen marked leaving): forget it. Else,
+		// deleted by hand: its owner may not know, and works on until its
+		// fence. It may have renewed just before the delete, in a write
+		// we never read: so it stands, as last seen, for a lease duration
+		// from the list that first found it gone (its owner's deadline is
+		// at most that list's instant plus fenceAfter).
+		if o.leaving || !vanishedLive {
+			delete(seen, id)
+			continue
+		}
+		if !o.gone || blind {
+			o.at, o.gone = now, true
+		}
+		// What it claimed since we last read it, we cannot know: it
+		// counts as claiming every slot, none of them confirmed (nobody
+		// claims a free slot meanwhile; nobody withdraws one it works).
+		o.claims, o.pending = shard.All(), shard.All()
+		if now.Sub(o.at) >= lease {
+			delete(seen, id)
+			continue
+		}
+		seen[id] = o
+	}
+}
+
+// live tells whether a member last seen as o counts as live at judged.
+func (o observed) live(judged time.Time, lease time.Duration) bool {
+	return !o.leaving && judged.Sub(o.at) < lease
+}
+
+// assignSlots is shard.Assign; the model memoizes it (the members of its
+// schedules are few, and Assign is most of a schedule's cost).
+var assignSlots = shard.Assign
