@@ -91,6 +91,7 @@ type Controller[T store.Object] struct {
 	tombstones map[string][]store.Delta[T]
 	handling   map[string][]store.Delta[T] // taken by a worker, not yet handled
 	failed     map[string]bool             // keys whose Deleted failed, until their deletions are handled
+	arrived    chan struct{}               // a deletion was recorded (DrainDeletions waits on it)
 	abort      context.Context
 	pause      pause
 }
@@ -110,9 +111,21 @@ func (c *Controller[T]) OnDelta(d store.Delta[T]) {
 		// Keep every deletion: the key is queued once, but each of them
 		// was another object, and the reconciler must hear of each.
 		c.tombstones[d.Key] = append(c.tombstones[d.Key], d)
+		select {
+		case c.arrivedLocked() <- struct{}{}:
+		default:
+		}
 		c.mu.Unlock()
 	}
 	c.Queue.Add(d.Key)
+}
+
+// arrivedLocked is the channel OnDelta signals (c.mu held).
+func (c *Controller[T]) arrivedLocked() chan struct{} {
+	if c.arrived == nil {
+		c.arrived = make(chan struct{}, 1)
+	}
+	return c.arrived
 }
 
 // Resync queues every key: the level-triggered resync a controller does when
@@ -210,6 +223,90 @@ func (c *Controller[T]) Run(ctx, abort context.Context, workers int) {
 	<-ctx.Done()
 	c.Queue.ShutDown()
 	wg.Wait()
+}
+
+// DrainDeletions handles the deletions not handled yet, once Run has
+// returned (its workers stopped, its queue shut down): the first half of a
+// sharded replica's clean leave, whose slots' next owner never hears of a
+// deletion made before it listed them. Deleted only, no Reconcile (an update
+// is the next owner's: it reconciles every key it takes over), up to workers
+// keys at a time, until none is left or ctx ends. A deletion recorded
+// meanwhile is handled too (OnDelta still records deletions once the queue
+// has shut down). One whose Deleted fails is tried again after its key's
+// backoff (the queue's rate limiter), as a worker would. Each Deleted gets
+// ctx, bounded by ReconcileTimeout as a worker's would be; a Deleted that
+// ignores its context holds the drain up as it would hold up Run.
+//
+// It returns the deletions left when ctx ended, not handled: what the
+// caller loses, unless it hands them over.
+func (c *Controller[T]) DrainDeletions(ctx context.Context, workers int) (left []store.Delta[T]) {
+	logger := klog.LoggerWithValues(klog.LoggerWithName(klog.FromContext(ctx), "reconciler"), "draining", true)
+	retryAt := map[string]time.Time{}
+	for {
+		c.mu.Lock()
+		now := time.Now()
+		var ready []string
+		var wake time.Time
+		for key := range c.tombstones {
+			if at := retryAt[key]; at.After(now) {
+				if wake.IsZero() || at.Before(wake) {
+					wake = at
+				}
+				continue
+			}
+			ready = append(ready, key)
+		}
+		arrived := c.arrivedLocked()
+		c.mu.Unlock()
+		switch {
+		case len(ready) == 0 && wake.IsZero():
+			return nil
+		case ctx.Err() != nil:
+			c.Deletions(func(d store.Delta[T], _ bool) { left = append(left, d) })
+			return left
+		case len(ready) == 0: // every one waits for its retry
+			timer := time.NewTimer(wake.Sub(now))
+			select {
+			case <-ctx.Done():
+			case <-timer.C:
+			case <-arrived:
+			}
+			timer.Stop()
+			continue
+		}
+		keys := make(chan string, len(ready))
+		for _, key := range ready {
+			keys <- key
+		}
+		close(keys)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for range min(max(workers, 1), len(ready)) {
+			wg.Go(func() {
+				for key := range keys {
+					logger := klog.LoggerWithValues(logger, "key", key)
+					rctx, cancel := context.WithTimeout(klog.NewContext(ctx, logger), ReconcileTimeout)
+					err := c.deletions(rctx, key)
+					cancel()
+					if err == nil {
+						c.Queue.Forget(key)
+						mu.Lock()
+						delete(retryAt, key)
+						mu.Unlock()
+						continue
+					}
+					// The queue shut down: AddRateLimited adds nothing, it
+					// only says when the key's backoff ends.
+					in := c.Queue.AddRateLimited(key)
+					logger.Error(err, "Handling a deletion failed while draining, will retry", "retryIn", in)
+					mu.Lock()
+					retryAt[key] = time.Now().Add(in)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+	}
 }
 
 // processNext handles one key; it returns false when the queue shut down.

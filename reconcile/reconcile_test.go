@@ -496,3 +496,109 @@ func TestEventPolicy(t *testing.T) {
 		}
 	}
 }
+
+// deletedUIDs is the UIDs of the deletions fake handled, sorted.
+func deletedUIDs(fake *fakeReconciler) []string {
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	var uids []string
+	for _, d := range fake.deleted {
+		uids = append(uids, string(d.Object.UID))
+	}
+	slices.Sort(uids)
+	return uids
+}
+
+// A clean leave drains: the deletions still queued when Run stopped (Run
+// shuts its queue down and drops them), and one recorded while the drain
+// runs, are handed to Deleted; the keys are not reconciled (updates are the
+// next owner's). Issue 19, finding 6.
+func TestDrainDeletionsHandlesWhatRunLeftQueued(t *testing.T) {
+	b := &blockingDeleter{entered: make(chan struct{}), release: make(chan struct{})}
+	c := &Controller[object]{Queue: queue.New(nil), Reconciler: b}
+	for _, name := range []string{"a", "b", "c"} {
+		c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/" + name, Object: myResource(name, "x", 1)})
+	}
+	c.OnDelta(store.Delta[object]{Type: store.Updated, Key: "ns/d", Object: myResource("d", "x", 1)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx, nil, 1); close(done) }()
+	<-b.entered // one worker holds the first deletion; the rest wait in the queue
+	cancel()
+	b.release <- struct{}{}
+	<-done
+	if got := deletedUIDs(&b.fakeReconciler); len(got) != 1 {
+		t.Fatalf("Run handled %v before it returned, want the one in flight", got)
+	}
+	reconciled := slices.Clone(b.calls) // the key in flight, after its deletion
+
+	drained := make(chan []store.Delta[object])
+	go func() { drained <- c.DrainDeletions(context.Background(), 2) }()
+	<-b.entered // the drain holds a second deletion: a new one arrives meanwhile
+	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/e", Object: myResource("e", "x", 1)})
+	go func() {
+		for range b.entered {
+		}
+	}()
+	close(b.release)
+	if left := <-drained; len(left) != 0 {
+		t.Fatalf("the drain left %d deletions", len(left))
+	}
+	if got, want := deletedUIDs(&b.fakeReconciler), []string{"uid-a", "uid-b", "uid-c", "uid-e"}; !slices.Equal(got, want) {
+		t.Fatalf("deletions handled: %v, want %v", got, want)
+	}
+	if !slices.Equal(b.calls, reconciled) {
+		t.Errorf("the drain reconciled %v: updates are the next owner's", b.calls[len(reconciled):])
+	}
+	if q, f := deletionCounts(c); q+f != 0 {
+		t.Errorf("after the drain, Deletions still gives %d queued, %d failing", q, f)
+	}
+}
+
+// failingDeleter fails every deletion of one UID, and counts the tries.
+type failingDeleter struct {
+	fakeReconciler
+	bad   types.UID
+	tries int
+}
+
+func (f *failingDeleter) Deleted(ctx context.Context, d store.Delta[object]) error {
+	if d.Object.UID == f.bad {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.tries++
+		return errors.New("boom")
+	}
+	return f.fakeReconciler.Deleted(ctx, d)
+}
+
+// A deletion whose Deleted keeps failing does not hold a drain beyond its
+// context: it is retried after its backoff, then returned as left; a
+// deletion of another key, arriving while it waits, is handled meanwhile.
+func TestDrainDeletionsGivesUpOnAFailingDeletionWhenItsContextEnds(t *testing.T) {
+	fake := &failingDeleter{bad: "uid-bad"}
+	c := &Controller[object]{Queue: queue.New(queue.NewExponentialLimiter(10*time.Millisecond, 40*time.Millisecond)), Reconciler: fake}
+	bad := myResource("bad", "x", 1)
+	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/bad", Object: bad})
+	ctx, cancel := context.WithCancel(context.Background())
+	drained := make(chan []store.Delta[object])
+	go func() { drained <- c.DrainDeletions(ctx, 1) }()
+	testkit.Eventually(t, 10*time.Second, func() bool { fake.mu.Lock(); defer fake.mu.Unlock(); return fake.tries >= 3 },
+		"the failing deletion was not retried")
+	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/good", Object: myResource("good", "x", 1)})
+	testkit.Eventually(t, 10*time.Second, func() bool { return slices.Contains(deletedUIDs(&fake.fakeReconciler), "uid-good") },
+		"a deletion arriving while another waits for its retry was not handled")
+	select {
+	case left := <-drained:
+		t.Fatalf("the drain returned %d left while its context was live", len(left))
+	default:
+	}
+	cancel()
+	left := <-drained
+	if len(left) != 1 || left[0].Object != bad {
+		t.Fatalf("left %v, want the failing deletion", left)
+	}
+	if q, f := deletionCounts(c); q != 0 || f != 1 {
+		t.Errorf("after the drain, Deletions gives %d queued, %d failing; want the failing one", q, f)
+	}
+}

@@ -25,7 +25,8 @@
 // only in a slot it works. A slot changes hands only once the old owner has
 // no reconcile of it in flight; a key that moved is dropped from the old
 // owner's store without a deletion, and the new owner reconciles every key
-// it took over.
+// it took over. A replica leaving cleanly handles the deletions it heard of
+// before it lets its slots go (drain).
 package app
 
 import (
@@ -307,8 +308,10 @@ func New(opts Options) (_ *App, err error) {
 // Run serves the endpoints, runs the watcher, waits for its first list, then
 // runs the workers until ctx ends — with leader election, only while this
 // process holds the Lease. It returns once in-flight reconciles have
-// finished: nil after ctx ended, leader.ErrLost if the Lease was lost. Every
-// part logs through klog.FromContext(ctx), under its own name.
+// finished (with sharding: and the deletions heard of were handled, within
+// Sharding.DrainTimeout of ctx's end, and the ring was left): nil after ctx
+// ended, leader.ErrLost if the Lease was lost. Every part logs through
+// klog.FromContext(ctx), under its own name.
 func (a *App) Run(ctx context.Context) error {
 	log := klog.FromContext(ctx)
 	defer a.events.Shutdown()
@@ -322,31 +325,44 @@ func (a *App) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer stopWatching() // a lost lease ends the watcher too
+	drain := func() {}
 	if a.Member == nil {
 		wg.Go(func() { a.Watcher.Run(watchCtx) })
 	} else {
 		// The ring is left (the Lease deleted, the slots free for the
-		// others) only once the workers stopped: deferred after the rest.
+		// others) only once the workers stopped and the deletions heard of
+		// were handled (drain), within DrainTimeout of ctx's end: the
+		// watcher runs until then, and the ring after it (deferred after
+		// the rest).
+		s := a.opts.Sharding
 		ringCtx, leaveRing := context.WithCancel(context.WithoutCancel(ctx))
 		defer leaveRing()
+		drainCtx, stopDraining := context.WithCancel(context.WithoutCancel(ctx))
+		defer stopDraining()
+		defer context.AfterFunc(ctx, func() { time.AfterFunc(cmp.Or(s.DrainTimeout, DefaultDrainTimeout), stopDraining) })()
+		watcherCtx, stopWatcher := context.WithCancel(context.WithoutCancel(ctx))
+		defer stopWatcher()
+		watcherDone := make(chan struct{})
 		wg.Go(func() { a.Member.Run(ringCtx) })
 		wg.Go(func() {
-			s := a.opts.Sharding
 			a.sweep(ringCtx, cmp.Or(s.RenewPeriod, ring.DefaultRenewPeriod), cmp.Or(s.LeaseDuration, ring.DefaultLeaseDuration))
 		})
 		wg.Go(func() {
+			defer close(watcherDone)
 			select { // the first claims say what to watch
 			case <-a.watcherStart:
-				a.Watcher.Run(watchCtx)
-			case <-watchCtx.Done():
+				a.Watcher.Run(watcherCtx)
+			case <-watcherCtx.Done():
 			}
 		})
+		drain = func() { a.drain(klog.NewContext(drainCtx, log), stopWatcher, watcherDone) }
 	}
 	wg.Go(func() { a.whoAmI(watchCtx) })
 
 	log.Info("Waiting for the first list", "server", a.opts.Config.Host, "namespace", a.opts.Namespace)
 	if a.Elector == nil {
 		a.work(ctx, nil)
+		drain()
 		return nil
 	}
 	return a.Elector.Run(ctx, a.work)

@@ -38,7 +38,20 @@ type Sharding struct {
 	// LeaseDuration and RenewPeriod: ring.Config's (default
 	// ring.DefaultLeaseDuration and ring.DefaultRenewPeriod).
 	LeaseDuration, RenewPeriod time.Duration
+	// DrainTimeout bounds a clean leave's drain, from the end of Run's
+	// context: the reconciles in flight, then the deletions heard of and
+	// not handled yet (drain); then the ring is left. Default
+	// DefaultDrainTimeout.
+	DrainTimeout time.Duration
 }
+
+// DefaultDrainTimeout is how long a replica leaving cleanly may take to
+// finish its reconciles in flight and handle the deletions it heard of,
+// from the end of Run's context (a SIGTERM): no longer than a reconcile in
+// flight may take anyway, so a pod's termination grace period that lets
+// one finish and the Lease go lets the drain finish too (config/manager's
+// 45 s does: a test checks).
+const DefaultDrainTimeout = reconcile.ReconcileTimeout
 
 // DefaultIdentity is a ring member's identity when none is given: the host
 // name (in a pod, the pod's name) and a random suffix, as a Lease name allows.
@@ -97,7 +110,8 @@ type flight struct {
 // DeletionRouted: the gate held a deletion for a slot this replica watches
 // but does not work yet (Route "held"), handed held ones to the workers
 // when it came to work the slot ("replayed"), dropped ones whose slot it no
-// longer watches ("dropped"), or a sweep found one ("swept").
+// longer watches ("dropped"), a sweep found one ("swept"), or a clean leave
+// left it unhandled when its drain ran out of time ("abandoned").
 type DeletionRouted struct {
 	Key   string
 	UID   string
@@ -256,6 +270,14 @@ func (g *gate) sweptNow(slots shard.SlotSet, at uint64, newest *[shard.Slots]uin
 	}
 }
 
+// claimed is the slots this replica claims (Working or Releasing): those
+// whose deletions it handles.
+func (g *gate) claimed() shard.SlotSet {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.claims.Working.Union(g.claims.Releasing)
+}
+
 // lingering is what the watcher watches only until the others have seen it
 // withdrawn (ring.Claims.Lingering).
 func (g *gate) lingering() shard.SlotSet {
@@ -411,6 +433,59 @@ func (a *App) sweep(ctx context.Context, renew, lease time.Duration) {
 			a.gate.sweptNow(slots, res.RV, &res.Newest)
 		}
 	}
+}
+
+// drain is the first half of a clean leave, before the ring's Lease is
+// deleted and the slots are free for the others (whose lists of them come
+// after the deletions made so far: they would never hear of those). Run's
+// workers have stopped (the reconciles in flight finished); the watcher
+// still runs, the ring still renews, the gate still lets the deletions of
+// claimed slots in. Until ctx ends (DrainTimeout after Run's context):
+//
+//  1. every deletion heard of and not handled (queued, or failed and
+//     waiting for a retry) is handed to Deleted, and those the watcher
+//     brings meanwhile;
+//  2. the watcher stops, and a sweep of the claimed slots (watcher.Sweep)
+//     finds the deletions its watch had not brought yet (it lags, or was
+//     down): handled the same way.
+//
+// What is left when ctx ends is lost (a log line says how much); so are
+// the deletions made after the sweep's list and before the slots' next
+// owner lists them, and those held for slots this replica did not claim
+// yet (docs/sharding.md, "A clean leave").
+func (a *App) drain(ctx context.Context, stopWatcher func(), watcherDone <-chan struct{}) {
+	log := klog.FromContext(ctx).WithName("sharding")
+	start := time.Now()
+	a.Controller.DrainDeletions(ctx, a.opts.Workers)
+	stopWatcher()
+	<-watcherDone
+	swept := 0
+	if c := a.gate.claimed(); !c.Empty() && ctx.Err() == nil {
+		res, err := a.Watcher.Sweep(ctx, c)
+		if err != nil {
+			log.Error(err, "Could not sweep the slots before leaving: a deletion the watch had not brought yet is lost", "slots", c)
+		}
+		for _, d := range res.Deleted {
+			a.gate.routed(d, "swept")
+			if a.gate.admit(d) {
+				a.Controller.OnDelta(d)
+				swept++
+			}
+		}
+	}
+	left := a.Controller.DrainDeletions(ctx, a.opts.Workers)
+	for _, d := range left {
+		a.gate.routed(d, "abandoned")
+	}
+	if len(left) > 0 {
+		keys := make([]string, 0, min(len(left), 10))
+		for _, d := range left[:cap(keys)] {
+			keys = append(keys, d.Key)
+		}
+		log.Info("Leaving the ring with deletions not handled: no replica will handle them", "deletions", len(left), "keys", keys, "took", time.Since(start))
+		return
+	}
+	log.V(1).Info("Drained the deletions before leaving the ring", "swept", swept, "took", time.Since(start))
 }
 
 // startWatcher lets Run start the watcher (with the shard just set).

@@ -21,9 +21,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"rawwatch/internal/app"
 	"rawwatch/internal/controlplane"
 	"rawwatch/leader"
 	"rawwatch/reconcile"
+	"rawwatch/ring"
 )
 
 // kustomize renders a kustomization with bin/kubectl's built-in kustomize.
@@ -285,11 +287,16 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment, svc *corev1.Service, 
 	case sharded && (flag("sharding") != "true" || flag("leader-elect") != ""):
 		t.Errorf("the sharded Deployment's args %v: want --sharding and no --leader-elect", ctr.Args)
 	}
-	// The kubelet's SIGKILL must not cut the drain or the Lease's release.
-	drain := reconcile.ReconcileTimeout + leader.ReleaseTimeout
-	if g := pod.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second < drain+5*time.Second {
+	// The kubelet's SIGKILL must not cut the drain or the Lease's release:
+	// the reconciles in flight (sharded: and the deletions heard of, within
+	// app.DefaultDrainTimeout of the SIGTERM), then the leader's Lease
+	// released or the ring's deleted (one request, bounded by a renew
+	// period).
+	work := max(reconcile.ReconcileTimeout, app.DefaultDrainTimeout)
+	release := max(leader.ReleaseTimeout, ring.DefaultRenewPeriod)
+	if g := pod.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second < work+release+5*time.Second {
 		t.Errorf("terminationGracePeriodSeconds %v: the drain (%s) plus the release (%s) and a margin of 5s need %s",
-			g, reconcile.ReconcileTimeout, leader.ReleaseTimeout, drain+5*time.Second)
+			g, work, release, work+release+5*time.Second)
 	}
 	port := func(name string) string {
 		for _, p := range ctr.Ports {
