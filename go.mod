@@ -3,6 +3,7 @@ module rawwatch
 go 1.26.0
 
 require (
+	github.com/cenkalti/backoff/v4 v4.3.0
 	github.com/chromedp/chromedp v0.23.1
 	github.com/go-logr/logr v1.4.3
 	github.com/prometheus/client_golang v1.24.0

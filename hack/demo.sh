@@ -27,8 +27,8 @@ fi
 k() { $kubectl --kubeconfig "$kubeconfig" "$@"; }
 phase() { [ "$(k get myresource "$1" -o jsonpath='{.status.phase}')" = "$2" ]; }
 
-say "Applying the samples (config/samples/myresources.yaml) before the controller starts"
-k apply -f config/samples/myresources.yaml
+say "Applying the samples (testdata/samples/myresources.yaml) before the controller starts"
+k apply -f testdata/samples/myresources.yaml
 
 say "Starting the controller with --explain (page size 2, so the LIST takes pages; watches end after 10-20 s)"
 # --secure-serving=false: metrics and the live page as plain HTTP, on loopback
@@ -60,8 +60,8 @@ say "Waiting for the server to end the watch: a BOOKMARK first, then CLOSED and 
 waitfor 40 grep -q 'to="Watching" reason="watch ended' out/controller.log
 settle
 
-say "The CRD's schema rejects bad input (config/samples/invalid.yaml): the controller never sees it"
-k apply -f config/samples/invalid.yaml || true
+say "The CRD's schema rejects bad input (testdata/samples/invalid.yaml): the controller never sees it"
+k apply -f testdata/samples/invalid.yaml || true
 
 addr=$(sed -nE 's/.*"Serving metrics and probes[^"]*" address="([^"]+)".*/\1/p' out/controller.log | head -1)
 if [ -n "$addr" ] && command -v curl >/dev/null; then

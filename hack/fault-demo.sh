@@ -72,7 +72,7 @@ say "Starting a local control plane (watch cache off) with a fault proxy in fron
 start_controlplane "$dir/kubeconfig" "$dir/controlplane.log" --fault-proxy 127.0.0.1:0 --no-watch-cache
 faults=$(cat "$dir/kubeconfig.faults")
 
-k apply -f config/samples/myresources.yaml >/dev/null
+k apply -f testdata/samples/myresources.yaml >/dev/null
 k delete myresource broken >/dev/null # its retries on purpose would crowd the log
 say "Starting the controller through the proxy ($narrate; log: $dir/controller.log)"
 bin/rawwatch --kubeconfig "$dir/kubeconfig" --namespace default "$narrate" \

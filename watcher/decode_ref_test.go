@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/internal/wire"
 )
 
 // The event decoder's fast path (frames.go, walk.go) against the plain
@@ -126,17 +127,15 @@ func compareStreams(t *testing.T, data []byte) {
 }
 
 func TestFastDecoderAgreesWithThePlainOne(t *testing.T) {
-	fixtures, _ := filepath.Glob(filepath.Join("testdata", "fixtures", "watch-stream*.jsonl"))
-	if len(fixtures) == 0 {
-		t.Fatal("no watch fixtures")
+	for _, name := range []string{wire.WatchList, wire.WatchGone} {
+		data := capture(t, name)
+		t.Run(name, func(t *testing.T) { compareStreams(t, data) })
 	}
-	for _, f := range fixtures {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Run(filepath.Base(f), func(t *testing.T) { compareStreams(t, data) })
+	bad, err := os.ReadFile(filepath.Join("testdata", "fixtures", "watch-stream-bad.jsonl"))
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Run("watch-stream-bad.jsonl", func(t *testing.T) { compareStreams(t, bad) })
 	for name, stream := range fastPathCases {
 		t.Run(name, func(t *testing.T) { compareStreams(t, []byte(stream)) })
 	}
@@ -204,8 +203,6 @@ func FuzzFastDecoder(f *testing.F) {
 	for _, c := range fastPathCases {
 		f.Add([]byte(c))
 	}
-	if data, err := os.ReadFile(filepath.Join("testdata", "fixtures", "watch-stream.jsonl")); err == nil {
-		f.Add(data)
-	}
+	f.Add(capture(f, wire.WatchList))
 	f.Fuzz(func(t *testing.T, data []byte) { compareStreams(t, data) })
 }

@@ -1,9 +1,11 @@
 package watcher
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/internal/wire"
 )
 
 var codec = Codec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind}
@@ -26,23 +29,50 @@ func fixture(t *testing.T, name string) *os.File {
 	return f
 }
 
-// The fixtures were captured from kube-apiserver v1.37.2.
-func TestDecodeListPage(t *testing.T) {
-	var got []*v1alpha1.MyResource
-	meta, err := decodeList(fixture(t, "list-page1.json"), codec,
-		func(o *v1alpha1.MyResource) { got = append(got, o) },
-		func(s *SkipError) { t.Errorf("unexpected skip: %v", s) })
+// capture is one of kube-apiserver's answers recorded in testdata/wire
+// (package internal/wire says which).
+func capture(t testing.TB, name string) []byte {
+	t.Helper()
+	data, err := wire.Read(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[0].Name != "sample-1" || got[1].Name != "sample-2" {
-		t.Fatalf("items = %v", got)
+	return data
+}
+
+// The two pages of a LIST ?limit=2 of the three samples, as kube-apiserver
+// sent them: in key order, the first with a continue token and the count
+// of the rest, both at the same resourceVersion (one snapshot).
+func TestDecodeListPages(t *testing.T) {
+	var got []*v1alpha1.MyResource
+	var metas []metav1.ListMeta
+	for _, page := range []string{wire.ListPage1, wire.ListPage2} {
+		meta, err := decodeList(bytes.NewReader(capture(t, page)), codec,
+			func(o *v1alpha1.MyResource) { got = append(got, o) },
+			func(s *SkipError) { t.Errorf("unexpected skip: %v", s) })
+		if err != nil {
+			t.Fatalf("%s: %v", page, err)
+		}
+		metas = append(metas, meta)
 	}
-	if got[0].Spec.Message != "hello 1" || got[0].ResourceVersion == "" || len(got[0].ManagedFields) == 0 {
-		t.Errorf("item not fully decoded: %+v", got[0])
+	var names []string
+	for _, o := range got {
+		names = append(names, o.Namespace+"/"+o.Name)
+		if o.Spec.Message == "" || o.ResourceVersion == "" || o.UID == "" || len(o.ManagedFields) == 0 {
+			t.Errorf("item not fully decoded: %+v", o)
+		}
 	}
-	if meta.Continue == "" || meta.ResourceVersion == "" || *meta.RemainingItemCount != 1 {
-		t.Errorf("list metadata = %+v", meta)
+	if strings.Join(names, ",") != "default/broken,default/greeting,default/hello" {
+		t.Fatalf("items = %v", names)
+	}
+	if got[2].Spec.Message != "hello, world" {
+		t.Errorf("hello's message = %q", got[2].Spec.Message)
+	}
+	if m := metas[0]; m.Continue == "" || m.ResourceVersion == "" || m.RemainingItemCount == nil || *m.RemainingItemCount != 1 {
+		t.Errorf("first page's metadata = %+v", m)
+	}
+	if m := metas[1]; m.Continue != "" || m.ResourceVersion != metas[0].ResourceVersion {
+		t.Errorf("last page's metadata = %+v; want no continue, resourceVersion %s", m, metas[0].ResourceVersion)
 	}
 }
 
@@ -75,32 +105,64 @@ func TestDecodeListRejectsNonLists(t *testing.T) {
 	}
 }
 
-func TestDecodeWatchStream(t *testing.T) {
-	dec := newEventDecoder(fixture(t, "watch-stream.jsonl"), codec)
-	var types []string
-	var last Event[*v1alpha1.MyResource]
+// decodeAll decodes a whole stream that has no bad frame.
+func decodeAll(t *testing.T, stream []byte) []Event[*v1alpha1.MyResource] {
+	t.Helper()
+	dec := newEventDecoder(bytes.NewReader(stream), codec)
+	var evs []Event[*v1alpha1.MyResource]
 	for {
 		ev, err := dec.Next()
 		if errors.Is(err, io.EOF) {
-			break
+			return evs
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		types = append(types, ev.Type)
-		last = ev
-		if ev.Type == Bookmark && !ev.InitialEventsEnd {
-			t.Errorf("the WatchList bookmark must carry initial-events-end")
-		}
 		if ev.Type != Error && ev.RV == "" {
 			t.Errorf("%s event without resourceVersion", ev.Type)
 		}
+		evs = append(evs, ev)
 	}
-	if got := strings.Join(types, ","); got != "ADDED,ADDED,ADDED,BOOKMARK,MODIFIED,DELETED,ERROR" {
-		t.Fatalf("event types = %s", got)
+}
+
+// A WatchList stream as kube-apiserver sent it: the initial events, the
+// bookmark that ends them, the changes made while it was open, with
+// bookmarks where the server's watch cache put them (the last 2 s before the
+// timeout); resourceVersions only grow after the initial events.
+func TestDecodeWatchListStream(t *testing.T) {
+	var got []string
+	var last int64
+	bookmarks := 0
+	evs := decodeAll(t, capture(t, wire.WatchList))
+	for i, ev := range evs {
+		rv := mustRV(t, ev.RV)
+		if i >= 3 && rv < last {
+			t.Errorf("frame %d (%s): resourceVersion %d after %d", i, ev.Type, rv, last)
+		}
+		last = max(last, rv)
+		switch {
+		case ev.Type == Bookmark && !ev.InitialEventsEnd:
+			bookmarks++
+		case ev.Type == Bookmark:
+			got = append(got, "BOOKMARK (initial events end)")
+		default:
+			got = append(got, ev.Type+" "+ev.Object.Name)
+		}
 	}
-	if !apierrors.IsResourceExpired(last.Err) {
-		t.Fatalf("ERROR frame decoded as %v, want a 410 Expired status", last.Err)
+	want := "ADDED broken,ADDED greeting,ADDED hello,BOOKMARK (initial events end),MODIFIED hello,ADDED extra,DELETED broken"
+	if strings.Join(got, ",") != want {
+		t.Fatalf("events (bookmarks but the initial-events-end one left out):\n%s\nwant\n%s", strings.Join(got, ","), want)
+	}
+	if bookmarks == 0 || evs[len(evs)-1].Type != Bookmark {
+		t.Errorf("%d bookmarks after the initial events, the last frame %s; want the stream to end with one", bookmarks, evs[len(evs)-1].Type)
+	}
+}
+
+// A WATCH from a resourceVersion long gone: one ERROR event, a 410.
+func TestDecodeGoneStream(t *testing.T) {
+	evs := decodeAll(t, capture(t, wire.WatchGone))
+	if len(evs) != 1 || evs[0].Type != Error || !apierrors.IsResourceExpired(evs[0].Err) {
+		t.Fatalf("events = %+v; want one ERROR, a 410 Expired status", evs)
 	}
 }
 
@@ -162,4 +224,13 @@ func TestWrittenAtIsTheLatestManagedFieldsTime(t *testing.T) {
 	if _, ok := WrittenAt(&v1alpha1.MyResource{}); ok {
 		t.Error("an object with no times has a write time")
 	}
+}
+
+func mustRV(t *testing.T, rv string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(rv, 10, 64)
+	if err != nil {
+		t.Fatalf("resourceVersion %q: %v", rv, err)
+	}
+	return n
 }

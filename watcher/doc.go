@@ -96,12 +96,15 @@
 // d = min(30 s, 0.8 s·2ⁿ) after the n-th trouble in a row, shortened by up to
 // half at random (the jitter never lengthens a wait, so 30 s is a true cap);
 // a 429 waits at least its Retry-After. n starts again after two minutes
-// without trouble. The exceptions are the first relist after a healthy
-// stream (it does not wait out the backoff, whatever it grew to while the
-// server was away: it is what recovers after an outage), a WatchList that failed on the way (the same
-// list is made at once with LIST; the next relist tries WatchList again; a
-// server that refuses WatchList gets LIST for good), and the watchdog's
-// re-watch (below).
+// without trouble. The steps come from cenkalti/backoff/v4's
+// ExponentialBackOff, its randomization off (it would spread a step both
+// ways, past the cap); the jitter is the machine's own, from Options.Rand.
+// The exceptions are the first relist after a healthy stream (it does not
+// wait out the backoff, whatever it grew to while the server was away: it is
+// what recovers after an outage), a WatchList that failed on the way (the
+// same list is made at once with LIST; the next relist tries WatchList
+// again; a server that refuses WatchList gets LIST for good), and the
+// watchdog's re-watch (below).
 //
 // That first relist starts at once after a 410 under a healthy stream (a
 // compaction). Right after trouble it starts after a random part, uniform

@@ -7,13 +7,16 @@ import (
 	"testing"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/internal/wire"
 )
 
 // Fuzz tests of the decoding path: whatever bytes a server (or something in
 // between) sends, the decoders never panic, never loop without consuming
-// input, and never hand out an object that is not a MyResource. The seed
-// corpus in testdata/fuzz/ holds the real captured LIST and WATCH bodies of
-// testdata/fixtures and each of their frames; `go test` runs the seeds, and
+// input, and never hand out an object that is not a MyResource. The seeds
+// are kube-apiserver's LIST pages and WATCH streams recorded in the
+// repository's testdata/wire (package internal/wire), whole and frame by
+// frame, and the corpus in testdata/fuzz/ (hand-made bad frames and inputs
+// the fuzzer found); `go test` runs the seeds, and
 //
 //	go test ./watcher -run '^$' -fuzz FuzzEventDecoder -fuzztime 5m
 //
@@ -21,6 +24,13 @@ import (
 // becomes a regression test).
 
 func FuzzEventDecoder(f *testing.F) {
+	for _, name := range []string{wire.WatchList, wire.WatchGone} {
+		stream := capture(f, name)
+		f.Add(stream)
+		for _, frame := range wire.Frames(stream) {
+			f.Add(frame)
+		}
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dec := newEventDecoder(bytes.NewReader(data), codec)
 		// Every call consumes at least one byte or ends the stream.
@@ -59,6 +69,8 @@ func FuzzEventDecoder(f *testing.F) {
 }
 
 func FuzzDecodeList(f *testing.F) {
+	f.Add(capture(f, wire.ListPage1))
+	f.Add(capture(f, wire.ListPage2))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		items := 0
 		_, err := decodeList(bytes.NewReader(data), codec,

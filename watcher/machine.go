@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 )
 
@@ -109,6 +110,11 @@ type Outcome struct {
 // many clients do not retry in step. Max is a true cap: jitter never
 // lengthens a delay. The count starts again after a trouble-free stretch of
 // ResetAfter.
+//
+// The steps d come from an ExponentialBackOff (github.com/cenkalti/backoff/v4)
+// with its randomization off: its own jitter spreads a step both ways (up to
+// (1+RandomizationFactor)·MaxInterval, past the cap) from the global random
+// source; the machine shortens each step itself, with the rand it was given.
 type Backoff struct {
 	Initial, Max time.Duration
 	Factor       float64
@@ -123,17 +129,41 @@ var DefaultBackoff = Backoff{
 	ResetAfter: 2 * time.Minute,
 }
 
+// schedule is b's sequence of steps: an ExponentialBackOff that never stops
+// (MaxElapsedTime 0) and reads the time from clock. With MaxElapsedTime 0 the
+// time it reads (in NextBackOff and Reset) decides nothing; the clock is
+// there so that it never reads the wall clock: the machine's is the time of
+// the outcome it applies.
+func (b Backoff) schedule(clock backoff.Clock) *backoff.ExponentialBackOff {
+	s := &backoff.ExponentialBackOff{
+		InitialInterval: b.Initial, Multiplier: b.Factor, MaxInterval: b.Max,
+		RandomizationFactor: 0, MaxElapsedTime: 0, Stop: backoff.Stop, Clock: clock,
+	}
+	s.Reset()
+	return s
+}
+
+// jittered is step d capped at Max (the schedule's first step is Initial,
+// uncapped) and shortened by r·Jitter of itself.
+func (b Backoff) jittered(d time.Duration, r float64) time.Duration {
+	f := float64(min(d, b.Max))
+	return time.Duration(f - r*b.Jitter*f)
+}
+
 // Delay is the wait after n troubles in a row; r in [0, 1) picks the jitter.
 func (b Backoff) Delay(n int, r float64) time.Duration {
-	d := float64(b.Initial)
-	for range n {
-		if d *= b.Factor; d >= float64(b.Max) {
-			break
-		}
+	s := b.schedule(clockAt{new(time.Time)})
+	d := s.NextBackOff()
+	for i := 0; i < n && d < b.Max; i++ {
+		d = s.NextBackOff()
 	}
-	d = min(d, float64(b.Max))
-	return time.Duration(d - r*b.Jitter*d)
+	return b.jittered(d, r)
 }
+
+// clockAt is a backoff.Clock that reads *t.
+type clockAt struct{ t *time.Time }
+
+func (c clockAt) Now() time.Time { return *c.t }
 
 // Machine decides, from each Outcome, the next Action. It holds the loop's
 // whole state and does no I/O and reads no clock: the loop performs actions
@@ -147,13 +177,18 @@ type Machine struct {
 
 	backoff Backoff
 	rand    func() float64
+	// schedule gives the backoff's steps: NextBackOff on trouble, Reset
+	// after a trouble-free ResetAfter. step is the last it gave (capped at
+	// Max), 0 since the last reset. now is the time of the outcome being
+	// applied, the schedule's clock.
+	schedule *backoff.ExponentialBackOff
+	step     time.Duration
+	now      time.Time
 	// watchList: lists are WatchLists (off for good once the server refuses).
 	watchList bool
 	// doing is the action in flight; after is the one a Wait leads to.
 	doing, after Action
-	// troubles counts trouble since the backoff was last reset; calmSince
-	// is when the current trouble-free stretch began.
-	troubles  int
+	// calmSince is when the current trouble-free stretch began.
 	calmSince time.Time
 	// relisted: a 410 sent us to relist and no stream has been healthy since.
 	relisted bool
@@ -167,12 +202,15 @@ type Machine struct {
 // NewMachine returns a machine in the Listing state. rand returns numbers in
 // [0, 1) for the jitter.
 func NewMachine(b Backoff, watchList bool, rand func() float64) *Machine {
-	return &Machine{State: Listing, backoff: b, rand: rand, watchList: watchList}
+	m := &Machine{State: Listing, backoff: b, rand: rand, watchList: watchList}
+	m.schedule = b.schedule(clockAt{&m.now})
+	return m
 }
 
 // Start is the first action: the first list.
 func (m *Machine) Start(now time.Time) Action {
-	m.calmSince = now
+	m.now, m.calmSince = now, now
+	m.schedule.Reset()
 	return m.do(m.list("start: list everything"))
 }
 
@@ -190,6 +228,7 @@ func (m *Machine) Healthy(o Outcome) bool {
 
 // Step applies the outcome of the action in flight and returns the next one.
 func (m *Machine) Step(o Outcome) Action {
+	m.now = o.At
 	class, retryAfter := Classify(o.Err)
 	if class == Canceled {
 		m.State = Stopped
@@ -327,8 +366,8 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 		// waiting its whole jittered backoff. A 410 with no trouble in the
 		// last ResetAfter (a compaction under a healthy stream) relists at
 		// once. The stagger is not trouble: the backoff does not grow.
-		if m.troubles > 0 {
-			if d := time.Duration(m.rand() * float64(m.backoff.Delay(m.troubles-1, 0))); d > 0 {
+		if m.step > 0 {
+			if d := time.Duration(m.rand() * float64(m.step)); d > 0 {
 				a.Reason = fmt.Sprintf("relist, %s after the 410 (staggered, so that clients back from the same outage do not all relist at once)", d.Round(time.Millisecond))
 				m.after = a
 				return m.do(Action{Do: Wait, Delay: d, Class: class, Err: o.Err,
@@ -395,7 +434,8 @@ func (m *Machine) list(reason string) Action {
 // ResetAfter or more resets the backoff.
 func (m *Machine) disturbed(now time.Time) {
 	if now.Sub(m.calmSince) >= m.backoff.ResetAfter {
-		m.troubles = 0
+		m.schedule.Reset()
+		m.step = 0
 	}
 	m.calmSince = now
 }
@@ -404,8 +444,8 @@ func (m *Machine) disturbed(now time.Time) {
 // Retry-After), then do next.
 func (m *Machine) trouble(now time.Time, minDelay time.Duration, next Action, class ErrorClass, err error, reason string) Action {
 	m.disturbed(now)
-	d := max(m.backoff.Delay(m.troubles, m.rand()), minDelay)
-	m.troubles++
+	m.step = min(m.schedule.NextBackOff(), m.backoff.Max)
+	d := max(m.backoff.jittered(m.step, m.rand()), minDelay)
 	next.Class, next.Err, next.Reason = 0, nil, "waited "+d.Round(time.Millisecond).String()
 	m.after = next
 	m.State = BackingOff

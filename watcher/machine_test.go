@@ -138,8 +138,8 @@ func TestMachineFlappingStreamsBackOff(t *testing.T) {
 func TestMachineBackoffResetsAfterATroubleFreeStretch(t *testing.T) {
 	s, _ := newScript(t, false)
 	s.step(0, listed10, Action{Do: Watch}, Watching)
-	for range 5 {
-		a := s.step(0, Outcome{Opened: true, Err: cut, Timeout: fiveMin}, Action{Do: Wait, Delay: s.m.backoff.Delay(s.m.troubles, 0)}, BackingOff)
+	for _, d := range documentedSteps[:5] {
+		a := s.step(0, Outcome{Opened: true, Err: cut, Timeout: fiveMin}, Action{Do: Wait, Delay: d}, BackingOff)
 		s.wait(a, Action{Do: Watch}, Watching)
 	}
 	// Open 2 minutes, then cut: healthy; the wait is the first again.
@@ -296,6 +296,49 @@ func TestMachineSilentStreamProbesTheServer(t *testing.T) {
 func TestMachineStops(t *testing.T) {
 	s, _ := newScript(t, false)
 	s.step(0, Outcome{Err: context.Canceled}, Action{Do: Stop}, Stopped)
+}
+
+// documentedSteps is the schedule the package doc gives: 0.8 s doubling to
+// a 30 s cap.
+var documentedSteps = []time.Duration{800 * time.Millisecond, 1600 * time.Millisecond, 3200 * time.Millisecond,
+	6400 * time.Millisecond, 12800 * time.Millisecond, 25600 * time.Millisecond, 30 * time.Second, 30 * time.Second, 30 * time.Second}
+
+// The steps come from backoff/v4's ExponentialBackOff and are the documented
+// ones, before and after a Reset; Delay and the machine's waits (no jitter)
+// are those steps.
+func TestBackoffScheduleIsTheDocumentedOne(t *testing.T) {
+	var now time.Time
+	s := DefaultBackoff.schedule(clockAt{&now})
+	for round := range 2 {
+		for n, want := range documentedSteps {
+			if got := s.NextBackOff(); got != want {
+				t.Fatalf("round %d: ExponentialBackOff step %d = %v; want %v", round, n, got, want)
+			}
+			if got := DefaultBackoff.Delay(n, 0); got != want {
+				t.Fatalf("Delay(%d, 0) = %v; want %v", n, got, want)
+			}
+		}
+		s.Reset()
+	}
+	m := NewMachine(DefaultBackoff, false, func() float64 { return 0 })
+	m.Start(t0)
+	for n, want := range documentedSteps {
+		if a := m.Step(Outcome{At: t0.Add(time.Duration(n) * time.Second), Err: errRefused}); a.Do != Wait || a.Delay != want {
+			t.Fatalf("trouble %d: %s %v; want a wait of %v", n, a.Do, a.Delay, want)
+		}
+		m.Step(Outcome{At: t0.Add(time.Duration(n) * time.Second)})
+	}
+}
+
+// The machine's schedule reads the machine's time (the outcomes' At), never
+// the wall clock: its elapsed time since the last reset is virtual time.
+func TestMachineScheduleReadsOutcomeTime(t *testing.T) {
+	s, _ := newScript(t, false)
+	s.step(time.Minute, listed10, Action{Do: Watch}, Watching)
+	s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 800 * time.Millisecond}, BackingOff)
+	if got := s.m.schedule.GetElapsedTime(); got != time.Minute+time.Second {
+		t.Fatalf("the schedule's elapsed time is %v; want the 1m1s of virtual time since Start", got)
+	}
 }
 
 // The cap is a true cap and jitter only shortens: every delay is within

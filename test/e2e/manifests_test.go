@@ -62,7 +62,7 @@ func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
 	w.list = append(w.list, text)
 }
 
-// Every manifest under config/ (but the samples of config/samples) is part of
+// Every manifest under config/ is part of
 // the kustomization, and the whole of it applies to the real apiserver by
 // server-side apply (so a schema error fails here, not in a user's cluster) —
 // twice, since applying again must change nothing — with no warning from Pod
@@ -85,9 +85,6 @@ func TestManifests(t *testing.T) {
 		inKustomization[o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName()] = true
 	}
 	err = filepath.WalkDir(config, func(file string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() && file == filepath.Join(config, "samples") {
-			return filepath.SkipDir // example MyResources for make demo, not part of a deployment
-		}
 		if err == nil && d.IsDir() && file == filepath.Join(config, "sharded") {
 			return filepath.SkipDir // the overlay: checked below
 		}
