@@ -688,6 +688,7 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 		return
 	}
 	if st.expired != "" {
+		st.ended(false) // the server ends it: before the client can see the ERROR
 		st.send(ctx, errorFrame(410, metav1.StatusReasonExpired, st.expired))
 		end(nil)
 		return
@@ -699,6 +700,7 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 			f := bookmark(st.cursor, true)
 			switch {
 			case st.mode == WatchListFails && !st.unmarked && i == len(st.snapshot)/2:
+				st.ended(false)
 				f = errorFrame(500, metav1.StatusReasonInternalError, "etcd does not support RequestWatchProgress (fault)")
 			case i < len(st.snapshot):
 				f = frame("ADDED", st.snapshot[i])
@@ -817,6 +819,7 @@ func (st *stream) send(ctx context.Context, f []byte) error {
 	case st.mode == CutAfterFirstFrame:
 		return errCut
 	case st.mode == ErrorAfterFirstEvent:
+		st.ended(false)
 		st.pw.Write(errorFrame(500, metav1.StatusReasonInternalError, "the server broke the watch (fault)"))
 		return errEnded
 	}
