@@ -4,7 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +19,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/klog/v2"
@@ -118,6 +122,9 @@ type schedule struct {
 	earlyEnd   float64
 	phases     []phase
 	end        time.Duration // faults stop; churn stops
+	// wrap, if set, stands between the loop and the server (a test of the
+	// explorer breaks the client with it).
+	wrap func(Source) Source
 }
 
 func newSchedule(seed uint64) schedule {
@@ -218,7 +225,11 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 			},
 			Observer: lives,
 		}
-		w := New(srv, st, opts)
+		var src Source = srv
+		if s.wrap != nil {
+			src = s.wrap(srv)
+		}
+		w := New(src, st, opts)
 		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), exploreLogger()))
 		done := make(chan struct{})
 		go func() { w.Run(ctx); close(done) }()
@@ -567,6 +578,42 @@ func TestExplorerCatchesABrokenRule(t *testing.T) {
 		}
 	}
 	t.Fatal("200 schedules with the backoff reset after every stream, and the explorer saw no storm")
+}
+
+// The explorer must catch a client that lists at resourceVersion "0" (a
+// Source that rewrites its lists stands in for the bug): the request
+// itself, and what a watch cache a minute behind answers it with, UIDs
+// deleted before coming back and resourceVersions going backwards.
+func TestExplorerCatchesListsFromTheWatchCache(t *testing.T) {
+	seen := map[string]bool{`no resourceVersion "0"`: false, "no UID comes back": false, "no object's resourceVersion goes backwards": false}
+	all := func() bool { return !slices.Contains(slices.Collect(maps.Values(seen)), false) }
+	for seed := uint64(1); seed <= 300 && !all(); seed++ {
+		s := newSchedule(seed)
+		s.wrap = func(src Source) Source { return listsAtZero{src} }
+		failure, _ := explore(t, s, DefaultBackoff)
+		for rule := range seen {
+			if !seen[rule] && strings.Contains(failure, rule) {
+				seen[rule] = true
+				t.Logf("caught at schedule %s: %s", s, failure)
+			}
+		}
+	}
+	for rule, ok := range seen {
+		if !ok {
+			t.Errorf("300 schedules with every list at resourceVersion \"0\", and the explorer never said %q", rule)
+		}
+	}
+}
+
+// listsAtZero asks for resourceVersion "0" on every first page of a list
+// (not on probes, whose resourceVersion must be the server's latest).
+type listsAtZero struct{ Source }
+
+func (l listsAtZero) List(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
+	if opts.Continue == "" && opts.Limit != 1 {
+		opts.ResourceVersion = "0"
+	}
+	return l.Source.List(ctx, opts)
 }
 
 // FuzzExplorer searches more schedules: go test ./watcher -run '^$' -fuzz FuzzExplorer.
