@@ -391,10 +391,7 @@ func (s *Server) Restore(st State, bump int64) {
 		s.rv += bump
 		s.compacted = s.rv
 	}
-	s.cacheStart = min(s.cacheStart, s.rv)
-	if bump > 0 {
-		s.cacheStart = s.rv
-	}
+	s.cacheStart = s.rv // the restarted apiserver's cache starts here
 	s.cached = nil
 	s.cacheLocked()
 	for st := range s.streams {
