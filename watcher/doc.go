@@ -117,7 +117,7 @@
 // (docs/benchmarks.md measures it in a 50-client relist storm).
 //
 // The bounds that follow, which the explorer holds on thousands of random
-// schedules:
+// schedules (see "The explorer" below):
 //
 //   - Requests under any persistent fault: waits of at least 0.4, 0.8, 1.6,
 //     3.2, 6.4, 12.8, then 15 s (half the cap), so at most nine waits fall in
@@ -147,6 +147,33 @@
 // (rawwatch_watch_silent_total) and narrated (--explain, WATCHDOG). An
 // apiserver without a watch cache sends no bookmarks; its quiet streams are
 // resumed every 150 s, which costs next to nothing.
+//
+// # The explorer
+//
+// explore_test.go runs the loop against package fakeapi's server in virtual
+// time under seeded random schedules of faults, and holds every schedule to
+// the request budget above, to liveness (in sync within the backoff cap
+// plus the silence limit once the faults stop) and to safety (every UID an
+// Added, Updates, a Deleted; every deletion reaches the handler), and to:
+// no request asks for resourceVersion "0"; a garbled DELETED deletes its
+// key; no UID comes back after its deletion and no object's resourceVersion
+// goes backwards (outside a restore); and, against a watch cache, a quiet
+// healthy stream is kept (no probe, no relist, no abandoned stream, the
+// next WATCH at once after each stream that ran its course).
+//
+// The server is shaped like kube-apiserver where a client can tell: one
+// global resourceVersion that writes to other resources move (so bookmarks
+// carry a quiet stream past its last event); with a watch cache, bookmarks
+// every minute and 2 s before a stream ends, "0" LISTs answered whole from a
+// cache up to a minute behind, WATCHes 410 from before the cache's last
+// restart, restarts that end every stream cleanly or that the client meets
+// at its next WATCH; without one, no bookmarks and etcd's compaction; frames
+// the client cannot decode, DELETEDs among them. What it cannot show: a
+// cache whose WATCHes lag, or that drops a busy resource's history;
+// kube-apiserver itself never ends a stream before its timeout as the
+// client counts it (the fake's early end stands for a proxy); HTTP, compression, shard selectors, more than one resource; a
+// restore that sends the resourceVersion back (TestTimeTravel... covers it).
+// docs/testing.md has the numbers.
 //
 // # What the server sends
 //

@@ -4,9 +4,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"maps"
 	"math/rand/v2"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -14,31 +19,55 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/klog/v2"
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/internal/fakeapi"
+	"rawwatch/observe"
 	"rawwatch/store"
 )
 
 // The fault-schedule explorer. Each schedule, drawn from a seed, runs the
 // real loop (Watcher.Run) against package fakeapi's server in virtual time
-// while the server's objects churn and faults come and go: every persistent
-// fault of fakeapi.Modes, and one-off cuts, compactions (410s) and restores
-// of an older copy of the data, the way etcd documents for Kubernetes. Then the faults stop, and
-// every schedule must hold these rules:
+// while the server's objects churn, other resources are written (Lease
+// renewals: the global resourceVersion moves without an event of ours), and
+// faults come and go: every persistent fault of fakeapi.Modes (garbled
+// frames among them), and one-off cuts, compactions (410s), restarts of the
+// watch cache and restores of an older copy of the data, the way etcd
+// documents for Kubernetes. Three schedules in four run against a server
+// shaped like kube-apiserver with its watch cache (bookmarks every minute
+// and 2 s before a stream ends, "0" LISTs served whole from a cache up to a
+// minute behind, streams that may end a little before their timeout); the
+// rest against one without (no bookmarks). Then the faults stop, and every
+// schedule must hold these rules:
 //
 //   - request budget: in every minute of the run, at most budgetPerMinute
 //     requests (WATCH, WatchList, first LIST pages; continue pages go with
 //     their list), a bound that follows from the backoff (see budget);
+//   - no request asks for resourceVersion "0" (a watch cache's answer,
+//     possibly older than what the store had);
 //   - liveness: within livenessBound of the faults stopping, the store
 //     equals the server's objects (same keys, UIDs, resourceVersions);
 //   - safety: the handler's deltas, followed per UID, are a valid life —
 //     Added, then Updated while present, then Deleted — and every object
 //     gone from the server at the end had its Deleted delta, with its UID;
+//     no UID comes back after its Deleted, and no object's resourceVersion
+//     goes backwards (outside a restore: the first list after one starts
+//     the count afresh);
+//   - a garbled DELETED (its object undecodable, its name readable) still
+//     deletes its key: the store no longer holds it once the loop moves on;
+//   - with a watch cache, a quiet healthy stream is kept: after the faults,
+//     in quietStretch of no change of ours while other resources are
+//     written and another apiserver's cache restarts, the loop makes no
+//     LIST (probe or relist), never abandons a stream, and re-watches at
+//     once after each stream that ran its course;
 //   - no goroutine outlives the loop (synctest fails the test otherwise).
 //
-// A failing schedule prints its seed; -explore.seed=N replays it alone.
+// A failing schedule prints its seed and schedule; -explore.seed=N replays
+// it alone (with -v, with the loop's log).
 
 var (
 	exploreN    = flag.Int("explore.n", 0, "schedules the explorer runs (0: 10,000, or 3,000 with -race)")
@@ -75,7 +104,7 @@ type phase struct {
 	at    time.Duration
 	fault fakeapi.Mode
 	// one-off faults at the start of the phase
-	cut, compact, restore bool
+	cut, compact, cacheRestart, restore bool
 }
 
 type schedule struct {
@@ -85,19 +114,32 @@ type schedule struct {
 	watchList bool
 	timeout   time.Duration
 	latency   time.Duration
-	phases    []phase
-	end       time.Duration // faults stop; churn stops
+	// watchCache: the server answers as kube-apiserver's watch cache does,
+	// bookmarks every minute, its "0" LISTs cacheLag old; its streams end
+	// earlyEnd of their timeout early (0 to 5 %).
+	watchCache bool
+	cacheLag   time.Duration
+	earlyEnd   float64
+	phases     []phase
+	end        time.Duration // faults stop; churn stops
+	// wrap, if set, stands between the loop and the server (a test of the
+	// explorer breaks the client with it).
+	wrap func(Source) Source
 }
 
 func newSchedule(seed uint64) schedule {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	s := schedule{seed: seed, objects: r.IntN(12), pageSize: int64(1 + r.IntN(5)), watchList: r.IntN(3) == 0,
-		timeout: time.Duration(1+r.IntN(5)) * time.Minute, latency: time.Duration(1+r.IntN(50)) * time.Millisecond}
+		timeout: time.Duration(1+r.IntN(5)) * time.Minute, latency: time.Duration(1+r.IntN(50)) * time.Millisecond,
+		watchCache: r.IntN(4) != 0, cacheLag: time.Duration(r.IntN(61)) * time.Second, earlyEnd: float64(r.IntN(6)) / 100}
+	if !s.watchCache {
+		s.cacheLag, s.earlyEnd = 0, 0
+	}
 	modes := fakeapi.Modes()
 	at := time.Duration(r.IntN(20)) * time.Second
 	for range 1 + r.IntN(6) {
 		p := phase{at: at, fault: modes[r.IntN(len(modes))],
-			cut: r.IntN(3) == 0, compact: r.IntN(3) == 0, restore: r.IntN(8) == 0}
+			cut: r.IntN(3) == 0, compact: r.IntN(3) == 0, cacheRestart: r.IntN(4) == 0 && s.watchCache, restore: r.IntN(8) == 0}
 		s.phases = append(s.phases, p)
 		at += time.Duration(5+r.IntN(180)) * time.Second
 	}
@@ -105,15 +147,27 @@ func newSchedule(seed uint64) schedule {
 	return s
 }
 
+// quietStretch is how long the quiet healthy stretch after the faults
+// lasts: long enough for the longest stream to run its course (2·timeout),
+// and for the watchdog to abandon any stream it would abandon.
+func (s schedule) quietStretch() time.Duration {
+	return 2*s.timeout + time.Minute
+}
+
 func (s schedule) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: %d objects, page size %d, watch-list %v, watch timeout %v, latency %v;", s.seed, s.objects, s.pageSize, s.watchList, s.timeout, s.latency)
+	fmt.Fprintf(&b, "seed %d: %d objects, page size %d, watch-list %v, watch timeout %v, latency %v,", s.seed, s.objects, s.pageSize, s.watchList, s.timeout, s.latency)
+	if s.watchCache {
+		fmt.Fprintf(&b, " watch cache (%v behind, streams end %.0f%% early);", s.cacheLag, 100*s.earlyEnd)
+	} else {
+		b.WriteString(" no watch cache (no bookmarks);")
+	}
 	for _, p := range s.phases {
 		fmt.Fprintf(&b, " at %v %s", p.at, p.fault)
 		for _, x := range []struct {
 			on   bool
 			name string
-		}{{p.cut, "cut"}, {p.compact, "compact"}, {p.restore, "restore"}} {
+		}{{p.cut, "cut"}, {p.compact, "compact"}, {p.cacheRestart, "cache-restart"}, {p.restore, "restore"}} {
 			if x.on {
 				b.WriteString("+" + x.name)
 			}
@@ -138,6 +192,10 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		r := rand.New(rand.NewPCG(s.seed, 0xc0ffee))
 		srv := fakeapi.New()
 		srv.Latency = s.latency
+		srv.WatchCache, srv.CacheLag, srv.EarlyEnd = s.watchCache, s.cacheLag, s.earlyEnd
+		if !s.watchCache {
+			srv.BookmarkEvery = 0 // kube-apiserver without a watch cache sends none
+		}
 		names := make([]string, 16)
 		for i := range names {
 			names[i] = fmt.Sprintf("obj-%d", i)
@@ -145,22 +203,39 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		for i := range s.objects {
 			srv.Put("ns", names[i], "v0")
 		}
+		st := store.New[*v1alpha1.MyResource]()
+		start := time.Now()
+		reported := map[string]bool{}
+		lives := &lifeChecker{store: st, start: start, fail: func(format string, args ...any) {
+			// One report per rule: the first says it all.
+			if rule, _, _ := strings.Cut(format, ":"); !reported[rule] {
+				reported[rule] = true
+				fail(format, args...)
+			}
+		}}
 		var deltas []store.Delta[*v1alpha1.MyResource]
 		opts := Options[*v1alpha1.MyResource]{
 			PageSize: s.pageSize, WatchList: s.watchList, Backoff: b, SilenceLimit: DefaultSilenceLimit,
 			WatchTimeoutMin: s.timeout, WatchTimeoutMax: 2 * s.timeout,
-			Rand:    rand.New(rand.NewPCG(s.seed, 0xbac0ff)).Float64,
-			Codec:   Codec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind},
-			Handler: func(d store.Delta[*v1alpha1.MyResource]) { deltas = append(deltas, d) },
+			Rand:  rand.New(rand.NewPCG(s.seed, 0xbac0ff)).Float64,
+			Codec: Codec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind},
+			Handler: func(d store.Delta[*v1alpha1.MyResource]) {
+				deltas = append(deltas, d)
+				lives.handle(d)
+			},
+			Observer: lives,
 		}
-		st := store.New[*v1alpha1.MyResource]()
-		w := New(srv, st, opts)
+		var src Source = srv
+		if s.wrap != nil {
+			src = s.wrap(srv)
+		}
+		w := New(src, st, opts)
 		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), exploreLogger()))
 		done := make(chan struct{})
 		go func() { w.Run(ctx); close(done) }()
-		start := time.Now()
 
-		// Faults and churn until s.end.
+		// Faults and churn until s.end; other resources are written
+		// about every 5 s (Lease renewals and the like).
 		saved := srv.Save()
 		next := 0
 		for time.Since(start) < s.end {
@@ -172,10 +247,14 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 					// compacted): a restore that lets the resourceVersion go
 					// back is caught only if the watcher reconnects before new
 					// writes pass the version it had (TestTimeTravel...).
-					srv.Restore(saved, 1000)
+					srv.Restore(saved, 100000)
+					lives.restored(srv.ResourceVersion())
 				}
 				if p.compact {
 					srv.Compact()
+				}
+				if p.cacheRestart {
+					srv.RestartCache(true)
 				}
 				if p.cut {
 					srv.Cut()
@@ -190,6 +269,9 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 			default:
 				srv.Put("ns", name, fmt.Sprintf("v%d", r.IntN(1000)))
 			}
+			if r.IntN(2) == 0 {
+				srv.WriteOther()
+			}
 			time.Sleep(time.Duration(500+r.IntN(4500)) * time.Millisecond)
 		}
 		srv.SetFault(fakeapi.Healthy)
@@ -199,15 +281,18 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		limit := livenessBound(opts)
 		for !storeEqualsServer(st, srv) && time.Since(healed) <= limit {
 			time.Sleep(time.Second)
+			srv.WriteOther()
 		}
 		converged = time.Since(healed)
 		if !storeEqualsServer(st, srv) {
 			fail("liveness: the store still differs from the server %v after the faults stopped (bound %v)", converged, limit)
+		} else if s.watchCache {
+			quietStretch(s, srv, start, fail)
 		}
 		cancel()
 		<-done
 
-		// Budget: every 60 s window of the run.
+		// Budget: every 60 s window of the run; and no "0".
 		reqs := srv.Requests()
 		max := budget(DefaultBackoff)
 		for i := range reqs {
@@ -225,6 +310,12 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 				break
 			}
 		}
+		for _, q := range reqs {
+			if q.RV == "0" {
+				fail(`no resourceVersion "0": a %s at %v asked for it (a watch cache answers it with what it holds, whole and possibly older than the store)`, q.Kind, q.At.Sub(start))
+				break
+			}
+		}
 		// Safety: the life of every UID, from the deltas.
 		checkLives(deltas, srv, fail)
 	})
@@ -234,6 +325,145 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		return strings.Join(problems, "; "), converged
 	}
 	return "", converged
+}
+
+// quietStretch holds a quiet healthy stream to its cost: after the faults,
+// with no change of ours, other resources written every 10 s and bookmarks
+// every minute, a stream runs its course and is followed at once by the
+// next WATCH, from the last bookmark's resourceVersion; nothing else. It
+// first cuts every stream (one opened under a fault, a frozen one, may
+// still be open), waits for the re-watch, then restarts another
+// apiserver's watch cache (the next WATCH may reach it: from a bookmark's
+// resourceVersion it goes on, from the last event's it meets a 410) and
+// lets s.quietStretch pass.
+func quietStretch(s schedule, srv *fakeapi.Server, start time.Time, fail func(string, ...any)) {
+	srv.Cut()
+	var from int
+	opened := false
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
+		time.Sleep(time.Second)
+		srv.WriteOther()
+		reqs := srv.Requests()
+		if last := reqs[len(reqs)-1]; last.Kind != "LIST" && last.Ended.IsZero() {
+			from, opened = len(reqs)-1, true
+			break
+		}
+	}
+	if !opened {
+		fail("a quiet healthy stream is kept: no WATCH open 2 minutes after a cut, with no fault")
+		return
+	}
+	time.Sleep(5 * time.Second)
+	srv.WriteOther()
+	srv.RestartCache(false)
+	for t0 := time.Now(); time.Since(t0) < s.quietStretch(); {
+		time.Sleep(10 * time.Second)
+		srv.WriteOther()
+	}
+	reqs := srv.Requests()[from:]
+	for i, q := range reqs {
+		at := q.At.Sub(start).Round(time.Millisecond)
+		switch {
+		case q.Kind != "WATCH" && i > 0: // (the first may be a WatchList that goes on)
+			why := "a relist"
+			if q.Limit == 1 {
+				why = "a probe"
+			}
+			if i > 0 && reqs[i-1].Gone {
+				why += fmt.Sprintf(", after the WATCH from resourceVersion %s met a 410", reqs[i-1].RV)
+			}
+			fail("a quiet healthy stream is kept: a %s at %v, %s, in a quiet stretch with bookmarks every minute", q.Kind, at, why)
+			return
+		case q.Ended.IsZero(), q.Gone: // open at the end; a 410 (the LIST after it says so)
+		case q.ClosedByClient:
+			fail("a quiet healthy stream is kept: the client abandoned the WATCH it made at %v from resourceVersion %s, %v later (timeout %v), though bookmarks came every minute",
+				at, q.RV, q.Ended.Sub(q.At).Round(time.Millisecond), q.Timeout)
+			return
+		case i+1 < len(reqs):
+			if gap := reqs[i+1].At.Sub(q.Ended); gap > s.latency+100*time.Millisecond {
+				fail("a quiet healthy stream is kept: the WATCH made at %v (timeout %v) ran its course, ended by the server %v later, and the next request came %v after that (a backoff: it did not count as healthy)",
+					at, q.Timeout, q.Ended.Sub(q.At).Round(time.Millisecond), gap.Round(time.Millisecond))
+				return
+			}
+		}
+	}
+}
+
+// lifeChecker follows, on the loop's goroutine, what the handler is handed
+// and what the loop observes: no UID comes back after its deletion, no
+// object's resourceVersion goes backwards (counted afresh from the first
+// list after a restore), and a garbled DELETED deletes its key.
+type lifeChecker struct {
+	store *store.Store[*v1alpha1.MyResource]
+	start time.Time
+	fail  func(string, ...any)
+
+	deleted map[types.UID]bool
+	rv      map[types.UID]int64
+	// restoredAt is the resourceVersion of the last restore; afresh, the
+	// one the counts last started afresh from.
+	restoredAt, afresh atomic.Int64
+	// garbled is a key whose DELETED arrived garbled while the store held
+	// it (with uid), to be gone by the next event.
+	garbled string
+	uid     types.UID
+	rvOf    string
+}
+
+func (l *lifeChecker) restored(rv string) {
+	n, _ := strconv.ParseInt(rv, 10, 64)
+	l.restoredAt.Store(n)
+}
+
+func (l *lifeChecker) Observe(e observe.Event) {
+	if l.garbled != "" {
+		if got, ok := l.store.Get(l.garbled); ok && got.UID == l.uid {
+			l.fail("a garbled DELETED still deletes its key: %s (UID %s) is still in the store at %v, after its DELETED (resourceVersion %s) arrived undecodable",
+				l.garbled, l.uid, time.Since(l.start).Round(time.Millisecond), l.rvOf)
+		}
+		l.garbled = ""
+	}
+	switch e := e.(type) {
+	case Skipped:
+		if e.Err.What != Deleted+" event" || e.Err.Key == "" {
+			return
+		}
+		got, ok := l.store.Get(e.Err.Key)
+		if !ok {
+			return
+		}
+		if c, err := resourceversion.CompareResourceVersion(got.ResourceVersion, e.Err.RV); err == nil && c < 0 {
+			l.garbled, l.uid, l.rvOf = e.Err.Key, got.UID, e.Err.RV
+		}
+	case Replaced:
+		n, _ := strconv.ParseInt(e.RV, 10, 64)
+		if r := l.restoredAt.Load(); r > l.afresh.Load() && n >= r {
+			l.afresh.Store(r)
+			l.deleted, l.rv = nil, nil
+		}
+	}
+}
+
+func (l *lifeChecker) handle(d store.Delta[*v1alpha1.MyResource]) {
+	if l.deleted == nil {
+		l.deleted, l.rv = map[types.UID]bool{}, map[types.UID]int64{}
+	}
+	uid := d.Object.UID
+	if d.Type == store.Deleted {
+		l.deleted[uid] = true
+		return
+	}
+	at := time.Since(l.start).Round(time.Millisecond)
+	if l.deleted[uid] {
+		l.fail("no UID comes back after its deletion: %s %s (UID %s) at resourceVersion %s at %v, after its Deleted delta",
+			d.Type, d.Key, uid, d.Object.ResourceVersion, at)
+	}
+	n, _ := strconv.ParseInt(d.Object.ResourceVersion, 10, 64)
+	if last, ok := l.rv[uid]; ok && n < last {
+		l.fail("no object's resourceVersion goes backwards: %s %s (UID %s) at resourceVersion %d at %v, after %d",
+			d.Type, d.Key, uid, n, at, last)
+	}
+	l.rv[uid] = n
 }
 
 // exploreLogger discards the loop's log, unless -explore.seed replays one
@@ -348,6 +578,42 @@ func TestExplorerCatchesABrokenRule(t *testing.T) {
 		}
 	}
 	t.Fatal("200 schedules with the backoff reset after every stream, and the explorer saw no storm")
+}
+
+// The explorer must catch a client that lists at resourceVersion "0" (a
+// Source that rewrites its lists stands in for the bug): the request
+// itself, and what a watch cache a minute behind answers it with, UIDs
+// deleted before coming back and resourceVersions going backwards.
+func TestExplorerCatchesListsFromTheWatchCache(t *testing.T) {
+	seen := map[string]bool{`no resourceVersion "0"`: false, "no UID comes back": false, "no object's resourceVersion goes backwards": false}
+	all := func() bool { return !slices.Contains(slices.Collect(maps.Values(seen)), false) }
+	for seed := uint64(1); seed <= 300 && !all(); seed++ {
+		s := newSchedule(seed)
+		s.wrap = func(src Source) Source { return listsAtZero{src} }
+		failure, _ := explore(t, s, DefaultBackoff)
+		for rule := range seen {
+			if !seen[rule] && strings.Contains(failure, rule) {
+				seen[rule] = true
+				t.Logf("caught at schedule %s: %s", s, failure)
+			}
+		}
+	}
+	for rule, ok := range seen {
+		if !ok {
+			t.Errorf("300 schedules with every list at resourceVersion \"0\", and the explorer never said %q", rule)
+		}
+	}
+}
+
+// listsAtZero asks for resourceVersion "0" on every first page of a list
+// (not on probes, whose resourceVersion must be the server's latest).
+type listsAtZero struct{ Source }
+
+func (l listsAtZero) List(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
+	if opts.Continue == "" && opts.Limit != 1 {
+		opts.ResourceVersion = "0"
+	}
+	return l.Source.List(ctx, opts)
 }
 
 // FuzzExplorer searches more schedules: go test ./watcher -run '^$' -fuzz FuzzExplorer.

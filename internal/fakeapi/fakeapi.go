@@ -5,19 +5,45 @@
 // newline-separated JSON frames, bookmarks, WatchList's initial events — and
 // keeps the rules of kube-apiserver that matter to a client:
 //
-//   - every change gets the next resourceVersion (an integer, as etcd's);
+//   - the resourceVersion is global, as etcd's revision is: every change of
+//     the resource gets the next one, and so does every write to another
+//     resource (WriteOther: a Lease renewal), which sends no event but moves
+//     every list's resourceVersion and every bookmark's;
 //   - Compact forgets history: a WATCH from an older resourceVersion gets an
 //     ERROR 410 frame, a continue token of an older snapshot a 410 response;
 //   - a WATCH from a resourceVersion the server has not reached (what an etcd
 //     restore leads to) is accepted and silent until the server gets there,
 //     as kube-apiserver's watch cache does (FutureWatchFails: a 504 "Too
 //     large resource version" instead); a LIST gets the 504;
-//   - every stream ends cleanly at its timeoutSeconds, and sends a bookmark
-//     every BookmarkEvery (kube-apiserver's watch cache: about a minute).
+//   - every stream ends cleanly at its timeoutSeconds (EarlyEnd: a little
+//     before), and, if BookmarkEvery is set, sends a bookmark carrying the
+//     server's resourceVersion that often and 2 s before it ends, as the
+//     watch cache does (kube-apiserver's cacheWatcher.nextBookmarkTime: a
+//     minute); without a watch cache kube-apiserver sends none.
 //
-// Faults (SetFault) stay on until changed; Cut, Compact and Restore act once.
-// Every request is logged (Requests) so a test can hold the client to a
-// request budget.
+// WatchCache makes it answer the way kube-apiserver's watch cache does:
+//
+//   - a LIST with resourceVersion "0" is served from the cache, whole
+//     (limit ignored, no continue token), from the state the cache held
+//     CacheLag ago (a cache behind etcd: another apiserver's, in an HA
+//     control plane); "" is a consistent read of the latest data, paginated;
+//   - a WATCH is served from the cache's history, which starts where the
+//     cache last started (RestartCache): an older resourceVersion gets the
+//     ERROR 410 "too old resource version", whatever etcd compacted; a
+//     WATCH from "0" first sends the cache's state as ADDED events.
+//
+// Where it differs from kube-apiserver: the cache's lag applies to "0" LISTs
+// only (its WATCHes see every change at once); a cache that did not restart
+// serves every resourceVersion since it started (kube-apiserver's also
+// drops history of a busy resource); continue pages always come from the
+// snapshot of their first page (as etcd serves them); EarlyEnd stands for a
+// proxy between client and server (kube-apiserver counts timeoutSeconds
+// from when it received the request, so a client never sees its stream end
+// early), the slack the watcher's rule for a healthy stream allows for.
+//
+// Faults (SetFault) stay on until changed; Cut, Compact, RestartCache and
+// Restore act once. Every request is logged (Requests), with when and how
+// a stream ended, so a test can hold the client to a request budget.
 package fakeapi
 
 import (
@@ -73,6 +99,10 @@ const (
 	// EveryOtherListFails: every second LIST request is answered 500: a
 	// paginated list meets an outage between any two of its pages.
 	EveryOtherListFails
+	// Garble: every DELETED event carries a final state the client cannot
+	// decode (a field of another type: a newer schema), its metadata
+	// intact, and every event follows a frame of an unknown type.
+	Garble
 	nModes
 )
 
@@ -87,7 +117,7 @@ func Modes() []Mode {
 
 func (m Mode) String() string {
 	return [...]string{"healthy", "cut-after-first-frame", "error-after-first-event", "freeze", "refuse",
-		"500", "429", "watch-410", "watch-list-fails", "continue-expires", "slow-frames", "every-other-list-fails"}[m]
+		"500", "429", "watch-410", "watch-list-fails", "continue-expires", "slow-frames", "every-other-list-fails", "garble"}[m]
 }
 
 // Request is one request the server answered.
@@ -100,12 +130,29 @@ type Request struct {
 	RV       string
 	Continue bool
 	Limit    int64
+	// For a WATCH: the timeoutSeconds it asked for; when the stream ended
+	// (zero while it is open); whether the client closed it (rather than
+	// the server, at its timeout, a fault or an ERROR frame); and Gone, if
+	// it was answered 410 (a response or an ERROR frame).
+	Timeout        time.Duration
+	Ended          time.Time
+	ClosedByClient bool
+	Gone           bool
 }
 
 // Server is the fake. Create it with New.
 type Server struct {
-	// BookmarkEvery is the bookmark cadence of every stream.
+	// BookmarkEvery is the bookmark cadence of every stream; 0: no
+	// bookmarks (kube-apiserver without its watch cache).
 	BookmarkEvery time.Duration
+	// WatchCache serves "0" LISTs and WATCHes as kube-apiserver's watch
+	// cache does (see the package doc); CacheLag is how far behind etcd the
+	// cache's "0" LISTs are.
+	WatchCache bool
+	CacheLag   time.Duration
+	// EarlyEnd: every stream ends cleanly this fraction of its
+	// timeoutSeconds early (a proxy's clock; see the package doc).
+	EarlyEnd float64
 	// RetryAfter is the Retry-After of the Throttle fault, in seconds.
 	RetryAfter int
 	// Latency delays every answer (a network round trip).
@@ -121,20 +168,31 @@ type Server struct {
 	objs      map[string]*v1alpha1.MyResource
 	history   []change
 	compacted int64
-	wake      chan struct{}
-	uids      int
-	mode      Mode
-	lists     int // LIST requests answered, for EveryOtherListFails
-	snaps     map[int]*listSnap
-	nextSnap  int
-	streams   map[*stream]struct{}
-	requests  []Request
+	// cacheStart: the watch cache's history starts after this
+	// resourceVersion; cached holds its states, oldest first (WatchCache).
+	cacheStart int64
+	cached     []cacheState
+	wake       chan struct{}
+	uids       int
+	mode       Mode
+	lists      int // LIST requests answered, for EveryOtherListFails
+	snaps      map[int]*listSnap
+	nextSnap   int
+	streams    map[*stream]struct{}
+	requests   []Request
 }
 
 type change struct {
 	rv  int64
 	typ string
 	obj *v1alpha1.MyResource
+}
+
+// cacheState is the data at a resourceVersion, and when it was reached.
+type cacheState struct {
+	at    time.Time
+	rv    int64
+	items []*v1alpha1.MyResource
 }
 
 type listSnap struct {
@@ -144,9 +202,11 @@ type listSnap struct {
 
 // New returns an empty server at resourceVersion 1.
 func New() *Server {
-	return &Server{BookmarkEvery: time.Minute, RetryAfter: 2, rv: 1,
+	s := &Server{BookmarkEvery: time.Minute, RetryAfter: 2, rv: 1,
 		objs: map[string]*v1alpha1.MyResource{}, wake: make(chan struct{}),
 		snaps: map[int]*listSnap{}, streams: map[*stream]struct{}{}}
+	s.cacheLocked()
+	return s
 }
 
 // SetFault switches the persistent fault (Healthy heals).
@@ -222,7 +282,54 @@ func (s *Server) commitLocked(typ, key string, obj *v1alpha1.MyResource) {
 		s.objs[key] = obj
 	}
 	s.history = append(s.history, change{rv: s.rv, typ: typ, obj: obj})
+	s.cacheLocked()
 	s.wakeLocked()
+}
+
+// WriteOther is a write to another resource (a Lease renewal, an Event):
+// the global resourceVersion moves on, and this resource sees no event.
+func (s *Server) WriteOther() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rv++
+}
+
+// cacheLocked records the data as it is now, for the watch cache's "0"
+// LISTs, and forgets the states no LIST can be served from any more.
+func (s *Server) cacheLocked() {
+	s.cached = append(s.cached, cacheState{at: time.Now(), rv: s.rv, items: s.sortedLocked()})
+	s.cachedLocked()
+}
+
+// cachedLocked is what the watch cache serves a "0" LIST or WATCH: the
+// newest state at least CacheLag old (the oldest kept, if none is, as
+// after a restart).
+func (s *Server) cachedLocked() cacheState {
+	i, horizon := 0, time.Now().Add(-s.CacheLag)
+	for i+1 < len(s.cached) && !s.cached[i+1].at.After(horizon) {
+		i++
+	}
+	s.cached = s.cached[i:]
+	return s.cached[0]
+}
+
+// RestartCache restarts the watch cache: it lists the latest data and its
+// history starts there, so that a WATCH from an older resourceVersion gets
+// 410 "too old resource version". With endStreams, every stream ends
+// cleanly now, as kube-apiserver's cacher ends all its watchers when it
+// re-initialises; without, the streams stay open: another apiserver of an
+// HA control plane restarted, and a client meets it at its next request.
+func (s *Server) RestartCache(endStreams bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cacheStart = s.rv
+	s.cached = nil
+	s.cacheLocked()
+	if endStreams {
+		for st := range s.streams {
+			st.stop()
+		}
+	}
 }
 
 func (s *Server) wakeLocked() {
@@ -284,6 +391,9 @@ func (s *Server) Restore(st State, bump int64) {
 		s.rv += bump
 		s.compacted = s.rv
 	}
+	s.cacheStart = s.rv // the restarted apiserver's cache starts here
+	s.cached = nil
+	s.cacheLocked()
 	for st := range s.streams {
 		st.kill()
 	}
@@ -300,37 +410,52 @@ func (s *Server) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadClo
 	if initial {
 		kind = "WATCHLIST"
 	}
-	s.requests = append(s.requests, Request{At: time.Now(), Kind: kind, RV: opts.ResourceVersion})
-	if err := s.failLocked(); err != nil {
-		return nil, err
-	}
-	if s.mode == WatchGone {
-		return nil, apierrors.NewGone("the watch is gone (fault)")
-	}
-	st := &stream{s: s, mode: s.mode, initial: initial, done: make(chan struct{}), killed: make(chan struct{})}
-	from, err := s.parseRV(opts.ResourceVersion)
-	switch {
-	case err != nil:
-		return nil, apierrors.NewBadRequest(err.Error())
-	case initial:
-		st.snapshot = s.sortedLocked()
-		from = s.rv
-	case from == 0:
-		from = s.rv
-	case from > s.rv && s.FutureWatchFails:
-		return nil, tooLarge(from, s.rv)
-	case from < s.compacted:
-		st.expired = fmt.Sprintf("too old resource version: %d (%d)", from, s.compacted)
-	}
-	st.cursor = from
 	timeout := 30 * time.Minute
 	if opts.TimeoutSeconds != nil {
 		timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
 	}
+	s.requests = append(s.requests, Request{At: time.Now(), Kind: kind, RV: opts.ResourceVersion, Timeout: timeout})
+	req := len(s.requests) - 1
+	refused := func(err error) (io.ReadCloser, error) {
+		s.requests[req].Ended, s.requests[req].Gone = time.Now(), apierrors.IsGone(err)
+		return nil, err
+	}
+	if err := s.failLocked(); err != nil {
+		return refused(err)
+	}
+	if s.mode == WatchGone {
+		return refused(apierrors.NewGone("the watch is gone (fault)"))
+	}
+	st := &stream{s: s, req: req, mode: s.mode, initial: initial, done: make(chan struct{}), killed: make(chan struct{}), stopped: make(chan struct{})}
+	from, err := s.parseRV(opts.ResourceVersion)
+	oldest := s.compacted // the oldest resourceVersion a WATCH can start from
+	if s.WatchCache {
+		oldest = s.cacheStart
+	}
+	switch {
+	case err != nil:
+		return refused(apierrors.NewBadRequest(err.Error()))
+	case initial:
+		st.snapshot = s.sortedLocked()
+		from = s.rv
+	case from == 0 && s.WatchCache && opts.ResourceVersion == "0":
+		// The cache's state first, as ADDED events, then what follows it.
+		c := s.cachedLocked()
+		st.snapshot, st.initial, st.unmarked = c.items, true, true
+		from = c.rv
+	case from == 0:
+		from = s.rv
+	case from > s.rv && s.FutureWatchFails:
+		return refused(tooLarge(from, s.rv))
+	case from < oldest:
+		st.expired = fmt.Sprintf("too old resource version: %d (%d)", from, oldest)
+		s.requests[req].Gone = true
+	}
+	st.cursor = from
 	pr, pw := io.Pipe()
 	st.pw = pw
 	s.streams[st] = struct{}{}
-	go st.run(ctx, timeout)
+	go st.run(ctx, timeout-time.Duration(s.EarlyEnd*float64(timeout)))
 	return &body{PipeReader: pr, st: st}, nil
 }
 
@@ -362,6 +487,12 @@ func (s *Server) List(ctx context.Context, opts metav1.ListOptions) (io.ReadClos
 		} else if rv > s.rv {
 			return nil, tooLarge(rv, s.rv)
 		}
+		if s.WatchCache && opts.ResourceVersion == "0" {
+			// From the watch cache: whole, whatever the limit, and as old
+			// as the cache is.
+			c := s.cachedLocked()
+			return listBody(c.rv, c.items, "")
+		}
 		s.nextSnap++
 		id, snap = s.nextSnap, &listSnap{rv: s.rv, items: s.sortedLocked()}
 		s.snaps[id] = snap
@@ -370,15 +501,21 @@ func (s *Server) List(ctx context.Context, opts metav1.ListOptions) (io.ReadClos
 	if opts.Limit > 0 {
 		end = min(end, offset+int(opts.Limit))
 	}
-	list := v1alpha1.MyResourceList{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "MyResourceList"}}
-	list.ResourceVersion = strconv.FormatInt(snap.rv, 10)
-	for _, o := range snap.items[offset:end] {
-		list.Items = append(list.Items, *o)
-	}
+	cont := ""
 	if end < len(snap.items) {
-		list.Continue = fmt.Sprintf("%d:%d", id, end)
+		cont = fmt.Sprintf("%d:%d", id, end)
 	} else {
 		delete(s.snaps, id)
+	}
+	return listBody(snap.rv, snap.items[offset:end], cont)
+}
+
+func listBody(rv int64, items []*v1alpha1.MyResource, cont string) (io.ReadCloser, error) {
+	list := v1alpha1.MyResourceList{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "MyResourceList"}}
+	list.ResourceVersion = strconv.FormatInt(rv, 10)
+	list.Continue = cont
+	for _, o := range items {
+		list.Items = append(list.Items, *o)
 	}
 	raw, err := json.Marshal(list)
 	if err != nil {
@@ -442,21 +579,27 @@ func tooLarge(asked, have int64) error {
 
 // stream is one open WATCH.
 type stream struct {
-	s        *Server
-	mode     Mode
-	initial  bool
-	snapshot []*v1alpha1.MyResource
-	cursor   int64
-	expired  string
-	pw       *io.PipeWriter
-	frames   int
-	done     chan struct{} // the client closed the body
-	killed   chan struct{} // Cut or Restore
-	killOnce sync.Once
-	doneOnce sync.Once
+	s    *Server
+	req  int // its index in s.requests
+	mode Mode
+	// initial: the snapshot goes first, as ADDED events, then (unless
+	// unmarked: a WATCH from "0") the bookmark that ends them.
+	initial, unmarked bool
+	snapshot          []*v1alpha1.MyResource
+	cursor            int64
+	expired           string
+	pw                *io.PipeWriter
+	frames            int
+	done              chan struct{} // the client closed the body
+	killed            chan struct{} // Cut or Restore: the connection breaks
+	stopped           chan struct{} // RestartCache: the server ends it cleanly
+	killOnce          sync.Once
+	doneOnce          sync.Once
+	stopOnce          sync.Once
 }
 
 func (st *stream) kill() { st.killOnce.Do(func() { close(st.killed) }) }
+func (st *stream) stop() { st.stopOnce.Do(func() { close(st.stopped) }) }
 
 type body struct {
 	*io.PipeReader
@@ -464,8 +607,20 @@ type body struct {
 }
 
 func (b *body) Close() error {
-	b.st.doneOnce.Do(func() { close(b.st.done) })
+	b.st.doneOnce.Do(func() {
+		b.st.ended(true)
+		close(b.st.done)
+	})
 	return b.PipeReader.Close()
+}
+
+// ended records when and by whom the stream ended, the first time.
+func (st *stream) ended(byClient bool) {
+	st.s.mu.Lock()
+	defer st.s.mu.Unlock()
+	if r := &st.s.requests[st.req]; r.Ended.IsZero() {
+		r.Ended, r.ClosedByClient = time.Now(), byClient
+	}
 }
 
 var (
@@ -473,8 +628,23 @@ var (
 	errEnded = errors.New("the server ended the stream after an ERROR frame")
 )
 
-// run writes the stream's frames until it ends; the pipe carries them to
-// the client, one write per frame.
+// nextBookmark is when the stream's next bookmark is due, as
+// kube-apiserver's cacheWatcher.nextBookmarkTime has it: BookmarkEvery
+// from now, or 2 s before the stream ends if that is sooner; none once
+// that is past.
+func (st *stream) nextBookmark(now, deadline time.Time) (time.Time, bool) {
+	if st.s.BookmarkEvery <= 0 {
+		return time.Time{}, false
+	}
+	at := now.Add(st.s.BookmarkEvery)
+	if pre := deadline.Add(-2 * time.Second); pre.Before(at) {
+		at = pre
+	}
+	return at, at.After(now)
+}
+
+// run writes the stream's frames until it ends (after timeout); the pipe
+// carries them to the client, one write per frame.
 func (st *stream) run(ctx context.Context, timeout time.Duration) {
 	s := st.s
 	defer func() {
@@ -486,24 +656,36 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 		if errors.Is(err, errEnded) {
 			err = nil // a clean end after the ERROR frame
 		}
+		st.ended(false) // before the client can see the end
 		st.pw.CloseWithError(err)
 	}
+	endAt := time.Now().Add(timeout)
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
-	bookmarks := time.NewTicker(s.BookmarkEvery)
+	bookmarks := time.NewTimer(0)
+	bookmarks.Stop()
 	defer bookmarks.Stop()
+	scheduleBookmark := func() {
+		if at, ok := st.nextBookmark(time.Now(), endAt); ok {
+			bookmarks.Reset(time.Until(at))
+		}
+	}
 
 	if st.mode == Freeze {
 		select {
 		case <-ctx.Done():
+			st.ended(true) // the client gave up on the request
 			end(ctx.Err())
 		case <-st.done:
 		case <-st.killed:
 			end(errCut)
+		case <-st.stopped:
+			end(nil)
 		}
 		return
 	}
 	if st.expired != "" {
+		st.ended(false) // the server ends it: before the client can see the ERROR
 		st.send(ctx, errorFrame(410, metav1.StatusReasonExpired, st.expired))
 		end(nil)
 		return
@@ -514,16 +696,19 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 		for i := 0; i <= len(st.snapshot); i++ {
 			f := bookmark(st.cursor, true)
 			switch {
-			case st.mode == WatchListFails && i == len(st.snapshot)/2:
+			case st.mode == WatchListFails && !st.unmarked && i == len(st.snapshot)/2:
+				st.ended(false)
 				f = errorFrame(500, metav1.StatusReasonInternalError, "etcd does not support RequestWatchProgress (fault)")
 			case i < len(st.snapshot):
 				f = frame("ADDED", st.snapshot[i])
+			case st.unmarked:
+				continue
 			}
 			if err := st.send(ctx, f); err != nil {
 				end(err)
 				return
 			}
-			if st.mode == WatchListFails && i == len(st.snapshot)/2 {
+			if st.mode == WatchListFails && !st.unmarked && i == len(st.snapshot)/2 {
 				end(nil)
 				return
 			}
@@ -536,6 +721,7 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 			return
 		}
 	}
+	scheduleBookmark()
 	for {
 		s.mu.Lock()
 		var pending []change
@@ -544,10 +730,20 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 				pending = append(pending, c)
 			}
 		}
-		now, wake := s.rv, s.wake
+		wake := s.wake
 		s.mu.Unlock()
 		for _, c := range pending {
-			if err := st.send(ctx, frame(c.typ, c.obj)); err != nil {
+			f := frame(c.typ, c.obj)
+			if st.mode == Garble {
+				if err := st.send(ctx, unknownFrame); err != nil {
+					end(err)
+					return
+				}
+				if c.typ == "DELETED" {
+					f = garbled(c.typ, c.obj)
+				}
+			}
+			if err := st.send(ctx, f); err != nil {
 				end(err)
 				return
 			}
@@ -555,6 +751,7 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 		}
 		select {
 		case <-ctx.Done():
+			st.ended(true) // the client gave up on the request
 			end(ctx.Err())
 			return
 		case <-st.done:
@@ -562,15 +759,25 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 		case <-st.killed:
 			end(errCut)
 			return
+		case <-st.stopped:
+			end(nil) // the cache restarted: a clean end, before the timeout
+			return
 		case <-deadline.C:
 			end(nil) // timeoutSeconds: a normal end
 			return
 		case <-bookmarks.C:
+			scheduleBookmark()
+			s.mu.Lock()
+			now := s.rv
+			caughtUp := len(s.history) == 0 || s.history[len(s.history)-1].rv <= st.cursor
+			s.mu.Unlock()
 			if now < st.cursor {
 				continue // behind the watch's resourceVersion: nothing to say
 			}
-			if len(pending) == 0 {
-				st.cursor = max(st.cursor, now)
+			if caughtUp {
+				// The server's resourceVersion, moved by writes to
+				// other resources too.
+				st.cursor = now
 			}
 			if err := st.send(ctx, bookmark(st.cursor, false)); err != nil {
 				end(err)
@@ -609,6 +816,7 @@ func (st *stream) send(ctx context.Context, f []byte) error {
 	case st.mode == CutAfterFirstFrame:
 		return errCut
 	case st.mode == ErrorAfterFirstEvent:
+		st.ended(false)
 		st.pw.Write(errorFrame(500, metav1.StatusReasonInternalError, "the server broke the watch (fault)"))
 		return errEnded
 	}
@@ -622,6 +830,20 @@ type wireEvent struct {
 
 func frame(typ string, obj *v1alpha1.MyResource) []byte {
 	raw, _ := json.Marshal(wireEvent{Type: typ, Object: obj})
+	return append(raw, '\n')
+}
+
+// unknownFrame is an event of a type no client knows (yet).
+var unknownFrame = []byte(`{"type":"FUTURE","object":{"kind":"Hint","apiVersion":"v1"}}` + "\n")
+
+// garbled is an event whose object has its metadata intact and a spec of
+// another shape: a client cannot decode it, but can tell which object it is.
+func garbled(typ string, obj *v1alpha1.MyResource) []byte {
+	raw, _ := json.Marshal(obj)
+	var m map[string]any
+	json.Unmarshal(raw, &m)
+	m["spec"] = map[string]any{"message": 42}
+	raw, _ = json.Marshal(wireEvent{Type: typ, Object: m})
 	return append(raw, '\n')
 }
 
