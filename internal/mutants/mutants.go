@@ -346,6 +346,7 @@ func Summary(rs []Result) string {
 type FailWatch struct {
 	cur   string              // the test the output is about
 	msgs  map[string][]string // each test's first message lines
+	order []string            // the tests of msgs, in the order they spoke
 	test  string              // the first failing test
 	lines []string            // its messages
 	panic string
@@ -383,11 +384,22 @@ func (w *FailWatch) Line(l string) bool {
 		return false
 	}
 	if m := failLine.FindStringSubmatch(l); m != nil {
+		// In -v output a parent's --- FAIL line may come before its
+		// subtests': the first of them (or it) to have spoken is the one.
 		w.test = m[1]
-		w.lines = w.msgs[m[1]]
+		for _, t := range w.order {
+			if t == m[1] || strings.HasPrefix(t, m[1]+"/") {
+				w.test = t
+				break
+			}
+		}
+		w.lines = w.msgs[w.test]
 		return len(w.lines) > 0
 	}
 	if strings.HasPrefix(l, "    ") && w.cur != "" && len(w.msgs[w.cur]) < 3 {
+		if len(w.msgs[w.cur]) == 0 {
+			w.order = append(w.order, w.cur)
+		}
 		w.msgs[w.cur] = append(w.msgs[w.cur], strings.TrimSpace(l))
 	}
 	return false

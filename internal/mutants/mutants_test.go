@@ -190,6 +190,20 @@ func TestFailWatchFindsTheFirstFailure(t *testing.T) {
 			stopAfter: "--- FAIL: TestExplorer/schedules/17 (0.01s)",
 			detail:    "TestExplorer/schedules/17: liveness: the store still differs from the server 3m30s after the faults stopped (bound 3m30s)",
 		},
+		"subtests that failed before their parent's --- FAIL line": {
+			out: `=== CONT  TestExplorer/schedules/3
+=== NAME  TestExplorer/schedules/160
+    explore_test.go:327: seed 160: 4 objects
+          broke: safety: delta 60 updates ns/obj-10 (UID uid-37), not present
+=== NAME  TestExplorer/schedules/79
+    explore_test.go:327: seed 79: 2 objects
+          broke: liveness: the store still differs
+=== NAME  TestExplorer
+    explore_test.go:332: 300 schedules in 3.514s (2 failed)
+--- FAIL: TestExplorer (3.52s)`,
+			stopAfter: "--- FAIL: TestExplorer (3.52s)",
+			detail:    "TestExplorer/schedules/160: safety: delta 60 updates ns/obj-10 (UID uid-37), not present",
+		},
 		"a message after the result": {
 			out: `=== RUN   TestQueueDedup
 --- FAIL: TestQueueDedup (0.00s)
