@@ -58,7 +58,7 @@ func main() {
 		run       = flag.String("run", "", "only the mutations whose id matches this regular expression")
 		check     = flag.Bool("check", false, "only check that every mutation applies (no stale anchor) and compiles, and exit")
 		jobs      = flag.Int("j", 1, "mutants run at once (at most GOMAXPROCS)")
-		timeout   = flag.Duration("timeout", 0, "per stage of a mutant (0: 3 times what the stage took unmutated, at least 3m)")
+		timeout   = flag.Duration("timeout", 0, "for each test binary's run (0: 5 times the longest stage's run unmutated, builds apart, at least 2m)")
 		out       = flag.String("out", "out/mutants", "where the report and the logs go, relative to the module root")
 		noBase    = flag.Bool("skip-baseline", false, "do not first run the stages unmutated (then -timeout 0 means 15m)")
 	)
@@ -115,7 +115,8 @@ func main() {
 		if err := r.baseline(); err != nil {
 			fatal(err)
 		}
-		fmt.Printf("baseline passed: explorer %s, other tests %s\n", r.took[0].Round(time.Second), r.took[1].Round(time.Second))
+		fmt.Printf("baseline passed: the explorer ran %s, the other tests %s (builds apart); timeout per run %s\n",
+			r.took[0].Round(time.Second), r.took[1].Round(time.Second), r.timeout)
 	}
 	if r.timeout == 0 {
 		r.timeout = 15 * time.Minute
@@ -283,7 +284,8 @@ type runner struct {
 	explorerDeps map[string]bool
 	// hide: the watcher's external test files, left out of the explorer's binary.
 	hide []string
-	// took is how long the explorer and the other tests took unmutated.
+	// took is how long the explorer and the other tests ran unmutated
+	// (their builds apart).
 	took [2]time.Duration
 }
 
@@ -304,18 +306,16 @@ func (r *runner) baseline() error {
 	if timeout == 0 {
 		timeout = time.Hour
 	}
-	t0 := time.Now()
 	if st, detail, err := b.explorer(timeout); err != nil || st != mutants.Passed {
 		return fmt.Errorf("the explorer fails on the unmutated tree (%s%v); see %s", detail, err, log.Name())
 	}
-	r.took[0] = time.Since(t0)
-	t0 = time.Now()
+	r.took[0] = b.ran
 	if st, detail, err := b.tests(testPackages, timeout); err != nil || st != mutants.Passed {
 		return fmt.Errorf("the tests fail on the unmutated tree (%s%v); see %s", detail, err, log.Name())
 	}
-	r.took[1] = time.Since(t0)
+	r.took[1] = b.ran - r.took[0]
 	if r.timeout == 0 {
-		r.timeout = max(3*max(r.took[0], r.took[1]), 3*time.Minute)
+		r.timeout = max(5*max(r.took[0], r.took[1]), 2*time.Minute)
 	}
 	return nil
 }
@@ -416,6 +416,8 @@ type build struct {
 	replace map[string]string
 	hide    []string
 	bins    map[string]string
+	// ran is the time spent running test binaries.
+	ran time.Duration
 }
 
 type buildError struct {
@@ -512,6 +514,7 @@ func (b *build) tests(pkgs []string, timeout time.Duration) (mutants.Stage, stri
 func (b *build) run(bin, pkg string, timeout time.Duration, args ...string) (mutants.Stage, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+30*time.Second)
 	defer cancel()
+	defer func(start time.Time) { b.ran += time.Since(start) }(time.Now())
 	args = append([]string{"-test.short", "-test.v", "-test.count=1", "-test.failfast", "-test.timeout", timeout.String()}, args...)
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = pkg
