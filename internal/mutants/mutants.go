@@ -355,6 +355,7 @@ type FailWatch struct {
 
 var (
 	failLine   = regexp.MustCompile(`^\s*--- FAIL: (\S+)`)
+	resultLine = regexp.MustCompile(`^\s*--- (?:PASS|FAIL|SKIP): `)
 	headerLine = regexp.MustCompile(`^=== (?:RUN|CONT|NAME|PAUSE)\s+(\S+)`)
 )
 
@@ -373,7 +374,7 @@ func (w *FailWatch) Line(l string) bool {
 	if w.test != "" {
 		// After the --- FAIL line: its messages, if they were not streamed
 		// before it (a few lines at most).
-		if strings.HasPrefix(l, "    ") && !failLine.MatchString(l) {
+		if strings.HasPrefix(l, "    ") && !resultLine.MatchString(l) {
 			w.lines = append(w.lines, strings.TrimSpace(l))
 		}
 		w.after++

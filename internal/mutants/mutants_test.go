@@ -204,6 +204,24 @@ func TestFailWatchFindsTheFirstFailure(t *testing.T) {
 			stopAfter: "--- FAIL: TestExplorer (3.52s)",
 			detail:    "TestExplorer/schedules/160: safety: delta 60 updates ns/obj-10 (UID uid-37), not present",
 		},
+		"a subtest that spoke, its parent's --- FAIL line, then subtests' results": {
+			out: `=== RUN   TestFastDecoderAgreesWithThePlainOne/bad_scalar_in_the_object
+    decode_ref_test.go:141: frame 0: fast skip, plain broken
+--- FAIL: TestFastDecoderAgreesWithThePlainOne (0.01s)
+    --- PASS: TestFastDecoderAgreesWithThePlainOne/watch-stream-bad.jsonl (0.00s)`,
+			stopAfter: "--- FAIL: TestFastDecoderAgreesWithThePlainOne (0.01s)",
+			detail:    "TestFastDecoderAgreesWithThePlainOne/bad_scalar_in_the_object: decode_ref_test.go:141: frame 0: fast skip, plain broken",
+		},
+		"results of subtests after a --- FAIL line are not messages": {
+			out: `=== RUN   TestA
+--- FAIL: TestA (0.01s)
+    --- PASS: TestA/one (0.00s)
+    --- SKIP: TestA/two (0.00s)
+    a_test.go:9: the message
+FAIL`,
+			stopAfter: "", // read to the end
+			detail:    "TestA: a_test.go:9: the message",
+		},
 		"a message after the result": {
 			out: `=== RUN   TestQueueDedup
 --- FAIL: TestQueueDedup (0.00s)
