@@ -524,7 +524,9 @@ func (b *build) run(bin, pkg string, timeout time.Duration, args ...string) (mut
 	if err := cmd.Start(); err != nil {
 		return mutants.NotRun, "", err
 	}
-	scan := make(chan string)
+	// Buffered: the reader hands over the failure and reads on to the end,
+	// for Wait waits until all the output is read.
+	scan := make(chan string, 1)
 	go func() {
 		defer close(scan)
 		var w mutants.FailWatch
@@ -534,12 +536,11 @@ func (b *build) run(bin, pkg string, timeout time.Duration, args ...string) (mut
 			fmt.Fprintln(b.log, sc.Text())
 			if w.Line(sc.Text()) {
 				cmd.Process.Kill() // enough seen: the mutant is killed
-				scan <- w.Detail()
-				io.Copy(io.Discard, pr)
-				return
+				break
 			}
 		}
 		scan <- w.Detail()
+		io.Copy(io.Discard, pr) // the rest, or what a line too long left
 	}()
 	err := cmd.Wait()
 	pw.Close()
