@@ -20,6 +20,7 @@
 //	go run ./cmd/mutants -j 2                 two mutants at once (at most GOMAXPROCS)
 //
 // The report (report.txt) and each mutant's test log are written to -out.
+// It exits 1 unless every mutation was killed, 2 when it could not run.
 package main
 
 import (
@@ -148,6 +149,11 @@ func main() {
 		fatal(err)
 	}
 	fmt.Printf("report: %s, logs: %s\n", filepath.Join(*out, "report.txt"), filepath.Join(*out, "logs"))
+	for _, res := range results {
+		if res.Verdict != mutants.KilledByExplorer && res.Verdict != mutants.KilledByTests {
+			os.Exit(1) // a survivor, a stale or a broken mutation: the suite or the catalogue needs work
+		}
+	}
 }
 
 func fatal(err error) {
