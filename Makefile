@@ -8,7 +8,7 @@ SHELL := /bin/bash
 GO    ?= go
 TOOLS := ./hack/ensure-tools.sh
 
-.PHONY: all help build browser test unit vet manifests verify-manifests tools demo demo-410 demo-drop demo-refuse demo-garbage demo-storm demo-faults cluster run chaos clean bench bench-storm bench-converge image-binary deploy undeploy
+.PHONY: all help build browser test unit vet manifests verify-manifests tools demo demo-410 demo-drop demo-refuse demo-garbage demo-storm demo-faults cluster run chaos clean bench bench-storm bench-converge image-binary deploy undeploy mutants
 
 # The version stamped into binaries and the image tag `make deploy` uses.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -40,6 +40,9 @@ manifests: ## regenerate DeepCopy code and the CRD from api/v1alpha1
 
 verify-manifests: ## fail if the generated files differ from what the Go types say
 	./hack/verify-manifests.sh
+
+mutants: ## mutation test: each planted bug of internal/mutants/catalogue.txt must fail the explorer or the other -short tests; MUTANTS_ARGS="-run ID -j 2", or "-check" (docs/testing.md)
+	$(GO) run ./cmd/mutants $(MUTANTS_ARGS)
 
 vet: ## go vet ./...
 	$(GO) vet ./...
