@@ -60,7 +60,7 @@ func (d *deleter) Deleted(_ context.Context, del store.Delta[Object]) error {
 
 // leavingApp is the part of an App a clean leave's drain uses: a store
 // holding the objects named, a watcher whose LISTs find listed, a gate that
-// works every slot, and a controller whose workers stopped (Run returned).
+// works every slot under a fresh lease, and a controller whose workers stopped (Run returned).
 func leavingApp(stored, listed []string, rec reconcile.Reconciler[Object], obs observe.Observer) *App {
 	s := store.New[Object]()
 	for _, n := range stored {
@@ -69,6 +69,7 @@ func leavingApp(stored, listed []string, rec reconcile.Reconciler[Object], obs o
 	a := &App{Store: s, opts: Options{Workers: 2}, gate: newGate(s, obs),
 		Watcher: watcher.New[Object](listSource{listed}, s, watcher.Options[Object]{Codec: watcher.Codec[Object]{GVK: v1alpha1.GroupVersionKind}})}
 	a.gate.set(ring.Claims{Working: shard.All(), Target: shard.All()})
+	a.gate.setDeadline(time.Now().Add(time.Hour)) // its lease is fresh: the gate's clock admits
 	a.Controller = &reconcile.Controller[Object]{Queue: queue.New(queue.NewExponentialLimiter(10*time.Millisecond, 10*time.Millisecond)),
 		Reconciler: gatedReconciler{next: rec, gate: a.gate}}
 	a.Controller.Queue.ShutDown()
