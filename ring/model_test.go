@@ -296,7 +296,7 @@ func (w *model) round(mm *modelMember) {
 	answer, ok, lands := w.request(mm)
 	_, exists := w.leases[mm.id]
 	deleted := false
-	if !exists && mm.wrote && !claimed.Empty() { // Member.renew: errLeaseDeleted
+	if !exists && mm.wrote { // Member.renew: errLeaseDeleted
 		deleted, ok, lands = ok, false, -1 // known if the GET was answered
 	}
 	if !exists && w.now < mm.createFail {

@@ -597,7 +597,7 @@ func (m *Member) renew(ctx context.Context) (time.Time, error) {
 	id := m.cfg.Identity
 	lease, err := leases.Get(ctx, m.leaseName(), metav1.GetOptions{})
 	switch {
-	case apierrors.IsNotFound(err) && !m.wrote.IsZero() && !claimed.Empty():
+	case apierrors.IsNotFound(err) && !m.wrote.IsZero():
 		// Deleted by hand under us: the others may forget it a lease
 		// duration after they first found it gone, and one that never
 		// read it may take its slots at once. Out now; re-created, with
