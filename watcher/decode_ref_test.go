@@ -142,18 +142,22 @@ func TestFastDecoderAgreesWithThePlainOne(t *testing.T) {
 }
 
 // A write time survives the cut: WrittenAt reads the newest entry's.
+// (In UTC the newest literal wins a byte comparison; with an offset it is
+// parsed.)
 func TestTheNewestManagedFieldsTimeIsKept(t *testing.T) {
-	dec := newEventDecoder(strings.NewReader(fastPathCases["several managers, one offset time"]), codec)
-	ev, err := dec.Next()
-	if err != nil {
-		t.Fatal(err)
-	}
-	at, ok := WrittenAt(ev.Object)
-	if !ok || at.UTC().Format("2006-01-02T15:04:05Z") != "2026-12-01T10:00:05Z" {
-		t.Fatalf("written at %v (%v), want 2026-12-01T10:00:05Z", at, ok)
-	}
-	if len(ev.Object.ManagedFields) != 1 || ev.Object.ManagedFields[0].Manager != "" {
-		t.Errorf("managedFields kept: %+v, want one entry with the time only", ev.Object.ManagedFields)
+	for _, name := range []string{"several managers, one offset time", "several managers, UTC times"} {
+		dec := newEventDecoder(strings.NewReader(fastPathCases[name]), codec)
+		ev, err := dec.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, ok := WrittenAt(ev.Object)
+		if !ok || at.UTC().Format("2006-01-02T15:04:05Z") != "2026-12-01T10:00:05Z" {
+			t.Fatalf("%s: written at %v (%v), want 2026-12-01T10:00:05Z", name, at, ok)
+		}
+		if len(ev.Object.ManagedFields) != 1 || ev.Object.ManagedFields[0].Manager != "" {
+			t.Errorf("%s: managedFields kept: %+v, want one entry with the time only", name, ev.Object.ManagedFields)
+		}
 	}
 }
 
@@ -168,6 +172,10 @@ var fastPathCases = map[string]string{
 	"several managers, one offset time": ev("MODIFIED", `"name":"a","namespace":"ns","resourceVersion":"6","managedFields":[`+
 		`{"manager":"kubectl","operation":"Update","time":"2026-12-01T10:00:00Z","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{"f:message":{}}}},`+
 		`{"manager":"rawwatch","operation":"Update","subresource":"status","time":"2026-12-01T12:00:05+02:00","fieldsType":"FieldsV1","fieldsV1":{"f:status":{".":{}}}},`+
+		`{"manager":"other","time":"2026-12-01T09:59:59Z"}]`, `,"spec":{"message":"x"}`),
+	"several managers, UTC times": ev("MODIFIED", `"name":"a","namespace":"ns","resourceVersion":"6","managedFields":[`+
+		`{"manager":"kubectl","operation":"Update","time":"2026-12-01T10:00:00Z"},`+
+		`{"manager":"rawwatch","operation":"Update","subresource":"status","time":"2026-12-01T10:00:05Z"},`+
 		`{"manager":"other","time":"2026-12-01T09:59:59Z"}]`, `,"spec":{"message":"x"}`),
 	"no times":            ev("MODIFIED", `"name":"a","resourceVersion":"7","managedFields":[{"manager":"m"},{"manager":"n","time":null}]`, ``),
 	"empty managedFields": ev("MODIFIED", `"name":"a","resourceVersion":"8","managedFields":[]`, ``),

@@ -186,7 +186,7 @@ func waitConverged(t *testing.T, c interface {
 }, ns string, n int) {
 	t.Helper()
 	var last string
-	testkit.Eventually(t, time.Minute, func() bool {
+	testkit.Eventually(t, 5*time.Minute, func() bool { // a liveness bound, not a speed target
 		list, err := c.List(context.Background(), ns, metav1.ListOptions{})
 		if err != nil {
 			last = err.Error()
