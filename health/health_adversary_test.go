@@ -1,8 +1,10 @@
 package health
 
 import (
+	"errors"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -17,17 +19,29 @@ import (
 // Failure printed: GET /leaderz/shard with no token: 200 "ok: works slots
 // [0,4), 1234 objects in its store; members [rawwatch-0 rawwatch-1]\n", want
 // only "ok" (and the same for /leaderz?verbose)
+//
+// Checks no longer carry info: a passing check says "ok" and nothing else.
+// The test now registers the shard check as internal/app/serve.go does,
+// with a failure that names why not, and asserts that once it passes the
+// probes say exactly "ok" (and "[+]shard ok" with ?verbose).
 func TestAdversaryProbesSayMoreThanOK(t *testing.T) {
 	var c Checks
-	c.AddWithInfo("shard", func() error { return nil }, func() string {
-		return "works slots [0,4), 1234 objects in its store; members [rawwatch-0 rawwatch-1]"
+	var working atomic.Bool
+	c.Add("shard", func() error {
+		if !working.Load() {
+			return errors.New("works no slot yet (members [rawwatch-0 rawwatch-1])")
+		}
+		return nil
 	})
 	mux := http.NewServeMux()
 	c.Mount(mux, "leaderz")
-	for _, path := range []string{"/leaderz/shard", "/leaderz?verbose"} {
-		code, body := get(t, mux, path)
-		if strings.Contains(body, "objects in its store") || strings.Contains(body, "members") {
-			t.Errorf("GET %s with no token: %d %q, want only \"ok\"", path, code, body)
+	if code, body := get(t, mux, "/leaderz/shard"); code != http.StatusServiceUnavailable || !strings.Contains(body, "works no slot yet") {
+		t.Errorf("GET /leaderz/shard, not working: %d %q, want 503 saying why not", code, body)
+	}
+	working.Store(true)
+	for path, want := range map[string]string{"/leaderz/shard": "ok\n", "/leaderz?verbose": "[+]shard ok\nleaderz check passed\n", "/leaderz": "ok\n"} {
+		if code, body := get(t, mux, path); code != http.StatusOK || body != want {
+			t.Errorf("GET %s with no token: %d %q, want only %q", path, code, body, want)
 		}
 	}
 }

@@ -31,16 +31,13 @@ func (a *App) addChecks() {
 		}
 	})
 	if a.Member != nil {
-		// /leaderz says whether this replica works, and on what.
-		a.Leadership.AddWithInfo("shard", func() error {
+		// /leaderz says whether this replica works (on what: the guarded
+		// metric rawwatch_shard_working_info).
+		a.Leadership.Add("shard", func() error {
 			if c := a.Member.Claims(); c.Working.Empty() {
 				return fmt.Errorf("works no slot yet (members %v; target %d slots, pending %d)", a.Member.Members(), c.Target.Len(), c.Pending.Len())
 			}
 			return nil
-		}, func() string {
-			c := a.Member.Claims()
-			return fmt.Sprintf("works slots %s (%.1f%% of the hash space), %d objects in its store; members %v",
-				c.Working, 100*c.Working.Set().Fraction(), a.Store.Len(), a.Member.Members())
 		})
 		return
 	}
