@@ -242,6 +242,9 @@ func httpServer(h http.Handler, base context.Context, log klog.Logger, l serverL
 		ReadHeaderTimeout: l.readHeader, ReadTimeout: l.read, WriteTimeout: l.write, IdleTimeout: l.idle,
 		// A bearer token is at most 16 KiB (package authz); net/http adds 4 KiB.
 		MaxHeaderBytes: l.maxHeaderBytes,
+		// "OPTIONS *" goes to the handler (the guard: 401 with no token),
+		// not answered 200 by net/http before it.
+		DisableGeneralOptionsHandler: true,
 		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: l.maxStreams,
 			// A peer that stops reading, or vanishes, is given up on.
 			WriteByteTimeout: l.write, SendPingTimeout: l.idle, PingTimeout: l.readHeader},
