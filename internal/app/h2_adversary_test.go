@@ -49,12 +49,17 @@ func hpackLiteral(name, value string) []byte {
 // 2 s the same client gets a GOAWAY after 2.0 s), so the time bound is 6x the
 // documented one, not absent.
 //
-// Failure printed: an HTTP/2 header block sent 100 bytes every 200 ms was
+// Old failure printed: an HTTP/2 header block sent 100 bytes every 200 ms was
 // still being accepted after 10s (ReadHeaderTimeout 1s, ReadTimeout 3s): the
 // server did not close the connection
+//
+// docs/operations.md now states the true bound (HTTP/2: a header block is
+// bound by IdleTimeout, 30 s, and by the 64 KiB header limit, not by the 5 s
+// of HTTP/1), and this test holds it: with IdleTimeout 2 s the dribbling
+// connection is closed, well before the 25 s this test gives it.
 func TestAdversaryHTTP2HeaderBlockDribbledInContinuationFrames(t *testing.T) {
 	l := defaultLimits
-	l.readHeader, l.read, l.write = time.Second, 3*time.Second, 3*time.Second
+	l.readHeader, l.read, l.write, l.idle = time.Second, 3*time.Second, 3*time.Second, 2*time.Second
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
 	addr := serveOnLoopback(t, ok, true, l)
 	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
@@ -96,12 +101,12 @@ func TestAdversaryHTTP2HeaderBlockDribbledInContinuationFrames(t *testing.T) {
 	if _, err := conn.Write(out); err != nil {
 		t.Fatal(err)
 	}
-	const dribble = 10 * time.Second
+	const dribble = 25 * time.Second // the bound, 2 s, and room for a busy machine
 	start := time.Now()
 	for off := 100; time.Since(start) < dribble; off += 100 {
 		select {
 		case why := <-closed:
-			t.Logf("closed by the server after %v (%s): the claim holds", time.Since(start).Round(time.Millisecond), why)
+			t.Logf("closed by the server after %v (%s): IdleTimeout %v bounds the header block", time.Since(start).Round(time.Millisecond), why, l.idle)
 			return
 		case <-time.After(200 * time.Millisecond):
 		}
@@ -109,10 +114,10 @@ func TestAdversaryHTTP2HeaderBlockDribbledInContinuationFrames(t *testing.T) {
 			t.Fatal("the block ran out before the dribble ended")
 		}
 		if _, err := conn.Write(h2frame(9, 0, 1, block[off:off+100])); err != nil { // CONTINUATION
-			t.Logf("closed by the server after %v (%v): the claim holds", time.Since(start).Round(time.Millisecond), err)
+			t.Logf("closed by the server after %v (%v): IdleTimeout %v bounds the header block", time.Since(start).Round(time.Millisecond), err, l.idle)
 			return
 		}
 	}
-	t.Errorf("an HTTP/2 header block sent 100 bytes every 200 ms was still being accepted after %v (ReadHeaderTimeout %v, ReadTimeout %v): the server did not close the connection",
-		dribble, l.readHeader, l.read)
+	t.Errorf("an HTTP/2 header block sent 100 bytes every 200 ms was still being accepted after %v (ReadHeaderTimeout %v, ReadTimeout %v, IdleTimeout %v): the server did not close the connection",
+		dribble, l.readHeader, l.read, l.idle)
 }
