@@ -2,6 +2,7 @@ package authz
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
 
@@ -111,4 +113,77 @@ func TestAdversaryAUserWithNoRBACStarvesTheRefreshLane(t *testing.T) {
 			t.Errorf("a scraper every 40 s, granted, while a user with no RBAC sends 200 requests at once every 40 s: the scrape at +%v got %d, want 200", d, w.Code)
 		}
 	}
+}
+
+// Refreshes ahead of answers that said yes have slots of their own: users
+// with no RBAC (one request each, so coalescing does not merge them) that
+// fill the second lane's 4 slots and queue behind them do not keep a
+// granted scraper's answers from being refreshed ahead.
+func TestRefreshAheadIsNotStarvedByUsersWithNoRBAC(t *testing.T) {
+	s := newServer(t)
+	const nobodies = 2 * DefaultMaxInFlight
+	for i := range nobodies {
+		s.users[fmt.Sprintf("nobody-token-%d", i)] = fmt.Sprintf("nobody-%d", i)
+	}
+	hold := make(chan struct{})
+	var readerSARs atomic.Int32
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if r.URL.Path == "/apis/authorization.k8s.io/v1/subjectaccessreviews" {
+			if bytes.Contains(body, []byte(`"user":"nobody-`)) {
+				<-hold
+			}
+			if bytes.Contains(body, []byte(`"user":"reader"`)) {
+				readerSARs.Add(1)
+			}
+		}
+		s.ServeHTTP(w, r)
+	}))
+	t.Cleanup(api.Close)
+	kube, err := kubernetes.NewForConfig(&rest.Config{Host: api.URL, QPS: -1,
+		ContentConfig: rest.ContentConfig{ContentType: "application/json"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := NewForClient(kube, Options{})
+	var clock sync.Mutex
+	t0 := time.Unix(1000, 0)
+	now := t0
+	g.now = func() time.Time { clock.Lock(); defer clock.Unlock(); return now }
+	h := g.Wrap(ok, "/metrics")
+	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusOK {
+		t.Fatalf("the first scrape: %d", w.Code)
+	}
+	var wg sync.WaitGroup
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(hold)
+			wg.Wait()
+			g.bg.Wait()
+		}
+	}
+	defer release()
+	for i := range nobodies {
+		wg.Go(func() { get(t, h, "/metrics", fmt.Sprintf("Bearer nobody-token-%d", i)) })
+	}
+	for deadline := time.Now().Add(30 * time.Second); len(g.known.slots) < DefaultMaxInFlight || g.known.waiting.Load() < nobodies-DefaultMaxInFlight; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the users with no RBAC hold %d slots, %d waiting", len(g.known.slots), g.known.waiting.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	clock.Lock()
+	now = t0.Add(DefaultAllowTTL/2 + time.Second)
+	clock.Unlock()
+	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusOK {
+		t.Fatalf("the scrape that refreshes ahead: %d, want 200 from the cache", w.Code)
+	}
+	g.bg.Wait()
+	if n := readerSARs.Load(); n != 2 {
+		t.Errorf("with the second lane full of users with no RBAC, the granted scraper's answer was reviewed %d times, want 2 (the first, then the refresh ahead)", n)
+	}
+	release()
 }
