@@ -70,3 +70,34 @@ func TestAdversaryAnAuthenticatorErrorOnARefreshLocksOutAScraper(t *testing.T) {
 		t.Errorf("a granted scraper 15 s after one refresh ahead met an authenticator error (status.error, not a refusal): %d, want 200", w.Code)
 	}
 }
+
+// The bound of the above: a token whose refreshes ahead all meet
+// status.error (a real refusal naming a reason looks the same) is let in
+// until TokenTTL after the server last said yes, then refused.
+func TestARefusalWithAnErrorIsBelievedWhenTheTokenExpires(t *testing.T) {
+	s := newServer(t)
+	g := s.guard(Options{})
+	var mu sync.Mutex
+	t0 := time.Unix(1000, 0)
+	now := t0
+	g.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	at := func(d time.Duration) { mu.Lock(); now = t0.Add(d); mu.Unlock() }
+	h := g.Wrap(ok, "/metrics")
+	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusOK {
+		t.Fatalf("the first scrape: %d", w.Code)
+	}
+	// The service account is deleted: its token is refused with a reason.
+	s.tokenErrors = map[string]string{"reader-token": "service account rawwatch/reader has been deleted"}
+	delete(s.users, "reader-token")
+	for _, d := range []time.Duration{61 * time.Second, 90 * time.Second, DefaultTokenTTL - time.Second} {
+		at(d)
+		if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusOK {
+			t.Fatalf("at +%v, before the token's answer expires: %d, want 200 from the cache", d, w.Code)
+		}
+		g.bg.Wait()
+	}
+	at(DefaultTokenTTL)
+	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusUnauthorized {
+		t.Errorf("at +%v, TokenTTL after the server last said yes: %d, want 401", DefaultTokenTTL, w.Code)
+	}
+}
