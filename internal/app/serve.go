@@ -31,16 +31,13 @@ func (a *App) addChecks() {
 		}
 	})
 	if a.Member != nil {
-		// /leaderz says whether this replica works, and on what.
-		a.Leadership.AddWithInfo("shard", func() error {
+		// /leaderz says whether this replica works (on what: the guarded
+		// metric rawwatch_shard_working_info).
+		a.Leadership.Add("shard", func() error {
 			if c := a.Member.Claims(); c.Working.Empty() {
 				return fmt.Errorf("works no slot yet (members %v; target %d slots, pending %d)", a.Member.Members(), c.Target.Len(), c.Pending.Len())
 			}
 			return nil
-		}, func() string {
-			c := a.Member.Claims()
-			return fmt.Sprintf("works slots %s (%.1f%% of the hash space), %d objects in its store; members %v",
-				c.Working, 100*c.Working.Set().Fraction(), a.Store.Len(), a.Member.Members())
 		})
 		return
 	}
@@ -245,6 +242,9 @@ func httpServer(h http.Handler, base context.Context, log klog.Logger, l serverL
 		ReadHeaderTimeout: l.readHeader, ReadTimeout: l.read, WriteTimeout: l.write, IdleTimeout: l.idle,
 		// A bearer token is at most 16 KiB (package authz); net/http adds 4 KiB.
 		MaxHeaderBytes: l.maxHeaderBytes,
+		// "OPTIONS *" goes to the handler (the guard: 401 with no token),
+		// not answered 200 by net/http before it.
+		DisableGeneralOptionsHandler: true,
 		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: l.maxStreams,
 			// A peer that stops reading, or vanishes, is given up on.
 			WriteByteTimeout: l.write, SendPingTimeout: l.idle, PingTimeout: l.readHeader},

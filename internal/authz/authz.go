@@ -35,18 +35,25 @@
 //   - Authorization is asked only for an authenticated user and a routed
 //     path, and cached by a hash of the user, verb and path: AllowTTL when
 //     allowed, DenyTTL when not, at most MaxEntries.
-//   - A cached answer in the second half of its life is served and
-//     refreshed ahead, in the background, so that a caller that comes back
-//     more often than every TTL (a scrape) never waits for a review.
+//   - A cached answer that said yes, in the second half of its life, is
+//     served and refreshed ahead, in the background, so that a caller that
+//     comes back more often than every TTL (a scrape) never waits for a
+//     review. A refresh whose TokenReview says "not authenticated" with
+//     status.error set keeps the old answer until it expires.
+//   - Concurrent requests for one key (a token; a user, verb and path) wait
+//     on one review in flight.
 //   - Reviews go through two lanes, each with a client of its own limited to
-//     DefaultQPS requests a second and at most MaxInFlight reviews at once.
-//     Tokens not seen authenticated take the first lane. Refreshes ahead and
-//     the SubjectAccessReviews of authenticated users take the second, which
-//     a made-up token cannot enter. A request waits at most MaxWait for a
-//     slot, and at most MaxWaiting requests wait per lane: the rest get 429
-//     at once. A refresh ahead that finds no free slot is tried again at the
-//     next request. The API server sees at most 2×DefaultQPS reviews a
-//     second.
+//     DefaultQPS requests a second (burst 1) and at most MaxInFlight reviews
+//     at once. Tokens not seen authenticated take the first lane. The
+//     SubjectAccessReviews of authenticated users take the second, which a
+//     made-up token cannot enter. Refreshes ahead take the second lane's
+//     client but MaxInFlight slots of their own, which first reviews and
+//     refusals never take. A request waits at most MaxWait for a slot, and
+//     at most MaxWaiting requests wait per lane: the rest get 429 at once. A
+//     refresh ahead that finds no free slot is tried again at the next
+//     request. The API server sees at most 2×DefaultQPS reviews a second.
+//   - A new token cannot be told from a made-up one before it is reviewed:
+//     while a flood holds the first lane it gets 429, never 401.
 //   - A failed review is not cached; an Authorization header longer than
 //     MaxTokenBytes is refused unread.
 package authz
@@ -92,7 +99,7 @@ const (
 	DefaultMaxTokenBytes = 16 << 10
 	// Each lane's client: at most this many requests a second.
 	DefaultQPS   = 5
-	DefaultBurst = 10
+	DefaultBurst = 1
 	// How long one review may take.
 	DefaultReviewTimeout = 10 * time.Second
 )
@@ -112,15 +119,24 @@ type Guard struct {
 	opts     Options
 	now      func() time.Time // tests move it
 	newToken lane             // reviews of tokens not seen authenticated
-	known    lane             // refreshes ahead, and reviews for authenticated users
+	known    lane             // reviews for authenticated users
+	refresh  lane             // refreshes ahead of answers that said yes: known's client, slots of its own
 	bg       sync.WaitGroup   // refreshes ahead running
 	macKey   []byte
+	joined   atomic.Int32 // requests waiting on another's review of the same key
 
 	mu         sync.Mutex
 	users      *cache[*authnv1.UserInfo] // authenticated tokens
 	refused    *cache[struct{}]          // tokens the server does not know
 	grants     *cache[bool]              // user, verb and path: allowed?
 	lastFailed time.Time                 // last failed review logged
+	flights    map[key]*flight           // reviews in flight, by cache key
+}
+
+// A flight is one review in flight; requests for the same key wait on it.
+type flight struct {
+	done   chan struct{}
+	status int // http.StatusOK once the review was made, else 429 or 503
 }
 
 // New returns a Guard whose reviews go through two clients of their own
@@ -173,7 +189,8 @@ func newGuard(newToken, known kubernetes.Interface, opts Options) *Guard {
 	macKey := make([]byte, 32)
 	_, _ = rand.Read(macKey) // never fails (crypto/rand)
 	return &Guard{opts: opts, now: time.Now, macKey: macKey,
-		newToken: newLane(newToken, opts), known: newLane(known, opts),
+		newToken: newLane(newToken, opts), known: newLane(known, opts), refresh: newLane(known, opts),
+		flights: map[key]*flight{},
 		users:   newCache[*authnv1.UserInfo](opts.MaxEntries, opts.MaxUserBytes),
 		refused: newCache[struct{}](opts.MaxEntries, 0),
 		grants:  newCache[bool](opts.MaxEntries, 0)}
@@ -259,22 +276,17 @@ func (g *Guard) authenticate(ctx context.Context, token string) (*authnv1.UserIn
 	case found:
 		if refresh {
 			g.ahead(func() { g.users.unmark(k) }, func(ctx context.Context) error {
-				return g.reviewToken(ctx, g.known.kube, k, token)
+				return g.reviewToken(ctx, g.known.kube, k, token, true)
 			})
 		}
 		return u, http.StatusOK
 	case refused:
 		return nil, http.StatusUnauthorized
 	}
-	if !g.newToken.acquire(ctx, g.opts.MaxWait) {
-		return nil, http.StatusTooManyRequests
-	}
-	defer g.newToken.release()
-	ctx, cancel := context.WithTimeout(ctx, g.opts.ReviewTimeout)
-	defer cancel()
-	if err := g.reviewToken(ctx, g.newToken.kube, k, token); err != nil {
-		g.failed(ctx, err)
-		return nil, http.StatusServiceUnavailable
+	if status := g.once(ctx, k, &g.newToken, func(ctx context.Context) error {
+		return g.reviewToken(ctx, g.newToken.kube, k, token, false)
+	}); status != http.StatusOK {
+		return nil, status
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -284,12 +296,19 @@ func (g *Guard) authenticate(ctx context.Context, token string) (*authnv1.UserIn
 	return nil, http.StatusUnauthorized
 }
 
-// reviewToken asks the server who token is and caches the answer.
-func (g *Guard) reviewToken(ctx context.Context, kube kubernetes.Interface, k key, token string) error {
+// reviewToken asks the server who token is and caches the answer. On a
+// refresh (the token was authenticated) a refusal that carries
+// status.error is taken for a failure of the server's authenticator, not a
+// verdict: the old answer is kept until it expires, TokenTTL after the
+// server last said yes.
+func (g *Guard) reviewToken(ctx context.Context, kube kubernetes.Interface, k key, token string, refresh bool) error {
 	tr, err := kube.AuthenticationV1().TokenReviews().Create(ctx,
 		&authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("TokenReview: %w", err)
+	}
+	if refresh && !tr.Status.Authenticated && tr.Status.Error != "" {
+		return fmt.Errorf("TokenReview of a token authenticated before: %s", tr.Status.Error)
 	}
 	now := g.now()
 	g.mu.Lock()
@@ -321,15 +340,10 @@ func (g *Guard) authorize(ctx context.Context, user *authnv1.UserInfo, path stri
 		}
 		return statusOf(allowed)
 	}
-	if !g.known.acquire(ctx, g.opts.MaxWait) {
-		return http.StatusTooManyRequests
-	}
-	defer g.known.release()
-	ctx, cancel := context.WithTimeout(ctx, g.opts.ReviewTimeout)
-	defer cancel()
-	if err := g.reviewAccess(ctx, k, user, path); err != nil {
-		g.failed(ctx, err)
-		return http.StatusServiceUnavailable
+	if status := g.once(ctx, k, &g.known, func(ctx context.Context) error {
+		return g.reviewAccess(ctx, k, user, path)
+	}); status != http.StatusOK {
+		return status
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -372,18 +386,64 @@ func (g *Guard) reviewAccess(ctx context.Context, k key, u *authnv1.UserInfo, pa
 	return nil
 }
 
-// ahead refreshes a cached answer in the background through the second
-// lane, if a slot is free; unmark (called under g.mu) lets the next request
-// try again when it is not, or when the review fails.
+// once makes review through l unless a review of the same key is in flight
+// already, in which case it waits for that one's outcome: concurrent
+// requests for one key cost one review. It answers http.StatusOK once the
+// review was made (its answer is in the cache), 429 when no slot came
+// within MaxWait, 503 when the review failed. The review does not end with
+// the caller that started it (the others wait on it); it is bounded by
+// MaxWait and ReviewTimeout.
+func (g *Guard) once(ctx context.Context, k key, l *lane, review func(context.Context) error) int {
+	g.mu.Lock()
+	if f, ok := g.flights[k]; ok {
+		g.mu.Unlock()
+		g.joined.Add(1)
+		defer g.joined.Add(-1)
+		select {
+		case <-f.done:
+			return f.status
+		case <-ctx.Done():
+			return http.StatusServiceUnavailable
+		}
+	}
+	f := &flight{done: make(chan struct{}), status: http.StatusServiceUnavailable}
+	g.flights[k] = f
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		delete(g.flights, k)
+		g.mu.Unlock()
+		close(f.done)
+	}()
+	ctx = context.WithoutCancel(ctx)
+	if !l.acquire(ctx, g.opts.MaxWait) {
+		f.status = http.StatusTooManyRequests
+		return f.status
+	}
+	defer l.release()
+	ctx, cancel := context.WithTimeout(ctx, g.opts.ReviewTimeout)
+	defer cancel()
+	if err := review(ctx); err != nil {
+		g.failed(ctx, err)
+		return f.status
+	}
+	f.status = http.StatusOK
+	return f.status
+}
+
+// ahead refreshes a cached answer that said yes in the background, through
+// the second lane's client but slots of its own (which first reviews and
+// refusals never take), if one is free; unmark (called under g.mu) lets
+// the next request try again when none is, or when the review fails.
 func (g *Guard) ahead(unmark func(), review func(context.Context) error) {
-	if !g.known.try() {
+	if !g.refresh.try() {
 		g.mu.Lock()
 		unmark()
 		g.mu.Unlock()
 		return
 	}
 	g.bg.Go(func() {
-		defer g.known.release()
+		defer g.refresh.release()
 		ctx, cancel := context.WithTimeout(context.Background(), g.opts.ReviewTimeout)
 		defer cancel()
 		if err := review(ctx); err != nil {

@@ -1,0 +1,103 @@
+package authz
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Breaks the package doc ("A failed review is not cached") and
+// docs/operations.md ("The server could not be asked: 503, never allow";
+// answers past half their life "refreshed ahead", a failed refresh keeping
+// the old answer). When the API server's authenticator fails (a token
+// webhook down, the service account's lookup timing out), kube-apiserver
+// answers the TokenReview 201 with authenticated false and status.error set.
+// The guard takes that for a refusal: a refresh ahead that meets one such
+// glitch drops the scraper's known token and caches a refusal for 30 s, so a
+// granted scraper is refused (401) after the glitch is over.
+//
+// Failure printed: a granted scraper 15 s after one refresh ahead met an
+// authenticator error (status.error, not a refusal): 401, want 200
+func TestAdversaryAnAuthenticatorErrorOnARefreshLocksOutAScraper(t *testing.T) {
+	s := newServer(t)
+	var glitch atomic.Bool
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if glitch.Load() && r.URL.Path == "/apis/authentication.k8s.io/v1/tokenreviews" {
+			var tr authnv1.TokenReview
+			json.NewDecoder(r.Body).Decode(&tr)
+			tr.APIVersion, tr.Kind = "authentication.k8s.io/v1", "TokenReview"
+			tr.Status = authnv1.TokenReviewStatus{Error: "[invalid bearer token, context deadline exceeded]"}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			json.NewEncoder(w).Encode(&tr)
+			return
+		}
+		s.ServeHTTP(w, r)
+	}))
+	t.Cleanup(api.Close)
+	kube, err := kubernetes.NewForConfig(&rest.Config{Host: api.URL, QPS: -1,
+		ContentConfig: rest.ContentConfig{ContentType: "application/json"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := NewForClient(kube, Options{})
+	var mu sync.Mutex
+	t0 := time.Unix(1000, 0)
+	now := t0
+	g.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	at := func(d time.Duration) { mu.Lock(); now = t0.Add(d); mu.Unlock() }
+	h := g.Wrap(ok, "/metrics")
+	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusOK {
+		t.Fatalf("the first scrape: %d", w.Code)
+	}
+	at(61 * time.Second)
+	glitch.Store(true)
+	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusOK {
+		t.Fatalf("the scrape that refreshes ahead: %d, want 200 from the cache", w.Code)
+	}
+	g.bg.Wait()
+	glitch.Store(false)
+	at(76 * time.Second)
+	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusOK {
+		t.Errorf("a granted scraper 15 s after one refresh ahead met an authenticator error (status.error, not a refusal): %d, want 200", w.Code)
+	}
+}
+
+// The bound of the above: a token whose refreshes ahead all meet
+// status.error (a real refusal naming a reason looks the same) is let in
+// until TokenTTL after the server last said yes, then refused.
+func TestARefusalWithAnErrorIsBelievedWhenTheTokenExpires(t *testing.T) {
+	s := newServer(t)
+	g := s.guard(Options{})
+	var mu sync.Mutex
+	t0 := time.Unix(1000, 0)
+	now := t0
+	g.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	at := func(d time.Duration) { mu.Lock(); now = t0.Add(d); mu.Unlock() }
+	h := g.Wrap(ok, "/metrics")
+	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusOK {
+		t.Fatalf("the first scrape: %d", w.Code)
+	}
+	// The service account is deleted: its token is refused with a reason.
+	s.tokenErrors = map[string]string{"reader-token": "service account rawwatch/reader has been deleted"}
+	delete(s.users, "reader-token")
+	for _, d := range []time.Duration{61 * time.Second, 90 * time.Second, DefaultTokenTTL - time.Second} {
+		at(d)
+		if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusOK {
+			t.Fatalf("at +%v, before the token's answer expires: %d, want 200 from the cache", d, w.Code)
+		}
+		g.bg.Wait()
+	}
+	at(DefaultTokenTTL)
+	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusUnauthorized {
+		t.Errorf("at +%v, TokenTTL after the server last said yes: %d, want 401", DefaultTokenTTL, w.Code)
+	}
+}
