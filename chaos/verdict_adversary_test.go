@@ -16,7 +16,7 @@ import (
 // reconcile.MyResourceReconciler's does not (it logs).
 type deletedOnly struct{}
 
-func (deletedOnly) Reconcile(context.Context, string) error                  { return nil }
+func (deletedOnly) Reconcile(context.Context, string) error                { return nil }
 func (deletedOnly) Deleted(context.Context, store.Delta[app.Object]) error { return nil }
 
 // Claim (verdict.go, facts; docs/sharding.md's table, "killed"): a deletion
@@ -52,5 +52,35 @@ func TestAdversaryAKilledReplicasPosthumousDrainHidesALoss(t *testing.T) {
 	}
 	if v := s.verdict(); len(v.UnseenDeletions) == 0 {
 		t.Errorf("a deletion k held 40 s and handled only after its kill (by the stop's drain) is not lost: %+v", v)
+	}
+}
+
+// Claim (verdict.go, facts: "owner claimed the slot ... when it was
+// deleted"; docs/sharding.md: the fence rule excuses a deletion when "its
+// claimant fenced itself"): the verdict judges by the slot's claimant.
+//
+// When two replicas' records both claim the slot at the deletion (a Working
+// at the old owner's Releasing, or two members' clocks recording one handoff
+// a moment apart), facts() keeps whichever comes last in j.replicas: the
+// verdict depends on the order of the slice. Here a claims the slot from 0 s
+// on and never lets it go (a live claimant that should have handled the
+// deletion at 100 s); b claims it from 90 s and fences itself at 105 s.
+// With replicas [a b] the deletion is excused as "fenced" on b's word,
+// though a claimed the slot throughout; with [b a] the same records are a
+// loss.
+//
+// Fails with:
+//
+//	replicas [a b]: excused as fenced 1 (lost 0), replicas [b a]: lost 1; one set of records, two verdicts, and a live claimant throughout should make it lost
+func TestAdversaryTheVerdictDependsOnTheOrderOfTheReplicas(t *testing.T) {
+	build := func(names ...string) Verdict {
+		s := newScene(names...).claims("a", 0, true, false, 10).
+			claims("b", 90*time.Second, true, false, 140).claims("b", 105*time.Second, false, true, 150)
+		return s.verdict()
+	}
+	ab, ba := build("a", "b"), build("b", "a")
+	if len(ab.UnseenDeletions) != len(ba.UnseenDeletions) || len(ab.UnseenDeletions) == 0 {
+		t.Errorf("replicas [a b]: excused as fenced %d (lost %d), replicas [b a]: lost %d; one set of records, two verdicts, and a live claimant throughout should make it lost",
+			ab.UnclaimedWhy["fenced"], len(ab.UnseenDeletions), len(ba.UnseenDeletions))
 	}
 }
