@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,5 +83,83 @@ func TestAdversaryTheVerdictDependsOnTheOrderOfTheReplicas(t *testing.T) {
 	if len(ab.UnseenDeletions) != len(ba.UnseenDeletions) || len(ab.UnseenDeletions) == 0 {
 		t.Errorf("replicas [a b]: excused as fenced %d (lost %d), replicas [b a]: lost %d; one set of records, two verdicts, and a live claimant throughout should make it lost",
 			ab.UnclaimedWhy["fenced"], len(ab.UnseenDeletions), len(ba.UnseenDeletions))
+	}
+}
+
+// Claim (docs/sharding.md, "A fence keeps its deletions": a replica that
+// fences itself keeps the deletions it had heard of, "held while its watcher
+// watches their slot, and handled when it works the slot again. After an
+// outage of the API server longer than the fence ... the ring comes back as
+// it was, and nothing is lost"; the verdict's table: "fenced" excuses a
+// deletion whose claimant fenced itself within the bound).
+//
+// The fence rules never ask whether the fenced replica heard the deletion,
+// kept it, and worked the slot again: a fence within the bound excuses the
+// loss whatever came after. Here a claims the slot, hears the deletion at
+// 100 s (not dropped), fences itself (at 105 s after the deletion; or at
+// 90 s, before it, the slot then unclaimed), and claims the slot again at
+// 108 s until the end of the run: it held the deletion and worked the slot,
+// and never handled it — the regression the doc's 120 deletions lost at a
+// fence were (fixed by keeping them). The verdict counts it "fenced", the
+// run passes. Without the fence, the same records are "lost".
+//
+// Fails with:
+//
+//	fenced after the deletion, heard and kept it, worked the slot again from 108 s: excused (unclaimed [a claimed the slot, and fenced itself 5s later]), want lost
+//	fenced before the deletion, heard and kept it, worked the slot again from 108 s: excused (unclaimed [a, its owner, fenced itself 10s before]), want lost
+func TestAdversaryAFenceExcusesADeletionItsReplicaKeptAndNeverHandled(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		fence time.Duration
+	}{{"fenced after the deletion", 105 * time.Second}, {"fenced before the deletion", 90 * time.Second}} {
+		s := newScene("a", "b").claims("a", 0, true, false, 10).heard("a").knew("a").
+			claims("a", c.fence, false, true, 100).claims("a", 108*time.Second, true, false, 200)
+		if v := s.verdict(); len(v.UnseenDeletions) == 0 {
+			var why []string
+			for _, u := range v.Unclaimed {
+				_, w, _ := strings.Cut(u, "; ")
+				why = append(why, strings.TrimSuffix(w, ")"))
+			}
+			t.Errorf("%s, heard and kept it, worked the slot again from 108 s: excused (unclaimed %v), want lost", c.name, why)
+		}
+	}
+	// The control: the same without the fence is lost.
+	if v := newScene("a", "b").claims("a", 0, true, false, 10).heard("a").knew("a").verdict(); len(v.UnseenDeletions) != 1 {
+		t.Fatalf("the control (no fence) is not lost: %+v", v)
+	}
+}
+
+// Claim (verdict.go, diedWith: the killed replica "heard of the deletion and
+// held it, not dropped, while no live replica claimed the slot (nobody did,
+// or the claimant had let it go, to it, before the kill)"; the table:
+// "killed ... or heard of the deletion and held it (not dropped) while no
+// live replica claimed the slot").
+//
+// handedOn checks only that the claimant at the deletion let the slot go
+// before the kill — not to whom, nor that nobody live claimed it after. Here
+// a claims the slot when the object is deleted at 100 s, lets it go at 102 s
+// (a handoff: a had to handle the deletion, or sweep it, before letting go),
+// and b claims it from 103 s on, alive to the end; k merely watched the
+// slot, heard the deletion, and is killed at 110 s. The verdict blames the
+// kill; the loss is a's, a replica that let a deletion go (the table's
+// "one a replica let go of" fails the run). Without k's hearing it, the same
+// records are "lost".
+//
+// Fails with:
+//
+//	a let the slot go to b (live) after the deletion: excused as died with k ([ns/obj (uid uid-1, deleted 10s before k was killed)]), want lost
+func TestAdversaryAKillExcusesADeletionTheClaimantLetGoToALiveReplica(t *testing.T) {
+	s := newScene("a", "b", "k").claims("a", 0, true, false, 10).knew("a").
+		claims("a", 102*time.Second, false, false, 160).list("b", 102*time.Second, 160).
+		claims("b", 103*time.Second, true, false, 160).
+		heard("k").kill("k", 110*time.Second)
+	if v := s.verdict(); len(v.UnseenDeletions) == 0 {
+		t.Errorf("a let the slot go to b (live) after the deletion: excused as died with k (%v), want lost", v.WithKilled)
+	}
+	control := newScene("a", "b", "k").claims("a", 0, true, false, 10).knew("a").
+		claims("a", 102*time.Second, false, false, 160).list("b", 102*time.Second, 160).
+		claims("b", 103*time.Second, true, false, 160).kill("k", 110*time.Second)
+	if v := control.verdict(); len(v.UnseenDeletions) != 1 {
+		t.Fatalf("the control (k never heard of it) is not lost: %+v", v)
 	}
 }
