@@ -163,3 +163,42 @@ func TestAdversaryAKillExcusesADeletionTheClaimantLetGoToALiveReplica(t *testing
 		t.Fatalf("the control (k never heard of it) is not lost: %+v", v)
 	}
 }
+
+// Claim (docs/sharding.md's table, "handoff gap": excused when "nobody ever
+// had the object; its claimant let the slot go with its watch before the
+// object's creation; the next claimant's list of the slot, made after the
+// creation, did not have it" — "the old owner's watch never reached it, the
+// new owner listed after it was gone").
+//
+// The rule asks for a claimant at the deletion. A deletion made in the
+// window between the old owner's let-go and the new owner's claim (nobody
+// claims a slot there: Pending is not counted, and the new owner confirms a
+// renew period or two later) is of the same kind, with less reason to be
+// anyone's: a let the slot go at 99 s with its watch at 140, the object was
+// created at 150 and deleted at 100 s, b's list of the slot at 100.5 s
+// (resourceVersion 160) did not have it, b claimed at 101 s. No replica
+// could have seen it; the verdict fails the run ("let go", no rule applies).
+// The same records with the deletion at 98.5 s, while a still claimed, are
+// excused as a handoff gap. (It happens when a lets go at its
+// HandoffTimeout, before b covers the slot: ring.Config.HandoffTimeout says
+// "a deletion made between that sweep and the new owner's list is then
+// seen by neither".) A false failure.
+//
+// Fails with:
+//
+//	deleted at 98.5 s (a still claimed): handoff gap 1, lost 0; deleted at 100 s (between a's let-go and b's claim): handoff gap 0, lost 1
+func TestAdversaryAHandoffGapBetweenTheLetGoAndTheClaimFails(t *testing.T) {
+	run := func(at time.Duration) Verdict {
+		s := newScene("a", "b").claims("a", 0, true, false, 10).
+			claims("a", 99*time.Second, false, false, 140).
+			list("b", 100500*time.Millisecond, 160).claims("b", 101*time.Second, true, false, 160)
+		s.d.At = s.at(at)
+		s.j.deleted = []deletion{s.d}
+		return s.verdict()
+	}
+	before, between := run(98500*time.Millisecond), run(100*time.Second)
+	if before.HandoffGap != 1 || len(between.UnseenDeletions) != 0 {
+		t.Errorf("deleted at 98.5 s (a still claimed): handoff gap %d, lost %d; deleted at 100 s (between a's let-go and b's claim): handoff gap %d, lost %d",
+			before.HandoffGap, len(before.UnseenDeletions), between.HandoffGap, len(between.UnseenDeletions))
+	}
+}
