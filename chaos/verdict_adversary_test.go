@@ -202,3 +202,32 @@ func TestAdversaryAHandoffGapBetweenTheLetGoAndTheClaimFails(t *testing.T) {
 			before.HandoffGap, len(before.UnseenDeletions), between.HandoffGap, len(between.UnseenDeletions))
 	}
 }
+
+// Claim (docs/sharding.md's table, "handoff gap": "the old owner's watch
+// never reached it, the new owner listed after it was gone"; verdict.go,
+// newOwnerListedAfter: "the replica that next claimed the slot after f's
+// claimant let it go").
+//
+// The next claimant is looked for among the other replicas only, however
+// late; the old owner claiming the slot again, its watch going on past the
+// creation, does not count. Here a claims the slot at the deletion (100 s),
+// lets it go at 101 s with its watch at 140, claims it again at 102 s, and
+// follows it without a gap (none recorded) until it lets it go at 499.5 s
+// with its watch at 1000; b lists the slot at 499 s and claims it at 500 s.
+// a's watch passed the object's creation (150) while a claimed the slot: it
+// brought the object, or a's watcher lost it — a never had it, a real loss.
+// The verdict excuses it as a handoff gap, on b's list 400 s later. (Without
+// a's second claim — b listing at 102 s and claiming at 103 s — the gap is
+// real, and excused as the control in TestEveryExcuseHasAControl is.)
+//
+// Fails with:
+//
+//	a claimed the slot again and watched it past the creation: handoff gap 1, lost 0; want lost
+func TestAdversaryAHandoffGapIgnoresTheOldOwnerClaimingAgain(t *testing.T) {
+	v := newScene("a", "b").claims("a", 0, true, false, 10).claims("a", 101*time.Second, false, false, 140).
+		claims("a", 102*time.Second, true, false, 140).claims("a", 499500*time.Millisecond, false, false, 1000).
+		list("b", 499*time.Second, 900).claims("b", 500*time.Second, true, false, 900).verdict()
+	if len(v.UnseenDeletions) == 0 {
+		t.Errorf("a claimed the slot again and watched it past the creation: handoff gap %d, lost %d; want lost", v.HandoffGap, len(v.UnseenDeletions))
+	}
+}
