@@ -225,20 +225,18 @@ func (o *ownership) fencedBetween(from, to time.Time) time.Time {
 	return time.Time{}
 }
 
-// endedBefore is how this replica's last claim of slot before t ended
-// (end zero: it had none): when, whether by a fence, and where its watch
-// was then.
-func (o *ownership) endedBefore(slot int, t time.Time) (c claim) {
-	c.rv = -1
+// endedBefore tells when this replica's last claim of slot before t ended
+// (zero: it had none), and whether by a fence.
+func (o *ownership) endedBefore(slot int, t time.Time) (ended time.Time, fenced bool) {
 	for i := range o.at {
 		if o.at[i].After(t) {
 			break
 		}
 		if i > 0 && o.claimed[i-1].Has(slot) && !o.claimed[i].Has(slot) {
-			c = claim{end: o.at[i], fenced: o.fenced[i], rv: o.rv[i]}
+			ended, fenced = o.at[i], o.fenced[i]
 		}
 	}
-	return c
+	return ended, fenced
 }
 
 // around describes when slot was claimed, relative to t: the changes of
@@ -333,17 +331,14 @@ func (m *leaseMeter) busiest(from, to time.Time) int {
 // once and then at each tick of a renew-period ticker, which drops the ticks
 // a slow round misses (so at most ⌊1 min / renew⌋ + 2 rounds start in a
 // minute: the ticks in it, and one that fired just before and waited for a
-// round); each request of a round may be retried by client-go after the
-// 1 s Retry-After it makes up for a GET whose connection was reset (a
-// server's Retry-After never reaches it: ring.NewClient drops it), within
-// the round's timeout of one renew period:
-// at most ⌊renew / 1 s⌋ times; and the three requests of a clean leave
-// (its Lease's GET and UPDATE marking it leaving, then its DELETE a renew
-// period later). With the short run's renew period of 1 s: 62 rounds of at
-// most 6, and a leave, 375; with the default 2 s, 32 rounds of at most 9,
-// and a leave, 291.
+// round); each request of a round may be retried by client-go after a
+// Retry-After (a real one, or the 1 s it makes up for a GET whose
+// connection was reset), within the round's timeout of one renew period:
+// at most ⌊renew / 1 s⌋ times; and the DELETE of a clean leave. With the
+// short run's renew period of 1 s: 62 rounds of at most 6, and a DELETE,
+// 373; with the default 2 s, 32 rounds of at most 9, and a DELETE, 289.
 func leaseBound(renew time.Duration) int {
 	rounds := int(time.Minute/renew) + 2
 	perRequest := 1 + int(renew/time.Second)
-	return rounds*3*perRequest + 3
+	return rounds*3*perRequest + 1
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -350,11 +351,10 @@ func (a *App) newMember() (*ring.Member, error) {
 	}
 	// The ring's requests get a client of their own, with its own rate
 	// limiter: a burst of Events or status writes must not hold back a
-	// renewal until the replica fences itself; and no client-go retries
-	// after a Retry-After (ring.NewClient).
+	// renewal until the replica fences itself.
 	cfg := rest.CopyConfig(a.opts.Config)
 	cfg.UserAgent = cmp.Or(cfg.UserAgent, rest.DefaultKubernetesUserAgent()) + " ring"
-	kube, err := ring.NewClient(cfg)
+	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
