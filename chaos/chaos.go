@@ -70,6 +70,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -766,6 +767,27 @@ func (r *recorder) listBefore(slot int, t time.Time) (l listed, ok bool) {
 		}
 	}
 	return l, ok
+}
+
+// watchAround describes this watcher's view of slot around deletion d: its
+// lists of the slot within a minute of d (offset from d, resourceVersion)
+// and the gaps of its watch that contain d's creation. Callers hold mu.
+func (r *recorder) watchAround(slot int, d deletion) string {
+	var out []string
+	for _, x := range r.lists {
+		if x.slots.Has(slot) && x.at.Sub(d.At).Abs() <= time.Minute {
+			out = append(out, fmt.Sprintf("listed %+.1fs at %d", x.at.Sub(d.At).Seconds(), x.rv))
+		}
+	}
+	for _, g := range r.gaps {
+		if g[0] < d.Created && d.Created <= g[1] {
+			out = append(out, fmt.Sprintf("watch gap %d–%d", g[0], g[1]))
+		}
+	}
+	if len(out) == 0 {
+		return "no list of it within a minute, no gap over its creation"
+	}
+	return strings.Join(out, ", ")
 }
 
 // invisible: an object the watcher never had, created inside a gap (so it

@@ -250,7 +250,7 @@ func (o *ownership) around(slot int, t time.Time) string {
 			if o.fenced[i] {
 				what = "fenced"
 			}
-			out = append(out, fmt.Sprintf("%+.1fs %s", o.at[i].Sub(t).Seconds(), what))
+			out = append(out, fmt.Sprintf("%+.1fs %s (watch at %d)", o.at[i].Sub(t).Seconds(), what, o.rv[i]))
 			was = now
 		}
 	}

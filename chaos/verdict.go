@@ -796,7 +796,7 @@ func (j *judge) lost(v *Verdict, d deletion, f facts, why string) {
 			saw = append(saw, fmt.Sprintf("%s saw %s", r.name, strings.Join(h, "; ")))
 		}
 		if j.sharded {
-			saw = append(saw, fmt.Sprintf("%s's claims of slot %d: %s", r.name, f.slot, r.rec.owns.around(f.slot, d.At)))
+			saw = append(saw, fmt.Sprintf("%s's claims of slot %d: %s; its watch: %s", r.name, f.slot, r.rec.owns.around(f.slot, d.At), r.rec.watchAround(f.slot, d)))
 		}
 		r.rec.mu.Unlock()
 	}
@@ -804,6 +804,6 @@ func (j *judge) lost(v *Verdict, d deletion, f facts, why string) {
 	if f.owner != nil {
 		claimant = f.owner.name
 	}
-	v.UnseenDeletions = append(v.UnseenDeletions, fmt.Sprintf("%s (uid %s, slot %d, claimed by %s; %s)",
-		d.Key, d.UID, f.slot, claimant, strings.Join(saw, "; ")))
+	v.UnseenDeletions = append(v.UnseenDeletions, fmt.Sprintf("%s (uid %s, created at resourceVersion %d, slot %d, claimed by %s; %s)",
+		d.Key, d.UID, d.Created, f.slot, claimant, strings.Join(saw, "; ")))
 }
