@@ -31,9 +31,14 @@ import (
 // Here, with a 1 s renew period, the UPDATE that marks the Lease takes
 // 400 ms and the DELETE 400 ms (well within their timeouts).
 //
-// Fails with:
+// Failed with (the claim was wrong, not the ring: the doc, leaseBound and
+// the manifest test now count three requests and three renew periods):
 //
 //	the leave made 3 requests on Leases (get 1, update 1, delete 1; the bound counts 1) and took 1.8s, over one renew period (1s)
+//
+// It now holds the leave to the true bound: at most three requests, and
+// three renew periods (here 0.4 s + 1 s + 0.4 s; the fake client ignores
+// the requests' timeouts, so a load's delay is allowed a renew period more).
 func TestAdversaryACleanLeaveIsThreeRequestsAndThreeRenewPeriods(t *testing.T) {
 	openfinding.Skip(t)
 	const renew = time.Second
@@ -88,8 +93,12 @@ func TestAdversaryACleanLeaveIsThreeRequestsAndThreeRenewPeriods(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	n := leave["get"] + leave["update"] + leave["delete"]
-	if n > 1 || took > renew {
-		t.Errorf("the leave made %d requests on Leases (get %d, update %d, delete %d; the bound counts 1) and took %v, over one renew period (%v)",
-			n, leave["get"], leave["update"], leave["delete"], took.Round(100*time.Millisecond), renew)
+	if n > 3 || took > 4*renew {
+		t.Errorf("the leave made %d requests on Leases (get %d, update %d, delete %d; the bound counts 3) and took %v, over three renew periods (%v) and a renew period of slack",
+			n, leave["get"], leave["update"], leave["delete"], took.Round(100*time.Millisecond), 3*renew)
+	}
+	// leaseBound counts a leave's three requests beyond its rounds.
+	if d := leaseBound(renew) - (int(time.Minute/renew)+2)*3*(1+int(renew/time.Second)); d != n {
+		t.Errorf("leaseBound counts %d requests for a clean leave; it made %d", d, n)
 	}
 }

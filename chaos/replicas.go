@@ -334,11 +334,13 @@ func (m *leaseMeter) busiest(from, to time.Time) int {
 // round); each request of a round may be retried by client-go after a
 // Retry-After (a real one, or the 1 s it makes up for a GET whose
 // connection was reset), within the round's timeout of one renew period:
-// at most ⌊renew / 1 s⌋ times; and the DELETE of a clean leave. With the
-// short run's renew period of 1 s: 62 rounds of at most 6, and a DELETE,
-// 373; with the default 2 s, 32 rounds of at most 9, and a DELETE, 289.
+// at most ⌊renew / 1 s⌋ times; and the three requests of a clean leave
+// (its Lease's GET and UPDATE marking it leaving, then its DELETE a renew
+// period later). With the short run's renew period of 1 s: 62 rounds of at
+// most 6, and a leave, 375; with the default 2 s, 32 rounds of at most 9,
+// and a leave, 291.
 func leaseBound(renew time.Duration) int {
 	rounds := int(time.Minute/renew) + 2
 	perRequest := 1 + int(renew/time.Second)
-	return rounds*3*perRequest + 1
+	return rounds*3*perRequest + 3
 }
