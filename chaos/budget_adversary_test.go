@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -34,10 +33,14 @@ import (
 // one, so its runs never met this; the bound is a fact about client-go's
 // retries that is false at Retry-After: 0.
 //
-// Fails with (one round of a member renewing every 1 s, counted as the
-// chaos run's leaseMeter counts):
+// Failed with (one round of a member renewing every 1 s, counted as the
+// chaos run's leaseMeter counts; its client then kubernetes.NewForConfig):
 //
 //	one round made 22 requests on Leases (get 11, list 11): 60 rounds a minute make 1320, over leaseBound(1s) = 373
+//
+// The ring's client is now ring.NewClient, as internal/app's newMember
+// builds it: it drops every response's Retry-After, so client-go does not
+// retry, and the ring retries at its renew period (a round: GET, LIST).
 func TestAdversaryRetryAfterZeroStormsTheLeaseBudget(t *testing.T) {
 	openfinding.Skip(t)
 	var served atomic.Int64
@@ -59,7 +62,7 @@ func TestAdversaryRetryAfterZeroStormsTheLeaseBudget(t *testing.T) {
 			return rt.RoundTrip(req)
 		})
 	})
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := ring.NewClient(cfg) // as internal/app's newMember builds it
 	if err != nil {
 		t.Fatal(err)
 	}

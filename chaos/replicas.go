@@ -331,9 +331,10 @@ func (m *leaseMeter) busiest(from, to time.Time) int {
 // once and then at each tick of a renew-period ticker, which drops the ticks
 // a slow round misses (so at most ⌊1 min / renew⌋ + 2 rounds start in a
 // minute: the ticks in it, and one that fired just before and waited for a
-// round); each request of a round may be retried by client-go after a
-// Retry-After (a real one, or the 1 s it makes up for a GET whose
-// connection was reset), within the round's timeout of one renew period:
+// round); each request of a round may be retried by client-go after the
+// 1 s Retry-After it makes up for a GET whose connection was reset (a
+// server's Retry-After never reaches it: ring.NewClient drops it), within
+// the round's timeout of one renew period:
 // at most ⌊renew / 1 s⌋ times; and the three requests of a clean leave
 // (its Lease's GET and UPDATE marking it leaving, then its DELETE a renew
 // period later). With the short run's renew period of 1 s: 62 rounds of at

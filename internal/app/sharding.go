@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -351,10 +350,11 @@ func (a *App) newMember() (*ring.Member, error) {
 	}
 	// The ring's requests get a client of their own, with its own rate
 	// limiter: a burst of Events or status writes must not hold back a
-	// renewal until the replica fences itself.
+	// renewal until the replica fences itself; and no client-go retries
+	// after a Retry-After (ring.NewClient).
 	cfg := rest.CopyConfig(a.opts.Config)
 	cfg.UserAgent = cmp.Or(cfg.UserAgent, rest.DefaultKubernetesUserAgent()) + " ring"
-	kube, err := kubernetes.NewForConfig(cfg)
+	kube, err := ring.NewClient(cfg)
 	if err != nil {
 		return nil, err
 	}
