@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"rawwatch/internal/openfinding"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -42,7 +41,6 @@ import (
 // builds it: it drops every response's Retry-After, so client-go does not
 // retry, and the ring retries at its renew period (a round: GET, LIST).
 func TestAdversaryRetryAfterZeroStormsTheLeaseBudget(t *testing.T) {
-	openfinding.Skip(t)
 	var served atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		served.Add(1)
