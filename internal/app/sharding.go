@@ -269,6 +269,33 @@ func (g *gate) sweptNow(slots shard.SlotSet, at uint64, newest *[shard.Slots]uin
 	}
 }
 
+// fencedHolding: the replica claims nothing (its ring fenced itself) and
+// holds deletions it heard of.
+func (g *gate) fencedHolding() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.claims.Working.Union(g.claims.Releasing).Empty() && len(g.held) > 0
+}
+
+// takeHeld empties the held deletions and returns them.
+func (g *gate) takeHeld() []store.Delta[Object] {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []store.Delta[Object]
+	for slot, ds := range g.held {
+		out = append(out, ds...)
+		delete(g.held, slot)
+	}
+	return out
+}
+
+// watchedSlots is what the watcher watches.
+func (g *gate) watchedSlots() shard.SlotSet {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.watched
+}
+
 // claimed is the slots this replica claims (Working or Releasing): those
 // whose deletions it handles.
 func (g *gate) claimed() shard.SlotSet {
@@ -457,23 +484,28 @@ func (a *App) drain(ctx context.Context, stopWatcher func(), watcherDone <-chan 
 	log := klog.FromContext(ctx).WithName("sharding")
 	start := time.Now()
 	a.Controller.DrainDeletions(ctx, a.opts.Workers)
+	swept := 0
+	// Fenced (it claims nothing): what it hears of is held, not handled.
+	// A sweep of the watched slots holds what the watch had not brought
+	// too; the ring still renews, and once it claims its slots again it
+	// replays what it held (onClaims): wait for that, within ctx.
+	if a.gate.claimed().Empty() {
+		swept += a.sweepBeforeLeaving(ctx, log, a.gate.watchedSlots())
+	}
+	for a.gate.fencedHolding() && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+		a.Controller.DrainDeletions(ctx, a.opts.Workers)
+	}
 	stopWatcher()
 	<-watcherDone
-	swept := 0
-	if c := a.gate.claimed(); !c.Empty() && ctx.Err() == nil {
-		res, err := a.Watcher.Sweep(ctx, c)
-		if err != nil {
-			log.Error(err, "Could not sweep the slots before leaving: a deletion the watch had not brought yet is lost", "slots", c)
-		}
-		for _, d := range res.Deleted {
-			a.gate.routed(d, "swept")
-			if a.gate.admit(d) {
-				a.Controller.OnDelta(d)
-				swept++
-			}
-		}
-	}
+	swept += a.sweepBeforeLeaving(ctx, log, a.gate.claimed())
 	left := a.Controller.DrainDeletions(ctx, a.opts.Workers)
+	// Held for slots it does not work (fenced, or not confirmed yet): their
+	// owners handle them only if they heard of them too.
+	left = append(left, a.gate.takeHeld()...)
 	for _, d := range left {
 		a.gate.routed(d, "abandoned")
 	}
@@ -486,6 +518,27 @@ func (a *App) drain(ctx context.Context, stopWatcher func(), watcherDone <-chan 
 		return
 	}
 	log.V(1).Info("Drained the deletions before leaving the ring", "swept", swept, "took", time.Since(start))
+}
+
+// sweepBeforeLeaving sweeps slots (watcher.Sweep) and lets the deletions
+// it finds in as any other (the gate holds those of slots not claimed),
+// and says how many it let in.
+func (a *App) sweepBeforeLeaving(ctx context.Context, log klog.Logger, slots shard.SlotSet) (admitted int) {
+	if slots.Empty() || ctx.Err() != nil {
+		return 0
+	}
+	res, err := a.Watcher.Sweep(ctx, slots)
+	if err != nil {
+		log.Error(err, "Could not sweep the slots before leaving: a deletion the watch had not brought yet is lost", "slots", slots)
+	}
+	for _, d := range res.Deleted {
+		a.gate.routed(d, "swept")
+		if a.gate.admit(d) {
+			a.Controller.OnDelta(d)
+			admitted++
+		}
+	}
+	return admitted
 }
 
 // startWatcher lets Run start the watcher (with the shard just set).
