@@ -276,8 +276,9 @@ type Member struct {
 	quietUntil time.Time
 	// ownSeen: the last list showed our own Lease.
 	ownSeen bool
-	// found is our own Lease as we found it before we ever wrote it (a
-	// previous process of ours, or another one with our identity): adopted
+	// found is our own Lease as we found it not written by us (before we
+	// ever wrote it, or since a write we do not know: a previous process
+	// of ours, another one with our identity, an etcd restore): adopted
 	// only once it has not moved for LeaseDuration.
 	found *observed
 
@@ -630,7 +631,21 @@ func (m *Member) renew(ctx context.Context) (time.Time, error) {
 		}
 		if !m.wrote.IsZero() && (lease.Spec.RenewTime == nil ||
 			!lease.Spec.RenewTime.Time.Equal(m.wrote) && !slices.ContainsFunc(m.tried, lease.Spec.RenewTime.Time.Equal)) {
-			return sent, fmt.Errorf("%w: lease %s was renewed by someone else since our last renewal (two processes with identity %q? give each its own --sharding-identity)", errForeignWriter, m.leaseName(), id)
+			// Not a renewTime we wrote or tried: another process with our
+			// identity renews it — or a write of ours came back that we
+			// no longer remember (an etcd restore from a snapshot; a
+			// write older than the 64 attempts tried keeps). Which one,
+			// the Lease tells in a lease duration: another process keeps
+			// renewing it; a stale write of ours stands still, and is
+			// ours again then, as a dead member's is the others'.
+			now := m.cfg.Now()
+			if m.found == nil || m.found.rv != lease.ResourceVersion {
+				m.found = &observed{rv: lease.ResourceVersion, at: now}
+			}
+			if now.Sub(m.found.at) < m.cfg.LeaseDuration {
+				return sent, fmt.Errorf("%w: lease %s was renewed by someone else since our last renewal (two processes with identity %q? give each its own --sharding-identity); taking it back if it stands still for %s",
+					errForeignWriter, m.leaseName(), id, m.cfg.LeaseDuration)
+			}
 		}
 		lease.Spec.RenewTime, lease.Spec.LeaseDurationSeconds = &now, &secs
 		delete(lease.Annotations, AnnotationLeaving) // ours again: a process of ours left it
