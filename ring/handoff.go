@@ -221,6 +221,16 @@ func (c Claims) Step(v View) Claims {
 	next.Given = c.Given.Minus(v.Accepted).Union(done)
 	others := v.Others.Union(next.Given)
 	wanted := v.Target.Union(v.Custody)
+	// A Working slot that another live member claims confirmed: a split
+	// brain the rules above never make, but a wrong idea of who is live
+	// can. Withdrawn at once, not released (Releasing would keep it
+	// claimed, its deletions handled here): the gate admits nothing more
+	// of it and cancels what is in flight. The other does the same when it
+	// reads our Lease; then the slot is claimed afresh, by the rules above.
+	// (Whether or not our own renewal went through: dropping a slot never
+	// makes a split brain, and a failing renewal must not keep one going
+	// until the fence.)
+	next.Working = next.Working.Minus(v.Rival)
 	if !v.Confirmed { // nothing new is known of the others
 		next.Pending = c.Pending.And(wanted)
 		next.Custody = v.Custody.Minus(next.Working).Minus(next.Releasing)
@@ -230,13 +240,6 @@ func (c Claims) Step(v View) Claims {
 	// confirmed, into Working (its target) or Releasing (custody only).
 	// Published claims another member also holds are withdrawn.
 	confirmed := c.Pending.And(v.Published).Minus(others)
-	// A Working slot that another live member claims confirmed: a split
-	// brain the rules above never make, but a wrong idea of who is live
-	// can. Withdrawn at once, not released (Releasing would keep it
-	// claimed, its deletions handled here): the gate admits nothing more
-	// of it and cancels what is in flight. The other does the same when it
-	// reads our Lease; then the slot is claimed afresh, by the rules above.
-	next.Working = next.Working.Minus(v.Rival)
 	next.Working = next.Working.Union(confirmed.And(v.Target))
 	next.Releasing = next.Releasing.Union(confirmed.And(v.Custody).Minus(v.Target))
 	next.Pending = c.Pending.Minus(v.Published).And(wanted)

@@ -427,8 +427,11 @@ func TestAWorkingSlotARivalClaimsIsWithdrawn(t *testing.T) {
 	if c.Working != six {
 		t.Fatalf("slot 5 only pending at another member: %+v, want it still Working", c)
 	}
-	// A step without a confirmed list knows nothing new: nothing withdrawn.
-	if c = (Claims{Working: six, Target: six}).Step(View{Live: true, Target: six, Rival: five}); c.Working != six {
-		t.Fatalf("no list after the renewal: %+v, want every slot still Working", c)
+	// Nor does a step whose renewal failed keep a rival's slot: its view of
+	// the others is at least as new as the list that confirmed our claim
+	// (which showed no rival), and dropping a slot never splits the brain.
+	// (It kept it until the fence: TestAdversaryARivalSeenWhileRenewalsFailIsNotWithdrawn.)
+	if c = (Claims{Working: six, Target: six}).Step(View{Live: true, Target: six, Rival: five}); c.Working != shard.SlotsOf(6) {
+		t.Fatalf("no list after a failed renewal, slot 5 claimed by a rival: %+v, want it withdrawn, 6 still Working", c)
 	}
 }

@@ -301,7 +301,6 @@ func TestAdversaryARetryAfterZeroStormsTheLeaseAPI(t *testing.T) {
 // Severity: a split brain, once made, lasts until the fence (doc wrong:
 // "at once").
 func TestAdversaryARivalSeenWhileRenewalsFailIsNotWithdrawn(t *testing.T) {
-	openfinding.Skip(t)
 	client := versionedClient()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	const lease, renew = 4500 * time.Millisecond, time.Second
