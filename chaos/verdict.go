@@ -587,7 +587,11 @@ func (j *judge) facts(d deletion) facts {
 	f := facts{slot: shard.SlotOf(string(d.UID)), claim: claim{rv: -1}}
 	for _, r := range j.replicas {
 		r.rec.mu.Lock()
-		f.seen = f.seen || r.rec.seenDeleted[d.incarnation]
+		// A kill is a kill: what a killed replica's stop handled after it
+		// (its drain) a SIGKILL would not have.
+		if at, ok := r.rec.seenDeleted[d.incarnation]; ok && (r.to.IsZero() || !at.After(r.to)) {
+			f.seen = true
+		}
 		f.known = f.known || r.rec.known[d.incarnation]
 		if !j.sharded {
 			f.owner = r
