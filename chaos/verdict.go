@@ -578,7 +578,12 @@ type facts struct {
 	// seen: a replica handled it; known: a replica ever had the object.
 	seen, known bool
 	// owner claimed the slot (Working or Releasing) when it was deleted
-	// (nil: nobody did); claim is how that claim ended.
+	// (nil: nobody did); claim is how that claim ended. Two claims overlap
+	// only around a handoff (the old owner's Releasing, the new one's
+	// Working): the verdict keeps the claim that lasted longest after the
+	// deletion (ties: the first name), whatever the order of the replicas.
+	// That claimant had the most time to handle it, and its end (a fence,
+	// a kill) is the narrowest excuse.
 	owner *replica
 	claim claim
 }
@@ -599,12 +604,21 @@ func (j *judge) facts(d deletion) facts {
 			if !r.to.IsZero() && (c.end.IsZero() || c.end.After(r.to)) {
 				c = claim{end: r.to, rv: r.rec.lastRV} // its claims ended with it
 			}
-			f.owner, f.claim = r, c
+			if f.owner == nil || laterEnd(c, f.claim) || (sameEnd(c, f.claim) && r.name < f.owner.name) {
+				f.owner, f.claim = r, c
+			}
 		}
 		r.rec.mu.Unlock()
 	}
 	return f
 }
+
+// laterEnd: claim a ended after claim b (a zero end: it never did).
+func laterEnd(a, b claim) bool {
+	return !b.end.IsZero() && (a.end.IsZero() || a.end.After(b.end))
+}
+
+func sameEnd(a, b claim) bool { return a.end.Equal(b.end) }
 
 // judgeDeletion puts deletion d in v: seen, excused by one of the rules
 // below (tried in this order), or lost. Each rule names what kept every
