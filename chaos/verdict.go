@@ -747,12 +747,13 @@ func (j *judge) diedWith(d deletion, f facts) (k *replica, lag time.Duration) {
 func (j *judge) unclaimed(d deletion, f facts) (why, cause string, stretch time.Duration) {
 	switch {
 	case f.owner != nil && f.claim.fenced:
-		if stretch = f.claim.end.Sub(d.At); stretch <= j.bound() {
+		if stretch = f.claim.end.Sub(d.At); stretch <= j.bound() && j.keptAndWorkedAgain(d, f.slot, f.claim.end) == nil {
 			return fmt.Sprintf("%s claimed the slot, and fenced itself %s later", f.owner.name, stretch.Round(100*time.Millisecond)), "fenced", stretch
 		}
 	case f.owner == nil:
 		why, cause, ended := j.lastClaimant(f.slot, d.At)
-		if stretch = d.At.Sub(ended); (cause == "killed" || cause == "fenced") && stretch <= j.bound() {
+		if stretch = d.At.Sub(ended); (cause == "killed" || cause == "fenced") && stretch <= j.bound() &&
+			(cause == "killed" || j.keptAndWorkedAgain(d, f.slot, ended) == nil) {
 			return why, cause, stretch
 		}
 		for _, r := range j.replicas {
@@ -763,12 +764,32 @@ func (j *judge) unclaimed(d deletion, f facts) (why, cause string, stretch time.
 				fence = r.rec.owns.fencedBetween(d.At, at)
 			}
 			r.rec.mu.Unlock()
-			if stretch = fence.Sub(d.At); !fence.IsZero() && stretch <= j.bound() {
+			if stretch = fence.Sub(d.At); !fence.IsZero() && stretch <= j.bound() && j.keptAndWorkedAgain(d, f.slot, fence) == nil {
 				return fmt.Sprintf("%s heard of it, fenced itself %s later, and dropped it with the slot", r.name, stretch.Round(100*time.Millisecond)), "fenced", stretch
 			}
 		}
 	}
 	return "", "", 0
+}
+
+// keptAndWorkedAgain is a replica that heard of deletion d, kept it (did
+// not drop it), and claimed its slot again after fence (and before its
+// kill, if killed): a fence keeps the deletions heard of, held while the
+// watcher watches their slot and handled when the replica works it again,
+// so that one should have been handled; the fence is no excuse (nil: no
+// replica did).
+func (j *judge) keptAndWorkedAgain(d deletion, slot int, fence time.Time) *replica {
+	for _, r := range j.replicas {
+		r.rec.mu.Lock()
+		heard := r.rec.heardDeleted[d.incarnation]
+		_, dropped := r.rec.dropped[d.incarnation]
+		again := r.rec.owns.claimedFrom(slot, fence)
+		r.rec.mu.Unlock()
+		if heard && !dropped && !again.IsZero() && (r.to.IsZero() || again.Before(r.to)) {
+			return r
+		}
+	}
+	return nil
 }
 
 // lastClaimant says who last claimed slot before t, and how that claim
