@@ -716,7 +716,8 @@ func (j *judge) newOwnerListedAfter(f facts, d deletion) bool {
 // deleted within the bound before the kill, and either it claimed the slot
 // then and still did at the kill, or it heard of the deletion and held it,
 // not dropped, while no live replica claimed the slot (nobody did, or the
-// claimant had let it go, to it, before the kill). lag is how long before
+// claimant had let it go before the kill, and no other replica claimed it
+// from then to the kill). lag is how long before
 // the kill d was made.
 func (j *judge) diedWith(d deletion, f facts) (k *replica, lag time.Duration) {
 	for _, r := range j.replicas {
@@ -730,12 +731,39 @@ func (j *judge) diedWith(d deletion, f facts) (k *replica, lag time.Duration) {
 		// Its stop drops its claims: a claim that ended within a second of
 		// the kill lasted until it.
 		claimedToTheEnd := f.owner == r && (f.claim.end.IsZero() || !f.claim.end.Before(r.to.Add(-time.Second)))
+		// handedOn: nobody claimed the slot at the deletion, or its claimant
+		// let it go before the kill; and no other replica claimed it from
+		// then to the kill (the claimant let it go to k, or to nobody).
 		handedOn := f.owner == nil || (f.owner != r && !f.claim.end.IsZero() && f.claim.end.Before(r.to))
+		if handedOn {
+			from := d.At
+			if f.owner != nil {
+				from = f.claim.end
+			}
+			handedOn = !j.othersClaimed(r, f.slot, from, r.to)
+		}
 		if claimedToTheEnd || (heard && !dropped && handedOn) {
 			return r, r.to.Sub(d.At)
 		}
 	}
 	return nil, 0
+}
+
+// othersClaimed: a replica other than k claimed slot after from, up to to
+// (a killed one, before its kill).
+func (j *judge) othersClaimed(k *replica, slot int, from, to time.Time) bool {
+	for _, r := range j.replicas {
+		if r == k {
+			continue
+		}
+		r.rec.mu.Lock()
+		at := r.rec.owns.claimedFrom(slot, from)
+		r.rec.mu.Unlock()
+		if !at.IsZero() && !at.After(to) && (r.to.IsZero() || at.Before(r.to)) {
+			return true
+		}
+	}
+	return false
 }
 
 // unclaimed says why nobody could handle deletion d after a kill or a
