@@ -650,8 +650,16 @@ func (j *judge) judgeDeletion(v *Verdict, d deletion) {
 	// A handoff's gap: nobody ever had the object; its claimant's watch
 	// stood before its creation when it let the slot go, and the new
 	// owner's list, made after its creation, did not have it.
-	if f.owner != nil && !f.known && !f.claim.end.IsZero() && !f.claim.fenced &&
-		f.claim.rv >= 0 && f.claim.rv < d.Created && j.newOwnerListedAfter(f, d) {
+	// Made between a let-go and the next claim (nobody claimed the slot
+	// then): the same, of the claim let go, at most the bound before.
+	g := f
+	if g.owner == nil {
+		if last, c := j.lastClaim(f.slot, d.At); last != nil && !killedWith(last, c) && d.At.Sub(c.end) <= j.bound() {
+			g.owner, g.claim = last, c
+		}
+	}
+	if g.owner != nil && !f.known && !g.claim.end.IsZero() && !g.claim.fenced &&
+		g.claim.rv >= 0 && g.claim.rv < d.Created && j.newOwnerListedAfter(g, d) {
 		v.HandoffGap++
 		return
 	}
@@ -687,15 +695,12 @@ func (j *judge) inGap(r *replica, d deletion) bool {
 }
 
 // newOwnerListedAfter: the replica that next claimed the slot after f's
-// claimant let it go took it over by a list of the slot (its last before
+// claimant let it go (another, or the old owner again) took it over by a list of the slot (its last before
 // its claim) made after the object's creation, which did not have it.
 func (j *judge) newOwnerListedAfter(f facts, d deletion) bool {
 	var next *replica
 	var from time.Time
-	for _, r := range j.replicas {
-		if r == f.owner {
-			continue
-		}
+	for _, r := range j.replicas { // the old owner too: claiming again, its watch went on
 		r.rec.mu.Lock()
 		t := r.rec.owns.claimedFrom(f.slot, f.claim.end.Add(-time.Nanosecond))
 		r.rec.mu.Unlock()
@@ -820,34 +825,43 @@ func (j *judge) keptAndWorkedAgain(d deletion, slot int, fence time.Time) *repli
 	return nil
 }
 
+// lastClaim is the last claim of slot that ended before t, and whose: a
+// killed replica's claims end with it, said so or not (nil: none).
+func (j *judge) lastClaim(slot int, t time.Time) (last *replica, c claim) {
+	c.rv = -1
+	for _, r := range j.replicas {
+		r.rec.mu.Lock()
+		e := r.rec.owns.endedBefore(slot, t)
+		if !e.end.IsZero() && e.end.After(c.end) {
+			last, c = r, e
+		}
+		if !r.to.IsZero() && r.to.Before(t) && r.to.After(c.end) {
+			if claimed, _ := r.rec.owns.claimedAt(slot, r.to); claimed {
+				last, c = r, claim{end: r.to, rv: r.rec.lastRV}
+			}
+		}
+		r.rec.mu.Unlock()
+	}
+	return last, c
+}
+
+// killedWith: claim c of r ended with r's kill (its stop drops its claims,
+// within a second of it).
+func killedWith(r *replica, c claim) bool {
+	return !r.to.IsZero() && !c.end.Before(r.to.Add(-time.Second))
+}
+
 // lastClaimant says who last claimed slot before t, and how that claim
 // ended: killed, fenced, let go (cause), and when.
 func (j *judge) lastClaimant(slot int, t time.Time) (why, cause string, ended time.Time) {
-	var last *replica
-	var byFence bool
-	for _, r := range j.replicas {
-		r.rec.mu.Lock()
-		e, f := r.rec.owns.endedBefore(slot, t)
-		r.rec.mu.Unlock()
-		if !e.IsZero() && e.After(ended) {
-			last, ended, byFence = r, e, f
-		}
-		// A killed replica's claims end with it, said so or not.
-		if !r.to.IsZero() && r.to.Before(t) && r.to.After(ended) {
-			r.rec.mu.Lock()
-			claimed, _ := r.rec.owns.claimedAt(slot, r.to)
-			r.rec.mu.Unlock()
-			if claimed {
-				last, ended, byFence = r, r.to, false
-			}
-		}
-	}
+	last, c := j.lastClaim(slot, t)
+	ended = c.end
 	switch {
 	case last == nil:
 		return "never claimed yet", "never", time.Time{}
-	case !last.to.IsZero() && !ended.Before(last.to.Add(-time.Second)): // its stop dropped the claims
+	case killedWith(last, c):
 		return fmt.Sprintf("%s, its owner, was killed %s before", last.name, t.Sub(ended).Round(100*time.Millisecond)), "killed", ended
-	case byFence:
+	case c.fenced:
 		return fmt.Sprintf("%s, its owner, fenced itself %s before", last.name, t.Sub(ended).Round(100*time.Millisecond)), "fenced", ended
 	default:
 		return fmt.Sprintf("%s let it go %s before", last.name, t.Sub(ended).Round(100*time.Millisecond)), "let go", ended
