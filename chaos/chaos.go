@@ -577,7 +577,10 @@ type recorder struct {
 	longestRetry time.Duration
 	conflicts    int64
 	writes       int64
-	seenDeleted  map[incarnation]bool
+	// seenDeleted: deletions handled (Deleted returned nil), and when. A
+	// killed replica's stop still drains its queue (a SIGKILL would not):
+	// the verdict counts none handled after its kill.
+	seenDeleted map[incarnation]time.Time
 	// heardDeleted: deletions that reached this replica (a DELETED event,
 	// or the gate held, replayed or swept them), handled or not.
 	heardDeleted map[incarnation]bool
@@ -611,7 +614,7 @@ type recorder struct {
 }
 
 func newRecorder(ref *referee) *recorder {
-	return &recorder{ref: ref, seenDeleted: map[incarnation]bool{}, heardDeleted: map[incarnation]bool{}, dropped: map[incarnation]time.Time{}, history: map[string][]string{},
+	return &recorder{ref: ref, seenDeleted: map[incarnation]time.Time{}, heardDeleted: map[incarnation]bool{}, dropped: map[incarnation]time.Time{}, history: map[string][]string{},
 		known: map[incarnation]bool{}}
 }
 
@@ -628,7 +631,7 @@ func (r *recorder) Deleted(ctx context.Context, d store.Delta[app.Object]) error
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err == nil {
-		r.seenDeleted[incarnation{d.Key, d.Object.UID}] = true
+		r.seenDeleted[incarnation{d.Key, d.Object.UID}] = time.Now()
 		if d.FinalStateUnknown {
 			r.unknown++
 		}

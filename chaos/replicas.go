@@ -225,18 +225,20 @@ func (o *ownership) fencedBetween(from, to time.Time) time.Time {
 	return time.Time{}
 }
 
-// endedBefore tells when this replica's last claim of slot before t ended
-// (zero: it had none), and whether by a fence.
-func (o *ownership) endedBefore(slot int, t time.Time) (ended time.Time, fenced bool) {
+// endedBefore is how this replica's last claim of slot before t ended
+// (end zero: it had none): when, whether by a fence, and where its watch
+// was then.
+func (o *ownership) endedBefore(slot int, t time.Time) (c claim) {
+	c.rv = -1
 	for i := range o.at {
 		if o.at[i].After(t) {
 			break
 		}
 		if i > 0 && o.claimed[i-1].Has(slot) && !o.claimed[i].Has(slot) {
-			ended, fenced = o.at[i], o.fenced[i]
+			c = claim{end: o.at[i], fenced: o.fenced[i], rv: o.rv[i]}
 		}
 	}
-	return ended, fenced
+	return c
 }
 
 // around describes when slot was claimed, relative to t: the changes of

@@ -578,7 +578,12 @@ type facts struct {
 	// seen: a replica handled it; known: a replica ever had the object.
 	seen, known bool
 	// owner claimed the slot (Working or Releasing) when it was deleted
-	// (nil: nobody did); claim is how that claim ended.
+	// (nil: nobody did); claim is how that claim ended. Two claims overlap
+	// only around a handoff (the old owner's Releasing, the new one's
+	// Working): the verdict keeps the claim that lasted longest after the
+	// deletion (ties: the first name), whatever the order of the replicas.
+	// That claimant had the most time to handle it, and its end (a fence,
+	// a kill) is the narrowest excuse.
 	owner *replica
 	claim claim
 }
@@ -587,7 +592,11 @@ func (j *judge) facts(d deletion) facts {
 	f := facts{slot: shard.SlotOf(string(d.UID)), claim: claim{rv: -1}}
 	for _, r := range j.replicas {
 		r.rec.mu.Lock()
-		f.seen = f.seen || r.rec.seenDeleted[d.incarnation]
+		// A kill is a kill: what a killed replica's stop handled after it
+		// (its drain) a SIGKILL would not have.
+		if at, ok := r.rec.seenDeleted[d.incarnation]; ok && (r.to.IsZero() || !at.After(r.to)) {
+			f.seen = true
+		}
 		f.known = f.known || r.rec.known[d.incarnation]
 		if !j.sharded {
 			f.owner = r
@@ -595,12 +604,21 @@ func (j *judge) facts(d deletion) facts {
 			if !r.to.IsZero() && (c.end.IsZero() || c.end.After(r.to)) {
 				c = claim{end: r.to, rv: r.rec.lastRV} // its claims ended with it
 			}
-			f.owner, f.claim = r, c
+			if f.owner == nil || laterEnd(c, f.claim) || (sameEnd(c, f.claim) && r.name < f.owner.name) {
+				f.owner, f.claim = r, c
+			}
 		}
 		r.rec.mu.Unlock()
 	}
 	return f
 }
+
+// laterEnd: claim a ended after claim b (a zero end: it never did).
+func laterEnd(a, b claim) bool {
+	return !b.end.IsZero() && (a.end.IsZero() || a.end.After(b.end))
+}
+
+func sameEnd(a, b claim) bool { return a.end.Equal(b.end) }
 
 // judgeDeletion puts deletion d in v: seen, excused by one of the rules
 // below (tried in this order), or lost. Each rule names what kept every
@@ -632,8 +650,16 @@ func (j *judge) judgeDeletion(v *Verdict, d deletion) {
 	// A handoff's gap: nobody ever had the object; its claimant's watch
 	// stood before its creation when it let the slot go, and the new
 	// owner's list, made after its creation, did not have it.
-	if f.owner != nil && !f.known && !f.claim.end.IsZero() && !f.claim.fenced &&
-		f.claim.rv >= 0 && f.claim.rv < d.Created && j.newOwnerListedAfter(f, d) {
+	// Made between a let-go and the next claim (nobody claimed the slot
+	// then): the same, of the claim let go, at most the bound before.
+	g := f
+	if g.owner == nil {
+		if last, c := j.lastClaim(f.slot, d.At); last != nil && !killedWith(last, c) && d.At.Sub(c.end) <= j.bound() {
+			g.owner, g.claim = last, c
+		}
+	}
+	if g.owner != nil && !f.known && !g.claim.end.IsZero() && !g.claim.fenced &&
+		g.claim.rv >= 0 && g.claim.rv < d.Created && j.newOwnerListedAfter(g, d) {
 		v.HandoffGap++
 		return
 	}
@@ -669,15 +695,12 @@ func (j *judge) inGap(r *replica, d deletion) bool {
 }
 
 // newOwnerListedAfter: the replica that next claimed the slot after f's
-// claimant let it go took it over by a list of the slot (its last before
+// claimant let it go (another, or the old owner again) took it over by a list of the slot (its last before
 // its claim) made after the object's creation, which did not have it.
 func (j *judge) newOwnerListedAfter(f facts, d deletion) bool {
 	var next *replica
 	var from time.Time
-	for _, r := range j.replicas {
-		if r == f.owner {
-			continue
-		}
+	for _, r := range j.replicas { // the old owner too: claiming again, its watch went on
 		r.rec.mu.Lock()
 		t := r.rec.owns.claimedFrom(f.slot, f.claim.end.Add(-time.Nanosecond))
 		r.rec.mu.Unlock()
@@ -698,7 +721,8 @@ func (j *judge) newOwnerListedAfter(f facts, d deletion) bool {
 // deleted within the bound before the kill, and either it claimed the slot
 // then and still did at the kill, or it heard of the deletion and held it,
 // not dropped, while no live replica claimed the slot (nobody did, or the
-// claimant had let it go, to it, before the kill). lag is how long before
+// claimant had let it go before the kill, and no other replica claimed it
+// from then to the kill). lag is how long before
 // the kill d was made.
 func (j *judge) diedWith(d deletion, f facts) (k *replica, lag time.Duration) {
 	for _, r := range j.replicas {
@@ -712,12 +736,39 @@ func (j *judge) diedWith(d deletion, f facts) (k *replica, lag time.Duration) {
 		// Its stop drops its claims: a claim that ended within a second of
 		// the kill lasted until it.
 		claimedToTheEnd := f.owner == r && (f.claim.end.IsZero() || !f.claim.end.Before(r.to.Add(-time.Second)))
+		// handedOn: nobody claimed the slot at the deletion, or its claimant
+		// let it go before the kill; and no other replica claimed it from
+		// then to the kill (the claimant let it go to k, or to nobody).
 		handedOn := f.owner == nil || (f.owner != r && !f.claim.end.IsZero() && f.claim.end.Before(r.to))
+		if handedOn {
+			from := d.At
+			if f.owner != nil {
+				from = f.claim.end
+			}
+			handedOn = !j.othersClaimed(r, f.slot, from, r.to)
+		}
 		if claimedToTheEnd || (heard && !dropped && handedOn) {
 			return r, r.to.Sub(d.At)
 		}
 	}
 	return nil, 0
+}
+
+// othersClaimed: a replica other than k claimed slot after from, up to to
+// (a killed one, before its kill).
+func (j *judge) othersClaimed(k *replica, slot int, from, to time.Time) bool {
+	for _, r := range j.replicas {
+		if r == k {
+			continue
+		}
+		r.rec.mu.Lock()
+		at := r.rec.owns.claimedFrom(slot, from)
+		r.rec.mu.Unlock()
+		if !at.IsZero() && !at.After(to) && (r.to.IsZero() || at.Before(r.to)) {
+			return true
+		}
+	}
+	return false
 }
 
 // unclaimed says why nobody could handle deletion d after a kill or a
@@ -729,12 +780,13 @@ func (j *judge) diedWith(d deletion, f facts) (k *replica, lag time.Duration) {
 func (j *judge) unclaimed(d deletion, f facts) (why, cause string, stretch time.Duration) {
 	switch {
 	case f.owner != nil && f.claim.fenced:
-		if stretch = f.claim.end.Sub(d.At); stretch <= j.bound() {
+		if stretch = f.claim.end.Sub(d.At); stretch <= j.bound() && j.keptAndWorkedAgain(d, f.slot, f.claim.end) == nil {
 			return fmt.Sprintf("%s claimed the slot, and fenced itself %s later", f.owner.name, stretch.Round(100*time.Millisecond)), "fenced", stretch
 		}
 	case f.owner == nil:
 		why, cause, ended := j.lastClaimant(f.slot, d.At)
-		if stretch = d.At.Sub(ended); (cause == "killed" || cause == "fenced") && stretch <= j.bound() {
+		if stretch = d.At.Sub(ended); (cause == "killed" || cause == "fenced") && stretch <= j.bound() &&
+			(cause == "killed" || j.keptAndWorkedAgain(d, f.slot, ended) == nil) {
 			return why, cause, stretch
 		}
 		for _, r := range j.replicas {
@@ -745,7 +797,7 @@ func (j *judge) unclaimed(d deletion, f facts) (why, cause string, stretch time.
 				fence = r.rec.owns.fencedBetween(d.At, at)
 			}
 			r.rec.mu.Unlock()
-			if stretch = fence.Sub(d.At); !fence.IsZero() && stretch <= j.bound() {
+			if stretch = fence.Sub(d.At); !fence.IsZero() && stretch <= j.bound() && j.keptAndWorkedAgain(d, f.slot, fence) == nil {
 				return fmt.Sprintf("%s heard of it, fenced itself %s later, and dropped it with the slot", r.name, stretch.Round(100*time.Millisecond)), "fenced", stretch
 			}
 		}
@@ -753,34 +805,63 @@ func (j *judge) unclaimed(d deletion, f facts) (why, cause string, stretch time.
 	return "", "", 0
 }
 
+// keptAndWorkedAgain is a replica that heard of deletion d, kept it (did
+// not drop it), and claimed its slot again after fence (and before its
+// kill, if killed): a fence keeps the deletions heard of, held while the
+// watcher watches their slot and handled when the replica works it again,
+// so that one should have been handled; the fence is no excuse (nil: no
+// replica did).
+func (j *judge) keptAndWorkedAgain(d deletion, slot int, fence time.Time) *replica {
+	for _, r := range j.replicas {
+		r.rec.mu.Lock()
+		heard := r.rec.heardDeleted[d.incarnation]
+		_, dropped := r.rec.dropped[d.incarnation]
+		again := r.rec.owns.claimedFrom(slot, fence)
+		r.rec.mu.Unlock()
+		if heard && !dropped && !again.IsZero() && (r.to.IsZero() || again.Before(r.to)) {
+			return r
+		}
+	}
+	return nil
+}
+
+// lastClaim is the last claim of slot that ended before t, and whose: a
+// killed replica's claims end with it, said so or not (nil: none).
+func (j *judge) lastClaim(slot int, t time.Time) (last *replica, c claim) {
+	c.rv = -1
+	for _, r := range j.replicas {
+		r.rec.mu.Lock()
+		e := r.rec.owns.endedBefore(slot, t)
+		if !e.end.IsZero() && e.end.After(c.end) {
+			last, c = r, e
+		}
+		if !r.to.IsZero() && r.to.Before(t) && r.to.After(c.end) {
+			if claimed, _ := r.rec.owns.claimedAt(slot, r.to); claimed {
+				last, c = r, claim{end: r.to, rv: r.rec.lastRV}
+			}
+		}
+		r.rec.mu.Unlock()
+	}
+	return last, c
+}
+
+// killedWith: claim c of r ended with r's kill (its stop drops its claims,
+// within a second of it).
+func killedWith(r *replica, c claim) bool {
+	return !r.to.IsZero() && !c.end.Before(r.to.Add(-time.Second))
+}
+
 // lastClaimant says who last claimed slot before t, and how that claim
 // ended: killed, fenced, let go (cause), and when.
 func (j *judge) lastClaimant(slot int, t time.Time) (why, cause string, ended time.Time) {
-	var last *replica
-	var byFence bool
-	for _, r := range j.replicas {
-		r.rec.mu.Lock()
-		e, f := r.rec.owns.endedBefore(slot, t)
-		r.rec.mu.Unlock()
-		if !e.IsZero() && e.After(ended) {
-			last, ended, byFence = r, e, f
-		}
-		// A killed replica's claims end with it, said so or not.
-		if !r.to.IsZero() && r.to.Before(t) && r.to.After(ended) {
-			r.rec.mu.Lock()
-			claimed, _ := r.rec.owns.claimedAt(slot, r.to)
-			r.rec.mu.Unlock()
-			if claimed {
-				last, ended, byFence = r, r.to, false
-			}
-		}
-	}
+	last, c := j.lastClaim(slot, t)
+	ended = c.end
 	switch {
 	case last == nil:
 		return "never claimed yet", "never", time.Time{}
-	case !last.to.IsZero() && !ended.Before(last.to.Add(-time.Second)): // its stop dropped the claims
+	case killedWith(last, c):
 		return fmt.Sprintf("%s, its owner, was killed %s before", last.name, t.Sub(ended).Round(100*time.Millisecond)), "killed", ended
-	case byFence:
+	case c.fenced:
 		return fmt.Sprintf("%s, its owner, fenced itself %s before", last.name, t.Sub(ended).Round(100*time.Millisecond)), "fenced", ended
 	default:
 		return fmt.Sprintf("%s let it go %s before", last.name, t.Sub(ended).Round(100*time.Millisecond)), "let go", ended

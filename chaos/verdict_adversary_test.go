@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"rawwatch/internal/openfinding"
 	"strings"
 	"testing"
 	"time"
@@ -42,7 +41,6 @@ func (deletedOnly) Deleted(context.Context, store.Delta[app.Object]) error { ret
 //
 //	a deletion k held 40 s and handled only after its kill (by the stop's drain) is not lost: Verdict{UnseenDeletions:[] ... WithKilled:[] ...}
 func TestAdversaryAKilledReplicasPosthumousDrainHidesALoss(t *testing.T) {
-	openfinding.Skip(t)
 	s := newScene("a", "k").claims("k", 0, true, false, 10).kill("k", 140*time.Second)
 	k := s.by["k"]
 	k.rec.who = "k"
@@ -76,7 +74,6 @@ func TestAdversaryAKilledReplicasPosthumousDrainHidesALoss(t *testing.T) {
 //
 //	replicas [a b]: excused as fenced 1 (lost 0), replicas [b a]: lost 1; one set of records, two verdicts, and a live claimant throughout should make it lost
 func TestAdversaryTheVerdictDependsOnTheOrderOfTheReplicas(t *testing.T) {
-	openfinding.Skip(t)
 	build := func(names ...string) Verdict {
 		s := newScene(names...).claims("a", 0, true, false, 10).
 			claims("b", 90*time.Second, true, false, 140).claims("b", 105*time.Second, false, true, 150)
@@ -111,7 +108,6 @@ func TestAdversaryTheVerdictDependsOnTheOrderOfTheReplicas(t *testing.T) {
 //	fenced after the deletion, heard and kept it, worked the slot again from 108 s: excused (unclaimed [a claimed the slot, and fenced itself 5s later]), want lost
 //	fenced before the deletion, heard and kept it, worked the slot again from 108 s: excused (unclaimed [a, its owner, fenced itself 10s before]), want lost
 func TestAdversaryAFenceExcusesADeletionItsReplicaKeptAndNeverHandled(t *testing.T) {
-	openfinding.Skip(t)
 	for _, c := range []struct {
 		name  string
 		fence time.Duration
@@ -153,7 +149,6 @@ func TestAdversaryAFenceExcusesADeletionItsReplicaKeptAndNeverHandled(t *testing
 //
 //	a let the slot go to b (live) after the deletion: excused as died with k ([ns/obj (uid uid-1, deleted 10s before k was killed)]), want lost
 func TestAdversaryAKillExcusesADeletionTheClaimantLetGoToALiveReplica(t *testing.T) {
-	openfinding.Skip(t)
 	s := newScene("a", "b", "k").claims("a", 0, true, false, 10).knew("a").
 		claims("a", 102*time.Second, false, false, 160).list("b", 102*time.Second, 160).
 		claims("b", 103*time.Second, true, false, 160).
@@ -193,7 +188,6 @@ func TestAdversaryAKillExcusesADeletionTheClaimantLetGoToALiveReplica(t *testing
 //
 //	deleted at 98.5 s (a still claimed): handoff gap 1, lost 0; deleted at 100 s (between a's let-go and b's claim): handoff gap 0, lost 1
 func TestAdversaryAHandoffGapBetweenTheLetGoAndTheClaimFails(t *testing.T) {
-	openfinding.Skip(t)
 	run := func(at time.Duration) Verdict {
 		s := newScene("a", "b").claims("a", 0, true, false, 10).
 			claims("a", 99*time.Second, false, false, 140).
@@ -230,7 +224,6 @@ func TestAdversaryAHandoffGapBetweenTheLetGoAndTheClaimFails(t *testing.T) {
 //
 //	a claimed the slot again and watched it past the creation: handoff gap 1, lost 0; want lost
 func TestAdversaryAHandoffGapIgnoresTheOldOwnerClaimingAgain(t *testing.T) {
-	openfinding.Skip(t)
 	v := newScene("a", "b").claims("a", 0, true, false, 10).claims("a", 101*time.Second, false, false, 140).
 		claims("a", 102*time.Second, true, false, 140).claims("a", 499500*time.Millisecond, false, false, 1000).
 		list("b", 499*time.Second, 900).claims("b", 500*time.Second, true, false, 900).verdict()
