@@ -980,33 +980,45 @@ func (m *Member) leave(log klog.Logger) {
 		m.observe(ClaimsChanged{Identity: m.cfg.Identity, Before: had})
 	}
 	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
-	if !m.wrote.IsZero() { // ours: mark it
-		if err := m.markLeaving(); err != nil {
-			log.Error(err, "Could not mark the ring's Lease leaving: the others count this member out a lease duration after its last renewal", "lease", m.leaseName())
-		} else {
-			<-m.cfg.Clock.After(m.cfg.RenewPeriod)
-		}
+	// Only a Lease this process holds is marked and deleted: one it never
+	// wrote, or one renewed behind its back, is another process's (of the
+	// same identity), which works under it.
+	if m.wrote.IsZero() {
+		log.Info("Leaving the ring's Lease in place: this process never held it", "lease", m.leaseName())
+		return
+	}
+	var del metav1.DeleteOptions
+	switch rv, err := m.markLeaving(); {
+	case errors.Is(err, errForeignWriter):
+		log.Error(err, "Leaving the ring's Lease in place: another process renews it", "lease", m.leaseName())
+		return
+	case err != nil:
+		log.Error(err, "Could not mark the ring's Lease leaving: the others count this member out a lease duration after its last renewal", "lease", m.leaseName())
+	default:
+		// Deleted as marked: not if anyone wrote it since.
+		del.Preconditions = &metav1.Preconditions{ResourceVersion: &rv}
+		<-m.cfg.Clock.After(m.cfg.RenewPeriod)
 	}
 	ctx, cancel := m.request(context.Background())
 	defer cancel()
-	err := leases.Delete(ctx, m.leaseName(), metav1.DeleteOptions{})
+	err := leases.Delete(ctx, m.leaseName(), del)
 	if err != nil && !apierrors.IsNotFound(err) {
 		log.Error(err, "Could not delete the ring's Lease on leaving: the others see it expire", "lease", m.leaseName())
 	}
 }
 
 // markLeaving writes AnnotationLeaving on this member's Lease, with no
-// claims.
-func (m *Member) markLeaving() error {
+// claims, and returns the resourceVersion it wrote.
+func (m *Member) markLeaving() (string, error) {
 	ctx, cancel := m.request(context.Background())
 	defer cancel()
 	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
 	lease, err := leases.Get(ctx, m.leaseName(), metav1.GetOptions{})
 	if err != nil {
-		return err
+		return "", err
 	}
 	if r := lease.Spec.RenewTime; r == nil || !r.Time.Equal(m.wrote) && !slices.ContainsFunc(m.tried, r.Time.Equal) {
-		return fmt.Errorf("%w: lease %s; not marking it", errForeignWriter, m.leaseName())
+		return "", fmt.Errorf("%w: lease %s; not marking it", errForeignWriter, m.leaseName())
 	}
 	if lease.Annotations == nil {
 		lease.Annotations = map[string]string{}
@@ -1017,6 +1029,9 @@ func (m *Member) markLeaving() error {
 			lease.Annotations[k] = ""
 		}
 	}
-	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
-	return err
+	marked, err := leases.Update(ctx, lease, metav1.UpdateOptions{})
+	if err != nil {
+		return "", err
+	}
+	return marked.ResourceVersion, nil
 }

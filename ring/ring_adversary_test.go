@@ -369,7 +369,6 @@ func TestAdversaryARivalSeenWhileRenewalsFailIsNotWithdrawn(t *testing.T) {
 // Severity: outage (every slot of the first process unworked for over a
 // lease duration; no split brain).
 func TestAdversaryASecondProcessOfOneIdentityDeletesTheFirstsLeaseOnLeaving(t *testing.T) {
-	openfinding.Skip(t)
 	client := versionedClient()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
