@@ -326,12 +326,14 @@ func (w *model) round(mm *modelMember) {
 		ok = ok && found
 		mm.renewOK = ok
 		mm.wrote = mm.wrote || ok
-		if deleted {
+		if deleted { // and re-created at the next turn
+			mm.wrote = false
 			m.lostLease()
 			m.setRenewed(time.Time{})
 			m.fenceIfPast(logr.Discard())
 		}
 		if ok {
+			m.wroteLease()
 			m.published = claimed
 			m.extend(logr.Discard(), sent)
 		}

@@ -274,6 +274,7 @@ type Member struct {
 	// quietUntil: our Lease was deleted under us; the one re-created
 	// claims nothing until then (lostLease).
 	quietUntil time.Time
+	lost       bool // since lostLease, not re-created yet
 	// ownSeen: the last list showed our own Lease.
 	ownSeen bool
 	// found is our own Lease as we found it not written by us (before we
@@ -452,6 +453,20 @@ func (m *Member) afterLook(log klog.Logger, renewed bool) {
 func (m *Member) lostLease() {
 	m.mu.Lock()
 	m.quietUntil = m.cfg.Now().Add(m.cfg.LeaseDuration)
+	m.lost = true
+	m.mu.Unlock()
+}
+
+// wroteLease: a renewal succeeded. If it re-created a Lease lost under us,
+// the lease duration of quiet counts from now, when it is there for the
+// others to read (counted from the loss, a re-create that failed for a
+// lease duration claimed a renew period after it landed).
+func (m *Member) wroteLease() {
+	m.mu.Lock()
+	if m.lost {
+		m.quietUntil = m.cfg.Now().Add(m.cfg.LeaseDuration)
+		m.lost = false
+	}
 	m.mu.Unlock()
 }
 
@@ -598,11 +613,14 @@ func (m *Member) renew(ctx context.Context) (time.Time, error) {
 	id := m.cfg.Identity
 	lease, err := leases.Get(ctx, m.leaseName(), metav1.GetOptions{})
 	switch {
-	case apierrors.IsNotFound(err) && !m.wrote.IsZero():
-		// Deleted by hand under us: the others may forget it a lease
-		// duration after they first found it gone, and one that never
-		// read it may take its slots at once. Out now; re-created, with
-		// no claims, at the next turn.
+	case apierrors.IsNotFound(err) && (!m.wrote.IsZero() || m.found != nil):
+		// Deleted by hand under us (or under the process of our identity
+		// we waited on, which may not have found out yet): the others may
+		// forget it a lease duration after they first found it gone, and
+		// one that never read it may take its slots at once. Out now;
+		// re-created at the next turn, claiming nothing for a lease
+		// duration (lostLease).
+		m.wrote, m.tried, m.found = time.Time{}, m.tried[:0], nil
 		return sent, errLeaseDeleted
 	case apierrors.IsNotFound(err):
 		lease = &coordinationv1.Lease{
@@ -663,6 +681,7 @@ func (m *Member) renew(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return sent, err
 	}
+	m.wroteLease()
 	m.wrote = sent.Truncate(time.Microsecond) // as the Lease stores it
 	m.tried = m.tried[:0]
 	m.published = claimed

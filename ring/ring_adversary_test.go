@@ -47,7 +47,6 @@ import (
 // Severity: split brain (needs a duplicated identity, which the docs
 // promise to survive, plus a hand delete and a short API blip for x1).
 func TestAdversaryASecondProcessRecreatesAHandDeletedLeaseAndWorksAtOnce(t *testing.T) {
-	openfinding.Skip(t)
 	client := versionedClient()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
