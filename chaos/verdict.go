@@ -811,14 +811,35 @@ func (j *judge) unclaimed(d deletion, f facts) (why, cause string, stretch time.
 // watcher watches their slot and handled when the replica works it again,
 // so that one should have been handled; the fence is no excuse (nil: no
 // replica did).
+//
+// Working it again means a stretch of its claim that the replica neither
+// fenced itself out of nor was killed in within the bound: a queue behind
+// a backlog (after an API server's restart, every replica's) may not reach
+// the replayed deletion before the next fence, which holds it again.
 func (j *judge) keptAndWorkedAgain(d deletion, slot int, fence time.Time) *replica {
 	for _, r := range j.replicas {
 		r.rec.mu.Lock()
 		heard := r.rec.heardDeleted[d.incarnation]
 		_, dropped := r.rec.dropped[d.incarnation]
-		again := r.rec.owns.claimedFrom(slot, fence)
+		worked := false
+		for from := fence; heard && !dropped; {
+			again := r.rec.owns.claimedFrom(slot, from)
+			if again.IsZero() || (!r.to.IsZero() && !again.Before(r.to)) {
+				break
+			}
+			_, c := r.rec.owns.claimedAt(slot, again)
+			end := c.end
+			if !r.to.IsZero() && (end.IsZero() || end.After(r.to)) {
+				end = r.to // its claims ended with it
+			}
+			if end.IsZero() || end.Sub(again) > j.bound() || (!c.fenced && !end.Equal(r.to)) {
+				worked = true
+				break
+			}
+			from = end
+		}
 		r.rec.mu.Unlock()
-		if heard && !dropped && !again.IsZero() && (r.to.IsZero() || again.Before(r.to)) {
+		if worked {
 			return r
 		}
 	}
