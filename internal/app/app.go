@@ -130,6 +130,14 @@ type Options struct {
 	// CertDir holds tls.crt and tls.key for secure serving (read again
 	// when they change); "" makes a self-signed certificate at start.
 	CertDir string
+	// Authz bounds secure serving's reviews and how long their answers are
+	// kept (zero fields: authz's defaults). A grant taken away is refused
+	// within AllowTTL.
+	Authz authz.Options
+	// StreamLifetime is how long one live-page event stream lasts (and a
+	// random part of a quarter more) before its browser reconnects, and is
+	// authorized again (0: ui.DefaultMaxStream).
+	StreamLifetime time.Duration
 	// Explain, when set, narrates every mechanic (--explain).
 	Explain *explain.Narrator
 	// LeaderElection, when set, runs the workers only while this process
@@ -234,7 +242,7 @@ func New(opts Options) (_ *App, err error) {
 		observer = append(observer, a.probe)
 	}
 	if opts.UIAddr != "" && opts.UIAddr != "0" {
-		a.UI = ui.New(ui.Options{Queue: a.Queue.Snapshot, StoreLen: a.Store.Len,
+		a.UI = ui.New(ui.Options{Queue: a.Queue.Snapshot, StoreLen: a.Store.Len, MaxStream: opts.StreamLifetime,
 			Viewer: func(r *http.Request) string { return authz.User(r.Context()) }})
 		observer = append(observer, a.UI)
 	}

@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -17,9 +18,14 @@ import (
 	"testing"
 	"time"
 
+	"io"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"rawwatch/internal/app"
+	"rawwatch/internal/authz"
 	"rawwatch/internal/testkit"
 )
 
@@ -84,6 +90,68 @@ func TestSecureServingLetsInOnlyWhomRBACAllows(t *testing.T) {
 	if n := logs.Count("forbidden"); n > 0 {
 		t.Errorf("the controller's own requests were forbidden %d times: config/rbac lacks a permission:\n%s",
 			n, strings.Join(logs.Grep("forbidden"), "\n"))
+	}
+}
+
+// A grant taken away ends the live page: the viewer's open event stream
+// ends after its lifetime, and its browser's reconnect is refused once the
+// allowed answer has expired (AllowTTL). Here the lifetime is 3 s and
+// AllowTTL 2 s (1 minute and 2 minutes by default); the test waits a minute
+// for each, for a busy machine, and reports how long they took.
+func TestARevokedViewersStreamEndsAndItsReconnectIsRefused(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	ns := testkit.Namespace(t, cp.Config())
+	testkit.InstallRBAC(t, cp.Config())
+	viewer := testkit.ServiceAccountToken(t, cp.Config(), ns, "viewer")
+	testkit.BindClusterRole(t, cp.Config(), "rawwatch-page-reader", ns, "viewer")
+	asController := rest.AnonymousClientConfig(cp.Config())
+	asController.BearerToken = testkit.ServiceAccountToken(t, cp.Config(), testkit.ControllerNamespace, testkit.ControllerServiceAccount)
+	certDir, roots := servingCert(t)
+	a, _, _ := startAppWith(t, app.Options{Config: asController, Namespace: ns, SecureServing: true, CertDir: certDir,
+		UIAddr: "127.0.0.1:0", Authz: authz.Options{AllowTTL: 2 * time.Second, DenyTTL: time.Second}, StreamLifetime: 3 * time.Second})
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	events := "https://" + a.UIAddr() + "/ui/events"
+
+	req, _ := http.NewRequest(http.MethodGet, events, nil)
+	req.Header.Set("Authorization", "Bearer "+viewer)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the viewer's stream: %d, want 200", resp.StatusCode)
+	}
+	ended := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, resp.Body); ended <- err }()
+
+	kube := kubernetes.NewForConfigOrDie(cp.Config())
+	if err := kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), "rawwatch-page-reader-"+ns+"-viewer", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatalf("the stream ended with %v, want its end", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the revoked viewer's stream still runs a minute after its 3 s lifetime")
+	}
+	t.Logf("the stream ended %v after the grant was taken away", time.Since(revoked).Round(10*time.Millisecond))
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		code, _ := testkit.BearerGet(t, client, events, viewer)
+		if code == http.StatusForbidden {
+			t.Logf("its reconnect was refused %v after the grant was taken away (AllowTTL 2s)", time.Since(revoked).Round(10*time.Millisecond))
+			return
+		}
+		if code != http.StatusOK {
+			t.Fatalf("the revoked viewer's reconnect: %d, want 200 until the grant's answer expires, then 403", code)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the revoked viewer still streams the page a minute after its grant was taken away (AllowTTL 2s)")
+		}
 	}
 }
 

@@ -179,7 +179,7 @@ func (a *App) serve(log klog.Logger) (stop func(), err error) {
 	var tlsConfig *tls.Config
 	for _, ep := range a.served {
 		if ep.guarded && a.opts.SecureServing && guard == nil {
-			if guard, err = authz.New(a.opts.Config, authz.Options{}); err != nil {
+			if guard, err = authz.New(a.opts.Config, a.opts.Authz); err != nil {
 				return nil, err
 			}
 			if tlsConfig, err = servingTLS(log, a.opts.CertDir); err != nil {
