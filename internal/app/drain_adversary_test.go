@@ -3,11 +3,10 @@ package app
 import (
 	"context"
 	"slices"
-	"sync"
+	"strings"
 	"testing"
 	"time"
 
-	"rawwatch/observe"
 	"rawwatch/ring"
 	"rawwatch/shard"
 )
@@ -46,15 +45,8 @@ func TestAdversaryALeaveWhileFencedLosesItsDeletionsUnreported(t *testing.T) {
 	// held at the end as abandoned.
 	for _, back := range []bool{false, true} {
 		rec := &deleter{}
-		var mu sync.Mutex
-		var routes []string
-		a := leavingApp([]string{"queued", "swept"}, nil, rec, observe.Func(func(e observe.Event) {
-			if r, ok := e.(DeletionRouted); ok {
-				mu.Lock()
-				routes = append(routes, r.UID+" "+r.Route)
-				mu.Unlock()
-			}
-		}))
+		var log routeLog
+		a := leavingApp([]string{"queued", "swept"}, nil, rec, &log)
 		a.watched = shard.All() // the watcher watches every slot already
 		// One deletion queued before the signal (its object left the store).
 		queued, _ := a.Store.Get("ns/queued")
@@ -78,14 +70,13 @@ func TestAdversaryALeaveWhileFencedLosesItsDeletionsUnreported(t *testing.T) {
 		rec.mu.Lock()
 		handled := slices.Clone(rec.handled)
 		rec.mu.Unlock()
-		mu.Lock()
+		routes := log.routes()
 		abandoned := 0
 		for _, r := range routes {
-			if len(r) > 10 && r[len(r)-9:] == "abandoned" {
+			if strings.HasSuffix(r, " abandoned") {
 				abandoned++
 			}
 		}
-		mu.Unlock()
 		switch {
 		case back && !(slices.Contains(handled, "uid-queued") && slices.Contains(handled, "uid-swept")):
 			// (Each at least once: the second sweep finds the swept one again.)

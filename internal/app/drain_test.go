@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -58,6 +59,27 @@ func (d *deleter) Deleted(_ context.Context, del store.Delta[Object]) error {
 	return nil
 }
 
+// routeLog is an observer that keeps the routes of deletions
+// (DeletionRouted), each as "<uid> <route>".
+type routeLog struct {
+	mu  sync.Mutex
+	log []string
+}
+
+func (l *routeLog) Observe(e observe.Event) {
+	if r, ok := e.(DeletionRouted); ok {
+		l.mu.Lock()
+		l.log = append(l.log, r.UID+" "+r.Route)
+		l.mu.Unlock()
+	}
+}
+
+func (l *routeLog) routes() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.log)
+}
+
 // leavingApp is the part of an App a clean leave's drain uses: a store
 // holding the objects named, a watcher whose LISTs find listed, a gate that
 // works every slot under a fresh lease, and a controller whose workers stopped (Run returned).
@@ -100,15 +122,8 @@ func TestALeaveSweepsTheDeletionsTheWatchHadNotBrought(t *testing.T) {
 // returns.
 func TestALeaveReportsTheDeletionsItAbandons(t *testing.T) {
 	rec := &deleter{fail: "uid-bad"}
-	var mu sync.Mutex
-	var routes []string
-	a := leavingApp([]string{"bad", "good"}, nil, rec, observe.Func(func(e observe.Event) {
-		if r, ok := e.(DeletionRouted); ok {
-			mu.Lock()
-			routes = append(routes, r.UID+" "+r.Route)
-			mu.Unlock()
-		}
-	}))
+	var log routeLog
+	a := leavingApp([]string{"bad", "good"}, nil, rec, &log)
 	stopped := make(chan struct{})
 	close(stopped)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -120,8 +135,7 @@ func TestALeaveReportsTheDeletionsItAbandons(t *testing.T) {
 	if len(rec.handled) != 1 || rec.handled[0] != "uid-good" {
 		t.Errorf("handled %v, want uid-good", rec.handled)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	routes := log.routes()
 	want := map[string]bool{"uid-bad swept": true, "uid-good swept": true, "uid-bad abandoned": true}
 	if len(routes) != len(want) {
 		t.Fatalf("routes %v, want %v", routes, want)

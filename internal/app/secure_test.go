@@ -37,23 +37,13 @@ import (
 // not /metrics, another gets 403, no token 401; the probes stay plain and open.
 func TestSecureServingLetsInOnlyWhomRBACAllows(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	testkit.InstallRBAC(t, cp.Config())
-	reader := testkit.ServiceAccountToken(t, cp.Config(), ns, "prometheus")
-	nosy := testkit.ServiceAccountToken(t, cp.Config(), ns, "nosy")
-	testkit.BindClusterRole(t, cp.Config(), "rawwatch-metrics-reader", ns, "prometheus")
-	viewer := testkit.ServiceAccountToken(t, cp.Config(), ns, "viewer")
-	testkit.BindClusterRole(t, cp.Config(), "rawwatch-page-reader", ns, "viewer")
-
-	asController := rest.AnonymousClientConfig(cp.Config())
-	asController.BearerToken = testkit.ServiceAccountToken(t, cp.Config(), testkit.ControllerNamespace, testkit.ControllerServiceAccount)
-	certDir, roots := servingCert(t)
-	a, _, logs := startAppWith(t, app.Options{Config: asController, Namespace: ns,
-		SecureServing: true, CertDir: certDir,
+	admin, ns := rbacNamespace(t)
+	reader := boundToken(t, admin, ns, "prometheus", "rawwatch-metrics-reader")
+	nosy := testkit.ServiceAccountToken(t, admin, ns, "nosy")
+	viewer := boundToken(t, admin, ns, "viewer", "rawwatch-page-reader")
+	a, logs, client := startSecure(t, admin, app.Options{Namespace: ns,
 		MetricsAddr: "127.0.0.1:0", HealthAddr: "localhost:0", UIAddr: "127.0.0.1:0"})
-
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	client.Timeout = 10 * time.Second
 	get := func(url, token string) (int, string) { return testkit.BearerGet(t, client, url, token) }
 	metrics := "https://" + a.MetricsAddr() + "/metrics"
 	page := "https://" + a.UIAddr() + "/ui/"
@@ -100,17 +90,10 @@ func TestSecureServingLetsInOnlyWhomRBACAllows(t *testing.T) {
 // for each, for a busy machine, and reports how long they took.
 func TestARevokedViewersStreamEndsAndItsReconnectIsRefused(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	testkit.InstallRBAC(t, cp.Config())
-	viewer := testkit.ServiceAccountToken(t, cp.Config(), ns, "viewer")
-	testkit.BindClusterRole(t, cp.Config(), "rawwatch-page-reader", ns, "viewer")
-	asController := rest.AnonymousClientConfig(cp.Config())
-	asController.BearerToken = testkit.ServiceAccountToken(t, cp.Config(), testkit.ControllerNamespace, testkit.ControllerServiceAccount)
-	certDir, roots := servingCert(t)
-	a, _, _ := startAppWith(t, app.Options{Config: asController, Namespace: ns, SecureServing: true, CertDir: certDir,
-		UIAddr: "127.0.0.1:0", Authz: authz.Options{AllowTTL: 2 * time.Second, DenyTTL: time.Second}, StreamLifetime: 3 * time.Second})
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	admin, ns := rbacNamespace(t)
+	viewer := boundToken(t, admin, ns, "viewer", "rawwatch-page-reader")
+	a, _, client := startSecure(t, admin, app.Options{Namespace: ns, UIAddr: "127.0.0.1:0",
+		Authz: authz.Options{AllowTTL: 2 * time.Second, DenyTTL: time.Second}, StreamLifetime: 3 * time.Second})
 	events := "https://" + a.UIAddr() + "/ui/events"
 
 	req, _ := http.NewRequest(http.MethodGet, events, nil)
@@ -126,7 +109,7 @@ func TestARevokedViewersStreamEndsAndItsReconnectIsRefused(t *testing.T) {
 	ended := make(chan error, 1)
 	go func() { _, err := io.Copy(io.Discard, resp.Body); ended <- err }()
 
-	kube := kubernetes.NewForConfigOrDie(cp.Config())
+	kube := kubernetes.NewForConfigOrDie(admin)
 	if err := kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), "rawwatch-page-reader-"+ns+"-viewer", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -153,6 +136,35 @@ func TestARevokedViewersStreamEndsAndItsReconnectIsRefused(t *testing.T) {
 			t.Fatal("the revoked viewer still streams the page a minute after its grant was taken away (AllowTTL 2s)")
 		}
 	}
+}
+
+// rbacNamespace is the shared control plane's admin config, with
+// config/rbac installed, and a namespace of the test's own.
+func rbacNamespace(t *testing.T) (*rest.Config, string) {
+	admin := shared.Get(t).Config()
+	ns := testkit.Namespace(t, admin)
+	testkit.InstallRBAC(t, admin)
+	return admin, ns
+}
+
+// boundToken is a token of ServiceAccount sa of ns, bound to ClusterRole
+// role.
+func boundToken(t *testing.T, admin *rest.Config, ns, sa, role string) string {
+	token := testkit.ServiceAccountToken(t, admin, ns, sa)
+	testkit.BindClusterRole(t, admin, role, ns, sa)
+	return token
+}
+
+// startSecure starts an App with opts, serving securely with a certificate
+// from a directory, as config/rbac's ServiceAccount (so its roles are shown
+// to suffice), and returns it, its log and an HTTP client trusting it.
+func startSecure(t *testing.T, admin *rest.Config, opts app.Options) (*app.App, *testkit.Logs, *http.Client) {
+	asController := rest.AnonymousClientConfig(admin)
+	asController.BearerToken = testkit.ServiceAccountToken(t, admin, testkit.ControllerNamespace, testkit.ControllerServiceAccount)
+	certDir, roots := servingCert(t)
+	opts.Config, opts.SecureServing, opts.CertDir = asController, true, certDir
+	a, _, logs := startAppWith(t, opts)
+	return a, logs, &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
 }
 
 // servingCert writes a CA and a serving certificate for 127.0.0.1 signed by
