@@ -15,14 +15,11 @@ import (
 	"k8s.io/client-go/rest"
 
 	"rawwatch/faultproxy"
-	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
 	"rawwatch/leader"
 )
 
-var shared = &controlplane.Shared{}
-
-func TestMain(m *testing.M) { shared.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // Short durations keep the tests quick; they still leave the leader a
 // renew deadline of 2 s on a busy two-core machine.
@@ -47,7 +44,7 @@ type candidate struct {
 // work in flight: it finishes it unless the work is aborted.
 func campaign(t *testing.T, c leader.Config, drain time.Duration) *candidate {
 	t.Helper()
-	return campaignVia(t, shared.Get(t).Config(), c, drain)
+	return campaignVia(t, testkit.Shared.Get(t).Config(), c, drain)
 }
 
 func campaignVia(t *testing.T, cfg *rest.Config, c leader.Config, drain time.Duration) *candidate {
@@ -99,9 +96,7 @@ func (c *candidate) times() (start, workCtxEnd, end time.Time) {
 // holder between the two), and the standby takes over at its next retry
 // instead of waiting the lease out (logged: a busy machine may be slower).
 func TestHandoverWaitsForWorkToDrain(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
+	cp, ns, _ := testkit.Parallel(t)
 	a := campaign(t, config(ns, "a"), 500*time.Millisecond)
 	testkit.Eventually(t, 10*time.Second, a.e.IsLeader, "a never led")
 	b := campaign(t, config(ns, "b"), 0)
@@ -159,9 +154,7 @@ func TestHandoverWaitsForWorkToDrain(t *testing.T) {
 
 // A leader whose lease is taken away stops its work and Run says ErrLost.
 func TestLostLeaseStopsTheWork(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
+	cp, ns, _ := testkit.Parallel(t)
 	a := campaign(t, config(ns, "a"), 100*time.Millisecond)
 	testkit.Eventually(t, 10*time.Second, a.e.IsLeader, "a never led")
 
@@ -201,9 +194,7 @@ func TestLostLeaseStopsTheWork(t *testing.T) {
 // that work at once and never frees the Lease; the standby takes over when
 // the Lease expires. At no instant do both work.
 func TestFailedRenewalsNeverLetTwoLeadersWork(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
+	cp, ns, _ := testkit.Parallel(t)
 	proxy, viaProxy := testkit.Proxy(t, cp, cp.APIServer)
 	a := campaignVia(t, viaProxy, config(ns, "a"), 30*time.Second)
 	testkit.Eventually(t, 10*time.Second, a.e.IsLeader, "a never led")

@@ -21,10 +21,7 @@ import (
 	"rawwatch/watcher"
 )
 
-// One control plane for this test binary, started by the first test that needs it.
-var shared = &controlplane.Shared{}
-
-func TestMain(m *testing.M) { shared.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 type object = *v1alpha1.MyResource
 
@@ -175,9 +172,7 @@ func startLogging(t *testing.T, cfg *rest.Config, ns string, opts watcher.Option
 // The initial LIST of 1,200 objects with page size 100 takes 12 pages, and
 // the store ends with every object.
 func TestInitialListIsPaginated(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
+	cp, ns, _ := testkit.Parallel(t)
 	ctx := context.Background()
 	if err := testkit.CreateMany(ctx, testkit.Client(t, cp.Config()), ns, "obj", 1200); err != nil {
 		t.Fatal(err)
@@ -202,10 +197,7 @@ func TestInitialListIsPaginated(t *testing.T) {
 
 // Create, update and delete each reach the store and the handler, in order.
 func TestWatchDeliversEvents(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Parallel(t)
 	r := start(t, cp.Config(), ns, watcher.Options[object]{})
 	ctx := context.Background()
 	key := ns + "/x"
@@ -245,9 +237,7 @@ func TestWatchDeliversEvents(t *testing.T) {
 // ours happens: writes elsewhere advance the cluster's RV, and the bookmark
 // brings it to us, so a re-watch starts from a recent RV.
 func TestBookmarksAdvanceTheResourceVersion(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
+	cp, ns, _ := testkit.Parallel(t)
 	other := testkit.Namespace(t, cp.Config())
 	// This apiserver sends a bookmark shortly before a watch's timeoutSeconds
 	// ends (and every minute): a 15 s watch gets one within about 13 s.
@@ -281,10 +271,7 @@ func rvAtLeast(a, b string) bool {
 // A cut WATCH connection, and a server that refuses connections for a while,
 // are followed by a re-WATCH from the last RV: no relist, nothing missed.
 func TestBrokenWatchResumesWithoutRelist(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	if err := testkit.CreateMany(ctx, c, ns, "before", 5); err != nil {
 		t.Fatal(err)
@@ -349,8 +336,8 @@ func TestBrokenWatchResumesWithoutRelist(t *testing.T) {
 // re-created meanwhile: that is another object (another UID), so the old one
 // is reported deleted and the new one added, never as an update of the old.
 func TestCompactedResourceVersionRelistsAndReportsDeletions(t *testing.T) {
-	cp := shared.Get(t)
-	uncached := shared.Uncached(t)
+	cp := testkit.Shared.Get(t)
+	uncached := testkit.Shared.Uncached(t)
 	ns := testkit.Namespace(t, cp.Config())
 	c := testkit.Client(t, cp.Config())
 	ctx := context.Background()
@@ -429,8 +416,8 @@ func TestCompactedResourceVersionRelistsAndReportsDeletions(t *testing.T) {
 // The watcher must relist rather than re-watch from that RV forever (the
 // fault demo found it doing just that).
 func TestErrorEventAfterCompactionAtTheNextChangeRelists(t *testing.T) {
-	cp := shared.Get(t)
-	uncached := shared.Uncached(t)
+	cp := testkit.Shared.Get(t)
+	uncached := testkit.Shared.Uncached(t)
 	ns := testkit.Namespace(t, cp.Config())
 	c := testkit.Client(t, cp.Config())
 	ctx := context.Background()
@@ -467,8 +454,8 @@ func TestErrorEventAfterCompactionAtTheNextChangeRelists(t *testing.T) {
 // A paginated LIST whose snapshot etcd compacts between two pages gets 410
 // for its continue token; the watcher starts that list over and completes it.
 func TestExpiredContinueTokenRestartsTheList(t *testing.T) {
-	cp := shared.Get(t)
-	uncached := shared.Uncached(t)
+	cp := testkit.Shared.Get(t)
+	uncached := testkit.Shared.Uncached(t)
 	ns := testkit.Namespace(t, cp.Config())
 	c := testkit.Client(t, cp.Config())
 	ctx := context.Background()
@@ -555,10 +542,7 @@ func assertStoreMatchesServer(t *testing.T, c interface {
 // the initial-events-end bookmark, and the same stream carries on with live
 // events: no LIST request at all.
 func TestWatchListStreamsTheInitialStateAndKeepsTheStream(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	if err := testkit.CreateMany(ctx, c, ns, "obj", 300); err != nil {
 		t.Fatal(err)
@@ -581,12 +565,9 @@ func TestWatchListStreamsTheInitialStateAndKeepsTheStream(t *testing.T) {
 // An apiserver with the WatchList feature off refuses the request; the
 // watcher falls back to a paginated LIST and works as usual.
 func TestWatchListFallsBackToListWhenTheServerRefuses(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
+	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	old := extraAPIServer(t, cp, "apiserver-no-watchlist", "--feature-gates=WatchList=false")
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
 	if err := testkit.CreateMany(ctx, c, ns, "obj", 20); err != nil {
 		t.Fatal(err)
 	}
@@ -616,7 +597,7 @@ func TestWatchListFallsBackToListWhenTheServerRefuses(t *testing.T) {
 // expire again forever (the bug the comparison harness found).
 func TestAPIServerRestartRelistsOnceAndResumes(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	ctx := context.Background()
 	a, err := cp.AddAPIServer(ctx, "apiserver-restarted")
 	if err != nil {

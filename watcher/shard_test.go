@@ -67,11 +67,8 @@ func checkPartition(t *testing.T, runs map[string]*running, sets map[string]shar
 // deletes reach only their owner; nothing is filtered on the client, and each
 // member reads about a third of the bytes one unsharded watcher reads.
 func TestShardSelectorsSplitTheObjectsOnTheServer(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
+	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
 	if err := testkit.CreateMany(ctx, c, ns, "obj", 300); err != nil {
 		t.Fatal(err)
 	}
@@ -119,12 +116,9 @@ func TestShardSelectorsSplitTheObjectsOnTheServer(t *testing.T) {
 // members notice (objects outside their ranges), filter on their side with the
 // same hash, and the stores split the objects all the same.
 func TestShardsFallBackToClientFilteringWhenTheServerDropsTheSelector(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
+	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	old := extraAPIServer(t, cp, "apiserver-no-shards", "--feature-gates=ShardedListAndWatch=false")
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
 	if err := testkit.CreateMany(ctx, c, ns, "obj", 120); err != nil {
 		t.Fatal(err)
 	}
@@ -166,12 +160,9 @@ func TestShardsFallBackToClientFilteringWhenTheServerDropsTheSelector(t *testing
 // still reported. Both with the server filtering and, gate off, with the
 // client filtering.
 func TestSetShardMovesWithoutDeletions(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
+	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	old := extraAPIServer(t, cp, "apiserver-no-shards-2", "--feature-gates=ShardedListAndWatch=false")
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
 	if err := testkit.CreateMany(ctx, c, ns, "obj", 200); err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +230,7 @@ func TestSetShardMovesWithoutDeletions(t *testing.T) {
 // new object; the store is not touched. Gate on and off.
 func TestSweepFindsTheDeletionsTheWatchHasNotBrought(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	ctx := context.Background()
 	old := extraAPIServer(t, cp, "apiserver-no-shards-3", "--feature-gates=ShardedListAndWatch=false")
 	var even []int
@@ -347,9 +338,7 @@ func TestSweepFindsTheDeletionsTheWatchHasNotBrought(t *testing.T) {
 // the shard once synced; from a shard change, the slots of both shards, and
 // the new ones once relisted — never a slot not listed.
 func TestCoveredFollowsTheListedShard(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
+	cp, ns, _ := testkit.Parallel(t)
 	a, b := shard.SlotsOf(0, 1, 2, 3), shard.SlotsOf(2, 3, 4, 5, 6)
 	r := start(t, cp.Config(), ns, watcher.Options[object]{Shard: a.Set()})
 	if got := r.w.Covered(); got != a {

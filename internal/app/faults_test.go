@@ -52,10 +52,7 @@ func (r *retries) of(key string) []time.Duration {
 // growing at --retry-max-delay (RetryMax), and its status says why it fails:
 // phase Failed, the error as message, Ready False, a Warning event.
 func TestFailingForeverBacksOffUpToTheCap(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Parallel(t)
 	rec := &retries{delays: map[string][]time.Duration{}}
 	const base, maxDelay = 10 * time.Millisecond, 160 * time.Millisecond
 	_, spy, logs := startAppWith(t, app.Options{Config: cp.Config(), Namespace: ns,
@@ -110,10 +107,7 @@ func TestFailingForeverBacksOffUpToTheCap(t *testing.T) {
 // 10/s retry bucket — with no client-side QPS limit to hide behind. After the
 // storm every object converges.
 func TestErrorStormsDoNotHammerTheServer(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	const objects = 20
 	if err := testkit.CreateMany(ctx, c, ns, "obj", objects); err != nil {

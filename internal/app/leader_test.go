@@ -126,10 +126,7 @@ func churn(t *testing.T, c *client.Client, ns string, objects int, pause time.Du
 // the Lease; the standby takes over once it expires. At no instant do two
 // replicas reconcile one key, and every change is reconciled in the end.
 func TestRenewalFailuresNeverLetTwoReplicasReconcileOneKey(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Parallel(t)
 	const objects = 30
 	if err := testkit.CreateMany(context.Background(), c, ns, "obj", objects); err != nil {
 		t.Fatal(err)

@@ -30,9 +30,7 @@ import (
 // /metrics and not the page, one bound to rawwatch-page-reader the page and
 // not /metrics, another gets 403, no token 401; the probes stay plain and open.
 func TestSecureServingLetsInOnlyWhomRBACAllows(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
+	cp, ns, _ := testkit.Parallel(t)
 	testkit.InstallRBAC(t, cp.Config())
 	reader := testkit.ServiceAccountToken(t, cp.Config(), ns, "prometheus")
 	nosy := testkit.ServiceAccountToken(t, cp.Config(), ns, "nosy")

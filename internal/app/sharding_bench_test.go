@@ -32,7 +32,7 @@ func BenchmarkShardedReplicas(b *testing.B) {
 	if n, err := strconv.Atoi(os.Getenv("RAWWATCH_SHARD_OBJECTS")); err == nil {
 		objects = n
 	}
-	cp := shared.Get(b)
+	cp := testkit.Shared.Get(b)
 	cfg := cp.Config()
 	ns := testkit.Namespace(b, cfg)
 	c := testkit.Client(b, cfg)

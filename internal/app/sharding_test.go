@@ -162,7 +162,7 @@ func moved(before, after map[string]string) int {
 // referee), no moved key is reported deleted, and every change is reconciled.
 func TestShardedReplicasDivideTheWorkAndHandItOver(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	shardedRun(t, cp, cp.APIServer, 3000)
 }
 
@@ -170,7 +170,7 @@ func TestShardedReplicasDivideTheWorkAndHandItOver(t *testing.T) {
 // every object to every replica, and the replicas filter on their side.
 func TestShardedReplicasWithoutServerSideSelectors(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	old, err := cp.AddAPIServer(context.Background(), "apiserver-no-shards-app", "--feature-gates=ShardedListAndWatch=false")
 	if err != nil {
 		t.Fatal(err)

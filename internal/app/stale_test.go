@@ -30,10 +30,7 @@ import (
 // an Event after a write that succeeded before the slot moved, a deletion's
 // handling, any side effect outside the object — docs/sharding.md says.)
 func TestAPausedOldOwnersStatusWriteMeetsAConflict(t *testing.T) {
-	t.Parallel()
-	cfg := shared.Get(t).Config()
-	ns := testkit.Namespace(t, cfg)
-	c := testkit.Client(t, cfg)
+	_, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	key := store.Key(ns, "moved")
 	if _, err := c.Create(ctx, testkit.New(ns, "moved", "generation 1")); err != nil {

@@ -35,6 +35,24 @@ import (
 	"rawwatch/internal/controlplane"
 )
 
+// Shared is this test binary's local control plane, started by the first
+// test that needs it and skipped under -short (controlplane.Shared). A
+// package whose tests use it has Main as its TestMain.
+var Shared = &controlplane.Shared{}
+
+// Main is a TestMain: it runs the tests and stops Shared if one started it.
+func Main(m *testing.M) { Shared.Main(m) }
+
+// Parallel marks t parallel and returns what most tests against the local
+// control plane start from: Shared, a namespace of the test's own and a
+// MyResource client.
+func Parallel(t *testing.T) (cp *controlplane.ControlPlane, ns string, c *client.Client) {
+	t.Helper()
+	t.Parallel()
+	cp = Shared.Get(t)
+	return cp, Namespace(t, cp.Config()), Client(t, cp.Config())
+}
+
 // Namespace creates a namespace named after the test and deletes it when the
 // test ends.
 func Namespace(t testing.TB, cfg *rest.Config) string {

@@ -16,10 +16,7 @@ import (
 // --explain in a real run: the narration on stdout follows what the
 // controller does against the apiserver, and has no colour on a pipe.
 func TestExplainNarratesARealRun(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	if err := testkit.CreateMany(ctx, c, ns, "pre", 3); err != nil {
 		t.Fatal(err)

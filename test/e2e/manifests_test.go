@@ -23,6 +23,7 @@ import (
 
 	"rawwatch/internal/app"
 	"rawwatch/internal/controlplane"
+	"rawwatch/internal/testkit"
 	"rawwatch/leader"
 	"rawwatch/reconcile"
 	"rawwatch/ring"
@@ -72,7 +73,7 @@ func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
 // binary's flags need.
 func TestManifests(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	ctx := context.Background()
 	config := filepath.Join(root, "config")
 	rendered := kustomize(t, filepath.Join(config, "default"))

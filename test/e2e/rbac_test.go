@@ -27,7 +27,7 @@ import (
 // editing MyResources, reading Secrets.
 func TestLeastPrivilegeServiceAccountIsEnough(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	testkit.InstallRBAC(t, cp.Config())
 	token := testkit.ServiceAccountToken(t, cp.Config(), testkit.ControllerNamespace, testkit.ControllerServiceAccount)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
@@ -85,7 +85,7 @@ func TestLeastPrivilegeServiceAccountIsEnough(t *testing.T) {
 // permission is granted.
 func TestForbiddenListIsLoggedAndBackedOff(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	testkit.InstallRBAC(t, cp.Config()) // the ClusterRole; the binding is for another ServiceAccount
 	ns := testkit.Namespace(t, cp.Config())
 	token := testkit.ServiceAccountToken(t, cp.Config(), ns, "unbound")
@@ -150,7 +150,7 @@ func TestForbiddenListIsLoggedAndBackedOff(t *testing.T) {
 // forbidden; it creates nothing (the Role does not let it).
 func TestFreshnessProbeRunsWithItsRole(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	testkit.InstallRBAC(t, cp.Config())
 	component := filepath.Join(root, "config", "components", "freshness-probe")
 	if err := controlplane.Apply(context.Background(), cp.Config(), filepath.Join(component, "role.yaml"), filepath.Join(component, "probe.yaml")); err != nil {

@@ -29,7 +29,7 @@ import (
 // stops on SIGTERM: it exits 0 and deletes its Lease. No request is refused.
 func TestShardedBinariesSurviveAKill(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	ctx := context.Background()
 	testkit.InstallRBAC(t, cp.Config())
 	if err := controlplane.Apply(ctx, cp.Config(), filepath.Join(root, "config", "sharded", "sharding_role.yaml")); err != nil {
