@@ -24,9 +24,7 @@ import (
 func TestExpiredEventInTheStreamRelists(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
-	if err := testkit.CreateMany(ctx, c, ns, "obj", 3); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", 3)
 	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
 	r := start(t, cfg, ns, watcher.Options[object]{})
 	testkit.Eventually(t, 10*time.Second, func() bool { return proxy.OpenWatches() == 1 }, "no watch open")

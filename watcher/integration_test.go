@@ -172,11 +172,8 @@ func startLogging(t *testing.T, cfg *rest.Config, ns string, opts watcher.Option
 // The initial LIST of 1,200 objects with page size 100 takes 12 pages, and
 // the store ends with every object.
 func TestInitialListIsPaginated(t *testing.T) {
-	cp, ns, _ := testkit.Parallel(t)
-	ctx := context.Background()
-	if err := testkit.CreateMany(ctx, testkit.Client(t, cp.Config()), ns, "obj", 1200); err != nil {
-		t.Fatal(err)
-	}
+	cp, ns, c := testkit.Parallel(t)
+	testkit.Objects(t, c, ns, "obj", 1200)
 	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
 	r := start(t, cfg, ns, watcher.Options[object]{PageSize: 100})
 
@@ -273,9 +270,7 @@ func rvAtLeast(a, b string) bool {
 func TestBrokenWatchResumesWithoutRelist(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
-	if err := testkit.CreateMany(ctx, c, ns, "before", 5); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "before", 5)
 	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
 	r := start(t, cfg, ns, watcher.Options[object]{})
 	testkit.Eventually(t, 10*time.Second, func() bool { return proxy.OpenWatches() == 1 }, "no watch open")
@@ -459,9 +454,7 @@ func TestExpiredContinueTokenRestartsTheList(t *testing.T) {
 	ns := testkit.Namespace(t, cp.Config())
 	c := testkit.Client(t, cp.Config())
 	ctx := context.Background()
-	if err := testkit.CreateMany(ctx, c, ns, "obj", 250); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", 250)
 	other := testkit.Namespace(t, cp.Config())
 	src := &compactAfterFirstPage{
 		Source: watcher.RESTSource{Client: testkit.Client(t, uncached.Config()).REST(), Resource: v1alpha1.Resource, Namespace: ns},
@@ -544,9 +537,7 @@ func assertStoreMatchesServer(t *testing.T, c interface {
 func TestWatchListStreamsTheInitialStateAndKeepsTheStream(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
-	if err := testkit.CreateMany(ctx, c, ns, "obj", 300); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", 300)
 	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
 	r := start(t, cfg, ns, watcher.Options[object]{WatchList: true})
 	if n := r.store.Len(); n != 300 || r.rec.count(store.Added) != 300 {
@@ -566,11 +557,8 @@ func TestWatchListStreamsTheInitialStateAndKeepsTheStream(t *testing.T) {
 // watcher falls back to a paginated LIST and works as usual.
 func TestWatchListFallsBackToListWhenTheServerRefuses(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
-	ctx := context.Background()
 	old := extraAPIServer(t, cp, "apiserver-no-watchlist", "--feature-gates=WatchList=false")
-	if err := testkit.CreateMany(ctx, c, ns, "obj", 20); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", 20)
 	proxy, cfg := testkit.Proxy(t, cp, old)
 	r := start(t, cfg, ns, watcher.Options[object]{WatchList: true, PageSize: 10})
 	if n := r.store.Len(); n != 20 {
@@ -606,9 +594,7 @@ func TestAPIServerRestartRelistsOnceAndResumes(t *testing.T) {
 	defer a.Stop()
 	ns := testkit.Namespace(t, cp.Config())
 	c := testkit.Client(t, cp.Config())
-	if err := testkit.CreateMany(ctx, c, ns, "obj", 30); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", 30)
 	r := start(t, a.Config(), ns, watcher.Options[object]{PageSize: 10})
 	if err := a.Restart(ctx); err != nil {
 		t.Fatal(err)

@@ -69,17 +69,13 @@ func checkPartition(t *testing.T, runs map[string]*running, sets map[string]shar
 func TestShardSelectorsSplitTheObjectsOnTheServer(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
-	if err := testkit.CreateMany(ctx, c, ns, "obj", 300); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", 300)
 	var whole compare.ByteCounter
 	single := start(t, metered(cp.Config(), &whole), ns, watcher.Options[object]{PageSize: 50})
 	runs, bytes, sets := shardsOf(t, cp.Config(), ns)
 	checkPartition(t, runs, sets, 300)
 
-	if err := testkit.CreateMany(ctx, c, ns, "late", 30); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "late", 30)
 	for i := range 10 {
 		if err := c.Delete(ctx, ns, fmt.Sprintf("obj-%d", i), metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
@@ -117,11 +113,8 @@ func TestShardSelectorsSplitTheObjectsOnTheServer(t *testing.T) {
 // same hash, and the stores split the objects all the same.
 func TestShardsFallBackToClientFilteringWhenTheServerDropsTheSelector(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
-	ctx := context.Background()
 	old := extraAPIServer(t, cp, "apiserver-no-shards", "--feature-gates=ShardedListAndWatch=false")
-	if err := testkit.CreateMany(ctx, c, ns, "obj", 120); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", 120)
 	logs := &testkit.Logs{}
 	members := []string{"rawwatch-a", "rawwatch-b", "rawwatch-c"}
 	owners := shard.Assign(members)
@@ -131,9 +124,7 @@ func TestShardsFallBackToClientFilteringWhenTheServerDropsTheSelector(t *testing
 		runs[m] = startLogging(t, old.Config(), ns, watcher.Options[object]{PageSize: 50, Shard: sets[m]}, logs.Logger(0))
 	}
 	checkPartition(t, runs, sets, 120)
-	if err := testkit.CreateMany(ctx, c, ns, "late", 12); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "late", 12)
 	testkit.Eventually(t, 30*time.Second, func() bool {
 		n := 0
 		for _, r := range runs {
@@ -163,9 +154,7 @@ func TestSetShardMovesWithoutDeletions(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	old := extraAPIServer(t, cp, "apiserver-no-shards-2", "--feature-gates=ShardedListAndWatch=false")
-	if err := testkit.CreateMany(ctx, c, ns, "obj", 200); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", 200)
 	var slotsA, slotsB []int
 	for i := range shard.Slots {
 		if i%2 == 0 {
@@ -241,9 +230,7 @@ func TestSweepFindsTheDeletionsTheWatchHasNotBrought(t *testing.T) {
 	for name, cfg := range map[string]*rest.Config{"gate on": cp.Config(), "gate off": old.Config()} {
 		ns := testkit.Namespace(t, cp.Config())
 		c := testkit.Client(t, cp.Config())
-		if err := testkit.CreateMany(ctx, c, ns, "obj", 120); err != nil {
-			t.Fatal(err)
-		}
+		testkit.Objects(t, c, ns, "obj", 120)
 		// A store as a watcher left it, and a watcher that will not run.
 		list, err := c.List(ctx, ns, metav1.ListOptions{})
 		if err != nil {
@@ -281,9 +268,7 @@ func TestSweepFindsTheDeletionsTheWatchHasNotBrought(t *testing.T) {
 				want[recreated] = true
 			}
 		}
-		if err := testkit.CreateMany(ctx, c, ns, "new", 20); err != nil {
-			t.Fatal(err)
-		}
+		testkit.Objects(t, c, ns, "new", 20)
 		res, err := w.Sweep(ctx, slots)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)

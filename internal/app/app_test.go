@@ -356,9 +356,7 @@ func TestManyUpdatesConverge(t *testing.T) {
 	_, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	a, _, _ := startApp(t, ns, 4)
-	if err := testkit.CreateMany(ctx, c, ns, "obj", 50); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", 50)
 	for round := range 3 {
 		var wg sync.WaitGroup
 		for i := range 50 {

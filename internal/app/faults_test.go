@@ -108,11 +108,8 @@ func TestFailingForeverBacksOffUpToTheCap(t *testing.T) {
 // storm every object converges.
 func TestErrorStormsDoNotHammerTheServer(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
-	ctx := context.Background()
 	const objects = 20
-	if err := testkit.CreateMany(ctx, c, ns, "obj", objects); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", objects)
 	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
 	cfg.QPS = -1                                                         // no client-side rate limit: whatever bound we see is the controller's doing
 	startAppWith(t, app.Options{Config: cfg, Namespace: ns, Workers: 2}) // default retry delays, as the binary's

@@ -128,9 +128,7 @@ func churn(t *testing.T, c *client.Client, ns string, objects int, pause time.Du
 func TestRenewalFailuresNeverLetTwoReplicasReconcileOneKey(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
 	const objects = 30
-	if err := testkit.CreateMany(context.Background(), c, ns, "obj", objects); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", objects)
 	proxy, viaProxy := testkit.Proxy(t, cp, cp.APIServer)
 	ref := &referee{t: t, busy: map[string]string{}, count: map[string]int{}}
 	lease := leader.Config{Namespace: ns, Name: "rawwatch", LeaseDuration: 3 * time.Second,

@@ -148,9 +148,7 @@ func deleteObjects(t *testing.T, l *leaving, ns string, names ...string) []types
 // the two its workers held.
 func TestACleanLeaveHandlesTheDeletionsItHeardOf(t *testing.T) {
 	_, ns, c := testkit.Parallel(t)
-	if err := testkit.CreateMany(context.Background(), c, ns, "obj", 20); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", 20)
 	l := startLeaving(t, ns, 0, nil) // the default drain timeout, 30 s
 	testkit.Eventually(t, time.Minute, func() bool {
 		return l.a.Member.Claims().Working.Len() == shard.Slots && l.a.Store.Len() == 20
@@ -194,9 +192,7 @@ func TestACleanLeaveHandlesTheDeletionsItHeardOf(t *testing.T) {
 // and says what it did not handle.
 func TestACleanLeaveGivesUpOnAFailingDeletionAfterDrainTimeout(t *testing.T) {
 	_, ns, c := testkit.Parallel(t)
-	if err := testkit.CreateMany(context.Background(), c, ns, "obj", 5); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", 5)
 	const drain = 2 * time.Second
 	l := startLeaving(t, ns, drain, map[types.UID]bool{})
 	close(l.h.release) // nothing held: one deletion fails, the others pass

@@ -193,9 +193,7 @@ func shardedRun(t *testing.T, cp *controlplane.ControlPlane, server *controlplan
 	t.Logf("three replicas settled %s after starting", took.Round(time.Millisecond))
 
 	start := time.Now()
-	if err := testkit.CreateMany(context.Background(), c, ns, "obj", objects); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", objects)
 	waitConverged(t, c, ns, objects)
 	t.Logf("%d objects created and reconciled in %s", objects, time.Since(start).Round(time.Millisecond))
 	// (Under load a renewal may time out, a replica fence itself and

@@ -124,6 +124,14 @@ func CreateMany(ctx context.Context, c *client.Client, namespace, prefix string,
 	return <-errs
 }
 
+// Objects is CreateMany for a test: it fails t on the first error.
+func Objects(t testing.TB, c *client.Client, namespace, prefix string, n int) {
+	t.Helper()
+	if err := CreateMany(context.Background(), c, namespace, prefix, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Touch changes an object's spec: a new generation to reconcile.
 func Touch(t testing.TB, c *client.Client, ns, name string) {
 	t.Helper()

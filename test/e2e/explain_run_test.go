@@ -18,9 +18,7 @@ import (
 func TestExplainNarratesARealRun(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
-	if err := testkit.CreateMany(ctx, c, ns, "pre", 3); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "pre", 3)
 	p := startBinary(t, nil, "--kubeconfig", cp.Kubeconfig, "--namespace", ns, "--explain", "--page-size", "2", "--retry-base-delay", "50ms")
 	at := func(line string) *regexp.Regexp { return regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d\.\d{3} ` + line) }
 	p.waitLog(t, 30*time.Second, at(`SYNCED    the store holds 3 objects at resourceVersion \d+ \(3 Added deltas\)`))

@@ -96,9 +96,7 @@ func TestLeaderElectionFailover(t *testing.T) {
 
 	// While a leads: objects are created and changed; a reconciles them all.
 	const n = 10
-	if err := testkit.CreateMany(ctx, c, ns, "obj", n); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", n)
 	setAll := func(message string) {
 		t.Helper()
 		for i := range n {

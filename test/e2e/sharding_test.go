@@ -43,9 +43,7 @@ func TestShardedBinariesSurviveAKill(t *testing.T) {
 	ns := testkit.Namespace(t, cp.Config())
 	admin := testkit.Client(t, cp.Config())
 	const objects = 300
-	if err := testkit.CreateMany(ctx, admin, ns, "obj", objects); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, admin, ns, "obj", objects)
 	ringName := "e2e-" + rand.String(6) // tests share the namespace of the Leases
 	const lease, renew = 3 * time.Second, 500 * time.Millisecond
 	start := func(id string) *proc {
