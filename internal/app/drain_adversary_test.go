@@ -3,11 +3,9 @@ package app
 import (
 	"context"
 	"rawwatch/internal/openfinding"
-	"sync"
 	"testing"
 	"time"
 
-	"rawwatch/observe"
 	"rawwatch/ring"
 )
 
@@ -32,7 +30,7 @@ import (
 //
 // Failure printed:
 //
-//	drain_adversary_test.go:73: a leave while fenced: handled [], routes
+//	drain_adversary_test.go:65: a leave while fenced: handled [], routes
 //	[uid-queued held]; want each deletion handled, or reported abandoned
 //	when the drain's time is up
 //
@@ -41,15 +39,8 @@ import (
 func TestAdversaryALeaveWhileFencedLosesItsDeletionsUnreported(t *testing.T) {
 	openfinding.Skip(t)
 	rec := &deleter{}
-	var mu sync.Mutex
-	var routes []string
-	a := leavingApp([]string{"queued", "swept"}, nil, rec, observe.Func(func(e observe.Event) {
-		if r, ok := e.(DeletionRouted); ok {
-			mu.Lock()
-			routes = append(routes, r.UID+" "+r.Route)
-			mu.Unlock()
-		}
-	}))
+	seen := &routesSeen{}
+	a := leavingApp([]string{"queued", "swept"}, nil, rec, seen)
 	// One deletion queued before the signal (its object left the store).
 	queued, _ := a.Store.Get("ns/queued")
 	d, _ := a.Store.Delete(queued)
@@ -63,8 +54,7 @@ func TestAdversaryALeaveWhileFencedLosesItsDeletionsUnreported(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond) // DrainTimeout
 	defer cancel()
 	a.drain(ctx, func() {}, stopped)
-	mu.Lock()
-	defer mu.Unlock()
+	routes := seen.list()
 	abandoned := 0
 	for _, r := range routes {
 		if len(r) > 10 && r[len(r)-9:] == "abandoned" {

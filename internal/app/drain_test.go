@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -61,6 +62,26 @@ func (d *deleter) Deleted(_ context.Context, del store.Delta[Object]) error {
 // leavingApp is the part of an App a clean leave's drain uses: a store
 // holding the objects named, a watcher whose LISTs find listed, a gate that
 // works every slot under a fresh lease, and a controller whose workers stopped (Run returned).
+// routesSeen records every DeletionRouted it observes, as "uid route".
+type routesSeen struct {
+	mu     sync.Mutex
+	routes []string
+}
+
+func (s *routesSeen) Observe(e observe.Event) {
+	if r, ok := e.(DeletionRouted); ok {
+		s.mu.Lock()
+		s.routes = append(s.routes, r.UID+" "+r.Route)
+		s.mu.Unlock()
+	}
+}
+
+func (s *routesSeen) list() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.routes)
+}
+
 func leavingApp(stored, listed []string, rec reconcile.Reconciler[Object], obs observe.Observer) *App {
 	s := store.New[Object]()
 	for _, n := range stored {
@@ -100,15 +121,8 @@ func TestALeaveSweepsTheDeletionsTheWatchHadNotBrought(t *testing.T) {
 // returns.
 func TestALeaveReportsTheDeletionsItAbandons(t *testing.T) {
 	rec := &deleter{fail: "uid-bad"}
-	var mu sync.Mutex
-	var routes []string
-	a := leavingApp([]string{"bad", "good"}, nil, rec, observe.Func(func(e observe.Event) {
-		if r, ok := e.(DeletionRouted); ok {
-			mu.Lock()
-			routes = append(routes, r.UID+" "+r.Route)
-			mu.Unlock()
-		}
-	}))
+	seen := &routesSeen{}
+	a := leavingApp([]string{"bad", "good"}, nil, rec, seen)
 	stopped := make(chan struct{})
 	close(stopped)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -120,8 +134,7 @@ func TestALeaveReportsTheDeletionsItAbandons(t *testing.T) {
 	if len(rec.handled) != 1 || rec.handled[0] != "uid-good" {
 		t.Errorf("handled %v, want uid-good", rec.handled)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	routes := seen.list()
 	want := map[string]bool{"uid-bad swept": true, "uid-good swept": true, "uid-bad abandoned": true}
 	if len(routes) != len(want) {
 		t.Fatalf("routes %v, want %v", routes, want)
