@@ -85,6 +85,20 @@ func campaignVia(t *testing.T, cfg *rest.Config, c leader.Config, drain time.Dur
 	return cand
 }
 
+// wantLost waits up to 10 s for c's Run to return ErrLost; the test fails
+// on another error, or with notReturned if Run does not return.
+func (c *candidate) wantLost(t *testing.T, notReturned string) {
+	t.Helper()
+	select {
+	case <-c.done:
+		if !errors.Is(c.err, leader.ErrLost) {
+			t.Fatalf("%s's Run = %v, want ErrLost", c.e.Identity(), c.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal(notReturned)
+	}
+}
+
 func (c *candidate) times() (start, workCtxEnd, end time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -162,14 +176,7 @@ func TestLostLeaseStopsTheWork(t *testing.T) {
 	testkit.StealLease(t, cp.Config(), ns, "rawwatch-test", "thief")
 	stolen := time.Now()
 
-	select {
-	case <-a.done:
-		if !errors.Is(a.err, leader.ErrLost) {
-			t.Fatalf("Run = %v, want ErrLost", a.err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a did not notice it lost the lease")
-	}
+	a.wantLost(t, "a did not notice it lost the lease")
 	returned := time.Now()
 	_, ctxEnd, end := a.times()
 	if end.IsZero() || end.After(returned) {
@@ -204,14 +211,7 @@ func TestFailedRenewalsNeverLetTwoLeadersWork(t *testing.T) {
 	failed := time.Now()
 	proxy.Fail(faultproxy.Failure{Kinds: faultproxy.Other, Code: http.StatusInternalServerError})
 	testkit.Eventually(t, 15*time.Second, b.e.IsLeader, "b never took over")
-	select {
-	case <-a.done:
-		if !errors.Is(a.err, leader.ErrLost) {
-			t.Fatalf("a's Run = %v, want ErrLost", a.err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a's Run did not return after losing the lease")
-	}
+	a.wantLost(t, "a's Run did not return after losing the lease")
 	_, aWorkEnd, aEnd := a.times()
 	bStart, _, _ := b.times()
 	t.Logf("renewals failing from 0s; a told to stop at %s, its work ended at %s; b started at %s",
