@@ -25,9 +25,7 @@ func TestExpiredEventInTheStreamRelists(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	testkit.Objects(t, c, ns, "obj", 3)
-	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
-	r := start(t, cfg, ns, watcher.Options[object]{})
-	testkit.Eventually(t, 10*time.Second, func() bool { return proxy.OpenWatches() == 1 }, "no watch open")
+	proxy, r := watchingViaProxy(t, cp, ns)
 
 	if n := proxy.ExpireWatches(); n != 1 {
 		t.Fatalf("expired %d streams, want 1", n)
@@ -50,9 +48,7 @@ func TestExpiredEventInTheStreamRelists(t *testing.T) {
 // (the first, 800 ms), no more.
 func TestGoneResponseToAWatchRelists(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
-	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
-	r := start(t, cfg, ns, watcher.Options[object]{})
-	testkit.Eventually(t, 10*time.Second, func() bool { return proxy.OpenWatches() == 1 }, "no watch open")
+	proxy, r := watchingViaProxy(t, cp, ns)
 
 	proxy.Fail(faultproxy.Failure{Kinds: faultproxy.Watch, Code: http.StatusGone, Count: 1})
 	proxy.CutWatches()
@@ -80,9 +76,7 @@ func TestGoneResponseToAWatchRelists(t *testing.T) {
 // the backoff alone (50 ms here) would have retried much sooner.
 func TestThrottledWatchWaitsForRetryAfter(t *testing.T) {
 	cp, ns, _ := testkit.Parallel(t)
-	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
-	r := start(t, cfg, ns, watcher.Options[object]{})
-	testkit.Eventually(t, 10*time.Second, func() bool { return proxy.OpenWatches() == 1 }, "no watch open")
+	proxy, r := watchingViaProxy(t, cp, ns)
 
 	proxy.Fail(faultproxy.Failure{Kinds: faultproxy.Watch, Code: http.StatusTooManyRequests, RetryAfter: 2 * time.Second, Count: 1})
 	cut := time.Now()

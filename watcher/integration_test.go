@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/faultproxy"
 	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
 	"rawwatch/observe"
@@ -138,6 +139,16 @@ func extraAPIServer(t *testing.T, cp *controlplane.ControlPlane, name string, ar
 }
 
 // start runs a watcher on one namespace through cfg until the test ends.
+// watchingViaProxy starts a watcher of ns through a fault proxy in front of
+// cp's apiserver, and waits until its watch is open.
+func watchingViaProxy(t *testing.T, cp *controlplane.ControlPlane, ns string) (*faultproxy.Proxy, *running) {
+	t.Helper()
+	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
+	r := start(t, cfg, ns, watcher.Options[object]{})
+	testkit.Eventually(t, 10*time.Second, func() bool { return proxy.OpenWatches() == 1 }, "no watch open")
+	return proxy, r
+}
+
 func start(t *testing.T, cfg *rest.Config, ns string, opts watcher.Options[object]) *running {
 	t.Helper()
 	return startLogging(t, cfg, ns, opts, klog.Background())
@@ -271,9 +282,7 @@ func TestBrokenWatchResumesWithoutRelist(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	testkit.Objects(t, c, ns, "before", 5)
-	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
-	r := start(t, cfg, ns, watcher.Options[object]{})
-	testkit.Eventually(t, 10*time.Second, func() bool { return proxy.OpenWatches() == 1 }, "no watch open")
+	proxy, r := watchingViaProxy(t, cp, ns)
 
 	// 1. Cut the stream mid-way.
 	rvAtCut := r.w.ResourceVersion()
@@ -331,10 +340,8 @@ func TestBrokenWatchResumesWithoutRelist(t *testing.T) {
 // re-created meanwhile: that is another object (another UID), so the old one
 // is reported deleted and the new one added, never as an update of the old.
 func TestCompactedResourceVersionRelistsAndReportsDeletions(t *testing.T) {
-	cp := testkit.Shared.Get(t)
+	cp, ns, c := testkit.Start(t)
 	uncached := testkit.Shared.Uncached(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
 	ctx := context.Background()
 	for _, name := range []string{"keep", "change", "gone", "phoenix"} {
 		if _, err := c.Create(ctx, testkit.New(ns, name, "v1")); err != nil {
@@ -411,10 +418,8 @@ func TestCompactedResourceVersionRelistsAndReportsDeletions(t *testing.T) {
 // The watcher must relist rather than re-watch from that RV forever (the
 // fault demo found it doing just that).
 func TestErrorEventAfterCompactionAtTheNextChangeRelists(t *testing.T) {
-	cp := testkit.Shared.Get(t)
+	cp, ns, c := testkit.Start(t)
 	uncached := testkit.Shared.Uncached(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
 	ctx := context.Background()
 	obj, err := c.Create(ctx, testkit.New(ns, "hello", "v1"))
 	if err != nil {
@@ -449,10 +454,8 @@ func TestErrorEventAfterCompactionAtTheNextChangeRelists(t *testing.T) {
 // A paginated LIST whose snapshot etcd compacts between two pages gets 410
 // for its continue token; the watcher starts that list over and completes it.
 func TestExpiredContinueTokenRestartsTheList(t *testing.T) {
-	cp := testkit.Shared.Get(t)
+	cp, ns, c := testkit.Start(t)
 	uncached := testkit.Shared.Uncached(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
 	ctx := context.Background()
 	testkit.Objects(t, c, ns, "obj", 250)
 	other := testkit.Namespace(t, cp.Config())

@@ -43,14 +43,19 @@ var Shared = &controlplane.Shared{}
 // Main is a TestMain: it runs the tests and stops Shared if one started it.
 func Main(m *testing.M) { Shared.Main(m) }
 
-// Parallel marks t parallel and returns what most tests against the local
-// control plane start from: Shared, a namespace of the test's own and a
-// MyResource client.
+// Start returns what most tests against the local control plane start from:
+// Shared, a namespace of the test's own and a MyResource client.
+func Start(t testing.TB) (cp *controlplane.ControlPlane, ns string, c *client.Client) {
+	t.Helper()
+	cp = Shared.Get(t)
+	return cp, Namespace(t, cp.Config()), Client(t, cp.Config())
+}
+
+// Parallel marks t parallel, then Start.
 func Parallel(t *testing.T) (cp *controlplane.ControlPlane, ns string, c *client.Client) {
 	t.Helper()
 	t.Parallel()
-	cp = Shared.Get(t)
-	return cp, Namespace(t, cp.Config()), Client(t, cp.Config())
+	return Start(t)
 }
 
 // Namespace creates a namespace named after the test and deletes it when the
