@@ -1,6 +1,7 @@
 // Package testkit has the small helpers the tests against the local control
 // plane share: a namespace per test, many objects at once, waiting, and
-// reading a controller's HTTP endpoints (probes, Prometheus metrics).
+// reading a controller's HTTP endpoints (probes, Prometheus metrics), the
+// live heap.
 package testkit
 
 import (
@@ -9,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -312,6 +314,15 @@ func Proxy(t testing.TB, cp *controlplane.ControlPlane, a *controlplane.APIServe
 	}
 	t.Cleanup(func() { p.Close() })
 	return p, a.ConfigVia(p.URL)
+}
+
+// HeapAfterGC is the live heap after a collection, for tests that bound what
+// a load keeps.
+func HeapAfterGC() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }
 
 // Logs collects what a logger writes, so that a test can check what was
