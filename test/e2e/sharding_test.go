@@ -35,11 +35,7 @@ func TestShardedBinariesSurviveAKill(t *testing.T) {
 	if err := controlplane.Apply(ctx, cp.Config(), filepath.Join(root, "config", "sharded", "sharding_role.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	token := testkit.ServiceAccountToken(t, cp.Config(), testkit.ControllerNamespace, testkit.ControllerServiceAccount)
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := cp.WriteKubeconfigFor(kubeconfig, cp.APIServer.URL, token); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig, _ := kubeconfigAs(t, cp, testkit.ControllerNamespace, testkit.ControllerServiceAccount)
 	ns := testkit.Namespace(t, cp.Config())
 	admin := testkit.Client(t, cp.Config())
 	const objects = 300
