@@ -74,14 +74,7 @@ func campaignVia(t *testing.T, cfg *rest.Config, c leader.Config, drain time.Dur
 			cand.mu.Unlock()
 		})
 	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-cand.done:
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return within 10s of cancel")
-		}
-	})
+	testkit.StopAtEnd(t, cancel, cand.done, 10*time.Second, "Run did not return within 10s of cancel")
 	return cand
 }
 

@@ -145,14 +145,7 @@ func TestRenewalFailuresNeverLetTwoReplicasReconcileOneKey(t *testing.T) {
 		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logs.Logger(2)))
 		done, stopped := make(chan error, 1), make(chan struct{})
 		go func() { done <- a.Run(ctx); close(stopped) }()
-		t.Cleanup(func() {
-			cancel()
-			select {
-			case <-stopped:
-			case <-time.After(time.Minute):
-				t.Errorf("replica %s did not stop", replica)
-			}
-		})
+		testkit.StopAtEnd(t, cancel, stopped, time.Minute, "replica %s did not stop", replica)
 		return a, done
 	}
 	a, aDone := run("a", viaProxy)

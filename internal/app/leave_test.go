@@ -95,14 +95,7 @@ func startLeaving(t *testing.T, ns string, drain time.Duration, fail map[types.U
 		}
 		close(l.stopped)
 	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-l.stopped:
-		case <-time.After(2 * time.Minute):
-			t.Errorf("the replica did not stop")
-		}
-	})
+	testkit.StopAtEnd(t, cancel, l.stopped, 2*time.Minute, "the replica did not stop")
 	return l
 }
 

@@ -55,14 +55,7 @@ func startReplica(t *testing.T, cfg *rest.Config, ns, name string, ref *referee)
 		}
 		close(r.stopped)
 	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-r.stopped:
-		case <-time.After(time.Minute):
-			t.Errorf("replica %s did not stop", name)
-		}
-	})
+	testkit.StopAtEnd(t, cancel, r.stopped, time.Minute, "replica %s did not stop", name)
 	return r
 }
 

@@ -152,6 +152,19 @@ func Touch(t testing.TB, c *client.Client, ns, name string) {
 	}
 }
 
+// StopAtEnd cancels when the test ends and waits up to within for done to be
+// closed, failing the test with msg (and args, as for Errorf) if it is not.
+func StopAtEnd(t testing.TB, cancel context.CancelFunc, done <-chan struct{}, within time.Duration, msg string, args ...any) {
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(within):
+			t.Errorf(msg, args...)
+		}
+	})
+}
+
 // Eventually polls cond every 20 ms until it is true or timeout passes, then
 // fails the test with msg.
 func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
