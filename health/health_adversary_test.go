@@ -1,7 +1,6 @@
 package health
 
 import (
-	"errors"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -27,12 +26,7 @@ import (
 func TestAdversaryProbesSayMoreThanOK(t *testing.T) {
 	var c Checks
 	var working atomic.Bool
-	c.Add("shard", func() error {
-		if !working.Load() {
-			return errors.New("works no slot yet (members [rawwatch-0 rawwatch-1])")
-		}
-		return nil
-	})
+	c.Add("shard", failsUntil(&working, "works no slot yet (members [rawwatch-0 rawwatch-1])"))
 	mux := http.NewServeMux()
 	c.Mount(mux, "leaderz")
 	if code, body := get(t, mux, "/leaderz/shard"); code != http.StatusServiceUnavailable || !strings.Contains(body, "works no slot yet") {

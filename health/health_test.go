@@ -17,16 +17,21 @@ func get(t *testing.T, mux *http.ServeMux, path string) (int, string) {
 	return rec.Code, string(body)
 }
 
+// failsUntil is a check that fails saying why until done is set.
+func failsUntil(done *atomic.Bool, why string) func() error {
+	return func() error {
+		if !done.Load() {
+			return errors.New(why)
+		}
+		return nil
+	}
+}
+
 func TestChecks(t *testing.T) {
 	var synced atomic.Bool
 	var c Checks
 	c.Add("ping", func() error { return nil })
-	c.Add("synced", func() error {
-		if !synced.Load() {
-			return errors.New("waiting for the first list")
-		}
-		return nil
-	})
+	c.Add("synced", failsUntil(&synced, "waiting for the first list"))
 	mux := http.NewServeMux()
 	c.Mount(mux, "readyz")
 
@@ -75,12 +80,7 @@ func TestAddWhileServing(t *testing.T) {
 func TestCheckSaysOkOrWhyNot(t *testing.T) {
 	var working atomic.Bool
 	var c Checks
-	c.Add("shard", func() error {
-		if !working.Load() {
-			return errors.New("works no slot yet")
-		}
-		return nil
-	})
+	c.Add("shard", failsUntil(&working, "works no slot yet"))
 	mux := http.NewServeMux()
 	c.Mount(mux, "leaderz")
 	if code, body := get(t, mux, "/leaderz?verbose"); code != 503 || body != "[-]shard failed: works no slot yet\nleaderz check failed\n" {

@@ -15,14 +15,11 @@ import (
 	"k8s.io/client-go/rest"
 
 	"rawwatch/faultproxy"
-	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
 	"rawwatch/leader"
 )
 
-var shared = &controlplane.Shared{}
-
-func TestMain(m *testing.M) { shared.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // Short durations keep the tests quick; they still leave the leader a
 // renew deadline of 2 s on a busy two-core machine.
@@ -47,7 +44,7 @@ type candidate struct {
 // work in flight: it finishes it unless the work is aborted.
 func campaign(t *testing.T, c leader.Config, drain time.Duration) *candidate {
 	t.Helper()
-	return campaignVia(t, shared.Get(t).Config(), c, drain)
+	return campaignVia(t, testkit.Shared.Get(t).Config(), c, drain)
 }
 
 func campaignVia(t *testing.T, cfg *rest.Config, c leader.Config, drain time.Duration) *candidate {
@@ -77,15 +74,22 @@ func campaignVia(t *testing.T, cfg *rest.Config, c leader.Config, drain time.Dur
 			cand.mu.Unlock()
 		})
 	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-cand.done:
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return within 10s of cancel")
-		}
-	})
+	testkit.StopAtEnd(t, cancel, cand.done, 10*time.Second, "Run did not return within 10s of cancel")
 	return cand
+}
+
+// wantLost waits up to 10 s for c's Run to return ErrLost; the test fails
+// on another error, or with notReturned if Run does not return.
+func (c *candidate) wantLost(t *testing.T, notReturned string) {
+	t.Helper()
+	select {
+	case <-c.done:
+		if !errors.Is(c.err, leader.ErrLost) {
+			t.Fatalf("%s's Run = %v, want ErrLost", c.e.Identity(), c.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal(notReturned)
+	}
 }
 
 func (c *candidate) times() (start, workCtxEnd, end time.Time) {
@@ -99,9 +103,7 @@ func (c *candidate) times() (start, workCtxEnd, end time.Time) {
 // holder between the two), and the standby takes over at its next retry
 // instead of waiting the lease out (logged: a busy machine may be slower).
 func TestHandoverWaitsForWorkToDrain(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
+	cp, ns, _ := testkit.Parallel(t)
 	a := campaign(t, config(ns, "a"), 500*time.Millisecond)
 	testkit.Eventually(t, 10*time.Second, a.e.IsLeader, "a never led")
 	b := campaign(t, config(ns, "b"), 0)
@@ -159,9 +161,7 @@ func TestHandoverWaitsForWorkToDrain(t *testing.T) {
 
 // A leader whose lease is taken away stops its work and Run says ErrLost.
 func TestLostLeaseStopsTheWork(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
+	cp, ns, _ := testkit.Parallel(t)
 	a := campaign(t, config(ns, "a"), 100*time.Millisecond)
 	testkit.Eventually(t, 10*time.Second, a.e.IsLeader, "a never led")
 
@@ -169,14 +169,7 @@ func TestLostLeaseStopsTheWork(t *testing.T) {
 	testkit.StealLease(t, cp.Config(), ns, "rawwatch-test", "thief")
 	stolen := time.Now()
 
-	select {
-	case <-a.done:
-		if !errors.Is(a.err, leader.ErrLost) {
-			t.Fatalf("Run = %v, want ErrLost", a.err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a did not notice it lost the lease")
-	}
+	a.wantLost(t, "a did not notice it lost the lease")
 	returned := time.Now()
 	_, ctxEnd, end := a.times()
 	if end.IsZero() || end.After(returned) {
@@ -201,9 +194,7 @@ func TestLostLeaseStopsTheWork(t *testing.T) {
 // that work at once and never frees the Lease; the standby takes over when
 // the Lease expires. At no instant do both work.
 func TestFailedRenewalsNeverLetTwoLeadersWork(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
+	cp, ns, _ := testkit.Parallel(t)
 	proxy, viaProxy := testkit.Proxy(t, cp, cp.APIServer)
 	a := campaignVia(t, viaProxy, config(ns, "a"), 30*time.Second)
 	testkit.Eventually(t, 10*time.Second, a.e.IsLeader, "a never led")
@@ -213,14 +204,7 @@ func TestFailedRenewalsNeverLetTwoLeadersWork(t *testing.T) {
 	failed := time.Now()
 	proxy.Fail(faultproxy.Failure{Kinds: faultproxy.Other, Code: http.StatusInternalServerError})
 	testkit.Eventually(t, 15*time.Second, b.e.IsLeader, "b never took over")
-	select {
-	case <-a.done:
-		if !errors.Is(a.err, leader.ErrLost) {
-			t.Fatalf("a's Run = %v, want ErrLost", a.err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a's Run did not return after losing the lease")
-	}
+	a.wantLost(t, "a's Run did not return after losing the lease")
 	_, aWorkEnd, aEnd := a.times()
 	bStart, _, _ := b.times()
 	t.Logf("renewals failing from 0s; a told to stop at %s, its work ended at %s; b started at %s",

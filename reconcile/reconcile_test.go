@@ -203,6 +203,17 @@ func (f *fakeReconciler) Deleted(_ context.Context, d store.Delta[object]) error
 	return nil
 }
 
+// deletedInOrder is the UIDs of the deletions f handled, in that order.
+func (f *fakeReconciler) deletedInOrder() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var uids []string
+	for _, d := range f.deleted {
+		uids = append(uids, string(d.Object.UID))
+	}
+	return uids
+}
+
 func (f *fakeReconciler) Reconcile(_ context.Context, key string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -281,11 +292,7 @@ func TestControllerReportsEveryDeletionOfAKey(t *testing.T) {
 	if n := runUntilCalls(c, 1, fake, 1); n != 1 {
 		t.Fatalf("%d reconciles, want 1 (one key)", n)
 	}
-	var uids []string
-	for _, d := range fake.deleted {
-		uids = append(uids, string(d.Object.UID))
-	}
-	if strings.Join(uids, ",") != "uid-first,uid-second" {
+	if uids := fake.deletedInOrder(); strings.Join(uids, ",") != "uid-first,uid-second" {
 		t.Fatalf("the reconciler was told of deletions %v, want uid-first then uid-second", uids)
 	}
 }
@@ -335,11 +342,7 @@ func TestControllerRetriesAFailedDeletion(t *testing.T) {
 	if n := runUntilCalls(c, 1, fake, 1); n != 1 {
 		t.Fatalf("%d reconciles, want 1", n)
 	}
-	var uids []string
-	for _, d := range fake.deleted {
-		uids = append(uids, string(d.Object.UID))
-	}
-	if strings.Join(uids, ",") != "uid-first,uid-second" {
+	if uids := fake.deletedInOrder(); strings.Join(uids, ",") != "uid-first,uid-second" {
 		t.Fatalf("deletions handled: %v, want uid-first once, then uid-second after its retry", uids)
 	}
 }
@@ -499,12 +502,7 @@ func TestEventPolicy(t *testing.T) {
 
 // deletedUIDs is the UIDs of the deletions fake handled, sorted.
 func deletedUIDs(fake *fakeReconciler) []string {
-	fake.mu.Lock()
-	defer fake.mu.Unlock()
-	var uids []string
-	for _, d := range fake.deleted {
-		uids = append(uids, string(d.Object.UID))
-	}
+	uids := fake.deletedInOrder()
 	slices.Sort(uids)
 	return uids
 }

@@ -37,6 +37,20 @@ func handoffMember(t *testing.T, client *fake.Clientset, id string, lease, renew
 	return m
 }
 
+// workAlone runs m's rounds four times alone, its clock (*now) a renew
+// period later after each, and fails the test unless m then Works every
+// slot.
+func workAlone(t *testing.T, ctx context.Context, m *Member, now *time.Time, renew time.Duration) {
+	t.Helper()
+	for range 4 {
+		m.round(ctx, klog.Background())
+		*now = now.Add(renew)
+	}
+	if m.Claims().Working != shard.All() {
+		t.Fatalf("alone, %s works %v, want every slot", m.cfg.Identity, m.Claims().Working)
+	}
+}
+
 // admits is what m's gate may let in now: its Working slots, before its
 // fence deadline (the gate reads the same deadline, OnDeadline).
 func admits(m *Member) shard.SlotSet {
@@ -93,13 +107,7 @@ func TestAResumedMemberFencesBeforeItRenews(t *testing.T) {
 		return false, nil, nil
 	})
 	ctx := klog.NewContext(context.Background(), klog.Background())
-	for range 4 {
-		m.round(ctx, klog.Background())
-		now = now.Add(renew)
-	}
-	if m.Claims().Working != shard.All() {
-		t.Fatalf("alone, a works %v, want every slot", m.Claims().Working)
-	}
+	workAlone(t, ctx, m, &now, renew)
 	// Frozen for two lease durations: the others have taken its slots.
 	now = now.Add(2 * lease)
 	mu.Lock()
@@ -326,13 +334,7 @@ func TestASkewedJoinerTakesNoLiveMembersSlots(t *testing.T) {
 	a := handoffMember(t, client, "a", lease, renew, func() time.Time { return now })
 	j := handoffMember(t, client, "j", lease, renew, func() time.Time { return now.Add(skew) })
 	ctx := klog.NewContext(context.Background(), klog.Background())
-	for range 4 {
-		a.round(ctx, klog.Background())
-		now = now.Add(renew)
-	}
-	if a.Claims().Working != shard.All() {
-		t.Fatalf("alone, a works %v, want every slot", a.Claims().Working)
-	}
+	workAlone(t, ctx, a, &now, renew)
 	// a's next three renewals fail (500s): it is still well within its
 	// fence (lease − renew period after its last renewal), and Works on.
 	failing := 3

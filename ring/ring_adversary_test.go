@@ -305,13 +305,7 @@ func TestAdversaryARivalSeenWhileRenewalsFailIsNotWithdrawn(t *testing.T) {
 	const lease, renew = 4500 * time.Millisecond, time.Second
 	a := handoffMember(t, client, "a", lease, renew, func() time.Time { return now })
 	ctx := klog.NewContext(context.Background(), klog.Background())
-	for range 4 {
-		a.round(ctx, klog.Background())
-		now = now.Add(renew)
-	}
-	if a.Claims().Working != shard.All() {
-		t.Fatalf("alone, a works %v, want every slot", a.Claims().Working)
-	}
+	workAlone(t, ctx, a, &now, renew)
 	last := now.Add(-renew) // a's last successful renewal was sent then
 	client.PrependReactor("update", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
 		if act.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease).Name == a.leaseName() {

@@ -14,15 +14,12 @@ import (
 	"k8s.io/klog/v2"
 
 	"rawwatch/faultproxy"
-	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
 	"rawwatch/ring"
 	"rawwatch/shard"
 )
 
-var shared = &controlplane.Shared{}
-
-func TestMain(m *testing.M) { shared.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 const (
 	leaseDuration = 2 * time.Second
@@ -107,9 +104,7 @@ func waitOut(t *testing.T, limit time.Duration, r *running, id string) time.Dura
 // within the lease duration (plus a period), retrying no faster than its
 // period; healed, it is back.
 func TestMembershipOnLeases(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
+	cp, ns, _ := testkit.Parallel(t)
 	proxy, viaProxy := testkit.Proxy(t, cp, cp.APIServer)
 
 	a := join(t, cp.Config(), ns, "a")
@@ -155,9 +150,7 @@ func TestMembershipOnLeases(t *testing.T) {
 // Lease being renewed and never claims a slot while it is; once the first
 // leaves, the second takes the Lease and every slot.
 func TestOneIdentityNeverWorksTwice(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
+	cp, ns, _ := testkit.Parallel(t)
 	first := joinSharded(t, cp.Config(), ns, "dup")
 	all := func(r *running) bool { return r.m.Claims().Working.Len() == shard.Slots }
 	testkit.Eventually(t, 5*time.Second, func() bool { return all(first) }, "alone, the first never worked every slot")

@@ -22,17 +22,10 @@ import (
 // after a compaction: the watcher relists at once, and the relist ("not
 // older than" the RV it had) brings what was missed.
 func TestExpiredEventInTheStreamRelists(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
-	if err := testkit.CreateMany(ctx, c, ns, "obj", 3); err != nil {
-		t.Fatal(err)
-	}
-	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
-	r := start(t, cfg, ns, watcher.Options[object]{})
-	testkit.Eventually(t, 10*time.Second, func() bool { return proxy.OpenWatches() == 1 }, "no watch open")
+	testkit.Objects(t, c, ns, "obj", 3)
+	proxy, r := watchingViaProxy(t, cp, ns)
 
 	if n := proxy.ExpireWatches(); n != 1 {
 		t.Fatalf("expired %d streams, want 1", n)
@@ -54,13 +47,8 @@ func TestExpiredEventInTheStreamRelists(t *testing.T) {
 // relist is staggered: it waits a random part of the last backoff step
 // (the first, 800 ms), no more.
 func TestGoneResponseToAWatchRelists(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
-	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
-	r := start(t, cfg, ns, watcher.Options[object]{})
-	testkit.Eventually(t, 10*time.Second, func() bool { return proxy.OpenWatches() == 1 }, "no watch open")
+	cp, ns, c := testkit.Parallel(t)
+	proxy, r := watchingViaProxy(t, cp, ns)
 
 	proxy.Fail(faultproxy.Failure{Kinds: faultproxy.Watch, Code: http.StatusGone, Count: 1})
 	proxy.CutWatches()
@@ -87,12 +75,8 @@ func TestGoneResponseToAWatchRelists(t *testing.T) {
 // A 429 with Retry-After: the next try waits at least that long, even though
 // the backoff alone (50 ms here) would have retried much sooner.
 func TestThrottledWatchWaitsForRetryAfter(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
-	r := start(t, cfg, ns, watcher.Options[object]{})
-	testkit.Eventually(t, 10*time.Second, func() bool { return proxy.OpenWatches() == 1 }, "no watch open")
+	cp, ns, _ := testkit.Parallel(t)
+	proxy, r := watchingViaProxy(t, cp, ns)
 
 	proxy.Fail(faultproxy.Failure{Kinds: faultproxy.Watch, Code: http.StatusTooManyRequests, RetryAfter: 2 * time.Second, Count: 1})
 	cut := time.Now()
@@ -116,10 +100,7 @@ func TestThrottledWatchWaitsForRetryAfter(t *testing.T) {
 // Bytes that are not JSON at all break the stream: the watcher re-watches
 // from its last resourceVersion, with no relist and nothing lost.
 func TestUndecodableEventsAreSkippedAndNothingIsLost(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	doomed, err := c.Create(ctx, testkit.New(ns, "doomed", "hi"))
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/faultproxy"
 	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
 	"rawwatch/observe"
@@ -21,10 +22,7 @@ import (
 	"rawwatch/watcher"
 )
 
-// One control plane for this test binary, started by the first test that needs it.
-var shared = &controlplane.Shared{}
-
-func TestMain(m *testing.M) { shared.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 type object = *v1alpha1.MyResource
 
@@ -141,6 +139,16 @@ func extraAPIServer(t *testing.T, cp *controlplane.ControlPlane, name string, ar
 }
 
 // start runs a watcher on one namespace through cfg until the test ends.
+// watchingViaProxy starts a watcher of ns through a fault proxy in front of
+// cp's apiserver, and waits until its watch is open.
+func watchingViaProxy(t *testing.T, cp *controlplane.ControlPlane, ns string) (*faultproxy.Proxy, *running) {
+	t.Helper()
+	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
+	r := start(t, cfg, ns, watcher.Options[object]{})
+	testkit.Eventually(t, 10*time.Second, func() bool { return proxy.OpenWatches() == 1 }, "no watch open")
+	return proxy, r
+}
+
 func start(t *testing.T, cfg *rest.Config, ns string, opts watcher.Options[object]) *running {
 	t.Helper()
 	return startLogging(t, cfg, ns, opts, klog.Background())
@@ -175,13 +183,8 @@ func startLogging(t *testing.T, cfg *rest.Config, ns string, opts watcher.Option
 // The initial LIST of 1,200 objects with page size 100 takes 12 pages, and
 // the store ends with every object.
 func TestInitialListIsPaginated(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	ctx := context.Background()
-	if err := testkit.CreateMany(ctx, testkit.Client(t, cp.Config()), ns, "obj", 1200); err != nil {
-		t.Fatal(err)
-	}
+	cp, ns, c := testkit.Parallel(t)
+	testkit.Objects(t, c, ns, "obj", 1200)
 	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
 	r := start(t, cfg, ns, watcher.Options[object]{PageSize: 100})
 
@@ -202,10 +205,7 @@ func TestInitialListIsPaginated(t *testing.T) {
 
 // Create, update and delete each reach the store and the handler, in order.
 func TestWatchDeliversEvents(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Parallel(t)
 	r := start(t, cp.Config(), ns, watcher.Options[object]{})
 	ctx := context.Background()
 	key := ns + "/x"
@@ -245,9 +245,7 @@ func TestWatchDeliversEvents(t *testing.T) {
 // ours happens: writes elsewhere advance the cluster's RV, and the bookmark
 // brings it to us, so a re-watch starts from a recent RV.
 func TestBookmarksAdvanceTheResourceVersion(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
+	cp, ns, _ := testkit.Parallel(t)
 	other := testkit.Namespace(t, cp.Config())
 	// This apiserver sends a bookmark shortly before a watch's timeoutSeconds
 	// ends (and every minute): a 15 s watch gets one within about 13 s.
@@ -281,17 +279,10 @@ func rvAtLeast(a, b string) bool {
 // A cut WATCH connection, and a server that refuses connections for a while,
 // are followed by a re-WATCH from the last RV: no relist, nothing missed.
 func TestBrokenWatchResumesWithoutRelist(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
-	if err := testkit.CreateMany(ctx, c, ns, "before", 5); err != nil {
-		t.Fatal(err)
-	}
-	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
-	r := start(t, cfg, ns, watcher.Options[object]{})
-	testkit.Eventually(t, 10*time.Second, func() bool { return proxy.OpenWatches() == 1 }, "no watch open")
+	testkit.Objects(t, c, ns, "before", 5)
+	proxy, r := watchingViaProxy(t, cp, ns)
 
 	// 1. Cut the stream mid-way.
 	rvAtCut := r.w.ResourceVersion()
@@ -349,10 +340,8 @@ func TestBrokenWatchResumesWithoutRelist(t *testing.T) {
 // re-created meanwhile: that is another object (another UID), so the old one
 // is reported deleted and the new one added, never as an update of the old.
 func TestCompactedResourceVersionRelistsAndReportsDeletions(t *testing.T) {
-	cp := shared.Get(t)
-	uncached := shared.Uncached(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Start(t)
+	uncached := testkit.Shared.Uncached(t)
 	ctx := context.Background()
 	for _, name := range []string{"keep", "change", "gone", "phoenix"} {
 		if _, err := c.Create(ctx, testkit.New(ns, name, "v1")); err != nil {
@@ -429,10 +418,8 @@ func TestCompactedResourceVersionRelistsAndReportsDeletions(t *testing.T) {
 // The watcher must relist rather than re-watch from that RV forever (the
 // fault demo found it doing just that).
 func TestErrorEventAfterCompactionAtTheNextChangeRelists(t *testing.T) {
-	cp := shared.Get(t)
-	uncached := shared.Uncached(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Start(t)
+	uncached := testkit.Shared.Uncached(t)
 	ctx := context.Background()
 	obj, err := c.Create(ctx, testkit.New(ns, "hello", "v1"))
 	if err != nil {
@@ -467,14 +454,10 @@ func TestErrorEventAfterCompactionAtTheNextChangeRelists(t *testing.T) {
 // A paginated LIST whose snapshot etcd compacts between two pages gets 410
 // for its continue token; the watcher starts that list over and completes it.
 func TestExpiredContinueTokenRestartsTheList(t *testing.T) {
-	cp := shared.Get(t)
-	uncached := shared.Uncached(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Start(t)
+	uncached := testkit.Shared.Uncached(t)
 	ctx := context.Background()
-	if err := testkit.CreateMany(ctx, c, ns, "obj", 250); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", 250)
 	other := testkit.Namespace(t, cp.Config())
 	src := &compactAfterFirstPage{
 		Source: watcher.RESTSource{Client: testkit.Client(t, uncached.Config()).REST(), Resource: v1alpha1.Resource, Namespace: ns},
@@ -555,14 +538,9 @@ func assertStoreMatchesServer(t *testing.T, c interface {
 // the initial-events-end bookmark, and the same stream carries on with live
 // events: no LIST request at all.
 func TestWatchListStreamsTheInitialStateAndKeepsTheStream(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
-	if err := testkit.CreateMany(ctx, c, ns, "obj", 300); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", 300)
 	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
 	r := start(t, cfg, ns, watcher.Options[object]{WatchList: true})
 	if n := r.store.Len(); n != 300 || r.rec.count(store.Added) != 300 {
@@ -581,15 +559,9 @@ func TestWatchListStreamsTheInitialStateAndKeepsTheStream(t *testing.T) {
 // An apiserver with the WatchList feature off refuses the request; the
 // watcher falls back to a paginated LIST and works as usual.
 func TestWatchListFallsBackToListWhenTheServerRefuses(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ctx := context.Background()
+	cp, ns, c := testkit.Parallel(t)
 	old := extraAPIServer(t, cp, "apiserver-no-watchlist", "--feature-gates=WatchList=false")
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
-	if err := testkit.CreateMany(ctx, c, ns, "obj", 20); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", 20)
 	proxy, cfg := testkit.Proxy(t, cp, old)
 	r := start(t, cfg, ns, watcher.Options[object]{WatchList: true, PageSize: 10})
 	if n := r.store.Len(); n != 20 {
@@ -616,7 +588,7 @@ func TestWatchListFallsBackToListWhenTheServerRefuses(t *testing.T) {
 // expire again forever (the bug the comparison harness found).
 func TestAPIServerRestartRelistsOnceAndResumes(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	ctx := context.Background()
 	a, err := cp.AddAPIServer(ctx, "apiserver-restarted")
 	if err != nil {
@@ -625,9 +597,7 @@ func TestAPIServerRestartRelistsOnceAndResumes(t *testing.T) {
 	defer a.Stop()
 	ns := testkit.Namespace(t, cp.Config())
 	c := testkit.Client(t, cp.Config())
-	if err := testkit.CreateMany(ctx, c, ns, "obj", 30); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", 30)
 	r := start(t, a.Config(), ns, watcher.Options[object]{PageSize: 10})
 	if err := a.Restart(ctx); err != nil {
 		t.Fatal(err)

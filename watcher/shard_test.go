@@ -67,22 +67,15 @@ func checkPartition(t *testing.T, runs map[string]*running, sets map[string]shar
 // deletes reach only their owner; nothing is filtered on the client, and each
 // member reads about a third of the bytes one unsharded watcher reads.
 func TestShardSelectorsSplitTheObjectsOnTheServer(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
+	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
-	if err := testkit.CreateMany(ctx, c, ns, "obj", 300); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", 300)
 	var whole compare.ByteCounter
 	single := start(t, metered(cp.Config(), &whole), ns, watcher.Options[object]{PageSize: 50})
 	runs, bytes, sets := shardsOf(t, cp.Config(), ns)
 	checkPartition(t, runs, sets, 300)
 
-	if err := testkit.CreateMany(ctx, c, ns, "late", 30); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "late", 30)
 	for i := range 10 {
 		if err := c.Delete(ctx, ns, fmt.Sprintf("obj-%d", i), metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
@@ -119,15 +112,9 @@ func TestShardSelectorsSplitTheObjectsOnTheServer(t *testing.T) {
 // members notice (objects outside their ranges), filter on their side with the
 // same hash, and the stores split the objects all the same.
 func TestShardsFallBackToClientFilteringWhenTheServerDropsTheSelector(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ctx := context.Background()
+	cp, ns, c := testkit.Parallel(t)
 	old := extraAPIServer(t, cp, "apiserver-no-shards", "--feature-gates=ShardedListAndWatch=false")
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
-	if err := testkit.CreateMany(ctx, c, ns, "obj", 120); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", 120)
 	logs := &testkit.Logs{}
 	members := []string{"rawwatch-a", "rawwatch-b", "rawwatch-c"}
 	owners := shard.Assign(members)
@@ -137,9 +124,7 @@ func TestShardsFallBackToClientFilteringWhenTheServerDropsTheSelector(t *testing
 		runs[m] = startLogging(t, old.Config(), ns, watcher.Options[object]{PageSize: 50, Shard: sets[m]}, logs.Logger(0))
 	}
 	checkPartition(t, runs, sets, 120)
-	if err := testkit.CreateMany(ctx, c, ns, "late", 12); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "late", 12)
 	testkit.Eventually(t, 30*time.Second, func() bool {
 		n := 0
 		for _, r := range runs {
@@ -166,15 +151,10 @@ func TestShardsFallBackToClientFilteringWhenTheServerDropsTheSelector(t *testing
 // still reported. Both with the server filtering and, gate off, with the
 // client filtering.
 func TestSetShardMovesWithoutDeletions(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
+	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	old := extraAPIServer(t, cp, "apiserver-no-shards-2", "--feature-gates=ShardedListAndWatch=false")
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
-	if err := testkit.CreateMany(ctx, c, ns, "obj", 200); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", 200)
 	var slotsA, slotsB []int
 	for i := range shard.Slots {
 		if i%2 == 0 {
@@ -239,7 +219,7 @@ func TestSetShardMovesWithoutDeletions(t *testing.T) {
 // new object; the store is not touched. Gate on and off.
 func TestSweepFindsTheDeletionsTheWatchHasNotBrought(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	ctx := context.Background()
 	old := extraAPIServer(t, cp, "apiserver-no-shards-3", "--feature-gates=ShardedListAndWatch=false")
 	var even []int
@@ -250,9 +230,7 @@ func TestSweepFindsTheDeletionsTheWatchHasNotBrought(t *testing.T) {
 	for name, cfg := range map[string]*rest.Config{"gate on": cp.Config(), "gate off": old.Config()} {
 		ns := testkit.Namespace(t, cp.Config())
 		c := testkit.Client(t, cp.Config())
-		if err := testkit.CreateMany(ctx, c, ns, "obj", 120); err != nil {
-			t.Fatal(err)
-		}
+		testkit.Objects(t, c, ns, "obj", 120)
 		// A store as a watcher left it, and a watcher that will not run.
 		list, err := c.List(ctx, ns, metav1.ListOptions{})
 		if err != nil {
@@ -290,9 +268,7 @@ func TestSweepFindsTheDeletionsTheWatchHasNotBrought(t *testing.T) {
 				want[recreated] = true
 			}
 		}
-		if err := testkit.CreateMany(ctx, c, ns, "new", 20); err != nil {
-			t.Fatal(err)
-		}
+		testkit.Objects(t, c, ns, "new", 20)
 		res, err := w.Sweep(ctx, slots)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -347,9 +323,7 @@ func TestSweepFindsTheDeletionsTheWatchHasNotBrought(t *testing.T) {
 // the shard once synced; from a shard change, the slots of both shards, and
 // the new ones once relisted — never a slot not listed.
 func TestCoveredFollowsTheListedShard(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
+	cp, ns, _ := testkit.Parallel(t)
 	a, b := shard.SlotsOf(0, 1, 2, 3), shard.SlotsOf(2, 3, 4, 5, 6)
 	r := start(t, cp.Config(), ns, watcher.Options[object]{Shard: a.Set()})
 	if got := r.w.Covered(); got != a {

@@ -19,15 +19,12 @@ import (
 	"rawwatch/api/v1alpha1"
 	"rawwatch/client"
 	"rawwatch/internal/app"
-	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
 	"rawwatch/reconcile"
 	"rawwatch/store"
 )
 
-var shared = &controlplane.Shared{}
-
-func TestMain(m *testing.M) { shared.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 type object = app.Object
 
@@ -117,7 +114,7 @@ func (s *spy) writesOf(key string) int {
 // startApp runs the assembled controller on namespace ns until the test ends.
 func startApp(t *testing.T, ns string, workers int) (*app.App, *spy, *testkit.Logs) {
 	t.Helper()
-	return startAppWith(t, app.Options{Config: shared.Get(t).Config(), Namespace: ns, Workers: workers,
+	return startAppWith(t, app.Options{Config: testkit.Shared.Get(t).Config(), Namespace: ns, Workers: workers,
 		RetryBase: 20 * time.Millisecond})
 }
 
@@ -185,10 +182,7 @@ func (l lastStatus) String() string {
 }
 
 func TestCreateUpdateDelete(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	a, spy, _ := startApp(t, ns, 2)
 	key := ns + "/demo"
@@ -253,10 +247,7 @@ func TestCreateUpdateDelete(t *testing.T) {
 // status written from that trimmed copy leaves them on the server: a write
 // through /status changes nothing but the status.
 func TestTheCacheDropsAnnotationsTheReconcilerNeverReads(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Parallel(t)
 	a, _, _ := startAppWith(t, app.Options{Config: cp.Config(), Namespace: ns, Workers: 1,
 		CacheDropAnnotations: reconcile.UnreadAnnotations})
 
@@ -282,10 +273,7 @@ func TestTheCacheDropsAnnotationsTheReconcilerNeverReads(t *testing.T) {
 }
 
 func TestFailRetriesWithGrowingDelay(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	_, ns, c := testkit.Parallel(t)
 	_, spy, _ := startApp(t, ns, 2)
 	key := ns + "/broken"
 	if _, err := c.Create(context.Background(), testkit.New(ns, "broken", reconcile.FailMessage)); err != nil {
@@ -326,10 +314,7 @@ func TestFailRetriesWithGrowingDelay(t *testing.T) {
 // A status write based on a stale object gets a real 409 from the server; the
 // controller retries quietly and converges.
 func TestConflictIsRetriedQuietly(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	_, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	_, spy, logs := startApp(t, ns, 2)
 	var once sync.Once
@@ -368,15 +353,10 @@ func TestConflictIsRetriedQuietly(t *testing.T) {
 // Many updates to many keys with four workers: every key converges and no key
 // is ever in two workers at once (the spy checks).
 func TestManyUpdatesConverge(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	_, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	a, _, _ := startApp(t, ns, 4)
-	if err := testkit.CreateMany(ctx, c, ns, "obj", 50); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", 50)
 	for round := range 3 {
 		var wg sync.WaitGroup
 		for i := range 50 {

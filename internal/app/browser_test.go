@@ -40,10 +40,7 @@ func chromium(t *testing.T) string {
 // screenshot goes to out/ui.png.
 func TestLivePageInABrowser(t *testing.T) {
 	browser := chromium(t)
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Parallel(t)
 	proxy, viaProxy := testkit.Proxy(t, cp, cp.APIServer)
 	for _, name := range []string{"hello", "greeting", "welcome"} {
 		if _, err := c.Create(context.Background(), testkit.New(ns, name, "hi")); err != nil {

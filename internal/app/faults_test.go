@@ -52,10 +52,7 @@ func (r *retries) of(key string) []time.Duration {
 // growing at --retry-max-delay (RetryMax), and its status says why it fails:
 // phase Failed, the error as message, Ready False, a Warning event.
 func TestFailingForeverBacksOffUpToTheCap(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Parallel(t)
 	rec := &retries{delays: map[string][]time.Duration{}}
 	const base, maxDelay = 10 * time.Millisecond, 160 * time.Millisecond
 	_, spy, logs := startAppWith(t, app.Options{Config: cp.Config(), Namespace: ns,
@@ -110,15 +107,9 @@ func TestFailingForeverBacksOffUpToTheCap(t *testing.T) {
 // 10/s retry bucket — with no client-side QPS limit to hide behind. After the
 // storm every object converges.
 func TestErrorStormsDoNotHammerTheServer(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
-	ctx := context.Background()
+	cp, ns, c := testkit.Parallel(t)
 	const objects = 20
-	if err := testkit.CreateMany(ctx, c, ns, "obj", objects); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", objects)
 	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
 	cfg.QPS = -1                                                         // no client-side rate limit: whatever bound we see is the controller's doing
 	startAppWith(t, app.Options{Config: cfg, Namespace: ns, Workers: 2}) // default retry delays, as the binary's

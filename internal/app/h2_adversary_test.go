@@ -1,7 +1,6 @@
 package app
 
 import (
-	"crypto/tls"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -62,14 +61,7 @@ func TestAdversaryHTTP2HeaderBlockDribbledInContinuationFrames(t *testing.T) {
 	l.readHeader, l.read, l.write, l.idle = time.Second, 3*time.Second, 3*time.Second, 2*time.Second
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
 	addr := serveOnLoopback(t, ok, true, l)
-	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if p := conn.ConnectionState().NegotiatedProtocol; p != "h2" {
-		t.Fatalf("negotiated %q, want h2", p)
-	}
+	conn := dialH2(t, addr)
 	closed := make(chan string, 1)
 	go func() { // reads what the server sends: a GOAWAY or the end is a close
 		hdr := make([]byte, 9)

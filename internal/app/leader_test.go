@@ -126,14 +126,9 @@ func churn(t *testing.T, c *client.Client, ns string, objects int, pause time.Du
 // the Lease; the standby takes over once it expires. At no instant do two
 // replicas reconcile one key, and every change is reconciled in the end.
 func TestRenewalFailuresNeverLetTwoReplicasReconcileOneKey(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Parallel(t)
 	const objects = 30
-	if err := testkit.CreateMany(context.Background(), c, ns, "obj", objects); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", objects)
 	proxy, viaProxy := testkit.Proxy(t, cp, cp.APIServer)
 	ref := &referee{t: t, busy: map[string]string{}, count: map[string]int{}}
 	lease := leader.Config{Namespace: ns, Name: "rawwatch", LeaseDuration: 3 * time.Second,
@@ -150,14 +145,7 @@ func TestRenewalFailuresNeverLetTwoReplicasReconcileOneKey(t *testing.T) {
 		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logs.Logger(2)))
 		done, stopped := make(chan error, 1), make(chan struct{})
 		go func() { done <- a.Run(ctx); close(stopped) }()
-		t.Cleanup(func() {
-			cancel()
-			select {
-			case <-stopped:
-			case <-time.After(time.Minute):
-				t.Errorf("replica %s did not stop", replica)
-			}
-		})
+		testkit.StopAtEnd(t, cancel, stopped, time.Minute, "replica %s did not stop", replica)
 		return a, done
 	}
 	a, aDone := run("a", viaProxy)

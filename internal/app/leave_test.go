@@ -78,7 +78,7 @@ func startLeaving(t *testing.T, ns string, drain time.Duration, fail map[types.U
 	t.Helper()
 	l := &leaving{h: &holdingDeleter{release: make(chan struct{}), fail: fail}, logs: &testkit.Logs{}, stopped: make(chan struct{})}
 	var err error
-	l.a, err = app.New(app.Options{Config: shared.Get(t).Config(), Namespace: ns, Workers: 2,
+	l.a, err = app.New(app.Options{Config: testkit.Shared.Get(t).Config(), Namespace: ns, Workers: 2,
 		WrapReconciler: func(r reconcile.Reconciler[object]) reconcile.Reconciler[object] {
 			l.h.Reconciler = r
 			return l.h
@@ -95,14 +95,7 @@ func startLeaving(t *testing.T, ns string, drain time.Duration, fail map[types.U
 		}
 		close(l.stopped)
 	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-l.stopped:
-		case <-time.After(2 * time.Minute):
-			t.Errorf("the replica did not stop")
-		}
-	})
+	testkit.StopAtEnd(t, cancel, l.stopped, 2*time.Minute, "the replica did not stop")
 	return l
 }
 
@@ -116,7 +109,7 @@ func (l *leaving) deletions() int {
 // leaseGone tells whether the replica's Lease was deleted.
 func leaseGone(t *testing.T, ns string) bool {
 	t.Helper()
-	kube := kubernetes.NewForConfigOrDie(shared.Get(t).Config())
+	kube := kubernetes.NewForConfigOrDie(testkit.Shared.Get(t).Config())
 	_, err := kube.CoordinationV1().Leases(ns).Get(context.Background(), "rawwatch-leaver", metav1.GetOptions{})
 	return apierrors.IsNotFound(err)
 }
@@ -124,7 +117,7 @@ func leaseGone(t *testing.T, ns string) bool {
 // deleteObjects deletes the objects named and returns their UIDs.
 func deleteObjects(t *testing.T, l *leaving, ns string, names ...string) []types.UID {
 	t.Helper()
-	c := testkit.Client(t, shared.Get(t).Config())
+	c := testkit.Client(t, testkit.Shared.Get(t).Config())
 	var uids []types.UID
 	for _, name := range names {
 		obj, ok := l.a.Store.Get(ns + "/" + name)
@@ -147,13 +140,8 @@ func deleteObjects(t *testing.T, l *leaving, ns string, names ...string) []types
 // with them, and the watcher stopped with the context: it handled 2 of 6,
 // the two its workers held.
 func TestACleanLeaveHandlesTheDeletionsItHeardOf(t *testing.T) {
-	t.Parallel()
-	cfg := shared.Get(t).Config()
-	ns := testkit.Namespace(t, cfg)
-	c := testkit.Client(t, cfg)
-	if err := testkit.CreateMany(context.Background(), c, ns, "obj", 20); err != nil {
-		t.Fatal(err)
-	}
+	_, ns, c := testkit.Parallel(t)
+	testkit.Objects(t, c, ns, "obj", 20)
 	l := startLeaving(t, ns, 0, nil) // the default drain timeout, 30 s
 	testkit.Eventually(t, time.Minute, func() bool {
 		return l.a.Member.Claims().Working.Len() == shard.Slots && l.a.Store.Len() == 20
@@ -196,13 +184,8 @@ func TestACleanLeaveHandlesTheDeletionsItHeardOf(t *testing.T) {
 // DrainTimeout, not for ever: then the replica leaves (its Lease deleted)
 // and says what it did not handle.
 func TestACleanLeaveGivesUpOnAFailingDeletionAfterDrainTimeout(t *testing.T) {
-	t.Parallel()
-	cfg := shared.Get(t).Config()
-	ns := testkit.Namespace(t, cfg)
-	c := testkit.Client(t, cfg)
-	if err := testkit.CreateMany(context.Background(), c, ns, "obj", 5); err != nil {
-		t.Fatal(err)
-	}
+	_, ns, c := testkit.Parallel(t)
+	testkit.Objects(t, c, ns, "obj", 5)
 	const drain = 2 * time.Second
 	l := startLeaving(t, ns, drain, map[types.UID]bool{})
 	close(l.h.release) // nothing held: one deletion fails, the others pass

@@ -27,6 +27,21 @@ var testLimits = func() serverLimits {
 
 // serveOnLoopback serves h with httpServer and l, over TLS when tlsOn, and
 // returns the address.
+// dialH2 opens a TLS connection to addr that negotiated HTTP/2, closed when
+// the test ends.
+func dialH2(t *testing.T, addr string) *tls.Conn {
+	t.Helper()
+	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if p := conn.ConnectionState().NegotiatedProtocol; p != "h2" {
+		t.Fatalf("negotiated %q, want h2", p)
+	}
+	return conn
+}
+
 func serveOnLoopback(t *testing.T, h http.Handler, tlsOn bool, l serverLimits) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -87,14 +102,7 @@ func TestConnectionsAreNotKeptForEver(t *testing.T) {
 	defer silent.Close()
 	conns = append(conns, silent)
 	secure := serveOnLoopback(t, ok, true, testLimits)
-	h2, err := tls.Dial("tcp", secure, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h2.Close()
-	if p := h2.ConnectionState().NegotiatedProtocol; p != "h2" {
-		t.Fatalf("negotiated %q, want h2", p)
-	}
+	h2 := dialH2(t, secure)
 	// The client preface and an empty SETTINGS frame; then nothing.
 	if _, err := h2.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")); err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"rawwatch/internal/authz"
+	"rawwatch/internal/testkit"
 )
 
 // reviewServer answers TokenReviews (only good is a known token) and
@@ -54,13 +54,6 @@ func reviewServer(t *testing.T, good string, delay time.Duration) (*rest.Config,
 	}))
 	t.Cleanup(srv.Close)
 	return &rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"}}, &reviews
-}
-
-func heapAfterGC() uint64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }
 
 // The guarded metrics server under unauthenticated load: callers with
@@ -106,7 +99,7 @@ func TestUnauthenticatedLoad(t *testing.T) {
 	if code, err := get(client(), "/metrics", good); code != 200 {
 		t.Fatalf("the scraper before the flood: %d %v", code, err)
 	}
-	base := heapAfterGC()
+	base := testkit.HeapAfterGC()
 	huge, large := "/"+strings.Repeat("a", 1<<20), "/"+strings.Repeat("b", 48<<10)
 	var sent atomic.Int64
 	codes := sync.Map{} // status → *atomic.Int64
@@ -165,7 +158,7 @@ func TestUnauthenticatedLoad(t *testing.T) {
 			t.Logf("a scrape during the flood: %d %v", code, err)
 		}
 		if duration > 0 && time.Now().After(nextLog) {
-			h := heapAfterGC()
+			h := testkit.HeapAfterGC()
 			peak = max(peak, h)
 			users, refusals, grants := guard.Len()
 			t.Logf("%4.0fs: %d requests, heap %.1f MiB (%.1f at the start), cached: %d users, %d refusals, %d grants; %d reviews",
@@ -175,7 +168,7 @@ func TestUnauthenticatedLoad(t *testing.T) {
 	}
 	close(stop)
 	flood.Wait()
-	grew := int64(heapAfterGC()) - int64(base)
+	grew := int64(testkit.HeapAfterGC()) - int64(base)
 	var summary []string
 	codes.Range(func(k, v any) bool {
 		summary = append(summary, fmt.Sprintf("%v: %d", k, v.(*atomic.Int64).Load()))

@@ -60,10 +60,7 @@ func TestProbesBeforeTheFirstList(t *testing.T) {
 
 // Scraping a controller at work: the metrics move with what it does.
 func TestMetricsMoveWithTheWork(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	a, _, _ := startAppWith(t, app.Options{Config: cp.Config(), Namespace: ns, Workers: 2, RetryBase: 20 * time.Millisecond,
 		MetricsAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0",
@@ -128,10 +125,7 @@ func TestMetricsMoveWithTheWork(t *testing.T) {
 // heartbeat; the silence gauge stays low while heartbeats flow; the delivery
 // lag sees the probe's own events.
 func TestFreshnessProbe(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Parallel(t)
 	var mu sync.Mutex
 	took := map[time.Time]map[freshness.Stage][]time.Duration{} // heartbeat → stage → measures
 	a, _, _ := startAppWith(t, app.Options{Config: cp.Config(), Namespace: ns,

@@ -36,7 +36,6 @@ import (
 // /metrics and not the page, one bound to rawwatch-page-reader the page and
 // not /metrics, another gets 403, no token 401; the probes stay plain and open.
 func TestSecureServingLetsInOnlyWhomRBACAllows(t *testing.T) {
-	t.Parallel()
 	admin, ns := rbacNamespace(t)
 	reader := boundToken(t, admin, ns, "prometheus", "rawwatch-metrics-reader")
 	nosy := testkit.ServiceAccountToken(t, admin, ns, "nosy")
@@ -89,7 +88,6 @@ func TestSecureServingLetsInOnlyWhomRBACAllows(t *testing.T) {
 // AllowTTL 2 s (1 minute and 2 minutes by default); the test waits a minute
 // for each, for a busy machine, and reports how long they took.
 func TestARevokedViewersStreamEndsAndItsReconnectIsRefused(t *testing.T) {
-	t.Parallel()
 	admin, ns := rbacNamespace(t)
 	viewer := boundToken(t, admin, ns, "viewer", "rawwatch-page-reader")
 	a, _, client := startSecure(t, admin, app.Options{Namespace: ns, UIAddr: "127.0.0.1:0",
@@ -138,13 +136,12 @@ func TestARevokedViewersStreamEndsAndItsReconnectIsRefused(t *testing.T) {
 	}
 }
 
-// rbacNamespace is the shared control plane's admin config, with
-// config/rbac installed, and a namespace of the test's own.
+// rbacNamespace runs t in parallel and returns the shared control plane's
+// admin config, with config/rbac installed, and a namespace of t's own.
 func rbacNamespace(t *testing.T) (*rest.Config, string) {
-	admin := shared.Get(t).Config()
-	ns := testkit.Namespace(t, admin)
-	testkit.InstallRBAC(t, admin)
-	return admin, ns
+	cp, ns, _ := testkit.Parallel(t)
+	testkit.InstallRBAC(t, cp.Config())
+	return cp.Config(), ns
 }
 
 // boundToken is a token of ServiceAccount sa of ns, bound to ClusterRole

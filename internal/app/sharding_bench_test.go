@@ -32,14 +32,12 @@ func BenchmarkShardedReplicas(b *testing.B) {
 	if n, err := strconv.Atoi(os.Getenv("RAWWATCH_SHARD_OBJECTS")); err == nil {
 		objects = n
 	}
-	cp := shared.Get(b)
+	cp := testkit.Shared.Get(b)
 	cfg := cp.Config()
 	ns := testkit.Namespace(b, cfg)
 	c := testkit.Client(b, cfg)
 	start := time.Now()
-	if err := testkit.CreateMany(context.Background(), c, ns, "obj", objects); err != nil {
-		b.Fatal(err)
-	}
+	testkit.Objects(b, c, ns, "obj", objects)
 	b.Logf("%d objects created in %s", objects, time.Since(start).Round(time.Second))
 	// Once, unmeasured: a replica writes every status, so that the measured
 	// runs find nothing to write and read only what the watch costs.

@@ -55,14 +55,7 @@ func startReplica(t *testing.T, cfg *rest.Config, ns, name string, ref *referee)
 		}
 		close(r.stopped)
 	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-r.stopped:
-		case <-time.After(time.Minute):
-			t.Errorf("replica %s did not stop", name)
-		}
-	})
+	testkit.StopAtEnd(t, cancel, r.stopped, time.Minute, "replica %s did not stop", name)
 	return r
 }
 
@@ -162,7 +155,7 @@ func moved(before, after map[string]string) int {
 // referee), no moved key is reported deleted, and every change is reconciled.
 func TestShardedReplicasDivideTheWorkAndHandItOver(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	shardedRun(t, cp, cp.APIServer, 3000)
 }
 
@@ -170,7 +163,7 @@ func TestShardedReplicasDivideTheWorkAndHandItOver(t *testing.T) {
 // every object to every replica, and the replicas filter on their side.
 func TestShardedReplicasWithoutServerSideSelectors(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	old, err := cp.AddAPIServer(context.Background(), "apiserver-no-shards-app", "--feature-gates=ShardedListAndWatch=false")
 	if err != nil {
 		t.Fatal(err)
@@ -193,9 +186,7 @@ func shardedRun(t *testing.T, cp *controlplane.ControlPlane, server *controlplan
 	t.Logf("three replicas settled %s after starting", took.Round(time.Millisecond))
 
 	start := time.Now()
-	if err := testkit.CreateMany(context.Background(), c, ns, "obj", objects); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", objects)
 	waitConverged(t, c, ns, objects)
 	t.Logf("%d objects created and reconciled in %s", objects, time.Since(start).Round(time.Millisecond))
 	// (Under load a renewal may time out, a replica fence itself and

@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/client"
 	"rawwatch/internal/testkit"
 	"rawwatch/observe"
 	"rawwatch/queue"
@@ -30,22 +31,14 @@ import (
 // an Event after a write that succeeded before the slot moved, a deletion's
 // handling, any side effect outside the object — docs/sharding.md says.)
 func TestAPausedOldOwnersStatusWriteMeetsAConflict(t *testing.T) {
-	t.Parallel()
-	cfg := shared.Get(t).Config()
-	ns := testkit.Namespace(t, cfg)
-	c := testkit.Client(t, cfg)
+	_, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	key := store.Key(ns, "moved")
 	if _, err := c.Create(ctx, testkit.New(ns, "moved", "generation 1")); err != nil {
 		t.Fatal(err)
 	}
 	// The old owner's cache holds the object as it read it, then it pauses.
-	oldRead, err := c.Get(ctx, ns, "moved")
-	if err != nil {
-		t.Fatal(err)
-	}
-	oldCache := store.New[object]()
-	oldCache.Upsert(oldRead)
+	oldRead, oldCache := cachedRead(t, c, ns, "moved")
 
 	// Meanwhile the slot moves: the object changes, and the new owner
 	// reconciles it from its own read.
@@ -54,12 +47,7 @@ func TestAPausedOldOwnersStatusWriteMeetsAConflict(t *testing.T) {
 	if _, err := c.Update(ctx, cur); err != nil {
 		t.Fatal(err)
 	}
-	newRead, err := c.Get(ctx, ns, "moved")
-	if err != nil {
-		t.Fatal(err)
-	}
-	newCache := store.New[object]()
-	newCache.Upsert(newRead)
+	_, newCache := cachedRead(t, c, ns, "moved")
 	newOwner := &reconcile.MyResourceReconciler{Store: newCache, Client: c}
 	if err := newOwner.Reconcile(ctx, key); err != nil {
 		t.Fatalf("the new owner's reconcile: %v", err)
@@ -109,4 +97,17 @@ func TestAPausedOldOwnersStatusWriteMeetsAConflict(t *testing.T) {
 	if got.Status.ObservedGeneration != 2 || got.Status.Message != "generation 2" || got.Status.Phase != v1alpha1.PhaseProcessed {
 		t.Errorf("the status after the old owner's write: %+v; want the new owner's, of generation 2", got.Status)
 	}
+}
+
+// cachedRead reads ns/name, as a replica's cache would hold it: the object
+// and a store holding it.
+func cachedRead(t *testing.T, c *client.Client, ns, name string) (object, *store.Store[object]) {
+	t.Helper()
+	o, err := c.Get(context.Background(), ns, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := store.New[object]()
+	cache.Upsert(o)
+	return o, cache
 }

@@ -9,15 +9,9 @@ import (
 	"sync"
 	"testing"
 	"time"
-)
 
-// heap is the live heap after a collection.
-func heap() uint64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
+	"rawwatch/internal/testkit"
+)
 
 // An unauthenticated caller chooses the token and the path. Neither may be
 // kept: 64 refusals of made-up tokens on paths of 1 MiB keep next to nothing,
@@ -28,13 +22,13 @@ func TestRefusalsKeepNothingTheCallerChose(t *testing.T) {
 	g := s.guard(Options{})
 	h := g.Wrap(ok, "/metrics")
 	long := "/" + strings.Repeat("a", 1<<20)
-	before := heap()
+	before := testkit.HeapAfterGC()
 	for i := range 64 {
 		if w := get(t, h, long, fmt.Sprintf("Bearer made-up-%d", i)); w.Code != http.StatusUnauthorized {
 			t.Fatalf("a made-up token on a 1 MiB path: %d, want 401", w.Code)
 		}
 	}
-	if grew := int64(heap()) - int64(before); grew > 8<<20 {
+	if grew := int64(testkit.HeapAfterGC()) - int64(before); grew > 8<<20 {
 		t.Errorf("64 refused requests on 1 MiB paths left the heap %d MiB larger, want under 8", grew>>20)
 	}
 	s.reviews.Store(0)
@@ -86,10 +80,7 @@ func TestAFloodOfMadeUpTokensDoesNotStarveAKnownToken(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Unix(1000, 0)
 	g.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	h := g.Wrap(ok, "/metrics")
-	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusOK {
-		t.Fatalf("before the flood: %d, want 200", w.Code)
-	}
+	h := scraped(t, g, "before the flood")
 	var wg sync.WaitGroup
 	for i := range 200 {
 		wg.Go(func() { get(t, h, "/metrics", fmt.Sprintf("Bearer flood-%d", i)) })

@@ -113,23 +113,8 @@ func TestAdversaryARotatedTokenOfAKnownScraperIsStarvedByAFlood(t *testing.T) {
 	s.users["reader-token-rotated"] = "reader"
 	s.blockMadeUp = make(chan struct{})
 	g := s.guard(Options{})
-	h := g.Wrap(ok, "/metrics")
-	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusOK {
-		t.Fatalf("before the flood: %d, want 200", w.Code)
-	}
-	var wg sync.WaitGroup
-	drained := false
-	drain := func() {
-		if !drained {
-			drained = true
-			close(s.blockMadeUp)
-			wg.Wait()
-		}
-	}
-	defer drain()
-	for i := range 200 {
-		wg.Go(func() { get(t, h, "/metrics", fmt.Sprintf("Bearer flood-%d", i)) })
-	}
+	h := scraped(t, g, "before the flood")
+	drain := heldFlood(t, g, h, "Bearer flood-%d", 200, s.blockMadeUp)
 	for deadline := time.Now().Add(30 * time.Second); s.inFlight.Load() < DefaultMaxInFlight || g.newToken.waiting.Load() < DefaultMaxWaiting; {
 		if time.Now().After(deadline) {
 			t.Fatalf("the flood holds %d reviews and %d waiting", s.inFlight.Load(), g.newToken.waiting.Load())

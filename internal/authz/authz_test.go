@@ -122,13 +122,60 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // guard is a Guard that reviews through s, with no client-side rate limit.
-func (s *server) guard(opts Options) *Guard {
-	kube, err := kubernetes.NewForConfig(&rest.Config{Host: s.url, QPS: -1,
+func (s *server) guard(opts Options) *Guard { return guardAt(s.url, opts) }
+
+// guardAt is a Guard that reviews through the API server at url, with no
+// client-side rate limit.
+func guardAt(url string, opts Options) *Guard {
+	kube, err := kubernetes.NewForConfig(&rest.Config{Host: url, QPS: -1,
 		ContentConfig: rest.ContentConfig{ContentType: "application/json"}})
 	if err != nil {
 		panic(err)
 	}
 	return NewForClient(kube, opts)
+}
+
+// virtualClock gives g a clock standing at t0 (Unix 1000) until at(d) sets
+// it to t0 + d.
+func virtualClock(g *Guard) (at func(d time.Duration)) {
+	var mu sync.Mutex
+	t0 := time.Unix(1000, 0)
+	now := t0
+	g.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	return func(d time.Duration) { mu.Lock(); now = t0.Add(d); mu.Unlock() }
+}
+
+// scraped is g guarding /metrics, scraped once by the granted scraper
+// (reader-token): the test fails, saying when, unless that gets 200.
+func scraped(t *testing.T, g *Guard, when string) http.Handler {
+	t.Helper()
+	h := g.Wrap(ok, "/metrics")
+	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusOK {
+		t.Fatalf("%s: %d, want 200", when, w.Code)
+	}
+	return h
+}
+
+// heldFlood sends n requests through g's handler h at once, with the bearer
+// tokens fmt.Sprintf(token, 0..n-1), whose reviews the API server holds
+// until hold is closed. release, run at the latest when the test ends,
+// closes it and waits for those requests and g's refreshes ahead.
+func heldFlood(t *testing.T, g *Guard, h http.Handler, token string, n int, hold chan struct{}) (release func()) {
+	var wg sync.WaitGroup
+	released := false
+	release = func() {
+		if !released {
+			released = true
+			close(hold)
+			wg.Wait()
+			g.bg.Wait()
+		}
+	}
+	t.Cleanup(release)
+	for i := range n {
+		wg.Go(func() { get(t, h, "/metrics", fmt.Sprintf(token, i)) })
+	}
+	return release
 }
 
 func get(t *testing.T, h http.Handler, path, auth string) *httptest.ResponseRecorder {

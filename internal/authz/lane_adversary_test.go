@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
 
@@ -58,15 +57,8 @@ func TestAdversaryAUserWithNoRBACStarvesTheRefreshLane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var clock sync.Mutex
-	t0 := time.Unix(1000, 0)
-	now := t0
-	g.now = func() time.Time { clock.Lock(); defer clock.Unlock(); return now }
-	at := func(d time.Duration) { clock.Lock(); now = t0.Add(d); clock.Unlock() }
-	h := g.Wrap(ok, "/metrics")
-	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusOK {
-		t.Fatalf("the first scrape: %d", w.Code)
-	}
+	at := virtualClock(g)
+	h := scraped(t, g, "the first scrape")
 	if w := get(t, h, "/metrics", "Bearer other-token"); w.Code != http.StatusForbidden {
 		t.Fatalf("the user with no RBAC: %d, want 403", w.Code)
 	}
@@ -141,43 +133,17 @@ func TestRefreshAheadIsNotStarvedByUsersWithNoRBAC(t *testing.T) {
 		s.ServeHTTP(w, r)
 	}))
 	t.Cleanup(api.Close)
-	kube, err := kubernetes.NewForConfig(&rest.Config{Host: api.URL, QPS: -1,
-		ContentConfig: rest.ContentConfig{ContentType: "application/json"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := NewForClient(kube, Options{})
-	var clock sync.Mutex
-	t0 := time.Unix(1000, 0)
-	now := t0
-	g.now = func() time.Time { clock.Lock(); defer clock.Unlock(); return now }
-	h := g.Wrap(ok, "/metrics")
-	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusOK {
-		t.Fatalf("the first scrape: %d", w.Code)
-	}
-	var wg sync.WaitGroup
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			close(hold)
-			wg.Wait()
-			g.bg.Wait()
-		}
-	}
-	defer release()
-	for i := range nobodies {
-		wg.Go(func() { get(t, h, "/metrics", fmt.Sprintf("Bearer nobody-token-%d", i)) })
-	}
+	g := guardAt(api.URL, Options{})
+	at := virtualClock(g)
+	h := scraped(t, g, "the first scrape")
+	release := heldFlood(t, g, h, "Bearer nobody-token-%d", nobodies, hold)
 	for deadline := time.Now().Add(30 * time.Second); len(g.known.slots) < DefaultMaxInFlight || g.known.waiting.Load() < nobodies-DefaultMaxInFlight; {
 		if time.Now().After(deadline) {
 			t.Fatalf("the users with no RBAC hold %d slots, %d waiting", len(g.known.slots), g.known.waiting.Load())
 		}
 		time.Sleep(time.Millisecond)
 	}
-	clock.Lock()
-	now = t0.Add(DefaultAllowTTL/2 + time.Second)
-	clock.Unlock()
+	at(DefaultAllowTTL/2 + time.Second)
 	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusOK {
 		t.Fatalf("the scrape that refreshes ahead: %d, want 200 from the cache", w.Code)
 	}

@@ -4,14 +4,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 )
 
 // Breaks the package doc ("A failed review is not cached") and
@@ -43,21 +40,9 @@ func TestAdversaryAnAuthenticatorErrorOnARefreshLocksOutAScraper(t *testing.T) {
 		s.ServeHTTP(w, r)
 	}))
 	t.Cleanup(api.Close)
-	kube, err := kubernetes.NewForConfig(&rest.Config{Host: api.URL, QPS: -1,
-		ContentConfig: rest.ContentConfig{ContentType: "application/json"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := NewForClient(kube, Options{})
-	var mu sync.Mutex
-	t0 := time.Unix(1000, 0)
-	now := t0
-	g.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	at := func(d time.Duration) { mu.Lock(); now = t0.Add(d); mu.Unlock() }
-	h := g.Wrap(ok, "/metrics")
-	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusOK {
-		t.Fatalf("the first scrape: %d", w.Code)
-	}
+	g := guardAt(api.URL, Options{})
+	at := virtualClock(g)
+	h := scraped(t, g, "the first scrape")
 	at(61 * time.Second)
 	glitch.Store(true)
 	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusOK {
@@ -77,15 +62,8 @@ func TestAdversaryAnAuthenticatorErrorOnARefreshLocksOutAScraper(t *testing.T) {
 func TestARefusalWithAnErrorIsBelievedWhenTheTokenExpires(t *testing.T) {
 	s := newServer(t)
 	g := s.guard(Options{})
-	var mu sync.Mutex
-	t0 := time.Unix(1000, 0)
-	now := t0
-	g.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	at := func(d time.Duration) { mu.Lock(); now = t0.Add(d); mu.Unlock() }
-	h := g.Wrap(ok, "/metrics")
-	if w := get(t, h, "/metrics", "Bearer reader-token"); w.Code != http.StatusOK {
-		t.Fatalf("the first scrape: %d", w.Code)
-	}
+	at := virtualClock(g)
+	h := scraped(t, g, "the first scrape")
 	// The service account is deleted: its token is refused with a reason.
 	s.tokenErrors = map[string]string{"reader-token": "service account rawwatch/reader has been deleted"}
 	delete(s.users, "reader-token")

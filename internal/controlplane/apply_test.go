@@ -12,14 +12,12 @@ import (
 	"rawwatch/internal/testkit"
 )
 
-var shared = &controlplane.Shared{}
-
-func TestMain(m *testing.M) { shared.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // The RBAC manifests apply cleanly (server-side), and a token for their
 // ServiceAccount authenticates as it.
 func TestApplyRBACAndServiceAccountToken(t *testing.T) {
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	ctx := context.Background()
 	testkit.InstallRBAC(t, cp.Config())
 	if err := controlplane.Apply(ctx, cp.Config(), testkit.RBACManifests(t)...); err != nil {

@@ -1,6 +1,7 @@
 // Package testkit has the small helpers the tests against the local control
 // plane share: a namespace per test, many objects at once, waiting, and
-// reading a controller's HTTP endpoints (probes, Prometheus metrics).
+// reading a controller's HTTP endpoints (probes, Prometheus metrics), the
+// live heap.
 package testkit
 
 import (
@@ -9,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -34,6 +36,29 @@ import (
 	"rawwatch/faultproxy"
 	"rawwatch/internal/controlplane"
 )
+
+// Shared is this test binary's local control plane, started by the first
+// test that needs it and skipped under -short (controlplane.Shared). A
+// package whose tests use it has Main as its TestMain.
+var Shared = &controlplane.Shared{}
+
+// Main is a TestMain: it runs the tests and stops Shared if one started it.
+func Main(m *testing.M) { Shared.Main(m) }
+
+// Start returns what most tests against the local control plane start from:
+// Shared, a namespace of the test's own and a MyResource client.
+func Start(t testing.TB) (cp *controlplane.ControlPlane, ns string, c *client.Client) {
+	t.Helper()
+	cp = Shared.Get(t)
+	return cp, Namespace(t, cp.Config()), Client(t, cp.Config())
+}
+
+// Parallel marks t parallel, then Start.
+func Parallel(t *testing.T) (cp *controlplane.ControlPlane, ns string, c *client.Client) {
+	t.Helper()
+	t.Parallel()
+	return Start(t)
+}
 
 // Namespace creates a namespace named after the test and deletes it when the
 // test ends.
@@ -106,6 +131,14 @@ func CreateMany(ctx context.Context, c *client.Client, namespace, prefix string,
 	return <-errs
 }
 
+// Objects is CreateMany for a test: it fails t on the first error.
+func Objects(t testing.TB, c *client.Client, namespace, prefix string, n int) {
+	t.Helper()
+	if err := CreateMany(context.Background(), c, namespace, prefix, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Touch changes an object's spec: a new generation to reconcile.
 func Touch(t testing.TB, c *client.Client, ns, name string) {
 	t.Helper()
@@ -117,6 +150,19 @@ func Touch(t testing.TB, c *client.Client, ns, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// StopAtEnd cancels when the test ends and waits up to within for done to be
+// closed, failing the test with msg (and args, as for Errorf) if it is not.
+func StopAtEnd(t testing.TB, cancel context.CancelFunc, done <-chan struct{}, within time.Duration, msg string, args ...any) {
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(within):
+			t.Errorf(msg, args...)
+		}
+	})
 }
 
 // Eventually polls cond every 20 ms until it is true or timeout passes, then
@@ -281,6 +327,15 @@ func Proxy(t testing.TB, cp *controlplane.ControlPlane, a *controlplane.APIServe
 	}
 	t.Cleanup(func() { p.Close() })
 	return p, a.ConfigVia(p.URL)
+}
+
+// HeapAfterGC is the live heap after a collection, for tests that bound what
+// a load keeps.
+func HeapAfterGC() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }
 
 // Logs collects what a logger writes, so that a test can check what was

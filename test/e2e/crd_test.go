@@ -16,10 +16,7 @@ import (
 // The CRD's OpenAPI schema (generated from the Go markers) rejects bad input
 // at the API server, before any controller sees it.
 func TestSchemaRejectsInvalidMyResources(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	_, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	cases := map[string]*v1alpha1.MyResource{
 		"empty message":    testkit.New(ns, "empty", ""),
@@ -102,10 +99,7 @@ func badCondition(status metav1.ConditionStatus) metav1.Condition {
 
 // kubectl get shows PHASE, MESSAGE and AGE: the server's Table view lists them.
 func TestPrinterColumns(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	_, ns, c := testkit.Parallel(t)
 	if _, err := c.Create(context.Background(), testkit.New(ns, "cols", "x")); err != nil {
 		t.Fatal(err)
 	}

@@ -16,14 +16,9 @@ import (
 // --explain in a real run: the narration on stdout follows what the
 // controller does against the apiserver, and has no colour on a pipe.
 func TestExplainNarratesARealRun(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
-	if err := testkit.CreateMany(ctx, c, ns, "pre", 3); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "pre", 3)
 	p := startBinary(t, nil, "--kubeconfig", cp.Kubeconfig, "--namespace", ns, "--explain", "--page-size", "2", "--retry-base-delay", "50ms")
 	at := func(line string) *regexp.Regexp { return regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d\.\d{3} ` + line) }
 	p.waitLog(t, 30*time.Second, at(`SYNCED    the store holds 3 objects at resourceVersion \d+ \(3 Added deltas\)`))

@@ -47,7 +47,7 @@ func rbacManifests(t *testing.T) []string {
 // SIGTERM releases the Lease.
 func TestInClusterWithAServiceAccountToken(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	ctx := context.Background()
 	if err := controlplane.Apply(ctx, cp.Config(), rbacManifests(t)...); err != nil {
 		t.Fatal(err)

@@ -68,10 +68,7 @@ var (
 // reconciles every key, and no key is ever reconciled by both at once. Then
 // the new leader's Lease is taken away: it stops its workers and exits 1.
 func TestLeaderElectionFailover(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
-	c := testkit.Client(t, cp.Config())
+	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	const leaseDuration, retryPeriod = 3 * time.Second, 250 * time.Millisecond
 	args := []string{"--kubeconfig", cp.Kubeconfig, "--namespace", ns, "-v=4",
@@ -99,9 +96,7 @@ func TestLeaderElectionFailover(t *testing.T) {
 
 	// While a leads: objects are created and changed; a reconciles them all.
 	const n = 10
-	if err := testkit.CreateMany(ctx, c, ns, "obj", n); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, c, ns, "obj", n)
 	setAll := func(message string) {
 		t.Helper()
 		for i := range n {

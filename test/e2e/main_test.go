@@ -26,8 +26,6 @@ import (
 	"rawwatch/internal/testkit"
 )
 
-var shared = &controlplane.Shared{}
-
 // root is the repository root: the binary is built there, and config/, the
 // Dockerfile and go.mod are read from there.
 var root string
@@ -54,7 +52,7 @@ func TestMain(m *testing.M) {
 		panic("building rawwatch: " + err.Error() + "\n" + string(out))
 	}
 	code := m.Run()
-	shared.Stop()
+	testkit.Shared.Stop()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -111,9 +109,7 @@ func (p *proc) stop(t *testing.T) int {
 }
 
 func TestBinaryReconcilesAndStopsCleanly(t *testing.T) {
-	t.Parallel()
-	cp := shared.Get(t)
-	ns := testkit.Namespace(t, cp.Config())
+	cp, ns, _ := testkit.Parallel(t)
 	p := startBinary(t, nil, "--kubeconfig", cp.Kubeconfig, "--namespace", ns, "--page-size", "10", "-v=2",
 		"--ui-bind-address", "127.0.0.1:0", "--secure-serving=false")
 	c := testkit.Client(t, cp.Config())
@@ -154,7 +150,7 @@ func TestBinaryReconcilesAndStopsCleanly(t *testing.T) {
 // The kubeconfig comes from $KUBECONFIG, and --context picks a context in it.
 func TestBinaryUsesKubeconfigEnvAndContext(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	cfg, err := clientcmd.LoadFromFile(cp.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)

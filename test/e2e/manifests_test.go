@@ -18,17 +18,34 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"rawwatch/internal/app"
 	"rawwatch/internal/controlplane"
+	"rawwatch/internal/testkit"
 	"rawwatch/leader"
 	"rawwatch/reconcile"
 	"rawwatch/ring"
 )
 
 // kustomize renders a kustomization with bin/kubectl's built-in kustomize.
+// decode splits rendered manifests into their objects, and the set of those
+// as "Kind namespace/name".
+func decode(t *testing.T, rendered []byte) ([]*unstructured.Unstructured, map[string]bool) {
+	t.Helper()
+	objs, err := controlplane.DecodeYAML(rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, o := range objs {
+		ids[o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName()] = true
+	}
+	return objs, ids
+}
+
 func kustomize(t *testing.T, dir string) []byte {
 	t.Helper()
 	kubectl, err := controlplane.Tool("kubectl")
@@ -72,19 +89,12 @@ func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
 // binary's flags need.
 func TestManifests(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	ctx := context.Background()
 	config := filepath.Join(root, "config")
 	rendered := kustomize(t, filepath.Join(config, "default"))
-	objs, err := controlplane.DecodeYAML(rendered)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inKustomization := map[string]bool{}
-	for _, o := range objs {
-		inKustomization[o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName()] = true
-	}
-	err = filepath.WalkDir(config, func(file string, d fs.DirEntry, err error) error {
+	objs, inKustomization := decode(t, rendered)
+	err := filepath.WalkDir(config, func(file string, d fs.DirEntry, err error) error {
 		if err == nil && d.IsDir() && file == filepath.Join(config, "sharded") {
 			return filepath.SkipDir // the overlay: checked below
 		}
@@ -162,14 +172,7 @@ func TestManifests(t *testing.T) {
 	// The sharded overlay, applied over it (as a user switching would):
 	// everything of the base, the ring's Role, three working replicas.
 	sharded := kustomize(t, filepath.Join(config, "sharded"))
-	shardedObjs, err := controlplane.DecodeYAML(sharded)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inSharded := map[string]bool{}
-	for _, o := range shardedObjs {
-		inSharded[o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName()] = true
-	}
+	_, inSharded := decode(t, sharded)
 	leaderElection := map[string]bool{"Role rawwatch-system/rawwatch-leader-election": true, "RoleBinding rawwatch-system/rawwatch-leader-election": true}
 	for id := range inKustomization {
 		if !inSharded[id] && !leaderElection[id] {

@@ -39,7 +39,7 @@ import (
 // cannot open the live page; rawwatch-page-reader opens it and cannot scrape.
 func TestManifestsGrantWhatIsUsedAndNoMore(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	kube := kubernetes.NewForConfigOrDie(cp.Config())
 	config := filepath.Join(root, "config")
 

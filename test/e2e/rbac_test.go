@@ -27,13 +27,9 @@ import (
 // editing MyResources, reading Secrets.
 func TestLeastPrivilegeServiceAccountIsEnough(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	testkit.InstallRBAC(t, cp.Config())
-	token := testkit.ServiceAccountToken(t, cp.Config(), testkit.ControllerNamespace, testkit.ControllerServiceAccount)
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := cp.WriteKubeconfigFor(kubeconfig, cp.APIServer.URL, token); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig, token := kubeconfigAs(t, cp, testkit.ControllerNamespace, testkit.ControllerServiceAccount)
 	ns := testkit.Namespace(t, cp.Config())
 	admin := testkit.Client(t, cp.Config())
 	ctx := context.Background()
@@ -85,14 +81,10 @@ func TestLeastPrivilegeServiceAccountIsEnough(t *testing.T) {
 // permission is granted.
 func TestForbiddenListIsLoggedAndBackedOff(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	testkit.InstallRBAC(t, cp.Config()) // the ClusterRole; the binding is for another ServiceAccount
 	ns := testkit.Namespace(t, cp.Config())
-	token := testkit.ServiceAccountToken(t, cp.Config(), ns, "unbound")
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := cp.WriteKubeconfigFor(kubeconfig, cp.APIServer.URL, token); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig, _ := kubeconfigAs(t, cp, ns, "unbound")
 	admin := testkit.Client(t, cp.Config())
 	ctx := context.Background()
 	if _, err := admin.Create(ctx, testkit.New(ns, "waiting", "for rbac")); err != nil {
@@ -150,17 +142,13 @@ func TestForbiddenListIsLoggedAndBackedOff(t *testing.T) {
 // forbidden; it creates nothing (the Role does not let it).
 func TestFreshnessProbeRunsWithItsRole(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	testkit.InstallRBAC(t, cp.Config())
 	component := filepath.Join(root, "config", "components", "freshness-probe")
 	if err := controlplane.Apply(context.Background(), cp.Config(), filepath.Join(component, "role.yaml"), filepath.Join(component, "probe.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	token := testkit.ServiceAccountToken(t, cp.Config(), testkit.ControllerNamespace, testkit.ControllerServiceAccount)
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := cp.WriteKubeconfigFor(kubeconfig, cp.APIServer.URL, token); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig, _ := kubeconfigAs(t, cp, testkit.ControllerNamespace, testkit.ControllerServiceAccount)
 	admin := testkit.Client(t, cp.Config())
 	ns := testkit.ControllerNamespace
 	t.Cleanup(func() { _ = admin.Delete(context.Background(), ns, freshness.DefaultName, metav1.DeleteOptions{}) })
@@ -190,4 +178,17 @@ func TestFreshnessProbeRunsWithItsRole(t *testing.T) {
 	if code := p.stop(t); code != 0 {
 		t.Errorf("exit code %d", code)
 	}
+}
+
+// kubeconfigAs writes a kubeconfig for cp's apiserver that authenticates as
+// ServiceAccount namespace/name, with a token from the TokenRequest API as a
+// pod would get it, and returns its path and the token.
+func kubeconfigAs(t *testing.T, cp *controlplane.ControlPlane, namespace, name string) (kubeconfig, token string) {
+	t.Helper()
+	token = testkit.ServiceAccountToken(t, cp.Config(), namespace, name)
+	kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	if err := cp.WriteKubeconfigFor(kubeconfig, cp.APIServer.URL, token); err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfig, token
 }

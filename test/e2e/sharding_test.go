@@ -29,23 +29,17 @@ import (
 // stops on SIGTERM: it exits 0 and deletes its Lease. No request is refused.
 func TestShardedBinariesSurviveAKill(t *testing.T) {
 	t.Parallel()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	ctx := context.Background()
 	testkit.InstallRBAC(t, cp.Config())
 	if err := controlplane.Apply(ctx, cp.Config(), filepath.Join(root, "config", "sharded", "sharding_role.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	token := testkit.ServiceAccountToken(t, cp.Config(), testkit.ControllerNamespace, testkit.ControllerServiceAccount)
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := cp.WriteKubeconfigFor(kubeconfig, cp.APIServer.URL, token); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig, _ := kubeconfigAs(t, cp, testkit.ControllerNamespace, testkit.ControllerServiceAccount)
 	ns := testkit.Namespace(t, cp.Config())
 	admin := testkit.Client(t, cp.Config())
 	const objects = 300
-	if err := testkit.CreateMany(ctx, admin, ns, "obj", objects); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Objects(t, admin, ns, "obj", objects)
 	ringName := "e2e-" + rand.String(6) // tests share the namespace of the Leases
 	const lease, renew = 3 * time.Second, 500 * time.Millisecond
 	start := func(id string) *proc {
