@@ -128,9 +128,14 @@ func TestConnectionsAreNotKeptForEver(t *testing.T) {
 	}
 	defer conn.Close()
 	go fmt.Fprintf(conn, "GET /%s HTTP/1.1\r\nHost: x\r\n\r\n", strings.Repeat("a", 1<<20))
+	// The server answers 431 and closes; a client still writing the rest
+	// of the line may meet the close first, as a reset (the kernel resets a
+	// connection closed with data unread), before it reads the answer.
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil || resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
-		t.Errorf("a request line of 1 MiB: %v %v, want 431", resp, err)
+	refused := err == nil && resp.StatusCode == http.StatusRequestHeaderFieldsTooLarge ||
+		err != nil && strings.Contains(err.Error(), "reset by peer")
+	if !refused {
+		t.Errorf("a request line of 1 MiB: %v %v, want 431 (or the connection reset while it was still being sent)", resp, err)
 	}
 }
 
