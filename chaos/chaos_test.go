@@ -12,12 +12,10 @@ import (
 	"k8s.io/klog/v2/textlogger"
 
 	"rawwatch/chaos"
-	"rawwatch/internal/controlplane"
+	"rawwatch/internal/testkit"
 )
 
-var shared = &controlplane.Shared{}
-
-func TestMain(m *testing.M) { shared.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // The short chaos run: 1,000 objects churned for 60 s under every fault.
 // `make chaos` is the full one (10,000 objects).
@@ -48,7 +46,7 @@ func fileLogger(t *testing.T) klog.Logger {
 // status caught up, within Converge) is a loss check and fails.
 func run(t *testing.T, cfg chaos.Config) *chaos.Report {
 	cfg.Logger, cfg.Logf = fileLogger(t), t.Logf
-	rep, err := chaos.Run(context.Background(), shared.Get(t), cfg)
+	rep, err := chaos.Run(context.Background(), testkit.Shared.Get(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
