@@ -3,14 +3,13 @@ package chaos
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"rawwatch/internal/testkit"
 	"rawwatch/ring"
 )
 
@@ -41,19 +40,11 @@ import (
 // builds it: it drops every response's Retry-After, so client-go does not
 // retry, and the ring retries at its renew period (a round: GET, LIST).
 func TestAdversaryRetryAfterZeroStormsTheLeaseBudget(t *testing.T) {
-	var served atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		served.Add(1)
-		w.Header().Set("Retry-After", "0")
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusInternalServerError)
-		w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","code":500,"reason":"InternalError"}`))
-	}))
-	defer srv.Close()
+	url, served := testkit.FailingAPI(t, http.StatusInternalServerError)
 
 	const renew = time.Second
 	meter := newLeaseMeter(time.Now)
-	cfg := &rest.Config{Host: srv.URL, QPS: 200, Burst: 400} // app.DefaultQPS, DefaultBurst
+	cfg := &rest.Config{Host: url, QPS: 200, Burst: 400} // app.DefaultQPS, DefaultBurst
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripper(func(req *http.Request) (*http.Response, error) {
 			meter.count(req)

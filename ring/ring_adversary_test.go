@@ -5,9 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"rawwatch/internal/openfinding"
-	"sync/atomic"
+	"rawwatch/internal/testkit"
 	"testing"
 	"time"
 
@@ -241,16 +240,8 @@ func TestAdversaryAnOwnWriteOlderThanSixtyFourAttemptsFencesForGood(t *testing.T
 //
 // Severity: request storm (×7 the documented rate), needs a non-kube proxy.
 func TestAdversaryARetryAfterZeroStormsTheLeaseAPI(t *testing.T) {
-	var requests atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		requests.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Retry-After", "0")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"unavailable","reason":"ServiceUnavailable","code":503}`)
-	}))
-	defer srv.Close()
-	client, err := NewClient(&rest.Config{Host: srv.URL, QPS: 200, Burst: 400}) // as internal/app builds the ring's client
+	url, requests := testkit.FailingAPI(t, http.StatusServiceUnavailable)
+	client, err := NewClient(&rest.Config{Host: url, QPS: 200, Burst: 400}) // as internal/app builds the ring's client
 	if err != nil {
 		t.Fatal(err)
 	}

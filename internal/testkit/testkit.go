@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -327,6 +329,22 @@ func Proxy(t testing.TB, cp *controlplane.ControlPlane, a *controlplane.APIServe
 	}
 	t.Cleanup(func() { p.Close() })
 	return p, a.ConfigVia(p.URL)
+}
+
+// FailingAPI is an API server that answers every request with code and a
+// Status, and "Retry-After: 0" (what a proxy or a load balancer in front of
+// a failing one may send); it counts the requests it answered.
+func FailingAPI(t testing.TB, code int) (url string, served *atomic.Int64) {
+	served = &atomic.Int64{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "0")
+		w.WriteHeader(code)
+		fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"failing","code":%d}`, code)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, served
 }
 
 // HeapAfterGC is the live heap after a collection, for tests that bound what
