@@ -181,6 +181,18 @@ func TestSetShardMovesWithoutDeletions(t *testing.T) {
 		}
 		testkit.Eventually(t, 30*time.Second, func() bool { return r.store.Len() == 200-inA && inB() },
 			"%s: after SetShard the store holds %d objects (all in the new shard: %v), want the other %d", name, r.store.Len(), inB(), 200-inA)
+		// The relist's deltas are handed out after it is in the store: wait
+		// for them too (make test on a busy machine read none yet).
+		addedSince := func() (n int) {
+			for _, d := range r.rec.since(before) {
+				if d.Type == store.Added {
+					n++
+				}
+			}
+			return n
+		}
+		testkit.Eventually(t, 30*time.Second, func() bool { return addedSince() >= 200-inA },
+			"%s: %d Added after SetShard, want %d", name, addedSince(), 200-inA)
 		added := 0
 		for _, d := range r.rec.since(before) {
 			switch d.Type {
