@@ -227,8 +227,12 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		reported := map[string]bool{}
 		lives := &lifeChecker{store: st, start: start, backoff: b, retryAfter: time.Duration(srv.RetryAfter) * time.Second, fail: func(format string, args ...any) {
 			// One report per rule: the first says it all.
-			if rule, _, _ := strings.Cut(format, ":"); !reported[rule] {
-				reported[rule] = true
+			rule, _, _ := strings.Cut(format, ":")
+			mu.Lock()
+			first := !reported[rule]
+			reported[rule] = true
+			mu.Unlock()
+			if first {
 				fail(format, args...)
 			}
 		}}
@@ -249,6 +253,7 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 			return ok && got.UID == o.UID && got.ResourceVersion == o.ResourceVersion
 		}
 		var deltas []store.Delta[*v1alpha1.MyResource]
+		work := newConsumer(st, start, lives.fail)
 		opts := Options[*v1alpha1.MyResource]{
 			PageSize: s.pageSize, WatchList: s.watchList, Backoff: b, SilenceLimit: DefaultSilenceLimit,
 			WatchTimeoutMin: s.timeout, WatchTimeoutMax: 2 * s.timeout,
@@ -257,6 +262,7 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 			Handler: func(d store.Delta[*v1alpha1.MyResource]) {
 				deltas = append(deltas, d)
 				lives.handle(d)
+				work.add(d.Key)
 			},
 			Observer: lives,
 		}
@@ -337,6 +343,7 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		}
 		cancel()
 		<-done
+		work.finish()
 
 		// Budget: every 60 s window of the run; and no "0".
 		reqs := srv.Requests()
