@@ -35,9 +35,15 @@ import (
 // while the server's objects churn, other resources are written (Lease
 // renewals: the global resourceVersion moves without an event of ours), and
 // faults come and go: every persistent fault of fakeapi.Modes (garbled
-// frames among them), and one-off cuts, compactions (410s), restarts of the
-// watch cache and restores of an older copy of the data, the way etcd
-// documents for Kubernetes. Three schedules in four run against a server
+// frames and list items among them), and one-off cuts, compactions (410s),
+// restarts of the watch cache, restores of an older copy of the data the
+// way etcd documents for Kubernetes (--bump-revision), rollbacks (a plain
+// etcd restore to older data, the resourceVersion going back, while the
+// control plane is down: see rollbackMin), and, without a watch cache, a
+// deletion whose previous state etcd compacted (every WATCH from just
+// before it is answered with an ERROR). The objects carry managedFields
+// (two managers), as kube-apiserver writes them. The handler's deltas go,
+// by key, into the real work queue, which two workers drain (consumer). Three schedules in four run against a server
 // shaped like kube-apiserver with its watch cache (bookmarks every minute
 // and 2 s before a stream ends, "0" LISTs served whole from a cache up to a
 // minute behind, streams that may end a little before their timeout); the
@@ -59,6 +65,31 @@ import (
 //     the count afresh);
 //   - a garbled DELETED (its object undecodable, its name readable) still
 //     deletes its key: the store no longer holds it once the loop moves on;
+//   - a garbled list item (undecodable, its metadata readable) keeps its
+//     key: the list does not report the object the store held deleted;
+//   - the deltas: every delta carries an object, without managedFields
+//     (the store drops them); an Updated delta is a change (its old and
+//     new resourceVersions differ); a DELETED event's delta carries the
+//     event's final state, not marked FinalStateUnknown (only a relist's
+//     and a garbled DELETED's are);
+//   - the write time the loop reports for an event (Received.Written) is
+//     the object's last write, the newest of its managedFields' times;
+//   - the backoff, from the loop's BackoffStarted events: every wait is at
+//     most Backoff.Max; a wait after trouble (not a 410's staggered relist)
+//     is shortened by its jitter, so never a step Initial·Factorⁿ or Max
+//     exactly (unless a 429's Retry-After set it); after a calm ResetAfter
+//     (no wait, no trouble, no relist) the first wait is at most Initial
+//     (or the Retry-After);
+//   - from the request log: no request comes sooner than a 429's
+//     Retry-After after it; a failed continue page (other than a 410) is
+//     followed by that list's next continue page, not a first page (a list
+//     longer than the gaps between outages completes); after a rollback, the
+//     first request the server answers is a LIST (a probe or a relist),
+//     never a WATCH from the resourceVersion the loop had, and the loop
+//     lists before it applies any event of a WATCH made since;
+//   - the queue (see consumer): a key waits in it at most once; one worker
+//     per key; retries spaced as the rate limiter says; every key's last
+//     state reaches a worker;
 //   - with a watch cache, a quiet healthy stream is kept: after the faults,
 //     in quietStretch of no change of ours while other resources are
 //     written and another apiserver's cache restarts, the loop makes no
@@ -111,6 +142,11 @@ type phase struct {
 	// resourceVersion is at least rollbackMin behind the loop's: the
 	// server's history goes back (see rollbackMin).
 	rollback bool
+	// losePrevKv (without a watch cache): an object is written, the
+	// stream is cut, the object deleted and etcd compacted at its
+	// deletion: a WATCH from just before it meets an ERROR every time
+	// (fakeapi.Server.LosePrevKv).
+	losePrevKv bool
 }
 
 // rollbackMin is how far behind the loop's resourceVersion a rollback
@@ -156,6 +192,7 @@ func newSchedule(seed uint64) schedule {
 		p := phase{at: at, fault: modes[r.IntN(len(modes))],
 			cut: r.IntN(3) == 0, compact: r.IntN(3) == 0, cacheRestart: r.IntN(4) == 0 && s.watchCache, restore: r.IntN(8) == 0}
 		d := time.Duration(5+r.IntN(180)) * time.Second
+		p.losePrevKv = r.IntN(6) == 0 && !s.watchCache
 		if p.rollback = r.IntN(6) == 0; p.rollback {
 			// Down for longer than any backoff wait: the loop's next
 			// request meets the outage, and the one after it the
@@ -189,7 +226,7 @@ func (s schedule) String() string {
 		for _, x := range []struct {
 			on   bool
 			name string
-		}{{p.cut, "cut"}, {p.compact, "compact"}, {p.cacheRestart, "cache-restart"}, {p.restore, "restore"}, {p.rollback, "rollback"}} {
+		}{{p.cut, "cut"}, {p.compact, "compact"}, {p.cacheRestart, "cache-restart"}, {p.restore, "restore"}, {p.rollback, "rollback"}, {p.losePrevKv, "lose-prev-kv"}} {
 			if x.on {
 				b.WriteString("+" + x.name)
 			}
@@ -309,6 +346,14 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 				}
 				if p.cut {
 					srv.Cut()
+				}
+				if p.losePrevKv {
+					name := names[r.IntN(len(names))]
+					put(name, "v-last")
+					time.Sleep(200 * time.Millisecond) // its event reaches the loop
+					srv.Cut()
+					srv.Delete("ns", name)
+					srv.LosePrevKv()
 				}
 				saved = srv.Save()
 				next++
@@ -738,6 +783,9 @@ func storeEqualsServer(st *store.Store[*v1alpha1.MyResource], srv *fakeapi.Serve
 func checkLives(deltas []store.Delta[*v1alpha1.MyResource], srv *fakeapi.Server, fail func(string, ...any)) {
 	present := map[string]bool{}
 	for i, d := range deltas {
+		if d.Object == nil {
+			continue // (lifeChecker.handle reported it)
+		}
 		uid := string(d.Object.UID)
 		switch d.Type {
 		case store.Added:

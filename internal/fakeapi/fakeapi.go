@@ -9,8 +9,13 @@
 //     the resource gets the next one, and so does every write to another
 //     resource (WriteOther: a Lease renewal), which sends no event but moves
 //     every list's resourceVersion and every bookmark's;
+//   - every object carries managedFields, as kube-apiserver records them:
+//     two managers (the creator's entry, the updater's), each with the time
+//     of its last write, to the second;
 //   - Compact forgets history: a WATCH from an older resourceVersion gets an
 //     ERROR 410 frame, a continue token of an older snapshot a 410 response;
+//     LosePrevKv compacts at a deletion: without the watch cache, a WATCH
+//     from just before it gets an ERROR 500 "PrevKv=nil", every time;
 //   - a WATCH from a resourceVersion the server has not reached (what an etcd
 //     restore leads to) is accepted and silent until the server gets there,
 //     as kube-apiserver's watch cache does (FutureWatchFails: a 504 "Too
@@ -41,9 +46,11 @@
 // from when it received the request, so a client never sees its stream end
 // early), the slack the watcher's rule for a healthy stream allows for.
 //
-// Faults (SetFault) stay on until changed; Cut, Compact, RestartCache and
-// Restore act once. Every request is logged (Requests), with when and how
-// a stream ended, so a test can hold the client to a request budget.
+// Faults (SetFault) stay on until changed; Cut, Compact, LosePrevKv,
+// RestartCache and Restore act once. Every request is logged (Requests),
+// with the status it was refused with and when and how a stream ended, so a
+// test can hold the client to a request budget, a Retry-After, and what
+// must follow a failure.
 package fakeapi
 
 import (
@@ -177,6 +184,9 @@ type Server struct {
 	objs      map[string]*v1alpha1.MyResource
 	history   []change
 	compacted int64
+	// prevKvLost: the resourceVersion of a DELETED whose previous state
+	// etcd compacted (LosePrevKv); 0: none.
+	prevKvLost int64
 	// cacheStart: the watch cache's history starts after this
 	// resourceVersion; cached holds its states, oldest first (WatchCache).
 	cacheStart int64
@@ -375,7 +385,22 @@ func (s *Server) wakeLocked() {
 func (s *Server) Compact() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.compacted = s.rv
+	s.compacted, s.prevKvLost = s.rv, 0
+}
+
+// LosePrevKv compacts etcd at the last change, which must be a DELETED
+// (it does nothing otherwise): the object's state before its deletion is
+// gone. Without the watch cache, kube-apiserver's etcd watch asks for
+// every event's previous state, and a WATCH from the resourceVersion just
+// before the deletion is answered with an ERROR 500 "etcd event received
+// with PrevKv=nil", every time (older ones get 410, as after Compact); the
+// watch cache, which keeps its own history, is not affected.
+func (s *Server) LosePrevKv() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.history); n > 0 && s.history[n-1].rv == s.rv && s.history[n-1].typ == "DELETED" {
+		s.compacted, s.prevKvLost = s.rv-1, s.rv
+	}
 }
 
 // Cut breaks every open stream now.
@@ -422,7 +447,7 @@ func (s *Server) Restore(st State, bump int64) {
 		s.objs[k] = o
 	}
 	s.history = s.history[:st.history]
-	s.compacted = min(s.compacted, s.rv)
+	s.compacted, s.prevKvLost = min(s.compacted, s.rv), 0
 	if bump > 0 {
 		s.rv += bump
 		s.compacted = s.rv
@@ -487,6 +512,8 @@ func (s *Server) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadClo
 	case from < oldest:
 		st.expired = fmt.Sprintf("too old resource version: %d (%d)", from, oldest)
 		s.requests[req].Gone = true
+	case !s.WatchCache && s.prevKvLost != 0 && from == s.prevKvLost-1:
+		st.prevKvLost = fmt.Sprintf("etcd event received with PrevKv=nil (modRevision=%d, type=DELETE)", s.prevKvLost)
 	}
 	st.cursor = from
 	pr, pw := io.Pipe()
@@ -652,6 +679,7 @@ type stream struct {
 	snapshot          []*v1alpha1.MyResource
 	cursor            int64
 	expired           string
+	prevKvLost        string
 	pw                *io.PipeWriter
 	frames            int
 	done              chan struct{} // the client closed the body
@@ -746,6 +774,12 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 		case <-st.stopped:
 			end(nil)
 		}
+		return
+	}
+	if st.prevKvLost != "" {
+		st.ended(false)
+		st.send(ctx, errorFrame(500, metav1.StatusReasonInternalError, st.prevKvLost))
+		end(nil)
 		return
 	}
 	if st.expired != "" {
