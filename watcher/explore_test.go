@@ -317,6 +317,7 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		saved := srv.Save()
 		origin := saved
 		var rollbacks []time.Time
+		var highest int64 // the highest resourceVersion before a rollback
 		next := 0
 		down := false // a rollback's outage: nothing is written
 		for time.Since(start) < s.end {
@@ -325,6 +326,7 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 				srv.SetFault(p.fault)
 				down = p.rollback
 				if p.rollback && rvNumber(w.ResourceVersion())-rvNumber(origin.ResourceVersion()) >= rollbackMin {
+					highest = max(highest, rvNumber(srv.ResourceVersion()))
 					srv.Restore(origin, 0)
 					lives.restored(srv.ResourceVersion())
 					rollbacks = append(rollbacks, time.Now())
@@ -335,7 +337,9 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 					// compacted): a restore that lets the resourceVersion go
 					// back is caught only if the watcher reconnects before new
 					// writes pass the version it had (TestTimeTravel...).
-					srv.Restore(saved, 100000)
+					// The bump goes 100,000 past the highest resourceVersion
+					// the server ever gave (a rollback may have sent it back).
+					srv.Restore(saved, max(highest, rvNumber(srv.ResourceVersion()))-rvNumber(saved.ResourceVersion())+100000)
 					lives.restored(srv.ResourceVersion())
 				}
 				if p.compact {
