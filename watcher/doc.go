@@ -159,7 +159,17 @@
 // key; no UID comes back after its deletion and no object's resourceVersion
 // goes backwards (outside a restore); and, against a watch cache, a quiet
 // healthy stream is kept (no probe, no relist, no abandoned stream, the
-// next WATCH at once after each stream that ran its course).
+// next WATCH at once after each stream that ran its course). It also holds
+// the rules of the backoff (every wait at most Backoff.Max, shortened by
+// its jitter, at most Initial after a calm ResetAfter), of the request log
+// (no request sooner than a 429's Retry-After; a failed list resumes from
+// the page that failed; after a rollback, a LIST before any WATCH), of the
+// deltas (a garbled list item keeps its key; no managedFields; an Updated
+// is a change; a DELETED event's delta carries its final state) and the
+// write time (the newest managedFields time), and, through a consumer that
+// drains the real work queue (package queue) with two workers, of the
+// queue (a key waits once; one worker per key; retries spaced as the rate
+// limiter says; every key's last state reconciled).
 //
 // The server is shaped like kube-apiserver where a client can tell: one
 // global resourceVersion that writes to other resources move (so bookmarks
@@ -168,11 +178,17 @@
 // cache up to a minute behind, WATCHes 410 from before the cache's last
 // restart, restarts that end every stream cleanly or that the client meets
 // at its next WATCH; without one, no bookmarks and etcd's compaction; frames
-// the client cannot decode, DELETEDs among them. What it cannot show: a
+// the client cannot decode, DELETEDs and list items among them;
+// managedFields of two managers; rollbacks (etcd restored without
+// --bump-revision while the control plane is down); a deletion whose
+// previous state etcd compacted (every WATCH from just before it gets an
+// ERROR 500). What it cannot show: a
 // cache whose WATCHes lag, or that drops a busy resource's history;
 // kube-apiserver itself never ends a stream before its timeout as the
 // client counts it (the fake's early end stands for a proxy); HTTP, compression, shard selectors, more than one resource; a
-// restore that sends the resourceVersion back (TestTimeTravel... covers it).
+// restore that sends the resourceVersion back while the control plane stays
+// up, or by less than the writes of a backoff wait (TestTimeTravel... covers
+// it); an event delivered twice.
 // docs/testing.md has the numbers.
 //
 // # What the server sends

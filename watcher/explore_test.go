@@ -35,9 +35,15 @@ import (
 // while the server's objects churn, other resources are written (Lease
 // renewals: the global resourceVersion moves without an event of ours), and
 // faults come and go: every persistent fault of fakeapi.Modes (garbled
-// frames among them), and one-off cuts, compactions (410s), restarts of the
-// watch cache and restores of an older copy of the data, the way etcd
-// documents for Kubernetes. Three schedules in four run against a server
+// frames and list items among them), and one-off cuts, compactions (410s),
+// restarts of the watch cache, restores of an older copy of the data the
+// way etcd documents for Kubernetes (--bump-revision), rollbacks (a plain
+// etcd restore to older data, the resourceVersion going back, while the
+// control plane is down: see rollbackMin), and, without a watch cache, a
+// deletion whose previous state etcd compacted (every WATCH from just
+// before it is answered with an ERROR). The objects carry managedFields
+// (two managers), as kube-apiserver writes them. The handler's deltas go,
+// by key, into the real work queue, which two workers drain (consumer). Three schedules in four run against a server
 // shaped like kube-apiserver with its watch cache (bookmarks every minute
 // and 2 s before a stream ends, "0" LISTs served whole from a cache up to a
 // minute behind, streams that may end a little before their timeout); the
@@ -59,6 +65,31 @@ import (
 //     the count afresh);
 //   - a garbled DELETED (its object undecodable, its name readable) still
 //     deletes its key: the store no longer holds it once the loop moves on;
+//   - a garbled list item (undecodable, its metadata readable) keeps its
+//     key: the list does not report the object the store held deleted;
+//   - the deltas: every delta carries an object, without managedFields
+//     (the store drops them); an Updated delta is a change (its old and
+//     new resourceVersions differ); a DELETED event's delta carries the
+//     event's final state, not marked FinalStateUnknown (only a relist's
+//     and a garbled DELETED's are);
+//   - the write time the loop reports for an event (Received.Written) is
+//     the object's last write, the newest of its managedFields' times;
+//   - the backoff, from the loop's BackoffStarted events: every wait is at
+//     most Backoff.Max; a wait after trouble (not a 410's staggered relist)
+//     is shortened by its jitter, so never a step Initial·Factorⁿ or Max
+//     exactly (unless a 429's Retry-After set it); after a calm ResetAfter
+//     (no wait, no trouble, no relist) the first wait is at most Initial
+//     (or the Retry-After);
+//   - from the request log: no request comes sooner than a 429's
+//     Retry-After after it; a failed continue page (other than a 410) is
+//     followed by that list's next continue page, not a first page (a list
+//     longer than the gaps between outages completes); after a rollback, the
+//     first request the server answers is a LIST (a probe or a relist),
+//     never a WATCH from the resourceVersion the loop had, and the loop
+//     lists before it applies any event of a WATCH made since;
+//   - the queue (see consumer): a key waits in it at most once; one worker
+//     per key; retries spaced as the rate limiter says; every key's last
+//     state reaches a worker;
 //   - with a watch cache, a quiet healthy stream is kept: after the faults,
 //     in quietStretch of no change of ours while other resources are
 //     written and another apiserver's cache restarts, the loop makes no
@@ -105,7 +136,27 @@ type phase struct {
 	fault fakeapi.Mode
 	// one-off faults at the start of the phase
 	cut, compact, cacheRestart, restore bool
+	// rollback: the control plane goes down for the phase (every request
+	// refused, nothing written) while etcd is restored without
+	// --bump-revision to the data the run started with, if its
+	// resourceVersion is at least rollbackMin behind the loop's: the
+	// server's history goes back (see rollbackMin).
+	rollback bool
+	// losePrevKv (without a watch cache): an object is written, the
+	// stream is cut, the object deleted and etcd compacted at its
+	// deletion: a WATCH from just before it meets an ERROR every time
+	// (fakeapi.Server.LosePrevKv).
+	losePrevKv bool
 }
+
+// rollbackMin is how far behind the loop's resourceVersion a rollback
+// must send the server's: farther than the writes of a backoff wait can bring it
+// back (the churn writes at most 2 resourceVersions every 500 ms: 120 in
+// Backoff.Max). A rollback the writes can undo before the loop's first
+// request is one no client can see (the server's new history then passes
+// the resourceVersion the client had, and its events look like the old
+// ones'), which etcd's documented restore (--bump-revision) is for.
+const rollbackMin = 150
 
 type schedule struct {
 	seed      uint64
@@ -140,8 +191,16 @@ func newSchedule(seed uint64) schedule {
 	for range 1 + r.IntN(6) {
 		p := phase{at: at, fault: modes[r.IntN(len(modes))],
 			cut: r.IntN(3) == 0, compact: r.IntN(3) == 0, cacheRestart: r.IntN(4) == 0 && s.watchCache, restore: r.IntN(8) == 0}
+		d := time.Duration(5+r.IntN(180)) * time.Second
+		p.losePrevKv = r.IntN(6) == 0 && !s.watchCache
+		if p.rollback = r.IntN(6) == 0; p.rollback {
+			// Down for longer than any backoff wait: the loop's next
+			// request meets the outage, and the one after it the
+			// restored server.
+			p.fault, d = fakeapi.Refuse, max(d, 45*time.Second)
+		}
 		s.phases = append(s.phases, p)
-		at += time.Duration(5+r.IntN(180)) * time.Second
+		at += d
 	}
 	s.end = at
 	return s
@@ -167,7 +226,7 @@ func (s schedule) String() string {
 		for _, x := range []struct {
 			on   bool
 			name string
-		}{{p.cut, "cut"}, {p.compact, "compact"}, {p.cacheRestart, "cache-restart"}, {p.restore, "restore"}} {
+		}{{p.cut, "cut"}, {p.compact, "compact"}, {p.cacheRestart, "cache-restart"}, {p.restore, "restore"}, {p.rollback, "rollback"}, {p.losePrevKv, "lose-prev-kv"}} {
 			if x.on {
 				b.WriteString("+" + x.name)
 			}
@@ -200,20 +259,38 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		for i := range names {
 			names[i] = fmt.Sprintf("obj-%d", i)
 		}
-		for i := range s.objects {
-			srv.Put("ns", names[i], "v0")
-		}
 		st := store.New[*v1alpha1.MyResource]()
 		start := time.Now()
 		reported := map[string]bool{}
-		lives := &lifeChecker{store: st, start: start, fail: func(format string, args ...any) {
+		lives := &lifeChecker{store: st, start: start, backoff: b, retryAfter: time.Duration(srv.RetryAfter) * time.Second, fail: func(format string, args ...any) {
 			// One report per rule: the first says it all.
-			if rule, _, _ := strings.Cut(format, ":"); !reported[rule] {
-				reported[rule] = true
+			rule, _, _ := strings.Cut(format, ":")
+			mu.Lock()
+			first := !reported[rule]
+			reported[rule] = true
+			mu.Unlock()
+			if first {
 				fail(format, args...)
 			}
 		}}
+		put := func(name, message string) {
+			srv.Put("ns", name, message)
+			lives.wrote(srv.ResourceVersion())
+		}
+		for i := range s.objects {
+			put(names[i], "v0")
+		}
+		// Under the Garble fault, the list items of objects the store
+		// holds as listed (same UID and resourceVersion) come undecodable:
+		// the loop must keep them. (An item it cannot read may also be
+		// another object of the same name, which the loop cannot tell:
+		// not explored.)
+		srv.GarbleItem = func(o *v1alpha1.MyResource) bool {
+			got, ok := st.Get(o.Namespace + "/" + o.Name)
+			return ok && got.UID == o.UID && got.ResourceVersion == o.ResourceVersion
+		}
 		var deltas []store.Delta[*v1alpha1.MyResource]
+		work := newConsumer(st, start, lives.fail)
 		opts := Options[*v1alpha1.MyResource]{
 			PageSize: s.pageSize, WatchList: s.watchList, Backoff: b, SilenceLimit: DefaultSilenceLimit,
 			WatchTimeoutMin: s.timeout, WatchTimeoutMax: 2 * s.timeout,
@@ -222,6 +299,7 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 			Handler: func(d store.Delta[*v1alpha1.MyResource]) {
 				deltas = append(deltas, d)
 				lives.handle(d)
+				work.add(d.Key)
 			},
 			Observer: lives,
 		}
@@ -237,17 +315,31 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		// Faults and churn until s.end; other resources are written
 		// about every 5 s (Lease renewals and the like).
 		saved := srv.Save()
+		origin := saved
+		var rollbacks []time.Time
+		var highest int64 // the highest resourceVersion before a rollback
 		next := 0
+		down := false // a rollback's outage: nothing is written
 		for time.Since(start) < s.end {
 			for next < len(s.phases) && time.Since(start) >= s.phases[next].at {
 				p := s.phases[next]
 				srv.SetFault(p.fault)
+				down = p.rollback
+				if p.rollback && rvNumber(w.ResourceVersion())-rvNumber(origin.ResourceVersion()) >= rollbackMin {
+					highest = max(highest, rvNumber(srv.ResourceVersion()))
+					srv.Restore(origin, 0)
+					lives.restored(srv.ResourceVersion())
+					rollbacks = append(rollbacks, time.Now())
+					lives.rolledBack()
+				}
 				if p.restore {
 					// etcd's documented restore (the revision bumped, history
 					// compacted): a restore that lets the resourceVersion go
 					// back is caught only if the watcher reconnects before new
 					// writes pass the version it had (TestTimeTravel...).
-					srv.Restore(saved, 100000)
+					// The bump goes 100,000 past the highest resourceVersion
+					// the server ever gave (a rollback may have sent it back).
+					srv.Restore(saved, max(highest, rvNumber(srv.ResourceVersion()))-rvNumber(saved.ResourceVersion())+100000)
 					lives.restored(srv.ResourceVersion())
 				}
 				if p.compact {
@@ -259,17 +351,26 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 				if p.cut {
 					srv.Cut()
 				}
+				if p.losePrevKv {
+					name := names[r.IntN(len(names))]
+					put(name, "v-last")
+					time.Sleep(200 * time.Millisecond) // its event reaches the loop
+					srv.Cut()
+					srv.Delete("ns", name)
+					srv.LosePrevKv()
+				}
 				saved = srv.Save()
 				next++
 			}
-			name := names[r.IntN(len(names))]
-			switch r.IntN(4) {
-			case 0:
+			name, op, msg, other := names[r.IntN(len(names))], r.IntN(4), fmt.Sprintf("v%d", r.IntN(1000)), r.IntN(2) == 0
+			switch {
+			case down:
+			case op == 0:
 				srv.Delete("ns", name)
 			default:
-				srv.Put("ns", name, fmt.Sprintf("v%d", r.IntN(1000)))
+				put(name, msg)
 			}
-			if r.IntN(2) == 0 {
+			if other && !down {
 				srv.WriteOther()
 			}
 			time.Sleep(time.Duration(500+r.IntN(4500)) * time.Millisecond)
@@ -291,6 +392,7 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		}
 		cancel()
 		<-done
+		work.finish()
 
 		// Budget: every 60 s window of the run; and no "0".
 		reqs := srv.Requests()
@@ -316,6 +418,7 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 				break
 			}
 		}
+		checkRequests(reqs, rollbacks, time.Duration(srv.RetryAfter)*time.Second, start, fail)
 		// Safety: the life of every UID, from the deltas.
 		checkLives(deltas, srv, fail)
 	})
@@ -325,6 +428,36 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		return strings.Join(problems, "; "), converged
 	}
 	return "", converged
+}
+
+// checkRequests holds the request log to the rules of a 429, of a failed
+// list and of a rollback.
+func checkRequests(reqs []fakeapi.Request, rollbacks []time.Time, retryAfter time.Duration, start time.Time, fail func(string, ...any)) {
+	for i, q := range reqs[:max(len(reqs)-1, 0)] {
+		next, at := reqs[i+1], q.At.Sub(start).Round(time.Millisecond)
+		if gap := next.At.Sub(q.At); q.Code == 429 && gap < retryAfter {
+			fail("no request sooner than a 429's Retry-After: a %s at %v was answered 429 with Retry-After %v, and the next request came %v later",
+				q.Kind, at, retryAfter, gap.Round(time.Millisecond))
+			break
+		}
+		if q.Kind == "LIST" && q.Continue && (q.Refused || q.Code != 0 && q.Code != 410) && (next.Kind != "LIST" || !next.Continue) {
+			fail("a failed list resumes from the page that failed: the continue page asked for at %v failed (status %d), and the next request was a %s of the first page",
+				at, q.Code, next.Kind)
+			break
+		}
+	}
+	for _, t := range rollbacks {
+		for _, q := range reqs {
+			if !q.At.After(t) || q.Refused || q.Code != 0 {
+				continue
+			}
+			if q.Kind != "LIST" {
+				fail("a rollback is found at once: the server was restored to older data at %v, and the first request it answered after its outage was a %s from resourceVersion %s (which waits in silence for the server to get there), not a LIST",
+					t.Sub(start).Round(time.Millisecond), q.Kind, q.RV)
+			}
+			break
+		}
+	}
 }
 
 // quietStretch holds a quiet healthy stream to its cost: after the faults,
@@ -390,42 +523,101 @@ func quietStretch(s schedule, srv *fakeapi.Server, start time.Time, fail func(st
 }
 
 // lifeChecker follows, on the loop's goroutine, what the handler is handed
-// and what the loop observes: no UID comes back after its deletion, no
-// object's resourceVersion goes backwards (counted afresh from the first
-// list after a restore), and a garbled DELETED deletes its key.
+// and what the loop observes, and holds them to the rules of the deltas, the
+// decoder, the backoff and the rollbacks (see the explorer's doc).
 type lifeChecker struct {
-	store *store.Store[*v1alpha1.MyResource]
-	start time.Time
-	fail  func(string, ...any)
+	store      *store.Store[*v1alpha1.MyResource]
+	start      time.Time
+	backoff    Backoff
+	retryAfter time.Duration
+	fail       func(string, ...any)
 
 	deleted map[types.UID]bool
 	rv      map[types.UID]int64
-	// restoredAt is the resourceVersion of the last restore; afresh, the
-	// one the counts last started afresh from.
-	restoredAt, afresh atomic.Int64
+	// restoredAt is the resourceVersion of the last restore, restores
+	// counts them; afresh is the count when the counts last started afresh.
+	restoredAt, restores atomic.Int64
+	afresh               int64
 	// garbled is a key whose DELETED arrived garbled while the store held
 	// it (with uid), to be gone by the next event.
 	garbled string
 	uid     types.UID
 	rvOf    string
+
+	// writtenAt: when each resourceVersion was written (to the second),
+	// by the explorer's goroutine.
+	mu        sync.Mutex
+	writtenAt map[string]time.Time
+	// event: the watch event being applied (its deltas follow it).
+	event Received
+	// Garbled list items whose key the store held (with that UID): on the
+	// page being read (page), and on the pages of the list so far (kept).
+	page, kept map[string]types.UID
+	initial    bool // a WatchList's initial events are being read
+	// The backoff: the state the last transition went to, and since when
+	// the loop has been calm (no trouble, no wait, no relist) for sure.
+	to   State
+	calm time.Time
+	// rollback: the server was restored to older data and the loop has
+	// not listed since; rollbackStream: a WATCH was made since then.
+	rollback, rollbackStream, rollbackList atomic.Bool
 }
 
 func (l *lifeChecker) restored(rv string) {
-	n, _ := strconv.ParseInt(rv, 10, 64)
-	l.restoredAt.Store(n)
+	l.restoredAt.Store(rvNumber(rv))
+	l.restores.Add(1)
+}
+
+func (l *lifeChecker) rolledBack() {
+	l.rollbackStream.Store(false)
+	l.rollbackList.Store(false)
+	l.rollback.Store(true)
+}
+
+// wrote records that the object at resourceVersion rv was written now.
+func (l *lifeChecker) wrote(rv string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.writtenAt == nil {
+		l.writtenAt = map[string]time.Time{}
+	}
+	l.writtenAt[rv] = time.Now().UTC().Truncate(time.Second)
 }
 
 func (l *lifeChecker) Observe(e observe.Event) {
+	now := time.Now()
+	at := now.Sub(l.start).Round(time.Millisecond)
 	if l.garbled != "" {
 		if got, ok := l.store.Get(l.garbled); ok && got.UID == l.uid {
 			l.fail("a garbled DELETED still deletes its key: %s (UID %s) is still in the store at %v, after its DELETED (resourceVersion %s) arrived undecodable",
-				l.garbled, l.uid, time.Since(l.start).Round(time.Millisecond), l.rvOf)
+				l.garbled, l.uid, at, l.rvOf)
 		}
 		l.garbled = ""
 	}
+	if _, ok := e.(Handed); !ok {
+		l.event = Received{}
+	}
+	if l.calm.IsZero() {
+		l.calm = l.start
+	}
 	switch e := e.(type) {
 	case Skipped:
-		if e.Err.What != Deleted+" event" || e.Err.Key == "" {
+		if e.Err.Key == "" {
+			return
+		}
+		if e.Err.What == "list item" || l.initial {
+			if got, ok := l.store.Get(e.Err.Key); ok {
+				if l.page == nil {
+					l.page = map[string]types.UID{}
+				}
+				l.page[e.Err.Key] = got.UID
+			}
+			if l.initial { // a WatchList: one stream, one list
+				l.listPage(false)
+			}
+			return
+		}
+		if e.Err.What != Deleted+" event" {
 			return
 		}
 		got, ok := l.store.Get(e.Err.Key)
@@ -435,12 +627,96 @@ func (l *lifeChecker) Observe(e observe.Event) {
 		if c, err := resourceversion.CompareResourceVersion(got.ResourceVersion, e.Err.RV); err == nil && c < 0 {
 			l.garbled, l.uid, l.rvOf = e.Err.Key, got.UID, e.Err.RV
 		}
+	case ListPage:
+		l.listPage(e.Page == 1)
+		if e.Page == 1 && l.rollback.Load() {
+			l.rollbackList.Store(true)
+		}
+	case WatchStarted:
+		l.initial, l.kept, l.page = e.InitialEvents, nil, nil
+		if l.rollback.Load() {
+			l.rollbackStream.Store(true)
+			l.rollbackList.Store(e.InitialEvents)
+		}
+	case WatchEnded:
+		l.initial = false
 	case Replaced:
-		n, _ := strconv.ParseInt(e.RV, 10, 64)
-		if r := l.restoredAt.Load(); r > l.afresh.Load() && n >= r {
-			l.afresh.Store(r)
+		for key, uid := range l.kept {
+			if got, ok := l.store.Get(key); !ok || got.UID != uid {
+				l.fail("a garbled list item keeps its key: %s (UID %s) was listed undecodable and is gone from the store after the list at resourceVersion %s (at %v)",
+					key, uid, e.RV, at)
+			}
+		}
+		l.kept, l.page, l.initial = nil, nil, false
+		if l.rollbackList.Load() {
+			l.rollback.Store(false)
+		}
+		if n := l.restores.Load(); n > l.afresh && rvNumber(e.RV) >= l.restoredAt.Load() {
+			l.afresh = n
 			l.deleted, l.rv = nil, nil
 		}
+	case Received:
+		l.event = e
+		if l.rollback.Load() && l.rollbackStream.Load() {
+			l.fail("a rollback is relisted before its events are applied: %s %s at resourceVersion %s at %v, from a server restored to older data, and no list since",
+				e.Type, e.Key, e.RV, at)
+		}
+		if e.Type == Deleted {
+			return
+		}
+		l.mu.Lock()
+		want, ok := l.writtenAt[e.RV]
+		l.mu.Unlock()
+		if ok && !e.Written.Equal(want) {
+			l.fail("the write time is the last write's: %s %s at resourceVersion %s was written at %v (its newest managedFields time), and the loop reported %v",
+				e.Type, e.Key, e.RV, want.Sub(l.start), e.Written.Sub(l.start))
+		}
+	case StateChanged:
+		l.page = nil // a list that failed: its last page is read again
+		l.to = e.To
+		if e.To == Relisting {
+			l.calm = now // maybe a 410's relist: the calm ends
+		}
+	case BackoffStarted:
+		l.backedOff(e, at)
+		l.calm = now.Add(e.Delay)
+	}
+}
+
+// listPage: a list page was read; first: the first of a list.
+func (l *lifeChecker) listPage(first bool) {
+	if first || l.kept == nil {
+		l.kept = map[string]types.UID{}
+	}
+	maps.Copy(l.kept, l.page)
+	l.page = nil
+}
+
+// backedOff holds a wait to the backoff: at most Max; a wait after
+// trouble (not a 410's staggered relist) shortened by its jitter, so never
+// a step Initial·Factorⁿ or Max exactly (unless a 429's Retry-After set
+// it); and at most Initial (or the Retry-After) after a calm ResetAfter.
+func (l *lifeChecker) backedOff(e BackoffStarted, at time.Duration) {
+	b := l.backoff
+	if e.Delay > b.Max && !(e.Class == Throttled && e.Delay == l.retryAfter) {
+		l.fail("every wait is at most Backoff.Max: a wait of %v at %v after a %s error (Max %v)", e.Delay, at, e.Class, b.Max)
+	}
+	if l.to != BackingOff || e.Class == Throttled && e.Delay == l.retryAfter {
+		return // a 410's staggered relist; a Retry-After
+	}
+	for n := 0; ; n++ {
+		step := b.Delay(n, 0)
+		if e.Delay == step {
+			l.fail("jitter shortens every wait: a wait of %v at %v after a %s error is step %d of the backoff exactly (clients back from one outage would retry in step)",
+				e.Delay, at, e.Class, n)
+		}
+		if step >= b.Max {
+			break
+		}
+	}
+	if calm := time.Since(l.calm); calm >= b.ResetAfter && e.Delay > max(b.Initial, l.retryAfter) {
+		l.fail("after a calm Backoff.ResetAfter the first wait is at most Initial: a wait of %v at %v after a %s error, %v after the last trouble (ResetAfter %v, Initial %v)",
+			e.Delay, at, e.Class, calm.Round(time.Millisecond), b.ResetAfter, b.Initial)
 	}
 }
 
@@ -448,12 +724,26 @@ func (l *lifeChecker) handle(d store.Delta[*v1alpha1.MyResource]) {
 	if l.deleted == nil {
 		l.deleted, l.rv = map[types.UID]bool{}, map[types.UID]int64{}
 	}
+	at := time.Since(l.start).Round(time.Millisecond)
+	if d.Object == nil {
+		l.fail("every delta carries an object: a %s delta of %s at %v has none", d.Type, d.Key, at)
+		return
+	}
+	if len(d.Object.ManagedFields) > 0 {
+		l.fail("the store drops managedFields: a %s delta of %s at %v carries %d entries", d.Type, d.Key, at, len(d.Object.ManagedFields))
+	}
+	if d.Type == store.Updated && d.Old != nil && d.Old.ResourceVersion == d.Object.ResourceVersion {
+		l.fail("an Updated delta is a change: %s at %v was handed as updated from resourceVersion %s to the same", d.Key, at, d.Object.ResourceVersion)
+	}
+	if d.Type == store.Deleted && d.FinalStateUnknown && l.event.Type == Deleted && l.event.Key == d.Key {
+		l.fail("a DELETED event's delta carries the server's final state: %s at %v was deleted at resourceVersion %s, and its delta carries resourceVersion %s, marked FinalStateUnknown",
+			d.Key, at, l.event.RV, d.Object.ResourceVersion)
+	}
 	uid := d.Object.UID
 	if d.Type == store.Deleted {
 		l.deleted[uid] = true
 		return
 	}
-	at := time.Since(l.start).Round(time.Millisecond)
 	if l.deleted[uid] {
 		l.fail("no UID comes back after its deletion: %s %s (UID %s) at resourceVersion %s at %v, after its Deleted delta",
 			d.Type, d.Key, uid, d.Object.ResourceVersion, at)
@@ -475,6 +765,11 @@ func exploreLogger() logr.Logger {
 	return funcr.New(func(string, string) {}, funcr.Options{})
 }
 
+func rvNumber(rv string) int64 {
+	n, _ := strconv.ParseInt(rv, 10, 64)
+	return n
+}
+
 func storeEqualsServer(st *store.Store[*v1alpha1.MyResource], srv *fakeapi.Server) bool {
 	objs := srv.Objects()
 	if st.Len() != len(objs) {
@@ -492,6 +787,9 @@ func storeEqualsServer(st *store.Store[*v1alpha1.MyResource], srv *fakeapi.Serve
 func checkLives(deltas []store.Delta[*v1alpha1.MyResource], srv *fakeapi.Server, fail func(string, ...any)) {
 	present := map[string]bool{}
 	for i, d := range deltas {
+		if d.Object == nil {
+			continue // (lifeChecker.handle reported it)
+		}
 		uid := string(d.Object.UID)
 		switch d.Type {
 		case store.Added:

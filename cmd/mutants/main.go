@@ -230,8 +230,9 @@ func compiles(root string, files map[string]string) error {
 
 // testDeps maps each test package to the packages its test binary is built
 // from (a mutant is judged only by the tests that can reach it), and lists
-// the packages the explorer runs: the watcher's and the fake server's own
-// imports (the watcher's test binary holds far more, for its other tests).
+// the packages the explorer runs: the watcher's and its internal tests'
+// imports (the fake server, the store, the queue), not its external tests'
+// (the control plane, the comparison harness).
 func testDeps() (deps map[string]map[string]bool, explorer map[string]bool, err error) {
 	b, err := exec.Command("go", "list", "-m").Output()
 	if err != nil {
@@ -257,7 +258,19 @@ func testDeps() (deps map[string]map[string]bool, explorer map[string]bool, err 
 			return nil, nil, err
 		}
 	}
-	explorer, err = list("./watcher", "./internal/fakeapi")
+	// The explorer's binary: the watcher with its internal tests, which
+	// run the fake server, the store and the queue.
+	b, err = exec.Command("go", "list", "-f", `{{join .TestImports "\n"}}`, "./watcher").Output()
+	if err != nil {
+		return nil, nil, fmt.Errorf("go list ./watcher: %w", err)
+	}
+	pkgs := []string{"./watcher"}
+	for _, ip := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(ip, prefix) {
+			pkgs = append(pkgs, ip)
+		}
+	}
+	explorer, err = list(pkgs...)
 	return deps, explorer, err
 }
 

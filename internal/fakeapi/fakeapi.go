@@ -9,8 +9,13 @@
 //     the resource gets the next one, and so does every write to another
 //     resource (WriteOther: a Lease renewal), which sends no event but moves
 //     every list's resourceVersion and every bookmark's;
+//   - every object carries managedFields, as kube-apiserver records them:
+//     two managers (the creator's entry, the updater's), each with the time
+//     of its last write, to the second;
 //   - Compact forgets history: a WATCH from an older resourceVersion gets an
 //     ERROR 410 frame, a continue token of an older snapshot a 410 response;
+//     LosePrevKv compacts at a deletion: without the watch cache, a WATCH
+//     from just before it gets an ERROR 500 "PrevKv=nil", every time;
 //   - a WATCH from a resourceVersion the server has not reached (what an etcd
 //     restore leads to) is accepted and silent until the server gets there,
 //     as kube-apiserver's watch cache does (FutureWatchFails: a 504 "Too
@@ -41,9 +46,11 @@
 // from when it received the request, so a client never sees its stream end
 // early), the slack the watcher's rule for a healthy stream allows for.
 //
-// Faults (SetFault) stay on until changed; Cut, Compact, RestartCache and
-// Restore act once. Every request is logged (Requests), with when and how
-// a stream ended, so a test can hold the client to a request budget.
+// Faults (SetFault) stay on until changed; Cut, Compact, LosePrevKv,
+// RestartCache and Restore act once. Every request is logged (Requests),
+// with the status it was refused with and when and how a stream ended, so a
+// test can hold the client to a request budget, a Retry-After, and what
+// must follow a failure.
 package fakeapi
 
 import (
@@ -101,7 +108,9 @@ const (
 	EveryOtherListFails
 	// Garble: every DELETED event carries a final state the client cannot
 	// decode (a field of another type: a newer schema), its metadata
-	// intact, and every event follows a frame of an unknown type.
+	// intact, and every event follows a frame of an unknown type; so do
+	// the list items (LIST pages, a WatchList's initial events) that
+	// Server.GarbleItem picks.
 	Garble
 	nModes
 )
@@ -130,6 +139,10 @@ type Request struct {
 	RV       string
 	Continue bool
 	Limit    int64
+	// Code is the HTTP status the request was refused with (429, 500,
+	// 410, ...; 0: it was answered); Refused: the connection was refused.
+	Code    int
+	Refused bool
 	// For a WATCH: the timeoutSeconds it asked for; when the stream ended
 	// (zero while it is open); whether the client closed it (rather than
 	// the server, at its timeout, a fault or an ERROR frame); and Gone, if
@@ -162,12 +175,18 @@ type Server struct {
 	// default it is accepted and sends nothing until the server gets there,
 	// as kube-apiserver's watch cache does.
 	FutureWatchFails bool
+	// GarbleItem picks, under the Garble fault, the list items served
+	// undecodable (nil: none). It is called with the server's lock held.
+	GarbleItem func(*v1alpha1.MyResource) bool
 
 	mu        sync.Mutex
 	rv        int64
 	objs      map[string]*v1alpha1.MyResource
 	history   []change
 	compacted int64
+	// prevKvLost: the resourceVersion of a DELETED whose previous state
+	// etcd compacted (LosePrevKv); 0: none.
+	prevKvLost int64
 	// cacheStart: the watch cache's history starts after this
 	// resourceVersion; cached holds its states, oldest first (WatchCache).
 	cacheStart int64
@@ -248,19 +267,43 @@ func (s *Server) Put(namespace, name, message string) {
 	key := namespace + "/" + name
 	typ := "MODIFIED"
 	obj, ok := s.objs[key]
+	now := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
 	if ok {
 		obj = obj.DeepCopy()
 		obj.Generation++
+		// The updater's entry says when it last wrote.
+		i := slices.IndexFunc(obj.ManagedFields, func(e metav1.ManagedFieldsEntry) bool { return e.Manager == updater.Manager })
+		if i < 0 {
+			obj.ManagedFields, i = append(obj.ManagedFields, *updater.DeepCopy()), len(obj.ManagedFields)
+		}
+		obj.ManagedFields[i].Time = &now
 	} else {
 		typ = "ADDED"
 		s.uids++
 		obj = &v1alpha1.MyResource{
-			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "MyResource"},
-			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: types.UID(fmt.Sprintf("uid-%d", s.uids)), Generation: 1},
+			TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "MyResource"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: types.UID(fmt.Sprintf("uid-%d", s.uids)), Generation: 1,
+				CreationTimestamp: now, Labels: map[string]string{"app": "explorer"},
+				ManagedFields: []metav1.ManagedFieldsEntry{*creator.DeepCopy(), *updater.DeepCopy()}},
+		}
+		for i := range obj.ManagedFields {
+			obj.ManagedFields[i].Time = &now
 		}
 	}
 	obj.Spec.Message = message
 	s.commitLocked(typ, key, obj)
+}
+
+// creator and updater are the field managers of every object, as
+// kube-apiserver records them: the one that created it (its labels) and the
+// one that writes its spec. Each entry's time is its manager's last write,
+// to the second: the newest is when the object was last written.
+var creator, updater = metav1.ManagedFieldsEntry{
+	Manager: "kubectl-create", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: v1alpha1.SchemeGroupVersion.String(),
+	FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{".":{},"f:app":{}}}}`)},
+}, metav1.ManagedFieldsEntry{
+	Manager: "explorer", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: v1alpha1.SchemeGroupVersion.String(),
+	FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:message":{}}}`)},
 }
 
 // Delete deletes namespace/name, if it exists.
@@ -342,7 +385,22 @@ func (s *Server) wakeLocked() {
 func (s *Server) Compact() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.compacted = s.rv
+	s.compacted, s.prevKvLost = s.rv, 0
+}
+
+// LosePrevKv compacts etcd at the last change, which must be a DELETED
+// (it does nothing otherwise): the object's state before its deletion is
+// gone. Without the watch cache, kube-apiserver's etcd watch asks for
+// every event's previous state, and a WATCH from the resourceVersion just
+// before the deletion is answered with an ERROR 500 "etcd event received
+// with PrevKv=nil", every time (older ones get 410, as after Compact); the
+// watch cache, which keeps its own history, is not affected.
+func (s *Server) LosePrevKv() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.history); n > 0 && s.history[n-1].rv == s.rv && s.history[n-1].typ == "DELETED" {
+		s.compacted, s.prevKvLost = s.rv-1, s.rv
+	}
 }
 
 // Cut breaks every open stream now.
@@ -360,6 +418,9 @@ type State struct {
 	objs    map[string]*v1alpha1.MyResource
 	history int
 }
+
+// ResourceVersion is the resourceVersion of the saved data.
+func (st State) ResourceVersion() string { return strconv.FormatInt(st.rv, 10) }
 
 // Save copies the data, as an etcd snapshot does.
 func (s *Server) Save() State {
@@ -386,13 +447,14 @@ func (s *Server) Restore(st State, bump int64) {
 		s.objs[k] = o
 	}
 	s.history = s.history[:st.history]
-	s.compacted = min(s.compacted, s.rv)
+	s.compacted, s.prevKvLost = min(s.compacted, s.rv), 0
 	if bump > 0 {
 		s.rv += bump
 		s.compacted = s.rv
 	}
 	s.cacheStart = s.rv // the restarted apiserver's cache starts here
 	s.cached = nil
+	s.snaps = map[int]*listSnap{} // and it knows no continue token
 	s.cacheLocked()
 	for st := range s.streams {
 		st.kill()
@@ -418,7 +480,7 @@ func (s *Server) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadClo
 	req := len(s.requests) - 1
 	refused := func(err error) (io.ReadCloser, error) {
 		s.requests[req].Ended, s.requests[req].Gone = time.Now(), apierrors.IsGone(err)
-		return nil, err
+		return nil, s.refusedLocked(req, err)
 	}
 	if err := s.failLocked(); err != nil {
 		return refused(err)
@@ -450,6 +512,8 @@ func (s *Server) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadClo
 	case from < oldest:
 		st.expired = fmt.Sprintf("too old resource version: %d (%d)", from, oldest)
 		s.requests[req].Gone = true
+	case !s.WatchCache && s.prevKvLost != 0 && from == s.prevKvLost-1:
+		st.prevKvLost = fmt.Sprintf("etcd event received with PrevKv=nil (modRevision=%d, type=DELETE)", s.prevKvLost)
 	}
 	st.cursor = from
 	pr, pw := io.Pipe()
@@ -465,33 +529,38 @@ func (s *Server) List(ctx context.Context, opts metav1.ListOptions) (io.ReadClos
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.requests = append(s.requests, Request{At: time.Now(), Kind: "LIST", RV: opts.ResourceVersion, Continue: opts.Continue != "", Limit: opts.Limit})
+	req := len(s.requests) - 1
 	if err := s.failLocked(); err != nil {
-		return nil, err
+		return nil, s.refusedLocked(req, err)
 	}
 	if s.lists++; s.mode == EveryOtherListFails && s.lists%2 == 0 {
-		return nil, apierrors.NewInternalError(errors.New("every other LIST fails (fault)"))
+		return nil, s.refusedLocked(req, apierrors.NewInternalError(errors.New("every other LIST fails (fault)")))
+	}
+	garble := func(*v1alpha1.MyResource) bool { return false }
+	if s.mode == Garble && s.GarbleItem != nil {
+		garble = s.GarbleItem
 	}
 	var snap *listSnap
 	id, offset := 0, 0
 	if opts.Continue != "" {
 		if _, err := fmt.Sscanf(opts.Continue, "%d:%d", &id, &offset); err != nil {
-			return nil, apierrors.NewBadRequest("bad continue token")
+			return nil, s.refusedLocked(req, apierrors.NewBadRequest("bad continue token"))
 		}
 		snap = s.snaps[id]
 		if snap == nil || snap.rv < s.compacted || s.mode == ContinueExpires {
-			return nil, apierrors.NewResourceExpired("The provided continue parameter is too old to display a consistent list result.")
+			return nil, s.refusedLocked(req, apierrors.NewResourceExpired("The provided continue parameter is too old to display a consistent list result."))
 		}
 	} else {
 		if rv, err := s.parseRV(opts.ResourceVersion); err != nil {
-			return nil, apierrors.NewBadRequest(err.Error())
+			return nil, s.refusedLocked(req, apierrors.NewBadRequest(err.Error()))
 		} else if rv > s.rv {
-			return nil, tooLarge(rv, s.rv)
+			return nil, s.refusedLocked(req, tooLarge(rv, s.rv))
 		}
 		if s.WatchCache && opts.ResourceVersion == "0" {
 			// From the watch cache: whole, whatever the limit, and as old
 			// as the cache is.
 			c := s.cachedLocked()
-			return listBody(c.rv, c.items, "")
+			return listBody(c.rv, c.items, "", garble)
 		}
 		s.nextSnap++
 		id, snap = s.nextSnap, &listSnap{rv: s.rv, items: s.sortedLocked()}
@@ -507,15 +576,37 @@ func (s *Server) List(ctx context.Context, opts metav1.ListOptions) (io.ReadClos
 	} else {
 		delete(s.snaps, id)
 	}
-	return listBody(snap.rv, snap.items[offset:end], cont)
+	return listBody(snap.rv, snap.items[offset:end], cont, garble)
 }
 
-func listBody(rv int64, items []*v1alpha1.MyResource, cont string) (io.ReadCloser, error) {
-	list := v1alpha1.MyResourceList{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "MyResourceList"}}
+// refusedLocked records in the log why request req was refused, and
+// returns err.
+func (s *Server) refusedLocked(req int, err error) error {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		s.requests[req].Code = int(status.Status().Code)
+	} else {
+		s.requests[req].Refused = true
+	}
+	return err
+}
+
+// listBody is a LIST page of items, those garble picks undecodable.
+func listBody(rv int64, items []*v1alpha1.MyResource, cont string, garble func(*v1alpha1.MyResource) bool) (io.ReadCloser, error) {
+	list := struct {
+		metav1.TypeMeta `json:",inline"`
+		metav1.ListMeta `json:"metadata"`
+		Items           []any `json:"items"`
+	}{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "MyResourceList"}}
 	list.ResourceVersion = strconv.FormatInt(rv, 10)
 	list.Continue = cont
+	list.Items = []any{}
 	for _, o := range items {
-		list.Items = append(list.Items, *o)
+		if garble(o) {
+			list.Items = append(list.Items, garbledObject(o))
+		} else {
+			list.Items = append(list.Items, o)
+		}
 	}
 	raw, err := json.Marshal(list)
 	if err != nil {
@@ -588,6 +679,7 @@ type stream struct {
 	snapshot          []*v1alpha1.MyResource
 	cursor            int64
 	expired           string
+	prevKvLost        string
 	pw                *io.PipeWriter
 	frames            int
 	done              chan struct{} // the client closed the body
@@ -684,6 +776,12 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 		}
 		return
 	}
+	if st.prevKvLost != "" {
+		st.ended(false)
+		st.send(ctx, errorFrame(500, metav1.StatusReasonInternalError, st.prevKvLost))
+		end(nil)
+		return
+	}
 	if st.expired != "" {
 		st.ended(false) // the server ends it: before the client can see the ERROR
 		st.send(ctx, errorFrame(410, metav1.StatusReasonExpired, st.expired))
@@ -699,6 +797,8 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 			case st.mode == WatchListFails && !st.unmarked && i == len(st.snapshot)/2:
 				st.ended(false)
 				f = errorFrame(500, metav1.StatusReasonInternalError, "etcd does not support RequestWatchProgress (fault)")
+			case i < len(st.snapshot) && st.mode == Garble && s.garbleItem(st.snapshot[i]):
+				f = garbled("ADDED", st.snapshot[i])
 			case i < len(st.snapshot):
 				f = frame("ADDED", st.snapshot[i])
 			case st.unmarked:
@@ -839,12 +939,24 @@ var unknownFrame = []byte(`{"type":"FUTURE","object":{"kind":"Hint","apiVersion"
 // garbled is an event whose object has its metadata intact and a spec of
 // another shape: a client cannot decode it, but can tell which object it is.
 func garbled(typ string, obj *v1alpha1.MyResource) []byte {
+	raw, _ := json.Marshal(wireEvent{Type: typ, Object: garbledObject(obj)})
+	return append(raw, '\n')
+}
+
+// garbledObject is obj with its metadata intact and a spec of another shape.
+func garbledObject(obj *v1alpha1.MyResource) map[string]any {
 	raw, _ := json.Marshal(obj)
 	var m map[string]any
 	json.Unmarshal(raw, &m)
 	m["spec"] = map[string]any{"message": 42}
-	raw, _ = json.Marshal(wireEvent{Type: typ, Object: m})
-	return append(raw, '\n')
+	return m
+}
+
+// garbleItem: GarbleItem, with the server's lock (from a stream's goroutine).
+func (s *Server) garbleItem(obj *v1alpha1.MyResource) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.GarbleItem != nil && s.GarbleItem(obj)
 }
 
 func bookmark(rv int64, initialEventsEnd bool) []byte {

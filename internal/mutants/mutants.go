@@ -281,8 +281,8 @@ type Result struct {
 	Detail string
 	// Seconds the mutation took, from apply to verdict.
 	Seconds float64
-	// Explorable: the mutation is in code the explorer runs (the loop and
-	// what it calls), so the explorer stage ran.
+	// Explorable: the mutation is in code the explorer runs (the loop, what
+	// it calls, and the queue its consumer drains), so the explorer stage ran.
 	Explorable bool
 }
 
