@@ -62,8 +62,9 @@ type Options struct {
 	// Transform says which consumers drop the annotations rawwatch's
 	// reconciler never reads (reconcile.UnreadAnnotations) from their cache:
 	// TransformRaw (the default: the raw consumers, as rawwatch does out of
-	// the box; an informer keeps whatever it is given unless its user sets
-	// a transform), TransformAll (the informers too, with SetTransform), or
+	// the box, and informer-stripped, the careful user's informer; a plain
+	// informer keeps whatever it is given unless its user sets a transform),
+	// TransformAll (every informer and controller-runtime's cache too), or
 	// TransformNone.
 	Transform string
 	// Apply writes the objects with server-side apply, so that they carry
@@ -492,7 +493,7 @@ func (h *harness) spawn(kind, name string) (*child, error) {
 	if h.opts.Profile {
 		args = append(args, "--profile-dir", h.opts.OutDir)
 	}
-	if h.opts.Transform == TransformAll || h.opts.Transform == TransformRaw && strings.HasPrefix(kind, KindRaw) {
+	if trims(h.opts.Transform, kind) {
 		args = append(args, "--drop-annotations", strings.Join(reconcile.UnreadAnnotations, ","))
 	}
 	var err error
@@ -501,6 +502,20 @@ func (h *harness) spawn(kind, name string) (*child, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// trims says whether a consumer of kind drops the annotations rawwatch's
+// reconciler never reads, under transform: with TransformRaw the raw
+// consumers do, and so does informer-stripped, the informer set up as a
+// careful user sets it up (it trims what the raw store trims).
+func trims(transform, kind string) bool {
+	switch transform {
+	case TransformAll:
+		return true
+	case TransformRaw:
+		return strings.HasPrefix(kind, KindRaw) || kind == KindInformerStripped
+	}
+	return false
 }
 
 // line takes one line of the consumer's status protocol (RunConsumer).

@@ -1,4 +1,4 @@
-// Command compare runs the raw watcher and client-go informers side by side on
+// Command compare runs the raw watcher, client-go informers and controller-runtime side by side on
 // the same load and reports what each costs (see package compare).
 //
 //	compare                                   10,000 objects on a local control plane
@@ -61,7 +61,7 @@ func run(args []string) int {
 	fs.StringVar(&o.PayloadAnnotation, "payload-annotation", compare.DefaultPayloadAnnotation,
 		"the payload's annotation (kubectl.kubernetes.io/last-applied-configuration: where kubectl's client-side apply keeps its copy of the object)")
 	fs.StringVar(&o.Transform, "transform", compare.TransformRaw,
-		"which consumers drop the annotations rawwatch's reconciler never reads: raw (as rawwatch does by default), all (informers too, with SetTransform), none")
+		"which consumers drop the annotations rawwatch's reconciler never reads: raw (the raw consumers, as rawwatch does by default, and informer-stripped), all (every informer and controller-runtime too), none")
 	fs.BoolVar(&o.Apply, "apply", false, "write the objects with server-side apply, so that they carry real managedFields")
 	fs.StringVar(&o.OutDir, "out", "out/compare", "output directory")
 	fs.BoolVar(&o.Profile, "profile", false, "write each consumer's heap profile at every phase end (KIND-PHASE.heap.pprof)")
