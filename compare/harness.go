@@ -112,18 +112,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	default:
 		return nil, fmt.Errorf("compare: Transform %q: want %s, %s or %s", opts.Transform, TransformRaw, TransformAll, TransformNone)
 	}
-	if opts.Binary == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		opts.Binary = exe
-	}
-	if opts.Progress == nil {
-		opts.Progress = io.Discard
-	}
-	opts.Progress = &lockedWriter{w: opts.Progress}
-	if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
+	if err := outputs(&opts.Binary, &opts.Progress, opts.OutDir); err != nil {
 		return nil, err
 	}
 	h := &harness{opts: opts, start: time.Now()}
@@ -559,6 +548,24 @@ func (c *child) status() status {
 }
 
 func (c *child) stop() { c.send("stop") }
+
+// outputs fills in what a run of consumer processes (the harness's, the
+// storm's) defaults alike: the consumers' binary (this executable), a
+// progress writer several goroutines may share, and the output directory.
+func outputs(binary *string, progress *io.Writer, outDir string) error {
+	if *binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		*binary = exe
+	}
+	if *progress == nil {
+		*progress = io.Discard
+	}
+	*progress = &lockedWriter{w: *progress}
+	return os.MkdirAll(outDir, 0o755)
+}
 
 // lockedWriter serialises the progress lines of the harness and the load
 // generator.

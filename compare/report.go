@@ -423,6 +423,18 @@ func (r *Report) targets() []Target {
 // controller-runtime.
 var Anchors = []string{KindInformer, KindInformerList, KindInformerStripped, KindControllerRuntime}
 
+// metCell is the "met" cell of a target's row: yes, **no**, or, with a
+// note, noted (after the prefix the report chooses).
+func (t Target) metCell(notePrefix string) string {
+	switch {
+	case t.Note != "":
+		return notePrefix + t.Note
+	case !t.Met:
+		return "**no**"
+	}
+	return "yes"
+}
+
 // Markdown renders the report as tables.
 func (r *Report) Markdown() string {
 	var b strings.Builder
@@ -450,14 +462,7 @@ func (r *Report) Markdown() string {
 	if len(r.Targets) > 0 {
 		b.WriteString("\n| target | raw | compared with | ratio | goal | met |\n|---|---|---|---|---|---|\n")
 		for _, t := range r.Targets {
-			met := "yes"
-			switch {
-			case t.Note != "":
-				met = "n/a: " + t.Note
-			case !t.Met:
-				met = "**no**"
-			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %.3f | %s | %s |\n", t.Name, t.Raw, t.Other, t.Ratio, t.Limit, met)
+			fmt.Fprintf(&b, "| %s | %s | %s | %.3f | %s | %s |\n", t.Name, t.Raw, t.Other, t.Ratio, t.Limit, t.metCell("n/a: "))
 		}
 	}
 	r.costMarkdown(&b)

@@ -175,18 +175,7 @@ func RunStorm(ctx context.Context, opts StormOptions) (*StormReport, error) {
 	if opts.RelistTimeout == 0 {
 		opts.RelistTimeout = 5 * time.Minute
 	}
-	if opts.Binary == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		opts.Binary = exe
-	}
-	if opts.Progress == nil {
-		opts.Progress = io.Discard
-	}
-	opts.Progress = &lockedWriter{w: opts.Progress}
-	if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
+	if err := outputs(&opts.Binary, &opts.Progress, opts.OutDir); err != nil {
 		return nil, err
 	}
 	s := &storm{opts: opts, start: time.Now()}
