@@ -239,7 +239,7 @@ func converge(args []string) int {
 	fs.IntVar(&o.Writers, "writers", 16, "parallel writers of the load generator (unthrottled)")
 	fs.IntVar(&o.Runs, "runs", 1, "runs of every kind and setting, interleaved")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "how long one run may take to converge")
-	kinds := fs.String("kinds", strings.Join(compare.ConvergeKinds, ","), "controllers to run")
+	kinds := fs.String("kinds", strings.Join(compare.ConvergeKinds, ","), "controllers to run: raw, informer, informer-stripped (managedFields dropped by a transform), controller-runtime (the reconciler on a controller-runtime manager)")
 	settings := fs.String("settings", "50/100/2/all,200/400/2/all,200/400/2/none,defaults",
 		"comma-separated settings, each QPS/BURST/WORKERS/EVENTS with EVENTS all, warnings or none, or defaults (rawwatch with no flags; raw only)")
 	fs.StringVar(&o.OutDir, "out", "out/converge", "output directory")
