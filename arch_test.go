@@ -3,6 +3,7 @@ package main
 import (
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -10,7 +11,7 @@ import (
 )
 
 // The hand-written machinery must not lean on client-go's: no informers,
-// reflectors, DeltaFIFO, indexers or workqueue in watcher/, store/ or
+// reflectors, DeltaFIFO, indexers or workqueue in watcher/, store/, queue/ or
 // reconcile/ (the comparison harness is the one place they may appear).
 // client-go's REST transport imports workqueue internally for certificate
 // rotation; that is a dependency of the HTTP client, not of this code, so the
@@ -24,7 +25,7 @@ func TestRawPackagesDoNotImportInformerMachinery(t *testing.T) {
 		"k8s.io/client-go/tools/watch",
 		"sigs.k8s.io/controller-runtime",
 	}
-	for _, dir := range []string{"watcher", "store", "reconcile"} {
+	for _, dir := range []string{"watcher", "store", "queue", "reconcile"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil || len(files) == 0 {
 			t.Fatalf("no Go files in %s: %v", dir, err)
@@ -43,5 +44,41 @@ func TestRawPackagesDoNotImportInformerMachinery(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// controller-runtime is one of the anchors the comparison harness measures
+// against (compare/crconsumer.go): no other package may import it, so that
+// the controller itself never leans on it.
+func TestOnlyCompareImportsControllerRuntime(t *testing.T) {
+	var checked int
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			switch {
+			case path == "compare", path == "out", path == "bin", strings.HasPrefix(d.Name(), ".") && path != ".":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		checked++
+		for _, imp := range f.Imports {
+			if p, _ := strconv.Unquote(imp.Path.Value); p == "sigs.k8s.io/controller-runtime" || strings.HasPrefix(p, "sigs.k8s.io/controller-runtime/") {
+				t.Errorf("%s imports %s: controller-runtime belongs in compare/ only", path, p)
+			}
+		}
+		return nil
+	})
+	if err != nil || checked < 50 {
+		t.Fatalf("walked %d Go files: %v", checked, err)
 	}
 }

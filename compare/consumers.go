@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/client"
@@ -32,10 +34,19 @@ const (
 	KindInformer     = "informer"
 	KindInformerList = "informer-list"
 	KindBare         = "bare"
+	// KindInformerStripped is the informer as a careful client-go user runs
+	// it: a transform drops managedFields before the object is cached.
+	KindInformerStripped = "informer-stripped"
+	// KindControllerRuntime is a controller-runtime manager's cache and a
+	// controller at controller-runtime's defaults (crconsumer.go).
+	KindControllerRuntime = "controller-runtime"
 )
 
 // AllKinds is every consumer, in report order.
-var AllKinds = []string{KindRaw, KindRawWatchList, KindInformer, KindInformerList, KindBare}
+var AllKinds = []string{KindRaw, KindRawWatchList, KindInformer, KindInformerList, KindInformerStripped, KindControllerRuntime, KindBare}
+
+// Kinds is every consumer kind NewConsumer builds, in report order.
+func Kinds() []string { return slices.Clone(AllKinds) }
 
 // consumer is one way of keeping up with the MyResources of a namespace.
 type consumer interface {
@@ -136,7 +147,9 @@ type informerConsumer struct {
 	queue    workqueue.TypedRateLimitingInterface[string]
 }
 
-func newInformer(cfg *rest.Config, ns string, rec *recorder, drop []string) (consumer, error) {
+// newInformer builds the informer consumer; strip drops every object's
+// managedFields before it is cached (informer-stripped).
+func newInformer(cfg *rest.Config, ns string, rec *recorder, drop []string, strip bool) (consumer, error) {
 	c, err := client.New(cfg)
 	if err != nil {
 		return nil, err
@@ -144,16 +157,8 @@ func newInformer(cfg *rest.Config, ns string, rec *recorder, drop []string) (con
 	lw := cache.NewListWatchFromClient(c.REST(), v1alpha1.Resource, ns, fields.Everything())
 	inf := cache.NewSharedIndexInformer(lw, &v1alpha1.MyResource{}, 0,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	if len(drop) > 0 {
-		// The same trim as the raw store's (store.DropAnnotations), the way
-		// client-go offers it: before the object reaches the indexer.
-		trim := store.DropAnnotations[object](drop...)
-		if err := inf.SetTransform(func(obj any) (any, error) {
-			if o, ok := obj.(object); ok {
-				trim(o)
-			}
-			return obj, nil
-		}); err != nil {
+	if t := cacheTransform(drop, strip); t != nil {
+		if err := inf.SetTransform(t); err != nil {
 			return nil, err
 		}
 	}
@@ -224,6 +229,38 @@ func (i *informerConsumer) dump() map[string]string {
 		out[store.KeyOf(o)] = o.ResourceVersion
 	}
 	return out
+}
+
+// cacheTransform is what an informer (or controller-runtime's cache) applies
+// to every object before it reaches the indexer: the same annotation trim as
+// the raw store's (store.DropAnnotations) if drop is set, and with strip
+// controller-runtime's own helper that drops managedFields. Nil if neither.
+func cacheTransform(drop []string, strip bool) cache.TransformFunc {
+	var steps []cache.TransformFunc
+	if strip {
+		steps = append(steps, crcache.TransformStripManagedFields())
+	}
+	if len(drop) > 0 {
+		trim := store.DropAnnotations[object](drop...)
+		steps = append(steps, func(obj any) (any, error) {
+			if o, ok := obj.(object); ok {
+				trim(o)
+			}
+			return obj, nil
+		})
+	}
+	if len(steps) == 0 {
+		return nil
+	}
+	return func(obj any) (any, error) {
+		for _, step := range steps {
+			var err error
+			if obj, err = step(obj); err != nil {
+				return nil, err
+			}
+		}
+		return obj, nil
+	}
 }
 
 // ---- bare: LIST + WATCH with client-go's decoder, no cache, no queue ----
@@ -371,9 +408,85 @@ func newConsumer(kind string, cfg *rest.Config, ns string, rec *recorder, dropEv
 	case KindInformer, KindInformerList:
 		// informer-list runs with KUBE_FEATURE_WatchListClient=false in its
 		// environment (client-go reads its feature gates from there).
-		return newInformer(cfg, ns, rec, drop)
+		return newInformer(cfg, ns, rec, drop, false)
+	case KindInformerStripped:
+		return newInformer(cfg, ns, rec, drop, true)
+	case KindControllerRuntime:
+		return newControllerRuntime(cfg, ns, rec, drop)
 	case KindBare:
 		return newBare(cfg, ns, rec)
 	}
 	return nil, fmt.Errorf("unknown consumer kind %q", kind)
+}
+
+// ---- the consumers, for callers outside this package ----
+
+// Consumer is one consumer of a kind (Kinds), the same code the harness runs
+// in its consumer processes, built by NewConsumer for a caller outside this
+// package: a fault scorecard, say, that puts every kind through the same
+// faults and compares what each ends up holding with the server.
+//
+//	c, err := compare.NewConsumer(compare.KindRaw, cfg, "ns", compare.ConsumerConfig{})
+//	synced := make(chan struct{})
+//	go c.Run(ctx, synced)
+//	<-synced
+//	... c.Dump() against a LIST of the server ...
+type Consumer struct {
+	c   consumer
+	rec *recorder
+}
+
+// ConsumerConfig configures NewConsumer; its zero value is the harness's
+// default consumer.
+type ConsumerConfig struct {
+	// DropAnnotations are trimmed from every object the consumer caches
+	// (the raw store's SetTransform, an informer's or controller-runtime's
+	// cache transform; bare caches nothing).
+	DropAnnotations []string
+	// OnEvent, if set, hears every handler call: its type (EvAdd, EvUpdate,
+	// EvDelete, EvResync), the object's resourceVersion and key, and when
+	// (unix ns). It runs on the consumer's event-handler goroutine: it
+	// must not block.
+	OnEvent func(typ byte, rv, key string, at int64)
+}
+
+// EventCounts are the handler calls a consumer has made, by type.
+type EventCounts struct{ Adds, Updates, Deletes, Resyncs int64 }
+
+// NewConsumer builds a consumer of kind watching namespace ns with cfg
+// (which it copies; cfg's QPS and Burst are its client-side limits).
+//
+// client-go reads its WatchListClient feature gate once per process from
+// the environment (KUBE_FEATURE_WatchListClient): in one process, informer
+// and informer-list are the same consumer, and informer-stripped and
+// controller-runtime follow the same gate. The harness runs each kind in a
+// process of its own for that reason (startConsumer).
+func NewConsumer(kind string, cfg *rest.Config, ns string, cc ConsumerConfig) (*Consumer, error) {
+	rec := discardRecorder()
+	rec.onEvent = cc.OnEvent
+	c, err := newConsumer(kind, rest.CopyConfig(cfg), ns, rec, 0, cc.DropAnnotations)
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer{c: c, rec: rec}, nil
+}
+
+// Run consumes until ctx ends; synced is closed after the initial sync.
+func (c *Consumer) Run(ctx context.Context, synced chan<- struct{}) { c.c.run(ctx, synced) }
+
+// StoreLen is the number of cached objects (-1 for bare, which caches none).
+func (c *Consumer) StoreLen() int { return c.c.storeLen() }
+
+// Queued is the number of keys waiting for a worker.
+func (c *Consumer) Queued() int { return c.c.queued() }
+
+// Lists is the number of (re)lists completed, -1 if the kind cannot tell.
+func (c *Consumer) Lists() int64 { return c.c.lists() }
+
+// Dump is the cache as key → resourceVersion (nil for bare).
+func (c *Consumer) Dump() map[string]string { return c.c.dump() }
+
+// Events are the handler calls so far.
+func (c *Consumer) Events() EventCounts {
+	return EventCounts{Adds: c.rec.adds.Load(), Updates: c.rec.updates.Load(), Deletes: c.rec.deletes.Load(), Resyncs: c.rec.resyncs.Load()}
 }

@@ -34,8 +34,13 @@ import (
 	"rawwatch/store"
 )
 
-// ConvergeKinds are the controllers a convergence run compares.
-var ConvergeKinds = []string{KindRaw, KindInformer}
+// ConvergeKinds are the controllers a convergence run compares by default;
+// convergeKinds are all it can run: also the informer controller with
+// managedFields stripped, and the reconciler on controller-runtime.
+var (
+	ConvergeKinds = []string{KindRaw, KindInformer}
+	convergeKinds = []string{KindRaw, KindInformer, KindInformerStripped, KindControllerRuntime}
+)
 
 // Setting is one set of client settings a controller runs with.
 type Setting struct {
@@ -174,8 +179,8 @@ func RunConverge(ctx context.Context, opts ConvergeOptions) (*ConvergeReport, er
 		return nil, errors.New("converge: objects, runs and writers must be at least 1")
 	}
 	for _, k := range opts.Kinds {
-		if k != KindRaw && k != KindInformer {
-			return nil, fmt.Errorf("converge: unknown kind %q (want %s)", k, strings.Join(ConvergeKinds, ", "))
+		if !slices.Contains(convergeKinds, k) {
+			return nil, fmt.Errorf("converge: unknown kind %q (want %s)", k, strings.Join(convergeKinds, ", "))
 		}
 	}
 	if len(opts.Settings) == 0 {
@@ -287,8 +292,15 @@ func (h *convergeHarness) run(ctx context.Context, kind string, s Setting, run i
 			case <-ctrlCtx.Done():
 			}
 		}()
-	case KindInformer:
-		c, err := newInformerController(cfg, ns, s)
+	case KindInformer, KindInformerStripped:
+		c, err := newInformerController(cfg, ns, s, kind == KindInformerStripped)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		go func() { ended <- c.run(ctrlCtx, synced) }()
+	case KindControllerRuntime:
+		c, err := newCRController(cfg, ns, s)
 		if err != nil {
 			stop()
 			return nil, err

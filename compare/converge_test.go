@@ -40,29 +40,7 @@ func TestConvergeBothKinds(t *testing.T) {
 	if len(r.Runs) != 4 {
 		t.Fatalf("%d runs, want 4 (2 kinds × 2 settings)\n%s", len(r.Runs), progress.String())
 	}
-	for _, run := range r.Runs {
-		if !run.Converged || run.Processed != objects {
-			t.Errorf("%s %s: converged %v, %d Processed", run.Kind, run.Setting, run.Converged, run.Processed)
-		}
-		if !(0 < run.P50Seconds && run.P50Seconds <= run.P90Seconds && run.P90Seconds <= run.AllSeconds) {
-			t.Errorf("%s %s: times out of order: %v %v %v", run.Kind, run.Setting, run.P50Seconds, run.P90Seconds, run.AllSeconds)
-		}
-		if run.StatusWrites() < objects {
-			t.Errorf("%s %s: %d status writes for %d objects: %v", run.Kind, run.Setting, run.StatusWrites(), objects, run.Requests)
-		}
-		if all := run.Setting.Events == reconcile.EventsAll; all && run.EventWrites() < objects || !all && run.EventWrites() != 0 {
-			t.Errorf("%s %s: %d Event writes for %d objects", run.Kind, run.Setting, run.EventWrites(), objects)
-		}
-		if run.Requests["WATCH myresources"] < 1 || run.Codes[200] < objects {
-			t.Errorf("%s %s: requests %v, codes %v", run.Kind, run.Setting, run.Requests, run.Codes)
-		}
-		if run.CPUSeconds <= 0 {
-			t.Errorf("%s %s: CPU %v s", run.Kind, run.Setting, run.CPUSeconds)
-		}
-		if n := len(run.Curve); n < 2 || run.Curve[n-1][1] != objects {
-			t.Errorf("%s %s: curve ends at %v", run.Kind, run.Setting, run.Curve[n-1])
-		}
-	}
+	checkConvergeRuns(t, r, objects)
 	if ratios := r.Ratios(); len(ratios) != 2 {
 		t.Errorf("ratios: %+v", ratios)
 	}
@@ -84,6 +62,63 @@ func TestConvergeBothKinds(t *testing.T) {
 	if n := strings.Count(string(svg), "<polyline"); n != 4 {
 		t.Errorf("%d curves in convergence.svg, want 4", n)
 	}
+}
+
+// checkConvergeRuns: every run converged with every object Processed, in
+// order, with a status write per object and an Event write per object
+// exactly when the setting asks for them, counted in the controller's
+// transport, and a curve that ends at every object.
+func checkConvergeRuns(t *testing.T, r *compare.ConvergeReport, objects int) {
+	t.Helper()
+	for _, run := range r.Runs {
+		if !run.Converged || run.Processed != objects {
+			t.Errorf("%s %s: converged %v, %d Processed", run.Kind, run.Setting, run.Converged, run.Processed)
+		}
+		if !(0 < run.P50Seconds && run.P50Seconds <= run.P90Seconds && run.P90Seconds <= run.AllSeconds) {
+			t.Errorf("%s %s: times out of order: %v %v %v", run.Kind, run.Setting, run.P50Seconds, run.P90Seconds, run.AllSeconds)
+		}
+		if run.StatusWrites() < objects {
+			t.Errorf("%s %s: %d status writes for %d objects: %v", run.Kind, run.Setting, run.StatusWrites(), objects, run.Requests)
+		}
+		if all := run.Setting.Events == reconcile.EventsAll; all && run.EventWrites() < objects || !all && run.EventWrites() != 0 {
+			t.Errorf("%s %s: %d Event writes for %d objects", run.Kind, run.Setting, run.EventWrites(), objects)
+		}
+		if run.Requests["WATCH myresources"] < 1 || run.Codes[200] < objects {
+			t.Errorf("%s %s: requests %v, codes %v", run.Kind, run.Setting, run.Requests, run.Codes)
+		}
+		if run.CPUSeconds <= 0 {
+			t.Errorf("%s %s: CPU %v s", run.Kind, run.Setting, run.CPUSeconds)
+		}
+		if n := len(run.Curve); n < 2 || run.Curve[n-1][1] != float64(objects) {
+			t.Errorf("%s %s: curve ends at %v", run.Kind, run.Setting, run.Curve[n-1])
+		}
+	}
+}
+
+// The reconciler on the other anchors converges too: the informer
+// controller with managedFields stripped, and a controller-runtime manager
+// with its own Event recorder.
+func TestConvergeAnchors(t *testing.T) {
+	cp := shared.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const objects = 100
+	s, err := compare.ParseSetting("200/400/2/all")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var progress strings.Builder
+	r, err := compare.RunConverge(ctx, compare.ConvergeOptions{
+		Kubeconfig: cp.Kubeconfig, Objects: objects, Writers: 8, Settings: []compare.Setting{s},
+		Kinds: []string{compare.KindInformerStripped, compare.KindControllerRuntime}, Timeout: time.Minute, Progress: &progress,
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	if len(r.Runs) != 2 {
+		t.Fatalf("%d runs, want 2\n%s", len(r.Runs), progress.String())
+	}
+	checkConvergeRuns(t, r, objects)
 }
 
 func TestParseSetting(t *testing.T) {

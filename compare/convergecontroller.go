@@ -47,7 +47,9 @@ func (g indexerGetter) Get(key string) (*v1alpha1.MyResource, bool) {
 	return o, ok
 }
 
-func newInformerController(cfg *rest.Config, ns string, s Setting) (*informerController, error) {
+// newInformerController builds the informer controller; strip drops every
+// object's managedFields before it is cached (informer-stripped).
+func newInformerController(cfg *rest.Config, ns string, s Setting, strip bool) (*informerController, error) {
 	c, err := client.New(cfg)
 	if err != nil {
 		return nil, err
@@ -61,6 +63,11 @@ func newInformerController(cfg *rest.Config, ns string, s Setting) (*informerCon
 		informer: cache.NewSharedIndexInformer(lw, &v1alpha1.MyResource{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		workers:  s.Workers,
+	}
+	if strip {
+		if err := ic.informer.SetTransform(cacheTransform(nil, true)); err != nil {
+			return nil, err
+		}
 	}
 	ic.reconciler = &reconcile.MyResourceReconciler{Store: indexerGetter{ic.informer.GetIndexer()}, Client: c, Events: s.Events}
 	if s.Events != reconcile.EventsNone {

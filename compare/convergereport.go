@@ -182,10 +182,8 @@ func (r *ConvergeReport) SVG() string {
 		if _, ok := settingColor[key]; !ok {
 			settingColor[key] = colors[len(settingColor)%len(colors)]
 		}
-		dash := ""
-		if row.Kind == KindInformer {
-			dash = ` stroke-dasharray="6,3"`
-		}
+		dash := map[string]string{KindInformer: ` stroke-dasharray="6,3"`, KindInformerStripped: ` stroke-dasharray="2,2"`,
+			KindControllerRuntime: ` stroke-dasharray="8,2,2,2"`}[row.Kind]
 		var pts []string
 		for _, p := range curves[i] {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(p[0]), y(p[1])))

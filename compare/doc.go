@@ -12,7 +12,18 @@
 //	               servers that support it)
 //	informer-list  the same informer with client-go's WatchListClient feature
 //	               off, so it LISTs like the raw watcher does
+//	informer-stripped
+//	               the informer as a careful user sets it up: a transform
+//	               drops managedFields (controller-runtime's
+//	               cache.TransformStripManagedFields) and, where the raw
+//	               store trims annotations, the same trim
+//	controller-runtime
+//	               a controller-runtime manager's cache and a controller
+//	               built with its builder, at its defaults (crconsumer.go)
 //	bare           a bare LIST + WATCH that only decodes events: the ceiling
+//
+// The informers and controller-runtime are the anchors (Anchors): each
+// target is also checked against whichever of them did best at it.
 //
 // The reconcilers are replaced by no-op workers that read the object from
 // the cache, as a reconciler would. Every consumer records, at its event
@@ -42,6 +53,10 @@
 // settings), and the heap per cached object against payload (sizes.go: a
 // short harness run per payload size and place).
 //
+// NewConsumer builds any of these consumers (Kinds) for a caller outside the
+// package, the same code the harness runs in its consumer processes.
+//
 // This is the only package of the project that imports client-go's informer
-// machinery (tools/cache, util/workqueue): it is the thing being compared.
+// machinery (tools/cache, util/workqueue) and controller-runtime: they are
+// the things being compared.
 package compare

@@ -62,8 +62,9 @@ type Options struct {
 	// Transform says which consumers drop the annotations rawwatch's
 	// reconciler never reads (reconcile.UnreadAnnotations) from their cache:
 	// TransformRaw (the default: the raw consumers, as rawwatch does out of
-	// the box; an informer keeps whatever it is given unless its user sets
-	// a transform), TransformAll (the informers too, with SetTransform), or
+	// the box, and informer-stripped, the careful user's informer; a plain
+	// informer keeps whatever it is given unless its user sets a transform),
+	// TransformAll (every informer and controller-runtime's cache too), or
 	// TransformNone.
 	Transform string
 	// Apply writes the objects with server-side apply, so that they carry
@@ -111,18 +112,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	default:
 		return nil, fmt.Errorf("compare: Transform %q: want %s, %s or %s", opts.Transform, TransformRaw, TransformAll, TransformNone)
 	}
-	if opts.Binary == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		opts.Binary = exe
-	}
-	if opts.Progress == nil {
-		opts.Progress = io.Discard
-	}
-	opts.Progress = &lockedWriter{w: opts.Progress}
-	if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
+	if err := outputs(&opts.Binary, &opts.Progress, opts.OutDir); err != nil {
 		return nil, err
 	}
 	h := &harness{opts: opts, start: time.Now()}
@@ -492,7 +482,7 @@ func (h *harness) spawn(kind, name string) (*child, error) {
 	if h.opts.Profile {
 		args = append(args, "--profile-dir", h.opts.OutDir)
 	}
-	if h.opts.Transform == TransformAll || h.opts.Transform == TransformRaw && strings.HasPrefix(kind, KindRaw) {
+	if trims(h.opts.Transform, kind) {
 		args = append(args, "--drop-annotations", strings.Join(reconcile.UnreadAnnotations, ","))
 	}
 	var err error
@@ -501,6 +491,20 @@ func (h *harness) spawn(kind, name string) (*child, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// trims says whether a consumer of kind drops the annotations rawwatch's
+// reconciler never reads, under transform: with TransformRaw the raw
+// consumers do, and so does informer-stripped, the informer set up as a
+// careful user sets it up (it trims what the raw store trims).
+func trims(transform, kind string) bool {
+	switch transform {
+	case TransformAll:
+		return true
+	case TransformRaw:
+		return strings.HasPrefix(kind, KindRaw) || kind == KindInformerStripped
+	}
+	return false
 }
 
 // line takes one line of the consumer's status protocol (RunConsumer).
@@ -544,6 +548,24 @@ func (c *child) status() status {
 }
 
 func (c *child) stop() { c.send("stop") }
+
+// outputs fills in what a run of consumer processes (the harness's, the
+// storm's) defaults alike: the consumers' binary (this executable), a
+// progress writer several goroutines may share, and the output directory.
+func outputs(binary *string, progress *io.Writer, outDir string) error {
+	if *binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		*binary = exe
+	}
+	if *progress == nil {
+		*progress = io.Discard
+	}
+	*progress = &lockedWriter{w: *progress}
+	return os.MkdirAll(outDir, 0o755)
+}
 
 // lockedWriter serialises the progress lines of the harness and the load
 // generator.

@@ -3,6 +3,7 @@ package compare
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"runtime"
@@ -39,8 +40,8 @@ type recorder struct {
 	samplesMu sync.Mutex
 	samples   []MemSample
 
-	// onEvent, if set, also hears every event (the benchmarks use it).
-	onEvent func(typ byte, rv string, at int64)
+	// onEvent, if set, also hears every event (ConsumerConfig.OnEvent).
+	onEvent func(typ byte, rv, key string, at int64)
 }
 
 // MemSample is one reading of a consumer's memory.
@@ -62,11 +63,14 @@ func newRecorder(eventsPath string) (*recorder, error) {
 	return &recorder{file: f, events: bufio.NewWriterSize(f, 256<<10)}, nil
 }
 
+// discardRecorder counts events and writes them nowhere.
+func discardRecorder() *recorder { return &recorder{events: bufio.NewWriter(io.Discard)} }
+
 // event records one handler call. The line format is "T RV AT KEY".
 func (r *recorder) event(typ byte, rv, key string) {
 	at := time.Now().UnixNano()
 	if r.onEvent != nil {
-		r.onEvent(typ, rv, at)
+		r.onEvent(typ, rv, key, at)
 	}
 	switch typ {
 	case EvAdd:

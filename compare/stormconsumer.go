@@ -140,7 +140,7 @@ func RunStormConsumer(opts StormConsumerOptions, stdin io.Reader, stdout io.Writ
 		// Its own transport and connections: client-go shares one transport
 		// among clients with the same TLS settings, but not among clients
 		// whose config has a Dial function, as Install sets.
-		s := &stormClient{rec: &recorder{events: bufio.NewWriter(io.Discard)}, wire: &ByteCounter{}}
+		s := &stormClient{rec: discardRecorder(), wire: &ByteCounter{}}
 		s.wire.Install(cfg)
 		s.rec.countRequests(cfg)
 		if s.c, err = newConsumer(opts.Kind, cfg, opts.Namespace, s.rec, 0, nil); err != nil {

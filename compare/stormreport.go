@@ -113,13 +113,7 @@ func (r *StormReport) Markdown() string {
 	if len(r.Targets) > 0 {
 		b.WriteString("\n| target | raw | compared with | ratio | goal | met | ratio of what each adds to the no-client restart's peak |\n|---|---|---|---|---|---|---|\n")
 		for _, t := range r.Targets {
-			met := "yes"
-			switch {
-			case t.Note != "":
-				met = "**no**: " + t.Note
-			case !t.Met:
-				met = "**no**"
-			}
+			met := t.metCell("**no**: ")
 			above := "–"
 			if t.AboveBaseline != 0 {
 				above = fmt.Sprintf("%.3f", t.AboveBaseline)

@@ -9,6 +9,7 @@ import (
 
 var palette = map[string]string{
 	KindRaw: "#1f77b4", KindRawWatchList: "#17becf", KindInformer: "#d62728", KindInformerList: "#ff7f0e", KindBare: "#2ca02c",
+	KindInformerStripped: "#9467bd", KindControllerRuntime: "#8c564b",
 }
 
 // SVG draws two charts side by side: the delivery-latency CDF of each

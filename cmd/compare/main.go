@@ -1,4 +1,4 @@
-// Command compare runs the raw watcher and client-go informers side by side on
+// Command compare runs the raw watcher, client-go informers and controller-runtime side by side on
 // the same load and reports what each costs (see package compare).
 //
 //	compare                                   10,000 objects on a local control plane
@@ -61,7 +61,7 @@ func run(args []string) int {
 	fs.StringVar(&o.PayloadAnnotation, "payload-annotation", compare.DefaultPayloadAnnotation,
 		"the payload's annotation (kubectl.kubernetes.io/last-applied-configuration: where kubectl's client-side apply keeps its copy of the object)")
 	fs.StringVar(&o.Transform, "transform", compare.TransformRaw,
-		"which consumers drop the annotations rawwatch's reconciler never reads: raw (as rawwatch does by default), all (informers too, with SetTransform), none")
+		"which consumers drop the annotations rawwatch's reconciler never reads: raw (the raw consumers, as rawwatch does by default, and informer-stripped), all (every informer and controller-runtime too), none")
 	fs.BoolVar(&o.Apply, "apply", false, "write the objects with server-side apply, so that they carry real managedFields")
 	fs.StringVar(&o.OutDir, "out", "out/compare", "output directory")
 	fs.BoolVar(&o.Profile, "profile", false, "write each consumer's heap profile at every phase end (KIND-PHASE.heap.pprof)")
@@ -239,7 +239,7 @@ func converge(args []string) int {
 	fs.IntVar(&o.Writers, "writers", 16, "parallel writers of the load generator (unthrottled)")
 	fs.IntVar(&o.Runs, "runs", 1, "runs of every kind and setting, interleaved")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "how long one run may take to converge")
-	kinds := fs.String("kinds", strings.Join(compare.ConvergeKinds, ","), "controllers to run")
+	kinds := fs.String("kinds", strings.Join(compare.ConvergeKinds, ","), "controllers to run: raw, informer, informer-stripped (managedFields dropped by a transform), controller-runtime (the reconciler on a controller-runtime manager)")
 	settings := fs.String("settings", "50/100/2/all,200/400/2/all,200/400/2/none,defaults",
 		"comma-separated settings, each QPS/BURST/WORKERS/EVENTS with EVENTS all, warnings or none, or defaults (rawwatch with no flags; raw only)")
 	fs.StringVar(&o.OutDir, "out", "out/converge", "output directory")
