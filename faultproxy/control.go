@@ -101,7 +101,10 @@ var commands = map[string]command{
 	"flap-error":     switchCommand("flap-error", "end every WATCH stream with a 500 ERROR event after its first event", (*Proxy).FlapError),
 	"freeze":         switchCommand("freeze", "pass nothing on any WATCH stream (on=false: thaw)", (*Proxy).Freeze),
 	"watchlist-fail": switchCommand("watchlist-fail", "end every WatchList with a 500 ERROR event after its first initial event", (*Proxy).WatchListFail),
-	"heal": {"", "end every lasting fault (fail, delay, drop, refuse, flap-*, freeze, watchlist-fail)", func(p *Proxy, _ url.Values) (string, error) {
+	"watchlist-end":  switchCommand("watchlist-end", "end every WatchList cleanly after its first initial event, with no initial-events-end bookmark", (*Proxy).WatchListEnd),
+	"too-large-rv":   switchCommand("too-large-rv", "answer every LIST and WATCH from a resourceVersion with 504 \"Too large resource version\" (after 3 s)", (*Proxy).TooLargeRV),
+	"garble":         switchCommand("garble", "cut every event frame of every WATCH in half (invalid JSON)", (*Proxy).Garble),
+	"heal": {"", "end every lasting fault (fail, delay, drop, refuse, flap-*, freeze, watchlist-*, too-large-rv, garble)", func(p *Proxy, _ url.Values) (string, error) {
 		return "healed", p.Heal()
 	}},
 }

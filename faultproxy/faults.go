@@ -96,7 +96,8 @@ func (p *Proxy) frozen() <-chan struct{} {
 }
 
 // Heal ends every lasting fault: failures, delays, dropped events, a
-// refusal, flapping, a freeze and failing WatchLists. (Cuts and injected
+// refusal, flapping, a freeze, failing or ending WatchLists, too large
+// resourceVersions and garbled frames. (Cuts and injected
 // frames are one-off: there is nothing to end.)
 func (p *Proxy) Heal() error {
 	p.mu.Lock()
@@ -107,6 +108,9 @@ func (p *Proxy) Heal() error {
 	p.FlapCut(false)
 	p.FlapError(false)
 	p.WatchListFail(false)
+	p.WatchListEnd(false)
+	p.TooLargeRV(false)
+	p.Garble(false)
 	p.Freeze(false)
 	return p.Accept()
 }
