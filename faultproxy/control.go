@@ -52,7 +52,7 @@ var commands = map[string]command{
 		p.Fail(Failure{Kinds: Watch, Code: http.StatusGone, Count: n})
 		return fmt.Sprintf("the next %d watch request(s) get 410 Gone", n), err
 	}},
-	"fail": {"code=500 kinds=all count=0 retry-after=0s", "answer requests with an error status (count=0: until heal)", func(p *Proxy, q url.Values) (string, error) {
+	"fail": {"code=500 kinds=all count=0 retry-after=0s from-rv=false", "answer requests with an error status (count=0: until heal; from-rv: only those from a resourceVersion)", func(p *Proxy, q url.Values) (string, error) {
 		f, err := failureArgs(q)
 		if err != nil {
 			return "", err
@@ -240,6 +240,10 @@ func failureArgs(q url.Values) (Failure, error) {
 	if err != nil {
 		return Failure{}, err
 	}
+	fromRV, err := arg(q, "from-rv", false, strconv.ParseBool)
+	if err != nil {
+		return Failure{}, err
+	}
 	kinds, err := kindsArg(q)
-	return Failure{Kinds: kinds, Code: code, RetryAfter: retry, Count: count}, err
+	return Failure{Kinds: kinds, Code: code, RetryAfter: retry, Count: count, FromRV: fromRV}, err
 }

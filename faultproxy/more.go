@@ -38,8 +38,7 @@ func (p *Proxy) Garble(on bool) { p.garble.Store(on) }
 // tooLarge answers r with "Too large resource version" if TooLargeRV is on
 // and r asks for a resourceVersion; false means r is not for it.
 func (p *Proxy) tooLarge(ctx context.Context, w http.ResponseWriter, r *http.Request, k Kind) bool {
-	rv := r.URL.Query().Get("resourceVersion")
-	if !p.tooLargeRV.Load() || (k != List && k != Watch) || rv == "" || rv == "0" {
+	if !p.tooLargeRV.Load() || (k != List && k != Watch) || !fromRV(r) {
 		return false
 	}
 	t := time.NewTimer(TooLargeWait)
@@ -50,7 +49,7 @@ func (p *Proxy) tooLarge(ctx context.Context, w http.ResponseWriter, r *http.Req
 		return true
 	}
 	p.count.failed.Add(1)
-	n, _ := strconv.ParseInt(rv, 10, 64)
+	n, _ := strconv.ParseInt(r.URL.Query().Get("resourceVersion"), 10, 64)
 	st := TooLargeStatus(n)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(int(st.Code))

@@ -97,3 +97,15 @@ func TestProxyGarbleCutsEventFramesInHalf(t *testing.T) {
 		t.Fatalf("got %q, want %q", l, modified)
 	}
 }
+
+// A 410 from a compaction answers a resume from an old resourceVersion,
+// never a request for the latest state ("") or any state ("0").
+func TestProxyFailFromRVFailsOnlyRequestsFromAResourceVersion(t *testing.T) {
+	_, p, c := newUpstream(t)
+	p.Fail(Failure{Kinds: List, Code: http.StatusGone, FromRV: true})
+	for q, want := range map[string]int{"": http.StatusOK, "?resourceVersion=0": http.StatusOK, "?resourceVersion=42": http.StatusGone} {
+		if resp, body := get(t, c, p.URL+listPath+q); resp.StatusCode != want {
+			t.Errorf("LIST%s: %s %s, want %d", q, resp.Status, body, want)
+		}
+	}
+}

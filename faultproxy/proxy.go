@@ -249,7 +249,7 @@ func (p *Proxy) handle(w http.ResponseWriter, r *http.Request) {
 	if !p.wait(r.Context(), kind) {
 		return
 	}
-	if f, ok := p.takeFailure(kind); ok {
+	if f, ok := p.takeFailure(r, kind); ok {
 		p.count.failed.Add(1)
 		f.write(w)
 		return

@@ -13,7 +13,7 @@
 #   make demo-flap-error         every watch ended by a 500 ERROR event after its first event
 #   make demo-freeze             watch streams open and silent
 #   make demo-watchlist-end      WatchLists end before their initial-events-end bookmark
-#   make demo-watch-410          every WATCH answered 410 Gone
+#   make demo-watch-410          every WATCH from a resourceVersion answered 410 Gone
 #   make demo-too-large-rv       "Too large resource version" for every request from a resourceVersion
 #   make demo-429                every request answered 429, Retry-After 5 s
 #   make demo-500                every request answered 500
@@ -212,9 +212,9 @@ demo_watchlist_end() {
 }
 
 demo_watch_410() {
-	say "Every WATCH answered 410 Gone, for 15 s"
+	say "Every WATCH from a resourceVersion answered 410 Gone, for 15 s"
 	explain "Compaction racing the client: every resume is too old. The watcher relists (LIST), tries to watch, gets 410 again, and backs off between rounds instead of relisting in a loop."
-	lasting watch-410 15 'fail?code=410&kinds=watch' cut
+	lasting watch-410 15 'fail?code=410&kinds=watch&from-rv=true' cut
 }
 
 demo_too_large_rv() {

@@ -61,10 +61,10 @@ var Faults = []Fault{
 			"bookmark that marks the end of the initial events. A WatchList client waits for it, and when the stream ends, asks again.",
 		Upstream: []string{"https://github.com/kubernetes/kubernetes/issues/140890", "https://github.com/kubernetes/kubernetes/pull/140902"},
 		start:    proxyFault(func(p *faultproxy.Proxy) { p.WatchListEnd(true); p.ExpireWatches() })},
-	{Name: "watch-410", What: "every WATCH answered 410 Gone (the open streams cut)",
+	{Name: "watch-410", What: "every WATCH from a resourceVersion answered 410 Gone (the open streams cut; a WatchList from \"\" passes)",
 		Story: "Compaction racing the client: etcd compacts its history every 5 minutes, and a client that comes back with an old resourceVersion gets 410; " +
 			"a watch cache that restarted, or an apiserver whose cache window is short under heavy writes, answers every resume this way until the client relists.",
-		start: failing(faultproxy.Failure{Kinds: faultproxy.Watch, Code: http.StatusGone})},
+		start: failing(faultproxy.Failure{Kinds: faultproxy.Watch, Code: http.StatusGone, FromRV: true})},
 	{Name: "too-large-rv", What: "every LIST and WATCH from a resourceVersion answered 504 \"Too large resource version\" after 3 s",
 		Story: "An HA control plane whose apiservers' watch caches are not in step: the client's resourceVersion came from a fresher apiserver than the one it now talks to, " +
 			"or etcd was restored under it. That apiserver waits 3 s for its cache to catch up, then answers 504 with the ResourceVersionTooLarge cause; when nothing is written, it never catches up.",

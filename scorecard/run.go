@@ -140,25 +140,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		defer cp.Stop()
 	}
-	proxy, err := cp.FaultProxy(cp.APIServer)
-	if err != nil {
-		return nil, err
-	}
-	defer proxy.Close()
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
-		return nil, err
-	}
-	kubeconfig, err := filepath.Abs(filepath.Join(o.OutDir, "kubeconfig.proxy"))
-	if err != nil {
-		return nil, err
-	}
-	if err := cp.WriteKubeconfigFor(kubeconfig, proxy.URL, ""); err != nil {
 		return nil, err
 	}
 	ticks := int(o.Duration / writeTick)
 	rep := &Report{Date: time.Now().UTC().Format(time.RFC3339), Duration: o.Duration, Recover: o.Recover,
 		Objects: 2*ticks + 10, Writes: ticks, Kinds: o.Kinds, Faults: o.Faults}
-	r := &runner{o: o, st: &stage{cp: cp, api: cp.APIServer, proxy: proxy}, kubeconfig: kubeconfig, objects: rep.Objects, ticks: ticks}
+	r := &runner{o: o, cp: cp, objects: rep.Objects, ticks: ticks}
 	for _, name := range o.Faults {
 		f, _ := faultNamed(name)
 		for _, kind := range o.Kinds {
@@ -170,7 +158,6 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			if err != nil {
 				row.Err = err.Error()
 				o.Logf("%s: %s: %v", f.Name, kind, err)
-				_ = proxy.Heal()
 			} else {
 				o.Logf("%s: %s: %s %s", f.Name, kind, row.Verdict, row.Why)
 			}
@@ -182,19 +169,36 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 }
 
 type runner struct {
-	o          Options
-	st         *stage
-	kubeconfig string
-	objects    int
-	ticks      int
-	n          atomic.Int64
+	o       Options
+	cp      *controlplane.ControlPlane
+	objects int
+	ticks   int
+	n       atomic.Int64
 }
 
 // one runs one client under one fault, on a namespace of its own holding
 // the same objects, with the same writes, as every other run.
 func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 	row := Row{Fault: f.Name, Kind: kind}
-	st := r.st
+	dir := filepath.Join(r.o.OutDir, f.Name, kind)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return row, err
+	}
+	// A proxy of its own: one whose port another process took while it
+	// refused connections (a shared machine) spoils this run only.
+	proxy, err := r.cp.FaultProxy(r.cp.APIServer)
+	if err != nil {
+		return row, err
+	}
+	defer proxy.Close()
+	kubeconfig, err := filepath.Abs(filepath.Join(dir, "kubeconfig"))
+	if err != nil {
+		return row, err
+	}
+	if err := r.cp.WriteKubeconfigFor(kubeconfig, proxy.URL, ""); err != nil {
+		return row, err
+	}
+	st := &stage{cp: r.cp, api: r.cp.APIServer, proxy: proxy}
 	cfg := st.api.Config()
 	c, err := client.New(cfg)
 	if err != nil {
@@ -219,11 +223,7 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 			return row, fmt.Errorf("preparing the fault: %w", err)
 		}
 	}
-	dir := filepath.Join(r.o.OutDir, f.Name, kind)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return row, err
-	}
-	p, err := startClient(r.o.Binary, kind, r.kubeconfig, ns, dir)
+	p, err := startClient(r.o.Binary, kind, kubeconfig, ns, dir)
 	if err != nil {
 		return row, err
 	}
