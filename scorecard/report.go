@@ -25,9 +25,9 @@ func (r *Report) Markdown(svg string) string {
 		"creates one object, updates one and deletes one a second (%d of each); then the fault ends and the client has %v to show a store equal to a fresh LIST.\n\n",
 		r.Date, r.Command, r.Took.Round(time.Second), r.Objects, r.Duration, r.Writes, r.Recover)
 	fmt.Fprintf(&b, "Verdicts, worst first: **lost data**: a deletion never reached the handler although the store converged, or the store never converged although the client was following the server again "+
-		"(its handler heard events after the fault); **stormed**: more than %d LISTs, WATCHes and WatchLists a minute during the fault (a LIST of many pages counts once; "+
+		"(its handler heard the canary, one update made right after the fault); **stormed**: more than %d LISTs, WATCHes and WatchLists a minute during the fault (a LIST of many pages counts once; "+
 		"for a fault shorter than a minute, its count scaled to a minute; else the busiest minute); **stalled**: no store equal to the server's within %v of the fault's end, "+
-		"and nothing heard after it; **held**: none of these. Requests are counted on the client's own transport (a refused connection counts). "+
+		"and the canary never heard; **held**: none of these. Requests are counted on the client's own transport (a refused connection counts). "+
 		"Each cell: verdict, requests a minute during the fault, time from the fault's end to a store equal to the server's.\n\n", StormPerMinute, r.Recover)
 	b.WriteString("| fault |")
 	for _, k := range r.Kinds {
@@ -58,8 +58,8 @@ func (r *Report) Markdown(svg string) string {
 	b.WriteString("### The numbers\n\n")
 	b.WriteString("Requests while the fault lasted (LIST first pages / further pages / WATCHes / WatchLists), per minute, busiest minute; " +
 		"the store at the end against the server (missing / extra / at another resourceVersion); deletions made during the fault, of objects still gone, never delivered; " +
-		"events heard after the fault; lines the client logged from the fault's start to its stop.\n\n")
-	b.WriteString("| fault | client | verdict | LISTs / pages / WATCHes / WatchLists | a minute | busiest minute | converged | missing / extra / stale | never delivered | events after | log lines | why |\n")
+		"events heard after the fault, and whether the canary (one update right after the fault, to an object nothing else touches) was among them; lines the client logged from the fault's start to its stop.\n\n")
+	b.WriteString("| fault | client | verdict | LISTs / pages / WATCHes / WatchLists | a minute | busiest minute | converged | missing / extra / stale | never delivered | events after (canary heard) | log lines | why |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, f := range r.Faults {
 		for _, k := range r.Kinds {
@@ -72,9 +72,13 @@ func (r *Report) Markdown(svg string) string {
 				continue
 			}
 			m := row.Measure
-			fmt.Fprintf(&b, "| %s | %s | %s | %d / %d / %d / %d | %s | %d | %s | %d / %d / %d | %d | %d | %d | %s |\n", f, k, row.Verdict,
+			canary := "no"
+			if m.HeardCanary {
+				canary = "yes"
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %d / %d / %d / %d | %s | %d | %s | %d / %d / %d | %d | %d (%s) | %d | %s |\n", f, k, row.Verdict,
 				m.Lists, m.Pages, m.Watches, m.WatchLists, count(m.Load()), m.Busiest, converged(m), m.Missing, m.Extra, m.Stale,
-				m.Undelivered, m.EventsAfter, row.Logged, oneLine(row.Why))
+				m.Undelivered, m.EventsAfter, canary, row.Logged, oneLine(row.Why))
 		}
 	}
 

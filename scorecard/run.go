@@ -262,6 +262,10 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 		return row, fmt.Errorf("starting the fault: %w", startErr)
 	}
 	end := time.Now()
+	canary, err := w.canary(ctx, 2*r.ticks)
+	if err != nil {
+		return row, fmt.Errorf("the canary: %w", err)
+	}
 
 	m := Measure{Duration: end.Sub(begin)}
 	var server, mine map[string]string
@@ -307,11 +311,12 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 		listAt = append(listAt, at)
 	}
 	m.Busiest = faultproxy.BusiestIn(listAt, time.Minute)
-	deleted, after, err := readEvents(filepath.Join(dir, "events.txt"), end)
+	ev, err := readEvents(filepath.Join(dir, "events.txt"), end, canary)
 	if err != nil {
 		return row, err
 	}
-	m.EventsAfter = after
+	deleted := ev.deleted
+	m.EventsAfter, m.HeardCanary = ev.after, ev.canary
 	for _, key := range w.deletedKeys() {
 		if _, there := server[key]; !there && !deleted[key] {
 			m.Undelivered++
@@ -401,6 +406,19 @@ func (w *writer) run(ctx context.Context, begin time.Time, ticks int) {
 	}
 }
 
+// canary updates object i, which no tick touches, once the fault is over
+// (retrying for a minute: the apiserver may be coming back), and returns its
+// key: a client that hears it follows the server again.
+func (w *writer) canary(ctx context.Context, i int) (string, error) {
+	var err error
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		if _, err = w.c.Patch(ctx, w.ns, objectName(i), types.MergePatchType, []byte(`{"spec":{"message":"canary"}}`)); err == nil {
+			return store.Key(w.ns, objectName(i)), nil
+		}
+	}
+	return "", err
+}
+
 func (w *writer) deletedKeys() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -457,15 +475,21 @@ func diff(server, mine map[string]string) (missing, extra, stale int) {
 	return missing, extra, stale
 }
 
-// readEvents reads an events file ("T RV AT KEY" lines): the keys whose
-// deletion the handler heard, and how many events came after end.
-func readEvents(path string, end time.Time) (map[string]bool, int, error) {
+// events is what an events file says.
+type events struct {
+	deleted map[string]bool // keys whose deletion the handler heard
+	after   int             // events heard at or after the fault's end
+	canary  bool            // the canary's key among them
+}
+
+// readEvents reads an events file ("T RV AT KEY" lines).
+func readEvents(path string, end time.Time, canary string) (events, error) {
+	ev := events{deleted: map[string]bool{}}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, 0, err
+		return ev, err
 	}
 	defer f.Close()
-	deleted, after := map[string]bool{}, 0
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
@@ -473,13 +497,14 @@ func readEvents(path string, end time.Time) (map[string]bool, int, error) {
 			continue
 		}
 		if fields[0] == "D" {
-			deleted[fields[3]] = true
+			ev.deleted[fields[3]] = true
 		}
 		if at, err := strconv.ParseInt(fields[2], 10, 64); err == nil && at >= end.UnixNano() {
-			after++
+			ev.after++
+			ev.canary = ev.canary || fields[3] == canary
 		}
 	}
-	return deleted, after, sc.Err()
+	return ev, sc.Err()
 }
 
 func lineCount(path string) int {

@@ -47,8 +47,12 @@ type Measure struct {
 	// Deletions made during the fault, of objects still gone at the end,
 	// that the client's handler never heard of.
 	Undelivered int
-	// EventsAfter: events the handler heard after the fault's end.
+	// EventsAfter: events the handler heard after the fault's end;
+	// HeardCanary: among them, the canary's, one update the writer makes
+	// right after the fault to an object nothing else touches: the client
+	// is following the server again.
 	EventsAfter int
+	HeardCanary bool
 }
 
 // Load is the fault's LISTs, WATCHes and WatchLists a minute: the busiest
@@ -70,22 +74,22 @@ func (m Measure) Load() float64 {
 //
 //   - lost data: a deletion never reached the handler although the store
 //     converged, or the store never converged although the client was
-//     following the server again (its handler heard events after the fault):
-//     it believes itself up to date and is not;
+//     following the server again (its handler heard the canary, written
+//     after the fault): it believes itself up to date and is not;
 //   - stormed: Load above StormPerMinute;
 //   - stalled: the store did not converge within Recover and the handler
-//     heard nothing after the fault: the client stopped following;
+//     never heard the canary: the client stopped following;
 //   - held: none of these.
 func Verdict(m Measure) (string, string) {
 	switch {
 	case m.Converged && m.Undelivered > 0:
 		return LostData, fmt.Sprintf("%d deletion(s) never delivered", m.Undelivered)
-	case !m.Converged && m.EventsAfter > 0:
-		return LostData, fmt.Sprintf("following again (%d events after the fault) but %d missing, %d extra, %d stale", m.EventsAfter, m.Missing, m.Extra, m.Stale)
+	case !m.Converged && m.HeardCanary:
+		return LostData, fmt.Sprintf("following again (heard the canary) but %d missing, %d extra, %d stale", m.Missing, m.Extra, m.Stale)
 	case m.Load() > StormPerMinute:
 		return Stormed, fmt.Sprintf("%.0f LISTs and WATCHes a minute (bound %d)", m.Load(), StormPerMinute)
 	case !m.Converged:
-		return Stalled, fmt.Sprintf("nothing heard after the fault; %d missing, %d extra, %d stale", m.Missing, m.Extra, m.Stale)
+		return Stalled, fmt.Sprintf("never heard the canary; %d missing, %d extra, %d stale", m.Missing, m.Extra, m.Stale)
 	}
 	return Held, ""
 }

@@ -21,7 +21,9 @@ func TestVerdictThresholds(t *testing.T) {
 		// Further pages of a LIST are not requests of their own.
 		{"pages do not count", Measure{Duration: 20 * time.Second, Lists: 2, Pages: 500, Watches: 2, Converged: true}, Held},
 		{"not converged, deaf", Measure{Duration: 20 * time.Second, Watches: 3, Missing: 5}, Stalled},
-		{"not converged, following", Measure{Duration: 20 * time.Second, Watches: 3, Extra: 1, EventsAfter: 4}, LostData},
+		// Events after the fault are not enough: a relist's would count.
+		{"not converged, heard something but not the canary", Measure{Duration: 20 * time.Second, Watches: 3, Missing: 5, EventsAfter: 7}, Stalled},
+		{"not converged, following", Measure{Duration: 20 * time.Second, Watches: 3, Extra: 1, EventsAfter: 4, HeardCanary: true}, LostData},
 		{"converged, a deletion never told", Measure{Duration: 20 * time.Second, Watches: 3, Converged: true, Undelivered: 1}, LostData},
 		{"stormed and stalled", Measure{Duration: 20 * time.Second, Watches: 5000, Missing: 5}, Stormed},
 	} {
