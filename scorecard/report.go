@@ -25,10 +25,10 @@ func (r *Report) Markdown(svg string) string {
 		"creates one object, updates one and deletes one a second (%d of each); then the fault ends and the client has %v to show a store equal to a fresh LIST.\n\n",
 		r.Date, r.Command, r.Took.Round(time.Second), r.Objects, r.Duration, r.Writes, r.Recover)
 	fmt.Fprintf(&b, "Verdicts, worst first: **lost data**: a deletion never reached the handler although the store converged, or the store never converged although the client was following the server again "+
-		"(its handler heard the canary, one update made right after the fault); **stormed**: more than %d LISTs, WATCHes and WatchLists a minute during the fault (a LIST of many pages counts once; "+
-		"for a fault shorter than a minute, its count scaled to a minute; else the busiest minute); **stalled**: no store equal to the server's within %v of the fault's end, "+
+		"(its handler heard the canary, one update made right after the fault); **stormed**: more than %d LISTs, WATCHes and WatchLists in one minute of the fault "+
+		"(a LIST of many pages counts once; a fault shorter than a minute: all its requests, not scaled up); **stalled**: no store equal to the server's within %v of the fault's end, "+
 		"and the canary never heard; **held**: none of these. Requests are counted on the client's own transport (a refused connection counts). "+
-		"Each cell: verdict, requests a minute during the fault, time from the fault's end to a store equal to the server's.\n\n", StormPerMinute, r.Recover)
+		"Each cell: verdict, LISTs, WATCHes and WatchLists in the fault's busiest minute (the whole fault, if shorter), time from the fault's end to a store equal to the server's.\n\n", StormPerMinute, r.Recover)
 	b.WriteString("| fault |")
 	for _, k := range r.Kinds {
 		fmt.Fprintf(&b, " %s |", k)
@@ -48,15 +48,15 @@ func (r *Report) Markdown(svg string) string {
 			case row.Err != "":
 				b.WriteString(" not measured |")
 			default:
-				fmt.Fprintf(&b, " **%s** %s/min, %s |", row.Verdict, count(row.Measure.Load()), converged(row.Measure))
+				fmt.Fprintf(&b, " **%s** %s, %s |", row.Verdict, count(float64(row.Measure.Busiest)), converged(row.Measure))
 			}
 		}
 		b.WriteString("\n")
 	}
-	fmt.Fprintf(&b, "\n![LISTs, WATCHes and WatchLists a minute during each fault, per client](%s)\n\n", svg)
+	fmt.Fprintf(&b, "\n![LISTs, WATCHes and WatchLists in the busiest minute of each fault, per client](%s)\n\n", svg)
 
 	b.WriteString("### The numbers\n\n")
-	b.WriteString("Requests while the fault lasted (LIST first pages / further pages / WATCHes / WatchLists), per minute, busiest minute; " +
+	b.WriteString("Requests while the fault lasted (LIST first pages / further pages / WATCHes / WatchLists), their average a minute, their busiest minute; " +
 		"the store at the end against the server (missing / extra / at another resourceVersion); deletions made during the fault, of objects still gone, never delivered; " +
 		"events heard after the fault, and whether the canary (one update right after the fault, to an object nothing else touches) was among them; lines the client logged from the fault's start to its stop.\n\n")
 	b.WriteString("| fault | client | verdict | LISTs / pages / WATCHes / WatchLists | a minute | busiest minute | converged | missing / extra / stale | never delivered | events after (canary heard) | log lines | why |\n")
@@ -77,7 +77,7 @@ func (r *Report) Markdown(svg string) string {
 				canary = "yes"
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %d / %d / %d / %d | %s | %d | %s | %d / %d / %d | %d | %d (%s) | %d | %s |\n", f, k, row.Verdict,
-				m.Lists, m.Pages, m.Watches, m.WatchLists, count(m.Load()), m.Busiest, converged(m), m.Missing, m.Extra, m.Stale,
+				m.Lists, m.Pages, m.Watches, m.WatchLists, count(m.Rate()), m.Busiest, converged(m), m.Missing, m.Extra, m.Stale,
 				m.Undelivered, m.EventsAfter, canary, row.Logged, oneLine(row.Why))
 		}
 	}
@@ -148,21 +148,21 @@ func oneLine(s string) string {
 var colors = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"}
 
 // SVG draws, per fault, one bar per client: its LISTs, WATCHes and
-// WatchLists a minute during the fault (Load), on a log scale, with the storm
-// bound as a line.
+// WatchLists in the fault's busiest minute (the verdict's measure), on a log
+// scale, with the storm bound as a line.
 func (r *Report) SVG() string {
 	const pad, h, barW, gap = 60, 260, 12, 18
 	groupW := len(r.Kinds)*barW + gap
 	w := pad + len(r.Faults)*groupW + 20
 	top := 1e6
 	for _, row := range r.Rows {
-		top = math.Max(top, row.Measure.Load())
+		top = math.Max(top, float64(row.Measure.Busiest))
 	}
 	decades := math.Ceil(math.Log10(top))
 	y := func(v float64) float64 { return float64(h) - math.Log10(1+v)/decades*float64(h-20) }
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="10">`+"\n", w, h+110)
-	fmt.Fprintf(&b, `<text x="%d" y="12" font-size="12">LISTs, WATCHes and WatchLists a minute during each fault (log scale; dashed: the storm bound, %d)</text>`+"\n", pad, StormPerMinute)
+	fmt.Fprintf(&b, `<text x="%d" y="12" font-size="12">LISTs, WATCHes and WatchLists in each fault's busiest minute (log scale; dashed: the storm bound, %d)</text>`+"\n", pad, StormPerMinute)
 	for d := 0.0; d <= decades; d++ {
 		v := math.Pow(10, d)
 		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n",
@@ -176,8 +176,8 @@ func (r *Report) SVG() string {
 			if row == nil || row.Err != "" {
 				continue
 			}
-			v := row.Measure.Load()
-			fmt.Fprintf(&b, `<rect x="%d" y="%.1f" width="%d" height="%.1f" fill="%s"><title>%s, %s: %s a minute, %s</title></rect>`+"\n",
+			v := float64(row.Measure.Busiest)
+			fmt.Fprintf(&b, `<rect x="%d" y="%.1f" width="%d" height="%.1f" fill="%s"><title>%s, %s: %s in the busiest minute, %s</title></rect>`+"\n",
 				x0+j*barW, y(v), barW-2, float64(h)-y(v), colors[j%len(colors)], html.EscapeString(f), html.EscapeString(k), count(v), row.Verdict)
 		}
 		fmt.Fprintf(&b, `<text transform="translate(%d,%d) rotate(40)">%s</text>`+"\n", x0, h+12, html.EscapeString(f))

@@ -11,8 +11,8 @@ import (
 func TestReportPageAndChart(t *testing.T) {
 	rep := &Report{Duration: 20 * time.Second, Recover: time.Minute, Kinds: []string{"raw", "informer"}, Faults: []string{"watchlist-end", "refuse"},
 		Rows: []Row{
-			{Fault: "watchlist-end", Kind: "raw", Measure: Measure{Duration: 20 * time.Second, Lists: 1, Watches: 2, Converged: true, ConvergedIn: 300 * time.Millisecond}},
-			{Fault: "watchlist-end", Kind: "informer", Measure: Measure{Duration: 20 * time.Second, WatchLists: 4800, Converged: true}},
+			{Fault: "watchlist-end", Kind: "raw", Measure: Measure{Duration: 20 * time.Second, Lists: 1, Watches: 2, Busiest: 3, Converged: true, ConvergedIn: 300 * time.Millisecond}},
+			{Fault: "watchlist-end", Kind: "informer", Measure: Measure{Duration: 20 * time.Second, WatchLists: 4800, Busiest: 4800, Converged: true}},
 			{Fault: "refuse", Kind: "raw", Err: "the client did not sync"},
 		}}
 	for i := range rep.Rows {
@@ -22,7 +22,7 @@ func TestReportPageAndChart(t *testing.T) {
 	}
 	md := rep.Markdown("scorecard.svg")
 	for _, want := range []string{
-		"| [watchlist-end](#watchlist-end) | **held** 9/min, 0.3 s | **stormed** 14,400/min, 0.0 s |",
+		"| [watchlist-end](#watchlist-end) | **held** 3, 0.3 s | **stormed** 4,800, 0.0 s |",
 		"| [refuse](#refuse) | not measured | – |",
 		"[kubernetes/kubernetes#140890](https://github.com/kubernetes/kubernetes/issues/140890)",
 	} {

@@ -55,15 +55,10 @@ type Measure struct {
 	HeardCanary bool
 }
 
-// Load is the fault's LISTs, WATCHes and WatchLists a minute: the busiest
-// minute if the fault lasted a minute or more, else the count over the fault
-// scaled to a minute. It counts requests: a slow machine makes a storm
-// smaller, never a calm client stormier.
-func (m Measure) Load() float64 {
+// Rate is the fault's LISTs, WATCHes and WatchLists a minute, on average
+// over the fault (for the page; the verdict reads Busiest).
+func (m Measure) Rate() float64 {
 	n := float64(m.Lists + m.Watches + m.WatchLists)
-	if m.Duration >= time.Minute {
-		return float64(m.Busiest)
-	}
 	if m.Duration <= 0 {
 		return n
 	}
@@ -76,7 +71,12 @@ func (m Measure) Load() float64 {
 //     converged, or the store never converged although the client was
 //     following the server again (its handler heard the canary, written
 //     after the fault): it believes itself up to date and is not;
-//   - stormed: Load above StormPerMinute;
+//   - stormed: more than StormPerMinute LISTs, WATCHes and WatchLists in
+//     one minute of the fault (Busiest: in a fault shorter than a minute,
+//     all of its requests). It counts requests, not time: a slow machine
+//     makes a storm smaller, never a calm client stormier; and a short
+//     fault is not scaled up, which would call a backoff's first, closer
+//     retries a storm;
 //   - stalled: the store did not converge within Recover and the handler
 //     never heard the canary: the client stopped following;
 //   - held: none of these.
@@ -86,8 +86,8 @@ func Verdict(m Measure) (string, string) {
 		return LostData, fmt.Sprintf("%d deletion(s) never delivered", m.Undelivered)
 	case !m.Converged && m.HeardCanary:
 		return LostData, fmt.Sprintf("following again (heard the canary) but %d missing, %d extra, %d stale", m.Missing, m.Extra, m.Stale)
-	case m.Load() > StormPerMinute:
-		return Stormed, fmt.Sprintf("%.0f LISTs and WATCHes a minute (bound %d)", m.Load(), StormPerMinute)
+	case m.Busiest > StormPerMinute:
+		return Stormed, fmt.Sprintf("%d LISTs, WATCHes and WatchLists in one minute (bound %d)", m.Busiest, StormPerMinute)
 	case !m.Converged:
 		return Stalled, fmt.Sprintf("never heard the canary; %d missing, %d extra, %d stale", m.Missing, m.Extra, m.Stale)
 	}

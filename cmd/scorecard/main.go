@@ -28,7 +28,7 @@ func main() {
 	faults := flag.String("faults", strings.Join(scorecard.FaultNames(), ","), "faults to run")
 	clients := flag.String("clients", strings.Join(scorecard.Kinds(), ","), "clients to run (also: "+scorecard.KindNoBackoff+", broken on purpose)")
 	out := flag.String("out", "out/scorecard", "output directory")
-	from := flag.String("from", "", "render OUT's page and chart from this report.json instead of running")
+	from := flag.String("from", "", "judge again and render OUT's page and chart from this report.json instead of running")
 	flag.Parse()
 	if err := run(*duration, *recover, *faults, *clients, *out, *from); err != nil {
 		fmt.Fprintln(os.Stderr, "scorecard:", err)
@@ -46,6 +46,11 @@ func run(duration, recover time.Duration, faults, clients, out, from string) err
 		rep = &scorecard.Report{}
 		if err := json.Unmarshal(b, rep); err != nil {
 			return err
+		}
+		for i, row := range rep.Rows { // judged again, by today's rules
+			if row.Err == "" {
+				rep.Rows[i].Verdict, rep.Rows[i].Why = scorecard.Verdict(row.Measure)
+			}
 		}
 	} else {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
