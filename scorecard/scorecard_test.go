@@ -24,7 +24,7 @@ func TestScorecardCallsANoBackoffClientStormedAndTheRawWatcherHeld(t *testing.T)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, Options{ControlPlane: cp, Faults: []string{"refuse"}, Kinds: []string{KindNoBackoff, compare.KindRaw},
-		Duration: 10 * time.Second, OutDir: t.TempDir(), Logf: t.Logf})
+		Duration: 6 * time.Second, OutDir: t.TempDir(), Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
