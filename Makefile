@@ -8,7 +8,7 @@ SHELL := /bin/bash
 GO    ?= go
 TOOLS := ./hack/ensure-tools.sh
 
-.PHONY: all help build browser test unit vet manifests verify-manifests tools demo demo-410 demo-drop demo-refuse demo-garbage demo-storm demo-faults cluster run chaos clean bench bench-storm bench-converge image-binary deploy undeploy mutants
+.PHONY: all help build browser test unit vet manifests verify-manifests tools demo demo-410 demo-drop demo-refuse demo-garbage demo-storm demo-faults demo-flap-cut demo-flap-error demo-freeze demo-watchlist-end demo-watch-410 demo-too-large-rv demo-429 demo-500 demo-garble demo-apiserver-restart cluster run chaos clean bench bench-storm bench-converge image-binary deploy undeploy mutants scorecard
 
 # The version stamped into binaries and the image tag `make deploy` uses.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -62,11 +62,23 @@ demo: tools build ## local control plane + CRD + samples + controller, then kube
 demo-410 demo-drop demo-refuse demo-garbage demo-storm: tools build ## one fault on purpose, narrated (hack/fault-demo.sh)
 	./hack/fault-demo.sh $(@:demo-%=%)
 
+demo-flap-cut demo-flap-error demo-freeze demo-watchlist-end demo-watch-410 demo-too-large-rv demo-429 demo-500 demo-garble demo-apiserver-restart: tools build ## each fault of the scorecard on purpose for 15 s, narrated (--explain): demo-flap-cut, demo-freeze, demo-garble, ...
+	./hack/fault-demo.sh $(@:demo-%=%)
+
 demo-faults: tools build ## every fault demo, one after the other
 	./hack/fault-demo.sh all
 
 cluster: tools ## keep a local control plane running (kubeconfig: out/kubeconfig)
 	$(GO) run ./cmd/controlplane --kubeconfig out/kubeconfig
+
+# How long each fault of the scorecard lasts, and anything else for it
+# (SCORECARD_ARGS="--faults flap-cut,refuse --clients raw,informer").
+SCORECARD_DURATION ?= 20s
+SCORECARD_ARGS     ?=
+
+scorecard: tools ## the fault scorecard: every named fault against each client alone (raw, raw-watchlist, informer, informer-list, ...), SCORECARD_DURATION (20s) each; out/scorecard/scorecard.md (docs/scorecard.md)
+	$(GO) build -o bin/scorecard ./cmd/scorecard
+	bin/scorecard --duration $(SCORECARD_DURATION) --out out/scorecard $(SCORECARD_ARGS)
 
 chaos: tools ## the full chaos run (10,000 objects, 3 min of churn under faults); CHAOS_ARGS="--objects 1000 --duration 60s" for the short one
 	$(GO) run ./cmd/chaos $(CHAOS_ARGS)

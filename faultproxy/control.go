@@ -52,7 +52,7 @@ var commands = map[string]command{
 		p.Fail(Failure{Kinds: Watch, Code: http.StatusGone, Count: n})
 		return fmt.Sprintf("the next %d watch request(s) get 410 Gone", n), err
 	}},
-	"fail": {"code=500 kinds=all count=0 retry-after=0s", "answer requests with an error status (count=0: until heal)", func(p *Proxy, q url.Values) (string, error) {
+	"fail": {"code=500 kinds=all count=0 retry-after=0s from-rv=false", "answer requests with an error status (count=0: until heal; from-rv: only those from a resourceVersion)", func(p *Proxy, q url.Values) (string, error) {
 		f, err := failureArgs(q)
 		if err != nil {
 			return "", err
@@ -101,7 +101,10 @@ var commands = map[string]command{
 	"flap-error":     switchCommand("flap-error", "end every WATCH stream with a 500 ERROR event after its first event", (*Proxy).FlapError),
 	"freeze":         switchCommand("freeze", "pass nothing on any WATCH stream (on=false: thaw)", (*Proxy).Freeze),
 	"watchlist-fail": switchCommand("watchlist-fail", "end every WatchList with a 500 ERROR event after its first initial event", (*Proxy).WatchListFail),
-	"heal": {"", "end every lasting fault (fail, delay, drop, refuse, flap-*, freeze, watchlist-fail)", func(p *Proxy, _ url.Values) (string, error) {
+	"watchlist-end":  switchCommand("watchlist-end", "end every WatchList cleanly after its first initial event, with no initial-events-end bookmark", (*Proxy).WatchListEnd),
+	"too-large-rv":   switchCommand("too-large-rv", "answer every LIST and WATCH from a resourceVersion with 504 \"Too large resource version\" (after 3 s)", (*Proxy).TooLargeRV),
+	"garble":         switchCommand("garble", "cut every event frame of every WATCH in half (invalid JSON)", (*Proxy).Garble),
+	"heal": {"", "end every lasting fault (fail, delay, drop, refuse, flap-*, freeze, watchlist-*, too-large-rv, garble)", func(p *Proxy, _ url.Values) (string, error) {
 		return "healed", p.Heal()
 	}},
 }
@@ -237,6 +240,10 @@ func failureArgs(q url.Values) (Failure, error) {
 	if err != nil {
 		return Failure{}, err
 	}
+	fromRV, err := arg(q, "from-rv", false, strconv.ParseBool)
+	if err != nil {
+		return Failure{}, err
+	}
 	kinds, err := kindsArg(q)
-	return Failure{Kinds: kinds, Code: code, RetryAfter: retry, Count: count}, err
+	return Failure{Kinds: kinds, Code: code, RetryAfter: retry, Count: count, FromRV: fromRV}, err
 }

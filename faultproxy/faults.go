@@ -28,6 +28,11 @@ type Failure struct {
 	RetryAfter time.Duration
 	// Count is how many requests to fail; 0 means every one until Heal.
 	Count int
+	// FromRV fails only the requests that ask for a resourceVersion
+	// (anything but "" and "0"), as a compaction does: a 410 answers a
+	// resume from an old resourceVersion, never a request for the latest
+	// state.
+	FromRV bool
 }
 
 // Fail starts answering requests with f, replacing any earlier Failure.
@@ -96,7 +101,8 @@ func (p *Proxy) frozen() <-chan struct{} {
 }
 
 // Heal ends every lasting fault: failures, delays, dropped events, a
-// refusal, flapping, a freeze and failing WatchLists. (Cuts and injected
+// refusal, flapping, a freeze, failing or ending WatchLists, too large
+// resourceVersions and garbled frames. (Cuts and injected
 // frames are one-off: there is nothing to end.)
 func (p *Proxy) Heal() error {
 	p.mu.Lock()
@@ -107,16 +113,19 @@ func (p *Proxy) Heal() error {
 	p.FlapCut(false)
 	p.FlapError(false)
 	p.WatchListFail(false)
+	p.WatchListEnd(false)
+	p.TooLargeRV(false)
+	p.Garble(false)
 	p.Freeze(false)
 	return p.Accept()
 }
 
-// takeFailure returns the failure to answer a request of kind k with, if any.
-func (p *Proxy) takeFailure(k Kind) (Failure, bool) {
+// takeFailure returns the failure to answer r, of kind k, with, if any.
+func (p *Proxy) takeFailure(r *http.Request, k Kind) (Failure, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f := p.failure
-	if f == nil || f.Kinds&k == 0 {
+	if f == nil || f.Kinds&k == 0 || (f.FromRV && !fromRV(r)) {
 		return Failure{}, false
 	}
 	if f.Count > 0 {
@@ -183,4 +192,11 @@ func (f Failure) status() *metav1.Status {
 		st.Details.RetryAfterSeconds = int32(secs)
 	}
 	return &st
+}
+
+// fromRV: r asks for a resourceVersion other than "" (the latest, a quorum
+// read) and "0" (any).
+func fromRV(r *http.Request) bool {
+	rv := r.URL.Query().Get("resourceVersion")
+	return rv != "" && rv != "0"
 }

@@ -25,6 +25,12 @@
 //	streams open, nothing sent   Freeze           a half-dead connection, a stuck proxy
 //	every WatchList fails        WatchListFail    a server that cannot finish the initial
 //	  after one initial event                     events (too big, too slow, restarting)
+//	every WatchList ends, no     WatchListEnd     an aggregated server that ignores
+//	  bookmark, after one event                   sendInitialEvents
+//	504 "Too large resource      TooLargeRV       an apiserver whose watch cache is behind
+//	  version" from any RV                        the client (HA, after a restore)
+//	every event frame cut in     Garble           a middlebox mangling a long-lived stream
+//	  half
 //
 // Faults happen on demand (call the methods; Handler exposes them over HTTP
 // for a demo) or on a schedule (Every). Counts says what the proxy saw and
@@ -82,6 +88,8 @@ type Proxy struct {
 	thaw chan struct{}
 
 	flapCut, flapError, watchListFail atomic.Bool
+	// watchListEnd, tooLargeRV, garble: the persistent faults of more.go.
+	watchListEnd, tooLargeRV, garble atomic.Bool
 
 	meter *Meter
 
@@ -241,9 +249,12 @@ func (p *Proxy) handle(w http.ResponseWriter, r *http.Request) {
 	if !p.wait(r.Context(), kind) {
 		return
 	}
-	if f, ok := p.takeFailure(kind); ok {
+	if f, ok := p.takeFailure(r, kind); ok {
 		p.count.failed.Add(1)
 		f.write(w)
+		return
+	}
+	if p.tooLarge(r.Context(), w, r, kind) {
 		return
 	}
 	if kind != Watch {

@@ -130,7 +130,7 @@ func (b *framedBody) Read(out []byte) (int, error) {
 				b.p.count.upstreamGone.Add(1)
 			}
 			b.p.count.frames.Add(1)
-			b.pending = line
+			b.pending = b.p.garbled(line)
 			b.persistentFaults(line)
 		}
 	}
@@ -170,10 +170,14 @@ func (b *framedBody) persistentFaults(line []byte) {
 	if watchList && bytes.Contains(line, []byte(metav1.InitialEventsAnnotationKey)) {
 		b.initialEnd, watchList = true, false
 	}
+	if watchList && p.watchListEnd.Load() && isEvent(line) {
+		b.ending = true // this frame, then a clean end: no bookmark ever
+		return
+	}
 	if !p.flapError.Load() && !(watchList && p.watchListFail.Load()) {
 		return
 	}
-	if h, ok := head(line); ok && (h.Type == "ADDED" || h.Type == "MODIFIED" || h.Type == "DELETED") {
+	if isEvent(line) {
 		b.next = InternalErrorEvent
 		p.count.errorEvents.Add(1)
 	}

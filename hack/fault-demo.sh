@@ -8,6 +8,17 @@
 #   make demo-refuse    the server unreachable for a while: backoff, then catch-up
 #   make demo-garbage   an event that does not decode: logged, skipped, the stream goes on
 #   make demo-storm     429s with Retry-After: the controller waits as it is told
+#   and each fault of the scorecard (docs/scorecard.md), on for 15 s while an object changes:
+#   make demo-flap-cut           every watch cut after its first frame
+#   make demo-flap-error         every watch ended by a 500 ERROR event after its first event
+#   make demo-freeze             watch streams open and silent
+#   make demo-watchlist-end      WatchLists end before their initial-events-end bookmark
+#   make demo-watch-410          every WATCH from a resourceVersion answered 410 Gone
+#   make demo-too-large-rv       "Too large resource version" for every request from a resourceVersion
+#   make demo-429                every request answered 429, Retry-After 5 s
+#   make demo-500                every request answered 500
+#   make demo-garble             every event frame cut in half
+#   make demo-apiserver-restart  the apiserver killed and started again
 #   make demo-faults    all of them, one after the other
 #
 # Everything runs on loopback; the controller's log is out/fault-demo/controller.log.
@@ -22,8 +33,9 @@ narrate=--explain
 
 case "${1:-}" in
 410 | drop | refuse | garbage | storm | all) ;;
+flap-cut | flap-error | freeze | watchlist-end | watch-410 | too-large-rv | 429 | 500 | garble | apiserver-restart) ;;
 *)
-	sed -n '2,12p' "$0" >&2
+	sed -n '2,24p' "$0" >&2
 	exit 2
 	;;
 esac
@@ -158,9 +170,94 @@ demo_storm() {
 	counts
 }
 
+# lasting NAME SECONDS FAULT...: the faults on for SECONDS while an object
+# changes, then heal; the change must arrive, and the log shows how.
+lasting() {
+	local name=$1 secs=$2
+	shift 2
+	wait_watching
+	counts
+	for f in "$@"; do fault "$f"; done
+	edit hello "changed during $name"
+	sleep "$secs"
+	show 0
+	fault heal
+	wait_reconciled hello "changed during $name"
+	show 1
+	counts
+}
+
+demo_flap_cut() {
+	say "Every watch stream cut after its first frame, for 15 s"
+	explain "A load balancer that drops long-lived connections, a crash-looping apiserver behind it. The open stream first ends with 410, so the watcher relists into the fault. A stream that delivered a frame and broke is not a healthy one: the watcher backs off (look at the growing delay=), it does not re-watch at once. After the heal it re-watches from its resourceVersion and the change arrives."
+	lasting flap-cut 15 flap-cut expire
+}
+
+demo_flap_error() {
+	say "Every watch stream ended by a 500 ERROR event after its first event, for 15 s"
+	explain "etcd failing under the apiserver: one event, then an ERROR carrying a 500, then the end. The watcher backs off between tries, as for any failure, and resumes from the last resourceVersion it saw."
+	lasting flap-error 15 flap-error expire
+}
+
+demo_freeze() {
+	say "Watch streams open and silent, for 15 s"
+	explain "A half-dead connection: no error, no event, no bookmark. Nothing tells the client; the watcher's watchdog (--silence-limit) abandons a stream that has been silent too long and opens another. When the proxy thaws, the held frames go on and the change arrives."
+	lasting freeze 15 freeze
+}
+
+demo_watchlist_end() {
+	say "Every WatchList ends cleanly before its initial-events-end bookmark, for 15 s"
+	explain "An aggregated API server that ignores sendInitialEvents (kubernetes/kubernetes#140890). This controller gets its initial state from a paginated LIST unless started with --watch-list, so it is not touched: the 410 below makes it relist, by LIST, and go on. The scorecard's raw-watchlist and informer rows show the WatchList clients."
+	lasting watchlist-end 15 watchlist-end expire
+}
+
+demo_watch_410() {
+	say "Every WATCH from a resourceVersion answered 410 Gone, for 15 s"
+	explain "Compaction racing the client: every resume is too old. The watcher relists (LIST), tries to watch, gets 410 again, and backs off between rounds instead of relisting in a loop."
+	lasting watch-410 15 'fail?code=410&kinds=watch&from-rv=true' cut
+}
+
+demo_too_large_rv() {
+	say "Every LIST and WATCH from a resourceVersion answered \"Too large resource version\", for 15 s"
+	explain "An apiserver whose watch cache is behind the client's resourceVersion (kubernetes/kubernetes#107133): it waits 3 s, then answers 504 with the ResourceVersionTooLarge cause. The watcher backs off; a LIST without a resourceVersion still works."
+	lasting too-large-rv 15 too-large-rv cut
+}
+
+demo_429() {
+	say "Every request answered 429 Too Many Requests, Retry-After 5 s, for 15 s"
+	explain "API Priority and Fairness shedding load. The watcher waits at least as long as it is told before each try."
+	lasting 429 15 'fail?code=429&retry-after=5s&kinds=list,watch' cut
+}
+
+demo_500() {
+	say "Every request answered 500, for 15 s"
+	explain "etcd out of quorum, a broken webhook: every request fails. The watcher backs off, 800 ms doubling, and catches up when the server answers again."
+	lasting 500 15 'fail?code=500&kinds=list,watch' cut
+}
+
+demo_garble() {
+	say "Every event frame cut in half, for 15 s"
+	explain "A middlebox mangling a long-lived stream: frames that are not JSON. Today the watcher stalls here (docs/scorecard.md#garble): its frame reader never finds the end of a frame cut in half and swallows the frames after it, the whole ones after the heal too, silently, until its watchdog abandons the stream, 150 s after the last whole frame (--silence-limit). So the change arrives about two minutes late."
+	lasting garble 15 garble
+	wait_reconciled hello "changed during garble" # the watchdog's turn
+	show 1
+	counts
+}
+
+demo_apiserver_restart() {
+	wait_watching
+	say "The apiserver killed and started again"
+	explain "A rolling upgrade or a crash: every connection drops, and the new apiserver's watch cache starts at the current revision. The watcher backs off while nothing answers, then re-watches from its resourceVersion (or relists if that is gone) and the change made meanwhile arrives."
+	fault restart
+	edit hello "changed after the apiserver restart"
+	wait_reconciled hello "changed after the apiserver restart"
+	show 1
+	counts
+}
+
 case "$1" in
-all) for d in drop garbage refuse 410 storm; do "demo_$d"; done ;;
-*) "demo_$1" ;;
+all) for d in drop garbage refuse 410 storm flap-cut flap-error freeze watchlist-end watch-410 too-large-rv 429 500 garble apiserver-restart; do "demo_${d//-/_}"; done ;;
+*) "demo_${1//-/_}" ;;
 esac
 printf '\nThe whole controller log: %s\n' "$dir/controller.log"
 hold

@@ -1,0 +1,94 @@
+// Command scorecard runs the fault scorecard (package scorecard): every
+// named fault against every client, each alone, on a local control plane
+// behind the fault proxy, and writes the table (OUT/scorecard.md), its
+// numbers (OUT/report.json) and a chart (OUT/scorecard.svg).
+//
+//	scorecard [--duration 20s] [--recover 1m] [--faults a,b] [--clients raw,informer] [--out out/scorecard]
+//	scorecard --from out/scorecard/report.json   (render the page again from the numbers)
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"rawwatch/scorecard"
+)
+
+func main() {
+	scorecard.MaybeClientMain() // a client process is this binary, run again
+	duration := flag.Duration("duration", 20*time.Second, "how long each fault lasts")
+	recover := flag.Duration("recover", scorecard.DefaultRecover, "how long after a fault a client has to converge")
+	faults := flag.String("faults", strings.Join(scorecard.FaultNames(), ","), "faults to run")
+	clients := flag.String("clients", strings.Join(scorecard.Kinds(), ","), "clients to run (also: "+scorecard.KindNoBackoff+", broken on purpose)")
+	out := flag.String("out", "out/scorecard", "output directory")
+	from := flag.String("from", "", "judge again and render OUT's page and chart from this report.json instead of running")
+	flag.Parse()
+	if err := run(*duration, *recover, *faults, *clients, *out, *from); err != nil {
+		fmt.Fprintln(os.Stderr, "scorecard:", err)
+		os.Exit(1)
+	}
+}
+
+func run(duration, recover time.Duration, faults, clients, out, from string) error {
+	var rep *scorecard.Report
+	if from != "" {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			return err
+		}
+		rep = &scorecard.Report{}
+		if err := json.Unmarshal(b, rep); err != nil {
+			return err
+		}
+		for i, row := range rep.Rows { // judged again, by today's rules
+			if row.Err == "" {
+				rep.Rows[i].Verdict, rep.Rows[i].Why = scorecard.Verdict(row.Measure)
+			}
+		}
+	} else {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		logf := func(format string, args ...any) {
+			fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+		}
+		var err error
+		rep, err = scorecard.Run(ctx, scorecard.Options{Faults: split(faults), Kinds: split(clients),
+			Duration: duration, Recover: recover, OutDir: out, Logf: logf})
+		if err != nil {
+			return err
+		}
+		rep.Command = "scorecard " + strings.Join(os.Args[1:], " ")
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(out, "report.json"), b, 0o644); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(out, "scorecard.md"), []byte(rep.Markdown("scorecard.svg")), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "scorecard.svg"), []byte(rep.SVG()), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("%s (%s)\n", filepath.Join(out, "scorecard.md"), rep.Took.Round(time.Second))
+	return nil
+}
+
+func split(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}

@@ -1,0 +1,50 @@
+package scorecard
+
+import (
+	"encoding/xml"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestReportPageAndChart(t *testing.T) {
+	rep := &Report{Duration: 20 * time.Second, Recover: time.Minute, Kinds: []string{"raw", "informer"}, Faults: []string{"watchlist-end", "refuse"},
+		Rows: []Row{
+			{Fault: "watchlist-end", Kind: "raw", Measure: Measure{Duration: 20 * time.Second, Lists: 1, Watches: 2, Busiest: 3, Converged: true, ConvergedIn: 300 * time.Millisecond}},
+			{Fault: "watchlist-end", Kind: "informer", Measure: Measure{Duration: 20 * time.Second, WatchLists: 4800, Busiest: 4800, Converged: true}},
+			{Fault: "refuse", Kind: "raw", Err: "the client did not sync"},
+		}}
+	for i := range rep.Rows {
+		if rep.Rows[i].Err == "" {
+			rep.Rows[i].Verdict, rep.Rows[i].Why = Verdict(rep.Rows[i].Measure)
+		}
+	}
+	md := rep.Markdown("scorecard.svg")
+	for _, want := range []string{
+		"| [watchlist-end](#watchlist-end) | **held** 3, 0.3 s | **stormed** 4,800, 0.0 s |",
+		"| [refuse](#refuse) | not measured | – |",
+		"[kubernetes/kubernetes#140890](https://github.com/kubernetes/kubernetes/issues/140890)",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the page lacks %q:\n%s", want, md)
+		}
+	}
+	d := xml.NewDecoder(strings.NewReader(rep.SVG()))
+	bars := 0
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the chart is not XML: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "title" {
+			bars++
+		}
+	}
+	if bars != 2 {
+		t.Fatalf("%d bars, want 2 (one per measured row)", bars)
+	}
+}

@@ -1,0 +1,554 @@
+package scorecard
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"rawwatch/api/v1alpha1"
+	"rawwatch/client"
+	"rawwatch/compare"
+	"rawwatch/faultproxy"
+	"rawwatch/internal/controlplane"
+	"rawwatch/store"
+)
+
+// Options configure Run. Zero values take the defaults.
+type Options struct {
+	// ControlPlane to run on (nil: Run starts one and stops it at the end).
+	ControlPlane *controlplane.ControlPlane
+	// Faults and Kinds to run (default: every fault, Kinds()).
+	Faults, Kinds []string
+	// Duration of each fault (default 20 s); Recover, how long after it a
+	// client has to converge (default DefaultRecover).
+	Duration, Recover time.Duration
+	// OutDir receives each run's client log, events and requests
+	// (OutDir/FAULT/KIND/).
+	OutDir string
+	// Binary is run as the client process (default: this executable, which
+	// must call MaybeClientMain first thing).
+	Binary string
+	// Logf reports progress (optional).
+	Logf func(format string, args ...any)
+}
+
+// Kinds are the clients a scorecard runs by default: every consumer kind of
+// package compare that keeps a cache (bare keeps none: nothing to compare
+// with the server), so a kind compare learns joins the table by itself.
+func Kinds() []string {
+	var out []string
+	for _, k := range compare.AllKinds {
+		if k != compare.KindBare {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Row is one client under one fault.
+type Row struct {
+	Fault, Kind string
+	Measure     Measure
+	Verdict     string
+	Why         string
+	// Logged: lines the client wrote to its log from the fault's start to
+	// its stop; LogSample, its commonest messages (digits masked) with counts.
+	Logged    int
+	LogSample []string
+	// Err: the run could not be made (the row has no verdict).
+	Err string `json:",omitempty"`
+}
+
+// Report is a scorecard.
+type Report struct {
+	Date              string
+	Duration, Recover time.Duration
+	Objects, Writes   int
+	Kinds             []string
+	Faults            []string
+	Rows              []Row
+	// Took is the whole run's time; Command, what ran it.
+	Took    time.Duration
+	Command string `json:",omitempty"`
+}
+
+func (o *Options) defaults() error {
+	if len(o.Faults) == 0 {
+		o.Faults = FaultNames()
+	}
+	for _, name := range o.Faults {
+		if _, ok := faultNamed(name); !ok {
+			return fmt.Errorf("unknown fault %q (%s)", name, strings.Join(FaultNames(), ", "))
+		}
+	}
+	if len(o.Kinds) == 0 {
+		o.Kinds = Kinds()
+	}
+	if o.Duration == 0 {
+		o.Duration = 20 * time.Second
+	}
+	if o.Recover == 0 {
+		o.Recover = DefaultRecover
+	}
+	if o.OutDir == "" {
+		o.OutDir = "out/scorecard"
+	}
+	if o.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		o.Binary = exe
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	return nil
+}
+
+// writeTick is the time between two ticks of the writer; each tick creates
+// one object, updates one and deletes one of those there before the fault.
+const writeTick = time.Second
+
+// Run runs every fault against every client, one client at a time.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	start := time.Now()
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	cp := o.ControlPlane
+	if cp == nil {
+		o.Logf("starting a local control plane")
+		var err error
+		if cp, err = controlplane.Start(ctx, controlplane.Options{Logf: o.Logf}); err != nil {
+			return nil, err
+		}
+		defer cp.Stop()
+	}
+	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
+		return nil, err
+	}
+	ticks := int(o.Duration / writeTick)
+	rep := &Report{Date: time.Now().UTC().Format(time.RFC3339), Duration: o.Duration, Recover: o.Recover,
+		Objects: 2*ticks + 10, Writes: ticks, Kinds: o.Kinds, Faults: o.Faults}
+	r := &runner{o: o, cp: cp, objects: rep.Objects, ticks: ticks}
+	for _, name := range o.Faults {
+		f, _ := faultNamed(name)
+		for _, kind := range o.Kinds {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			o.Logf("%s: %s", f.Name, kind)
+			row, err := r.one(ctx, f, kind)
+			if err != nil {
+				row.Err = err.Error()
+				o.Logf("%s: %s: %v", f.Name, kind, err)
+			} else {
+				o.Logf("%s: %s: %s %s", f.Name, kind, row.Verdict, row.Why)
+			}
+			rep.Rows = append(rep.Rows, row)
+		}
+	}
+	rep.Took = time.Since(start)
+	return rep, nil
+}
+
+type runner struct {
+	o       Options
+	cp      *controlplane.ControlPlane
+	objects int
+	ticks   int
+	n       atomic.Int64
+}
+
+// one runs one client under one fault, on a namespace of its own holding
+// the same objects, with the same writes, as every other run.
+func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
+	row := Row{Fault: f.Name, Kind: kind}
+	dir := filepath.Join(r.o.OutDir, f.Name, kind)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return row, err
+	}
+	// A proxy of its own: one whose port another process took while it
+	// refused connections (a shared machine) spoils this run only.
+	proxy, err := r.cp.FaultProxy(r.cp.APIServer)
+	if err != nil {
+		return row, err
+	}
+	defer proxy.Close()
+	kubeconfig, err := filepath.Abs(filepath.Join(dir, "kubeconfig"))
+	if err != nil {
+		return row, err
+	}
+	if err := r.cp.WriteKubeconfigFor(kubeconfig, proxy.URL, ""); err != nil {
+		return row, err
+	}
+	st := &stage{cp: r.cp, api: r.cp.APIServer, proxy: proxy}
+	cfg := st.api.Config()
+	c, err := client.New(cfg)
+	if err != nil {
+		return row, err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return row, err
+	}
+	ns := fmt.Sprintf("sc-%d-%s", r.n.Add(1), f.Name)
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return row, err
+	}
+	defer func() {
+		_ = kube.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), ns, metav1.DeleteOptions{})
+	}()
+	if err := createObjects(ctx, c, ns, r.objects); err != nil {
+		return row, err
+	}
+	if f.prepare != nil {
+		if err := f.prepare(ctx, st); err != nil {
+			return row, fmt.Errorf("preparing the fault: %w", err)
+		}
+	}
+	p, err := startClient(r.o.Binary, kind, kubeconfig, ns, dir)
+	if err != nil {
+		return row, err
+	}
+	defer p.kill()
+	if err := p.waitSynced(2 * time.Minute); err != nil {
+		return row, err
+	}
+	// Every client meets the fault in the same state: synced and watching.
+	for waiting := time.Now(); st.proxy.OpenWatches() == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Since(waiting) > time.Minute {
+			return row, errors.New("the client opened no WATCH within a minute of its sync")
+		}
+	}
+	logFrom := lineCount(p.stderrPath)
+
+	begin := time.Now()
+	w := &writer{c: c, ns: ns}
+	wctx, stopWrites := context.WithDeadline(ctx, begin.Add(r.o.Duration))
+	var writing sync.WaitGroup
+	writing.Go(func() { w.run(wctx, begin, r.ticks) })
+	var startErr error
+	if f.start != nil {
+		startErr = f.start(ctx, st)
+	}
+	writing.Wait()
+	sleepUntil(wctx, begin.Add(r.o.Duration)) // the last tick's writes end before the fault does
+	stopWrites()
+	stop := f.stop
+	if stop == nil {
+		stop = func(context.Context, *stage) error { return st.proxy.Heal() }
+	}
+	if err := stop(ctx, st); err != nil {
+		return row, fmt.Errorf("ending the fault: %w", err)
+	}
+	if startErr != nil {
+		return row, fmt.Errorf("starting the fault: %w", startErr)
+	}
+	end := time.Now()
+	canary, err := w.canary(ctx, 2*r.ticks)
+	if err != nil {
+		return row, fmt.Errorf("the canary: %w", err)
+	}
+
+	m := Measure{Duration: end.Sub(begin)}
+	var server, mine map[string]string
+	for {
+		if server, err = serverState(ctx, c, ns); err != nil {
+			return row, err
+		}
+		if mine, err = p.store(); err != nil {
+			return row, err
+		}
+		m.Missing, m.Extra, m.Stale = diff(server, mine)
+		m.ConvergedIn = time.Since(end)
+		if m.Missing+m.Extra+m.Stale == 0 {
+			m.Converged = true
+			break
+		}
+		if m.ConvergedIn > r.o.Recover {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	res, err := p.stop()
+	if err != nil {
+		return row, err
+	}
+	var listAt []time.Time
+	for _, q := range res.Requests {
+		at := time.Unix(0, q.At)
+		if at.Before(begin) || !at.Before(end) {
+			continue
+		}
+		switch q.Sort {
+		case sortList:
+			m.Lists++
+		case sortPage:
+			m.Pages++
+			continue
+		case sortWatch:
+			m.Watches++
+		case sortWatchList:
+			m.WatchLists++
+		}
+		listAt = append(listAt, at)
+	}
+	m.Busiest = faultproxy.BusiestIn(listAt, time.Minute)
+	ev, err := readEvents(filepath.Join(dir, "events.txt"), end, canary)
+	if err != nil {
+		return row, err
+	}
+	deleted := ev.deleted
+	m.EventsAfter, m.HeardCanary = ev.after, ev.canary
+	for _, key := range w.deletedKeys() {
+		if _, there := server[key]; !there && !deleted[key] {
+			m.Undelivered++
+		}
+	}
+	row.Measure = m
+	row.Verdict, row.Why = Verdict(m)
+	row.Logged, row.LogSample = logSample(p.stderrPath, logFrom)
+	return row, nil
+}
+
+func objectName(i int) string { return fmt.Sprintf("obj-%03d", i) }
+
+// createObjects creates n objects, 8 at a time.
+func createObjects(ctx context.Context, c *client.Client, ns string, n int) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	next := make(chan int)
+	for range 8 {
+		wg.Go(func() {
+			for i := range next {
+				o := &v1alpha1.MyResource{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: objectName(i)},
+					Spec: v1alpha1.MyResourceSpec{Message: "initial"}}
+				if _, err := c.Create(ctx, o); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// writer makes the same writes in every run: at tick i (i seconds into the
+// fault), it creates new-i, updates obj-2i and deletes obj-2i+1, straight
+// to the apiserver (not through the proxy), each retried until it succeeds
+// or the fault ends.
+type writer struct {
+	c  *client.Client
+	ns string
+
+	mu      sync.Mutex
+	deleted []string
+}
+
+func (w *writer) run(ctx context.Context, begin time.Time, ticks int) {
+	for i := range ticks {
+		if !sleepUntil(ctx, begin.Add(time.Duration(i)*writeTick)) {
+			return
+		}
+		ops := []func() error{
+			func() error {
+				_, err := w.c.Create(ctx, &v1alpha1.MyResource{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: fmt.Sprintf("new-%03d", i)},
+					Spec: v1alpha1.MyResourceSpec{Message: "created during the fault"}})
+				if apierrors.IsAlreadyExists(err) {
+					return nil
+				}
+				return err
+			},
+			func() error {
+				_, err := w.c.Patch(ctx, w.ns, objectName(2*i), types.MergePatchType, fmt.Appendf(nil, `{"spec":{"message":"tick %d"}}`, i))
+				return err
+			},
+			func() error {
+				err := w.c.Delete(ctx, w.ns, objectName(2*i+1), metav1.DeleteOptions{})
+				if err == nil || apierrors.IsNotFound(err) {
+					w.mu.Lock()
+					w.deleted = append(w.deleted, store.Key(w.ns, objectName(2*i+1)))
+					w.mu.Unlock()
+					return nil
+				}
+				return err
+			},
+		}
+		for _, op := range ops {
+			for op() != nil {
+				if !sleepUntil(ctx, time.Now().Add(200*time.Millisecond)) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// canary updates object i, which no tick touches, once the fault is over
+// (retrying for a minute: the apiserver may be coming back), and returns its
+// key: a client that hears it follows the server again.
+func (w *writer) canary(ctx context.Context, i int) (string, error) {
+	var err error
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		if _, err = w.c.Patch(ctx, w.ns, objectName(i), types.MergePatchType, []byte(`{"spec":{"message":"canary"}}`)); err == nil {
+			return store.Key(w.ns, objectName(i)), nil
+		}
+	}
+	return "", err
+}
+
+func (w *writer) deletedKeys() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.deleted...)
+}
+
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
+}
+
+// serverState is a fresh LIST of ns, straight from the apiserver: key → resourceVersion.
+func serverState(ctx context.Context, c *client.Client, ns string) (map[string]string, error) {
+	var l *v1alpha1.MyResourceList
+	var err error
+	// The apiserver may be coming back (a restart, a restore): a minute of retries.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
+		if l, err = c.List(ctx, ns, metav1.ListOptions{}); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the fresh LIST: %w", err)
+	}
+	out := make(map[string]string, len(l.Items))
+	for i := range l.Items {
+		out[store.KeyOf(&l.Items[i])] = l.Items[i].ResourceVersion
+	}
+	return out, nil
+}
+
+// diff counts the keys mine lacks, holds beyond server, and holds at
+// another resourceVersion.
+func diff(server, mine map[string]string) (missing, extra, stale int) {
+	for k, rv := range server {
+		switch got, ok := mine[k]; {
+		case !ok:
+			missing++
+		case got != rv:
+			stale++
+		}
+	}
+	for k := range mine {
+		if _, ok := server[k]; !ok {
+			extra++
+		}
+	}
+	return missing, extra, stale
+}
+
+// events is what an events file says.
+type events struct {
+	deleted map[string]bool // keys whose deletion the handler heard
+	after   int             // events heard at or after the fault's end
+	canary  bool            // the canary's key among them
+}
+
+// readEvents reads an events file ("T RV AT KEY" lines).
+func readEvents(path string, end time.Time, canary string) (events, error) {
+	ev := events{deleted: map[string]bool{}}
+	f, err := os.Open(path)
+	if err != nil {
+		return ev, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) != 4 {
+			continue
+		}
+		if fields[0] == "D" {
+			ev.deleted[fields[3]] = true
+		}
+		if at, err := strconv.ParseInt(fields[2], 10, 64); err == nil && at >= end.UnixNano() {
+			ev.after++
+			ev.canary = ev.canary || fields[3] == canary
+		}
+	}
+	return ev, sc.Err()
+}
+
+func lineCount(path string) int {
+	b, _ := os.ReadFile(path)
+	return strings.Count(string(b), "\n")
+}
+
+// logSample counts the log lines from line from on, and gives the three
+// commonest messages, digits masked, each with its count.
+func logSample(path string, from int) (int, []string) {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if from > len(lines) || (len(lines) == 1 && lines[0] == "") {
+		return 0, nil
+	}
+	lines = lines[from:]
+	count := map[string]int{}
+	for _, l := range lines {
+		if _, msg, ok := strings.Cut(l, "] "); ok && len(l) > 0 && strings.ContainsRune("IWEF", rune(l[0])) {
+			l = msg // klog's header: level, date, time, pid, file:line
+		}
+		l = strings.Map(func(r rune) rune {
+			if r >= '0' && r <= '9' {
+				return '#'
+			}
+			return r
+		}, l)
+		if len(l) > 200 {
+			l = l[:200] + "…"
+		}
+		count[l]++
+	}
+	type kv struct {
+		msg string
+		n   int
+	}
+	var all []kv
+	for m, n := range count {
+		all = append(all, kv{m, n})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].n > all[j].n || (all[i].n == all[j].n && all[i].msg < all[j].msg) })
+	var out []string
+	for _, e := range all[:min(3, len(all))] {
+		out = append(out, fmt.Sprintf("%d× %s", e.n, e.msg))
+	}
+	return len(lines), out
+}
