@@ -2,7 +2,9 @@ package ring
 
 import (
 	"context"
+
 	"errors"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"testing"
 	"time"
 
@@ -102,4 +104,84 @@ func leaseExists(client interface {
 }, m *Member) bool {
 	_, err := client.Tracker().Get(coordination(), "ns", m.leaseName())
 	return err == nil
+}
+
+// Claim broken (ring.go, try: "Every attempt since the last success
+// counts: under load, one times out after the server wrote it ... (Only the
+// last counted once: a member then took its own earlier write for another
+// process's ...)"; and 3e3be83: "the re-created Lease's quiet lease
+// duration counts from the re-create that succeeded").
+//
+// a's Lease is deleted by hand; a finds out (errLeaseDeleted) and
+// re-creates it at its next turn. The create lands, but its answer is lost
+// (a timeout under load). At the next turn a's GET finds the Lease, and as
+// wrote is zero it takes the branch for a Lease "not written by us" — it
+// never consults tried, which holds this very create's renewTime — and
+// waits a lease duration for its own Lease to stand still
+// (errForeignWriter), then adopts it, and only then starts the quiet lease
+// duration (wroteLease). a claims nothing for two lease durations and more
+// after its own create landed, instead of one. (With a second member the
+// Lease standing still makes it count a dead and take its slots, then hand
+// them back: two handoffs for nothing.)
+//
+// Failure printed:
+//
+//	adv2_test.go:182: a ring of one whose re-create landed with its answer
+//	lost: a Works 0 slots 7s after the create landed (within L + 3R =
+//	7.5s), not renewing its own Lease (taken for another process's) at [0s
+//	1s 2s 3s 4s 5s] after; want every slot
+//
+// (With the create's answer received, the same test passes: a Works every
+// slot within L + 3R.)
+//
+// Severity: outage (the member's slots, an extra lease duration and a
+// renew period; a ring of one: every slot).
+func TestAdversaryAReCreateWhoseAnswerIsLostIsTakenForAnotherProcesss(t *testing.T) {
+	openfinding.Skip(t)
+	client := versionedClient()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	const lease, renew = 4500 * time.Millisecond, time.Second
+	a := handoffMember(t, client, "a", lease, renew, clock)
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	for range 4 {
+		a.round(ctx, klog.Background())
+		now = now.Add(renew)
+	}
+	if a.Claims().Working != shard.All() {
+		t.Fatalf("alone, a works %d slots, want 256", a.Claims().Working.Len())
+	}
+	if err := client.Tracker().Delete(coordination(), "ns", a.leaseName()); err != nil {
+		t.Fatal(err)
+	}
+	a.round(ctx, klog.Background()) // errLeaseDeleted: out now
+	now = now.Add(renew)
+	lost := true
+	client.PrependReactor("create", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
+		if !lost {
+			return false, nil, nil
+		}
+		lost = false
+		obj := act.(k8stesting.CreateAction).GetObject().DeepCopyObject().(*coordinationv1.Lease)
+		obj.ResourceVersion = "1000"
+		if err := client.Tracker().Create(coordination(), obj, "ns"); err != nil {
+			t.Fatal(err)
+		}
+		return true, nil, context.DeadlineExceeded // landed; the client timed out
+	})
+	landed := now
+	var waited []time.Duration
+	for now.Sub(landed) <= lease+3*renew {
+		a.round(ctx, klog.Background())
+		if a.wrote.IsZero() {
+			waited = append(waited, now.Sub(landed))
+		}
+		now = now.Add(renew)
+	}
+	if lost {
+		t.Fatal("the re-create never came")
+	}
+	if n := a.Claims().Working.Len(); n != shard.Slots {
+		t.Fatalf("a ring of one whose re-create landed with its answer lost: a Works %d slots %s after the create landed (L + 3R), not renewing its own Lease (taken for another process's) at %v after; want every slot", n, now.Sub(landed)-renew, waited)
+	}
 }
