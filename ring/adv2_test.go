@@ -126,9 +126,8 @@ func leaseExists(client interface {
 //
 // Failure printed:
 //
-//	adv2_test.go:182: a ring of one whose re-create landed with its answer
-//	lost: a Works 0 slots 7s after the create landed (within L + 3R =
-//	7.5s), not renewing its own Lease (taken for another process's) at [0s
+//	adv2_test.go:185: a ring of one whose re-create landed with its answer
+//	lost: a Works 0 slots 7s after the create landed (L + 3R), not renewing its own Lease (taken for another process's) at [0s
 //	1s 2s 3s 4s 5s] after; want every slot
 //
 // (With the create's answer received, the same test passes: a Works every
