@@ -31,7 +31,7 @@ import (
 //
 // Failure printed:
 //
-//	drain_adv2_test.go:58: a joiner leaving with its claims Pending (not
+//	drain_adv2_test.go:59: a joiner leaving with its claims Pending (not
 //	fenced: its lease fresh), one deletion held: the drain waited its whole
 //	DrainTimeout (2s) for the ring to confirm slots it is leaving; routes
 //	[uid-pending held uid-pending abandoned]; want the held deletion
