@@ -311,7 +311,7 @@ func restoredAfterFound(t *testing.T, seen bool) {
 //
 // Failure printed:
 //
-//	adv2_test.go:320: seed 88398: at 7.692s b and c both admit reconciles in
+//	adv2_test.go:321: seed 88398: at 7.692s b and c both admit reconciles in
 //	42 slots (2,12,19,...,247)
 //
 // Severity: split brain (for up to 0.1 s here; up to L − R in general).
