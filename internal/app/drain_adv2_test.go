@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"rawwatch/internal/openfinding"
 	"rawwatch/ring"
 	"rawwatch/shard"
 )
@@ -40,7 +39,6 @@ import (
 // Severity: outage (a slow leave: up to DrainTimeout, or two needless
 // handoffs of the joiner's share).
 func TestAdversaryALeaveWithPendingClaimsWaitsAsIfFenced(t *testing.T) {
-	openfinding.Skip(t)
 	rec := &deleter{}
 	var log routeLog
 	a := leavingApp([]string{"pending"}, []string{}, rec, &log)

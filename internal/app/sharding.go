@@ -269,12 +269,15 @@ func (g *gate) sweptNow(slots shard.SlotSet, at uint64, newest *[shard.Slots]uin
 	}
 }
 
-// fencedHolding: the replica claims nothing (its ring fenced itself) and
-// holds deletions it heard of.
+// fencedHolding: the replica's ring fenced itself (its deadline passed, or
+// it never had one) and it holds deletions it heard of. (Claiming nothing
+// is not enough: a joiner's slots are Pending until confirmed, and one that
+// leaves will not work them.)
 func (g *gate) fencedHolding() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.claims.Working.Union(g.claims.Releasing).Empty() && len(g.held) > 0
+	fenced := !g.now().Before(g.until)
+	return fenced && g.claims.Working.Union(g.claims.Releasing).Empty() && len(g.held) > 0
 }
 
 // takeHeld empties the held deletions and returns them.
