@@ -47,7 +47,6 @@ import (
 // duration; needs a duplicated identity, which the docs promise to
 // survive, and one failed request in the leave).
 func TestAdversaryALeaveWhoseMarkFailsDeletesTheLeaseAnotherProcessHolds(t *testing.T) {
-	openfinding.Skip(t)
 	client := versionedClient()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }

@@ -1012,7 +1012,12 @@ func (m *Member) leave(log klog.Logger) {
 		log.Error(err, "Leaving the ring's Lease in place: another process renews it", "lease", m.leaseName())
 		return
 	case err != nil:
+		// Not marked, not deleted: unmarked, a vanished Lease counts live
+		// for a lease duration anyway, and the delete, without the mark's
+		// resourceVersion to hold it to, could take the Lease of a process
+		// of our identity that took it over meanwhile.
 		log.Error(err, "Could not mark the ring's Lease leaving: the others count this member out a lease duration after its last renewal", "lease", m.leaseName())
+		return
 	default:
 		// Deleted as marked: not if anyone wrote it since.
 		del.Preconditions = &metav1.Preconditions{ResourceVersion: &rv}
