@@ -135,7 +135,6 @@ func leaseExists(client interface {
 // Severity: outage (the member's slots, an extra lease duration and a
 // renew period; a ring of one: every slot).
 func TestAdversaryAReCreateWhoseAnswerIsLostIsTakenForAnotherProcesss(t *testing.T) {
-	openfinding.Skip(t)
 	client := versionedClient()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
@@ -343,7 +342,6 @@ func TestAdversaryTheRingModelFailsAtSeed88398(t *testing.T) {
 // Severity: outage (the member's share, a lease duration after a leave
 // that should have ended it at once).
 func TestAdversaryALeaveAfterACreateWhoseAnswerIsLostLeavesItsLeaseUnmarked(t *testing.T) {
-	openfinding.Skip(t)
 	client := versionedClient()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	a := handoffMember(t, client, "a", 4500*time.Millisecond, time.Second, func() time.Time { return now })

@@ -633,11 +633,14 @@ func (m *Member) renew(ctx context.Context) (time.Time, error) {
 		if h := lease.Spec.HolderIdentity; h != nil && *h != id {
 			return sent, fmt.Errorf("lease %s is held by %q, not %q: two members with one identity", m.leaseName(), *h, id)
 		}
-		if m.wrote.IsZero() {
+		ownAttempt := lease.Spec.RenewTime != nil && slices.ContainsFunc(m.tried, lease.Spec.RenewTime.Time.Equal)
+		if m.wrote.IsZero() && !ownAttempt {
 			// Ours, but not written by us: a process with our identity
 			// renews it, or did until it died. Adopt it only once it has
 			// stood still for a lease duration, as the others judge a
 			// dead member: two processes never work under one identity.
+			// (A create of ours whose answer was lost holds a renewTime
+			// we tried: ours.)
 			now := m.cfg.Now()
 			if m.found == nil || m.found.rv != lease.ResourceVersion {
 				m.found = &observed{rv: lease.ResourceVersion, at: now}
@@ -1002,7 +1005,7 @@ func (m *Member) leave(log klog.Logger) {
 	// Only a Lease this process holds is marked and deleted: one it never
 	// wrote, or one renewed behind its back, is another process's (of the
 	// same identity), which works under it.
-	if m.wrote.IsZero() {
+	if m.wrote.IsZero() && len(m.tried) == 0 {
 		log.Info("Leaving the ring's Lease in place: this process never held it", "lease", m.leaseName())
 		return
 	}
