@@ -214,7 +214,6 @@ func TestAdversaryAReCreateWhoseAnswerIsLostIsTakenForAnotherProcesss(t *testing
 // reuses resourceVersions, and the working process's requests failing
 // right after it: rare).
 func TestAdversaryAResourceVersionSeenAgainAfterARestoreIsAdoptedAtOnce(t *testing.T) {
-	openfinding.Skip(t)
 	// The control: restored to the resourceVersion x2 wrote just after
 	// (x1 never saw it), x1 waits a lease duration, and x2 has fenced by
 	// then.

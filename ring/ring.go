@@ -281,7 +281,7 @@ type Member struct {
 	// ever wrote it, or since a write we do not know: a previous process
 	// of ours, another one with our identity, an etcd restore): adopted
 	// only once it has not moved for LeaseDuration.
-	found *observed
+	found *stillness
 
 	// The handoff (the member's goroutine only, but claims is read by Claims).
 	claims    Claims
@@ -641,11 +641,7 @@ func (m *Member) renew(ctx context.Context) (time.Time, error) {
 			// dead member: two processes never work under one identity.
 			// (A create of ours whose answer was lost holds a renewTime
 			// we tried: ours.)
-			now := m.cfg.Now()
-			if m.found == nil || m.found.rv != lease.ResourceVersion {
-				m.found = &observed{rv: lease.ResourceVersion, at: now}
-			}
-			if wait := m.cfg.LeaseDuration - now.Sub(m.found.at); wait > 0 {
+			if wait := m.stillFor(lease.ResourceVersion); wait > 0 {
 				return sent, fmt.Errorf("%w: lease %s exists (a previous process with identity %q, or another one running?); taking it over once it has not been renewed for %s, in %s",
 					errForeignWriter, m.leaseName(), id, m.cfg.LeaseDuration, wait.Round(time.Millisecond))
 			}
@@ -659,11 +655,7 @@ func (m *Member) renew(ctx context.Context) (time.Time, error) {
 			// the Lease tells in a lease duration: another process keeps
 			// renewing it; a stale write of ours stands still, and is
 			// ours again then, as a dead member's is the others'.
-			now := m.cfg.Now()
-			if m.found == nil || m.found.rv != lease.ResourceVersion {
-				m.found = &observed{rv: lease.ResourceVersion, at: now}
-			}
-			if now.Sub(m.found.at) < m.cfg.LeaseDuration {
+			if m.stillFor(lease.ResourceVersion) > 0 {
 				return sent, fmt.Errorf("%w: lease %s was renewed by someone else since our last renewal (two processes with identity %q? give each its own --sharding-identity); taking it back if it stands still for %s",
 					errForeignWriter, m.leaseName(), id, m.cfg.LeaseDuration)
 			}
@@ -691,6 +683,27 @@ func (m *Member) renew(ctx context.Context) (time.Time, error) {
 	m.withdrawn = m.withdrawn.Union(m.publishedCover.Minus(cover.Slots))
 	m.publishedCover = cover.Slots
 	return sent, nil // sent before the server wrote it: before anyone saw it
+}
+
+// stillness is our own Lease as found not written by us: at resourceVersion
+// rv since since, read so last.
+type stillness struct {
+	rv          string
+	since, last time.Time
+}
+
+// stillFor notes that our Lease was read at rv, not written by us, and says
+// how long it must still stand still before it is ours (0: it is). It
+// stands still only while read at rv at most two renew periods apart: an
+// rv read again after a gap (an etcd restore brings back one seen long
+// before) starts the count anew.
+func (m *Member) stillFor(rv string) time.Duration {
+	now := m.cfg.Now()
+	if m.found == nil || m.found.rv != rv || now.Sub(m.found.last) > 2*m.cfg.RenewPeriod {
+		m.found = &stillness{rv: rv, since: now}
+	}
+	m.found.last = now
+	return max(0, m.cfg.LeaseDuration-now.Sub(m.found.since))
 }
 
 // try notes the renewTime an attempt is about to write (as the Lease stores
