@@ -812,19 +812,22 @@ func (j *judge) unclaimed(d deletion, f facts) (why, cause string, stretch time.
 // so that one should have been handled; the fence is no excuse (nil: no
 // replica did).
 //
-// Working it again means a stretch of its claim that the replica neither
-// fenced itself out of nor was killed in within the bound: a queue behind
-// a backlog (after an API server's restart, every replica's) may not reach
+// Working it again means claiming it again before dropping the deletion,
+// and either a claim that no fence or kill ended, or claims that fences
+// (or the kill) ended after more than the bound in all: a queue behind a
+// backlog (after an API server's restart, every replica's) may not reach
 // the replayed deletion before the next fence, which holds it again.
 func (j *judge) keptAndWorkedAgain(d deletion, slot int, fence time.Time) *replica {
 	for _, r := range j.replicas {
 		r.rec.mu.Lock()
 		heard := r.rec.heardDeleted[d.incarnation]
-		_, dropped := r.rec.dropped[d.incarnation]
+		droppedAt, dropped := r.rec.dropped[d.incarnation]
 		worked := false
-		for from := fence; heard && !dropped; {
+		var total time.Duration // worked in claims a fence or a kill ended
+		for from := fence; heard; {
 			again := r.rec.owns.claimedFrom(slot, from)
-			if again.IsZero() || (!r.to.IsZero() && !again.Before(r.to)) {
+			if again.IsZero() || (!r.to.IsZero() && !again.Before(r.to)) ||
+				dropped && droppedAt.Before(again) { // not kept to work it again
 				break
 			}
 			_, c := r.rec.owns.claimedAt(slot, again)
@@ -832,7 +835,11 @@ func (j *judge) keptAndWorkedAgain(d deletion, slot int, fence time.Time) *repli
 			if !r.to.IsZero() && (end.IsZero() || end.After(r.to)) {
 				end = r.to // its claims ended with it
 			}
-			if end.IsZero() || end.Sub(again) > j.bound() || (!c.fenced && !end.Equal(r.to)) {
+			if end.IsZero() || (!c.fenced && !end.Equal(r.to)) {
+				worked = true
+				break
+			}
+			if total += end.Sub(again); total > j.bound() {
 				worked = true
 				break
 			}

@@ -3,8 +3,6 @@ package chaos
 import (
 	"testing"
 	"time"
-
-	"rawwatch/internal/openfinding"
 )
 
 // Second adversarial review of this session's verdict changes (6a3ea46c's
@@ -34,7 +32,6 @@ import (
 //
 // Severity: wrong verdict (a loss excused).
 func TestAdversaryManyShortReClaimsAddUpPastTheBoundAndStillExcuse(t *testing.T) {
-	openfinding.Skip(t)
 	run := func(n int, each time.Duration) Verdict {
 		s := newScene("a", "b").claims("a", 0, true, false, 10).heard("a").knew("a").
 			claims("a", 105*time.Second, false, true, 100)
@@ -76,7 +73,6 @@ func TestAdversaryManyShortReClaimsAddUpPastTheBoundAndStillExcuse(t *testing.T)
 //
 // Severity: wrong verdict (a loss excused).
 func TestAdversaryADropAfterWorkingTheSlotAgainRestoresTheFenceExcuse(t *testing.T) {
-	openfinding.Skip(t)
 	scene := func() *scene {
 		return newScene("a", "b").claims("a", 0, true, false, 10).heard("a").knew("a").
 			claims("a", 105*time.Second, false, true, 100).claims("a", 108*time.Second, true, false, 200).
