@@ -13,7 +13,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 
-	"rawwatch/internal/openfinding"
 	"rawwatch/shard"
 )
 
@@ -313,7 +312,6 @@ func restoredAfterFound(t *testing.T, seen bool) {
 //
 // Severity: split brain (for up to 0.1 s here; up to L − R in general).
 func TestAdversaryTheRingModelFailsAtSeed88398(t *testing.T) {
-	openfinding.Skip(t)
 	if v := runModel(88398); v != "" {
 		t.Fatalf("seed 88398: %s", v)
 	}

@@ -32,7 +32,6 @@ import (
 // Severity: split brain (a joiner whose first lists fail, a Lease deleted
 // by hand, the owner's requests failing).
 func TestAdversaryTheRingModelFailsAtSeed10095(t *testing.T) {
-	openfinding.Skip(t)
 	if v := runModel(10095); v != "" {
 		t.Fatalf("seed 10095: %s", v)
 	}
@@ -58,5 +57,22 @@ func TestAdversaryTheRingModelFailsAtSeed10095(t *testing.T) {
 func TestAdversaryTheRingModelFailsAtSeed12463(t *testing.T) {
 	if v := runModel(12463); v != "" {
 		t.Fatalf("seed 12463: %s", v)
+	}
+}
+
+// Still open: the joiner that never read a Lease deleted by hand while its
+// owner's requests failed (docs/sharding.md, "Two cases still open"). With
+// afterLook finding our own Lease gone on any successful list (seeds 10095,
+// 16760, 41426, 88398 and 91375 of the first 100,000 pass since), eight of
+// them still fail, this one first:
+//
+//	seed 30263: at 9s b and c both admit reconciles in 42 slots (2,12,19,...)
+//
+// Severity: split brain (a joiner, a Lease deleted by hand, its owner's
+// requests failing).
+func TestAdversaryTheRingModelFailsAtSeed30263(t *testing.T) {
+	openfinding.Skip(t)
+	if v := runModel(30263); v != "" {
+		t.Fatalf("seed 30263: %s", v)
 	}
 }

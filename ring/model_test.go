@@ -326,8 +326,12 @@ func (w *model) round(mm *modelMember) {
 		ok = ok && found
 		mm.renewOK = ok
 		mm.wrote = mm.wrote || ok
+		if ok {
+			m.wrote = sent // as Member.renew: afterLook reads it
+		}
 		if deleted { // and re-created at the next turn
 			mm.wrote = false
+			m.wrote = time.Time{}
 			m.lostLease()
 			m.setRenewed(time.Time{})
 			m.fenceIfPast(logr.Discard())

@@ -439,7 +439,10 @@ func (m *Member) round(ctx context.Context, log klog.Logger) {
 // just wrote finds it deleted under us (lostLease).
 func (m *Member) afterLook(log klog.Logger, renewed bool) {
 	m.confirmed = renewed && m.lookOK && m.ownSeen
-	if renewed && m.lookOK && !m.ownSeen {
+	// (A list that does not show the Lease we wrote before finds it gone
+	// too, whether or not this round's renewal went through: a member whose
+	// renewals failed worked on to its fence.)
+	if m.lookOK && !m.ownSeen && (renewed || !m.wrote.IsZero()) {
 		m.lostLease()
 		m.setRenewed(time.Time{})
 		m.fenceIfPast(log)
