@@ -16,8 +16,8 @@ import (
 	"rawwatch/shard"
 )
 
-// Second adversarial review of this session's ring changes. Each test fails
-// on the current code (RAWWATCH_OPEN_FINDINGS=1 runs it).
+// Second adversarial review of this session's ring changes: each test failed
+// on the code it reviewed, and holds the fix made since.
 
 // Claim broken (ring.go, leave: "Only a Lease this process holds is marked
 // and deleted: one it never wrote, or one renewed behind its back, is
