@@ -10,6 +10,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 
@@ -46,56 +47,81 @@ import (
 // duration; needs a duplicated identity, which the docs promise to
 // survive, and one failed request in the leave).
 func TestAdversaryALeaveWhoseMarkFailsDeletesTheLeaseAnotherProcessHolds(t *testing.T) {
-	client := versionedClient()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clock := func() time.Time { return now }
-	const lease, renew = 4500 * time.Millisecond, time.Second
-	x1 := handoffMember(t, client, "x", lease, renew, clock)
-	x2 := handoffMember(t, client, "x", lease, renew, clock)
-	inX1, x1Failing, x1GetFailing := false, false, false
-	client.PrependReactor("*", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
-		if inX1 && (x1Failing || x1GetFailing && act.GetVerb() == "get") {
-			return true, nil, apierrors.NewInternalError(errors.New("etcdserver: request timed out"))
-		}
-		return false, nil, nil
-	})
-	ctx := klog.NewContext(context.Background(), klog.Background())
-	roundX1 := func() { inX1 = true; x1.round(ctx, klog.Background()); inX1 = false }
-	for range 4 {
-		roundX1()
-		now = now.Add(renew)
-	}
+	w := twoOfOneIdentity(t)
+	x1, x2 := w.x1, w.x2
 	for range 2 {
-		x2.round(ctx, klog.Background()) // waits: x1 renews the Lease
-		roundX1()
-		now = now.Add(renew)
+		x2.round(w.ctx, klog.Background()) // waits: x1 renews the Lease
+		w.roundX1()
+		w.tick()
 	}
 	if x1.Claims().Working != shard.All() || !x2.Claims().Working.Empty() {
 		t.Fatalf("x1 works %d slots, x2 %d; want 256 and 0", x1.Claims().Working.Len(), x2.Claims().Working.Len())
 	}
 	// x1's Lease API fails: x1 fences, x2 adopts the Lease once it stood
 	// still for a lease duration, and claims every slot.
-	x1Failing = true
+	w.x1Fails = func(string) bool { return true }
 	for range 12 {
-		roundX1()
-		x2.round(ctx, klog.Background())
+		w.roundX1()
+		x2.round(w.ctx, klog.Background())
 		noSplit(t, "x1 cut off, x2 adopting", x1, x2)
-		now = now.Add(renew)
+		w.tick()
 	}
 	if x2.Claims().Working != shard.All() || !x1.Claims().Working.Empty() {
 		t.Fatalf("x1 cut off for 12 renew periods: x1 works %d slots, x2 %d; want 0 and 256", x1.Claims().Working.Len(), x2.Claims().Working.Len())
 	}
 	// x1 is stopped; only its mark's GET fails now.
-	x1Failing, x1GetFailing = false, true
-	inX1 = true
+	w.x1Fails = func(verb string) bool { return verb == "get" }
+	w.inX1 = true
 	x1.leave(klog.Background())
-	inX1 = false
-	now = now.Add(renew)
-	x2.round(ctx, klog.Background())
+	w.inX1 = false
+	w.tick()
+	x2.round(w.ctx, klog.Background())
 	if n := admits(x2).Len(); n != shard.Slots {
-		t.Fatalf("x1, fenced and adopted by x2, left with its mark's GET refused: x2 admits %d slots one renew period later (want %d; its Lease exists: %v)", n, shard.Slots, leaseExists(client, x2))
+		t.Fatalf("x1, fenced and adopted by x2, left with its mark's GET refused: x2 admits %d slots one renew period later (want %d; its Lease exists: %v)", n, shard.Slots, leaseExists(w.client, x2))
 	}
 }
+
+// oneIdentity is two processes of identity x on one fake clientset and
+// one clock (lease 4.5 s, renew period 1 s): x1 works every slot alone, x2
+// has not started; x1's requests fail while x1Fails says so of their verb.
+type oneIdentity struct {
+	client  *fake.Clientset
+	now     time.Time
+	x1, x2  *Member
+	ctx     context.Context
+	inX1    bool
+	x1Fails func(verb string) bool
+}
+
+const oneIdentityRenew = time.Second
+
+func twoOfOneIdentity(t *testing.T) *oneIdentity {
+	w := &oneIdentity{client: versionedClient(), now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		ctx: klog.NewContext(context.Background(), klog.Background()), x1Fails: func(string) bool { return false }}
+	clock := func() time.Time { return w.now }
+	w.x1 = handoffMember(t, w.client, "x", 4500*time.Millisecond, oneIdentityRenew, clock)
+	w.x2 = handoffMember(t, w.client, "x", 4500*time.Millisecond, oneIdentityRenew, clock)
+	w.client.PrependReactor("*", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
+		if w.inX1 && w.x1Fails(act.GetVerb()) {
+			return true, nil, apierrors.NewInternalError(errors.New("etcdserver: request timed out"))
+		}
+		return false, nil, nil
+	})
+	for range 4 {
+		w.roundX1()
+		w.tick()
+	}
+	if w.x1.Claims().Working != shard.All() {
+		t.Fatalf("alone, x1 works %v, want every slot", w.x1.Claims().Working)
+	}
+	return w
+}
+
+// roundX1 is a round of x1's, its requests failing as x1Fails says.
+func (w *oneIdentity) roundX1() { w.inX1 = true; w.x1.round(w.ctx, klog.Background()); w.inX1 = false }
+
+// tick moves the clock a renew period on.
+func (w *oneIdentity) tick() { w.now = w.now.Add(oneIdentityRenew) }
 
 func leaseExists(client interface {
 	Tracker() k8stesting.ObjectTracker
@@ -140,31 +166,13 @@ func TestAdversaryAReCreateWhoseAnswerIsLostIsTakenForAnotherProcesss(t *testing
 	const lease, renew = 4500 * time.Millisecond, time.Second
 	a := handoffMember(t, client, "a", lease, renew, clock)
 	ctx := klog.NewContext(context.Background(), klog.Background())
-	for range 4 {
-		a.round(ctx, klog.Background())
-		now = now.Add(renew)
-	}
-	if a.Claims().Working != shard.All() {
-		t.Fatalf("alone, a works %d slots, want 256", a.Claims().Working.Len())
-	}
+	workAlone(t, ctx, a, &now, renew)
 	if err := client.Tracker().Delete(coordination(), "ns", a.leaseName()); err != nil {
 		t.Fatal(err)
 	}
 	a.round(ctx, klog.Background()) // errLeaseDeleted: out now
 	now = now.Add(renew)
-	lost := true
-	client.PrependReactor("create", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
-		if !lost {
-			return false, nil, nil
-		}
-		lost = false
-		obj := act.(k8stesting.CreateAction).GetObject().DeepCopyObject().(*coordinationv1.Lease)
-		obj.ResourceVersion = "1000"
-		if err := client.Tracker().Create(coordination(), obj, "ns"); err != nil {
-			t.Fatal(err)
-		}
-		return true, nil, context.DeadlineExceeded // landed; the client timed out
-	})
+	created := loseTheNextCreatesAnswer(t, client)
 	landed := now
 	var waited []time.Duration
 	for now.Sub(landed) <= lease+3*renew {
@@ -174,7 +182,7 @@ func TestAdversaryAReCreateWhoseAnswerIsLostIsTakenForAnotherProcesss(t *testing
 		}
 		now = now.Add(renew)
 	}
-	if lost {
+	if !created() {
 		t.Fatal("the re-create never came")
 	}
 	if n := a.Claims().Working.Len(); n != shard.Slots {
@@ -342,21 +350,9 @@ func TestAdversaryALeaveAfterACreateWhoseAnswerIsLostLeavesItsLeaseUnmarked(t *t
 	client := versionedClient()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	a := handoffMember(t, client, "a", 4500*time.Millisecond, time.Second, func() time.Time { return now })
-	lost := true
-	client.PrependReactor("create", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
-		if !lost {
-			return false, nil, nil
-		}
-		lost = false
-		obj := act.(k8stesting.CreateAction).GetObject().DeepCopyObject().(*coordinationv1.Lease)
-		obj.ResourceVersion = "1000"
-		if err := client.Tracker().Create(coordination(), obj, "ns"); err != nil {
-			t.Fatal(err)
-		}
-		return true, nil, context.DeadlineExceeded // landed; the client timed out
-	})
+	created := loseTheNextCreatesAnswer(t, client)
 	a.round(klog.NewContext(context.Background(), klog.Background()), klog.Background())
-	if lost || !leaseExists(client, a) {
+	if !created() || !leaseExists(client, a) {
 		t.Fatal("the create did not land")
 	}
 	a.leave(klog.Background())
@@ -365,4 +361,23 @@ func TestAdversaryALeaveAfterACreateWhoseAnswerIsLostLeavesItsLeaseUnmarked(t *t
 			t.Fatalf("a member whose create landed with its answer lost left: its Lease is still there, not marked leaving; want it marked and deleted")
 		}
 	}
+}
+
+// loseTheNextCreatesAnswer makes the next create of a Lease land while its
+// client sees a timeout; landed tells whether it has.
+func loseTheNextCreatesAnswer(t *testing.T, client *fake.Clientset) (landed func() bool) {
+	lost := false
+	client.PrependReactor("create", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
+		if lost {
+			return false, nil, nil
+		}
+		lost = true
+		obj := act.(k8stesting.CreateAction).GetObject().DeepCopyObject().(*coordinationv1.Lease)
+		obj.ResourceVersion = "1000"
+		if err := client.Tracker().Create(coordination(), obj, "ns"); err != nil {
+			t.Fatal(err)
+		}
+		return true, nil, context.DeadlineExceeded // landed; the client timed out
+	})
+	return func() bool { return lost }
 }
