@@ -1,0 +1,44 @@
+package watcher_test
+
+import (
+	"io"
+	"testing"
+	"time"
+
+	"rawwatch/internal/openfinding"
+	"rawwatch/watcher"
+)
+
+// Open finding of the fault scorecard (docs/scorecard.md, garble): a watch
+// frame cut in half, followed by whole frames on a stream that stays open,
+// is never noticed. FrameReader follows braces and quotes only, so the half
+// frame swallows every frame after it, and the loop hears nothing until
+// its watchdog abandons the silent stream (150 s; the scorecard's raw
+// clients caught up 130 s after the fault, where client-go's informers,
+// whose decoder fails on the syntax, re-watched at once).
+//
+// Fails with:
+//
+//	a half frame then two whole ones, the stream open: Next returned
+//	nothing in 2s (it waits for the half frame's end)
+//
+// Severity: stall (no storm, no loss: the watchdog and the relist recover).
+func TestAdversaryAHalfFrameSwallowsTheFramesAfterIt(t *testing.T) {
+	openfinding.Skip(t)
+	r, w := io.Pipe()
+	defer w.Close()
+	go func() {
+		io.WriteString(w, `{"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVer`+"\n")
+		for range 2 {
+			io.WriteString(w, `{"type":"MODIFIED","object":{"metadata":{"name":"b","resourceVersion":"7"}}}`+"\n")
+		}
+	}()
+	f := watcher.NewFrameReader(r, 0)
+	done := make(chan error, 1)
+	go func() { _, err := f.Next(); done <- err }()
+	select {
+	case <-done: // a frame or an error: either lets the loop act
+	case <-time.After(2 * time.Second):
+		t.Fatal("a half frame then two whole ones, the stream open: Next returned nothing in 2s (it waits for the half frame's end)")
+	}
+}
