@@ -26,7 +26,10 @@ func (s *Store[T]) NewReplacement() *Replacement[T] {
 func (r *Replacement[T]) Add(obj T) {
 	r.s.take(obj)
 	key := KeyOf(obj)
-	if old, ok := r.s.Get(key); ok && old.GetResourceVersion() == obj.GetResourceVersion() {
+	// The stored object is kept only if it is the same one: after an etcd
+	// restore without a revision bump, another object of the key may come
+	// back at a resourceVersion the store already holds.
+	if old, ok := r.s.Get(key); ok && old.GetResourceVersion() == obj.GetResourceVersion() && old.GetUID() == obj.GetUID() {
 		obj = old
 	}
 	r.items[key] = obj

@@ -6,7 +6,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/internal/openfinding"
 )
 
 // Replacement.Add reuses the stored object when the listed one has the same
@@ -22,7 +21,6 @@ import (
 // store still differs from the server 3m31s after the faults stopped; safety:
 // UID uid-4 present in the deltas true, on the server false").
 func TestAdversaryRelistKeepsAnotherObjectAtTheSameResourceVersion(t *testing.T) {
-	openfinding.Skip(t)
 	s := New[*v1alpha1.MyResource]()
 	old := obj("ns", "obj-8", "67")
 	old.UID = types.UID("uid-4")
