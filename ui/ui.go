@@ -44,6 +44,7 @@
 package ui
 
 import (
+	"cmp"
 	"embed"
 	"encoding/json"
 	"fmt"
@@ -189,23 +190,14 @@ type delayedView struct {
 
 // New returns a Hub; zero Options fields take the defaults.
 func New(opts Options) *Hub {
-	def := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	defDur := func(v *time.Duration, d time.Duration) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	def(&opts.Ring, DefaultRing)
-	def(&opts.MaxClients, DefaultMaxClients)
-	defDur(&opts.WriteTimeout, DefaultWriteTimeout)
-	defDur(&opts.FlushEvery, DefaultFlushEvery)
-	defDur(&opts.PictureEvery, DefaultPictureEvery)
-	defDur(&opts.MaxStream, DefaultMaxStream)
-	def(&opts.MaxPerViewer, DefaultMaxPerViewer)
+	// A zero or negative field takes its default.
+	opts.Ring = cmp.Or(max(opts.Ring, 0), DefaultRing)
+	opts.MaxClients = cmp.Or(max(opts.MaxClients, 0), DefaultMaxClients)
+	opts.WriteTimeout = cmp.Or(max(opts.WriteTimeout, 0), DefaultWriteTimeout)
+	opts.FlushEvery = cmp.Or(max(opts.FlushEvery, 0), DefaultFlushEvery)
+	opts.PictureEvery = cmp.Or(max(opts.PictureEvery, 0), DefaultPictureEvery)
+	opts.MaxStream = cmp.Or(max(opts.MaxStream, 0), DefaultMaxStream)
+	opts.MaxPerViewer = cmp.Or(max(opts.MaxPerViewer, 0), DefaultMaxPerViewer)
 	return &Hub{opts: opts, ring: make([]item, opts.Ring), woken: map[chan struct{}]struct{}{}, viewers: map[string]int{},
 		pic: picture{State: watcher.Listing.String(), Workers: map[int]held{}, LastHeard: time.Now()}}
 }

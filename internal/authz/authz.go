@@ -59,6 +59,7 @@
 package authz
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -165,27 +166,18 @@ func NewForClient(kube kubernetes.Interface, opts Options) *Guard {
 }
 
 func newGuard(newToken, known kubernetes.Interface, opts Options) *Guard {
-	def := func(v *time.Duration, d time.Duration) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	defInt := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	def(&opts.TokenTTL, DefaultTokenTTL)
-	def(&opts.RefusedTTL, DefaultRefusedTTL)
-	def(&opts.AllowTTL, DefaultAllowTTL)
-	def(&opts.DenyTTL, DefaultDenyTTL)
-	def(&opts.MaxWait, DefaultMaxWait)
-	def(&opts.ReviewTimeout, DefaultReviewTimeout)
-	defInt(&opts.MaxInFlight, DefaultMaxInFlight)
-	defInt(&opts.MaxWaiting, DefaultMaxWaiting)
-	defInt(&opts.MaxEntries, DefaultMaxEntries)
-	defInt(&opts.MaxUserBytes, DefaultMaxUserBytes)
-	defInt(&opts.MaxTokenBytes, DefaultMaxTokenBytes)
+	// A zero or negative field takes its default.
+	opts.TokenTTL = cmp.Or(max(opts.TokenTTL, 0), DefaultTokenTTL)
+	opts.RefusedTTL = cmp.Or(max(opts.RefusedTTL, 0), DefaultRefusedTTL)
+	opts.AllowTTL = cmp.Or(max(opts.AllowTTL, 0), DefaultAllowTTL)
+	opts.DenyTTL = cmp.Or(max(opts.DenyTTL, 0), DefaultDenyTTL)
+	opts.MaxWait = cmp.Or(max(opts.MaxWait, 0), DefaultMaxWait)
+	opts.ReviewTimeout = cmp.Or(max(opts.ReviewTimeout, 0), DefaultReviewTimeout)
+	opts.MaxInFlight = cmp.Or(max(opts.MaxInFlight, 0), DefaultMaxInFlight)
+	opts.MaxWaiting = cmp.Or(max(opts.MaxWaiting, 0), DefaultMaxWaiting)
+	opts.MaxEntries = cmp.Or(max(opts.MaxEntries, 0), DefaultMaxEntries)
+	opts.MaxUserBytes = cmp.Or(max(opts.MaxUserBytes, 0), DefaultMaxUserBytes)
+	opts.MaxTokenBytes = cmp.Or(max(opts.MaxTokenBytes, 0), DefaultMaxTokenBytes)
 	macKey := make([]byte, 32)
 	_, _ = rand.Read(macKey) // never fails (crypto/rand)
 	return &Guard{opts: opts, now: time.Now, macKey: macKey,
