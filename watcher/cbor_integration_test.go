@@ -69,6 +69,11 @@ func TestCBORWireAgainstTheAPIServer(t *testing.T) {
 	viaCBOR := startLogging(t, cborTypes.install(api.Config()), ns,
 		watcher.Options[object]{Wire: watcher.WireCBOR, PageSize: 7}, logs.Logger(0))
 	viaJSON := start(t, jsonTypes.install(api.Config()), ns, watcher.Options[object]{PageSize: 7})
+	// A WatchList over CBOR: the initial events and their closing bookmark
+	// (annotated k8s.io/initial-events-end) come as CBOR frames.
+	var watchListTypes contentTypes
+	viaCBORWatchList := startLogging(t, watchListTypes.install(api.Config()), ns,
+		watcher.Options[object]{Wire: watcher.WireCBOR, WatchList: true}, logs.Logger(0))
 
 	for i := range 10 {
 		testkit.Touch(t, c, ns, fmt.Sprintf("obj-%d", i))
@@ -82,20 +87,26 @@ func TestCBORWireAgainstTheAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range []*running{viaCBOR, viaJSON} {
+	for _, r := range []*running{viaCBOR, viaJSON, viaCBORWatchList} {
 		testkit.Eventually(t, 30*time.Second, func() bool {
 			o, ok := r.store.Get(ns + "/late")
 			return ok && o.ResourceVersion == last.ResourceVersion
 		}, "the last write did not reach the store")
 		assertStoreMatchesServer(t, c, ns, r.store)
 	}
-	if a, b := storeContents(viaCBOR.store), storeContents(viaJSON.store); !reflect.DeepEqual(a, b) {
-		for k := range a {
-			if !reflect.DeepEqual(a[k], b[k]) {
-				t.Errorf("%s: CBOR store %+v, JSON store %+v", k, a[k], b[k])
+	want := storeContents(viaJSON.store)
+	for _, r := range []*running{viaCBOR, viaCBORWatchList} {
+		if got := storeContents(r.store); !reflect.DeepEqual(got, want) {
+			for k := range want {
+				if got[k] != want[k] {
+					t.Errorf("%s: CBOR store %+v, JSON store %+v", k, got[k], want[k])
+				}
 			}
+			t.Errorf("the stores differ (%d and %d objects)", len(got), len(want))
 		}
-		t.Errorf("the stores differ (%d and %d objects)", len(a), len(b))
+	}
+	if got := watchListTypes.get(); len(got) != 1 || got["application/cbor-seq"] != 1 {
+		t.Errorf("the CBOR WatchList's responses by Content-Type: %v, want one application/cbor-seq (no LIST)", got)
 	}
 	if viaCBOR.rec.count(store.Updated) != viaJSON.rec.count(store.Updated) || viaCBOR.rec.count(store.Deleted) != 5 {
 		t.Errorf("deltas: CBOR %d updated %d deleted, JSON %d updated %d deleted", viaCBOR.rec.count(store.Updated),
