@@ -125,7 +125,7 @@ func cborReplayData(tb testing.TB, list []byte, frames [][]byte) ([]byte, [][]by
 			continue
 		}
 		var ev struct {
-			Type   string                `json:"type"`
+			Type   string               `json:"type"`
 			Object *v1alpha1.MyResource `json:"object"`
 		}
 		if err := json.Unmarshal(f, &ev); err != nil {
