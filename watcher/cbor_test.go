@@ -158,14 +158,18 @@ func TestCBORListSkipsBadItemsAndKeepsTheirKeys(t *testing.T) {
 
 // A server without CBOR: one that refuses it (406) and one that answers
 // JSON anyway. Either way the watcher syncs and follows events with JSON,
-// asks for CBOR no more, and says so once.
+// asks for CBOR no more, and says so once. A source that cannot ask for
+// CBOR gets JSON from the start, also said once.
 func TestCBORFallsBackToJSONOnce(t *testing.T) {
 	listJSON := `{"kind":"MyResourceList","apiVersion":"example.com/v1alpha1","metadata":{"resourceVersion":"7"},"items":[` +
 		`{"apiVersion":"example.com/v1alpha1","kind":"MyResource","metadata":{"name":"a","namespace":"default","resourceVersion":"5","uid":"u"},"spec":{"message":"m"}}]}`
 	watchJSON := `{"type":"MODIFIED","object":{"apiVersion":"example.com/v1alpha1","kind":"MyResource","metadata":{"name":"a","namespace":"default","resourceVersion":"8","uid":"u"},"spec":{"message":"m2"}}}` + "\n"
-	for _, refuse := range []bool{true, false} {
-		name := map[bool]string{true: "406", false: "JSON anyway"}[refuse]
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		refuse, opaque bool // answer 406; the source is no AcceptSource
+	}{{"406", true, false}, {"JSON anyway", false, false}, {"source cannot ask", false, true}} {
+		refuse := tc.refuse
+		t.Run(tc.name, func(t *testing.T) {
 			var cborAsked, requests atomic.Int64
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				requests.Add(1)
@@ -195,13 +199,17 @@ func TestCBORFallsBackToJSONOnce(t *testing.T) {
 			var lines atomic.Int64
 			var logged strings.Builder
 			logger := funcr.New(func(prefix, args string) {
-				if strings.Contains(args, "does not serve CBOR") {
+				if strings.Contains(args, "CBOR") {
 					lines.Add(1)
 					logged.WriteString(args)
 				}
 			}, funcr.Options{})
 			s := store.New[*v1alpha1.MyResource]()
-			w := New(RESTSource{Client: c.REST(), Resource: v1alpha1.Resource, Namespace: "default"}, s,
+			var src Source = RESTSource{Client: c.REST(), Resource: v1alpha1.Resource, Namespace: "default"}
+			if tc.opaque {
+				src = struct{ Source }{src}
+			}
+			w := New(src, s,
 				Options[*v1alpha1.MyResource]{Codec: codec, Wire: WireCBOR, PageSize: 1})
 			ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 			done := make(chan struct{})
@@ -215,11 +223,14 @@ func TestCBORFallsBackToJSONOnce(t *testing.T) {
 			if o, _ := s.Get("default/a"); o.Spec.Message != "m2" {
 				t.Errorf("store holds %+v", o)
 			}
-			if n := cborAsked.Load(); n != 1 {
-				t.Errorf("CBOR asked for %d times (of %d requests), want once", n, requests.Load())
+			if n, want := cborAsked.Load(), map[bool]int64{false: 1, true: 0}[tc.opaque]; n != want {
+				t.Errorf("CBOR asked for %d times (of %d requests), want %d", n, requests.Load(), want)
 			}
 			if n := lines.Load(); n != 1 {
 				t.Errorf("%d log lines about the fallback, want 1", n)
+			}
+			if tc.opaque != strings.Contains(logged.String(), "cannot ask") {
+				t.Errorf("the log blames the wrong side: %s", logged.String())
 			}
 			t.Logf("%d requests; logged: %s", requests.Load(), logged.String())
 		})

@@ -209,6 +209,9 @@ func (w *Watcher[T]) SetShard(s shard.Set) {
 // klog.FromContext(ctx).
 func (w *Watcher[T]) Run(ctx context.Context) {
 	w.log = klog.LoggerWithName(klog.FromContext(ctx), "watcher")
+	if w.opts.Wire == WireCBOR && w.wire.cbor == nil {
+		w.log.Info("The source cannot ask for CBOR (it is no AcceptSource): using JSON")
+	}
 	m := NewMachine(w.opts.Backoff, w.opts.WatchList, w.opts.Rand)
 	act := m.Start(time.Now())
 	for act.Do != Stop {

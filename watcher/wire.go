@@ -68,7 +68,7 @@ func newEncoding(src Source, w Wire) encoding {
 	if as, ok := src.(AcceptSource); ok {
 		return encoding{cbor: as.WithAccept(AcceptCBOR)}
 	}
-	return encoding{cbor: src} // cannot ask: the first answer tells (JSON: fall back)
+	return encoding{} // cannot ask: JSON (Run says so)
 }
 
 // fallBack gives up CBOR for good, saying why once.
