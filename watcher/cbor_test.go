@@ -3,25 +3,31 @@ package watcher
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/cbor/direct"
 	"k8s.io/apimachinery/pkg/types"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/client"
+	"rawwatch/internal/wire"
 	"rawwatch/store"
 )
 
@@ -234,5 +240,90 @@ func TestCBORFallsBackToJSONOnce(t *testing.T) {
 			}
 			t.Logf("%d requests; logged: %s", requests.Load(), logged.String())
 		})
+	}
+}
+
+// asServerCBOR re-encodes one JSON document as kube-apiserver would send it
+// over CBOR: decoded as an unstructured object (integers stay integers),
+// then apimachinery's CBOR encoding behind the self-described tag.
+func asServerCBOR(t testing.TB, doc []byte) []byte {
+	t.Helper()
+	var u map[string]any
+	if err := utiljson.Unmarshal(doc, &u); err != nil {
+		t.Fatal(err)
+	}
+	return cborOf(t, u)
+}
+
+// The JSON decoder is the oracle: kube-apiserver's recorded answers
+// (testdata/wire), re-encoded as its CBOR serializer encodes unstructured
+// objects, decode over CBOR to the same list items, list metadata and
+// events (types, resourceVersions, the initial-events-end mark, ERROR
+// statuses) and the same objects, managedFields aside (the JSON path keeps
+// only their newest time, which WrittenAt reads: that must agree too).
+func TestCBORDecodesTheCapturesAsJSONDoes(t *testing.T) {
+	same := func(what string, j, c *v1alpha1.MyResource) {
+		t.Helper()
+		jt, _ := WrittenAt(j)
+		ct, _ := WrittenAt(c)
+		if !jt.Equal(ct) {
+			t.Errorf("%s: WrittenAt JSON %v, CBOR %v", what, jt, ct)
+		}
+		j, c = j.DeepCopy(), c.DeepCopy()
+		j.ManagedFields, c.ManagedFields = nil, nil
+		if !equality.Semantic.DeepEqual(j, c) {
+			t.Errorf("%s: JSON decodes to %+v, CBOR to %+v", what, j, c)
+		}
+	}
+	for _, page := range []string{wire.ListPage1, wire.ListPage2} {
+		data := capture(t, page)
+		var jsonItems, cborItems []*v1alpha1.MyResource
+		jm, err := decodeList(bytes.NewReader(data), codec, func(o *v1alpha1.MyResource) { jsonItems = append(jsonItems, o) }, func(*SkipError) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm, err := decodeCBORList(bytes.NewReader(asServerCBOR(t, data)), codec, func(o *v1alpha1.MyResource) { cborItems = append(cborItems, o) },
+			func(s *SkipError) { t.Errorf("%s: %v", page, s) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(jm, cm) || len(jsonItems) != len(cborItems) || len(jsonItems) == 0 {
+			t.Fatalf("%s: JSON %+v with %d items, CBOR %+v with %d", page, jm, len(jsonItems), cm, len(cborItems))
+		}
+		for i := range jsonItems {
+			same(page, jsonItems[i], cborItems[i])
+		}
+	}
+	for _, stream := range []string{wire.WatchList, wire.WatchGone} {
+		var cborStream bytes.Buffer
+		for _, f := range wire.Frames(capture(t, stream)) {
+			var ev struct {
+				Type   string          `json:"type"`
+				Object json.RawMessage `json:"object"`
+			}
+			if err := json.Unmarshal(f, &ev); err != nil {
+				t.Fatal(err)
+			}
+			cborStream.Write(cborEvent(t, ev.Type, asServerCBOR(t, ev.Object)))
+		}
+		jsonEvents := decodeAll(t, capture(t, stream))
+		d := newCBOREventDecoder(&cborStream, codec, 0)
+		for i, j := range jsonEvents {
+			c, err := d.Next()
+			if err != nil {
+				t.Fatalf("%s frame %d: %v", stream, i, err)
+			}
+			what := fmt.Sprintf("%s frame %d", stream, i)
+			if c.Type != j.Type || c.RV != j.RV || c.InitialEventsEnd != j.InitialEventsEnd || fmt.Sprint(c.Err) != fmt.Sprint(j.Err) {
+				t.Errorf("%s: JSON %s at %q (end %v, err %v), CBOR %s at %q (end %v, err %v)", what,
+					j.Type, j.RV, j.InitialEventsEnd, j.Err, c.Type, c.RV, c.InitialEventsEnd, c.Err)
+			}
+			if j.Object != nil {
+				same(what, j.Object, c.Object)
+			}
+		}
+		if _, err := d.Next(); err != io.EOF {
+			t.Errorf("%s: after the last frame %v", stream, err)
+		}
 	}
 }
