@@ -40,6 +40,7 @@ type options struct {
 	minWatchTimeout             time.Duration
 	silenceLimit                time.Duration
 	watchList                   bool
+	wire                        watcher.Wire
 	cacheDropAnnotations        string
 	qps                         float64
 	events                      reconcile.EventPolicy
@@ -80,6 +81,7 @@ func run(args []string) int {
 	fs.DurationVar(&o.minWatchTimeout, "min-watch-timeout", watcher.DefaultWatchTimeoutMin, "each WATCH asks the server to end it after a random time between this and twice this")
 	fs.DurationVar(&o.silenceLimit, "watch-silence-limit", watcher.DefaultSilenceLimit, "abandon and resume a WATCH that delivers nothing, not even a bookmark, for this long (the apiserver bookmarks about every minute)")
 	fs.BoolVar(&o.watchList, "watch-list", false, "get the initial state from a WATCH that streams it (sendInitialEvents) instead of a paginated LIST; falls back to LIST on servers that refuse it")
+	wire := fs.String("wire", string(watcher.WireJSON), "encoding to ask the API server for: json, or cbor (KEP-4222; served for custom resources only with kube-apiserver's alpha feature gate CBORServingAndStorage; otherwise the server answers JSON and the watcher uses JSON, with one log line)")
 	fs.StringVar(&o.cacheDropAnnotations, "cache-drop-annotations", strings.Join(reconcile.UnreadAnnotations, ","),
 		`annotations the cache does not keep, comma-separated: ones the reconciler never reads ("": keep every annotation)`)
 	fs.Float64Var(&o.qps, "kube-api-qps", app.DefaultQPS, "client-side limit of requests per second to the API server")
@@ -118,6 +120,10 @@ func run(args []string) int {
 	var err error
 	if o.events, err = reconcile.ParseEventPolicy(*events); err != nil {
 		fmt.Fprintln(os.Stderr, "rawwatch: --events:", err)
+		return 2
+	}
+	if o.wire, err = watcher.ParseWire(*wire); err != nil {
+		fmt.Fprintln(os.Stderr, "rawwatch: --wire:", err)
 		return 2
 	}
 	if o.workers < 1 || o.pageSize < 1 || o.minWatchTimeout < time.Second || o.silenceLimit < time.Second {
@@ -254,7 +260,7 @@ func runController(ctx context.Context, o options) error {
 		Events:               o.events,
 		CacheDropAnnotations: splitList(o.cacheDropAnnotations),
 		PageSize:             o.pageSize,
-		Watch:                watcher.Options[app.Object]{WatchTimeoutMin: o.minWatchTimeout, SilenceLimit: o.silenceLimit, WatchList: o.watchList},
+		Watch:                watcher.Options[app.Object]{WatchTimeoutMin: o.minWatchTimeout, SilenceLimit: o.silenceLimit, WatchList: o.watchList, Wire: o.wire},
 		RetryBase:            o.retryBase,
 		RetryMax:             o.retryMax,
 		Version:              version,

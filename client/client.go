@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/runtime/serializer/cbor"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/rest"
@@ -36,7 +37,9 @@ func New(cfg *rest.Config) (*Client, error) {
 	c.GroupVersion = &v1alpha1.SchemeGroupVersion
 	c.APIPath = "/apis"
 	c.ContentType = runtime.ContentTypeJSON
-	c.NegotiatedSerializer = serializer.NewCodecFactory(Scheme).WithoutConversion()
+	// CBOR too, for a caller whose AcceptContentTypes asks for it (client-go
+	// sends it only with its ClientsAllowCBOR feature gate on).
+	c.NegotiatedSerializer = serializer.NewCodecFactory(Scheme, serializer.WithSerializer(cbor.NewSerializerInfo)).WithoutConversion()
 	if c.UserAgent == "" {
 		c.UserAgent = rest.DefaultKubernetesUserAgent()
 	}

@@ -84,7 +84,7 @@ func (n noopReconciler) Reconcile(_ context.Context, key string) error {
 
 func (noopReconciler) Deleted(context.Context, store.Delta[object]) error { return nil }
 
-func newRaw(cfg *rest.Config, ns string, rec *recorder, watchList bool, dropEvery int, drop []string) (consumer, error) {
+func newRaw(cfg *rest.Config, ns string, rec *recorder, watchList bool, dropEvery int, drop []string, wire watcher.Wire) (consumer, error) {
 	c, err := client.New(cfg)
 	if err != nil {
 		return nil, err
@@ -100,6 +100,7 @@ func newRaw(cfg *rest.Config, ns string, rec *recorder, watchList bool, dropEver
 	}
 	r.w = watcher.New(src, r.store, watcher.Options[object]{
 		WatchList: watchList,
+		Wire:      wire,
 		Codec:     watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind},
 		Handler: func(d store.Delta[object]) {
 			typ := byte(EvAdd)
@@ -402,9 +403,9 @@ func (f closerFunc) Close() error { return f() }
 func newConsumer(kind string, cfg *rest.Config, ns string, rec *recorder, dropEvery int, drop []string) (consumer, error) {
 	switch kind {
 	case KindRaw:
-		return newRaw(cfg, ns, rec, false, dropEvery, drop)
+		return newRaw(cfg, ns, rec, false, dropEvery, drop, watcher.WireJSON)
 	case KindRawWatchList:
-		return newRaw(cfg, ns, rec, true, dropEvery, drop)
+		return newRaw(cfg, ns, rec, true, dropEvery, drop, watcher.WireJSON)
 	case KindInformer, KindInformerList:
 		// informer-list runs with KUBE_FEATURE_WatchListClient=false in its
 		// environment (client-go reads its feature gates from there).
@@ -448,6 +449,13 @@ type ConsumerConfig struct {
 	// (unix ns). It runs on the consumer's event-handler goroutine: it
 	// must not block.
 	OnEvent func(typ byte, rv, key string, at int64)
+	// Wire is the encoding the consumer asks for (default JSON). CBOR: raw
+	// and raw-watchlist through watcher.Options.Wire; the informer kinds
+	// through an Accept header preferring CBOR, which client-go sends only
+	// with its ClientsAllowCBOR feature gate on (KUBE_FEATURE_ClientsAllowCBOR=true
+	// in the process's environment; otherwise it asks for JSON). The other
+	// kinds refuse it.
+	Wire watcher.Wire
 }
 
 // EventCounts are the handler calls a consumer has made, by type.
@@ -464,7 +472,20 @@ type EventCounts struct{ Adds, Updates, Deletes, Resyncs int64 }
 func NewConsumer(kind string, cfg *rest.Config, ns string, cc ConsumerConfig) (*Consumer, error) {
 	rec := discardRecorder()
 	rec.onEvent = cc.OnEvent
-	c, err := newConsumer(kind, rest.CopyConfig(cfg), ns, rec, 0, cc.DropAnnotations)
+	cfg = rest.CopyConfig(cfg)
+	var c consumer
+	var err error
+	switch {
+	case cc.Wire == "" || cc.Wire == watcher.WireJSON:
+		c, err = newConsumer(kind, cfg, ns, rec, 0, cc.DropAnnotations)
+	case kind == KindRaw || kind == KindRawWatchList:
+		c, err = newRaw(cfg, ns, rec, kind == KindRawWatchList, 0, cc.DropAnnotations, cc.Wire)
+	case kind == KindInformer || kind == KindInformerList || kind == KindInformerStripped:
+		cfg.AcceptContentTypes = watcher.AcceptCBOR
+		c, err = newConsumer(kind, cfg, ns, rec, 0, cc.DropAnnotations)
+	default:
+		err = fmt.Errorf("consumer %s cannot ask for %s", kind, cc.Wire)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -218,6 +218,14 @@
 // snapshot's; the same stream goes on with live events. One object is in
 // flight at a time instead of a page.
 //
+// With Options.Wire = WireCBOR (KEP-4222, wire.go and cbor.go) the same
+// documents come as CBOR: a LIST page as one data item (application/cbor,
+// read whole, not incrementally), a WATCH as a CBOR Sequence
+// (application/cbor-seq) of the same {"type","object"} maps, each frame
+// bounded as JSON frames are. A server that answers JSON (kube-apiserver
+// without its alpha gate CBORServingAndStorage) or 406 is read as JSON from
+// then on, with one log line.
+//
 // # The store and the handler
 //
 // Every change is applied to the store first, then handed to Options.Handler

@@ -30,6 +30,9 @@ type RESTSource struct {
 	Resource string
 	// Namespace limits the source to one namespace; "" means all namespaces.
 	Namespace string
+	// Accept, if set, is every request's Accept header (WithAccept);
+	// otherwise the client's (JSON).
+	Accept string
 }
 
 func (s RESTSource) List(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
@@ -43,9 +46,13 @@ func (s RESTSource) Watch(ctx context.Context, opts metav1.ListOptions) (io.Read
 }
 
 func (s RESTSource) request(opts metav1.ListOptions) *rest.Request {
-	return s.Client.Get().
+	r := s.Client.Get().
 		Namespace(s.Namespace).
 		Resource(s.Resource).
 		VersionedParams(&opts, metav1.ParameterCodec).
 		MaxRetries(0)
+	if s.Accept != "" {
+		r.SetHeader("Accept", s.Accept)
+	}
+	return r
 }

@@ -74,12 +74,18 @@ type Options[T Object] struct {
 	// a log line and OutOfShard events saying no bandwidth is saved.
 	// SetShard changes it while the watcher runs.
 	Shard shard.Set
+	// Wire is the encoding to ask for: WireJSON (default) or WireCBOR
+	// (wire.go). With CBOR the source must be an AcceptSource (RESTSource
+	// is); a server that answers JSON or 406 makes the watcher use JSON
+	// from then on, with one log line. Sweep always uses JSON.
+	Wire Wire
 }
 
 // Watcher keeps a Store in step with one resource on the API server by
 // listing it, then watching it from the list's resourceVersion, forever.
 type Watcher[T Object] struct {
 	source Source
+	wire   encoding // the loop's
 	store  *store.Store[T]
 	opts   Options[T]
 	log    klog.Logger // Run's context's, named "watcher"
@@ -144,7 +150,7 @@ func New[T Object](src Source, s *store.Store[T], opts Options[T]) *Watcher[T] {
 	if opts.Handler == nil {
 		opts.Handler = func(store.Delta[T]) {}
 	}
-	w := &Watcher[T]{source: src, store: s, opts: opts, synced: make(chan struct{}),
+	w := &Watcher[T]{source: src, wire: newEncoding(src, opts.Wire), store: s, opts: opts, synced: make(chan struct{}),
 		shard: opts.Shard, selector: opts.Shard.Selector(), reshard: make(chan struct{}, 1)}
 	w.obs = observe.Fanout{&w.stats, opts.Observer}
 	w.pos.Store(&position{})
@@ -203,6 +209,9 @@ func (w *Watcher[T]) SetShard(s shard.Set) {
 // klog.FromContext(ctx).
 func (w *Watcher[T]) Run(ctx context.Context) {
 	w.log = klog.LoggerWithName(klog.FromContext(ctx), "watcher")
+	if w.opts.Wire == WireCBOR && w.wire.cbor == nil {
+		w.log.Info("The source cannot ask for CBOR (it is no AcceptSource): using JSON")
+	}
 	m := NewMachine(w.opts.Backoff, w.opts.WatchList, w.opts.Rand)
 	act := m.Start(time.Now())
 	for act.Do != Stop {
@@ -377,12 +386,8 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 	for {
 		w.partial.pages++
 		page := w.partial.pages
-		body, err := w.source.List(ctx, opts)
-		if err != nil {
-			return failed(err)
-		}
 		items := 0
-		meta, err := decodeList(body, w.opts.Codec,
+		meta, err := w.readList(ctx, opts,
 			func(obj T) {
 				if w.inShard(obj) {
 					items++
@@ -395,7 +400,6 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 				}
 				w.skipped(skip)
 			})
-		body.Close()
 		if err != nil {
 			// A page cut half-way: what it delivered is added again when the
 			// page is read again (Add replaces), so resuming is safe.
@@ -416,13 +420,8 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 // probe lists one item, for the list's resourceVersion: where the server is.
 func (w *Watcher[T]) probe(ctx context.Context) Outcome {
 	o := Outcome{}
-	if body, err := w.source.List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
-		o.Err = err
-	} else {
-		meta, err := decodeList(body, w.opts.Codec, func(T) {}, func(*SkipError) {})
-		body.Close()
-		o.RV, o.Err = meta.ResourceVersion, err
-	}
+	meta, err := w.readList(ctx, metav1.ListOptions{Limit: 1}, func(T) {}, func(*SkipError) {})
+	o.RV, o.Err = meta.ResourceVersion, err
 	w.obs.Observe(Probed{RV: o.RV, Err: o.Err})
 	o.At = time.Now()
 	return o
@@ -490,7 +489,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 	o.Timeout = timeout
 	defer func() { o.At, o.Open = time.Now(), time.Since(start) }()
 
-	body, err := w.source.Watch(sctx, opts)
+	body, err := w.open(sctx, opts, true)
 	if err != nil {
 		o.Err = err
 		return o
@@ -507,7 +506,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 		w.obs.Observe(WatchEnded{Frames: o.Frames, Open: time.Since(start), Err: o.Err})
 	}()
 
-	dec := newEventDecoder(body, w.opts.Codec)
+	dec := w.newEvents(body)
 	for {
 		ev, err := dec.Next()
 		arrived := time.Now()

@@ -53,12 +53,21 @@ type Options struct {
 	// feature gate (on by default): they drop LIST and WATCH's shardSelector
 	// and send every object, as an older server would.
 	NoShardSelectors bool
+	// CBOR starts the apiservers with the CBORServingAndStorage feature gate
+	// (KEP-4222, alpha, off by default): custom resources are then served as
+	// CBOR to clients that ask for it (watcher.WireCBOR). One more apiserver
+	// with it: AddAPIServer(ctx, name, CBORGate).
+	CBOR bool
 	// CRDs are manifests to install (default: config/crd/*.yaml but its
 	// kustomization.yaml).
 	CRDs []string
 	// Logf reports progress (optional).
 	Logf func(format string, args ...any)
 }
+
+// CBORGate is the kube-apiserver flag that turns CBOR serving on (a later
+// --feature-gates adds to an earlier one).
+const CBORGate = "--feature-gates=CBORServingAndStorage=true"
 
 // ControlPlane is a running etcd with one or more apiservers in front of it.
 type ControlPlane struct {
@@ -235,7 +244,9 @@ func (cp *ControlPlane) AddAPIServer(ctx context.Context, name string, extraArgs
 		"--disable-admission-plugins", "ServiceAccount",
 		"--profiling=false",
 		// Server-side shard selectors (KEP-5866, alpha): package shard.
-		"--feature-gates=ShardedListAndWatch=" + strconv.FormatBool(!cp.opts.NoShardSelectors),
+		// CBOR (KEP-4222, alpha): Options.CBOR.
+		"--feature-gates=ShardedListAndWatch=" + strconv.FormatBool(!cp.opts.NoShardSelectors) +
+			",CBORServingAndStorage=" + strconv.FormatBool(cp.opts.CBOR),
 	}, extraArgs...)
 	if err := a.start(ctx); err != nil {
 		return nil, err

@@ -1,0 +1,219 @@
+package watcher
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+
+	"github.com/fxamacker/cbor/v2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"rawwatch/store"
+)
+
+// CBOR (RFC 8949) as kube-apiserver serves it with CBORServingAndStorage
+// (KEP-4222): a LIST page is one data item, a map like the JSON object
+// (same keys); a WATCH is a CBOR Sequence (RFC 8742, application/cbor-seq),
+// one data item per event, {"type": …, "object": …}, each starting with the
+// self-described CBOR tag. Objects decode into the same Go types as JSON,
+// by their json tags, with the options apimachinery's CBOR serializer
+// decodes with in its lax (non-strict) mode: unknown fields are ignored,
+// keys match case-sensitively (as Kubernetes' JSON decoding does), duplicate
+// keys are refused. Types with their own JSON decoding need their own CBOR
+// decoding too (every apimachinery type has it: Time, FieldsV1, Quantity).
+
+// selfDescribedCBOR starts every CBOR data item kube-apiserver writes.
+var selfDescribedCBOR = []byte{0xd9, 0xd9, 0xf7}
+
+// cborMode is apimachinery's runtime/serializer/cbor DecodeLax, option for
+// option (its modes package is internal), without the transcoding of types
+// that only know JSON.
+var cborMode = func() cbor.DecMode {
+	var opts []func(*cbor.SimpleValueRegistry) error
+	for sv := 0; sv <= 255; sv++ {
+		switch sv {
+		case 20, 21, 22, 24, 25, 26, 27, 28, 29, 30, 31: // false, true, null, reserved
+		default:
+			opts = append(opts, cbor.WithRejectedSimpleValue(cbor.SimpleValue(sv)))
+		}
+	}
+	simple, err := cbor.NewSimpleValueRegistryFromDefaults(opts...)
+	if err != nil {
+		panic(err)
+	}
+	dm, err := cbor.DecOptions{
+		DupMapKey:                cbor.DupMapKeyEnforcedAPF,
+		TimeTag:                  cbor.DecTagOptional,
+		MaxNestedLevels:          10000,
+		MaxArrayElements:         2147483647,
+		MaxMapPairs:              2097152,
+		IndefLength:              cbor.IndefLengthAllowed,
+		TagsMd:                   cbor.TagsAllowed,
+		IntDec:                   cbor.IntDecConvertSignedOrFail,
+		MapKeyByteString:         cbor.MapKeyByteStringForbidden,
+		DefaultMapType:           reflect.TypeOf(map[string]any(nil)),
+		UTF8:                     cbor.UTF8RejectInvalid,
+		FieldNameMatching:        cbor.FieldNameMatchingCaseSensitive,
+		DefaultByteStringType:    reflect.TypeOf(""),
+		ByteStringToString:       cbor.ByteStringToStringAllowedWithExpectedLaterEncoding,
+		FieldNameByteString:      cbor.FieldNameByteStringAllowed,
+		UnrecognizedTagToAny:     cbor.UnrecognizedTagContentToAny,
+		TimeTagToAny:             cbor.TimeTagToRFC3339Nano,
+		ByteStringToTime:         cbor.ByteStringToTimeAllowed,
+		NaN:                      cbor.NaNDecodeForbidden,
+		Inf:                      cbor.InfDecodeForbidden,
+		ByteStringExpectedFormat: cbor.ByteStringExpectedBase64,
+		BignumTag:                cbor.BignumTagForbidden,
+		SimpleValues:             simple,
+		BinaryUnmarshaler:        cbor.BinaryUnmarshalerNone,
+		TextUnmarshaler:          cbor.TextUnmarshalerTextString,
+	}.DecMode()
+	if err != nil {
+		panic(err)
+	}
+	return dm
+}()
+
+// decodeCBOR is Decode for one object's CBOR.
+func (c Codec[T]) decodeCBOR(what string, raw []byte) (T, error) {
+	var obj, zero T
+	err := cborMode.Unmarshal(raw, &obj)
+	if err == nil && obj == zero {
+		err = errors.New("object is null")
+	}
+	if err == nil && !c.GVK.Empty() {
+		if gvk := obj.GetObjectKind().GroupVersionKind(); gvk != c.GVK {
+			err = fmt.Errorf("got apiVersion %q kind %q, want %s", gvk.GroupVersion(), gvk.Kind, c.GVK)
+		}
+	}
+	if err == nil {
+		return obj, nil
+	}
+	skip := &SkipError{What: what, Err: fmt.Errorf("cbor: %w", err)}
+	var tm typeAndMeta
+	if cborMode.Unmarshal(raw, &tm) == nil && tm.Metadata.Name != "" {
+		skip.Key, skip.RV = store.Key(tm.Metadata.Namespace, tm.Metadata.Name), tm.Metadata.ResourceVersion
+	}
+	return zero, skip
+}
+
+// cborList is a LIST page, its items left for one by one decoding.
+type cborList struct {
+	Metadata metav1.ListMeta   `json:"metadata"`
+	Items    []cbor.RawMessage `json:"items"`
+}
+
+// decodeCBORList is decodeList for a CBOR page. The page is read whole (a
+// JSON page is read item by item): at most the page's size twice in memory.
+func decodeCBORList[T Object](r io.Reader, c Codec[T], add func(T), bad func(*SkipError)) (metav1.ListMeta, error) {
+	page, err := io.ReadAll(r)
+	if err != nil {
+		return metav1.ListMeta{}, fmt.Errorf("decoding list: %w", err)
+	}
+	var l cborList
+	if err := cborMode.Unmarshal(page, &l); err != nil {
+		return metav1.ListMeta{}, fmt.Errorf("decoding CBOR list: %w", err)
+	}
+	if l.Items == nil && l.Metadata.ResourceVersion == "" {
+		return l.Metadata, errors.New("decoding CBOR list: response has neither items nor metadata")
+	}
+	for _, raw := range l.Items {
+		obj, err := c.decodeCBOR("list item", raw)
+		if err != nil {
+			bad(err.(*SkipError))
+			continue
+		}
+		add(obj)
+	}
+	return l.Metadata, nil
+}
+
+// cborEventDecoder reads the events of a CBOR WATCH stream.
+type cborEventDecoder[T Object] struct {
+	in     *boundedReader
+	dec    *cbor.Decoder
+	codec  Codec[T]
+	object cbor.RawMessage // the last frame's object, its buffer reused
+}
+
+// newCBOREventDecoder reads frames of at most max bytes (DefaultMaxFrame if 0).
+func newCBOREventDecoder[T Object](r io.Reader, c Codec[T], max int) *cborEventDecoder[T] {
+	if max <= 0 {
+		max = DefaultMaxFrame
+	}
+	in := &boundedReader{r: r, max: max}
+	d := &cborEventDecoder[T]{in: in, dec: cborMode.NewDecoder(in), codec: c}
+	in.used = d.dec.NumBytesRead
+	return d
+}
+
+// boundedReader fails a read once the bytes read and not yet decoded (the
+// frame being read) exceed max: CBOR heads announce any length, and a
+// stream must not grow a frame without bound (FrameReader's bound).
+type boundedReader struct {
+	r    io.Reader
+	read int
+	used func() int
+	max  int
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.read-b.used() > b.max {
+		return 0, fmt.Errorf("%w (%d bytes)", ErrFrameTooLarge, b.max)
+	}
+	n, err := b.r.Read(p)
+	b.read += n
+	return n, err
+}
+
+type cborFrame struct {
+	Type   string          `json:"type"`
+	Object cbor.RawMessage `json:"object"`
+}
+
+// Next is eventDecoder.Next for CBOR: io.EOF, a *SkipError for a frame that
+// is well formed but not an event that can be decoded (the stream goes on),
+// any other error for a broken stream.
+func (d *cborEventDecoder[T]) Next() (Event[T], error) {
+	before := d.dec.NumBytesRead()
+	f := cborFrame{Object: d.object[:0]}
+	err := d.dec.Decode(&f)
+	d.object = f.Object[:0]
+	if err != nil {
+		if d.dec.NumBytesRead() > before { // well formed, consumed: skip it
+			return Event[T]{}, &SkipError{What: "watch frame", Err: fmt.Errorf("cbor: %w", err)}
+		}
+		return Event[T]{}, err
+	}
+	switch f.Type {
+	case Added, Modified, Deleted:
+		obj, err := d.codec.decodeCBOR(f.Type+" event", f.Object)
+		if err != nil {
+			return Event[T]{Type: f.Type}, err
+		}
+		return Event[T]{Type: f.Type, Object: obj, RV: obj.GetResourceVersion()}, nil
+	case Bookmark:
+		var tm typeAndMeta
+		if err := cborMode.Unmarshal(f.Object, &tm); err != nil || tm.Metadata.ResourceVersion == "" {
+			return Event[T]{Type: f.Type}, &SkipError{What: "BOOKMARK", Err: fmt.Errorf("no resourceVersion in CBOR %x", short(f.Object))}
+		}
+		return Event[T]{Type: Bookmark, RV: tm.Metadata.ResourceVersion,
+			InitialEventsEnd: tm.Metadata.Annotations[initialEventsEnd] == "true"}, nil
+	case Error:
+		var status metav1.Status
+		if err := cborMode.Unmarshal(f.Object, &status); err != nil || status.Status == "" {
+			return Event[T]{Type: Error, Err: fmt.Errorf("watch ERROR event: CBOR %x", short(f.Object))}, nil
+		}
+		return Event[T]{Type: Error, Err: apierrors.FromObject(&status)}, nil
+	}
+	return Event[T]{Type: f.Type}, &SkipError{What: "watch frame", Err: fmt.Errorf("unknown event type %q", f.Type)}
+}
+
+func short(b []byte) []byte {
+	if len(b) > 100 {
+		return b[:100]
+	}
+	return b
+}
