@@ -83,18 +83,7 @@ func (d *Decoder) Object(member func(key []byte) error) error {
 // keys only) and must read the value (with a reader, Null, Skip or
 // Delegate). Keys are not checked for repeats: see Seen.
 func (d *Decoder) Members(member func(key []byte) error) error {
-	if d.i >= len(d.b) || d.b[d.i] != '{' || d.depth >= maxDepth {
-		return ErrDecline
-	}
-	d.i++
-	d.depth++
-	defer func() { d.depth-- }()
-	d.ws()
-	if d.i < len(d.b) && d.b[d.i] == '}' {
-		d.i++
-		return nil
-	}
-	for {
+	return d.items('{', '}', func() error {
 		key, err := d.key()
 		if err != nil {
 			return err
@@ -105,24 +94,8 @@ func (d *Decoder) Members(member func(key []byte) error) error {
 		}
 		d.i++
 		d.ws()
-		if err := member(key); err != nil {
-			return err
-		}
-		d.ws()
-		if d.i >= len(d.b) {
-			return ErrDecline
-		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-			d.ws()
-		case '}':
-			d.i++
-			return nil
-		default:
-			return ErrDecline
-		}
-	}
+		return member(key)
+	})
 }
 
 // Seen records field n (below 64) of one object as read and declines when it
@@ -143,19 +116,25 @@ func (d *Decoder) Null() bool { return d.literal("null") }
 // Elements reads an array, calling element with the decoder at each element
 // (null included).
 func (d *Decoder) Elements(element func() error) error {
-	if d.i >= len(d.b) || d.b[d.i] != '[' || d.depth >= maxDepth {
+	return d.items('[', ']', element)
+}
+
+// items reads the comma-separated items of the object or array opening with
+// open at the decoder, calling item at each.
+func (d *Decoder) items(open, close byte, item func() error) error {
+	if d.i >= len(d.b) || d.b[d.i] != open || d.depth >= maxDepth {
 		return ErrDecline
 	}
 	d.i++
 	d.depth++
 	defer func() { d.depth-- }()
 	d.ws()
-	if d.i < len(d.b) && d.b[d.i] == ']' {
+	if d.i < len(d.b) && d.b[d.i] == close {
 		d.i++
 		return nil
 	}
 	for {
-		if err := element(); err != nil {
+		if err := item(); err != nil {
 			return err
 		}
 		d.ws()
@@ -166,7 +145,7 @@ func (d *Decoder) Elements(element func() error) error {
 		case ',':
 			d.i++
 			d.ws()
-		case ']':
+		case close:
 			d.i++
 			return nil
 		default:
