@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"rawwatch/internal/metajson"
 	"rawwatch/store"
 )
 
@@ -66,6 +68,10 @@ type Object interface {
 }
 
 // Codec turns one object's JSON into T and checks its apiVersion/kind.
+//
+// It decodes as Kubernetes does (metajson.Plain: encoding/json's rules, keys
+// matched case-sensitively). When T implements JSONDecoder, it first tries
+// T's own decoder, and decodes the plain way only when that one declines.
 type Codec[T Object] struct {
 	// GVK, when set, is the apiVersion/kind every object must carry.
 	GVK schema.GroupVersionKind
@@ -77,11 +83,27 @@ type typeAndMeta struct {
 	Metadata   metav1.ObjectMeta `json:"metadata"`
 }
 
+// JSONDecoder is implemented by an object type with a decoder of its own,
+// without reflection (api/v1alpha1's MyResource has one). DecodeJSON, called
+// on a fresh object, decodes data exactly as metajson.Plain would (with
+// opts.NewestWriteOnly, managedFields reduced to the newest time), or returns
+// an error (it declines): the Codec then decodes data with metajson.Plain,
+// whose result counts. So a JSONDecoder changes only how fast objects decode.
+type JSONDecoder interface {
+	DecodeJSON(data []byte, opts metajson.Options) error
+}
+
 // Decode decodes one object. On failure it returns a *SkipError carrying
 // whatever of the object's identity could still be read.
 func (c Codec[T]) Decode(what string, raw []byte) (T, error) {
-	var obj T
-	err := json.Unmarshal(raw, &obj)
+	return c.decode(what, raw, false)
+}
+
+// decode is Decode; with newestWrite, the object's managedFields come out
+// reduced to one entry with the newest time, all a watch event needs (see
+// metajson.Options and withoutManagedFields).
+func (c Codec[T]) decode(what string, raw []byte, newestWrite bool) (T, error) {
+	obj, err := decodeObject[T](raw, newestWrite)
 	var zero T
 	if err == nil && obj == zero {
 		err = errors.New("object is null")
@@ -96,10 +118,30 @@ func (c Codec[T]) Decode(what string, raw []byte) (T, error) {
 	}
 	skip := &SkipError{What: what, Err: err}
 	var tm typeAndMeta
-	if json.Unmarshal(raw, &tm) == nil && tm.Metadata.Name != "" {
+	if metajson.Plain(raw, &tm) == nil && tm.Metadata.Name != "" {
 		skip.Key, skip.RV = store.Key(tm.Metadata.Namespace, tm.Metadata.Name), tm.Metadata.ResourceVersion
 	}
 	return zero, skip
+}
+
+// decodeObject decodes raw into a new T: with T's own decoder when it has
+// one and it does not decline, else with metajson.Plain (with newestWrite,
+// after cutting managedFields in the bytes).
+func decodeObject[T Object](raw []byte, newestWrite bool) (T, error) {
+	var obj T
+	if _, ok := any(obj).(JSONDecoder); ok {
+		if t := reflect.TypeFor[T](); t.Kind() == reflect.Pointer {
+			fresh := reflect.New(t.Elem()).Interface()
+			if fresh.(JSONDecoder).DecodeJSON(raw, metajson.Options{NewestWriteOnly: newestWrite}) == nil {
+				return fresh.(T), nil
+			}
+		}
+	}
+	if newestWrite {
+		raw = withoutManagedFields(raw)
+	}
+	err := metajson.Plain(raw, &obj)
+	return obj, err
 }
 
 // decodeList reads a LIST response, handing each item to add and each item it
@@ -214,12 +256,12 @@ func (d *eventDecoder[T]) Next() (Event[T], error) {
 	}
 	switch f.Type {
 	case Added, Modified, Deleted:
-		obj, err := d.codec.Decode(f.Type+" event", withoutManagedFields(f.Object))
-		var syntax *json.SyntaxError
-		if fast && len(f.Object) > 0 && errors.As(err, &syntax) {
+		obj, err := d.codec.decode(f.Type+" event", f.Object, true)
+		var skip *SkipError
+		if fast && len(f.Object) > 0 && errors.As(err, &skip) && metajson.IsSyntaxError(skip.Err) {
 			// Not JSON: the stream is broken, as the plain way would say
 			// (skipping the frame would lose its event).
-			return Event[T]{}, fmt.Errorf("malformed watch frame: %w", syntax)
+			return Event[T]{}, fmt.Errorf("malformed watch frame: %w", skip.Err)
 		}
 		if err != nil {
 			return Event[T]{Type: f.Type}, err

@@ -11,9 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"rawwatch/api/v1alpha1"
+	"rawwatch/internal/metajson"
 	"rawwatch/internal/wire"
 )
 
@@ -68,7 +67,7 @@ func outcomeOf(ev Event[*v1alpha1.MyResource], err error) outcome {
 	switch {
 	case err == nil:
 		if ev.Object != nil {
-			ev.Object.ManagedFields = newestOnly(ev.Object.ManagedFields)
+			ev.Object.ManagedFields = metajson.NewestWrite(ev.Object.ManagedFields)
 		}
 		ev.Err = nil // compared by presence below
 		return outcome{kind: "event", ev: ev}
@@ -78,23 +77,6 @@ func outcomeOf(ev Event[*v1alpha1.MyResource], err error) outcome {
 		return outcome{kind: "end"}
 	}
 	return outcome{kind: "broken"}
-}
-
-// newestOnly reduces managedFields to what the fast path keeps.
-func newestOnly(mf []metav1.ManagedFieldsEntry) []metav1.ManagedFieldsEntry {
-	if mf == nil {
-		return nil
-	}
-	var newest *metav1.Time
-	for _, e := range mf {
-		if e.Time != nil && (newest == nil || e.Time.After(newest.Time)) {
-			newest = e.Time
-		}
-	}
-	if newest == nil {
-		return []metav1.ManagedFieldsEntry{}
-	}
-	return []metav1.ManagedFieldsEntry{{Time: newest}}
 }
 
 // compareStreams decodes data both ways and reports the first disagreement.

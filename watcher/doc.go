@@ -211,6 +211,11 @@
 // whole in memory, and one object that does not decode costs that object
 // only: it is logged and skipped, a skipped list item is not taken for a
 // deletion, and a DELETED event whose object is garbled still deletes its key.
+// Objects decode as Kubernetes decodes them (sigs.k8s.io/json: keys match
+// case-sensitively; a key in another case is an unknown field), by the
+// type's own decoder when it has one (JSONDecoder; MyResource's reads the
+// bytes once, without reflection, and declines anything unusual to the plain
+// decoder: see package internal/metajson).
 //
 // WatchList (Options.WatchList, KEP-3157) gets the initial state from a WATCH
 // with sendInitialEvents=true instead: one ADDED event per object, then a

@@ -16,18 +16,23 @@ import (
 // managedFields entry — often a third of the bytes — only for the store to
 // drop them. Here the envelope is walked in place (its structure checked by
 // the walk, its small members by json.Valid, the object left to the check
-// encoding/json makes as it decodes it), and the
-// managedFields array is cut out of the object before it is decoded, leaving
+// its decoder makes), and the object decoded with managedFields reduced to
 // one entry that keeps the newest time: the server's last write, which
-// WrittenAt reads. Anything unusual (an escaped key, a type that is not a
-// plain string, managedFields that are not an array of objects with valid
-// times) takes the plain path, so the result is what encoding/json gives,
-// minus managedFields; decode_ref_test.go checks that on fixtures and in a
-// fuzz target.
+// WrittenAt reads. A type with a decoder of its own (JSONDecoder: MyResource)
+// does that reduction as it decodes (metajson.Options.NewestWriteOnly);
+// otherwise, or when it declines, the managedFields array is cut out of the
+// bytes (withoutManagedFields) before the plain decoder (metajson.Plain)
+// reads them. Anything unusual in the envelope (an escaped key, a type that
+// is not a plain string) or in managedFields (entries that are not objects,
+// invalid times) takes the plain path, so the result is what the plain way
+// gives, minus managedFields; decode_ref_test.go checks that on fixtures and
+// in a fuzz target.
 
 // envelope finds a valid frame's type and object. ok is false when the
 // frame is not the usual shape; the caller then decodes it the plain way.
-// As encoding/json does, keys match case-insensitively and the last wins.
+// The envelope's keys match case-insensitively and the last wins, as in
+// encoding/json, which decodes it on the plain way (the object's keys match
+// case-sensitively, as Kubernetes decodes objects).
 func envelope(frame []byte) (typ string, object []byte, ok bool) {
 	i := skipSpace(frame, 0)
 	if i >= len(frame) || frame[i] != '{' {
@@ -72,8 +77,8 @@ func envelope(frame []byte) (typ string, object []byte, ok bool) {
 // metadata.managedFields replaced by one entry holding only the newest
 // time (none if no entry has one). It returns obj itself when it cannot do
 // so exactly: no metadata or managedFields, or either appearing twice, an
-// escaped key, entries that are not objects, a time encoding/json would
-// refuse.
+// escaped key, entries that are not objects, a time the decoder would
+// refuse. Keys match case-sensitively, as the object's decoder matches them.
 func withoutManagedFields(obj []byte) []byte {
 	start := skipSpace(obj, 0)
 	if start >= len(obj) || obj[start] != '{' {
@@ -100,7 +105,7 @@ func withoutManagedFields(obj []byte) []byte {
 				fine = false
 				return false
 			}
-			if bytes.EqualFold(key, []byte("time")) {
+			if string(key) == "time" { // keys match case-sensitively in the object
 				lit = obj[vs:ve] // the last one wins, as in encoding/json
 			}
 			return true
@@ -162,7 +167,7 @@ func utcSeconds(lit []byte) bool {
 }
 
 // onlyMember finds the value [start, end) of the member named name
-// (case-insensitively) of the object at b[i]; ok is false when there is no
+// (case-sensitively, as the object is decoded) of the object at b[i]; ok is false when there is no
 // such member, more than one, or an escaped key.
 func onlyMember(b []byte, i int, name string) (span [2]int, ok bool) {
 	found := 0
@@ -171,7 +176,7 @@ func onlyMember(b []byte, i int, name string) (span [2]int, ok bool) {
 			found = 2
 			return false
 		}
-		if bytes.EqualFold(key, []byte(name)) {
+		if string(key) == name {
 			found++
 			span = [2]int{vs, ve}
 		}

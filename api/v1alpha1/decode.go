@@ -1,0 +1,67 @@
+package v1alpha1
+
+import (
+	"rawwatch/internal/metajson"
+)
+
+// DecodeJSON decodes a MyResource into r, a fresh one, without reflection.
+// It decodes exactly as Kubernetes' decoder (sigs.k8s.io/json, case-sensitive)
+// would, or returns an error (metajson.ErrDecline) and leaves r in an
+// unspecified state: then decode it with that decoder (metajson.Plain), which
+// gives the answer (watcher.Codec does). Unusual input declines: see package
+// metajson. FuzzDecodeJSON holds the two equal (with opts.NewestWriteOnly:
+// equal to the plain decoder's object with its managedFields so reduced).
+func (r *MyResource) DecodeJSON(data []byte, opts metajson.Options) error {
+	d := metajson.NewDecoder(data, opts)
+	var seen uint64
+	return d.Object(func(key []byte) error {
+		return d.Field(key, myResourceFields, &seen, func(n int) error {
+			switch n {
+			case 0, 1:
+				return d.TypeMetaField(&r.TypeMeta, n)
+			case 2:
+				return d.ObjectMeta(&r.ObjectMeta)
+			case 3:
+				return r.Spec.decode(d)
+			case 4:
+				return r.Status.decode(d)
+			}
+			return nil
+		})
+	})
+}
+
+var myResourceFields = append(append([]string(nil), metajson.TypeMetaFields...), "metadata", "spec", "status")
+
+var specFields = []string{"message"}
+
+func (s *MyResourceSpec) decode(d *metajson.Decoder) error {
+	var seen uint64
+	return d.Members(func(key []byte) error {
+		return d.Field(key, specFields, &seen, func(int) (err error) {
+			s.Message, err = d.String()
+			return err
+		})
+	})
+}
+
+var statusFields = []string{"phase", "message", "observedGeneration", "conditions"}
+
+func (s *MyResourceStatus) decode(d *metajson.Decoder) error {
+	var seen uint64
+	return d.Members(func(key []byte) error {
+		return d.Field(key, statusFields, &seen, func(n int) (err error) {
+			switch n {
+			case 0:
+				s.Phase, err = d.String()
+			case 1:
+				s.Message, err = d.String()
+			case 2:
+				s.ObservedGeneration, err = d.Int64()
+			case 3:
+				err = d.Delegate(&s.Conditions)
+			}
+			return err
+		})
+	})
+}

@@ -1,0 +1,245 @@
+package metajson
+
+import (
+	"time"
+	"unicode/utf8"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Field reads the member key of an object whose fields are listed in names
+// (at most 64): it calls read with the field's index, unless the value is
+// null (which leaves a fresh field zero); an unknown key's value is skipped.
+// A field seen twice declines. seen is the object's record.
+func (d *Decoder) Field(key []byte, names []string, seen *uint64, read func(n int) error) error {
+	for n, name := range names {
+		if string(key) != name {
+			continue
+		}
+		if err := Seen(seen, n); err != nil {
+			return err
+		}
+		if d.Null() {
+			return nil
+		}
+		return read(n)
+	}
+	_, err := d.Skip()
+	return err
+}
+
+// TypeMeta's members, as MyResource and every generated type inline them.
+var typeMetaFields = []string{"apiVersion", "kind"}
+
+// TypeMetaFields are the keys TypeMetaField reads, for a caller's own
+// field list: put them first.
+var TypeMetaFields = typeMetaFields
+
+// TypeMetaField reads field n of TypeMetaFields.
+func (d *Decoder) TypeMetaField(tm *metav1.TypeMeta, n int) (err error) {
+	switch n {
+	case 0:
+		tm.APIVersion, err = d.String()
+	case 1:
+		tm.Kind, err = d.String()
+	}
+	return err
+}
+
+var objectMetaFields = []string{"name", "generateName", "namespace", "selfLink", "uid", "resourceVersion",
+	"generation", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
+	"ownerReferences", "finalizers", "managedFields"}
+
+// ObjectMeta reads an object's metadata into m, a fresh one.
+func (d *Decoder) ObjectMeta(m *metav1.ObjectMeta) error {
+	var seen uint64
+	return d.Members(func(key []byte) error {
+		return d.Field(key, objectMetaFields, &seen, func(n int) (err error) {
+			switch n {
+			case 0:
+				m.Name, err = d.String()
+			case 1:
+				m.GenerateName, err = d.String()
+			case 2:
+				m.Namespace, err = d.String()
+			case 3:
+				m.SelfLink, err = d.String()
+			case 4:
+				var uid string
+				uid, err = d.String()
+				m.UID = types.UID(uid)
+			case 5:
+				m.ResourceVersion, err = d.String()
+			case 6:
+				m.Generation, err = d.Int64()
+			case 7:
+				err = d.Time(&m.CreationTimestamp)
+			case 8:
+				m.DeletionTimestamp = new(metav1.Time)
+				err = d.Time(m.DeletionTimestamp)
+			case 9:
+				err = d.Delegate(&m.DeletionGracePeriodSeconds)
+			case 10:
+				m.Labels, err = d.StringMap()
+			case 11:
+				m.Annotations, err = d.StringMap()
+			case 12:
+				err = d.Delegate(&m.OwnerReferences)
+			case 13:
+				m.Finalizers, err = d.Strings()
+			case 14:
+				m.ManagedFields, err = d.managedFields()
+			}
+			return err
+		})
+	})
+}
+
+var managedFieldsEntryFields = []string{"manager", "operation", "apiVersion", "time", "fieldsType", "fieldsV1", "subresource"}
+
+func (d *Decoder) managedFields() ([]metav1.ManagedFieldsEntry, error) {
+	if d.opts.NewestWriteOnly {
+		return d.newestWrite()
+	}
+	mf := []metav1.ManagedFieldsEntry{}
+	err := d.Elements(func() error {
+		var e metav1.ManagedFieldsEntry
+		var seen uint64
+		err := d.Members(func(key []byte) error {
+			return d.Field(key, managedFieldsEntryFields, &seen, func(n int) (err error) {
+				switch n {
+				case 0:
+					e.Manager, err = d.String()
+				case 1:
+					var op string
+					op, err = d.String()
+					e.Operation = metav1.ManagedFieldsOperationType(op)
+				case 2:
+					e.APIVersion, err = d.String()
+				case 3:
+					e.Time = new(metav1.Time)
+					err = d.Time(e.Time)
+				case 4:
+					e.FieldsType, err = d.String()
+				case 5:
+					var raw []byte
+					if raw, err = d.Skip(); err == nil {
+						e.FieldsV1 = new(metav1.FieldsV1)
+						err = e.FieldsV1.UnmarshalJSON(raw)
+					}
+				case 6:
+					e.Subresource, err = d.String()
+				}
+				return err
+			})
+		})
+		mf = append(mf, e)
+		return err
+	})
+	return mf, err
+}
+
+// newestWrite reads managedFields as Options.NewestWriteOnly says: what
+// Plain would make of them, reduced to the newest time.
+func (d *Decoder) newestWrite() ([]metav1.ManagedFieldsEntry, error) {
+	var newest *metav1.Time
+	err := d.Elements(func() error {
+		var seen uint64
+		return d.Members(func(key []byte) error {
+			return d.Field(key, managedFieldsEntryFields, &seen, func(n int) error {
+				switch n {
+				case 3:
+					t := new(metav1.Time)
+					if err := d.Time(t); err != nil {
+						return err
+					}
+					if newest == nil || t.After(newest.Time) {
+						newest = t
+					}
+					return nil
+				case 5: // fieldsV1: any value (FieldsV1.UnmarshalJSON keeps it raw)
+					_, err := d.Skip()
+					return err
+				}
+				_, _, _, err := d.stringSpan() // a string, as Plain requires
+				return err
+			})
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	if newest == nil {
+		return []metav1.ManagedFieldsEntry{}, nil
+	}
+	return []metav1.ManagedFieldsEntry{{Time: newest}}, nil
+}
+
+// NewestWrite is what Options.NewestWriteOnly makes of managedFields that
+// Plain decoded: one entry with the newest time, none if no entry has a time,
+// nil for nil.
+func NewestWrite(mf []metav1.ManagedFieldsEntry) []metav1.ManagedFieldsEntry {
+	if mf == nil {
+		return nil
+	}
+	var newest *metav1.Time
+	for _, e := range mf {
+		if e.Time != nil && (newest == nil || e.Time.After(newest.Time)) {
+			newest = e.Time
+		}
+	}
+	if newest == nil {
+		return []metav1.ManagedFieldsEntry{}
+	}
+	return []metav1.ManagedFieldsEntry{{Time: newest}}
+}
+
+// Time reads a time as metav1.Time.UnmarshalJSON does: an RFC 3339 string,
+// in the local zone.
+func (d *Decoder) Time(t *metav1.Time) error {
+	start := d.i
+	s, e, plain, err := d.stringSpan()
+	if err != nil {
+		return err
+	}
+	if !plain {
+		d.i = start
+		raw, err := d.Skip()
+		if err != nil || t.UnmarshalJSON(raw) != nil {
+			return ErrDecline
+		}
+		return nil
+	}
+	pt, err := time.Parse(time.RFC3339, string(d.b[s:e]))
+	if err != nil {
+		return ErrDecline
+	}
+	t.Time = pt.Local()
+	return nil
+}
+
+// StringMap reads an object of strings (labels, annotations).
+func (d *Decoder) StringMap() (map[string]string, error) {
+	m := map[string]string{}
+	err := d.Members(func(key []byte) error {
+		if !utf8.Valid(key) {
+			return ErrDecline // encoding/json would replace the invalid UTF-8
+		}
+		v, err := d.String()
+		m[string(key)] = v
+		return err
+	})
+	return m, err
+}
+
+// Strings reads an array of strings (finalizers).
+func (d *Decoder) Strings() ([]string, error) {
+	s := []string{}
+	err := d.Elements(func() error {
+		v, err := d.String()
+		s = append(s, v)
+		return err
+	})
+	return s, err
+}

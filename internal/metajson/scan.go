@@ -1,0 +1,381 @@
+// Package metajson decodes Kubernetes objects from JSON without reflection,
+// exactly as Kubernetes' own decoder (sigs.k8s.io/json, case-sensitive) does,
+// or not at all.
+//
+// Plain is that decoder, the oracle. A Decoder reads one JSON text in a single
+// pass and hands each object member's key to the caller, which reads the value
+// with the Decoder's typed readers (String, Int64, Time, Labels, ...) or skips
+// it; ObjectMeta and TypeMeta are read here, an API type's own fields by its
+// package (api/v1alpha1). Every reader either produces what Plain would, or
+// returns ErrDecline; Delegate reads one value with Plain, for fields too rare
+// to be worth code of their own. The caller of a whole decode treats any error
+// as "decode it with Plain": so the result of decoding is always Plain's, and a
+// fast decode only ever saves time (a fuzz target holds the two equal, see
+// api/v1alpha1). What makes a decode decline: input that is not valid JSON, a
+// key that appears twice in one object (encoding/json merges such members), an
+// escaped key, a value of the wrong type, a number that is not a plain integer,
+// null where a reader does not expect it. Valid JSON is checked exactly as
+// encoding/json checks it: strings may hold invalid UTF-8 (a reader that meets
+// it delegates, as encoding/json replaces it), but no raw control characters.
+package metajson
+
+import (
+	"errors"
+	"strconv"
+	"unicode/utf8"
+
+	kjson "sigs.k8s.io/json"
+)
+
+// ErrDecline says the fast decoder will not decode this input: decode it with
+// Plain, whose result (or error) is the answer.
+var ErrDecline = errors.New("metajson: declined, decode with the plain decoder")
+
+// Plain decodes data into v as Kubernetes decodes objects: encoding/json's
+// rules with keys matched case-sensitively (sigs.k8s.io/json).
+func Plain(data []byte, v any) error {
+	return kjson.UnmarshalCaseSensitivePreserveInts(data, v)
+}
+
+// IsSyntaxError tells whether err (from Plain) says its input is not JSON.
+func IsSyntaxError(err error) bool {
+	is, _ := kjson.SyntaxErrorOffset(err)
+	return is
+}
+
+// Decoder reads one JSON text.
+type Decoder struct {
+	b     []byte
+	i     int
+	depth int // objects and arrays open
+	opts  Options
+}
+
+// Options change what a Decoder makes of an object.
+type Options struct {
+	// NewestWriteOnly reduces managedFields to one entry holding only the
+	// newest time of all entries (none if no entry has one; managedFields
+	// null or absent stay nil), reading nothing else of them but checking
+	// that Plain would take them. That entry is all a watch event's
+	// object needs (watcher.WrittenAt), and building every entry, each
+	// with its fieldsV1, costs more than the rest of the object.
+	NewestWriteOnly bool
+}
+
+// NewDecoder reads data.
+func NewDecoder(data []byte, opts Options) *Decoder { return &Decoder{b: data, opts: opts} }
+
+// Object reads the JSON object that is the whole input (whitespace around it
+// allowed), calling member for each member as Members does.
+func (d *Decoder) Object(member func(key []byte) error) error {
+	d.ws()
+	if err := d.Members(member); err != nil {
+		return err
+	}
+	d.ws()
+	if d.i != len(d.b) {
+		return ErrDecline
+	}
+	return nil
+}
+
+// Members reads an object: for each member, member gets the key (unescaped
+// keys only) and must read the value (with a reader, Null, Skip or
+// Delegate). Keys are not checked for repeats: see Seen.
+func (d *Decoder) Members(member func(key []byte) error) error {
+	return d.items('{', '}', func() error {
+		key, err := d.key()
+		if err != nil {
+			return err
+		}
+		d.ws()
+		if d.i >= len(d.b) || d.b[d.i] != ':' {
+			return ErrDecline
+		}
+		d.i++
+		d.ws()
+		return member(key)
+	})
+}
+
+// Seen records field n (below 64) of one object as read and declines when it
+// was read before: encoding/json merges a repeated member into the first,
+// which the readers do not reproduce.
+func Seen(seen *uint64, n int) error {
+	if *seen&(1<<n) != 0 {
+		return ErrDecline
+	}
+	*seen |= 1 << n
+	return nil
+}
+
+// Null consumes a null. On a field read for the first time (Seen), null
+// leaves it as it is, in every type the readers know: zero.
+func (d *Decoder) Null() bool { return d.literal("null") }
+
+// Elements reads an array, calling element with the decoder at each element
+// (null included).
+func (d *Decoder) Elements(element func() error) error {
+	return d.items('[', ']', element)
+}
+
+// items reads the comma-separated items of the object or array opening with
+// open at the decoder, calling item at each.
+func (d *Decoder) items(open, close byte, item func() error) error {
+	if d.i >= len(d.b) || d.b[d.i] != open || d.depth >= maxDepth {
+		return ErrDecline
+	}
+	d.i++
+	d.depth++
+	defer func() { d.depth-- }()
+	d.ws()
+	if d.i < len(d.b) && d.b[d.i] == close {
+		d.i++
+		return nil
+	}
+	for {
+		if err := item(); err != nil {
+			return err
+		}
+		d.ws()
+		if d.i >= len(d.b) {
+			return ErrDecline
+		}
+		switch d.b[d.i] {
+		case ',':
+			d.i++
+			d.ws()
+		case close:
+			d.i++
+			return nil
+		default:
+			return ErrDecline
+		}
+	}
+}
+
+// key reads an object key that needs no unescaping.
+func (d *Decoder) key() ([]byte, error) {
+	s, e, plain, err := d.stringSpan()
+	if err != nil || !plain {
+		return nil, ErrDecline
+	}
+	return d.b[s:e], nil
+}
+
+// String reads a string.
+func (d *Decoder) String() (string, error) {
+	start := d.i
+	s, e, plain, err := d.stringSpan()
+	if err != nil {
+		return "", err
+	}
+	if plain {
+		return string(d.b[s:e]), nil
+	}
+	var v string
+	return v, d.plain(start, &v)
+}
+
+// stringSpan reads a string and returns its inside [s, e); plain is false
+// when the inside has escapes or invalid UTF-8 (then encoding/json's
+// unquoting must make the value).
+func (d *Decoder) stringSpan() (s, e int, plain bool, err error) {
+	if d.i >= len(d.b) || d.b[d.i] != '"' {
+		return 0, 0, false, ErrDecline
+	}
+	s = d.i + 1
+	plain = true
+	ascii := true
+	for i := s; i < len(d.b); i++ {
+		switch c := d.b[i]; {
+		case c == '"':
+			if !ascii && plain && !utf8.Valid(d.b[s:i]) {
+				plain = false
+			}
+			d.i = i + 1
+			return s, i, plain, nil
+		case c == '\\':
+			plain = false
+			i++
+			if i >= len(d.b) {
+				return 0, 0, false, ErrDecline
+			}
+			switch d.b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(d.b) {
+					return 0, 0, false, ErrDecline
+				}
+				for _, h := range d.b[i+1 : i+5] {
+					if !isHex(h) {
+						return 0, 0, false, ErrDecline
+					}
+				}
+				i += 4
+			default:
+				return 0, 0, false, ErrDecline
+			}
+		case c < 0x20:
+			return 0, 0, false, ErrDecline
+		case c >= 0x80:
+			ascii = false
+		}
+	}
+	return 0, 0, false, ErrDecline
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// Int64 reads an integer that fits in an int64; a fraction, an exponent or
+// an overflow declines (encoding/json refuses them for an int64).
+func (d *Decoder) Int64() (int64, error) {
+	s := d.i
+	i := s
+	if i < len(d.b) && d.b[i] == '-' {
+		i++
+	}
+	digits := i
+	for i < len(d.b) && '0' <= d.b[i] && d.b[i] <= '9' {
+		i++
+	}
+	if i == digits || (d.b[digits] == '0' && i > digits+1) {
+		return 0, ErrDecline
+	}
+	if i < len(d.b) && (d.b[i] == '.' || d.b[i] == 'e' || d.b[i] == 'E') {
+		return 0, ErrDecline
+	}
+	n, err := strconv.ParseInt(string(d.b[s:i]), 10, 64)
+	if err != nil {
+		return 0, ErrDecline
+	}
+	d.i = i
+	return n, nil
+}
+
+// Skip reads any valid JSON value and returns it.
+func (d *Decoder) Skip() ([]byte, error) {
+	start := d.i
+	if err := d.skip(); err != nil {
+		return nil, err
+	}
+	return d.b[start:d.i], nil
+}
+
+// maxDepth bounds nesting (and the recursion that reads it): deeper input
+// declines, and Plain decodes it (encoding/json refuses beyond 10,000).
+const maxDepth = 1000
+
+func (d *Decoder) skip() error {
+	if d.i >= len(d.b) {
+		return ErrDecline
+	}
+	switch c := d.b[d.i]; {
+	case c == '{':
+		return d.Members(func([]byte) error { return d.skip() })
+	case c == '[':
+		return d.Elements(d.skip)
+	case c == '"':
+		_, _, _, err := d.stringSpan()
+		return err
+	case c == 't':
+		return d.want("true")
+	case c == 'f':
+		return d.want("false")
+	case c == 'n':
+		return d.want("null")
+	case c == '-' || '0' <= c && c <= '9':
+		return d.number()
+	}
+	return ErrDecline
+}
+
+// number reads a number as JSON's grammar has it.
+func (d *Decoder) number() error {
+	b, i := d.b, d.i
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && '1' <= b[i] && b[i] <= '9':
+		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+			i++
+		}
+	default:
+		return ErrDecline
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if i >= len(b) || b[i] < '0' || b[i] > '9' {
+			return ErrDecline
+		}
+		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+			i++
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i >= len(b) || b[i] < '0' || b[i] > '9' {
+			return ErrDecline
+		}
+		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+			i++
+		}
+	}
+	d.i = i
+	return nil
+}
+
+func (d *Decoder) want(lit string) error {
+	if !d.literal(lit) {
+		return ErrDecline
+	}
+	return nil
+}
+
+// literal consumes lit if the input has it here.
+func (d *Decoder) literal(lit string) bool {
+	if len(d.b)-d.i >= len(lit) && string(d.b[d.i:d.i+len(lit)]) == lit {
+		d.i += len(lit)
+		return true
+	}
+	return false
+}
+
+// Delegate reads the next value with Plain into v (a pointer to a fresh
+// field): for the fields too rare to read by hand.
+func (d *Decoder) Delegate(v any) error {
+	return d.plain(d.i, v)
+}
+
+// plain skips the value at start (re-reading it if the caller already
+// began) and decodes it with Plain.
+func (d *Decoder) plain(start int, v any) error {
+	d.i = start
+	span, err := d.Skip()
+	if err != nil {
+		return err
+	}
+	if Plain(span, v) != nil {
+		return ErrDecline
+	}
+	return nil
+}
+
+func (d *Decoder) ws() {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
