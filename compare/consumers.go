@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -40,6 +41,12 @@ const (
 	// KindControllerRuntime is a controller-runtime manager's cache and a
 	// controller at controller-runtime's defaults (crconsumer.go).
 	KindControllerRuntime = "controller-runtime"
+	// KindNoBackoff is a consumer broken on purpose, not in AllKinds: bare
+	// with a store of its own and no pause at all: whenever a request fails
+	// or a WATCH ends, it asks again at once (LISTs again at once on a
+	// 410). The fault scorecard's own test holds the scorecard to calling
+	// it stormed.
+	KindNoBackoff = "nobackoff"
 )
 
 // AllKinds is every consumer, in report order.
@@ -270,18 +277,44 @@ type bareConsumer struct {
 	ns       string
 	rec      *recorder
 	pageSize int64
+	// pause is the wait after a failed request (bare: 1 s; nobackoff: none,
+	// which is its bug).
+	pause time.Duration
+	// keep: key → resourceVersion, kept by nobackoff (nil for bare, which
+	// caches nothing).
+	mu   sync.Mutex
+	keep map[string]string
 }
 
-func newBare(cfg *rest.Config, ns string, rec *recorder) (consumer, error) {
+func newBare(cfg *rest.Config, ns string, rec *recorder, pause time.Duration, keep bool) (consumer, error) {
 	c, err := client.New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &bareConsumer{c: c, ns: ns, rec: rec, pageSize: 500}, nil
+	b := &bareConsumer{c: c, ns: ns, rec: rec, pageSize: 500, pause: pause}
+	if keep {
+		b.keep = map[string]string{}
+	}
+	return b, nil
+}
+
+// event hands one event to the recorder and, if b keeps a store, applies it.
+func (b *bareConsumer) event(typ byte, rv, key string) {
+	if b.keep != nil {
+		b.mu.Lock()
+		if typ == EvDelete {
+			delete(b.keep, key)
+		} else {
+			b.keep[key] = rv
+		}
+		b.mu.Unlock()
+	}
+	b.rec.event(typ, rv, key)
 }
 
 func (b *bareConsumer) list(ctx context.Context) (string, error) {
 	opts := metav1.ListOptions{Limit: b.pageSize}
+	seen := map[string]bool{}
 	for {
 		l, err := b.c.List(ctx, b.ns, opts)
 		if err != nil {
@@ -289,9 +322,16 @@ func (b *bareConsumer) list(ctx context.Context) (string, error) {
 		}
 		for i := range l.Items {
 			o := &l.Items[i]
-			b.rec.event(EvAdd, o.ResourceVersion, store.KeyOf(o))
+			seen[store.KeyOf(o)] = true
+			b.event(EvAdd, o.ResourceVersion, store.KeyOf(o))
 		}
 		if l.Continue == "" {
+			// A relist deletes what is gone from the store it keeps.
+			for key, rv := range b.dump() {
+				if !seen[key] {
+					b.event(EvDelete, rv, key)
+				}
+			}
 			return l.ResourceVersion, nil
 		}
 		opts = metav1.ListOptions{Limit: b.pageSize, Continue: l.Continue}
@@ -304,7 +344,7 @@ func (b *bareConsumer) run(ctx context.Context, synced chan<- struct{}) {
 		if needList {
 			var err error
 			if rv, err = b.list(ctx); err != nil {
-				sleep(ctx, time.Second)
+				sleep(ctx, b.pause)
 				continue
 			}
 			needList = false
@@ -318,7 +358,7 @@ func (b *bareConsumer) run(ctx context.Context, synced chan<- struct{}) {
 			Param("watch", "true").Watch(ctx)
 		if err != nil {
 			needList = apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
-			sleep(ctx, time.Second)
+			sleep(ctx, b.pause)
 			continue
 		}
 		for ev := range w.ResultChan() {
@@ -334,23 +374,41 @@ func (b *bareConsumer) run(ctx context.Context, synced chan<- struct{}) {
 			rv = o.ResourceVersion
 			switch ev.Type {
 			case watch.Added:
-				b.rec.event(EvAdd, rv, store.KeyOf(o))
+				b.event(EvAdd, rv, store.KeyOf(o))
 			case watch.Modified:
-				b.rec.event(EvUpdate, rv, store.KeyOf(o))
+				b.event(EvUpdate, rv, store.KeyOf(o))
 			case watch.Deleted:
-				b.rec.event(EvDelete, rv, store.KeyOf(o))
+				b.event(EvDelete, rv, store.KeyOf(o))
 			}
 		}
 		w.Stop()
 	}
 }
 
-func (b *bareConsumer) storeLen() int           { return -1 }
-func (b *bareConsumer) queued() int             { return 0 }
-func (b *bareConsumer) lists() int64            { return -1 }
-func (b *bareConsumer) dump() map[string]string { return nil }
+func (b *bareConsumer) storeLen() int {
+	if b.keep == nil {
+		return -1
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.keep)
+}
+func (b *bareConsumer) queued() int  { return 0 }
+func (b *bareConsumer) lists() int64 { return -1 }
+
+func (b *bareConsumer) dump() map[string]string {
+	if b.keep == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return maps.Clone(b.keep)
+}
 
 func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
 	select {
 	case <-ctx.Done():
 	case <-time.After(d):
@@ -414,7 +472,9 @@ func newConsumer(kind string, cfg *rest.Config, ns string, rec *recorder, dropEv
 	case KindControllerRuntime:
 		return newControllerRuntime(cfg, ns, rec, drop)
 	case KindBare:
-		return newBare(cfg, ns, rec)
+		return newBare(cfg, ns, rec, time.Second, false)
+	case KindNoBackoff:
+		return newBare(cfg, ns, rec, 0, true)
 	}
 	return nil, fmt.Errorf("unknown consumer kind %q", kind)
 }
@@ -445,8 +505,9 @@ type ConsumerConfig struct {
 	DropAnnotations []string
 	// OnEvent, if set, hears every handler call: its type (EvAdd, EvUpdate,
 	// EvDelete, EvResync), the object's resourceVersion and key, and when
-	// (unix ns). It runs on the consumer's event-handler goroutine: it
-	// must not block.
+	// (unix ns). It runs on the consumer's event-handler goroutine, as a
+	// handler's own work would: what it takes, the handler takes (the
+	// fault scorecard's slow-consumer fault blocks in it on purpose).
 	OnEvent func(typ byte, rv, key string, at int64)
 }
 

@@ -11,11 +11,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"rawwatch/compare"
@@ -28,6 +29,8 @@ import (
 //	client → scorecard (stdout):  synced
 //	                              store {"KEY":"RV",...}   (the answer to dump)
 //	scorecard → client (stdin):   dump
+//	                              slow D  (from now on every handler call
+//	                                       blocks for D; slow 0s: no more)
 //	                              stop   (write the result file and exit)
 //
 // What the client logs goes to its stderr, which the scorecard keeps.
@@ -84,14 +87,46 @@ func sortOf(r *http.Request) (byte, bool) {
 // clientResult is what a client process writes when told to stop.
 type clientResult struct {
 	Requests []request `json:"requests"`
+	Samples  []sample  `json:"samples"`
 }
 
-// consumer is what a client runs: a compare.Recording, or one of this
-// package's own (nobackoff).
-type consumer interface {
-	Run(ctx context.Context, synced chan<- struct{})
-	Store() map[string]string
-	Close() error
+// sample is one reading of the client process, every sampleEvery: its heap
+// in use and the keys waiting in its workqueue.
+type sample struct {
+	At        int64  `json:"at"` // unix ns
+	HeapInuse uint64 `json:"heapInuse"`
+	Queued    int    `json:"queued"`
+}
+
+const sampleEvery = 250 * time.Millisecond
+
+// eventFile writes every event the consumer's handler hears, one line each:
+// "T RV AT KEY" (T: A, U, D or S; AT: unix ns); while slow is set, each
+// call then blocks that long, on the handler's goroutine: the slow-consumer
+// fault.
+type eventFile struct {
+	mu   sync.Mutex
+	w    *bufio.Writer
+	f    *os.File
+	slow atomic.Int64 // ns
+}
+
+func (e *eventFile) event(typ byte, rv, key string, at int64) {
+	e.mu.Lock()
+	fmt.Fprintf(e.w, "%c %s %d %s\n", typ, rv, at, key)
+	e.mu.Unlock()
+	if d := time.Duration(e.slow.Load()); d > 0 {
+		time.Sleep(d)
+	}
+}
+
+func (e *eventFile) close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.w.Flush(); err != nil {
+		return err
+	}
+	return e.f.Close()
 }
 
 func clientMain(args []string, stdin io.Reader, stdout io.Writer) error {
@@ -123,7 +158,12 @@ func clientMain(args []string, stdin io.Reader, stdout io.Writer) error {
 			return rt.RoundTrip(r)
 		})
 	})
-	c, err := newClientConsumer(*kind, cfg, *ns, *events)
+	f, err := os.Create(*events)
+	if err != nil {
+		return err
+	}
+	ev := &eventFile{f: f, w: bufio.NewWriterSize(f, 256<<10)}
+	c, err := compare.NewConsumer(*kind, cfg, *ns, compare.ConsumerConfig{OnEvent: ev.event})
 	if err != nil {
 		return err
 	}
@@ -137,6 +177,23 @@ func clientMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	defer cancel()
 	synced, done := make(chan struct{}), make(chan struct{})
 	go func() { c.Run(ctx, synced); close(done) }()
+	var samples []sample
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(sampleEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				samples = append(samples, sample{At: time.Now().UnixNano(), HeapInuse: ms.HeapInuse, Queued: c.Queued()})
+			}
+		}
+	}()
 	go func() {
 		select {
 		case <-synced:
@@ -146,25 +203,32 @@ func clientMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	}()
 	in := bufio.NewScanner(stdin)
 	for in.Scan() && in.Text() != "stop" {
+		if d, ok := strings.CutPrefix(in.Text(), "slow "); ok {
+			if slow, err := time.ParseDuration(d); err == nil {
+				ev.slow.Store(int64(slow))
+			}
+		}
 		if in.Text() == "dump" {
-			b, err := json.Marshal(c.Store())
+			b, err := json.Marshal(c.Dump())
 			if err != nil {
 				return err
 			}
 			say("store " + string(b))
 		}
 	}
+	ev.slow.Store(0)
 	cancel()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		return errors.New("the consumer did not stop within 10 s")
 	}
-	if err := c.Close(); err != nil {
+	<-sampled
+	if err := ev.close(); err != nil {
 		return err
 	}
 	mu.Lock()
-	b, err := json.Marshal(clientResult{Requests: reqs})
+	b, err := json.Marshal(clientResult{Requests: reqs, Samples: samples})
 	mu.Unlock()
 	if err != nil {
 		return err
@@ -176,19 +240,14 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-func newClientConsumer(kind string, cfg *rest.Config, ns, events string) (consumer, error) {
-	if kind == KindNoBackoff {
-		return newNoBackoff(cfg, ns, events)
-	}
-	return compare.NewRecording(kind, cfg, ns, events)
-}
-
 // process is a running client process, as the scorecard sees it.
 type process struct {
 	cmd        *exec.Cmd
 	stdin      io.WriteCloser
 	stderrPath string
 	resultPath string
+	started    time.Time
+	syncedAt   time.Time // set before synced is closed
 	synced     chan struct{}
 	stores     chan map[string]string
 	done       chan struct{}
@@ -197,7 +256,7 @@ type process struct {
 // startClient starts binary as a client of kind (client-go's WatchListClient
 // on unless kind is informer-list, as in the comparison harness).
 func startClient(binary, kind, kubeconfig, ns, dir string) (*process, error) {
-	p := &process{stderrPath: dir + "/client.log", resultPath: dir + "/result.json",
+	p := &process{stderrPath: dir + "/client.log", resultPath: dir + "/result.json", started: time.Now(),
 		synced: make(chan struct{}), stores: make(chan map[string]string, 1), done: make(chan struct{})}
 	p.cmd = exec.Command(binary, "--kind", kind, "--kubeconfig", kubeconfig, "--namespace", ns,
 		"--events", dir+"/events.txt", "--result", p.resultPath)
@@ -229,6 +288,7 @@ func startClient(binary, kind, kubeconfig, ns, dir string) (*process, error) {
 			line := sc.Text()
 			switch {
 			case line == "synced":
+				p.syncedAt = time.Now()
 				close(p.synced)
 			case strings.HasPrefix(line, "store "):
 				var m map[string]string
@@ -252,6 +312,12 @@ func (p *process) waitSynced(timeout time.Duration) error {
 	case <-time.After(timeout):
 		return fmt.Errorf("the client did not sync within %v", timeout)
 	}
+}
+
+// slow makes every handler call of the client block for d (0: no more).
+func (p *process) slow(d time.Duration) error {
+	_, err := fmt.Fprintf(p.stdin, "slow %s\n", d)
+	return err
 }
 
 // store asks the client for its store.
@@ -299,3 +365,8 @@ func tail(path string) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return strings.Join(lines[max(len(lines)-5, 0):], "\n")
 }
+
+// KindNoBackoff is a client broken on purpose (compare.KindNoBackoff): it
+// re-watches at once, forever. The scorecard must call it stormed; its own
+// test holds it to that.
+const KindNoBackoff = compare.KindNoBackoff

@@ -53,6 +53,19 @@ type Measure struct {
 	// is following the server again.
 	EventsAfter int
 	HeardCanary bool
+	// CanaryIn: from the canary's write to its reaching the handler (a
+	// slow handler's backlog drains first).
+	CanaryIn time.Duration
+	// HeapGrowth: the most the client's heap in use grew, while the fault
+	// lasted, over its value when the fault began (bytes; sampled every
+	// 250 ms); MostQueued: the most keys waiting in its workqueue then.
+	HeapGrowth int64
+	MostQueued int
+	// Initial: the fault began before the client started; Synced and
+	// SyncedIn: it made its initial sync, that long after its start.
+	Initial  bool
+	Synced   bool
+	SyncedIn time.Duration
 }
 
 // Rate is the fault's LISTs, WATCHes and WatchLists a minute, on average
