@@ -509,6 +509,10 @@ type ConsumerConfig struct {
 	// handler's own work would: what it takes, the handler takes (the
 	// fault scorecard's slow-consumer fault blocks in it on purpose).
 	OnEvent func(typ byte, rv, key string, at int64)
+	// EventsPath, if set, receives every handler call, one line each:
+	// "T RV AT KEY" (T: EvAdd, EvUpdate, EvDelete or EvResync; AT: unix
+	// ns), as the harness's consumers record theirs; Close writes it out.
+	EventsPath string
 }
 
 // EventCounts are the handler calls a consumer has made, by type.
@@ -524,13 +528,24 @@ type EventCounts struct{ Adds, Updates, Deletes, Resyncs int64 }
 // process of its own for that reason (startConsumer).
 func NewConsumer(kind string, cfg *rest.Config, ns string, cc ConsumerConfig) (*Consumer, error) {
 	rec := discardRecorder()
+	if cc.EventsPath != "" {
+		var err error
+		if rec, err = newRecorder(cc.EventsPath); err != nil {
+			return nil, err
+		}
+	}
 	rec.onEvent = cc.OnEvent
 	c, err := newConsumer(kind, rest.CopyConfig(cfg), ns, rec, 0, cc.DropAnnotations)
 	if err != nil {
+		rec.close()
 		return nil, err
 	}
 	return &Consumer{c: c, rec: rec}, nil
 }
+
+// Close writes out the events recorded to ConsumerConfig.EventsPath; call
+// it once Run has returned.
+func (c *Consumer) Close() error { return c.rec.close() }
 
 // Run consumes until ctx ends; synced is closed after the initial sync.
 func (c *Consumer) Run(ctx context.Context, synced chan<- struct{}) { c.c.run(ctx, synced) }

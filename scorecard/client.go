@@ -28,7 +28,10 @@ import (
 //
 //	client → scorecard (stdout):  synced
 //	                              store {"KEY":"RV",...}   (the answer to dump)
+//	                              heard RV   (the answer to heard: "" if never)
 //	scorecard → client (stdin):   dump
+//	                              heard KEY  (the last resourceVersion of KEY
+//	                                          the handler heard)
 //	                              slow D  (from now on every handler call
 //	                                       blocks for D; slow 0s: no more)
 //	                              stop   (write the result file and exit)
@@ -100,33 +103,23 @@ type sample struct {
 
 const sampleEvery = 250 * time.Millisecond
 
-// eventFile writes every event the consumer's handler hears, one line each:
-// "T RV AT KEY" (T: A, U, D or S; AT: unix ns); while slow is set, each
-// call then blocks that long, on the handler's goroutine: the slow-consumer
-// fault.
-type eventFile struct {
-	mu   sync.Mutex
-	w    *bufio.Writer
-	f    *os.File
-	slow atomic.Int64 // ns
+// handler is what the client adds to its consumer's event handler: it
+// remembers the last resourceVersion heard of each key and, while slow is
+// set, blocks each call that long, on the handler's goroutine: the
+// slow-consumer fault.
+type handler struct {
+	mu    sync.Mutex
+	heard map[string]string
+	slow  atomic.Int64 // ns
 }
 
-func (e *eventFile) event(typ byte, rv, key string, at int64) {
-	e.mu.Lock()
-	fmt.Fprintf(e.w, "%c %s %d %s\n", typ, rv, at, key)
-	e.mu.Unlock()
-	if d := time.Duration(e.slow.Load()); d > 0 {
+func (h *handler) event(_ byte, rv, key string, _ int64) {
+	h.mu.Lock()
+	h.heard[key] = rv
+	h.mu.Unlock()
+	if d := time.Duration(h.slow.Load()); d > 0 {
 		time.Sleep(d)
 	}
-}
-
-func (e *eventFile) close() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if err := e.w.Flush(); err != nil {
-		return err
-	}
-	return e.f.Close()
 }
 
 func clientMain(args []string, stdin io.Reader, stdout io.Writer) error {
@@ -158,12 +151,8 @@ func clientMain(args []string, stdin io.Reader, stdout io.Writer) error {
 			return rt.RoundTrip(r)
 		})
 	})
-	f, err := os.Create(*events)
-	if err != nil {
-		return err
-	}
-	ev := &eventFile{f: f, w: bufio.NewWriterSize(f, 256<<10)}
-	c, err := compare.NewConsumer(*kind, cfg, *ns, compare.ConsumerConfig{OnEvent: ev.event})
+	ev := &handler{heard: map[string]string{}}
+	c, err := compare.NewConsumer(*kind, cfg, *ns, compare.ConsumerConfig{OnEvent: ev.event, EventsPath: *events})
 	if err != nil {
 		return err
 	}
@@ -181,17 +170,10 @@ func clientMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
-		t := time.NewTicker(sampleEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				var ms runtime.MemStats
-				runtime.ReadMemStats(&ms)
-				samples = append(samples, sample{At: time.Now().UnixNano(), HeapInuse: ms.HeapInuse, Queued: c.Queued()})
-			}
+		for ; ctx.Err() == nil; time.Sleep(sampleEvery) {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			samples = append(samples, sample{At: time.Now().UnixNano(), HeapInuse: ms.HeapInuse, Queued: c.Queued()})
 		}
 	}()
 	go func() {
@@ -207,6 +189,12 @@ func clientMain(args []string, stdin io.Reader, stdout io.Writer) error {
 			if slow, err := time.ParseDuration(d); err == nil {
 				ev.slow.Store(int64(slow))
 			}
+		}
+		if key, ok := strings.CutPrefix(in.Text(), "heard "); ok {
+			ev.mu.Lock()
+			rv := ev.heard[key]
+			ev.mu.Unlock()
+			say("heard " + rv)
 		}
 		if in.Text() == "dump" {
 			b, err := json.Marshal(c.Dump())
@@ -224,7 +212,7 @@ func clientMain(args []string, stdin io.Reader, stdout io.Writer) error {
 		return errors.New("the consumer did not stop within 10 s")
 	}
 	<-sampled
-	if err := ev.close(); err != nil {
+	if err := c.Close(); err != nil {
 		return err
 	}
 	mu.Lock()
@@ -250,6 +238,7 @@ type process struct {
 	syncedAt   time.Time // set before synced is closed
 	synced     chan struct{}
 	stores     chan map[string]string
+	heards     chan string
 	done       chan struct{}
 }
 
@@ -257,7 +246,7 @@ type process struct {
 // on unless kind is informer-list, as in the comparison harness).
 func startClient(binary, kind, kubeconfig, ns, dir string) (*process, error) {
 	p := &process{stderrPath: dir + "/client.log", resultPath: dir + "/result.json", started: time.Now(),
-		synced: make(chan struct{}), stores: make(chan map[string]string, 1), done: make(chan struct{})}
+		synced: make(chan struct{}), stores: make(chan map[string]string, 1), heards: make(chan string, 1), done: make(chan struct{})}
 	p.cmd = exec.Command(binary, "--kind", kind, "--kubeconfig", kubeconfig, "--namespace", ns,
 		"--events", dir+"/events.txt", "--result", p.resultPath)
 	watchList := "true"
@@ -295,6 +284,8 @@ func startClient(binary, kind, kubeconfig, ns, dir string) (*process, error) {
 				if json.Unmarshal([]byte(strings.TrimPrefix(line, "store ")), &m) == nil {
 					p.stores <- m
 				}
+			case line == "heard" || strings.HasPrefix(line, "heard "):
+				p.heards <- strings.TrimPrefix(strings.TrimPrefix(line, "heard"), " ")
 			}
 		}
 	}()
@@ -318,6 +309,22 @@ func (p *process) waitSynced(timeout time.Duration) error {
 func (p *process) slow(d time.Duration) error {
 	_, err := fmt.Fprintf(p.stdin, "slow %s\n", d)
 	return err
+}
+
+// heard asks the client for the last resourceVersion of key its handler
+// heard ("" if none).
+func (p *process) heard(key string) (string, error) {
+	if _, err := fmt.Fprintln(p.stdin, "heard "+key); err != nil {
+		return "", err
+	}
+	select {
+	case rv := <-p.heards:
+		return rv, nil
+	case <-p.done:
+		return "", fmt.Errorf("the client exited: %s", tail(p.stderrPath))
+	case <-time.After(30 * time.Second):
+		return "", errors.New("the client did not answer heard within 30 s")
+	}
 }
 
 // store asks the client for its store.

@@ -58,8 +58,8 @@ func (r *Report) Markdown(svg string) string {
 	b.WriteString("### The numbers\n\n")
 	b.WriteString("Requests while the fault lasted (LIST first pages / further pages / WATCHes / WatchLists), their average a minute, their busiest minute; " +
 		"the store at the end against the server (missing / extra / at another resourceVersion); deletions made during the fault, of objects still gone, never delivered; " +
-		"events heard after the fault, and how long the canary (one update right after the fault, to an object nothing else touches) took from its write to the handler; "+
-		"the most the client's heap in use grew during the fault over its value at the fault's start, and the most keys waiting in its workqueue then (sampled every 250 ms); "+
+		"events heard after the fault, and how long the canary (one update right after the fault, to an object nothing else touches) took from its write to the handler; " +
+		"the most the client's heap in use grew during the fault over its value at the fault's start, and the most keys waiting in its workqueue then (sampled every 250 ms); " +
 		"for a fault that began before the client started, how long after its start it made its initial sync; lines the client logged from the fault's start to its stop.\n\n")
 	b.WriteString("| fault | client | verdict | LISTs / pages / WATCHes / WatchLists | a minute | busiest minute | converged | missing / extra / stale | never delivered | events after (canary heard in) | heap growth / most queued | initial sync | log lines | why |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")

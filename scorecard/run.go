@@ -271,7 +271,7 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 		return row, fmt.Errorf("starting the fault: %w", startErr)
 	}
 	end := time.Now()
-	canary, canaryAt, err := w.canary(ctx, 2*r.ticks)
+	canary, canaryRV, canaryAt, err := w.canary(ctx, 2*r.ticks)
 	if err != nil {
 		return row, fmt.Errorf("the canary: %w", err)
 	}
@@ -292,6 +292,20 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 			break
 		}
 		if m.ConvergedIn > r.o.Recover {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	// A store can be current while the handler lags (an informer's is
+	// written before its handlers hear of it): what the handler heard is
+	// read once it has caught up with the canary, the last write, or at
+	// the end of the recovery window.
+	for m.Converged && time.Since(end) < r.o.Recover {
+		rv, err := p.heard(canary)
+		if err != nil {
+			return row, err
+		}
+		if rv == canaryRV {
 			break
 		}
 		time.Sleep(250 * time.Millisecond)
@@ -353,7 +367,9 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 		m.CanaryIn = ev.canaryAt.Sub(canaryAt)
 	}
 	for _, key := range w.deletedKeys() {
-		if _, there := server[key]; !there && !deleted[key] {
+		// An object the client never heard of (deleted before an initial
+		// sync) is owed no deletion.
+		if _, there := server[key]; !there && ev.known[key] && !deleted[key] {
 			m.Undelivered++
 		}
 	}
@@ -445,14 +461,14 @@ func (w *writer) run(ctx context.Context, begin time.Time, ticks int) {
 // (retrying for a minute: the apiserver may be coming back), and returns its
 // key and when the write succeeded: a client that hears it follows the
 // server again.
-func (w *writer) canary(ctx context.Context, i int) (string, time.Time, error) {
-	var err error
+func (w *writer) canary(ctx context.Context, i int) (key, rv string, at time.Time, err error) {
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
-		if _, err = w.c.Patch(ctx, w.ns, objectName(i), types.MergePatchType, []byte(`{"spec":{"message":"canary"}}`)); err == nil {
-			return store.Key(w.ns, objectName(i)), time.Now(), nil
+		var o *v1alpha1.MyResource
+		if o, err = w.c.Patch(ctx, w.ns, objectName(i), types.MergePatchType, []byte(`{"spec":{"message":"canary"}}`)); err == nil {
+			return store.Key(w.ns, objectName(i)), o.ResourceVersion, time.Now(), nil
 		}
 	}
-	return "", time.Time{}, err
+	return "", "", time.Time{}, err
 }
 
 func (w *writer) deletedKeys() []string {
@@ -513,6 +529,7 @@ func diff(server, mine map[string]string) (missing, extra, stale int) {
 
 // events is what an events file says.
 type events struct {
+	known    map[string]bool // keys the handler heard of at all
 	deleted  map[string]bool // keys whose deletion the handler heard
 	after    int             // events heard at or after the fault's end
 	canaryAt time.Time       // when the canary's key was first among them (zero: never)
@@ -520,7 +537,7 @@ type events struct {
 
 // readEvents reads an events file ("T RV AT KEY" lines).
 func readEvents(path string, end time.Time, canary string) (events, error) {
-	ev := events{deleted: map[string]bool{}}
+	ev := events{known: map[string]bool{}, deleted: map[string]bool{}}
 	f, err := os.Open(path)
 	if err != nil {
 		return ev, err
@@ -532,6 +549,7 @@ func readEvents(path string, end time.Time, canary string) (events, error) {
 		if len(fields) != 4 {
 			continue
 		}
+		ev.known[fields[3]] = true
 		if fields[0] == "D" {
 			ev.deleted[fields[3]] = true
 		}

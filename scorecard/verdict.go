@@ -44,8 +44,10 @@ type Measure struct {
 	// At the end (on convergence, or Recover after the fault): keys the
 	// store lacked, held beyond the server's, held at another resourceVersion.
 	Missing, Extra, Stale int
-	// Deletions made during the fault, of objects still gone at the end,
-	// that the client's handler never heard of.
+	// Deletions made during the fault, of objects still gone at the end
+	// and known to the client's handler, that the handler never heard of
+	// (read once it heard the canary, the last write: a lagging handler
+	// is not a losing one).
 	Undelivered int
 	// EventsAfter: events the handler heard after the fault's end;
 	// HeardCanary: among them, the canary's, one update the writer makes
