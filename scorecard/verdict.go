@@ -83,7 +83,8 @@ func (m Measure) Rate() float64 {
 // Verdict judges m, worst first, and says why:
 //
 //   - lost data: a deletion never reached the handler although the store
-//     converged, or the store never converged although the client was
+//     converged (Undelivered: of objects the handler knew, read once it
+//     caught up with the canary), or the store never converged although the client was
 //     following the server again (its handler heard the canary, written
 //     after the fault): it believes itself up to date and is not;
 //   - stormed: more than StormPerMinute LISTs, WATCHes and WatchLists in
