@@ -361,18 +361,11 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 	if err != nil {
 		return row, err
 	}
-	deleted := ev.deleted
 	m.EventsAfter, m.HeardCanary = ev.after, !ev.canaryAt.IsZero()
 	if m.HeardCanary {
 		m.CanaryIn = ev.canaryAt.Sub(canaryAt)
 	}
-	for _, key := range w.deletedKeys() {
-		// An object the client never heard of (deleted before an initial
-		// sync) is owed no deletion.
-		if _, there := server[key]; !there && ev.known[key] && !deleted[key] {
-			m.Undelivered++
-		}
-	}
+	m.Undelivered = undelivered(w.deletedKeys(), server, ev)
 	row.Measure = m
 	row.Verdict, row.Why = Verdict(m)
 	row.Logged, row.LogSample = logSample(p.stderrPath, logFrom)
@@ -525,6 +518,20 @@ func diff(server, mine map[string]string) (missing, extra, stale int) {
 		}
 	}
 	return missing, extra, stale
+}
+
+// undelivered counts the deletions made (deleted) of objects still gone
+// from the server that the handler knew and never heard deleted. An object
+// the client never heard of (deleted before its initial sync) is owed no
+// deletion.
+func undelivered(deleted []string, server map[string]string, ev events) int {
+	n := 0
+	for _, key := range deleted {
+		if _, there := server[key]; !there && ev.known[key] && !ev.deleted[key] {
+			n++
+		}
+	}
+	return n
 }
 
 // events is what an events file says.
