@@ -76,7 +76,8 @@ func (r *Report) Markdown(svg string) string {
 			m := row.Measure
 			canary := "never"
 			if m.HeardCanary {
-				canary = fmt.Sprintf("%.1f s", m.CanaryIn.Seconds())
+				// The handler may hear it before the writer hears its answer.
+				canary = fmt.Sprintf("%.1f s", max(m.CanaryIn, 0).Seconds())
 			}
 			sync := "–"
 			switch {
