@@ -8,7 +8,7 @@ SHELL := /bin/bash
 GO    ?= go
 TOOLS := ./hack/ensure-tools.sh
 
-.PHONY: all help build browser test unit vet manifests verify-manifests tools demo demo-410 demo-drop demo-refuse demo-garbage demo-storm demo-faults demo-flap-cut demo-flap-error demo-freeze demo-watchlist-end demo-watch-410 demo-too-large-rv demo-429 demo-500 demo-garble demo-apiserver-restart cluster run chaos clean bench bench-storm bench-converge image-binary deploy undeploy mutants scorecard
+.PHONY: all help build browser test unit vet manifests verify-manifests tools demo demo-410 demo-drop demo-refuse demo-garbage demo-storm demo-faults demo-flap-cut demo-flap-error demo-freeze demo-watchlist-end demo-watch-410 demo-too-large-rv demo-429 demo-500 demo-garble demo-apiserver-restart demo-etcd-restore demo-slow-consumer demo-initial-flap-cut cluster run chaos clean bench bench-storm bench-converge image-binary deploy undeploy mutants scorecard
 
 # The version stamped into binaries and the image tag `make deploy` uses.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -62,7 +62,7 @@ demo: tools build ## local control plane + CRD + samples + controller, then kube
 demo-410 demo-drop demo-refuse demo-garbage demo-storm: tools build ## one fault on purpose, narrated (hack/fault-demo.sh)
 	./hack/fault-demo.sh $(@:demo-%=%)
 
-demo-flap-cut demo-flap-error demo-freeze demo-watchlist-end demo-watch-410 demo-too-large-rv demo-429 demo-500 demo-garble demo-apiserver-restart: tools build ## each fault of the scorecard on purpose for 15 s, narrated (--explain): demo-flap-cut, demo-freeze, demo-garble, ...
+demo-flap-cut demo-flap-error demo-freeze demo-watchlist-end demo-watch-410 demo-too-large-rv demo-429 demo-500 demo-garble demo-apiserver-restart demo-etcd-restore demo-slow-consumer demo-initial-flap-cut: tools build ## each fault of the scorecard on purpose, narrated (--explain): demo-flap-cut, demo-garble, demo-etcd-restore, demo-slow-consumer, ...
 	./hack/fault-demo.sh $(@:demo-%=%)
 
 demo-faults: tools build ## every fault demo, one after the other

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -40,6 +41,12 @@ const (
 	// KindControllerRuntime is a controller-runtime manager's cache and a
 	// controller at controller-runtime's defaults (crconsumer.go).
 	KindControllerRuntime = "controller-runtime"
+	// KindNoBackoff is a consumer broken on purpose, not in AllKinds: bare
+	// with a store of its own and no pause at all: whenever a request fails
+	// or a WATCH ends, it asks again at once (LISTs again at once on a
+	// 410). The fault scorecard's own test holds the scorecard to calling
+	// it stormed.
+	KindNoBackoff = "nobackoff"
 )
 
 // AllKinds is every consumer, in report order.
@@ -271,18 +278,44 @@ type bareConsumer struct {
 	ns       string
 	rec      *recorder
 	pageSize int64
+	// pause is the wait after a failed request (bare: 1 s; nobackoff: none,
+	// which is its bug).
+	pause time.Duration
+	// keep: key → resourceVersion, kept by nobackoff (nil for bare, which
+	// caches nothing).
+	mu   sync.Mutex
+	keep map[string]string
 }
 
-func newBare(cfg *rest.Config, ns string, rec *recorder) (consumer, error) {
+func newBare(cfg *rest.Config, ns string, rec *recorder, pause time.Duration, keep bool) (consumer, error) {
 	c, err := client.New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &bareConsumer{c: c, ns: ns, rec: rec, pageSize: 500}, nil
+	b := &bareConsumer{c: c, ns: ns, rec: rec, pageSize: 500, pause: pause}
+	if keep {
+		b.keep = map[string]string{}
+	}
+	return b, nil
+}
+
+// event hands one event to the recorder and, if b keeps a store, applies it.
+func (b *bareConsumer) event(typ byte, rv, key string) {
+	if b.keep != nil {
+		b.mu.Lock()
+		if typ == EvDelete {
+			delete(b.keep, key)
+		} else {
+			b.keep[key] = rv
+		}
+		b.mu.Unlock()
+	}
+	b.rec.event(typ, rv, key)
 }
 
 func (b *bareConsumer) list(ctx context.Context) (string, error) {
 	opts := metav1.ListOptions{Limit: b.pageSize}
+	seen := map[string]bool{}
 	for {
 		l, err := b.c.List(ctx, b.ns, opts)
 		if err != nil {
@@ -290,9 +323,16 @@ func (b *bareConsumer) list(ctx context.Context) (string, error) {
 		}
 		for i := range l.Items {
 			o := &l.Items[i]
-			b.rec.event(EvAdd, o.ResourceVersion, store.KeyOf(o))
+			seen[store.KeyOf(o)] = true
+			b.event(EvAdd, o.ResourceVersion, store.KeyOf(o))
 		}
 		if l.Continue == "" {
+			// A relist deletes what is gone from the store it keeps.
+			for key, rv := range b.dump() {
+				if !seen[key] {
+					b.event(EvDelete, rv, key)
+				}
+			}
 			return l.ResourceVersion, nil
 		}
 		opts = metav1.ListOptions{Limit: b.pageSize, Continue: l.Continue}
@@ -305,7 +345,7 @@ func (b *bareConsumer) run(ctx context.Context, synced chan<- struct{}) {
 		if needList {
 			var err error
 			if rv, err = b.list(ctx); err != nil {
-				sleep(ctx, time.Second)
+				sleep(ctx, b.pause)
 				continue
 			}
 			needList = false
@@ -319,7 +359,7 @@ func (b *bareConsumer) run(ctx context.Context, synced chan<- struct{}) {
 			Param("watch", "true").Watch(ctx)
 		if err != nil {
 			needList = apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
-			sleep(ctx, time.Second)
+			sleep(ctx, b.pause)
 			continue
 		}
 		for ev := range w.ResultChan() {
@@ -335,23 +375,41 @@ func (b *bareConsumer) run(ctx context.Context, synced chan<- struct{}) {
 			rv = o.ResourceVersion
 			switch ev.Type {
 			case watch.Added:
-				b.rec.event(EvAdd, rv, store.KeyOf(o))
+				b.event(EvAdd, rv, store.KeyOf(o))
 			case watch.Modified:
-				b.rec.event(EvUpdate, rv, store.KeyOf(o))
+				b.event(EvUpdate, rv, store.KeyOf(o))
 			case watch.Deleted:
-				b.rec.event(EvDelete, rv, store.KeyOf(o))
+				b.event(EvDelete, rv, store.KeyOf(o))
 			}
 		}
 		w.Stop()
 	}
 }
 
-func (b *bareConsumer) storeLen() int           { return -1 }
-func (b *bareConsumer) queued() int             { return 0 }
-func (b *bareConsumer) lists() int64            { return -1 }
-func (b *bareConsumer) dump() map[string]string { return nil }
+func (b *bareConsumer) storeLen() int {
+	if b.keep == nil {
+		return -1
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.keep)
+}
+func (b *bareConsumer) queued() int  { return 0 }
+func (b *bareConsumer) lists() int64 { return -1 }
+
+func (b *bareConsumer) dump() map[string]string {
+	if b.keep == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return maps.Clone(b.keep)
+}
 
 func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
 	select {
 	case <-ctx.Done():
 	case <-time.After(d):
@@ -415,7 +473,9 @@ func newConsumer(kind string, cfg *rest.Config, ns string, rec *recorder, dropEv
 	case KindControllerRuntime:
 		return newControllerRuntime(cfg, ns, rec, drop)
 	case KindBare:
-		return newBare(cfg, ns, rec)
+		return newBare(cfg, ns, rec, time.Second, false)
+	case KindNoBackoff:
+		return newBare(cfg, ns, rec, 0, true)
 	}
 	return nil, fmt.Errorf("unknown consumer kind %q", kind)
 }
@@ -446,8 +506,9 @@ type ConsumerConfig struct {
 	DropAnnotations []string
 	// OnEvent, if set, hears every handler call: its type (EvAdd, EvUpdate,
 	// EvDelete, EvResync), the object's resourceVersion and key, and when
-	// (unix ns). It runs on the consumer's event-handler goroutine: it
-	// must not block.
+	// (unix ns). It runs on the consumer's event-handler goroutine, as a
+	// handler's own work would: what it takes, the handler takes (the
+	// fault scorecard's slow-consumer fault blocks in it on purpose).
 	OnEvent func(typ byte, rv, key string, at int64)
 	// Wire is the encoding the consumer asks for (default JSON). CBOR: raw
 	// and raw-watchlist through watcher.Options.Wire; the informer kinds
@@ -456,6 +517,10 @@ type ConsumerConfig struct {
 	// in the process's environment; otherwise it asks for JSON). The other
 	// kinds refuse it.
 	Wire watcher.Wire
+	// EventsPath, if set, receives every handler call, one line each:
+	// "T RV AT KEY" (T: EvAdd, EvUpdate, EvDelete or EvResync; AT: unix
+	// ns), as the harness's consumers record theirs; Close writes it out.
+	EventsPath string
 }
 
 // EventCounts are the handler calls a consumer has made, by type.
@@ -471,6 +536,12 @@ type EventCounts struct{ Adds, Updates, Deletes, Resyncs int64 }
 // process of its own for that reason (startConsumer).
 func NewConsumer(kind string, cfg *rest.Config, ns string, cc ConsumerConfig) (*Consumer, error) {
 	rec := discardRecorder()
+	if cc.EventsPath != "" {
+		var err error
+		if rec, err = newRecorder(cc.EventsPath); err != nil {
+			return nil, err
+		}
+	}
 	rec.onEvent = cc.OnEvent
 	cfg = rest.CopyConfig(cfg)
 	var c consumer
@@ -487,10 +558,15 @@ func NewConsumer(kind string, cfg *rest.Config, ns string, cc ConsumerConfig) (*
 		err = fmt.Errorf("consumer %s cannot ask for %s", kind, cc.Wire)
 	}
 	if err != nil {
+		rec.close()
 		return nil, err
 	}
 	return &Consumer{c: c, rec: rec}, nil
 }
+
+// Close writes out the events recorded to ConsumerConfig.EventsPath; call
+// it once Run has returned.
+func (c *Consumer) Close() error { return c.rec.close() }
 
 // Run consumes until ctx ends; synced is closed after the initial sync.
 func (c *Consumer) Run(ctx context.Context, synced chan<- struct{}) { c.c.run(ctx, synced) }

@@ -33,7 +33,8 @@ func TestEveryKindDeliversTheReplayedStream(t *testing.T) {
 	if !slices.Contains(Kinds(), KindInformerStripped) || !slices.Contains(Kinds(), KindControllerRuntime) {
 		t.Fatalf("Kinds() = %v", Kinds())
 	}
-	for _, kind := range Kinds() {
+	// nobackoff too: broken on purpose in its backoff only.
+	for _, kind := range append(Kinds(), KindNoBackoff) {
 		t.Run(kind, func(t *testing.T) {
 			g := &gate{}
 			srv := httptest.NewServer(replayServer(list, frames, 0, nil, g))

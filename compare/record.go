@@ -99,7 +99,7 @@ func (r *recorder) event(typ byte, rv, key string) {
 func (r *recorder) close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.events.Flush(); err != nil {
+	if err := r.events.Flush(); err != nil || r.file == nil {
 		return err
 	}
 	return r.file.Close()

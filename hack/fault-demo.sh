@@ -19,6 +19,9 @@
 #   make demo-500                every request answered 500
 #   make demo-garble             every event frame cut in half
 #   make demo-apiserver-restart  the apiserver killed and started again
+#   make demo-etcd-restore       etcd restored from a snapshot: resourceVersions go back
+#   make demo-slow-consumer      every API write the reconciler makes takes 2 s
+#   make demo-initial-flap-cut   the controller starts while every watch is cut after its first frame
 #   make demo-faults    all of them, one after the other
 #
 # Everything runs on loopback; the controller's log is out/fault-demo/controller.log.
@@ -34,8 +37,9 @@ narrate=--explain
 case "${1:-}" in
 410 | drop | refuse | garbage | storm | all) ;;
 flap-cut | flap-error | freeze | watchlist-end | watch-410 | too-large-rv | 429 | 500 | garble | apiserver-restart) ;;
+etcd-restore | slow-consumer | initial-flap-cut) ;;
 *)
-	sed -n '2,24p' "$0" >&2
+	sed -n '2,27p' "$0" >&2
 	exit 2
 	;;
 esac
@@ -86,16 +90,24 @@ faults=$(cat "$dir/kubeconfig.faults")
 
 k apply -f testdata/samples/myresources.yaml >/dev/null
 k delete myresource broken >/dev/null # its retries on purpose would crowd the log
-say "Starting the controller through the proxy ($narrate; log: $dir/controller.log)"
-bin/rawwatch --kubeconfig "$dir/kubeconfig" --namespace default "$narrate" \
-	--ui-bind-address "${UI_ADDR:-127.0.0.1:0}" --secure-serving=false >"$dir/controller.log" 2>&1 &
-pids+=($!)
-live_page "$dir/controller.log"
-for _ in $(seq 1 60); do
-	[ "$(k get myresource hello -o jsonpath='{.status.phase}' 2>/dev/null)" = Processed ] && break
-	sleep 0.5
-done
-show 1
+touch "$dir/controller.log"
+# start_controller starts the controller through the proxy and waits until
+# it has reconciled hello (or 30 s); its log goes on in the same file.
+ctrl=""
+start_controller() {
+	say "Starting the controller through the proxy ($narrate; log: $dir/controller.log)"
+	bin/rawwatch --kubeconfig "$dir/kubeconfig" --namespace default "$narrate" \
+		--ui-bind-address "${UI_ADDR:-127.0.0.1:0}" --secure-serving=false >>"$dir/controller.log" 2>&1 &
+	ctrl=$!
+	pids+=($ctrl)
+	live_page "$dir/controller.log"
+	for _ in $(seq 1 60); do
+		[ "$(k get myresource hello -o jsonpath='{.status.phase}' 2>/dev/null)" = Processed ] && break
+		sleep 0.5
+	done
+	show 1
+}
+[ "$1" = initial-flap-cut ] || start_controller
 
 demo_410() {
 	wait_watching
@@ -255,8 +267,64 @@ demo_apiserver_restart() {
 	counts
 }
 
+demo_etcd_restore() {
+	wait_watching
+	say "etcd restored from a snapshot: time travel"
+	explain "An operator restores etcd from a backup without --bump-revision. What was written after the snapshot is gone, and the resourceVersion goes back: the controller now holds a resourceVersion from the server's future, and a watch from there would wait for writes that are not coming, or hear only the ones that pass it (kubernetes/kubernetes#107457). The watcher's first request after a failure is a one-item LIST that asks where the server is; behind ours means its history went back: relist (look for 'Time travel' and RELIST). The relist brings back the snapshot's state, and the change made after the restore arrives."
+	fault snapshot
+	edit hello "changed after the snapshot, lost in the restore"
+	printf '(30 more edits of greeting after the snapshot: the restore must take the resourceVersion back further than the restarted apiserver writes before the controller asks)\n'
+	for i in $(seq 1 30); do k patch myresource greeting --type merge -p "{\"spec\":{\"message\":\"edit $i after the snapshot\"}}" >/dev/null; done
+	wait_reconciled hello "changed after the snapshot, lost in the restore"
+	wait_reconciled greeting "edit 30 after the snapshot"
+	show 1
+	fault restore
+	explain "What no client can see: had the server passed the controller's resourceVersion again before it asked (few writes after the snapshot, many after the restore), the probe would find it ahead, and the watch would resume at a resourceVersion that now names other writes. Only a restore that bumps the revision (etcdutl snapshot restore --bump-revision --mark-compacted, kubernetes/kubernetes#118501) makes every client relist."
+	edit hello "changed after the restore"
+	wait_reconciled hello "changed after the restore"
+	show 1
+	counts
+}
+
+demo_slow_consumer() {
+	wait_watching
+	say "A slow consumer: every API write the reconciler makes takes 2 s, for 15 s"
+	explain "The scorecard's slow-consumer fault blocks each client's event handler. This controller's handler only puts a key in the queue, so the demo slows what a handler or a reconcile would wait on: the writes to the apiserver (the proxy delays them by 2 s; the watch is not touched). Watch events keep arriving at once (MODIFIED, ENQUEUE); the reconciles lag behind (DONE in 2 s). The queue holds each key once: ten changes to one object while it waits make one more reconcile, not ten, so the backlog is bounded by the objects, not by the events."
+	counts
+	fault 'delay?d=2s&kinds=writes'
+	for i in 1 2 3 4 5; do
+		edit hello "change $i while the writes are slow"
+		edit greeting "change $i while the writes are slow"
+	done
+	sleep 15
+	show 0
+	fault heal
+	wait_reconciled hello "change 5 while the writes are slow"
+	wait_reconciled greeting "change 5 while the writes are slow"
+	show 1
+	counts
+}
+
+demo_initial_flap_cut() {
+	if [ -n "$ctrl" ]; then
+		kill "$ctrl"
+		wait "$ctrl" 2>/dev/null || true
+	fi
+	say "The controller starts while every watch stream is cut after its first frame, for 15 s"
+	explain "Its initial sync meets the fault: the paginated LIST is no watch, so it syncs and reconciles; then every WATCH it opens breaks after one frame. It backs off between them (look at the growing delay=) instead of re-watching at once. A WatchList client could not even sync here: its initial events are cut after the first (the scorecard's initial-flap-cut row)."
+	fault flap-cut
+	start_controller
+	edit hello "changed during initial-flap-cut"
+	sleep 15
+	show 0
+	fault heal
+	wait_reconciled hello "changed during initial-flap-cut"
+	show 1
+	counts
+}
+
 case "$1" in
-all) for d in drop garbage refuse 410 storm flap-cut flap-error freeze watchlist-end watch-410 too-large-rv 429 500 garble apiserver-restart; do "demo_${d//-/_}"; done ;;
+all) for d in drop garbage refuse 410 storm flap-cut flap-error freeze watchlist-end watch-410 too-large-rv 429 500 garble apiserver-restart etcd-restore slow-consumer initial-flap-cut; do "demo_${d//-/_}"; done ;;
 *) "demo_${1//-/_}" ;;
 esac
 printf '\nThe whole controller log: %s\n' "$dir/controller.log"

@@ -38,7 +38,7 @@ start_controlplane() {
 live_page() {
 	local addr=""
 	for _ in $(seq 1 40); do
-		addr=$(sed -nE 's/.*"Serving the live page[^"]*" address="([^"]+)".*/\1/p' "$1" | head -1)
+		addr=$(sed -nE 's/.*"Serving the live page[^"]*" address="([^"]+)".*/\1/p' "$1" | tail -1)
 		[ -n "$addr" ] && break
 		sleep 0.25
 	done

@@ -11,11 +11,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"rawwatch/compare"
@@ -27,7 +28,12 @@ import (
 //
 //	client → scorecard (stdout):  synced
 //	                              store {"KEY":"RV",...}   (the answer to dump)
+//	                              heard RV   (the answer to heard: "" if never)
 //	scorecard → client (stdin):   dump
+//	                              heard KEY  (the last resourceVersion of KEY
+//	                                          the handler heard)
+//	                              slow D  (from now on every handler call
+//	                                       blocks for D; slow 0s: no more)
 //	                              stop   (write the result file and exit)
 //
 // What the client logs goes to its stderr, which the scorecard keeps.
@@ -84,14 +90,36 @@ func sortOf(r *http.Request) (byte, bool) {
 // clientResult is what a client process writes when told to stop.
 type clientResult struct {
 	Requests []request `json:"requests"`
+	Samples  []sample  `json:"samples"`
 }
 
-// consumer is what a client runs: a compare.Recording, or one of this
-// package's own (nobackoff).
-type consumer interface {
-	Run(ctx context.Context, synced chan<- struct{})
-	Store() map[string]string
-	Close() error
+// sample is one reading of the client process, every sampleEvery: its heap
+// in use and the keys waiting in its workqueue.
+type sample struct {
+	At        int64  `json:"at"` // unix ns
+	HeapInuse uint64 `json:"heapInuse"`
+	Queued    int    `json:"queued"`
+}
+
+const sampleEvery = 250 * time.Millisecond
+
+// handler is what the client adds to its consumer's event handler: it
+// remembers the last resourceVersion heard of each key and, while slow is
+// set, blocks each call that long, on the handler's goroutine: the
+// slow-consumer fault.
+type handler struct {
+	mu    sync.Mutex
+	heard map[string]string
+	slow  atomic.Int64 // ns
+}
+
+func (h *handler) event(_ byte, rv, key string, _ int64) {
+	h.mu.Lock()
+	h.heard[key] = rv
+	h.mu.Unlock()
+	if d := time.Duration(h.slow.Load()); d > 0 {
+		time.Sleep(d)
+	}
 }
 
 func clientMain(args []string, stdin io.Reader, stdout io.Writer) error {
@@ -123,7 +151,8 @@ func clientMain(args []string, stdin io.Reader, stdout io.Writer) error {
 			return rt.RoundTrip(r)
 		})
 	})
-	c, err := newClientConsumer(*kind, cfg, *ns, *events)
+	ev := &handler{heard: map[string]string{}}
+	c, err := compare.NewConsumer(*kind, cfg, *ns, compare.ConsumerConfig{OnEvent: ev.event, EventsPath: *events})
 	if err != nil {
 		return err
 	}
@@ -137,6 +166,16 @@ func clientMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	defer cancel()
 	synced, done := make(chan struct{}), make(chan struct{})
 	go func() { c.Run(ctx, synced); close(done) }()
+	var samples []sample
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for ; ctx.Err() == nil; time.Sleep(sampleEvery) {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			samples = append(samples, sample{At: time.Now().UnixNano(), HeapInuse: ms.HeapInuse, Queued: c.Queued()})
+		}
+	}()
 	go func() {
 		select {
 		case <-synced:
@@ -146,25 +185,38 @@ func clientMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	}()
 	in := bufio.NewScanner(stdin)
 	for in.Scan() && in.Text() != "stop" {
+		if d, ok := strings.CutPrefix(in.Text(), "slow "); ok {
+			if slow, err := time.ParseDuration(d); err == nil {
+				ev.slow.Store(int64(slow))
+			}
+		}
+		if key, ok := strings.CutPrefix(in.Text(), "heard "); ok {
+			ev.mu.Lock()
+			rv := ev.heard[key]
+			ev.mu.Unlock()
+			say("heard " + rv)
+		}
 		if in.Text() == "dump" {
-			b, err := json.Marshal(c.Store())
+			b, err := json.Marshal(c.Dump())
 			if err != nil {
 				return err
 			}
 			say("store " + string(b))
 		}
 	}
+	ev.slow.Store(0)
 	cancel()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		return errors.New("the consumer did not stop within 10 s")
 	}
+	<-sampled
 	if err := c.Close(); err != nil {
 		return err
 	}
 	mu.Lock()
-	b, err := json.Marshal(clientResult{Requests: reqs})
+	b, err := json.Marshal(clientResult{Requests: reqs, Samples: samples})
 	mu.Unlock()
 	if err != nil {
 		return err
@@ -176,29 +228,25 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-func newClientConsumer(kind string, cfg *rest.Config, ns, events string) (consumer, error) {
-	if kind == KindNoBackoff {
-		return newNoBackoff(cfg, ns, events)
-	}
-	return compare.NewRecording(kind, cfg, ns, events)
-}
-
 // process is a running client process, as the scorecard sees it.
 type process struct {
 	cmd        *exec.Cmd
 	stdin      io.WriteCloser
 	stderrPath string
 	resultPath string
+	started    time.Time
+	syncedAt   time.Time // set before synced is closed
 	synced     chan struct{}
 	stores     chan map[string]string
+	heards     chan string
 	done       chan struct{}
 }
 
 // startClient starts binary as a client of kind (client-go's WatchListClient
 // on unless kind is informer-list, as in the comparison harness).
 func startClient(binary, kind, kubeconfig, ns, dir string) (*process, error) {
-	p := &process{stderrPath: dir + "/client.log", resultPath: dir + "/result.json",
-		synced: make(chan struct{}), stores: make(chan map[string]string, 1), done: make(chan struct{})}
+	p := &process{stderrPath: dir + "/client.log", resultPath: dir + "/result.json", started: time.Now(),
+		synced: make(chan struct{}), stores: make(chan map[string]string, 1), heards: make(chan string, 1), done: make(chan struct{})}
 	p.cmd = exec.Command(binary, "--kind", kind, "--kubeconfig", kubeconfig, "--namespace", ns,
 		"--events", dir+"/events.txt", "--result", p.resultPath)
 	watchList := "true"
@@ -229,12 +277,15 @@ func startClient(binary, kind, kubeconfig, ns, dir string) (*process, error) {
 			line := sc.Text()
 			switch {
 			case line == "synced":
+				p.syncedAt = time.Now()
 				close(p.synced)
 			case strings.HasPrefix(line, "store "):
 				var m map[string]string
 				if json.Unmarshal([]byte(strings.TrimPrefix(line, "store ")), &m) == nil {
 					p.stores <- m
 				}
+			case line == "heard" || strings.HasPrefix(line, "heard "):
+				p.heards <- strings.TrimPrefix(strings.TrimPrefix(line, "heard"), " ")
 			}
 		}
 	}()
@@ -251,6 +302,28 @@ func (p *process) waitSynced(timeout time.Duration) error {
 		return fmt.Errorf("the client exited before its sync: %s", tail(p.stderrPath))
 	case <-time.After(timeout):
 		return fmt.Errorf("the client did not sync within %v", timeout)
+	}
+}
+
+// slow makes every handler call of the client block for d (0: no more).
+func (p *process) slow(d time.Duration) error {
+	_, err := fmt.Fprintf(p.stdin, "slow %s\n", d)
+	return err
+}
+
+// heard asks the client for the last resourceVersion of key its handler
+// heard ("" if none).
+func (p *process) heard(key string) (string, error) {
+	if _, err := fmt.Fprintln(p.stdin, "heard "+key); err != nil {
+		return "", err
+	}
+	select {
+	case rv := <-p.heards:
+		return rv, nil
+	case <-p.done:
+		return "", fmt.Errorf("the client exited: %s", tail(p.stderrPath))
+	case <-time.After(30 * time.Second):
+		return "", errors.New("the client did not answer heard within 30 s")
 	}
 }
 
@@ -299,3 +372,8 @@ func tail(path string) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return strings.Join(lines[max(len(lines)-5, 0):], "\n")
 }
+
+// KindNoBackoff is a client broken on purpose (compare.KindNoBackoff): it
+// re-watches at once, forever. The scorecard must call it stormed; its own
+// test holds it to that.
+const KindNoBackoff = compare.KindNoBackoff

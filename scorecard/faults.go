@@ -17,6 +17,8 @@ type stage struct {
 	proxy *faultproxy.Proxy
 	// snapshot is etcd's, taken by prepare (etcd-restore).
 	snapshot string
+	// client is the client's process (slow-consumer makes its handler slow).
+	client *process
 }
 
 // Fault is one named fault: what it does, and what in a real cluster
@@ -30,7 +32,15 @@ type Fault struct {
 	// fault (it may block: the writes go on meanwhile); stop ends it
 	// (default: the proxy heals).
 	prepare, start, stop func(context.Context, *stage) error
+	// Initial: the fault begins before the client starts, which then makes
+	// its initial sync into it (every other fault meets a client synced
+	// and watching).
+	Initial bool
 }
+
+// SlowHandler is how long each handler call blocks during slow-consumer:
+// two events a second's worth of work while three arrive.
+const SlowHandler = 500 * time.Millisecond
 
 func proxyFault(on func(*faultproxy.Proxy)) func(context.Context, *stage) error {
 	return func(_ context.Context, s *stage) error { on(s.proxy); return nil }
@@ -88,9 +98,26 @@ var Faults = []Fault{
 		Story: "A rolling upgrade or a crash of the apiserver: every connection drops, and the new process's watch cache starts at the current revision, " +
 			"so a client resuming from an older resourceVersion than the cache holds gets 410 and must relist; every client of every controller does so at once.",
 		start: func(ctx context.Context, s *stage) error { return s.api.Restart(ctx) }},
+	{Name: "initial-flap-cut", Initial: true, What: "every WATCH cut after its first frame from before the client starts: its initial sync meets the fault",
+		Story: "A controller that starts, or restarts, while the load balancer in front of the apiserver drops long-lived connections (a rollout during an incident, a crash-looping apiserver). " +
+			"A LIST-based client syncs (a LIST is no watch) and then flaps like any watching one; a WatchList client cannot sync at all, its initial events cut after the first, and asks again. " +
+			"The issue's first evidence was this case: through a proxy answering every WATCH with one frame and a cut, client-go's informer made 47,700 WATCH requests in 20 s.",
+		Upstream: []string{"https://github.com/kubernetes/kubernetes/issues/140890"},
+		start:    proxyFault(func(p *faultproxy.Proxy) { p.FlapCut(true) })},
+	{Name: "slow-consumer", What: "every call of the client's event handler blocks for 500 ms (the proxy passes everything)",
+		Story: "A handler that does its work inline instead of queueing a key: a synchronous call to a slow webhook, a lock held by a long reconcile, a log write to a blocked pipe. " +
+			"Events arrive faster than it returns. Where the backlog waits is the client's design: client-go's informer keeps its store current and buffers every notification for the handler, without bound " +
+			"(processorListener's pendingNotifications: a stalled handler grows it until the process runs out of memory); this project's watcher calls the handler on the loop that reads the stream, " +
+			"so the backlog waits in the stream (TCP, the apiserver's buffer for the watch, which it closes when full, and the client resumes from its resourceVersion).",
+		Upstream: []string{"https://github.com/kubernetes/client-go/issues/1326"},
+		start:    func(_ context.Context, s *stage) error { return s.client.slow(SlowHandler) },
+		stop:     func(_ context.Context, s *stage) error { return s.client.slow(0) }},
 	{Name: "etcd-restore", What: "etcd restored from a snapshot taken before the client started (time travel)",
 		Story: "An operator restores etcd from a backup without --bump-revision: the resourceVersion goes back, objects created since the snapshot vanish, deleted ones come back, " +
-			"and a client holding a newer resourceVersion is in the server's future: its resume asks for a revision that does not exist yet.",
+			"and a client holding a newer resourceVersion is in the server's future: its resume asks for a revision that does not exist yet. Until writes pass it, an informer that resumes there waits; once they do, " +
+			"it is told of the writes above its resourceVersion only, and the objects the restore changed below it stay wrong in its cache. " +
+			"Here the restore restarts the apiserver too (as the etcd documentation asks), so every client's watch ends and the test is what it does on the way back.",
+		Upstream: []string{"https://github.com/kubernetes/kubernetes/issues/107457", "https://github.com/kubernetes/kubernetes/issues/118501"},
 		prepare: func(ctx context.Context, s *stage) error {
 			var err error
 			s.snapshot, err = s.cp.Snapshot(ctx)

@@ -58,9 +58,11 @@ func (r *Report) Markdown(svg string) string {
 	b.WriteString("### The numbers\n\n")
 	b.WriteString("Requests while the fault lasted (LIST first pages / further pages / WATCHes / WatchLists), their average a minute, their busiest minute; " +
 		"the store at the end against the server (missing / extra / at another resourceVersion); deletions made during the fault, of objects still gone, never delivered; " +
-		"events heard after the fault, and whether the canary (one update right after the fault, to an object nothing else touches) was among them; lines the client logged from the fault's start to its stop.\n\n")
-	b.WriteString("| fault | client | verdict | LISTs / pages / WATCHes / WatchLists | a minute | busiest minute | converged | missing / extra / stale | never delivered | events after (canary heard) | log lines | why |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		"events heard after the fault, and how long the canary (one update right after the fault, to an object nothing else touches) took from its write to the handler; " +
+		"the most the client's heap in use grew during the fault over its value at the fault's start, and the most keys waiting in its workqueue then (sampled every 250 ms); " +
+		"for a fault that began before the client started, how long after its start it made its initial sync; lines the client logged from the fault's start to its stop.\n\n")
+	b.WriteString("| fault | client | verdict | LISTs / pages / WATCHes / WatchLists | a minute | busiest minute | converged | missing / extra / stale | never delivered | events after (canary heard in) | heap growth / most queued | initial sync | log lines | why |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, f := range r.Faults {
 		for _, k := range r.Kinds {
 			row := r.row(f, k)
@@ -68,17 +70,25 @@ func (r *Report) Markdown(svg string) string {
 				continue
 			}
 			if row.Err != "" {
-				fmt.Fprintf(&b, "| %s | %s | not measured | | | | | | | | | %s |\n", f, k, oneLine(row.Err))
+				fmt.Fprintf(&b, "| %s | %s | not measured | | | | | | | | | | | %s |\n", f, k, oneLine(row.Err))
 				continue
 			}
 			m := row.Measure
-			canary := "no"
+			canary := "never"
 			if m.HeardCanary {
-				canary = "yes"
+				// The handler may hear it before the writer hears its answer.
+				canary = fmt.Sprintf("%.1f s", max(m.CanaryIn, 0).Seconds())
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %d / %d / %d / %d | %s | %d | %s | %d / %d / %d | %d | %d (%s) | %d | %s |\n", f, k, row.Verdict,
+			sync := "–"
+			switch {
+			case m.Initial && m.Synced:
+				sync = fmt.Sprintf("%.1f s", m.SyncedIn.Seconds())
+			case m.Initial:
+				sync = "never"
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %d / %d / %d / %d | %s | %d | %s | %d / %d / %d | %d | %d (%s) | %+.1f MiB / %d | %s | %d | %s |\n", f, k, row.Verdict,
 				m.Lists, m.Pages, m.Watches, m.WatchLists, count(m.Rate()), m.Busiest, converged(m), m.Missing, m.Extra, m.Stale,
-				m.Undelivered, m.EventsAfter, canary, row.Logged, oneLine(row.Why))
+				m.Undelivered, m.EventsAfter, canary, float64(m.HeapGrowth)/(1<<20), m.MostQueued, sync, row.Logged, oneLine(row.Why))
 		}
 	}
 

@@ -223,29 +223,38 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 			return row, fmt.Errorf("preparing the fault: %w", err)
 		}
 	}
+	begin := time.Now()
+	if f.Initial && f.start != nil {
+		if err := f.start(ctx, st); err != nil {
+			return row, fmt.Errorf("starting the fault: %w", err)
+		}
+	}
 	p, err := startClient(r.o.Binary, kind, kubeconfig, ns, dir)
 	if err != nil {
 		return row, err
 	}
 	defer p.kill()
-	if err := p.waitSynced(2 * time.Minute); err != nil {
-		return row, err
-	}
-	// Every client meets the fault in the same state: synced and watching.
-	for waiting := time.Now(); st.proxy.OpenWatches() == 0; time.Sleep(50 * time.Millisecond) {
-		if time.Since(waiting) > time.Minute {
-			return row, errors.New("the client opened no WATCH within a minute of its sync")
+	st.client = p
+	logFrom := 0
+	if !f.Initial {
+		if err := p.waitSynced(2 * time.Minute); err != nil {
+			return row, err
 		}
+		// Every client meets the fault in the same state: synced and watching.
+		for waiting := time.Now(); st.proxy.OpenWatches() == 0; time.Sleep(50 * time.Millisecond) {
+			if time.Since(waiting) > time.Minute {
+				return row, errors.New("the client opened no WATCH within a minute of its sync")
+			}
+		}
+		logFrom = lineCount(p.stderrPath)
+		begin = time.Now()
 	}
-	logFrom := lineCount(p.stderrPath)
-
-	begin := time.Now()
 	w := &writer{c: c, ns: ns}
 	wctx, stopWrites := context.WithDeadline(ctx, begin.Add(r.o.Duration))
 	var writing sync.WaitGroup
 	writing.Go(func() { w.run(wctx, begin, r.ticks) })
 	var startErr error
-	if f.start != nil {
+	if f.start != nil && !f.Initial {
 		startErr = f.start(ctx, st)
 	}
 	writing.Wait()
@@ -262,12 +271,12 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 		return row, fmt.Errorf("starting the fault: %w", startErr)
 	}
 	end := time.Now()
-	canary, err := w.canary(ctx, 2*r.ticks)
+	canary, canaryRV, canaryAt, err := w.canary(ctx, 2*r.ticks)
 	if err != nil {
 		return row, fmt.Errorf("the canary: %w", err)
 	}
 
-	m := Measure{Duration: end.Sub(begin)}
+	m := Measure{Duration: end.Sub(begin), Initial: f.Initial}
 	var server, mine map[string]string
 	for {
 		if server, err = serverState(ctx, c, ns); err != nil {
@@ -287,9 +296,46 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+	// A store can be current while the handler lags (an informer's is
+	// written before its handlers hear of it): what the handler heard is
+	// read once it has caught up with the canary, the last write, or at
+	// the end of the recovery window.
+	for m.Converged && time.Since(end) < r.o.Recover {
+		rv, err := p.heard(canary)
+		if err != nil {
+			return row, err
+		}
+		if rv == canaryRV {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	select {
+	case <-p.synced:
+		m.Synced, m.SyncedIn = true, p.syncedAt.Sub(p.started)
+	default:
+	}
 	res, err := p.stop()
 	if err != nil {
 		return row, err
+	}
+	// The handler's slowness shows in the client: its heap's growth over
+	// its value when the fault began, and the keys waiting in its queue.
+	var heapAt uint64
+	for _, smp := range res.Samples {
+		at := time.Unix(0, smp.At)
+		if at.Before(begin) {
+			heapAt = smp.HeapInuse
+			continue
+		}
+		if at.After(end) {
+			break
+		}
+		if heapAt == 0 {
+			heapAt = smp.HeapInuse
+		}
+		m.HeapGrowth = max(m.HeapGrowth, int64(smp.HeapInuse)-int64(heapAt))
+		m.MostQueued = max(m.MostQueued, smp.Queued)
 	}
 	var listAt []time.Time
 	for _, q := range res.Requests {
@@ -315,13 +361,11 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 	if err != nil {
 		return row, err
 	}
-	deleted := ev.deleted
-	m.EventsAfter, m.HeardCanary = ev.after, ev.canary
-	for _, key := range w.deletedKeys() {
-		if _, there := server[key]; !there && !deleted[key] {
-			m.Undelivered++
-		}
+	m.EventsAfter, m.HeardCanary = ev.after, !ev.canaryAt.IsZero()
+	if m.HeardCanary {
+		m.CanaryIn = ev.canaryAt.Sub(canaryAt)
 	}
+	m.Undelivered = undelivered(w.deletedKeys(), server, ev)
 	row.Measure = m
 	row.Verdict, row.Why = Verdict(m)
 	row.Logged, row.LogSample = logSample(p.stderrPath, logFrom)
@@ -408,15 +452,16 @@ func (w *writer) run(ctx context.Context, begin time.Time, ticks int) {
 
 // canary updates object i, which no tick touches, once the fault is over
 // (retrying for a minute: the apiserver may be coming back), and returns its
-// key: a client that hears it follows the server again.
-func (w *writer) canary(ctx context.Context, i int) (string, error) {
-	var err error
+// key and when the write succeeded: a client that hears it follows the
+// server again.
+func (w *writer) canary(ctx context.Context, i int) (key, rv string, at time.Time, err error) {
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
-		if _, err = w.c.Patch(ctx, w.ns, objectName(i), types.MergePatchType, []byte(`{"spec":{"message":"canary"}}`)); err == nil {
-			return store.Key(w.ns, objectName(i)), nil
+		var o *v1alpha1.MyResource
+		if o, err = w.c.Patch(ctx, w.ns, objectName(i), types.MergePatchType, []byte(`{"spec":{"message":"canary"}}`)); err == nil {
+			return store.Key(w.ns, objectName(i)), o.ResourceVersion, time.Now(), nil
 		}
 	}
-	return "", err
+	return "", "", time.Time{}, err
 }
 
 func (w *writer) deletedKeys() []string {
@@ -475,16 +520,31 @@ func diff(server, mine map[string]string) (missing, extra, stale int) {
 	return missing, extra, stale
 }
 
+// undelivered counts the deletions made (deleted) of objects still gone
+// from the server that the handler knew and never heard deleted. An object
+// the client never heard of (deleted before its initial sync) is owed no
+// deletion.
+func undelivered(deleted []string, server map[string]string, ev events) int {
+	n := 0
+	for _, key := range deleted {
+		if _, there := server[key]; !there && ev.known[key] && !ev.deleted[key] {
+			n++
+		}
+	}
+	return n
+}
+
 // events is what an events file says.
 type events struct {
-	deleted map[string]bool // keys whose deletion the handler heard
-	after   int             // events heard at or after the fault's end
-	canary  bool            // the canary's key among them
+	known    map[string]bool // keys the handler heard of at all
+	deleted  map[string]bool // keys whose deletion the handler heard
+	after    int             // events heard at or after the fault's end
+	canaryAt time.Time       // when the canary's key was first among them (zero: never)
 }
 
 // readEvents reads an events file ("T RV AT KEY" lines).
 func readEvents(path string, end time.Time, canary string) (events, error) {
-	ev := events{deleted: map[string]bool{}}
+	ev := events{known: map[string]bool{}, deleted: map[string]bool{}}
 	f, err := os.Open(path)
 	if err != nil {
 		return ev, err
@@ -496,12 +556,15 @@ func readEvents(path string, end time.Time, canary string) (events, error) {
 		if len(fields) != 4 {
 			continue
 		}
+		ev.known[fields[3]] = true
 		if fields[0] == "D" {
 			ev.deleted[fields[3]] = true
 		}
 		if at, err := strconv.ParseInt(fields[2], 10, 64); err == nil && at >= end.UnixNano() {
 			ev.after++
-			ev.canary = ev.canary || fields[3] == canary
+			if fields[3] == canary && ev.canaryAt.IsZero() {
+				ev.canaryAt = time.Unix(0, at)
+			}
 		}
 	}
 	return ev, sc.Err()

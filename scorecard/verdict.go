@@ -44,8 +44,10 @@ type Measure struct {
 	// At the end (on convergence, or Recover after the fault): keys the
 	// store lacked, held beyond the server's, held at another resourceVersion.
 	Missing, Extra, Stale int
-	// Deletions made during the fault, of objects still gone at the end,
-	// that the client's handler never heard of.
+	// Deletions made during the fault, of objects still gone at the end
+	// and known to the client's handler, that the handler never heard of
+	// (read once it heard the canary, the last write: a lagging handler
+	// is not a losing one).
 	Undelivered int
 	// EventsAfter: events the handler heard after the fault's end;
 	// HeardCanary: among them, the canary's, one update the writer makes
@@ -53,6 +55,19 @@ type Measure struct {
 	// is following the server again.
 	EventsAfter int
 	HeardCanary bool
+	// CanaryIn: from the canary's write to its reaching the handler (a
+	// slow handler's backlog drains first).
+	CanaryIn time.Duration
+	// HeapGrowth: the most the client's heap in use grew, while the fault
+	// lasted, over its value when the fault began (bytes; sampled every
+	// 250 ms); MostQueued: the most keys waiting in its workqueue then.
+	HeapGrowth int64
+	MostQueued int
+	// Initial: the fault began before the client started; Synced and
+	// SyncedIn: it made its initial sync, that long after its start.
+	Initial  bool
+	Synced   bool
+	SyncedIn time.Duration
 }
 
 // Rate is the fault's LISTs, WATCHes and WatchLists a minute, on average
@@ -68,7 +83,8 @@ func (m Measure) Rate() float64 {
 // Verdict judges m, worst first, and says why:
 //
 //   - lost data: a deletion never reached the handler although the store
-//     converged, or the store never converged although the client was
+//     converged (Undelivered: of objects the handler knew, read once it
+//     caught up with the canary), or the store never converged although the client was
 //     following the server again (its handler heard the canary, written
 //     after the fault): it believes itself up to date and is not;
 //   - stormed: more than StormPerMinute LISTs, WATCHes and WatchLists in

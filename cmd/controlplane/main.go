@@ -12,6 +12,8 @@
 //	curl -X POST 'http://ADDR/refuse?for=5s'      refuse connections for 5 s
 //	curl -X POST http://ADDR/compact              compact etcd (with --no-watch-cache: real 410s)
 //	curl -X POST http://ADDR/restart              restart the apiserver
+//	curl -X POST http://ADDR/snapshot             take a snapshot of etcd
+//	curl -X POST http://ADDR/restore              restore it (no revision bump: time travel)
 //	curl http://ADDR/                             the whole list
 //
 // `make demo-410`, `make demo-drop` and the other fault demos use it.
@@ -27,6 +29,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 
 	"rawwatch/faultproxy"
@@ -92,13 +95,14 @@ func serve(ctx context.Context, cp *controlplane.ControlPlane, kubeconfig, fault
 		return err
 	}
 	logf("ready; kubeconfig %s goes through the fault proxy, %s straight to the apiserver; etcd %s", kubeconfig, direct, cp.EtcdURL)
-	logf("faults: curl -X POST http://%s/cut (or expire, refuse, garbage, fail, compact, restart; GET / lists them); Ctrl-C stops it", addr)
+	logf("faults: curl -X POST http://%s/cut (or expire, refuse, garbage, fail, compact, restart, snapshot, restore; GET / lists them); Ctrl-C stops it", addr)
 	<-ctx.Done()
 	return nil
 }
 
-// controlHandler is the proxy's control surface plus two faults of the
-// control plane itself: compacting etcd and restarting the apiserver.
+// controlHandler is the proxy's control surface plus faults of the control
+// plane itself: compacting etcd, restarting the apiserver, and restoring
+// etcd from a snapshot taken earlier (time travel).
 func controlHandler(ctx context.Context, cp *controlplane.ControlPlane, proxy *faultproxy.Proxy, logf func(string, ...any)) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /compact", func(w http.ResponseWriter, r *http.Request) {
@@ -109,9 +113,27 @@ func controlHandler(ctx context.Context, cp *controlplane.ControlPlane, proxy *f
 		err := cp.APIServer.Restart(ctx)
 		reply(w, "restarted the apiserver", err)
 	})
+	var snapshot atomic.Pointer[string]
+	mux.HandleFunc("POST /snapshot", func(w http.ResponseWriter, r *http.Request) {
+		dir, err := cp.Snapshot(r.Context())
+		if err == nil {
+			snapshot.Store(&dir)
+		}
+		reply(w, "took a snapshot of etcd (etcd stopped, copied, started again)", err)
+	})
+	mux.HandleFunc("POST /restore", func(w http.ResponseWriter, r *http.Request) {
+		dir := snapshot.Load()
+		if dir == nil {
+			http.Error(w, "no snapshot taken: POST /snapshot first", http.StatusConflict)
+			return
+		}
+		err := cp.Restore(ctx, *dir)
+		reply(w, "restored etcd from the snapshot without a revision bump and restarted the apiserver: resourceVersions went back", err)
+	})
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, faultproxy.Help())
-		io.WriteString(w, "and of the control plane:\n  compact  compact etcd to its current revision\n  restart  restart the apiserver\n")
+		io.WriteString(w, "and of the control plane:\n  compact   compact etcd to its current revision\n  restart   restart the apiserver\n"+
+			"  snapshot  take a snapshot of etcd\n  restore   restore etcd from it (no revision bump: time travel) and restart the apiserver\n")
 	})
 	mux.Handle("/", logged(proxy.Handler(), logf))
 	return mux
