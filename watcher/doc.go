@@ -212,6 +212,18 @@
 // only: it is logged and skipped, a skipped list item is not taken for a
 // deletion, and a DELETED event whose object is garbled still deletes its key.
 //
+// A frame that is not JSON breaks the stream, and the loop re-watches from
+// its last resourceVersion after the backoff, as after any broken stream
+// (at most a dozen WATCHes in a minute of nothing but garbled frames; no
+// relist): the server sends the lost events again, a DELETED among them. A
+// frame cut short and followed by the next one is noticed at the cut, not
+// swallowed with the frames after it (frames.go: FrameReader checks the
+// JSON grammar, control bytes in strings, and, once the stream showed
+// itself line-framed as kube-apiserver's are, a newline inside a frame).
+// client-go's json.Decoder does the same but for the cuts after which the
+// next frame still parses (after a colon, inside an array): those it
+// notices one frame later.
+//
 // WatchList (Options.WatchList, KEP-3157) gets the initial state from a WATCH
 // with sendInitialEvents=true instead: one ADDED event per object, then a
 // BOOKMARK annotated k8s.io/initial-events-end whose resourceVersion is the

@@ -35,7 +35,7 @@ import (
 // while the server's objects churn, other resources are written (Lease
 // renewals: the global resourceVersion moves without an event of ours), and
 // faults come and go: every persistent fault of fakeapi.Modes (garbled
-// frames and list items among them), and one-off cuts, compactions (410s),
+// frames and list items among them, and frames cut in half), and one-off cuts, compactions (410s),
 // restarts of the watch cache, restores of an older copy of the data the
 // way etcd documents for Kubernetes (--bump-revision), rollbacks (a plain
 // etcd restore to older data, the resourceVersion going back, while the

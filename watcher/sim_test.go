@@ -197,6 +197,38 @@ func TestFlappingStreamsAreNotHealthy(t *testing.T) {
 	})
 }
 
+// The scorecard's garble in virtual time: every event frame cut in half
+// (fakeapi.CutFrames) while objects change and one is deleted. Each stream
+// breaks at its first event, at once (the frame reader notices the cut),
+// and the loop re-watches from its last resourceVersion after the backoff,
+// as after any broken stream: at least one WATCH for every few writes, at
+// most a dozen in the first minute (the backoff's bound), and no relist.
+// Once the fault ends, the next WATCH replays what was cut: the store
+// equals the server's, the deleted key gone. (A reader that waited for the
+// half frame's end made one WATCH and heard nothing until its watchdog.)
+func TestCutFramesRewatchWithinTheBackoff(t *testing.T) {
+	runSim(t, 3, watcher.Options[object]{}, func(s *sim) {
+		from := s.breakStreams(fakeapi.CutFrames)
+		for i := range 12 {
+			s.srv.Put("ns", fmt.Sprintf("obj-%d", i%2), fmt.Sprintf("write %d", i))
+			s.sleep(5 * time.Second)
+		}
+		s.srv.Delete("ns", "obj-2")
+		watches, lists := s.count("WATCH", from, from.Add(time.Minute)), s.count("LIST", s.start, from.Add(time.Minute))
+		if watches < 3 || watches > 12 || lists != 1 {
+			s.t.Errorf("%d WATCHes in the first minute of cut frames, %d LISTs; want 3 to 12 WATCHes (re-watched after the backoff) and the first LIST alone", watches, lists)
+		}
+		s.srv.SetFault(fakeapi.Healthy)
+		s.sleep(watcher.DefaultBackoff.Max + 5*time.Second)
+		if !equalToServer(s) {
+			s.t.Errorf("%v after the fault ended, the store (%d objects) differs from the server's (%d)", watcher.DefaultBackoff.Max+5*time.Second, s.store.Len(), len(s.srv.Objects()))
+		}
+		if _, ok := s.store.Get("ns/obj-2"); ok {
+			s.t.Error("the deletion cut in half never reached the store")
+		}
+	})
+}
+
 // Finding 3: an ERROR event after one event relists, but not in a storm:
 // only the first relist is immediate; the next ones wait out the backoff.
 func TestErrorAfterOneEventDoesNotStormRelists(t *testing.T) {
