@@ -178,8 +178,8 @@
 // cache up to a minute behind, WATCHes 410 from before the cache's last
 // restart, restarts that end every stream cleanly or that the client meets
 // at its next WATCH; without one, no bookmarks and etcd's compaction; frames
-// the client cannot decode, DELETEDs and list items among them;
-// managedFields of two managers; rollbacks (etcd restored without
+// the client cannot decode, DELETEDs and list items among them; frames
+// cut in half (not JSON); managedFields of two managers; rollbacks (etcd restored without
 // --bump-revision while the control plane is down); a deletion whose
 // previous state etcd compacted (every WATCH from just before it gets an
 // ERROR 500). What it cannot show: a
@@ -211,6 +211,12 @@
 // whole in memory, and one object that does not decode costs that object
 // only: it is logged and skipped, a skipped list item is not taken for a
 // deletion, and a DELETED event whose object is garbled still deletes its key.
+// A skipped item carries its UID if its metadata reads (SkipError.UID): a
+// listed item of another UID than the stored object's says the key was
+// deleted and created again while we were not watching, so the relist hands
+// the stored object's Deleted delta (FinalStateUnknown) and leaves the key
+// out until an event brings the new object in a form that decodes; the
+// stored object is never kept as if current (store.Replacement.Keep).
 //
 // A frame that is not JSON breaks the stream, and the loop re-watches from
 // its last resourceVersion after the backoff, as after any broken stream

@@ -283,8 +283,10 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		// Under the Garble fault, the list items of objects the store
 		// holds as listed (same UID and resourceVersion) come undecodable:
 		// the loop must keep them. (An item it cannot read may also be
-		// another object of the same name, which the loop cannot tell:
-		// not explored.)
+		// another object of the same name, which the loop tells by its
+		// UID and reports deleted (sim_test.go); not explored: the new
+		// object stays out until an event of it decodes, which after the
+		// faults may never come, and liveness would fail.)
 		srv.GarbleItem = func(o *v1alpha1.MyResource) bool {
 			got, ok := st.Get(o.Namespace + "/" + o.Name)
 			return ok && got.UID == o.UID && got.ResourceVersion == o.ResourceVersion
