@@ -47,7 +47,7 @@ var ErrBrokenFrame = errors.New("malformed watch stream: broken frame")
 //   - no control byte inside a string (JSON forbids them raw): a frame cut
 //     inside a string meets the newline that ends its line;
 //   - line framing: once a frame with no newline inside was followed by a
-//     newline (every kube-apiserver stream, from its first frame on), a
+//     newline (every kube-apiserver stream, after its first frame), a
 //     newline before a frame's end is a cut. It catches the cuts after which
 //     the next frame would still parse (after a colon, inside an array), at
 //     the cut, where client-go's decoder notices only at the frame after.
@@ -57,6 +57,11 @@ var ErrBrokenFrame = errors.New("malformed watch stream: broken frame")
 // A broken frame is ErrBrokenFrame; a stray closer or a bare word where a
 // frame should start, ErrBareWord. What the frame holds (a number's digits,
 // a string's escapes, the shape of the object) is left to the decoder.
+// The checks cost about a fifth of the reader's speed on a recorded stream
+// in memory (BenchmarkFrameReader: CPU time 1.3 times the braces-and-quotes
+// reader's, some 1.1 GB/s): a quarter of a microsecond more for a 1 KiB
+// frame, well under a percent of what decoding it costs (compare's
+// BenchmarkDelivery: the raw consumer handles some 30,000 events a second).
 type FrameReader struct {
 	r          io.Reader
 	buf        []byte
