@@ -99,23 +99,27 @@ func FuzzStore(f *testing.F) {
 			case 3: // a relist of n objects, some of them undecodable (kept)
 				n, _ := p.next()
 				r := s.NewReplacement()
-				want, kept := map[string]entry{}, map[string]bool{}
+				want, kept := map[string]entry{}, map[string]types.UID{}
 				for range n % 8 {
 					o := p.object()
 					key := KeyOf(o)
-					if o.ResourceVersion == "7" { // stands for an item that did not decode
-						kept[key] = true
-						r.Keep(key)
+					switch o.ResourceVersion {
+					case "7": // stands for an item that did not decode, its UID read
+						kept[key] = o.UID
+						r.Keep(key, o.UID)
+						continue
+					case "6": // an item that did not decode, its UID not read
+						kept[key] = ""
+						r.Keep(key, "")
 						continue
 					}
 					want[key] = entryOf(o)
-					if old, had := model[key]; had && old.rv == o.ResourceVersion {
-						want[key] = old // the stored copy stays
-					}
 					r.Add(o)
 				}
 				for k, e := range model {
-					if _, listed := want[k]; !listed && kept[k] {
+					// A kept key keeps its stored object if it is, or may be,
+					// the same one; under another UID, the stored one is gone.
+					if uid, ok := kept[k]; ok && want[k] == (entry{}) && (uid == "" || string(uid) == e.uid) {
 						want[k] = e
 					}
 				}

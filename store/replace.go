@@ -1,5 +1,7 @@
 package store
 
+import "k8s.io/apimachinery/pkg/types"
+
 // Replacement builds the result of a relist beside the live store, page by
 // page, and swaps it in with Commit: readers see the old contents or the new,
 // never a half-built mix.
@@ -11,15 +13,16 @@ package store
 type Replacement[T Object] struct {
 	s     *Store[T]
 	items map[string]T
-	// keep lists keys whose listed item could not be decoded: the store keeps
-	// what it has for them rather than reporting them deleted.
-	keep map[string]struct{}
+	// keep lists keys whose listed item could not be decoded, with the
+	// item's UID if it could be read: the store keeps what it has for them
+	// rather than reporting them deleted, if it is the same object.
+	keep map[string]types.UID
 }
 
 // NewReplacement starts a relist. Only one should be open at a time, and the
 // store should not be written by anyone else until it is committed.
 func (s *Store[T]) NewReplacement() *Replacement[T] {
-	return &Replacement[T]{s: s, items: map[string]T{}, keep: map[string]struct{}{}}
+	return &Replacement[T]{s: s, items: map[string]T{}, keep: map[string]types.UID{}}
 }
 
 // Add records a listed object.
@@ -39,8 +42,16 @@ func (r *Replacement[T]) Add(obj T) {
 // principle, delete what they added).
 func (r *Replacement[T]) Remove(obj T) { delete(r.items, KeyOf(obj)) }
 
-// Keep records that key was listed but its item could not be understood.
-func (r *Replacement[T]) Keep(key string) { r.keep[key] = struct{}{} }
+// Keep records that key was listed but its item could not be understood;
+// uid is the item's UID, "" if it could not be read either. The stored
+// object stays (a skipped item is not a deletion) if it is the same one, or
+// may be: its UID is uid, or uid is unknown. An item of another UID says
+// the stored object was deleted and the key re-created while we were not
+// watching: the stored object is gone, and must not stay as if current, so
+// Commit reports it Deleted (FinalStateUnknown) and leaves the key out, as
+// for a key the list no longer has, until an event brings the new object in
+// a form that decodes. (The item's skip is the caller's to report.)
+func (r *Replacement[T]) Keep(key string, uid types.UID) { r.keep[key] = uid }
 
 // Len is the number of objects recorded so far.
 func (r *Replacement[T]) Len() int { return len(r.items) }
@@ -48,7 +59,8 @@ func (r *Replacement[T]) Len() int { return len(r.items) }
 // Commit makes the listed objects the store's whole contents, in one step,
 // and returns what changed: Added and Updated for listed objects that are new
 // or have a new resourceVersion, and Deleted (FinalStateUnknown) for stored
-// keys the list no longer has. A key listed with another UID than the stored
+// keys the list no longer has (or has as an undecodable item of another UID:
+// see Keep). A key listed with another UID than the stored
 // object's was deleted and re-created while we were not watching: that is
 // two objects, so it comes out as Deleted (the old one, FinalStateUnknown)
 // then Added, never as an update of one into the other. Unchanged objects
@@ -63,7 +75,7 @@ func (r *Replacement[T]) Commit() []Delta[T] {
 		if _, listed := r.items[key]; listed {
 			continue
 		}
-		if _, kept := r.keep[key]; kept {
+		if uid, kept := r.keep[key]; kept && (uid == "" || uid == old.GetUID()) {
 			r.items[key] = old
 			continue
 		}

@@ -90,7 +90,7 @@ func TestReplaceProducesDeltasAndKeepsUnchangedObjects(t *testing.T) {
 	r.Add(obj("a", "same", "1"))
 	r.Add(obj("a", "changed", "20"))
 	r.Add(obj("c", "new", "30"))
-	r.Keep("b/broken") // listed, but undecodable: not a deletion
+	r.Keep("b/broken", "") // listed, but undecodable: not a deletion
 	deltas := r.Commit()
 
 	got := map[string]Delta[*v1alpha1.MyResource]{}

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"rawwatch/internal/metajson"
 	"rawwatch/store"
@@ -46,8 +47,11 @@ type Event[T Object] struct {
 // not fatal: the decoder can go on with the next one.
 type SkipError struct {
 	What string // "ADDED event", "list item", ...
-	// Key and RV are recovered from the metadata when possible.
+	// Key, RV and UID are recovered from the metadata when possible. The
+	// UID tells a relist whether the undecodable item is the object the
+	// store holds for the key, or another one made since (store.Replacement.Keep).
 	Key, RV string
+	UID     types.UID
 	Err     error
 }
 
@@ -119,7 +123,7 @@ func (c Codec[T]) decode(what string, raw []byte, newestWrite bool) (T, error) {
 	skip := &SkipError{What: what, Err: err}
 	var tm typeAndMeta
 	if metajson.Plain(raw, &tm) == nil && tm.Metadata.Name != "" {
-		skip.Key, skip.RV = store.Key(tm.Metadata.Namespace, tm.Metadata.Name), tm.Metadata.ResourceVersion
+		skip.Key, skip.RV, skip.UID = store.Key(tm.Metadata.Namespace, tm.Metadata.Name), tm.Metadata.ResourceVersion, tm.Metadata.UID
 	}
 	return zero, skip
 }

@@ -27,6 +27,9 @@ import (
 // refuses for something malformed in there may be kept. And a bare number,
 // true, false or null where a frame should be (never sent by a server)
 // breaks the stream instead of being skipped: no event is lost either way.
+// So does a newline inside a frame, once the stream showed itself
+// line-framed (frames.go): a cut, after which the plain way may still parse
+// the next frame as part of the cut one.
 
 // referenceDecoder is the plain way, as the watcher decoded before.
 type referenceDecoder struct {
@@ -91,11 +94,14 @@ func compareStreams(t *testing.T, data []byte) {
 		lenience := map[string]int{"broken": 0, "skip": 1, "event": 2}
 		deviation := lenience[f.kind] > lenience[r.kind] && r.kind != "end" && bytes.Contains(bytes.ToLower(data), []byte("managedfields"))
 		bare := r.kind == "skip" && errors.Is(ferr, ErrBareWord)
+		lined := errors.Is(ferr, ErrBrokenFrame) && strings.Contains(ferr.Error(), newlineInside)
 		switch {
 		case deviation:
 			return // managedFields malformed in a way only the plain way looks at
 		case bare:
 			return // a bare word: the plain way skips it, the fast way breaks the stream
+		case lined:
+			return // a newline inside a frame of a line-framed stream: a cut the plain way may read on past
 		case f.kind != r.kind:
 			t.Fatalf("frame %d: fast %s (%v), plain %s (%v)", i, f.kind, ferr, r.kind, rerr)
 		case f.kind == "event" && (!reflect.DeepEqual(f.ev, r.ev) || (fe.Err == nil) != (re.Err == nil)):
@@ -183,6 +189,8 @@ var fastPathCases = map[string]string{
 	"bookmark and error":            `{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"22"}}}` + "\n" + `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","code":410,"reason":"Expired","message":"gone"}}` + "\n",
 	"truncated":                     `{"type":"ADDED","object":{` + objHead + `,"metadata":{"name":"a"`,
 	"stray closer":                  ev("ADDED", `"name":"a","resourceVersion":"23"`, ``) + "}\n" + ev("ADDED", `"name":"b","resourceVersion":"24"`, ``),
+	"cut after a colon":             ev("ADDED", `"name":"a","resourceVersion":"27"`, ``) + `{"type":"ADDED","object":` + "\n" + ev("ADDED", `"name":"b","resourceVersion":"28"`, ``) + ev("ADDED", `"name":"c","resourceVersion":"29"`, ``),
+	"cut mid-string":                ev("ADDED", `"name":"a","resourceVersion":"30"`, ``) + `{"type":"ADDED","object":{"metadata":{"name":"b","resou` + "\n" + ev("ADDED", `"name":"c","resourceVersion":"31"`, ``),
 	"frames back to back":           strings.TrimSpace(ev("ADDED", `"name":"a","resourceVersion":"25"`, ``)) + strings.TrimSpace(ev("ADDED", `"name":"b","resourceVersion":"26"`, ``)),
 }
 

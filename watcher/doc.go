@@ -178,8 +178,8 @@
 // cache up to a minute behind, WATCHes 410 from before the cache's last
 // restart, restarts that end every stream cleanly or that the client meets
 // at its next WATCH; without one, no bookmarks and etcd's compaction; frames
-// the client cannot decode, DELETEDs and list items among them;
-// managedFields of two managers; rollbacks (etcd restored without
+// the client cannot decode, DELETEDs and list items among them; frames
+// cut in half (not JSON); managedFields of two managers; rollbacks (etcd restored without
 // --bump-revision while the control plane is down); a deletion whose
 // previous state etcd compacted (every WATCH from just before it gets an
 // ERROR 500). What it cannot show: a
@@ -216,6 +216,25 @@
 // type's own decoder when it has one (JSONDecoder; MyResource's reads the
 // bytes once, without reflection, and declines anything unusual to the plain
 // decoder: see package internal/metajson).
+//
+// A skipped item carries its UID if its metadata reads (SkipError.UID): a
+// listed item of another UID than the stored object's says the key was
+// deleted and created again while we were not watching, so the relist hands
+// the stored object's Deleted delta (FinalStateUnknown) and leaves the key
+// out until an event brings the new object in a form that decodes; the
+// stored object is never kept as if current (store.Replacement.Keep).
+//
+// A frame that is not JSON breaks the stream, and the loop re-watches from
+// its last resourceVersion after the backoff, as after any broken stream
+// (at most a dozen WATCHes in a minute of nothing but garbled frames; no
+// relist): the server sends the lost events again, a DELETED among them. A
+// frame cut short and followed by the next one is noticed at the cut, not
+// swallowed with the frames after it (frames.go: FrameReader checks the
+// JSON grammar, control bytes in strings, and, once the stream showed
+// itself line-framed as kube-apiserver's are, a newline inside a frame).
+// client-go's json.Decoder does the same but for the cuts after which the
+// next frame still parses (after a colon, inside an array): those it
+// notices one frame later.
 //
 // WatchList (Options.WatchList, KEP-3157) gets the initial state from a WATCH
 // with sendInitialEvents=true instead: one ADDED event per object, then a

@@ -31,6 +31,9 @@ func FuzzEventDecoder(f *testing.F) {
 			f.Add(frame)
 		}
 	}
+	for _, g := range garbledFrames { // garbled streams (frames_test.go)
+		f.Add([]byte(whole + g.garbage + whole + whole2))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dec := newEventDecoder(bytes.NewReader(data), codec)
 		// Every call consumes at least one byte or ends the stream.

@@ -100,11 +100,15 @@ func (c *capped) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadClo
 
 // runSim seeds srv with n objects, runs a watcher on it with opts, calls
 // body, then stops the watcher; everything inside one synctest bubble.
-func runSim(t *testing.T, n int, opts watcher.Options[object], body func(s *sim)) {
+// setup, if any, shapes the server before the watcher starts.
+func runSim(t *testing.T, n int, opts watcher.Options[object], body func(s *sim), setup ...func(*fakeapi.Server)) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := fakeapi.New()
 		for i := range n {
 			srv.Put("ns", fmt.Sprintf("obj-%d", i), "hello")
+		}
+		for _, f := range setup {
+			f(srv)
 		}
 		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), funcr.New(func(string, string) {}, funcr.Options{})))
 		src := &capped{Server: srv, max: 1000, cancel: cancel, hit: make(chan struct{})}
@@ -194,6 +198,86 @@ func TestFlappingStreamsAreNotHealthy(t *testing.T) {
 			s.t.Errorf("%d WATCHes in the first minute of streams cut after one frame, want at most 12", n)
 		}
 		s.srv.SetFault(fakeapi.Healthy)
+	})
+}
+
+// The scorecard's garble in virtual time: every event frame cut in half
+// (fakeapi.CutFrames) while objects change and one is deleted. Each stream
+// breaks at its first event, at once (the frame reader notices the cut),
+// and the loop re-watches from its last resourceVersion after the backoff,
+// as after any broken stream: at least one WATCH for every few writes, at
+// most a dozen in the first minute (the backoff's bound), and no relist.
+// Once the fault ends, the next WATCH replays what was cut: the store
+// equals the server's, the deleted key gone. (A reader that waited for the
+// half frame's end made one WATCH and heard nothing until its watchdog.)
+func TestCutFramesRewatchWithinTheBackoff(t *testing.T) {
+	runSim(t, 3, watcher.Options[object]{}, func(s *sim) {
+		from := s.breakStreams(fakeapi.CutFrames)
+		for i := range 12 {
+			s.srv.Put("ns", fmt.Sprintf("obj-%d", i%2), fmt.Sprintf("write %d", i))
+			s.sleep(5 * time.Second)
+		}
+		s.srv.Delete("ns", "obj-2")
+		watches, lists := s.count("WATCH", from, from.Add(time.Minute)), s.count("LIST", s.start, from.Add(time.Minute))
+		if watches < 3 || watches > 12 || lists != 1 {
+			s.t.Errorf("%d WATCHes in the first minute of cut frames, %d LISTs; want 3 to 12 WATCHes (re-watched after the backoff) and the first LIST alone", watches, lists)
+		}
+		s.srv.SetFault(fakeapi.Healthy)
+		s.sleep(watcher.DefaultBackoff.Max + 5*time.Second)
+		if !equalToServer(s) {
+			s.t.Errorf("%v after the fault ended, the store (%d objects) differs from the server's (%d)", watcher.DefaultBackoff.Max+5*time.Second, s.store.Len(), len(s.srv.Objects()))
+		}
+		if _, ok := s.store.Get("ns/obj-2"); ok {
+			s.t.Error("the deletion cut in half never reached the store")
+		}
+	})
+}
+
+// Issue 20 through the loop: while the loop is away, obj-0 is deleted and
+// created again, and the relist after the 410 lists the new obj-0 as an item
+// that does not decode (its metadata readable). The stored obj-0 is the old
+// object, gone from the server: the relist hands its Deleted delta
+// (FinalStateUnknown) and leaves the key out, the item reported skipped,
+// instead of keeping the old object as if current. The new obj-0 comes in
+// with its next write that decodes.
+func TestRelistedUndecodableItemOfAnotherUIDDeletesTheOldObject(t *testing.T) {
+	runSim(t, 3, watcher.Options[object]{}, func(s *sim) {
+		if !s.waitSynced(time.Minute) {
+			s.t.Fatal("no sync")
+		}
+		old, _ := s.store.Get("ns/obj-0")
+		s.srv.SetFault(fakeapi.Refuse)
+		s.srv.Cut()
+		s.srv.Delete("ns", "obj-0")
+		s.srv.Put("ns", "obj-0", "born again")
+		s.srv.Compact()
+		s.srv.Put("ns", "obj-1", "changed")
+		s.sleep(time.Second)
+		s.srv.SetFault(fakeapi.Garble) // the relist's obj-0 item does not decode
+		s.sleep(watcher.DefaultBackoff.Max + 10*time.Second)
+		if st := s.w.Stats(); st.Relists != 1 || st.Skipped == 0 {
+			s.t.Fatalf("%d relists, %d skipped; want the relist after the 410, with its obj-0 item skipped", st.Relists, st.Skipped)
+		}
+		if got, ok := s.store.Get("ns/obj-0"); ok && got.UID == old.UID {
+			s.t.Errorf("after the relist listed obj-0 undecodable under a new UID, the store still holds the old obj-0 (UID %s) as if current", old.UID)
+		}
+		s.obs.mu.Lock()
+		var deleted bool
+		for _, d := range s.obs.deltas {
+			deleted = deleted || d.Type == store.Deleted && d.Object != nil && d.Object.UID == old.UID && d.FinalStateUnknown
+		}
+		s.obs.mu.Unlock()
+		if !deleted {
+			s.t.Errorf("no Deleted delta (FinalStateUnknown) for the old obj-0, UID %s", old.UID)
+		}
+		s.srv.SetFault(fakeapi.Healthy)
+		s.srv.Put("ns", "obj-0", "decodable again")
+		s.sleep(5 * time.Second)
+		if !equalToServer(s) {
+			s.t.Error("the store differs from the server after the new obj-0's next write")
+		}
+	}, func(srv *fakeapi.Server) {
+		srv.GarbleItem = func(o *v1alpha1.MyResource) bool { return o.Name == "obj-0" }
 	})
 }
 

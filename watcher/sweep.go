@@ -48,7 +48,7 @@ func (w *Watcher[T]) Sweep(ctx context.Context, slots shard.SlotSet) (res SweepR
 		}
 	}
 	present := map[string]types.UID{} // key → UID on the server
-	kept := map[string]bool{}         // keys of objects that cannot be decoded: kept as they are
+	kept := map[string]types.UID{}    // keys of objects that cannot be decoded (their UIDs, if read): kept if the same object
 	opts := metav1.ListOptions{Limit: w.opts.PageSize, ShardSelector: set.Selector()}
 	for {
 		rctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -68,7 +68,7 @@ func (w *Watcher[T]) Sweep(ctx context.Context, slots shard.SlotSet) (res SweepR
 			},
 			func(skip *SkipError) {
 				if skip.Key != "" {
-					kept[skip.Key] = true
+					kept[skip.Key] = skip.UID
 				}
 			})
 		body.Close()
@@ -83,7 +83,10 @@ func (w *Watcher[T]) Sweep(ctx context.Context, slots shard.SlotSet) (res SweepR
 		opts = metav1.ListOptions{Limit: w.opts.PageSize, Continue: meta.Continue, ShardSelector: set.Selector()}
 	}
 	for key, obj := range stored {
-		if uid, ok := present[key]; (ok && uid == obj.GetUID()) || kept[key] {
+		if uid, ok := present[key]; ok && uid == obj.GetUID() {
+			continue
+		}
+		if uid, ok := kept[key]; ok && (uid == "" || uid == obj.GetUID()) {
 			continue
 		}
 		res.Deleted = append(res.Deleted, store.Delta[T]{Type: store.Deleted, Key: key, Object: obj, FinalStateUnknown: true})

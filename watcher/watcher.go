@@ -396,7 +396,7 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 			},
 			func(skip *SkipError) {
 				if skip.Key != "" {
-					repl.Keep(skip.Key)
+					repl.Keep(skip.Key, skip.UID)
 				}
 				w.skipped(skip)
 			})
@@ -518,7 +518,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 			switch {
 			case skip.Key == "":
 			case repl != nil:
-				repl.Keep(skip.Key) // listed, but unreadable: keep what we have
+				repl.Keep(skip.Key, skip.UID) // listed, but unreadable: keep what we have, if it is the same object
 			case ev.Type == Deleted:
 				// We cannot read the final state, but we know the key is gone.
 				if d, known := w.store.DeleteKey(skip.Key, *new(T)); known {

@@ -112,6 +112,10 @@ const (
 	// the list items (LIST pages, a WatchList's initial events) that
 	// Server.GarbleItem picks.
 	Garble
+	// CutFrames: every event frame (ADDED, MODIFIED, DELETED, a WatchList's
+	// initial events too) is cut in half and ends in a newline, not JSON:
+	// a middlebox mangling the stream (the fault proxy's garble).
+	CutFrames
 	nModes
 )
 
@@ -126,7 +130,7 @@ func Modes() []Mode {
 
 func (m Mode) String() string {
 	return [...]string{"healthy", "cut-after-first-frame", "error-after-first-event", "freeze", "refuse",
-		"500", "429", "watch-410", "watch-list-fails", "continue-expires", "slow-frames", "every-other-list-fails", "garble"}[m]
+		"500", "429", "watch-410", "watch-list-fails", "continue-expires", "slow-frames", "every-other-list-fails", "garble", "cut-frames"}[m]
 }
 
 // Request is one request the server answered.
@@ -908,6 +912,9 @@ func (st *stream) send(ctx context.Context, f []byte) error {
 		case <-t.C:
 		}
 	}
+	if st.mode == CutFrames && isEvent(f) {
+		f = append(bytes.Clone(f[:len(f)/2]), '\n')
+	}
 	if _, err := st.pw.Write(f); err != nil {
 		return err
 	}
@@ -935,6 +942,16 @@ func frame(typ string, obj *v1alpha1.MyResource) []byte {
 
 // unknownFrame is an event of a type no client knows (yet).
 var unknownFrame = []byte(`{"type":"FUTURE","object":{"kind":"Hint","apiVersion":"v1"}}` + "\n")
+
+// isEvent: an ADDED, MODIFIED or DELETED frame (frame writes the type first).
+func isEvent(f []byte) bool {
+	for _, typ := range []string{"ADDED", "MODIFIED", "DELETED"} {
+		if bytes.HasPrefix(f, []byte(`{"type":"`+typ+`"`)) {
+			return true
+		}
+	}
+	return false
+}
 
 // garbled is an event whose object has its metadata intact and a spec of
 // another shape: a client cannot decode it, but can tell which object it is.

@@ -1,0 +1,187 @@
+package watcher
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"rawwatch/internal/wire"
+)
+
+// errOpen is what an open stream says when asked for bytes it does not have
+// yet: a reader that reaches it would have waited on a live stream.
+var errOpen = errors.New("read past the bytes sent: on an open stream, this waits")
+
+// openStream is data on a stream that stays open after it.
+type openStream struct{ data []byte }
+
+func (s *openStream) Read(p []byte) (int, error) {
+	if len(s.data) == 0 {
+		return 0, errOpen
+	}
+	n := copy(p, s.data)
+	s.data = s.data[n:]
+	return n, nil
+}
+
+// readAll reads frames until an error: the frames, and the error.
+func readAll(data string) ([]string, error) {
+	f := NewFrameReader(&openStream{[]byte(data)}, 0)
+	var frames []string
+	for {
+		fr, err := f.Next()
+		if err != nil {
+			return frames, err
+		}
+		frames = append(frames, string(fr))
+	}
+}
+
+const (
+	whole  = `{"type":"MODIFIED","object":{"metadata":{"name":"b","resourceVersion":"7","labels":{"x":"a\"b\\"}},"spec":{"n":-1.5e+3,"ok":true,"no":null,"l":[1,{"a":[]},"s"]}}}` + "\n"
+	whole2 = `{"type":"MODIFIED","object":{"metadata":{"name":"c","resourceVersion":"8"}}}` + "\n"
+)
+
+// garbledFrames are the shapes a garbled stream takes: what a middlebox,
+// a crashed writer or a broken compression layer leaves of a frame (and
+// what it must end in: ErrBrokenFrame or ErrBareWord). The fuzz targets
+// start from them too.
+var garbledFrames = map[string]struct {
+	garbage string
+	want    error
+}{
+	"cut mid-string":           {`{"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVer` + "\n", ErrBrokenFrame},
+	"cut mid-value string":     {`{"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVersion":"1` + "\n", ErrBrokenFrame},
+	"cut between tokens":       {`{"type":"MODIFIED","object":{` + "\n", ErrBrokenFrame},
+	"cut after a colon":        {`{"type":"MODIFIED","object":` + "\n", ErrBrokenFrame},
+	"cut after a key":          {`{"type":"MODIFIED","object"` + "\n", ErrBrokenFrame},
+	"cut inside an array":      {`{"type":"MODIFIED","object":{"metadata":{"managedFields":[{"manager":"m"},` + "\n", ErrBrokenFrame},
+	"cut after an array opens": {`{"type":"MODIFIED","object":{"metadata":{"managedFields":[` + "\n", ErrBrokenFrame},
+	"cut mid-number":           {`{"type":"MODIFIED","object":{"metadata":{"generation":12` + "\n", ErrBrokenFrame},
+	"cut mid-escape":           {`{"type":"MODIFIED","object":{"metadata":{"name":"a\` + "\n", ErrBrokenFrame},
+	"cut, no newline":          {`{"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVer`, ErrBrokenFrame},
+	"extra closing braces":     {"}}\n", ErrBareWord},
+	"extra closing bracket":    {"]\n", ErrBareWord},
+	"garbage bytes":            {"\x00\x01\xffgarbage\n", ErrBareWord},
+	"garbage string":           {`"half a string` + "\n", ErrBrokenFrame},
+	"garbage braces":           {"{{\n", ErrBrokenFrame},
+	"mismatched closer":        {`{"type":"MODIFIED","object":{"a":[1}}` + "\n", ErrBrokenFrame},
+	"a garbled DELETED":        {`{"type":"DELETED","object":{"apiVersion":"example.com/v1alpha1","kind":"MyResource","metadata":{"name":"doomed","namespace":"d` + "\n", ErrBrokenFrame},
+}
+
+// Garbled streams, each a whole frame (the stream is then line-framed, as
+// every kube-apiserver stream is) followed by something broken and whole
+// frames, the stream still open: the reader must return the whole frame
+// and then an error, at once, never wait for bytes the server will not send.
+func TestFrameReaderBreaksOnGarbledFrames(t *testing.T) {
+	for name, c := range garbledFrames {
+		t.Run(name, func(t *testing.T) {
+			frames, err := readAll(whole + c.garbage + whole + whole2)
+			if len(frames) != 1 || frames[0] != strings.TrimSpace(whole) || !errors.Is(err, c.want) {
+				t.Fatalf("frames %q, error %v; want the whole frame, then %v", frames, err, c.want)
+			}
+		})
+	}
+}
+
+// What is not broken reads as before: values split over lines (a stream
+// that never showed itself line-framed), frames back to back, strings and
+// arrays as frames (the decoder skips those), every JSON token in a frame.
+func TestFrameReaderReadsWellFormedStreams(t *testing.T) {
+	pretty := "{\n  \"type\": \"ADDED\",\n  \"object\": {\n    \"a\": [\n      1,\n      2\n    ]\n  }\n}\n"
+	for name, stream := range map[string][]string{
+		"one line each":  {strings.TrimSpace(whole), strings.TrimSpace(whole2)},
+		"pretty":         {strings.TrimSpace(pretty), strings.TrimSpace(pretty)},
+		"back to back":   {strings.TrimSpace(whole2), strings.TrimSpace(whole2)},
+		"other values":   {`"a string"`, `[1,"two",{"three":3}]`, `{}`, `[]`, `{"a":{"b":[[],{}]}}`},
+		"spaces and CRs": {"{ \"a\" : [ 1 , true ] \r, \"b\" :null }", "{\t}"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			sep := "\n"
+			if name == "back to back" {
+				sep = ""
+			}
+			data := strings.Join(stream, sep)
+			if name == "pretty" {
+				data = pretty + pretty
+			}
+			frames, err := readAll(data)
+			if !errors.Is(err, errOpen) || strings.Join(frames, "|") != strings.Join(stream, "|") {
+				t.Fatalf("frames %q, error %v; want %q, then the wait for more", frames, err, stream)
+			}
+		})
+	}
+}
+
+// Never worse than client-go, whose JSON framer is a json.Decoder: for
+// every byte at which a recorded kube-apiserver frame can be cut, in a
+// stream that stays open with whole frames after the cut, the reader ends
+// the stream whenever the json.Decoder does, and no later (as many frames
+// before the error or fewer); once the stream showed itself line-framed, at
+// the cut itself.
+func TestFrameReaderBreaksAtEveryCutNoLaterThanAJSONDecoder(t *testing.T) {
+	frames := wire.Frames(capture(t, wire.WatchList))
+	if len(frames) < 4 {
+		t.Fatalf("%d frames recorded, want at least 4", len(frames))
+	}
+	cutFrame := frames[0]
+	for _, first := range []bool{true, false} {
+		for k := 1; k < len(cutFrame)-1; k++ {
+			var stream []byte
+			if !first {
+				stream = append(stream, frames[1]...)
+			}
+			stream = append(stream, cutFrame[:k]...)
+			stream = append(stream, '\n')
+			for _, f := range frames[2:] {
+				stream = append(stream, f...)
+			}
+			got, err := readAll(string(stream))
+			dec := json.NewDecoder(&openStream{bytes.Clone(stream)})
+			var theirs int
+			var derr error
+			for {
+				var v json.RawMessage
+				if derr = dec.Decode(&v); derr != nil {
+					break
+				}
+				theirs++
+			}
+			switch {
+			case errors.Is(err, errOpen) && !errors.Is(derr, errOpen):
+				t.Fatalf("cut at byte %d (first frame %v): the reader waits after %d frames, the json.Decoder broke after %d (%v)", k, first, len(got), theirs, derr)
+			case errors.Is(err, errOpen):
+				t.Fatalf("cut at byte %d (first frame %v): neither notices (%d frames): a shape this test cannot judge", k, first, len(got))
+			case len(got) > theirs:
+				t.Fatalf("cut at byte %d (first frame %v): the reader broke after %d frames, the json.Decoder after %d", k, first, len(got), theirs)
+			case !first && len(got) != 1:
+				t.Fatalf("cut at byte %d of a line-framed stream: %d frames before the error %v, want 1", k, len(got), err)
+			}
+		}
+	}
+}
+
+// The frame reader's speed on a recorded stream, in memory: the ceiling of
+// every consumer (BenchmarkDelivery in compare measures it over HTTP).
+func BenchmarkFrameReader(b *testing.B) {
+	one := capture(b, wire.WatchList)
+	var stream []byte
+	for len(stream) < 8<<20 {
+		stream = append(stream, one...)
+	}
+	b.SetBytes(int64(len(stream)))
+	for b.Loop() {
+		f := NewFrameReader(bytes.NewReader(stream), 0)
+		for {
+			if _, err := f.Next(); err != nil {
+				if err != io.EOF {
+					b.Fatal(err)
+				}
+				break
+			}
+		}
+	}
+}
