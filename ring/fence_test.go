@@ -37,12 +37,18 @@ func handoffMember(t *testing.T, client *fake.Clientset, id string, lease, renew
 	return m
 }
 
-// workAlone runs m's rounds four times alone, its clock (*now) a renew
-// period later after each, and fails the test unless m then Works every
-// slot.
+// joinRounds: a lone member, lease 4.5 renew periods, Works every slot
+// after this many rounds a renew period apart: its first write and list,
+// then a lease duration claiming no free slot (a Lease it never read may
+// be working: unseenUntil), a claim, and the list that confirms it.
+const joinRounds = 8
+
+// workAlone runs m's rounds alone, its clock (*now) a renew period later
+// after each, as many as joinRounds takes at m's lease and renew period,
+// and fails the test unless m then Works every slot.
 func workAlone(t *testing.T, ctx context.Context, m *Member, now *time.Time, renew time.Duration) {
 	t.Helper()
-	for range 4 {
+	for range int(m.cfg.LeaseDuration/renew) + 4 {
 		m.round(ctx, klog.Background())
 		*now = now.Add(renew)
 	}
@@ -134,7 +140,7 @@ func TestARenewalAnsweredPastTheFenceDoesNotKeepTheClaims(t *testing.T) {
 	const lease, renew = 4500 * time.Millisecond, time.Second
 	m := handoffMember(t, client, "a", lease, renew, func() time.Time { return now })
 	ctx := klog.NewContext(context.Background(), klog.Background())
-	for range 4 {
+	for range joinRounds {
 		now = now.Add(renew)
 		m.round(ctx, klog.Background())
 	}

@@ -26,6 +26,15 @@ import (
 //     not know, goes on working until its own fence, and may have renewed
 //     just before the delete in a write this observer never read. A Lease
 //     marked leaving is not live: its owner admits nothing any more.
+//   - unseen: a Lease the observer never read (deleted by hand before its
+//     first list, or while it was blind) may have an owner that works on
+//     until its fence. So for a lease duration after its first list, after
+//     a list that ends a blind stretch, and after its own first write of
+//     its Lease (so that a Lease claims a free slot only once it existed
+//     for a lease duration: an observer whose lists are less than that
+//     apart has read it), a member claims no free slot, as if an unseen
+//     Lease claimed every one. Slots given to it (custody) it still
+//     claims: their old owner confirmed them on the same rules.
 //   - fenced: a member counts itself out fenceAfter (LeaseDuration −
 //     RenewPeriod) after it sent its last successful renewal, on its own
 //     clock. Run fences it on a timer of its own, whatever the loop is doing,
@@ -74,7 +83,13 @@ func Admits(c Claims, until, now time.Time, slot int, deletion bool) bool {
 // observer's clock: listed holds the others' Leases as read (rv, claims,
 // leaving; at and renewals are set here). seen is what the observer knew;
 // prev, when its last list before this one succeeded (zero: none).
-func sight(seen, listed map[string]observed, now, prev time.Time, lease time.Duration) {
+//
+// It says whether the list may have missed a Lease (unseen): the
+// observer's first list, or one after a blind stretch. A Lease created and
+// deleted by hand before it, never read, may have an owner that works on
+// until its fence, less than a lease duration from this list: for that
+// long the observer claims no free slot (Member.unseenUntil).
+func sight(seen, listed map[string]observed, now, prev time.Time, lease time.Duration) (unseen bool) {
 	// Back after a lease duration or more without a list (paused, or its
 	// lists failing): a Lease gone may have come back and gone again
 	// meanwhile, re-created, working, deleted, in writes this observer
@@ -121,6 +136,7 @@ func sight(seen, listed map[string]observed, now, prev time.Time, lease time.Dur
 		}
 		seen[id] = o
 	}
+	return prev.IsZero() || blind
 }
 
 // live tells whether a member last seen as o counts as live at judged.

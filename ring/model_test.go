@@ -367,9 +367,7 @@ func (w *model) list(mm *modelMember) {
 		if ok {
 			now := m.cfg.Now()
 			m.mu.Lock()
-			prev := m.lookedAt
-			m.lookedAt = now
-			sight(m.seen, listed, now, prev, m.cfg.LeaseDuration)
+			m.sighted(listed, now)
 			m.mu.Unlock()
 			m.looks++
 		}

@@ -275,6 +275,11 @@ type Member struct {
 	// claims nothing until then (lostLease).
 	quietUntil time.Time
 	lost       bool // since lostLease, not re-created yet
+	// unseenUntil: until then, a Lease this member never read may be
+	// working; it claims no free slot (sight, wroteLease). wroteOnce:
+	// its Lease was written at least once.
+	unseenUntil time.Time
+	wroteOnce   bool
 	// ownSeen: the last list showed our own Lease.
 	ownSeen bool
 	// found is our own Lease as we found it not written by us (before we
@@ -470,7 +475,27 @@ func (m *Member) wroteLease() {
 		m.quietUntil = m.cfg.Now().Add(m.cfg.LeaseDuration)
 		m.lost = false
 	}
+	if !m.wroteOnce { // a new Lease claims no free slot for a lease duration
+		m.wroteOnce = true
+		m.unseenUntil = later(m.unseenUntil, m.cfg.Now().Add(m.cfg.LeaseDuration))
+	}
 	m.mu.Unlock()
+}
+
+// sighted records a successful list made at now (m.mu held): see sight.
+func (m *Member) sighted(listed map[string]observed, now time.Time) {
+	prev := m.lookedAt
+	m.lookedAt = now
+	if sight(m.seen, listed, now, prev, m.cfg.LeaseDuration) {
+		m.unseenUntil = later(m.unseenUntil, now.Add(m.cfg.LeaseDuration))
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // beforeRenew: a member past its fence (resumed from a pause, say) is out
@@ -733,8 +758,6 @@ func (m *Member) look(ctx context.Context) error {
 	now := m.cfg.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	prev := m.lookedAt
-	m.lookedAt = now
 	listed := map[string]observed{}
 	m.ownSeen = false
 	for _, l := range list.Items {
@@ -784,7 +807,7 @@ func (m *Member) look(ctx context.Context) error {
 		listed[id] = observed{rv: l.ResourceVersion, claims: claims, pending: pending,
 			covers: covers, givenMe: givenMe, givenOthers: givenOthers, leaving: l.Annotations[AnnotationLeaving] == "true"}
 	}
-	sight(m.seen, listed, now, prev, m.cfg.LeaseDuration)
+	m.sighted(listed, now)
 	if !m.withdrawn.Empty() { // the cover withdrawn is written: count from now
 		w := withdrawal{slots: m.withdrawn, renewed: map[string]int{}}
 		for id, o := range m.seen {
@@ -942,6 +965,9 @@ func (m *Member) update(log klog.Logger) {
 	}
 	if quiet {
 		custody = shard.SlotSet{}
+	}
+	if now.Before(m.unseenUntil) { // an unseen Lease may work any free slot
+		others = others.Union(shard.All().Minus(custody))
 	}
 	var overdue shard.SlotSet
 	for i, since := range m.releasingSince {

@@ -100,9 +100,9 @@ func TestAdversaryALeaseRestoredFromAnEtcdSnapshotFencesItsOwnerForGood(t *testi
 	m := handoffMember(t, client, "a", lease, renew, func() time.Time { return now })
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	var snapshot *coordinationv1.Lease
-	for i := range 6 {
+	for i := range joinRounds + 2 {
 		m.round(ctx, klog.Background())
-		if i == 3 { // the etcd snapshot is taken
+		if i == joinRounds-1 { // the etcd snapshot is taken
 			obj, err := client.Tracker().Get(coordination(), "ns", m.leaseName())
 			if err != nil {
 				t.Fatal(err)
@@ -340,7 +340,7 @@ func TestAdversaryASecondProcessOfOneIdentityDeletesTheFirstsLeaseOnLeaving(t *t
 	x1 := handoffMember(t, client, "x", lease, renew, clock)
 	x2 := handoffMember(t, client, "x", lease, renew, clock)
 	ctx := klog.NewContext(context.Background(), klog.Background())
-	for range 4 {
+	for range joinRounds {
 		x1.round(ctx, klog.Background())
 		now = now.Add(renew)
 	}
