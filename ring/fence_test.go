@@ -62,7 +62,7 @@ func workAlone(t *testing.T, ctx context.Context, m *Member, now *time.Time, ren
 func admits(m *Member) shard.SlotSet {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if fenced(m.renewed, m.cfg.Now(), m.fenceAfter()) {
+	if fenced(m.renewed, m.Now(), m.fenceAfter()) {
 		return shard.SlotSet{}
 	}
 	return m.claims.Working

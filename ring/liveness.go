@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"sync"
 	"time"
 
 	"rawwatch/shard"
@@ -44,6 +45,8 @@ import (
 //   - Admits: the gate lets a reconcile in only in a Working slot, and only
 //     before the fence deadline, on the gate's own clock: a worker resumed
 //     from a pause starts nothing before the fence has run.
+//   - the fence's clock counts a system suspend (fenceClock): the larger of
+//     the monotonic and the wall clock's advance.
 
 // The rules, as variables only so that the model's tests can break each on
 // purpose and see the model fail (model_test.go). Never changed elsewhere.
@@ -57,6 +60,40 @@ var (
 	// lease duration after it last moved.
 	vanishedLive = true
 )
+
+// fenceClock is the clock of a member's own fence. Go's monotonic clock,
+// which time.Now's readings carry and every duration the ring measures
+// uses, does not count a system suspend on Linux (CLOCK_MONOTONIC; Go kept
+// it on purpose, golang/go#24595): a node suspended past its fence would
+// resume believing no time passed, its gate open on the slots the others
+// took meanwhile. The wall clock counts the suspend, but is stepped (NTP,
+// an operator). So the fence counts, between two readings, the larger of
+// the two advances: a suspend counts, a wall clock stepped back counts
+// nothing, one stepped forward fences early (safe: the member fences and
+// comes back). Only the member's own fence uses it (renewed, the deadline,
+// the gate): judging the others, a clock that may run fast would count a
+// live member out, so that stays on the monotonic clock, which never
+// counts more than passed.
+type fenceClock struct {
+	now, wall func() time.Time
+
+	mu             sync.Mutex
+	at             time.Time // the last reading
+	lastNow, lastW time.Time // now's and wall's then
+}
+
+func (c *fenceClock) read() time.Time {
+	n, w := c.now(), c.wall()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() {
+		c.at = n
+	} else {
+		c.at = c.at.Add(max(n.Sub(c.lastNow), w.Sub(c.lastW)))
+	}
+	c.lastNow, c.lastW = n, w
+	return c.at
+}
 
 // fenced tells whether a member whose last successful renewal was sent at
 // renewed (zero: none) counts itself out at now.

@@ -178,11 +178,16 @@ type Config struct {
 	// monotonic clock (time.Now's do): every duration the ring measures is
 	// between two of its own readings, never against another machine's.
 	Now func() time.Time
+	// Wall is the wall clock, read beside Now for the member's own fence
+	// (fenceClock); default Now's readings without their monotonic
+	// reading. Tests set it to show a suspend: Now stands still while Wall
+	// runs on.
+	Wall func() time.Time
 	// Clock makes Run's ticker and fence timer; default the real clock
 	// (tests move a fake one).
 	Clock clock.WithTicker
-	// OnDeadline, when set, hears the fence deadline (on Now's clock)
-	// whenever it moves: the instant from which this member may admit no
+	// OnDeadline, when set, hears the fence deadline (on the member's fence
+	// clock, Member.Now) whenever it moves: the instant from which this member may admit no
 	// reconcile (Admits), the zero time when it has no lease at all. Called
 	// on the member's goroutines, before the claims that rely on it are
 	// handed to OnClaims, and, when it is extended, after the member checked
@@ -252,9 +257,13 @@ type Member struct {
 	// rearm wakes the fence timer when renewed moves.
 	rearm chan struct{}
 
+	// fence is the clock of the member's own fence (Now): renewed, the
+	// deadline, the gate's readings.
+	fence fenceClock
+
 	mu      sync.Mutex
 	seen    map[string]observed // by identity, the other members' Leases
-	renewed time.Time           // when our last successful renewal was sent
+	renewed time.Time           // when our last successful renewal was sent (fence clock)
 	members []string            // the live members, sorted
 	changed chan struct{}       // closed and replaced when members change
 
@@ -353,10 +362,15 @@ func New(cfg Config) (*Member, error) {
 	if cfg.Now == nil {
 		cfg.Now = cfg.Clock.Now
 	}
+	if cfg.Wall == nil {
+		now := cfg.Now
+		cfg.Wall = func() time.Time { return now().Round(0) }
+	}
 	if cfg.HandoffTimeout <= 0 {
 		cfg.HandoffTimeout = 4 * cfg.LeaseDuration
 	}
-	return &Member{cfg: cfg, seen: map[string]observed{}, changed: make(chan struct{}), rearm: make(chan struct{}, 1)}, nil
+	return &Member{cfg: cfg, fence: fenceClock{now: cfg.Now, wall: cfg.Wall},
+		seen: map[string]observed{}, changed: make(chan struct{}), rearm: make(chan struct{}, 1)}, nil
 }
 
 // Members returns the live members, sorted; this one is among them only
@@ -373,6 +387,12 @@ func (m *Member) Claims() Claims {
 	defer m.mu.Unlock()
 	return m.claims
 }
+
+// Now reads the clock of the member's own fence: the deadline OnDeadline
+// hears is on it, and a gate compares the deadline with its readings
+// (Admits). It counts a system suspend, which Go's monotonic clock does
+// not (fenceClock).
+func (m *Member) Now() time.Time { return m.fence.read() }
 
 // fenceAfter is how long after sending its last successful renewal a member
 // counts itself out: a RenewPeriod before the others may.
@@ -544,7 +564,7 @@ func (m *Member) watchFence(ctx context.Context, log klog.Logger) {
 		var fire <-chan time.Time
 		stop := func() {}
 		if !renewed.IsZero() {
-			t := m.cfg.Clock.NewTimer(max(0, renewed.Add(m.fenceAfter()).Sub(m.cfg.Now())))
+			t := m.cfg.Clock.NewTimer(max(0, renewed.Add(m.fenceAfter()).Sub(m.Now())))
 			fire, stop = t.C(), func() { t.Stop() }
 		}
 		select {
@@ -570,8 +590,9 @@ func (m *Member) watchFence(ctx context.Context, log klog.Logger) {
 func (m *Member) fenceIfPast(log klog.Logger) {
 	m.step.Lock()
 	defer m.step.Unlock()
+	now := m.Now()
 	m.mu.Lock()
-	if !fenced(m.renewed, m.cfg.Now(), m.fenceAfter()) {
+	if !fenced(m.renewed, now, m.fenceAfter()) {
 		m.mu.Unlock()
 		return
 	}
@@ -605,9 +626,10 @@ func (m *Member) fenceIfPast(log klog.Logger) {
 // out.
 func (m *Member) request(ctx context.Context) (context.Context, context.CancelFunc) {
 	timeout := m.cfg.RenewPeriod
+	now := m.Now()
 	m.mu.Lock()
 	if !m.renewed.IsZero() {
-		if left := m.renewed.Add(m.fenceAfter()).Sub(m.cfg.Now()); left > 0 {
+		if left := m.renewed.Add(m.fenceAfter()).Sub(now); left > 0 {
 			timeout = min(timeout, left)
 		}
 	}
@@ -621,7 +643,7 @@ func (m *Member) renew(ctx context.Context) (time.Time, error) {
 	ctx, cancel := m.request(ctx)
 	defer cancel()
 	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
-	sent := m.cfg.Now()
+	sent := m.Now()
 	now := metav1.NewMicroTime(sent)
 	claims := m.Claims() // the fence timer may drop them meanwhile
 	claimed := claims.Claimed()
@@ -837,10 +859,11 @@ func (m *Member) update(log klog.Logger) {
 	if m.cfg.Busy != nil {
 		busy, failing = m.cfg.Busy() // before the step: after the last step took effect
 	}
+	fenceNow := m.Now()
 	now := m.cfg.Now()
 	m.mu.Lock()
 	var live []string
-	self := !fenced(m.renewed, now, m.fenceAfter())
+	self := !fenced(m.renewed, fenceNow, m.fenceAfter())
 	if self {
 		live = append(live, m.cfg.Identity)
 	}
