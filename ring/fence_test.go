@@ -362,3 +362,32 @@ func TestASkewedJoinerTakesNoLiveMembersSlots(t *testing.T) {
 		t.Fatalf("a works %d slots, j %d; want all 256 between them", a.Claims().Working.Len(), j.Claims().Working.Len())
 	}
 }
+
+// The fence's clock advances by the larger of the monotonic and the wall
+// clock's advance: a suspend (the monotonic clock stands still) counts, a
+// wall clock stepped back counts nothing, one stepped forward counts.
+func TestTheFenceClockCountsTheLargerAdvance(t *testing.T) {
+	mono := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	wall := mono
+	c := fenceClock{now: func() time.Time { return mono }, wall: func() time.Time { return wall }}
+	start := c.read()
+	for _, step := range []struct {
+		name       string
+		mono, wall time.Duration
+		want       time.Duration // the reading's advance
+	}{
+		{"both run", time.Second, time.Second, time.Second},
+		{"suspended: the monotonic clock stood still", time.Millisecond, 13 * time.Second, 13 * time.Second},
+		{"the wall clock stepped back an hour", time.Second, time.Second - time.Hour, time.Second},
+		{"the wall clock stepped forward a minute", time.Second, time.Minute, time.Minute},
+	} {
+		before := c.read()
+		mono, wall = mono.Add(step.mono), wall.Add(step.wall)
+		if got := c.read().Sub(before); got != step.want {
+			t.Errorf("%s: the fence's clock advanced %v, want %v", step.name, got, step.want)
+		}
+	}
+	if got, want := c.read().Sub(start), time.Second+13*time.Second+time.Second+time.Minute; got != want {
+		t.Errorf("in all the fence's clock advanced %v, want %v", got, want)
+	}
+}

@@ -75,7 +75,7 @@ var (
 // live member out, so that stays on the monotonic clock, which never
 // counts more than passed.
 type fenceClock struct {
-	now, wall func() time.Time
+	now, wall func() time.Time // wall nil: now's readings' own
 
 	mu             sync.Mutex
 	at             time.Time // the last reading
@@ -83,7 +83,11 @@ type fenceClock struct {
 }
 
 func (c *fenceClock) read() time.Time {
-	n, w := c.now(), c.wall()
+	n := c.now()
+	w := n.Round(0) // the wall reading of the same instant
+	if c.wall != nil {
+		w = c.wall()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.at.IsZero() {

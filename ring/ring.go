@@ -179,9 +179,9 @@ type Config struct {
 	// between two of its own readings, never against another machine's.
 	Now func() time.Time
 	// Wall is the wall clock, read beside Now for the member's own fence
-	// (fenceClock); default Now's readings without their monotonic
-	// reading. Tests set it to show a suspend: Now stands still while Wall
-	// runs on.
+	// (fenceClock); unset, the wall reading of Now's own readings (time.Now
+	// carries both, read at one instant). Tests set it to show a suspend:
+	// Now stands still while Wall runs on.
 	Wall func() time.Time
 	// Clock makes Run's ticker and fence timer; default the real clock
 	// (tests move a fake one).
@@ -361,10 +361,6 @@ func New(cfg Config) (*Member, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = cfg.Clock.Now
-	}
-	if cfg.Wall == nil {
-		now := cfg.Now
-		cfg.Wall = func() time.Time { return now().Round(0) }
 	}
 	if cfg.HandoffTimeout <= 0 {
 		cfg.HandoffTimeout = 4 * cfg.LeaseDuration
