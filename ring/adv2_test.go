@@ -107,7 +107,7 @@ func twoOfOneIdentity(t *testing.T) *oneIdentity {
 		}
 		return false, nil, nil
 	})
-	for range 4 {
+	for range joinRounds {
 		w.roundX1()
 		w.tick()
 	}
@@ -253,7 +253,7 @@ func restoredAfterFound(t *testing.T, seen bool) {
 			now = now.Add(renew)
 		}
 	}
-	for range 4 {
+	for range joinRounds {
 		round(x1)
 		now = now.Add(renew)
 	}

@@ -70,7 +70,7 @@ func TestASlotGivenOnAWithdrawnCoverIsNotLost(t *testing.T) {
 		m.update(klog.Background())
 	}
 	o := join("o")
-	for range 4 {
+	for range 105 { // a lease duration claiming no free slot (unseenUntil), a claim, its confirmation
 		tick(o, true)
 	}
 	if o.Claims().Working != shard.All() {

@@ -37,12 +37,18 @@ func handoffMember(t *testing.T, client *fake.Clientset, id string, lease, renew
 	return m
 }
 
-// workAlone runs m's rounds four times alone, its clock (*now) a renew
-// period later after each, and fails the test unless m then Works every
-// slot.
+// joinRounds: a lone member, lease 4.5 renew periods, Works every slot
+// after this many rounds a renew period apart: its first write and list,
+// then a lease duration claiming no free slot (a Lease it never read may
+// be working: unseenUntil), a claim, and the list that confirms it.
+const joinRounds = 8
+
+// workAlone runs m's rounds alone, its clock (*now) a renew period later
+// after each, as many as joinRounds takes at m's lease and renew period,
+// and fails the test unless m then Works every slot.
 func workAlone(t *testing.T, ctx context.Context, m *Member, now *time.Time, renew time.Duration) {
 	t.Helper()
-	for range 4 {
+	for range int(m.cfg.LeaseDuration/renew) + 4 {
 		m.round(ctx, klog.Background())
 		*now = now.Add(renew)
 	}
@@ -56,7 +62,7 @@ func workAlone(t *testing.T, ctx context.Context, m *Member, now *time.Time, ren
 func admits(m *Member) shard.SlotSet {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if fenced(m.renewed, m.cfg.Now(), m.fenceAfter()) {
+	if fenced(m.renewed, m.Now(), m.fenceAfter()) {
 		return shard.SlotSet{}
 	}
 	return m.claims.Working
@@ -134,7 +140,7 @@ func TestARenewalAnsweredPastTheFenceDoesNotKeepTheClaims(t *testing.T) {
 	const lease, renew = 4500 * time.Millisecond, time.Second
 	m := handoffMember(t, client, "a", lease, renew, func() time.Time { return now })
 	ctx := klog.NewContext(context.Background(), klog.Background())
-	for range 4 {
+	for range joinRounds {
 		now = now.Add(renew)
 		m.round(ctx, klog.Background())
 	}
@@ -354,5 +360,34 @@ func TestASkewedJoinerTakesNoLiveMembersSlots(t *testing.T) {
 	}
 	if j.Claims().Working.Empty() || a.Claims().Working.Len()+j.Claims().Working.Len() != shard.Slots {
 		t.Fatalf("a works %d slots, j %d; want all 256 between them", a.Claims().Working.Len(), j.Claims().Working.Len())
+	}
+}
+
+// The fence's clock advances by the larger of the monotonic and the wall
+// clock's advance: a suspend (the monotonic clock stands still) counts, a
+// wall clock stepped back counts nothing, one stepped forward counts.
+func TestTheFenceClockCountsTheLargerAdvance(t *testing.T) {
+	mono := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	wall := mono
+	c := fenceClock{now: func() time.Time { return mono }, wall: func() time.Time { return wall }}
+	start := c.read()
+	for _, step := range []struct {
+		name       string
+		mono, wall time.Duration
+		want       time.Duration // the reading's advance
+	}{
+		{"both run", time.Second, time.Second, time.Second},
+		{"suspended: the monotonic clock stood still", time.Millisecond, 13 * time.Second, 13 * time.Second},
+		{"the wall clock stepped back an hour", time.Second, time.Second - time.Hour, time.Second},
+		{"the wall clock stepped forward a minute", time.Second, time.Minute, time.Minute},
+	} {
+		before := c.read()
+		mono, wall = mono.Add(step.mono), wall.Add(step.wall)
+		if got := c.read().Sub(before); got != step.want {
+			t.Errorf("%s: the fence's clock advanced %v, want %v", step.name, got, step.want)
+		}
+	}
+	if got, want := c.read().Sub(start), time.Second+13*time.Second+time.Second+time.Minute; got != want {
+		t.Errorf("in all the fence's clock advanced %v, want %v", got, want)
 	}
 }

@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"sync"
 	"time"
 
 	"rawwatch/shard"
@@ -26,6 +27,15 @@ import (
 //     not know, goes on working until its own fence, and may have renewed
 //     just before the delete in a write this observer never read. A Lease
 //     marked leaving is not live: its owner admits nothing any more.
+//   - unseen: a Lease the observer never read (deleted by hand before its
+//     first list, or while it was blind) may have an owner that works on
+//     until its fence. So for a lease duration after its first list, after
+//     a list that ends a blind stretch, and after its own first write of
+//     its Lease (so that a Lease claims a free slot only once it existed
+//     for a lease duration: an observer whose lists are less than that
+//     apart has read it), a member claims no free slot, as if an unseen
+//     Lease claimed every one. Slots given to it (custody) it still
+//     claims: their old owner confirmed them on the same rules.
 //   - fenced: a member counts itself out fenceAfter (LeaseDuration −
 //     RenewPeriod) after it sent its last successful renewal, on its own
 //     clock. Run fences it on a timer of its own, whatever the loop is doing,
@@ -35,6 +45,8 @@ import (
 //   - Admits: the gate lets a reconcile in only in a Working slot, and only
 //     before the fence deadline, on the gate's own clock: a worker resumed
 //     from a pause starts nothing before the fence has run.
+//   - the fence's clock counts a system suspend (fenceClock): the larger of
+//     the monotonic and the wall clock's advance.
 
 // The rules, as variables only so that the model's tests can break each on
 // purpose and see the model fail (model_test.go). Never changed elsewhere.
@@ -48,6 +60,44 @@ var (
 	// lease duration after it last moved.
 	vanishedLive = true
 )
+
+// fenceClock is the clock of a member's own fence. Go's monotonic clock,
+// which time.Now's readings carry and every duration the ring measures
+// uses, does not count a system suspend on Linux (CLOCK_MONOTONIC; Go kept
+// it on purpose, golang/go#24595): a node suspended past its fence would
+// resume believing no time passed, its gate open on the slots the others
+// took meanwhile. The wall clock counts the suspend, but is stepped (NTP,
+// an operator). So the fence counts, between two readings, the larger of
+// the two advances: a suspend counts, a wall clock stepped back counts
+// nothing, one stepped forward fences early (safe: the member fences and
+// comes back). Only the member's own fence uses it (renewed, the deadline,
+// the gate): judging the others, a clock that may run fast would count a
+// live member out, so that stays on the monotonic clock, which never
+// counts more than passed.
+type fenceClock struct {
+	now, wall func() time.Time // wall nil: now's readings' own
+
+	mu             sync.Mutex
+	at             time.Time // the last reading
+	lastNow, lastW time.Time // now's and wall's then
+}
+
+func (c *fenceClock) read() time.Time {
+	n := c.now()
+	w := n.Round(0) // the wall reading of the same instant
+	if c.wall != nil {
+		w = c.wall()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() {
+		c.at = n
+	} else {
+		c.at = c.at.Add(max(n.Sub(c.lastNow), w.Sub(c.lastW)))
+	}
+	c.lastNow, c.lastW = n, w
+	return c.at
+}
 
 // fenced tells whether a member whose last successful renewal was sent at
 // renewed (zero: none) counts itself out at now.
@@ -74,7 +124,13 @@ func Admits(c Claims, until, now time.Time, slot int, deletion bool) bool {
 // observer's clock: listed holds the others' Leases as read (rv, claims,
 // leaving; at and renewals are set here). seen is what the observer knew;
 // prev, when its last list before this one succeeded (zero: none).
-func sight(seen, listed map[string]observed, now, prev time.Time, lease time.Duration) {
+//
+// It says whether the list may have missed a Lease (unseen): the
+// observer's first list, or one after a blind stretch. A Lease created and
+// deleted by hand before it, never read, may have an owner that works on
+// until its fence, less than a lease duration from this list: for that
+// long the observer claims no free slot (Member.unseenUntil).
+func sight(seen, listed map[string]observed, now, prev time.Time, lease time.Duration) (unseen bool) {
 	// Back after a lease duration or more without a list (paused, or its
 	// lists failing): a Lease gone may have come back and gone again
 	// meanwhile, re-created, working, deleted, in writes this observer
@@ -121,6 +177,7 @@ func sight(seen, listed map[string]observed, now, prev time.Time, lease time.Dur
 		}
 		seen[id] = o
 	}
+	return prev.IsZero() || blind
 }
 
 // live tells whether a member last seen as o counts as live at judged.

@@ -245,7 +245,7 @@ func (w *model) check() string {
 }
 
 func (w *model) admits(mm *modelMember) shard.SlotSet {
-	if gateClock && !mm.m.cfg.Now().Before(mm.until) { // Admits, for every slot at once
+	if gateClock && !mm.m.Now().Before(mm.until) { // Admits, for every slot at once
 		return shard.SlotSet{}
 	}
 	return mm.gate.Working
@@ -255,7 +255,7 @@ func (w *model) admits(mm *modelMember) shard.SlotSet {
 // succeeds, and when (if ever) a write it makes lands.
 func (w *model) request(mm *modelMember) (answer time.Duration, ok bool, lands time.Duration) {
 	timeout := modelRenew // as Member.request bounds it
-	now := mm.m.cfg.Now()
+	now := mm.m.Now()
 	mm.m.mu.Lock()
 	if !mm.m.renewed.IsZero() {
 		if left := mm.m.renewed.Add(mm.m.fenceAfter()).Sub(now); left > 0 {
@@ -290,7 +290,7 @@ func (w *model) round(mm *modelMember) {
 	}
 	mm.roundStart = w.now
 	m.beforeRenew(logr.Discard())
-	sent := m.cfg.Now()
+	sent := m.Now()
 	c := m.Claims()
 	claimed, pending := c.Claimed(), c.Pending
 	answer, ok, lands := w.request(mm)
@@ -367,9 +367,7 @@ func (w *model) list(mm *modelMember) {
 		if ok {
 			now := m.cfg.Now()
 			m.mu.Lock()
-			prev := m.lookedAt
-			m.lookedAt = now
-			sight(m.seen, listed, now, prev, m.cfg.LeaseDuration)
+			m.sighted(listed, now)
 			m.mu.Unlock()
 			m.looks++
 		}

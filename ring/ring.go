@@ -178,11 +178,16 @@ type Config struct {
 	// monotonic clock (time.Now's do): every duration the ring measures is
 	// between two of its own readings, never against another machine's.
 	Now func() time.Time
+	// Wall is the wall clock, read beside Now for the member's own fence
+	// (fenceClock); unset, the wall reading of Now's own readings (time.Now
+	// carries both, read at one instant). Tests set it to show a suspend:
+	// Now stands still while Wall runs on.
+	Wall func() time.Time
 	// Clock makes Run's ticker and fence timer; default the real clock
 	// (tests move a fake one).
 	Clock clock.WithTicker
-	// OnDeadline, when set, hears the fence deadline (on Now's clock)
-	// whenever it moves: the instant from which this member may admit no
+	// OnDeadline, when set, hears the fence deadline (on the member's fence
+	// clock, Member.Now) whenever it moves: the instant from which this member may admit no
 	// reconcile (Admits), the zero time when it has no lease at all. Called
 	// on the member's goroutines, before the claims that rely on it are
 	// handed to OnClaims, and, when it is extended, after the member checked
@@ -252,9 +257,13 @@ type Member struct {
 	// rearm wakes the fence timer when renewed moves.
 	rearm chan struct{}
 
+	// fence is the clock of the member's own fence (Now): renewed, the
+	// deadline, the gate's readings.
+	fence fenceClock
+
 	mu      sync.Mutex
 	seen    map[string]observed // by identity, the other members' Leases
-	renewed time.Time           // when our last successful renewal was sent
+	renewed time.Time           // when our last successful renewal was sent (fence clock)
 	members []string            // the live members, sorted
 	changed chan struct{}       // closed and replaced when members change
 
@@ -275,6 +284,11 @@ type Member struct {
 	// claims nothing until then (lostLease).
 	quietUntil time.Time
 	lost       bool // since lostLease, not re-created yet
+	// unseenUntil: until then, a Lease this member never read may be
+	// working; it claims no free slot (sight, wroteLease). wroteOnce:
+	// its Lease was written at least once.
+	unseenUntil time.Time
+	wroteOnce   bool
 	// ownSeen: the last list showed our own Lease.
 	ownSeen bool
 	// found is our own Lease as we found it not written by us (before we
@@ -351,7 +365,8 @@ func New(cfg Config) (*Member, error) {
 	if cfg.HandoffTimeout <= 0 {
 		cfg.HandoffTimeout = 4 * cfg.LeaseDuration
 	}
-	return &Member{cfg: cfg, seen: map[string]observed{}, changed: make(chan struct{}), rearm: make(chan struct{}, 1)}, nil
+	return &Member{cfg: cfg, fence: fenceClock{now: cfg.Now, wall: cfg.Wall},
+		seen: map[string]observed{}, changed: make(chan struct{}), rearm: make(chan struct{}, 1)}, nil
 }
 
 // Members returns the live members, sorted; this one is among them only
@@ -368,6 +383,12 @@ func (m *Member) Claims() Claims {
 	defer m.mu.Unlock()
 	return m.claims
 }
+
+// Now reads the clock of the member's own fence: the deadline OnDeadline
+// hears is on it, and a gate compares the deadline with its readings
+// (Admits). It counts a system suspend, which Go's monotonic clock does
+// not (fenceClock).
+func (m *Member) Now() time.Time { return m.fence.read() }
 
 // fenceAfter is how long after sending its last successful renewal a member
 // counts itself out: a RenewPeriod before the others may.
@@ -470,7 +491,27 @@ func (m *Member) wroteLease() {
 		m.quietUntil = m.cfg.Now().Add(m.cfg.LeaseDuration)
 		m.lost = false
 	}
+	if !m.wroteOnce { // a new Lease claims no free slot for a lease duration
+		m.wroteOnce = true
+		m.unseenUntil = later(m.unseenUntil, m.cfg.Now().Add(m.cfg.LeaseDuration))
+	}
 	m.mu.Unlock()
+}
+
+// sighted records a successful list made at now (m.mu held): see sight.
+func (m *Member) sighted(listed map[string]observed, now time.Time) {
+	prev := m.lookedAt
+	m.lookedAt = now
+	if sight(m.seen, listed, now, prev, m.cfg.LeaseDuration) {
+		m.unseenUntil = later(m.unseenUntil, now.Add(m.cfg.LeaseDuration))
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // beforeRenew: a member past its fence (resumed from a pause, say) is out
@@ -519,7 +560,7 @@ func (m *Member) watchFence(ctx context.Context, log klog.Logger) {
 		var fire <-chan time.Time
 		stop := func() {}
 		if !renewed.IsZero() {
-			t := m.cfg.Clock.NewTimer(max(0, renewed.Add(m.fenceAfter()).Sub(m.cfg.Now())))
+			t := m.cfg.Clock.NewTimer(max(0, renewed.Add(m.fenceAfter()).Sub(m.Now())))
 			fire, stop = t.C(), func() { t.Stop() }
 		}
 		select {
@@ -545,8 +586,9 @@ func (m *Member) watchFence(ctx context.Context, log klog.Logger) {
 func (m *Member) fenceIfPast(log klog.Logger) {
 	m.step.Lock()
 	defer m.step.Unlock()
+	now := m.Now()
 	m.mu.Lock()
-	if !fenced(m.renewed, m.cfg.Now(), m.fenceAfter()) {
+	if !fenced(m.renewed, now, m.fenceAfter()) {
 		m.mu.Unlock()
 		return
 	}
@@ -580,9 +622,10 @@ func (m *Member) fenceIfPast(log klog.Logger) {
 // out.
 func (m *Member) request(ctx context.Context) (context.Context, context.CancelFunc) {
 	timeout := m.cfg.RenewPeriod
+	now := m.Now()
 	m.mu.Lock()
 	if !m.renewed.IsZero() {
-		if left := m.renewed.Add(m.fenceAfter()).Sub(m.cfg.Now()); left > 0 {
+		if left := m.renewed.Add(m.fenceAfter()).Sub(now); left > 0 {
 			timeout = min(timeout, left)
 		}
 	}
@@ -596,7 +639,7 @@ func (m *Member) renew(ctx context.Context) (time.Time, error) {
 	ctx, cancel := m.request(ctx)
 	defer cancel()
 	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
-	sent := m.cfg.Now()
+	sent := m.Now()
 	now := metav1.NewMicroTime(sent)
 	claims := m.Claims() // the fence timer may drop them meanwhile
 	claimed := claims.Claimed()
@@ -733,8 +776,6 @@ func (m *Member) look(ctx context.Context) error {
 	now := m.cfg.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	prev := m.lookedAt
-	m.lookedAt = now
 	listed := map[string]observed{}
 	m.ownSeen = false
 	for _, l := range list.Items {
@@ -784,7 +825,7 @@ func (m *Member) look(ctx context.Context) error {
 		listed[id] = observed{rv: l.ResourceVersion, claims: claims, pending: pending,
 			covers: covers, givenMe: givenMe, givenOthers: givenOthers, leaving: l.Annotations[AnnotationLeaving] == "true"}
 	}
-	sight(m.seen, listed, now, prev, m.cfg.LeaseDuration)
+	m.sighted(listed, now)
 	if !m.withdrawn.Empty() { // the cover withdrawn is written: count from now
 		w := withdrawal{slots: m.withdrawn, renewed: map[string]int{}}
 		for id, o := range m.seen {
@@ -814,10 +855,11 @@ func (m *Member) update(log klog.Logger) {
 	if m.cfg.Busy != nil {
 		busy, failing = m.cfg.Busy() // before the step: after the last step took effect
 	}
+	fenceNow := m.Now()
 	now := m.cfg.Now()
 	m.mu.Lock()
 	var live []string
-	self := !fenced(m.renewed, now, m.fenceAfter())
+	self := !fenced(m.renewed, fenceNow, m.fenceAfter())
 	if self {
 		live = append(live, m.cfg.Identity)
 	}
@@ -942,6 +984,9 @@ func (m *Member) update(log klog.Logger) {
 	}
 	if quiet {
 		custody = shard.SlotSet{}
+	}
+	if now.Before(m.unseenUntil) { // an unseen Lease may work any free slot
+		others = others.Union(shard.All().Minus(custody))
 	}
 	var overdue shard.SlotSet
 	for i, since := range m.releasingSince {

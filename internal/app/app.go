@@ -295,6 +295,7 @@ func New(opts Options) (_ *App, err error) {
 			if a.Member, err = a.newMember(); err != nil {
 				return nil, err
 			}
+			a.gate.now = a.Member.Now // the fence's clock, which counts a suspend
 		}
 	} else {
 		lc := *opts.LeaderElection

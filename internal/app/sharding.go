@@ -73,8 +73,8 @@ type gate struct {
 	store *store.Store[Object]
 	obs   observe.Observer
 
-	// now is the gate's clock (time.Now: its readings carry the monotonic
-	// clock).
+	// now is the gate's clock: the ring member's fence clock (Member.Now,
+	// on which the deadline is), time.Now until there is a member.
 	now func() time.Time
 
 	mu     sync.Mutex
