@@ -7,7 +7,6 @@ import (
 	"reflect"
 
 	"github.com/fxamacker/cbor/v2"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rawwatch/store"
@@ -187,28 +186,8 @@ func (d *cborEventDecoder[T]) Next() (Event[T], error) {
 		}
 		return Event[T]{}, err
 	}
-	switch f.Type {
-	case Added, Modified, Deleted:
-		obj, err := d.codec.decodeCBOR(f.Type+" event", f.Object)
-		if err != nil {
-			return Event[T]{Type: f.Type}, err
-		}
-		return Event[T]{Type: f.Type, Object: obj, RV: obj.GetResourceVersion()}, nil
-	case Bookmark:
-		var tm typeAndMeta
-		if err := cborMode.Unmarshal(f.Object, &tm); err != nil || tm.Metadata.ResourceVersion == "" {
-			return Event[T]{Type: f.Type}, &SkipError{What: "BOOKMARK", Err: fmt.Errorf("no resourceVersion in CBOR %x", short(f.Object))}
-		}
-		return Event[T]{Type: Bookmark, RV: tm.Metadata.ResourceVersion,
-			InitialEventsEnd: tm.Metadata.Annotations[initialEventsEnd] == "true"}, nil
-	case Error:
-		var status metav1.Status
-		if err := cborMode.Unmarshal(f.Object, &status); err != nil || status.Status == "" {
-			return Event[T]{Type: Error, Err: fmt.Errorf("watch ERROR event: CBOR %x", short(f.Object))}, nil
-		}
-		return Event[T]{Type: Error, Err: apierrors.FromObject(&status)}, nil
-	}
-	return Event[T]{Type: f.Type}, &SkipError{What: "watch frame", Err: fmt.Errorf("unknown event type %q", f.Type)}
+	return eventOf(f.Type, f.Object, d.codec.decodeCBOR, cborMode.Unmarshal,
+		func(b []byte) string { return fmt.Sprintf("CBOR %x", short(b)) })
 }
 
 func short(b []byte) []byte {

@@ -258,34 +258,47 @@ func (d *eventDecoder[T]) Next() (Event[T], error) {
 			return Event[T]{}, err
 		}
 	}
-	switch f.Type {
-	case Added, Modified, Deleted:
-		obj, err := d.codec.decode(f.Type+" event", f.Object, true)
+	return eventOf(f.Type, f.Object, func(what string, raw []byte) (T, error) {
+		obj, err := d.codec.decode(what, raw, true)
 		var skip *SkipError
-		if fast && len(f.Object) > 0 && errors.As(err, &skip) && metajson.IsSyntaxError(skip.Err) {
+		if fast && len(raw) > 0 && errors.As(err, &skip) && metajson.IsSyntaxError(skip.Err) {
 			// Not JSON: the stream is broken, as the plain way would say
 			// (skipping the frame would lose its event).
-			return Event[T]{}, fmt.Errorf("malformed watch frame: %w", skip.Err)
+			return obj, fmt.Errorf("malformed watch frame: %w", skip.Err)
 		}
+		return obj, err
+	}, json.Unmarshal, snippet)
+}
+
+// eventOf makes an Event of a frame's type and object, the part of the
+// protocol both wires share: object decodes the object of an ADDED, MODIFIED
+// or DELETED; unmarshal decodes a BOOKMARK's metadata and an ERROR's Status;
+// show quotes bytes in an error. An error from object that is not a
+// *SkipError breaks the stream.
+func eventOf[T Object](typ string, raw []byte, object func(what string, raw []byte) (T, error),
+	unmarshal func([]byte, any) error, show func([]byte) string) (Event[T], error) {
+	switch typ {
+	case Added, Modified, Deleted:
+		obj, err := object(typ+" event", raw)
 		if err != nil {
-			return Event[T]{Type: f.Type}, err
+			return Event[T]{Type: typ}, err
 		}
-		return Event[T]{Type: f.Type, Object: obj, RV: obj.GetResourceVersion()}, nil
+		return Event[T]{Type: typ, Object: obj, RV: obj.GetResourceVersion()}, nil
 	case Bookmark:
 		var tm typeAndMeta
-		if err := json.Unmarshal(f.Object, &tm); err != nil || tm.Metadata.ResourceVersion == "" {
-			return Event[T]{Type: f.Type}, &SkipError{What: "BOOKMARK", Err: fmt.Errorf("no resourceVersion in %s", snippet(f.Object))}
+		if err := unmarshal(raw, &tm); err != nil || tm.Metadata.ResourceVersion == "" {
+			return Event[T]{Type: typ}, &SkipError{What: "BOOKMARK", Err: fmt.Errorf("no resourceVersion in %s", show(raw))}
 		}
 		return Event[T]{Type: Bookmark, RV: tm.Metadata.ResourceVersion,
 			InitialEventsEnd: tm.Metadata.Annotations[initialEventsEnd] == "true"}, nil
 	case Error:
 		var status metav1.Status
-		if err := json.Unmarshal(f.Object, &status); err != nil || status.Status == "" {
-			return Event[T]{Type: Error, Err: fmt.Errorf("watch ERROR event: %s", snippet(f.Object))}, nil
+		if err := unmarshal(raw, &status); err != nil || status.Status == "" {
+			return Event[T]{Type: Error, Err: fmt.Errorf("watch ERROR event: %s", show(raw))}, nil
 		}
 		return Event[T]{Type: Error, Err: apierrors.FromObject(&status)}, nil
 	}
-	return Event[T]{Type: f.Type}, &SkipError{What: "watch frame", Err: fmt.Errorf("unknown event type %q", f.Type)}
+	return Event[T]{Type: typ}, &SkipError{What: "watch frame", Err: fmt.Errorf("unknown event type %q", typ)}
 }
 
 func snippet(b []byte) string {
