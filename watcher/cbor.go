@@ -8,8 +8,6 @@ import (
 
 	"github.com/fxamacker/cbor/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"rawwatch/store"
 )
 
 // CBOR (RFC 8949) as kube-apiserver serves it with CBORServingAndStorage
@@ -77,25 +75,9 @@ var cborMode = func() cbor.DecMode {
 
 // decodeCBOR is Decode for one object's CBOR.
 func (c Codec[T]) decodeCBOR(what string, raw []byte) (T, error) {
-	var obj, zero T
+	var obj T
 	err := cborMode.Unmarshal(raw, &obj)
-	if err == nil && obj == zero {
-		err = errors.New("object is null")
-	}
-	if err == nil && !c.GVK.Empty() {
-		if gvk := obj.GetObjectKind().GroupVersionKind(); gvk != c.GVK {
-			err = fmt.Errorf("got apiVersion %q kind %q, want %s", gvk.GroupVersion(), gvk.Kind, c.GVK)
-		}
-	}
-	if err == nil {
-		return obj, nil
-	}
-	skip := &SkipError{What: what, Err: fmt.Errorf("cbor: %w", err)}
-	var tm typeAndMeta
-	if cborMode.Unmarshal(raw, &tm) == nil && tm.Metadata.Name != "" {
-		skip.Key, skip.RV = store.Key(tm.Metadata.Namespace, tm.Metadata.Name), tm.Metadata.ResourceVersion
-	}
-	return zero, skip
+	return c.checked(what, raw, obj, err, "cbor: ", cborMode.Unmarshal)
 }
 
 // cborList is a LIST page, its items left for one by one decoding.

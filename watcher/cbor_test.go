@@ -143,15 +143,17 @@ func TestCBORListSkipsBadItemsAndKeepsTheirKeys(t *testing.T) {
 	page := cborOf(t, map[string]any{"apiVersion": "example.com/v1alpha1", "kind": "MyResourceList",
 		"metadata": map[string]any{"resourceVersion": "20", "continue": "next"},
 		"items": []any{sample("a", "3"), map[string]any{"apiVersion": "example.com/v1alpha1", "kind": "MyResource",
-			"metadata": map[string]any{"name": "bad", "namespace": "default", "resourceVersion": "4"}, "spec": []any{}}, sample("b", "5")}})
+			"metadata": map[string]any{"name": "bad", "namespace": "default", "resourceVersion": "4", "uid": "uid-bad"}, "spec": []any{}}, sample("b", "5")}})
 	var got, bad []string
 	meta, err := decodeCBORList(bytes.NewReader(page), codec,
 		func(o *v1alpha1.MyResource) { got = append(got, store.KeyOf(o)+"@"+o.ResourceVersion) },
-		func(s *SkipError) { bad = append(bad, s.Key) })
+		func(s *SkipError) { bad = append(bad, s.Key+"@"+s.RV+"/"+string(s.UID)) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(got, " ") != "default/a@3 default/b@5" || strings.Join(bad, " ") != "default/bad" {
+	// The skipped item's UID too: a relist tells by it whether the key
+	// still holds the stored object (store.Replacement.Keep).
+	if strings.Join(got, " ") != "default/a@3 default/b@5" || strings.Join(bad, " ") != "default/bad@4/uid-bad" {
 		t.Errorf("items %v, skipped %v", got, bad)
 	}
 	if meta.ResourceVersion != "20" || meta.Continue != "next" {

@@ -108,6 +108,14 @@ func (c Codec[T]) Decode(what string, raw []byte) (T, error) {
 // metajson.Options and withoutManagedFields).
 func (c Codec[T]) decode(what string, raw []byte, newestWrite bool) (T, error) {
 	obj, err := decodeObject[T](raw, newestWrite)
+	return c.checked(what, raw, obj, err, "", metajson.Plain)
+}
+
+// checked finishes a decode of either wire: a null object or one of
+// another apiVersion/kind is an error too, and an error comes back as a
+// *SkipError (its message after prefix) carrying whatever of the object's
+// identity unmarshal can still read: key, resourceVersion, UID.
+func (c Codec[T]) checked(what string, raw []byte, obj T, err error, prefix string, unmarshal func([]byte, any) error) (T, error) {
 	var zero T
 	if err == nil && obj == zero {
 		err = errors.New("object is null")
@@ -121,8 +129,11 @@ func (c Codec[T]) decode(what string, raw []byte, newestWrite bool) (T, error) {
 		return obj, nil
 	}
 	skip := &SkipError{What: what, Err: err}
+	if prefix != "" {
+		skip.Err = fmt.Errorf("%s%w", prefix, err)
+	}
 	var tm typeAndMeta
-	if metajson.Plain(raw, &tm) == nil && tm.Metadata.Name != "" {
+	if unmarshal(raw, &tm) == nil && tm.Metadata.Name != "" {
 		skip.Key, skip.RV, skip.UID = store.Key(tm.Metadata.Namespace, tm.Metadata.Name), tm.Metadata.ResourceVersion, tm.Metadata.UID
 	}
 	return zero, skip
