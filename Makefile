@@ -106,11 +106,13 @@ bench: tools ## the comparison harness (default scenario, the apiserver's cost p
 	bin/compare --out out/compare
 	bin/compare sizes --objects $(SIZES_OBJECTS) --out out/compare/sizes
 	bin/compare converge --objects 1000 --runs 1 --settings defaults,200/400/2/none --out out/compare/converge
-	$(GO) test -run '^$$' -bench Delivery -benchtime 5x ./compare | tee out/compare/delivery.txt
+	$(GO) test -run '^$$' -bench 'Delivery(Latency)?$$' -benchtime 5x ./compare | tee out/compare/delivery.txt
+	KUBE_FEATURE_ClientsAllowCBOR=true $(GO) test -run '^$$' -bench 'DeliveryWire$$' -benchtime 4x ./compare | tee out/compare/wire.txt
 	{ cat out/compare/report.md; echo '![latency, heap, apiserver](report.svg)'; echo; \
 	  cat out/compare/sizes/sizes.md; echo '![heap per object against payload](sizes/sizes.svg)'; echo; \
 	  cat out/compare/converge/convergence.md; echo '![convergence](converge/convergence.svg)'; echo; \
-	  echo '### BenchmarkDelivery'; echo; echo '```'; cat out/compare/delivery.txt; echo '```'; } > out/compare/bench.md
+	  echo '### BenchmarkDelivery'; echo; echo '```'; cat out/compare/delivery.txt; echo '```'; echo; \
+	  echo '### BenchmarkDeliveryWire (JSON against CBOR)'; echo; echo '```'; cat out/compare/wire.txt; echo '```'; } > out/compare/bench.md
 	@echo "report: out/compare/bench.md"
 
 # The relist storm's clients per payload. 50 informers of 10,000 16 KiB
