@@ -87,6 +87,25 @@ func TestFrameReaderBreaksOnGarbledFrames(t *testing.T) {
 	}
 }
 
+// A cut frame whose line has ended is broken at once, before the next frame
+// arrives: the stream may send nothing more for a while (a quiet resource),
+// and a reader that waits for the next frame to find the cut holds the loop
+// (and, with it, the cut event's successors) until then. Each garbled line
+// follows a whole frame and nothing comes after it.
+func TestFrameReaderBreaksAtTheCutNotAtTheNextFrame(t *testing.T) {
+	for name, c := range garbledFrames {
+		if !strings.HasSuffix(c.garbage, "\n") {
+			continue // no line end: nothing yet says the frame is cut
+		}
+		t.Run(name, func(t *testing.T) {
+			frames, err := readAll(whole + c.garbage)
+			if len(frames) != 1 || !errors.Is(err, c.want) {
+				t.Fatalf("frames %q, error %v; want the whole frame, then %v before any more bytes", frames, err, c.want)
+			}
+		})
+	}
+}
+
 // What is not broken reads as before: values split over lines (a stream
 // that never showed itself line-framed), frames back to back, strings and
 // arrays as frames (the decoder skips those), every JSON token in a frame.
