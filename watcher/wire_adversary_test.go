@@ -2,10 +2,16 @@ package watcher
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
 	"testing"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/internal/metajson"
 	"rawwatch/internal/openfinding"
 	"rawwatch/store"
 )
@@ -96,5 +102,115 @@ func TestAdversaryFirstFrameCutAfterAColonSwallowsTheNext(t *testing.T) {
 		if _, err := f.Next(); !errors.Is(err, ErrBrokenFrame) {
 			t.Errorf("a first frame cut after a colon (%q), then one whole frame, the stream open: Next read everything sent and returned %q, not ErrBrokenFrame", half, err)
 		}
+	}
+}
+
+// Claim (walk.go, Codec; watcher.JSONDecoder): a watch event's object
+// decodes to what Kubernetes' decoder (metajson.Plain) gives, minus
+// managedFields reduced to the newest write, or is refused as Plain refuses
+// it: "anything unusual in managedFields (invalid times) takes the plain
+// path". A time shaped like the apiserver's ("YYYY-MM-DDTHH:MM:SSZ") is
+// checked only by its shape (utcSeconds) and compared as text: one that is
+// not a time but sorts below the newest is cut out unread, so an object
+// Plain refuses decodes. (MyResource's own decoder declines it, rightly;
+// the fallback, withoutManagedFields then Plain, takes it.) compareStreams
+// tolerates this ("managedFields malformed in a way only the plain way
+// looks at"), so the fuzz target cannot find it. Severity: cosmetic (the
+// watcher takes an object Kubernetes' decoder would skip; the apiserver
+// writes the times itself). It fails with:
+//
+//	an object whose managedFields hold the time "2026-00-00T00:00:00Z":
+//	Plain refuses it (parsing time "2026-00-00T00:00:00Z": month out of
+//	range), the event decoder took it (default/a)
+func TestAdversaryAnInvalidTimeOfTheApiserversShapeIsCutUnread(t *testing.T) {
+	openfinding.Skip(t)
+	obj := `{` + objHead + `,"metadata":{"name":"a","namespace":"default","resourceVersion":"5","managedFields":[` +
+		`{"manager":"m","time":"2026-12-01T10:00:00Z"},{"manager":"n","time":"2026-00-00T00:00:00Z"}]},"spec":{"message":"x"}}`
+	var plain *v1alpha1.MyResource
+	perr := metajson.Plain([]byte(obj), &plain)
+	if perr == nil {
+		t.Fatal("Plain took the invalid time: no finding")
+	}
+	got, err := codec.decode("MODIFIED event", []byte(obj), true)
+	if err == nil {
+		t.Errorf("an object whose managedFields hold the time \"2026-00-00T00:00:00Z\": Plain refuses it (%v), the event decoder took it (%s)", perr, store.KeyOf(got))
+	}
+}
+
+// countingReader counts the bytes read from r.
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+// Claim (cbor.go, docs/operations.md): CBOR frames are bounded like JSON
+// ones. A known gap, shown here: a CBOR LIST page is read whole (io.ReadAll)
+// and then copied item by item (cbor.RawMessage) before the first item is
+// decoded, with no bound, where a JSON page is read item by item (the
+// decoder's buffer holds about one item). A page of 23.6 MiB (above the 16
+// MiB frame bound; 500 objects of 1.5 MiB, the apiserver's own limits, make
+// 750 MiB) is in memory twice over. Severity: crash (out of memory, under a
+// page size or object size the server allows; none with today's pages of
+// 500 small objects). It fails with:
+//
+//	a CBOR LIST page of 23.6 MiB (24576 items): 23.6 MiB read before the
+//	first item was handed on (JSON: 32 KiB of its 25.4 MiB page), heap
+//	grown by 76.0 MiB by then; want at most DefaultMaxFrame (16 MiB) read
+func TestAdversaryACBORListPageIsReadWholeWithNoBound(t *testing.T) {
+	openfinding.Skip(t)
+	if testing.Short() {
+		t.Skip("builds pages of 24 MiB")
+	}
+	items := make([]any, 24<<10)
+	for i := range items {
+		o := sample(fmt.Sprintf("o-%d", i), "3")
+		o.Spec.Message = strings.Repeat("m", 700)
+		items[i] = o
+	}
+	list := map[string]any{"apiVersion": "example.com/v1alpha1", "kind": "MyResourceList",
+		"metadata": map[string]any{"resourceVersion": "20"}, "items": items}
+	cborPage := cborOf(t, list)
+	jsonPage, err := json.Marshal(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	items = nil
+	firstAdd := func(decode func(r io.Reader, add func(*v1alpha1.MyResource)) error, page []byte) (read int, grown uint64) {
+		cr := &countingReader{r: bytes.NewReader(page)}
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		base := ms.HeapAlloc
+		read = -1
+		err := decode(cr, func(*v1alpha1.MyResource) {
+			if read < 0 {
+				read = cr.n
+				runtime.ReadMemStats(&ms)
+				grown = ms.HeapAlloc - min(base, ms.HeapAlloc)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return read, grown
+	}
+	cborRead, cborGrown := firstAdd(func(r io.Reader, add func(*v1alpha1.MyResource)) error {
+		_, err := decodeCBORList(r, codec, add, func(*SkipError) {})
+		return err
+	}, cborPage)
+	jsonRead, _ := firstAdd(func(r io.Reader, add func(*v1alpha1.MyResource)) error {
+		_, err := decodeList(r, codec, add, func(*SkipError) {})
+		return err
+	}, jsonPage)
+	const mib = 1 << 20
+	if cborRead > DefaultMaxFrame {
+		t.Errorf("a CBOR LIST page of %.1f MiB (%d items): %.1f MiB read before the first item was handed on (JSON: %d KiB of its %.1f MiB page), heap grown by %.1f MiB by then; want at most DefaultMaxFrame (%d MiB) read",
+			float64(len(cborPage))/mib, len(list["items"].([]any)), float64(cborRead)/mib, jsonRead>>10, float64(len(jsonPage))/mib, float64(cborGrown)/mib, DefaultMaxFrame/mib)
 	}
 }
