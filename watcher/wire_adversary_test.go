@@ -87,9 +87,11 @@ func (s *scripted) Read(p []byte) (int, error) {
 // (a new FrameReader, not yet line-framed) cut after a colon takes the next
 // whole frame as its value, and the newline after it for white space, so
 // the whole frame is swallowed and the stream stalls if nothing follows
-// (an idle resource: until the 150 s watchdog, or until a later event breaks
-// the frame). The event in the swallowed frame is not lost (the re-watch
-// replays it), but it is late. Severity: stall. It fails with:
+// (an idle resource: until the next frame breaks it, a bookmark within about
+// a minute, or the 150 s watchdog). client-go's json.Decoder does the same,
+// so this is no worse than the informer, only not what the doc says. The
+// event in the swallowed frame is not lost (the re-watch replays it), but
+// it is late. Severity: stall. It fails with:
 //
 //	a first frame cut after a colon, then one whole frame, the stream open:
 //	Next read everything sent and returned "stream open, nothing more sent",
