@@ -132,11 +132,24 @@ func (c Codec[T]) checked(what string, raw []byte, obj T, err error, prefix stri
 	if prefix != "" {
 		skip.Err = fmt.Errorf("%s%w", prefix, err)
 	}
-	var tm typeAndMeta
-	if unmarshal(raw, &tm) == nil && tm.Metadata.Name != "" {
-		skip.Key, skip.RV, skip.UID = store.Key(tm.Metadata.Namespace, tm.Metadata.Name), tm.Metadata.ResourceVersion, tm.Metadata.UID
+	var id identity
+	if unmarshal(raw, &id) == nil && id.Metadata.Name != "" {
+		skip.Key, skip.RV, skip.UID = store.Key(id.Metadata.Namespace, id.Metadata.Name), id.Metadata.ResourceVersion, id.Metadata.UID
 	}
 	return zero, skip
+}
+
+// identity is what a skipped object's metadata must still say: only its
+// name, namespace, resourceVersion and UID are read, so that a wrong type
+// in any other field (the reason it was skipped, perhaps) does not lose
+// them, and with them the key a relist keeps and a DELETED deletes.
+type identity struct {
+	Metadata struct {
+		Name            string    `json:"name"`
+		Namespace       string    `json:"namespace"`
+		ResourceVersion string    `json:"resourceVersion"`
+		UID             types.UID `json:"uid"`
+	} `json:"metadata"`
 }
 
 // decodeObject decodes raw into a new T: with T's own decoder when it has
