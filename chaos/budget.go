@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -109,24 +110,11 @@ func (c *BudgetConfig) defaults() error {
 			return fmt.Errorf("unknown fault %q (%s)", name, strings.Join(names, ", "))
 		}
 	}
-	if c.Each == 0 {
-		c.Each = 2 * time.Minute
-	}
-	if c.Recover == 0 {
-		c.Recover = time.Minute
-	}
-	if c.Objects == 0 {
-		c.Objects = 1000
-	}
-	if c.ChurnRate == 0 {
-		c.ChurnRate = 10
-	}
-	if c.Logger.GetSink() == nil {
-		c.Logger = klog.Background()
-	}
-	if c.Logf == nil {
-		c.Logf = func(string, ...any) {}
-	}
+	c.Each = cmp.Or(c.Each, 2*time.Minute)
+	c.Recover = cmp.Or(c.Recover, time.Minute)
+	c.Objects = cmp.Or(c.Objects, 1000)
+	c.ChurnRate = cmp.Or(c.ChurnRate, 10)
+	defaultLogging(&c.Logger, &c.Logf)
 	return nil
 }
 

@@ -157,19 +157,11 @@ func (c *Config) defaults() {
 			*v = d
 		}
 	}
-	if c.Objects == 0 {
-		c.Objects = 1000
-	}
+	c.Objects = cmp.Or(c.Objects, 1000)
 	def(&c.Duration, time.Minute)
-	if c.ChurnRate == 0 {
-		c.ChurnRate = 50
-	}
-	if c.Writers == 0 {
-		c.Writers = 8
-	}
-	if c.Workers == 0 {
-		c.Workers = 4
-	}
+	c.ChurnRate = cmp.Or(c.ChurnRate, 50)
+	c.Writers = cmp.Or(c.Writers, 8)
+	c.Workers = cmp.Or(c.Workers, 4)
 	if c.QPS == 0 {
 		c.QPS, c.Burst = 200, 400
 	}
@@ -181,15 +173,8 @@ func (c *Config) defaults() {
 		c.KillAt, c.RejoinAt = 0.4, 0.55
 	}
 	def(&c.MaxConvergence, DefaultMaxConvergence)
-	if c.Compress == 0 {
-		c.Compress = 15
-	}
-	if c.Logger.GetSink() == nil {
-		c.Logger = klog.Background()
-	}
-	if c.Logf == nil {
-		c.Logf = func(string, ...any) {}
-	}
+	c.Compress = cmp.Or(c.Compress, 15)
+	defaultLogging(&c.Logger, &c.Logf)
 }
 
 // Watch is the watcher's options in the run: its defaults, with the backoff
@@ -830,5 +815,16 @@ func (r *recorder) Finished(_ int, _ string, _ time.Duration, err error, retryIn
 	}
 	if apierrors.IsConflict(err) {
 		r.conflicts++
+	}
+}
+
+// defaultLogging fills a run's logging in: klog's logger, and no progress
+// lines.
+func defaultLogging(l *klog.Logger, logf *func(string, ...any)) {
+	if l.GetSink() == nil {
+		*l = klog.Background()
+	}
+	if *logf == nil {
+		*logf = func(string, ...any) {}
 	}
 }
