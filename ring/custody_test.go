@@ -19,7 +19,7 @@ import (
 // sharded chaos run lost a deletion this way about one run in six.)
 func TestASlotGivenOnAWithdrawnCoverIsNotLost(t *testing.T) {
 	client := versionedClient()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := epoch
 	clock := func() time.Time { return now }
 	s := -1 // n's slot with n and o, m's once m joins
 	for i := range shard.Slots {

@@ -24,6 +24,13 @@ import (
 // Lease deleted by hand, requests that hang, and a joiner whose clock is
 // ahead. Each fails on the code before it (quoted in the commit).
 
+// The clocked tests' ring: lease duration and renew period (a member
+// fences itself lease−renew = 3.5 s after its last renewal), and the
+// instant their clocks start at.
+const lease, renew = 4500 * time.Millisecond, time.Second
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
 // handoffMember is a member with the handoff on and nothing ever busy; no
 // sweeps (a slot is let go as soon as it is released).
 func handoffMember(t *testing.T, client *fake.Clientset, id string, lease, renew time.Duration, now func() time.Time) *Member {
@@ -94,8 +101,7 @@ func noSplit(t *testing.T, when string, ms ...*Member) {
 // claims nothing, and the claims were dropped before it was sent.
 func TestAResumedMemberFencesBeforeItRenews(t *testing.T) {
 	client := versionedClient()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	const lease, renew = 4500 * time.Millisecond, time.Second
+	now := epoch
 	var mu sync.Mutex
 	var log []string // OnClaims and the renewals, in order
 	m, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: "a",
@@ -136,8 +142,7 @@ func TestAResumedMemberFencesBeforeItRenews(t *testing.T) {
 // may have counted it out and taken its slots before the write landed.
 func TestARenewalAnsweredPastTheFenceDoesNotKeepTheClaims(t *testing.T) {
 	client := versionedClient()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	const lease, renew = 4500 * time.Millisecond, time.Second
+	now := epoch
 	m := handoffMember(t, client, "a", lease, renew, func() time.Time { return now })
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	for range joinRounds {
@@ -169,9 +174,8 @@ func TestARenewalAnsweredPastTheFenceDoesNotKeepTheClaims(t *testing.T) {
 // observer's clock, its claims as last seen.
 func TestAHandDeletedLeaseIsNotALeave(t *testing.T) {
 	client := versionedClient()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := epoch
 	clock := func() time.Time { return now }
-	const lease, renew = 4500 * time.Millisecond, time.Second
 	a := handoffMember(t, client, "a", lease, renew, clock)
 	b := handoffMember(t, client, "b", lease, renew, clock)
 	ctx := klog.NewContext(context.Background(), klog.Background())
@@ -217,7 +221,6 @@ func coordination() schema.GroupVersionResource {
 func TestTheFenceFiresWhileRequestsHang(t *testing.T) {
 	client := versionedClient()
 	clk := testclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	const lease, renew = 4500 * time.Millisecond, time.Second
 	fencedAt := make(chan time.Time, 16)
 	m, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: "a",
 		LeaseDuration: lease, RenewPeriod: renew, Clock: clk,
@@ -310,7 +313,7 @@ func TestTheFenceFiresWhileRequestsHang(t *testing.T) {
 // is ahead (and by a renew period), so the loop is back when the member
 // counts itself out.
 func TestARequestEndsByTheFenceDeadline(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := epoch
 	m := handoffMember(t, fake.NewSimpleClientset(), "a", 10*time.Second, 2*time.Second, func() time.Time { return now })
 	m.renewed = now.Add(-(m.fenceAfter() - 300*time.Millisecond)) // 300 ms before the deadline
 	ctx, cancel := m.request(context.Background())
@@ -335,7 +338,7 @@ func TestARequestEndsByTheFenceDeadline(t *testing.T) {
 // as just renewed, on the observer's own clock.
 func TestASkewedJoinerTakesNoLiveMembersSlots(t *testing.T) {
 	client := versionedClient()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := epoch
 	const lease, renew, skew = 10 * time.Second, 2 * time.Second, 25 * time.Second
 	a := handoffMember(t, client, "a", lease, renew, func() time.Time { return now })
 	j := handoffMember(t, client, "j", lease, renew, func() time.Time { return now.Add(skew) })

@@ -23,7 +23,7 @@ import (
 // -race stayed out of the ring for the rest of the test.)
 func TestAnOwnEarlierAttemptIsNotAForeignWriter(t *testing.T) {
 	client := fake.NewSimpleClientset()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := epoch
 	m, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: "a",
 		Now: func() time.Time { now = now.Add(time.Second); return now }})
 	if err != nil {
@@ -68,7 +68,7 @@ func TestAnOwnEarlierAttemptIsNotAForeignWriter(t *testing.T) {
 // before back into the view, and its share of the slots with it.)
 func TestAFailedListRaisesNoDeadMember(t *testing.T) {
 	client := versionedClient()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := epoch
 	clock := func() time.Time { return now }
 	member := func(id string) *Member {
 		m, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: id, LeaseDuration: 6 * time.Second, RenewPeriod: time.Second, Now: clock})

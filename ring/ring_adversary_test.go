@@ -95,8 +95,7 @@ func TestAdversaryASecondProcessRecreatesAHandDeletedLeaseAndWorksAtOnce(t *test
 // Severity: outage (liveness; no split brain).
 func TestAdversaryALeaseRestoredFromAnEtcdSnapshotFencesItsOwnerForGood(t *testing.T) {
 	client := versionedClient()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	const lease, renew = 4500 * time.Millisecond, time.Second
+	now := epoch
 	m := handoffMember(t, client, "a", lease, renew, func() time.Time { return now })
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	var snapshot *coordinationv1.Lease
@@ -159,8 +158,7 @@ func TestAdversaryALeaseRestoredFromAnEtcdSnapshotFencesItsOwnerForGood(t *testi
 // Severity: outage of the member (liveness), until it is restarted.
 func TestAdversaryAnOwnWriteOlderThanSixtyFourAttemptsFencesForGood(t *testing.T) {
 	client := versionedClient()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	const lease, renew = 4500 * time.Millisecond, time.Second
+	now := epoch
 	m := handoffMember(t, client, "a", lease, renew, func() time.Time { return now })
 	ctx := context.Background()
 	if err := renewed(m, ctx); err != nil {
@@ -225,7 +223,7 @@ func TestAdversaryARetryAfterZeroStormsTheLeaseAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := epoch
 	m, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: "a",
 		Now:      func() time.Time { return now }, // defaults: lease 15 s, renew period 2 s
 		OnClaims: func(Claims) {}, Busy: func() (_, _ shard.SlotSet) { return }})
@@ -272,8 +270,7 @@ func TestAdversaryARetryAfterZeroStormsTheLeaseAPI(t *testing.T) {
 // "at once").
 func TestAdversaryARivalSeenWhileRenewalsFailIsNotWithdrawn(t *testing.T) {
 	client := versionedClient()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	const lease, renew = 4500 * time.Millisecond, time.Second
+	now := epoch
 	a := handoffMember(t, client, "a", lease, renew, func() time.Time { return now })
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	workAlone(t, ctx, a, &now, renew)
@@ -334,9 +331,8 @@ func TestAdversaryARivalSeenWhileRenewalsFailIsNotWithdrawn(t *testing.T) {
 // lease duration; no split brain).
 func TestAdversaryASecondProcessOfOneIdentityDeletesTheFirstsLeaseOnLeaving(t *testing.T) {
 	client := versionedClient()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := epoch
 	clock := func() time.Time { return now }
-	const lease, renew = 4500 * time.Millisecond, time.Second
 	x1 := handoffMember(t, client, "x", lease, renew, clock)
 	x2 := handoffMember(t, client, "x", lease, renew, clock)
 	ctx := klog.NewContext(context.Background(), klog.Background())
@@ -389,7 +385,6 @@ func TestAdversaryASuspendedNodesMonotonicClockKeepsItsGateOpen(t *testing.T) {
 	client := versionedClient()
 	world := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var suspendedFor time.Duration // a's monotonic clock lags the world's by this
-	const lease, renew = 4500 * time.Millisecond, time.Second
 	a, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: "a",
 		LeaseDuration: lease, RenewPeriod: renew,
 		Now:      func() time.Time { return world.Add(-suspendedFor) },
@@ -458,9 +453,8 @@ func TestAdversaryASuspendedNodesMonotonicClockKeepsItsGateOpen(t *testing.T) {
 // with its owner's requests and an observer's lists failing).
 func TestAdversaryALeaseRecreatedAfterItsOwnerFencedClaimsAtOnce(t *testing.T) {
 	client := versionedClient()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := epoch
 	clock := func() time.Time { return now }
-	const lease, renew = 4500 * time.Millisecond, time.Second
 	a := handoffMember(t, client, "a", lease, renew, clock)
 	c := handoffMember(t, client, "c", lease, renew, clock)
 	who := ""
@@ -657,9 +651,8 @@ func leaseExists(client interface {
 // renew period; a ring of one: every slot).
 func TestAdversaryAReCreateWhoseAnswerIsLostIsTakenForAnotherProcesss(t *testing.T) {
 	client := versionedClient()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := epoch
 	clock := func() time.Time { return now }
-	const lease, renew = 4500 * time.Millisecond, time.Second
 	a := handoffMember(t, client, "a", lease, renew, clock)
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	workAlone(t, ctx, a, &now, renew)
@@ -726,9 +719,8 @@ func TestAdversaryAResourceVersionSeenAgainAfterARestoreIsAdoptedAtOnce(t *testi
 
 func restoredAfterFound(t *testing.T, seen bool) {
 	client := versionedClient()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := epoch
 	clock := func() time.Time { return now }
-	const lease, renew = 4500 * time.Millisecond, time.Second
 	x1 := handoffMember(t, client, "x", lease, renew, clock)
 	x2 := handoffMember(t, client, "x", lease, renew, clock)
 	var in *Member
@@ -844,7 +836,7 @@ func TestAdversaryTheRingModelFailsAtSeed88398(t *testing.T) {
 // that should have ended it at once).
 func TestAdversaryALeaveAfterACreateWhoseAnswerIsLostLeavesItsLeaseUnmarked(t *testing.T) {
 	client := versionedClient()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := epoch
 	a := handoffMember(t, client, "a", 4500*time.Millisecond, time.Second, func() time.Time { return now })
 	created := loseTheNextCreatesAnswer(t, client)
 	a.round(klog.NewContext(context.Background(), klog.Background()), klog.Background())
