@@ -11,6 +11,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
@@ -1085,5 +1086,53 @@ func TestAdversaryAWallClockPutRightAfterASteppedBackFencesAHealthyMember(t *tes
 	if ahead := m.Now().Sub(start) - mono.Sub(startMono); fences > 0 || ahead > time.Second {
 		t.Fatalf("the wall clock stepped back %s and put right 3 renew periods later: a healthy lone member fenced itself %d times (its fence clock %s ahead of its monotonic clock)",
 			time.Hour, fences, ahead)
+	}
+}
+
+// Claim broken (docs/sharding.md, Membership: "[a Lease deleted by hand:]
+// its owner ... fences at once, re-creates it at its next renewal ... and
+// the re-created Lease claims nothing for a lease duration"): the owner
+// recovers from a hand edit of its Lease. A hand edit that removes the
+// ring's label (kubectl label lease r-a rawwatch.example.com/ring-) takes
+// the Lease out of every list, its owner's included, while the Lease is
+// still there by name: the owner's list does not show it, so it takes it
+// for deleted (afterLook: lostLease) and fences; its renewal then finds it
+// by name, renews it, and writes back the labels as read, without the
+// ring's. Every round the same: the member never claims a slot again, and
+// nothing in the log says why beyond a fence a round.
+//
+// Failure printed:
+//
+//	ring_adversary_test.go:1135: the ring's label removed by hand from a's
+//	Lease: 30 renew periods later a Works 0 slots (its Lease's labels: map[])
+//
+// Severity: outage (a member works nothing until its Lease is deleted or
+// relabelled by hand; the others take its slots after a lease duration).
+func TestAdversaryALeaseUnlabelledByHandFencesItsOwnerForGood(t *testing.T) {
+	openfinding.Skip(t)
+	client := versionedClient()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const renew = time.Second
+	a := handoffMember(t, client, "a", 4500*time.Millisecond, renew, func() time.Time { return now })
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	workAlone(t, ctx, a, &now, renew)
+	leases := client.CoordinationV1().Leases("ns")
+	l, err := leases.Get(ctx, a.leaseName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(l.Labels, Label)
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const rounds = 30
+	for range rounds {
+		a.round(ctx, klog.Background())
+		now = now.Add(renew)
+	}
+	if a.Claims().Working != shard.All() {
+		l, _ := leases.Get(ctx, a.leaseName(), metav1.GetOptions{})
+		t.Fatalf("the ring's label removed by hand from a's Lease: %d renew periods later a Works %d slots (its Lease's labels: %v)",
+			rounds, a.Claims().Working.Len(), l.Labels)
 	}
 }
