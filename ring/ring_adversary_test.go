@@ -11,12 +11,15 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 
+	"rawwatch/internal/openfinding"
+	"rawwatch/observe"
 	"rawwatch/shard"
 )
 
@@ -868,4 +871,260 @@ func loseTheNextCreatesAnswer(t *testing.T, client *fake.Clientset) (landed func
 		return true, nil, context.DeadlineExceeded // landed; the client timed out
 	})
 	return func() bool { return lost }
+}
+
+// From the third adversarial review of the ring (unseenUntil, the fence's
+// clock): each test fails on the code it reviewed (openfinding.Skip).
+
+// Claim broken (docs/sharding.md, Membership, "A Lease never read"): "for a
+// lease duration after its first successful list, after a list that ends a
+// blind stretch, and after the first write of its own Lease, a member claims
+// no free slot". A blind stretch is measured on the monotonic clock
+// (sight: now.Sub(prev) >= lease, now from Config.Now), which a system
+// suspend stops: a member suspended for three lease durations was blind all
+// that while, but its first list after the resume is a few milliseconds
+// after its last one before, so the code does not notice. Its fence counts
+// the suspend (fenceClock), so it fences and comes back, and claims the
+// free slots at once.
+//
+// a Works every slot; its node is suspended for 3 L. d joins meanwhile
+// (a's Lease stands still: d counts a out and Works every slot), then d's
+// Lease is deleted by hand and d's requests time out: d Works on to its
+// fence (L − R after its last renewal). a resumes: its list shows no d (it
+// never read d's Lease), no blind stretch on its monotonic clock, so no
+// unseenUntil: it claims every slot and Works them while d still does.
+//
+// Failure printed:
+//
+//	ring_adversary_test.go:961: a resumed from a 13s suspend, d's Lease
+//	deleted by hand before: a and d both Work 256 slots (0-255), and may
+//	admit reconciles of 256 of them
+//
+// The same schedule with a's monotonic clock running through the pause
+// (SIGSTOP, not a suspend) holds: a's first list ends a blind stretch.
+//
+// Severity: split brain (a system suspend of a member longer than a lease
+// duration, a joiner during it, a hand delete of the joiner's Lease with its
+// requests failing).
+func TestAdversaryASuspendIsABlindStretchTheCodeDoesNotNotice(t *testing.T) {
+	openfinding.Skip(t)
+	client := versionedClient()
+	world := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var suspendedFor time.Duration // a's monotonic clock lags the world's by this
+	const lease, renew = 4500 * time.Millisecond, time.Second
+	a, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: "a",
+		LeaseDuration: lease, RenewPeriod: renew,
+		Now:      func() time.Time { return world.Add(-suspendedFor) },
+		Wall:     func() time.Time { return world }, // the wall clock counts the suspend
+		OnClaims: func(Claims) {}, Busy: func() (_, _ shard.SlotSet) { return }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := handoffMember(t, client, "d", lease, renew, func() time.Time { return world })
+	who, dFails := "", false
+	client.PrependReactor("*", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
+		if who == "d" && dFails {
+			return true, nil, apierrors.NewTimeoutError("request timed out", 1)
+		}
+		return false, nil, nil
+	})
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	workAlone(t, ctx, a, &world, renew)
+	// a's node is suspended; d joins.
+	const suspend = 3 * lease
+	for range int(suspend / renew) {
+		who = "d"
+		d.round(ctx, klog.Background())
+		who = ""
+		world = world.Add(renew)
+		suspendedFor += renew
+	}
+	if d.Claims().Working != shard.All() {
+		t.Fatalf("a suspended for %s: d works %d slots, want every one", suspend, d.Claims().Working.Len())
+	}
+	// d's Lease is deleted by hand; d's requests time out from now on.
+	if err := client.Tracker().Delete(coordination(), "ns", d.leaseName()); err != nil {
+		t.Fatal(err)
+	}
+	dFails = true
+	world = world.Add(time.Millisecond) // a resumes
+	when := fmt.Sprintf("a resumed from a %s suspend, d's Lease deleted by hand before", suspendedFor)
+	for range 4 {
+		a.round(ctx, klog.Background())
+		noSplit(t, when, a, d)
+		who = "d"
+		d.round(ctx, klog.Background())
+		who = ""
+		noSplit(t, when, a, d)
+		world = world.Add(renew)
+	}
+}
+
+// wallMember is a lone member whose fence reads wall beside its monotonic
+// clock (*mono), Working every slot once workAlone returns; fences counts
+// the times it fenced itself.
+func wallMember(t *testing.T, ctx context.Context, mono *time.Time, wall func() time.Time, fences *int) *Member {
+	t.Helper()
+	const lease, renew = 4500 * time.Millisecond, time.Second
+	m, err := New(Config{Client: versionedClient(), Namespace: "ns", Ring: "r", Identity: "a",
+		LeaseDuration: lease, RenewPeriod: renew,
+		Now: func() time.Time { return *mono }, Wall: wall,
+		OnClaims: func(Claims) {}, Busy: func() (_, _ shard.SlotSet) { return },
+		Observer: observe.Func(func(e observe.Event) {
+			if c, ok := e.(ClaimsChanged); ok && c.Fenced {
+				*fences++
+			}
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	workAlone(t, ctx, m, mono, renew)
+	return m
+}
+
+// Claim broken (docs/sharding.md, The fence's clock counts a suspend): "a
+// wall clock stepped back counts nothing (the monotonic clock's advance
+// stands); one stepped forward fences the member early — safe: it fences,
+// and is back at its next renewal and list". The fence's clock adds, at
+// every reading, the larger of the two advances since the previous one, so
+// a wall clock that steps back and forth counts every forward step and none
+// of the backward ones: it runs ahead of both clocks without bound, by the
+// amplitude times half the number of readings. The gate reads it once per
+// reconcile it admits (Admits), so the busier the member, the faster its
+// fence runs. A wall clock flapping by 20 ms (two time sources fighting
+// over it, each stepping it back to its own: ntpd and a hypervisor's time
+// sync), read 500 times a second by the gate, runs a healthy lone member's
+// fence clock 6 times faster than time: it fences itself every round.
+//
+// Failure printed:
+//
+//	ring_adversary_test.go:1046: a wall clock flapping 20ms back and forth,
+//	the gate reading it 500 times a renew period: over 30 renew periods a
+//	healthy lone member fenced itself 29 times, and Works 0 slots at the
+//	end (its fence clock ran 2m31.8s ahead of its monotonic clock)
+//
+// Severity: outage (a member whose wall clock flaps works none of its
+// slots, or works them in bursts between fences, each fence cancelling its
+// reconciles in flight: a storm of fences, one a round). Not from time.Now
+// alone: Config.Wall unset, the wall reading is time.Now's own, read a few
+// nanoseconds before its monotonic one, so the phantom time is only the
+// sum of the preemptions that land between the two (negligible).
+func TestAdversaryAWallClockSteppedBackAndForthRunsTheFenceAhead(t *testing.T) {
+	openfinding.Skip(t)
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	mono := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const amplitude, gateReads = 20 * time.Millisecond, 500
+	flapping, ahead := false, false
+	fences := 0
+	m := wallMember(t, ctx, &mono, func() time.Time {
+		if flapping {
+			ahead = !ahead
+		}
+		if ahead {
+			return mono.Add(amplitude)
+		}
+		return mono
+	}, &fences)
+	fences, flapping = 0, true
+	start, startMono := m.Now(), mono
+	const rounds = 30
+	for range rounds {
+		m.round(ctx, klog.Background())
+		for i := range gateReads { // the gate, admitting reconciles over the renew period
+			mono = mono.Add(time.Second / gateReads)
+			Admits(m.Claims(), time.Time{}, m.Now(), i%shard.Slots, false)
+		}
+	}
+	if fences > 0 || m.Claims().Working != shard.All() {
+		t.Fatalf("a wall clock flapping %s back and forth, the gate reading it %d times a renew period: over %d renew periods a healthy lone member fenced itself %d times, and Works %d slots at the end (its fence clock ran %s ahead of its monotonic clock)",
+			amplitude, gateReads, rounds, fences, m.Claims().Working.Len(), m.Now().Sub(start)-mono.Sub(startMono))
+	}
+}
+
+// Claim broken (the same): "a wall clock stepped back counts nothing". It
+// counts nothing when stepped back, but the step forward that corrects it
+// (the operator, or NTP, putting it right) counts in full, though the wall
+// clock is then exactly where it would have been: net, no step at all, and
+// the fence's clock is an hour ahead. A healthy member fences itself.
+//
+// Failure printed:
+//
+//	ring_adversary_test.go:1086: the wall clock stepped back 1h0m0s and put
+//	right 3 renew periods later: a healthy lone member fenced itself 1
+//	times (its fence clock 1h0m0s ahead of its monotonic clock)
+//
+// Severity: outage (one fence of a healthy member per correction: its
+// slots unworked for two renew periods or so, its reconciles in flight
+// cancelled).
+func TestAdversaryAWallClockPutRightAfterASteppedBackFencesAHealthyMember(t *testing.T) {
+	openfinding.Skip(t)
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	mono := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var offset time.Duration // the wall clock's step
+	fences := 0
+	m := wallMember(t, ctx, &mono, func() time.Time { return mono.Add(offset) }, &fences)
+	fences = 0
+	start, startMono := m.Now(), mono
+	for i := range 8 {
+		switch i {
+		case 2:
+			offset = -time.Hour // stepped back
+		case 5:
+			offset = 0 // put right
+		}
+		m.round(ctx, klog.Background())
+		mono = mono.Add(time.Second)
+	}
+	if ahead := m.Now().Sub(start) - mono.Sub(startMono); fences > 0 || ahead > time.Second {
+		t.Fatalf("the wall clock stepped back %s and put right 3 renew periods later: a healthy lone member fenced itself %d times (its fence clock %s ahead of its monotonic clock)",
+			time.Hour, fences, ahead)
+	}
+}
+
+// Claim broken (docs/sharding.md, Membership: "[a Lease deleted by hand:]
+// its owner ... fences at once, re-creates it at its next renewal ... and
+// the re-created Lease claims nothing for a lease duration"): the owner
+// recovers from a hand edit of its Lease. A hand edit that removes the
+// ring's label (kubectl label lease r-a rawwatch.example.com/ring-) takes
+// the Lease out of every list, its owner's included, while the Lease is
+// still there by name: the owner's list does not show it, so it takes it
+// for deleted (afterLook: lostLease) and fences; its renewal then finds it
+// by name, renews it, and writes back the labels as read, without the
+// ring's. Every round the same: the member never claims a slot again, and
+// nothing in the log says why beyond a fence a round.
+//
+// Failure printed:
+//
+//	ring_adversary_test.go:1135: the ring's label removed by hand from a's
+//	Lease: 30 renew periods later a Works 0 slots (its Lease's labels: map[])
+//
+// Severity: outage (a member works nothing until its Lease is deleted or
+// relabelled by hand; the others take its slots after a lease duration).
+func TestAdversaryALeaseUnlabelledByHandFencesItsOwnerForGood(t *testing.T) {
+	openfinding.Skip(t)
+	client := versionedClient()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const renew = time.Second
+	a := handoffMember(t, client, "a", 4500*time.Millisecond, renew, func() time.Time { return now })
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	workAlone(t, ctx, a, &now, renew)
+	leases := client.CoordinationV1().Leases("ns")
+	l, err := leases.Get(ctx, a.leaseName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(l.Labels, Label)
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const rounds = 30
+	for range rounds {
+		a.round(ctx, klog.Background())
+		now = now.Add(renew)
+	}
+	if a.Claims().Working != shard.All() {
+		l, _ := leases.Get(ctx, a.leaseName(), metav1.GetOptions{})
+		t.Fatalf("the ring's label removed by hand from a's Lease: %d renew periods later a Works %d slots (its Lease's labels: %v)",
+			rounds, a.Claims().Working.Len(), l.Labels)
+	}
 }
