@@ -67,19 +67,21 @@ var (
 // it on purpose, golang/go#24595): a node suspended past its fence would
 // resume believing no time passed, its gate open on the slots the others
 // took meanwhile. The wall clock counts the suspend, but is stepped (NTP,
-// an operator). So the fence counts, between two readings, the larger of
-// the two advances: a suspend counts, a wall clock stepped back counts
-// nothing, one stepped forward fences early (safe: the member fences and
-// comes back). Only the member's own fence uses it (renewed, the deadline,
+// an operator). So the fence's clock is the monotonic clock plus the most
+// the wall clock ever ran ahead of it: a suspend counts; a wall clock
+// stepped back counts nothing, nor does the step that later puts it right,
+// and one flapping back and forth counts its largest step once; one
+// stepped forward past its furthest counts, and may fence the member
+// early (safe: it fences and comes back). Only the member's own fence uses it (renewed, the deadline,
 // the gate): judging the others, a clock that may run fast would count a
 // live member out, so that stays on the monotonic clock, which never
 // counts more than passed.
 type fenceClock struct {
 	now, wall func() time.Time // wall nil: now's readings' own
 
-	mu             sync.Mutex
-	at             time.Time // the last reading
-	lastNow, lastW time.Time // now's and wall's then
+	mu     sync.Mutex
+	n0, w0 time.Time     // now's and wall's first readings
+	ahead  time.Duration // the most the wall clock ran ahead of now since
 }
 
 func (c *fenceClock) read() time.Time {
@@ -90,13 +92,15 @@ func (c *fenceClock) read() time.Time {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.at.IsZero() {
-		c.at = n
-	} else {
-		c.at = c.at.Add(max(n.Sub(c.lastNow), w.Sub(c.lastW)))
+	if c.n0.IsZero() {
+		c.n0, c.w0 = n, w
 	}
-	c.lastNow, c.lastW = n, w
-	return c.at
+	// How far the wall clock has run ahead of the monotonic one since the
+	// first reading; the clock counts the most it ever ran ahead, so a
+	// step back counts nothing, nor does the step that puts it right, and
+	// a clock flapping back and forth counts its largest step once.
+	c.ahead = max(c.ahead, w.Sub(c.w0)-n.Sub(c.n0))
+	return n.Add(c.ahead)
 }
 
 // fenced tells whether a member whose last successful renewal was sent at
@@ -130,14 +134,17 @@ func Admits(c Claims, until, now time.Time, slot int, deletion bool) bool {
 // deleted by hand before it, never read, may have an owner that works on
 // until its fence, less than a lease duration from this list: for that
 // long the observer claims no free slot (Member.unseenUntil).
-func sight(seen, listed map[string]observed, now, prev time.Time, lease time.Duration) (unseen bool) {
+//
+// blindFor is how long since the observer's last successful list, on its
+// fence's clock (which counts a suspend, where now and prev do not).
+func sight(seen, listed map[string]observed, now, prev time.Time, blindFor, lease time.Duration) (unseen bool) {
 	// Back after a lease duration or more without a list (paused, or its
 	// lists failing): a Lease gone may have come back and gone again
 	// meanwhile, re-created, working, deleted, in writes this observer
 	// never read. Its gone Leases count as freshly gone. (A re-created
 	// Lease claims nothing for a lease duration: renew, errLeaseDeleted; so
 	// an observer whose lists are less than that apart reads it.)
-	blind := !prev.IsZero() && now.Sub(prev) >= lease
+	blind := !prev.IsZero() && max(now.Sub(prev), blindFor) >= lease
 	for id, l := range listed {
 		o, ok := seen[id]
 		l.at, l.renewals = now, o.renewals

@@ -278,6 +278,9 @@ type Member struct {
 	// lookedAt is when the last successful list of the ring's Leases was
 	// made: while lists fail, the others stand as they stood then.
 	lookedAt time.Time
+	// lookedAtFence is the same instant on the fence's clock, which counts
+	// a system suspend (a blind stretch the monotonic clock cannot see).
+	lookedAtFence time.Time
 	// looks counts the successful lists of the ring's Leases.
 	looks int
 	// quietUntil: our Lease was deleted under us; the one re-created
@@ -500,9 +503,9 @@ func (m *Member) wroteLease() {
 
 // sighted records a successful list made at now (m.mu held): see sight.
 func (m *Member) sighted(listed map[string]observed, now time.Time) {
-	prev := m.lookedAt
-	m.lookedAt = now
-	if sight(m.seen, listed, now, prev, m.cfg.LeaseDuration) {
+	prev, prevF := m.lookedAt, m.lookedAtFence
+	m.lookedAt, m.lookedAtFence = now, m.fence.read()
+	if sight(m.seen, listed, now, prev, m.lookedAtFence.Sub(prevF), m.cfg.LeaseDuration) {
 		m.unseenUntil = later(m.unseenUntil, now.Add(m.cfg.LeaseDuration))
 	}
 }
