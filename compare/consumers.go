@@ -545,7 +545,7 @@ type ConsumerConfig struct {
 	// through an Accept header preferring CBOR, which client-go sends only
 	// with its ClientsAllowCBOR feature gate on (KUBE_FEATURE_ClientsAllowCBOR=true
 	// in the process's environment; otherwise it asks for JSON). The other
-	// kinds refuse it.
+	// kinds refuse it (CanAsk).
 	Wire watcher.Wire
 	// EventsPath, if set, receives every handler call, one line each:
 	// "T RV AT KEY" (T: EvAdd, EvUpdate, EvDelete or EvResync; AT: unix
