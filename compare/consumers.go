@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -457,13 +458,27 @@ type closerFunc func() error
 
 func (f closerFunc) Close() error { return f() }
 
-// newConsumer builds the consumer of the given kind.
-func newConsumer(kind string, cfg *rest.Config, ns string, rec *recorder, dropEvery int, drop []string) (consumer, error) {
+// newConsumer builds the consumer of the given kind, asking for wire (""
+// is JSON): with CBOR, raw and raw-watchlist through watcher.Options.Wire,
+// the informer kinds through cfg's Accept header (which client-go sends
+// only with KUBE_FEATURE_ClientsAllowCBOR=true in the environment:
+// startConsumer sets it); controller-runtime and bare cannot ask
+// (CanAsk) and refuse it.
+func newConsumer(kind string, cfg *rest.Config, ns string, rec *recorder, dropEvery int, drop []string, wire watcher.Wire) (consumer, error) {
+	if wire == "" {
+		wire = watcher.WireJSON
+	}
+	if !CanAsk(kind, wire) {
+		return nil, fmt.Errorf("consumer %s cannot ask for %s", kind, wire)
+	}
+	if wire == watcher.WireCBOR && !strings.HasPrefix(kind, KindRaw) {
+		cfg.AcceptContentTypes = watcher.AcceptCBOR
+	}
 	switch kind {
 	case KindRaw:
-		return newRaw(cfg, ns, rec, false, dropEvery, drop, watcher.WireJSON)
+		return newRaw(cfg, ns, rec, false, dropEvery, drop, wire)
 	case KindRawWatchList:
-		return newRaw(cfg, ns, rec, true, dropEvery, drop, watcher.WireJSON)
+		return newRaw(cfg, ns, rec, true, dropEvery, drop, wire)
 	case KindInformer, KindInformerList:
 		// informer-list runs with KUBE_FEATURE_WatchListClient=false in its
 		// environment (client-go reads its feature gates from there).
@@ -478,6 +493,21 @@ func newConsumer(kind string, cfg *rest.Config, ns string, rec *recorder, dropEv
 		return newBare(cfg, ns, rec, 0, true)
 	}
 	return nil, fmt.Errorf("unknown consumer kind %q", kind)
+}
+
+// CanAsk says whether a consumer of kind can ask for wire: every kind for
+// JSON; for CBOR raw, raw-watchlist and the informer kinds (whose client-go
+// needs KUBE_FEATURE_ClientsAllowCBOR=true). controller-runtime's cache and
+// bare's client-go decoding are not wired for it here: they read JSON.
+func CanAsk(kind string, wire watcher.Wire) bool {
+	if wire != watcher.WireCBOR {
+		return true
+	}
+	switch kind {
+	case KindRaw, KindRawWatchList, KindInformer, KindInformerList, KindInformerStripped:
+		return true
+	}
+	return false
 }
 
 // ---- the consumers, for callers outside this package ----
@@ -515,7 +545,7 @@ type ConsumerConfig struct {
 	// through an Accept header preferring CBOR, which client-go sends only
 	// with its ClientsAllowCBOR feature gate on (KUBE_FEATURE_ClientsAllowCBOR=true
 	// in the process's environment; otherwise it asks for JSON). The other
-	// kinds refuse it.
+	// kinds refuse it (CanAsk).
 	Wire watcher.Wire
 	// EventsPath, if set, receives every handler call, one line each:
 	// "T RV AT KEY" (T: EvAdd, EvUpdate, EvDelete or EvResync; AT: unix
@@ -544,19 +574,7 @@ func NewConsumer(kind string, cfg *rest.Config, ns string, cc ConsumerConfig) (*
 	}
 	rec.onEvent = cc.OnEvent
 	cfg = rest.CopyConfig(cfg)
-	var c consumer
-	var err error
-	switch {
-	case cc.Wire == "" || cc.Wire == watcher.WireJSON:
-		c, err = newConsumer(kind, cfg, ns, rec, 0, cc.DropAnnotations)
-	case kind == KindRaw || kind == KindRawWatchList:
-		c, err = newRaw(cfg, ns, rec, kind == KindRawWatchList, 0, cc.DropAnnotations, cc.Wire)
-	case kind == KindInformer || kind == KindInformerList || kind == KindInformerStripped:
-		cfg.AcceptContentTypes = watcher.AcceptCBOR
-		c, err = newConsumer(kind, cfg, ns, rec, 0, cc.DropAnnotations)
-	default:
-		err = fmt.Errorf("consumer %s cannot ask for %s", kind, cc.Wire)
-	}
+	c, err := newConsumer(kind, cfg, ns, rec, 0, cc.DropAnnotations, cc.Wire)
 	if err != nil {
 		rec.close()
 		return nil, err

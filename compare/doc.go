@@ -39,6 +39,11 @@
 // write, and every key's events arrived in resourceVersion order — and writes
 // a Markdown table, JSON and an SVG chart (report.go, svg.go).
 //
+// Options.Wire (--wire) makes the consumers that can (CanAsk) ask for CBOR
+// instead of JSON, the local control plane serving it; the report gives the
+// encoding each consumer read by its responses' Content-Type
+// (ByteCounter.Bodies), so that one that asked for CBOR and read JSON shows.
+//
 // Side by side, what the apiserver spends cannot be told apart by consumer.
 // So, before the side-by-side phases, each of Options.CostKinds runs alone on
 // a freshly restarted apiserver whose /metrics is scraped every 100 ms: its

@@ -22,6 +22,7 @@ import (
 	"rawwatch/internal/controlplane"
 	"rawwatch/reconcile"
 	"rawwatch/store"
+	"rawwatch/watcher"
 )
 
 // Options configure a comparison run.
@@ -79,6 +80,11 @@ type Options struct {
 	Break map[string]int
 	// Profile makes every consumer write a heap profile at each phase end.
 	Profile bool
+	// Wire is the encoding the consumers ask for (default JSON). With CBOR
+	// the local control plane starts with CBORServingAndStorage on (another
+	// cluster needs it too), and each kind that can ask (CanAsk) does; the
+	// others read JSON. The report says what each one read (ConsumerReport.Wire).
+	Wire watcher.Wire
 	// Progress receives progress bars and phase lines (optional).
 	Progress io.Writer
 }
@@ -111,6 +117,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	case TransformRaw, TransformAll, TransformNone:
 	default:
 		return nil, fmt.Errorf("compare: Transform %q: want %s, %s or %s", opts.Transform, TransformRaw, TransformAll, TransformNone)
+	}
+	var err error
+	if opts.Wire, err = watcher.ParseWire(string(opts.Wire)); err != nil {
+		return nil, fmt.Errorf("compare: %w", err)
 	}
 	if err := outputs(&opts.Binary, &opts.Progress, opts.OutDir); err != nil {
 		return nil, err
@@ -160,7 +170,8 @@ func (h *harness) phase(name string, f func() error) error {
 func (h *harness) connect(ctx context.Context) error {
 	if h.opts.Kubeconfig == "" {
 		h.logf("starting a local control plane")
-		cp, err := controlplane.Start(ctx, controlplane.Options{Logf: func(f string, a ...any) { h.logf(f, a...) }})
+		cp, err := controlplane.Start(ctx, controlplane.Options{Logf: func(f string, a ...any) { h.logf(f, a...) },
+			CBOR: h.opts.Wire == watcher.WireCBOR})
 		if err != nil {
 			return err
 		}
@@ -452,6 +463,7 @@ type child struct {
 	*consumerProcess
 	kind                   string
 	eventsPath, resultPath string
+	wire                   watcher.Wire // what it asks for
 
 	mu sync.Mutex
 	st status
@@ -485,8 +497,14 @@ func (h *harness) spawn(kind, name string) (*child, error) {
 	if trims(h.opts.Transform, kind) {
 		args = append(args, "--drop-annotations", strings.Join(reconcile.UnreadAnnotations, ","))
 	}
+	wire := h.opts.Wire
+	if !CanAsk(kind, wire) {
+		wire = watcher.WireJSON
+	}
+	args = append(args, "--wire", string(wire))
+	c.wire = wire
 	var err error
-	c.consumerProcess, err = startConsumer(h.opts.Binary, args, kind, filepath.Join(h.opts.OutDir, name+".log"), c.line)
+	c.consumerProcess, err = startConsumer(h.opts.Binary, args, kind, wire, filepath.Join(h.opts.OutDir, name+".log"), c.line)
 	if err != nil {
 		return nil, err
 	}

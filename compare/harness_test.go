@@ -11,16 +11,17 @@ import (
 
 	"rawwatch/compare"
 	"rawwatch/internal/controlplane"
+	"rawwatch/watcher"
 )
 
 var shared = &controlplane.Shared{}
 
 // dedicated starts an apiserver of its own on the shared etcd (restarting
-// it, the forced relist, disturbs no other test), writes a kubeconfig for
-// it, and builds cmd/compare, the consumers' binary.
-func dedicated(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane, name string) (a *controlplane.APIServer, kubeconfig, bin string) {
+// it, the forced relist, disturbs no other test) with extra flags, writes a
+// kubeconfig for it, and builds cmd/compare, the consumers' binary.
+func dedicated(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane, name string, flags ...string) (a *controlplane.APIServer, kubeconfig, bin string) {
 	t.Helper()
-	a, err := cp.AddAPIServer(ctx, name)
+	a, err := cp.AddAPIServer(ctx, name, flags...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,5 +139,53 @@ func TestHarnessShortRunWithABrokenConsumer(t *testing.T) {
 	}
 	if !strings.Contains(string(md), "FAIL") || strings.Count(string(svg), "<polyline") < 2*len(compare.AllKinds)-1 {
 		t.Errorf("report.md or report.svg incomplete:\n%s", md)
+	}
+}
+
+// With --wire cbor against an apiserver that serves CBOR, every consumer
+// that can ask for CBOR reads nothing but CBOR (by its responses'
+// Content-Type), and the report says so; the kinds that cannot ask read
+// JSON and the report says they cannot. A consumer process that asked for
+// CBOR and silently read JSON (its client-go without ClientsAllowCBOR, say,
+// or a watcher fallen back) fails here.
+func TestHarnessConsumersReadTheWireTheyAskFor(t *testing.T) {
+	cp := shared.Get(t)
+	ctx := context.Background()
+	_, kubeconfig, bin := dedicated(t, ctx, cp, "apiserver-compare-cbor", controlplane.CBORGate)
+	out := filepath.Join(t.TempDir(), "out")
+	var progress strings.Builder
+	report, err := compare.Run(ctx, compare.Options{
+		Kubeconfig: kubeconfig, Objects: 50, UpdateRate: 50, UpdateDuration: time.Second, DeleteFraction: 0.5,
+		OutDir: out, Binary: bin, Writers: 4, Progress: &progress, Wire: watcher.WireCBOR,
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	if err := report.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	md, _ := os.ReadFile(filepath.Join(out, "report.md"))
+	if len(report.Consumers) != len(compare.AllKinds) || report.Wire != watcher.WireCBOR {
+		t.Fatalf("%d consumers, wire %q in the report", len(report.Consumers), report.Wire)
+	}
+	cannot := 0
+	for _, c := range report.Consumers {
+		if !c.Verdict.OK {
+			t.Errorf("%s: %s", c.Kind, c.Verdict)
+		}
+		want := watcher.WireCBOR
+		if !compare.CanAsk(c.Kind, want) {
+			want = watcher.WireJSON
+			cannot++
+		}
+		if c.WireAsked != want || c.WireRead != string(want) || c.Bodies.CBOR+c.Bodies.JSON == 0 {
+			t.Errorf("%s asked for %s and read %q (body bytes %+v); want %s", c.Kind, c.WireAsked, c.WireRead, c.Bodies, want)
+		}
+		if row := "| " + c.Kind + " | " + string(want) + " ("; !strings.Contains(string(md), row) {
+			t.Errorf("report.md has no row %q", row)
+		}
+	}
+	if cannot == 0 || strings.Count(string(md), ": cannot ask for cbor |") != cannot || strings.Contains(string(md), "**: asked for cbor") {
+		t.Errorf("report.md must say which %d kinds cannot ask for CBOR, and flag none of those that asked:\n%s", cannot, md)
 	}
 }

@@ -12,11 +12,14 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
+
+	"rawwatch/watcher"
 )
 
 // ConsumerOptions are what the harness tells a consumer process.
@@ -34,6 +37,9 @@ type ConsumerOptions struct {
 	// ProfileDir, if set, receives a heap profile at every mark
 	// (KIND-LABEL.heap.pprof), for `go tool pprof`.
 	ProfileDir string
+	// Wire is the encoding the consumer asks for (newConsumer; "" is
+	// JSON).
+	Wire watcher.Wire
 }
 
 // ConsumerResult is what a consumer process reports when it stops.
@@ -44,6 +50,9 @@ type ConsumerResult struct {
 	Requests RequestCounts     `json:"requests"`
 	Samples  []MemSample       `json:"samples"`
 	Store    map[string]string `json:"store,omitempty"` // key → resourceVersion
+	// Bodies are the response-body bytes read, by the encoding their
+	// Content-Type names (ByteCounter.Bodies).
+	Bodies WireBytes `json:"bodies"`
 }
 
 // The protocol between the harness and a consumer process, one line each:
@@ -76,7 +85,7 @@ func RunConsumer(opts ConsumerOptions, stdin io.Reader, stdout io.Writer) error 
 	rec.countRequests(cfg)
 	wire := &ByteCounter{}
 	wire.Install(cfg)
-	c, err := newConsumer(opts.Kind, cfg, opts.Namespace, rec, opts.DropEvery, opts.DropAnnotations)
+	c, err := newConsumer(opts.Kind, cfg, opts.Namespace, rec, opts.DropEvery, opts.DropAnnotations, opts.Wire)
 	if err != nil {
 		return err
 	}
@@ -147,6 +156,7 @@ func RunConsumer(opts ConsumerOptions, stdin io.Reader, stdout io.Writer) error 
 	}
 	close(stopSampling)
 	result.Requests = rec.counts.snapshot()
+	result.Bodies = wire.Bodies()
 	rec.samplesMu.Lock()
 	result.Samples = rec.samples
 	rec.samplesMu.Unlock()
@@ -183,17 +193,20 @@ type consumerProcess struct {
 }
 
 // startConsumer starts a consumer process: binary with args, client-go's
-// WatchListClient feature on unless kind is KindInformerList, its stderr
-// into stderrPath. line hears each non-empty line of its stdout, split into
-// fields. When it ends, exited says why (an exit without error is still
-// "exited"), then done is closed.
-func startConsumer(binary string, args []string, kind, stderrPath string, line func(fields []string)) (*consumerProcess, error) {
+// WatchListClient feature on unless kind is KindInformerList, its
+// ClientsAllowCBOR feature on if wire is CBOR (without it client-go asks
+// for JSON whatever the Accept it is given), its stderr into stderrPath.
+// line hears each non-empty line of its stdout, split into fields. When it
+// ends, exited says why (an exit without error is still "exited"), then
+// done is closed.
+func startConsumer(binary string, args []string, kind string, wire watcher.Wire, stderrPath string, line func(fields []string)) (*consumerProcess, error) {
 	cmd := exec.Command(binary, args...)
 	watchList := "true"
 	if kind == KindInformerList {
 		watchList = "false"
 	}
-	cmd.Env = append(os.Environ(), "KUBE_FEATURE_WatchListClient="+watchList)
+	cmd.Env = append(os.Environ(), "KUBE_FEATURE_WatchListClient="+watchList,
+		"KUBE_FEATURE_ClientsAllowCBOR="+strconv.FormatBool(wire == watcher.WireCBOR))
 	stderr, err := os.Create(stderrPath)
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"rawwatch/reconcile"
+	"rawwatch/watcher"
 )
 
 // Report is the outcome of a run.
@@ -31,6 +32,7 @@ type Report struct {
 	UpdateRate    float64          `json:"updateRateAchieved"`
 	Deletes       int              `json:"deletes"`
 	Relist        bool             `json:"relistForced"`
+	Wire          watcher.Wire     `json:"wire"` // what the consumers were to ask for (Options.Wire)
 	Phases        []Phase          `json:"phases"`
 	Consumers     []ConsumerReport `json:"consumers"`
 	Targets       []Target         `json:"targets"`
@@ -65,7 +67,14 @@ type ConsumerReport struct {
 	RelistPeakRSS  uint64        `json:"relistPeakRSS,omitempty"`
 	Requests       RequestCounts `json:"requests"`
 	Relists        int64         `json:"relists"`
-	Verdict        Verdict       `json:"verdict"`
+	// WireAsked is the encoding the consumer asked for (JSON where the run
+	// wanted CBOR and the kind cannot ask: CanAsk); WireRead what it read,
+	// by the Content-Type of its responses ("cbor", "json", "cbor+json");
+	// Bodies the response-body bytes by encoding.
+	WireAsked watcher.Wire `json:"wireAsked"`
+	WireRead  string       `json:"wireRead"`
+	Bodies    WireBytes    `json:"bodyBytes"`
+	Verdict   Verdict      `json:"verdict"`
 
 	latencies []float64
 	heap      [][2]float64 // seconds since start, MiB in use
@@ -135,7 +144,7 @@ type Target struct {
 func (h *harness) report() (*Report, error) {
 	r := &Report{
 		Date: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
-		Objects: h.opts.Objects, Payload: h.opts.Payload, Applied: h.opts.Apply, PayloadKey: h.opts.PayloadAnnotation, Transform: h.opts.Transform, UpdateTarget: h.opts.UpdateRate, Relist: h.relisted,
+		Objects: h.opts.Objects, Payload: h.opts.Payload, Applied: h.opts.Apply, PayloadKey: h.opts.PayloadAnnotation, Transform: h.opts.Transform, UpdateTarget: h.opts.UpdateRate, Relist: h.relisted, Wire: h.opts.Wire,
 		start: h.start.UnixNano(), writesByPhase: map[byte]int{},
 		APIServerCosts: h.costs,
 	}
@@ -201,7 +210,8 @@ func (r *Report) analyse(c *child, updateAck, deleteAck map[string]int64, server
 	if err := json.Unmarshal(b, &res); err != nil {
 		return nil, fmt.Errorf("%s: %w", c.kind, err)
 	}
-	cr := &ConsumerReport{Kind: c.kind, Requests: res.Requests, Relists: max(res.Requests.Lists()-1, 0)}
+	cr := &ConsumerReport{Kind: c.kind, Requests: res.Requests, Relists: max(res.Requests.Lists()-1, 0),
+		WireAsked: c.wire, WireRead: res.Bodies.Read(), Bodies: res.Bodies}
 	if res.SyncedAt > 0 {
 		cr.SyncSeconds = float64(res.SyncedAt-res.Begin) / 1e9
 	}
@@ -443,18 +453,18 @@ func (r *Report) Markdown() string {
 	if r.Applied {
 		written = "written with server-side apply"
 	}
-	fmt.Fprintf(&b, "%d objects (payload %d B in %s, %s), %d updates at %.0f/s (target %.0f/s), %d deletes, relist forced: %v; %s, %d CPUs.\n",
-		r.Objects, r.Payload, r.PayloadKey, written, r.Updates, r.UpdateRate, r.UpdateTarget, r.Deletes, r.Relist, r.GoVersion, r.CPUs)
+	fmt.Fprintf(&b, "%d objects (payload %d B in %s, %s), %d updates at %.0f/s (target %.0f/s), %d deletes, relist forced: %v, wire asked for: %s; %s, %d CPUs.\n",
+		r.Objects, r.Payload, r.PayloadKey, written, r.Updates, r.UpdateRate, r.UpdateTarget, r.Deletes, r.Relist, r.Wire, r.GoVersion, r.CPUs)
 	fmt.Fprintf(&b, "Caches drop %s: %s.\n\n", strings.Join(reconcile.UnreadAnnotations, ", "), map[string]string{
 		TransformRaw:  "the raw consumers' (as rawwatch does by default) and informer-stripped's; the other informers and controller-runtime keep every annotation",
 		TransformAll:  "every consumer's (the informers with SetTransform, controller-runtime with its cache's DefaultTransform)",
 		TransformNone: "no consumer's",
 	}[r.Transform])
-	b.WriteString("| consumer | initial sync | events/s | latency p50 / p90 / p99 / max | live heap after sync / updates | heap per object | RSS after sync | relist peak heap / RSS | LIST / WATCH requests | relists | verdict |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| consumer | wire read (body bytes) | initial sync | events/s | latency p50 / p90 / p99 / max | live heap after sync / updates | heap per object | RSS after sync | relist peak heap / RSS | LIST / WATCH requests | relists | verdict |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range r.Consumers {
-		fmt.Fprintf(&b, "| %s | %.2f s | %.0f | %.1f / %.1f / %.1f / %.1f ms | %s / %s | %.0f B | %s | %s / %s | %d / %d | %d | %s |\n",
-			c.Kind, c.SyncSeconds, c.EventsPerSecond, c.Latency.P50, c.Latency.P90, c.Latency.P99, c.Latency.Max,
+		fmt.Fprintf(&b, "| %s | %s | %.2f s | %.0f | %.1f / %.1f / %.1f / %.1f ms | %s / %s | %.0f B | %s | %s / %s | %d / %d | %d | %s |\n",
+			c.Kind, c.wireCell(r.Wire), c.SyncSeconds, c.EventsPerSecond, c.Latency.P50, c.Latency.P90, c.Latency.P99, c.Latency.Max,
 			mib(c.HeapAfterSync), mib(c.HeapAfterUpdates), float64(c.HeapAfterSync)/float64(max(r.Objects, 1)),
 			mib(c.RSSAfterSync), mib(c.RelistPeakHeap), mib(c.RelistPeakRSS),
 			c.Requests.ListPages, c.Requests.Watches, c.Relists, c.Verdict)
@@ -467,6 +477,24 @@ func (r *Report) Markdown() string {
 	}
 	r.costMarkdown(&b)
 	return b.String()
+}
+
+// wireCell says what a consumer read and how much, and, in a run that
+// wanted CBOR, why it read JSON: it cannot ask, or it asked and got JSON.
+func (c ConsumerReport) wireCell(wanted watcher.Wire) string {
+	read := c.WireRead
+	if read == "" {
+		read = "–"
+	}
+	cell := fmt.Sprintf("%s (%s)", read, mib(uint64(c.Bodies.CBOR+c.Bodies.JSON)))
+	switch {
+	case wanted != watcher.WireCBOR:
+	case c.WireAsked != watcher.WireCBOR:
+		cell += ": cannot ask for cbor"
+	case c.WireRead != "cbor":
+		cell = "**" + cell + "**: asked for cbor"
+	}
+	return cell
 }
 
 func mib(x uint64) string {

@@ -22,6 +22,7 @@ import (
 
 	"rawwatch/client"
 	"rawwatch/internal/controlplane"
+	"rawwatch/watcher"
 )
 
 // StormKinds are the consumers a storm compares, in report order.
@@ -467,7 +468,7 @@ func (s *storm) spawn(kind string) (*stormChild, error) {
 		"--qps", strconv.FormatFloat(float64(s.opts.ClientQPS), 'f', -1, 32), "--burst", strconv.Itoa(s.opts.ClientBurst),
 		"--result", c.resultPath}
 	var err error
-	c.consumerProcess, err = startConsumer(s.opts.Binary, args, kind, filepath.Join(s.opts.OutDir, kind+".log"), c.line)
+	c.consumerProcess, err = startConsumer(s.opts.Binary, args, kind, watcher.WireJSON, filepath.Join(s.opts.OutDir, kind+".log"), c.line)
 	if err != nil {
 		return nil, err
 	}

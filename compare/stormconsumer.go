@@ -17,6 +17,7 @@ import (
 
 	"rawwatch/client"
 	"rawwatch/store"
+	"rawwatch/watcher"
 )
 
 // StormConsumerOptions are what the storm tells its consumer process: one
@@ -143,7 +144,7 @@ func RunStormConsumer(opts StormConsumerOptions, stdin io.Reader, stdout io.Writ
 		s := &stormClient{rec: discardRecorder(), wire: &ByteCounter{}}
 		s.wire.Install(cfg)
 		s.rec.countRequests(cfg)
-		if s.c, err = newConsumer(opts.Kind, cfg, opts.Namespace, s.rec, 0, nil); err != nil {
+		if s.c, err = newConsumer(opts.Kind, cfg, opts.Namespace, s.rec, 0, nil, watcher.WireJSON); err != nil {
 			return err
 		}
 		clients[i] = s

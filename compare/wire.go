@@ -3,6 +3,7 @@ package compare
 import (
 	"context"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"sync/atomic"
@@ -26,6 +27,8 @@ import (
 type ByteCounter struct {
 	read     atomic.Int64
 	wire     atomic.Int64
+	asCBOR   atomic.Int64 // response-body bytes labelled application/cbor or cbor-seq
+	asJSON   atomic.Int64 // ... labelled application/json
 	requests atomic.Int64
 	failed   atomic.Int64      // no response at all (connection refused, reset, ...)
 	codes    [600]atomic.Int64 // responses by status code
@@ -47,6 +50,35 @@ func (c *ByteCounter) Failed() int64 { return c.failed.Load() }
 
 // Read is the number of response-body bytes read so far.
 func (c *ByteCounter) Read() int64 { return c.read.Load() }
+
+// Bodies are the response-body bytes read so far by the encoding their
+// Content-Type names: what a consumer that asked for CBOR really read.
+func (c *ByteCounter) Bodies() WireBytes {
+	return WireBytes{CBOR: c.asCBOR.Load(), JSON: c.asJSON.Load(), Other: c.read.Load() - c.asCBOR.Load() - c.asJSON.Load()}
+}
+
+// WireBytes are response-body bytes by encoding (ByteCounter.Bodies).
+type WireBytes struct {
+	CBOR  int64 `json:"cbor"`
+	JSON  int64 `json:"json"`
+	Other int64 `json:"other,omitempty"` // protobuf, text, no Content-Type
+}
+
+// Read says which encoding these bytes are in: "cbor" or "json" if only
+// one of the two carried anything, "cbor+json" if both did, "" if
+// neither (other bytes are left out: a controller-runtime cache's
+// discovery, say).
+func (b WireBytes) Read() string {
+	switch {
+	case b.CBOR > 0 && b.JSON > 0:
+		return "cbor+json"
+	case b.CBOR > 0:
+		return "cbor"
+	case b.JSON > 0:
+		return "json"
+	}
+	return ""
+}
 
 // Wire is the number of bytes read from the connections so far.
 func (c *ByteCounter) Wire() int64 { return c.wire.Load() }
@@ -110,18 +142,34 @@ func (t countingRT) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.c.failed.Add(1)
 	}
 	if resp != nil && resp.Body != nil {
-		resp.Body = &countingBody{ReadCloser: resp.Body, n: &t.c.read}
+		resp.Body = &countingBody{ReadCloser: resp.Body, n: &t.c.read, as: t.c.encoding(resp.Header.Get("Content-Type"))}
 	}
 	return resp, err
 }
 
+// encoding is the counter of a response body's encoding by its Content-Type
+// (nil: neither CBOR nor JSON).
+func (c *ByteCounter) encoding(contentType string) *atomic.Int64 {
+	media, _, _ := mime.ParseMediaType(contentType)
+	switch media {
+	case "application/cbor", "application/cbor-seq":
+		return &c.asCBOR
+	case "application/json":
+		return &c.asJSON
+	}
+	return nil
+}
+
 type countingBody struct {
 	io.ReadCloser
-	n *atomic.Int64
+	n, as *atomic.Int64
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.n.Add(int64(n))
+	if b.as != nil {
+		b.as.Add(int64(n))
+	}
 	return n, err
 }

@@ -66,3 +66,36 @@ func TestByteCounterCountsTheWire(t *testing.T) {
 		t.Fatalf("read %d bytes, %d on the wire; want 100000, and a compressed few hundred", c.Read(), c.Wire())
 	}
 }
+
+// The counter sorts response bodies by the encoding their Content-Type
+// names (parameters aside), which is how the harness tells what a consumer
+// that asked for CBOR really read.
+func TestByteCounterSortsBodiesByEncoding(t *testing.T) {
+	types := []string{"application/cbor", "application/cbor-seq", "application/json", "application/json;stream=watch", "application/vnd.kubernetes.protobuf", ""}
+	i := 0
+	var c ByteCounter
+	rt := c.Wrap(roundTripFunc(func(*http.Request) (*http.Response, error) {
+		h := http.Header{}
+		if types[i] != "" {
+			h.Set("Content-Type", types[i])
+		}
+		i++
+		return &http.Response{StatusCode: 200, Header: h, Body: io.NopCloser(strings.NewReader(strings.Repeat("x", i)))}, nil
+	}))
+	for range types {
+		req, _ := http.NewRequest(http.MethodGet, "http://example.invalid/", nil)
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+	}
+	if got, want := c.Bodies(), (WireBytes{CBOR: 1 + 2, JSON: 3 + 4, Other: 5 + 6}); got != want || got.Read() != "cbor+json" {
+		t.Fatalf("bodies %+v (%s), want %+v (cbor+json)", got, got.Read(), want)
+	}
+	for b, want := range map[WireBytes]string{{CBOR: 1}: "cbor", {JSON: 1, Other: 9}: "json", {Other: 9}: ""} {
+		if b.Read() != want {
+			t.Errorf("%+v read as %q, want %q", b, b.Read(), want)
+		}
+	}
+}

@@ -4,6 +4,7 @@
 //	compare                                   10,000 objects on a local control plane
 //	compare --objects 1000 --update-rate 500  a smaller run
 //	compare --kubeconfig ~/.kube/config       any cluster (no forced relist)
+//	compare --wire cbor                       the consumers ask for CBOR (KEP-4222; the local control plane serves it)
 //	compare storm --clients 50 --payload 2048 the relist storm: 50 clients of each kind relist at once
 //	compare sizes --objects 10000             heap per cached object against payload (0, 2 and 16 KiB)
 //	compare converge --objects 1000           the whole controller, raw and informer, until every status says Processed
@@ -25,6 +26,7 @@ import (
 	"time"
 
 	"rawwatch/compare"
+	"rawwatch/watcher"
 )
 
 func main() {
@@ -65,7 +67,13 @@ func run(args []string) int {
 	fs.BoolVar(&o.Apply, "apply", false, "write the objects with server-side apply, so that they carry real managedFields")
 	fs.StringVar(&o.OutDir, "out", "out/compare", "output directory")
 	fs.BoolVar(&o.Profile, "profile", false, "write each consumer's heap profile at every phase end (KIND-PHASE.heap.pprof)")
+	wire := fs.String("wire", "json", "encoding the consumers ask for: json or cbor (the local control plane then serves CBOR; controller-runtime and bare cannot ask and read JSON)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var err error
+	if o.Wire, err = watcher.ParseWire(*wire); err != nil {
+		fmt.Fprintln(os.Stderr, "compare: --wire:", err)
 		return 2
 	}
 	o.Kinds = strings.Split(*kinds, ",")
@@ -104,7 +112,13 @@ func consume(args []string) int {
 	fs.IntVar(&o.DropEvery, "drop-every", 0, "lose every n-th watch frame (to test the verdict)")
 	drop := fs.String("drop-annotations", "", "annotations the consumer's cache does not keep, comma-separated")
 	fs.StringVar(&o.ProfileDir, "profile-dir", "", "write heap profiles here at every mark")
+	wire := fs.String("wire", "json", "encoding to ask for: json or cbor")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var err error
+	if o.Wire, err = watcher.ParseWire(*wire); err != nil {
+		fmt.Fprintln(os.Stderr, "consume: --wire:", err)
 		return 2
 	}
 	if *drop != "" {
