@@ -273,10 +273,12 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 				fail(format, args...)
 			}
 		}}
-		put := func(name, message string) {
-			srv.Put("ns", name, message)
-			lives.wrote(srv.ResourceVersion())
-		}
+		// Each write's time is recorded before any stream can carry it
+		// (recorded after, a stream could deliver it first: under -race,
+		// seed 25 then compared a write at a resourceVersion a rollback
+		// reused with the older write's time).
+		srv.Wrote = lives.wrote
+		put := func(name, message string) { srv.Put("ns", name, message) }
 		for i := range s.objects {
 			put(names[i], "v0")
 		}
@@ -576,14 +578,14 @@ func (l *lifeChecker) rolledBack() {
 	l.rollback.Store(true)
 }
 
-// wrote records that the object at resourceVersion rv was written now.
-func (l *lifeChecker) wrote(rv string) {
+// wrote records that the object at resourceVersion rv was written at at.
+func (l *lifeChecker) wrote(rv string, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.writtenAt == nil {
 		l.writtenAt = map[string]time.Time{}
 	}
-	l.writtenAt[rv] = time.Now().UTC().Truncate(time.Second)
+	l.writtenAt[rv] = at
 }
 
 func (l *lifeChecker) Observe(e observe.Event) {

@@ -159,6 +159,11 @@ type Request struct {
 
 // Server is the fake. Create it with New.
 type Server struct {
+	// Wrote, if set, hears every Put: the resourceVersion it wrote and the
+	// time it stamped (to the second), before any stream or list can see
+	// the write (it runs under the server's lock: it must not call the
+	// server).
+	Wrote func(rv string, at time.Time)
 	// BookmarkEvery is the bookmark cadence of every stream; 0: no
 	// bookmarks (kube-apiserver without its watch cache).
 	BookmarkEvery time.Duration
@@ -296,6 +301,9 @@ func (s *Server) Put(namespace, name, message string) {
 	}
 	obj.Spec.Message = message
 	s.commitLocked(typ, key, obj)
+	if s.Wrote != nil {
+		s.Wrote(obj.ResourceVersion, now.Time)
+	}
 }
 
 // creator and updater are the field managers of every object, as
