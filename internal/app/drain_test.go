@@ -146,3 +146,31 @@ func TestALeaveReportsTheDeletionsItAbandons(t *testing.T) {
 		}
 	}
 }
+
+// A replica that comes to work slots it watched replays the deletions it
+// held there before it resyncs the keys it took over: the resync queues
+// every stored key of the slots (thousands, at a replica's share of a big
+// store), and a deletion queued behind them waited for all of them. In the
+// full chaos run, deletions held while no replica claimed yet (a lease
+// duration after the ring's first lists) waited 57 s in a replica's queue,
+// and died with it when it was killed.
+func TestTakenOverSlotsReplayTheirDeletionsBeforeTheResync(t *testing.T) {
+	stored := []string{"doomed"}
+	for i := range 50 {
+		stored = append(stored, fmt.Sprintf("k%d", i))
+	}
+	a := leavingApp(stored, nil, &deleter{}, observe.Func(func(observe.Event) {}))
+	a.Controller.Queue = queue.New(queue.NewExponentialLimiter(10*time.Millisecond, 10*time.Millisecond))
+	defer a.Controller.Queue.ShutDown()
+	a.watched = shard.All()
+	a.gate.set(ring.Claims{Target: shard.All(), Sweep: shard.All()}) // watched, not worked
+	doomed, _ := a.Store.Get("ns/doomed")
+	d, _ := a.Store.Delete(doomed)
+	if a.gate.admit(d) {
+		t.Fatal("a deletion in a slot only watched was admitted")
+	}
+	a.onClaims(ring.Claims{Working: shard.All(), Target: shard.All()})
+	if key, _ := a.Controller.Queue.Get(); key != "ns/doomed" {
+		t.Fatalf("the first key the workers get after the take-over is %s (of %d queued); want ns/doomed, the held deletion's", key, a.Controller.Queue.Len()+1)
+	}
+}

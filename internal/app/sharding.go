@@ -559,16 +559,18 @@ func (a *App) onClaims(c ring.Claims) {
 		a.Watcher.SetShard(watched.Set())
 		a.startWatcher()
 	}
+	// The deletions it heard of before it worked their slots (the old
+	// owner may have handled some: a deletion is handled at least once,
+	// never by two replicas at once), first: nothing else tells of them,
+	// and queued behind the resync below (every stored key of the slots)
+	// they waited for all of it.
+	for _, d := range replay {
+		a.Controller.OnDelta(d)
+	}
 	if !gained.Empty() {
 		// Taken over: whatever the store holds of these slots gets a
 		// reconcile (the watcher's relist hands out the rest as Added, and
 		// the gate now lets them in).
 		a.Controller.Resync(a.gate.keysIn(gained))
-	}
-	// And the deletions it heard of before it worked their slots (the old
-	// owner may have handled some: a deletion is handled at least once,
-	// never by two replicas at once).
-	for _, d := range replay {
-		a.Controller.OnDelta(d)
 	}
 }
