@@ -711,6 +711,15 @@ func (m *Member) renew(ctx context.Context) (time.Time, error) {
 		}
 		lease.Spec.RenewTime, lease.Spec.LeaseDurationSeconds = &now, &secs
 		delete(lease.Annotations, AnnotationLeaving) // ours again: a process of ours left it
+		if lease.Labels[Label] != m.cfg.Ring {
+			// Its ring's label taken off (or changed) by hand: the ring's
+			// lists no longer show it, so the others count it gone and this
+			// member its Lease lost; written back, the next list finds it.
+			if lease.Labels == nil {
+				lease.Labels = map[string]string{}
+			}
+			lease.Labels[Label] = m.cfg.Ring
+		}
 		if annotations != nil {
 			if lease.Annotations == nil {
 				lease.Annotations = map[string]string{}

@@ -18,7 +18,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 
-	"rawwatch/internal/openfinding"
 	"rawwatch/observe"
 	"rawwatch/shard"
 )
@@ -1106,8 +1105,9 @@ func TestAdversaryAWallClockPutRightAfterASteppedBackFencesAHealthyMember(t *tes
 //
 // Severity: outage (a member works nothing until its Lease is deleted or
 // relabelled by hand; the others take its slots after a lease duration).
+//
+// Fixed since: a renewal writes the ring's label back.
 func TestAdversaryALeaseUnlabelledByHandFencesItsOwnerForGood(t *testing.T) {
-	openfinding.Skip(t)
 	client := versionedClient()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	const renew = time.Second
