@@ -44,10 +44,7 @@ func TestObserverCallsMoveTheirMetrics(t *testing.T) {
 	m.Observe(watcher.Skipped{Err: &watcher.SkipError{Key: "ns/bad"}})
 	m.Observe(watcher.WatchEnded{Frames: 0, Open: 150 * time.Second, Err: watcher.ErrSilent})
 
-	checks := map[string]struct {
-		got  float64
-		want float64
-	}{
+	expectValues(t, map[string]gotWant{
 		"list pages":      {testutil.ToFloat64(m.listPages), 2},
 		"lists":           {testutil.ToFloat64(m.lists), 2},
 		"relists":         {testutil.ToFloat64(m.relists), 1},
@@ -64,12 +61,7 @@ func TestObserverCallsMoveTheirMetrics(t *testing.T) {
 		"backoffs":        {testutil.ToFloat64(m.backoffs.WithLabelValues("transient")), 1},
 		"skipped":         {testutil.ToFloat64(m.skipped), 1},
 		"silent watches":  {testutil.ToFloat64(m.silentWatches), 1},
-	}
-	for name, c := range checks {
-		if c.got != c.want {
-			t.Errorf("%s = %v, want %v", name, c.got, c.want)
-		}
-	}
+	})
 
 	// The queue and the workers: adds (one deduped), a wait, three reconciles.
 	m.Observe(queue.Added{Key: "ns/a", Deduped: false})
@@ -84,7 +76,7 @@ func TestObserverCallsMoveTheirMetrics(t *testing.T) {
 	m.Observe(reconcile.Finished{Worker: 0, Key: "ns/c", Took: time.Millisecond, Err: conflict, RetryIn: 5 * time.Millisecond})
 	m.Observe(leader.Leading{Identity: "me", Leading: true})
 
-	for name, c := range map[string]struct{ got, want float64 }{
+	expectValues(t, map[string]gotWant{
 		"adds":      {testutil.ToFloat64(m.adds), 1},
 		"deduped":   {testutil.ToFloat64(m.dedupedAdds), 1},
 		"retries":   {testutil.ToFloat64(m.retries), 2},
@@ -94,11 +86,7 @@ func TestObserverCallsMoveTheirMetrics(t *testing.T) {
 		"errors":    {testutil.ToFloat64(m.reconcileErrors), 2},
 		"leader":    {testutil.ToFloat64(m.leader), 1},
 		"histogram": {float64(testutil.CollectAndCount(m.reconcileDuration)), 3}, // one series per result
-	} {
-		if c.got != c.want {
-			t.Errorf("%s = %v, want %v", name, c.got, c.want)
-		}
-	}
+	})
 
 	// The exposition: client-go's workqueue names with name="myresources",
 	// gauges read at scrape time, histograms with their counts.
@@ -236,4 +224,17 @@ func histogram(t *testing.T, m *Metrics, name string) (uint64, float64) {
 	}
 	t.Fatalf("no %s", name)
 	return 0, 0
+}
+
+// gotWant is a metric's value and the value it should have.
+type gotWant struct{ got, want float64 }
+
+// expectValues reports each metric whose value is not the one wanted.
+func expectValues(t *testing.T, checks map[string]gotWant) {
+	t.Helper()
+	for name, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", name, c.got, c.want)
+		}
+	}
 }

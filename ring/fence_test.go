@@ -44,6 +44,12 @@ func handoffMember(t *testing.T, client *fake.Clientset, id string, lease, renew
 	return m
 }
 
+// pair is two members of client's ring, of the clocked tests' lease and
+// renew period, on one clock.
+func pair(t *testing.T, client *fake.Clientset, clock func() time.Time, id1, id2 string) (*Member, *Member) {
+	return handoffMember(t, client, id1, lease, renew, clock), handoffMember(t, client, id2, lease, renew, clock)
+}
+
 // joinRounds: a lone member, lease 4.5 renew periods, Works every slot
 // after this many rounds a renew period apart: its first write and list,
 // then a lease duration claiming no free slot (a Lease it never read may
@@ -176,8 +182,7 @@ func TestAHandDeletedLeaseIsNotALeave(t *testing.T) {
 	client := versionedClient()
 	now := epoch
 	clock := func() time.Time { return now }
-	a := handoffMember(t, client, "a", lease, renew, clock)
-	b := handoffMember(t, client, "b", lease, renew, clock)
+	a, b := pair(t, client, clock, "a", "b")
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	rounds := func(n int, when string) {
 		for range n {

@@ -335,8 +335,7 @@ func TestAdversaryASecondProcessOfOneIdentityDeletesTheFirstsLeaseOnLeaving(t *t
 	client := versionedClient()
 	now := epoch
 	clock := func() time.Time { return now }
-	x1 := handoffMember(t, client, "x", lease, renew, clock)
-	x2 := handoffMember(t, client, "x", lease, renew, clock)
+	x1, x2 := pair(t, client, clock, "x", "x")
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	for range joinRounds {
 		x1.round(ctx, klog.Background())
@@ -387,14 +386,7 @@ func TestAdversaryASuspendedNodesMonotonicClockKeepsItsGateOpen(t *testing.T) {
 	client := versionedClient()
 	world := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var suspendedFor time.Duration // a's monotonic clock lags the world's by this
-	a, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: "a",
-		LeaseDuration: lease, RenewPeriod: renew,
-		Now:      func() time.Time { return world.Add(-suspendedFor) },
-		Wall:     func() time.Time { return world }, // the wall clock counts the suspend
-		OnClaims: func(Claims) {}, Busy: func() (_, _ shard.SlotSet) { return }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := suspendable(t, client, "a", &world, &suspendedFor)
 	b := handoffMember(t, client, "b", lease, renew, func() time.Time { return world })
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	for range joinRounds + 2 {
@@ -457,8 +449,7 @@ func TestAdversaryALeaseRecreatedAfterItsOwnerFencedClaimsAtOnce(t *testing.T) {
 	client := versionedClient()
 	now := epoch
 	clock := func() time.Time { return now }
-	a := handoffMember(t, client, "a", lease, renew, clock)
-	c := handoffMember(t, client, "c", lease, renew, clock)
+	a, c := pair(t, client, clock, "a", "c")
 	who := ""
 	cFails, aListFails := false, false
 	client.PrependReactor("*", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
@@ -723,8 +714,7 @@ func restoredAfterFound(t *testing.T, seen bool) {
 	client := versionedClient()
 	now := epoch
 	clock := func() time.Time { return now }
-	x1 := handoffMember(t, client, "x", lease, renew, clock)
-	x2 := handoffMember(t, client, "x", lease, renew, clock)
+	x1, x2 := pair(t, client, clock, "x", "x")
 	var in *Member
 	failing := map[*Member]bool{}
 	client.PrependReactor("*", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
@@ -912,15 +902,7 @@ func TestAdversaryASuspendIsABlindStretchTheCodeDoesNotNotice(t *testing.T) {
 	client := versionedClient()
 	world := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var suspendedFor time.Duration // a's monotonic clock lags the world's by this
-	const lease, renew = 4500 * time.Millisecond, time.Second
-	a, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: "a",
-		LeaseDuration: lease, RenewPeriod: renew,
-		Now:      func() time.Time { return world.Add(-suspendedFor) },
-		Wall:     func() time.Time { return world }, // the wall clock counts the suspend
-		OnClaims: func(Claims) {}, Busy: func() (_, _ shard.SlotSet) { return }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := suspendable(t, client, "a", &world, &suspendedFor)
 	d := handoffMember(t, client, "d", lease, renew, func() time.Time { return world })
 	who, dFails := "", false
 	client.PrependReactor("*", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
@@ -1133,4 +1115,20 @@ func TestAdversaryALeaseUnlabelledByHandFencesItsOwnerForGood(t *testing.T) {
 		t.Fatalf("the ring's label removed by hand from a's Lease: %d renew periods later a Works %d slots (its Lease's labels: %v)",
 			rounds, a.Claims().Working.Len(), l.Labels)
 	}
+}
+
+// suspendable is member id of client's ring whose monotonic clock lags
+// *world by *lag (a system suspend stops it), while its wall clock keeps the
+// world's (it counts the suspend).
+func suspendable(t *testing.T, client *fake.Clientset, id string, world *time.Time, lag *time.Duration) *Member {
+	t.Helper()
+	m, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: id,
+		LeaseDuration: lease, RenewPeriod: renew,
+		Now:      func() time.Time { return world.Add(-*lag) },
+		Wall:     func() time.Time { return *world },
+		OnClaims: func(Claims) {}, Busy: func() (_, _ shard.SlotSet) { return }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
