@@ -3,6 +3,7 @@ package watcher
 import (
 	"bytes"
 	"encoding/json"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -162,8 +163,16 @@ func plain(s []byte) bool {
 // utcSeconds tells whether lit is a time as the apiserver writes it,
 // "2006-01-02T15:04:05Z" (quotes included): such times order as their text.
 func utcSeconds(lit []byte) bool {
-	return len(lit) == 22 && lit[0] == '"' && lit[5] == '-' && lit[8] == '-' && lit[11] == 'T' &&
-		lit[14] == ':' && lit[17] == ':' && lit[20] == 'Z' && lit[21] == '"'
+	if len(lit) != 22 || lit[0] != '"' || lit[5] != '-' || lit[8] != '-' || lit[11] != 'T' ||
+		lit[14] != ':' || lit[17] != ':' || lit[20] != 'Z' || lit[21] != '"' {
+		return false
+	}
+	// And a time metav1.Time reads (time.Parse, RFC 3339): of the shape but
+	// not a time (month 00), it is not cut unread, so the plain decoder
+	// refuses the object as Kubernetes' does. (The fallback path only: the
+	// type's own decoder declines such an object first.)
+	_, err := time.Parse(time.RFC3339, string(lit[1:21]))
+	return err == nil
 }
 
 // onlyMember finds the value [start, end) of the member named name
