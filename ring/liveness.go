@@ -103,6 +103,15 @@ func (c *fenceClock) read() time.Time {
 	return n.Add(c.ahead)
 }
 
+// wallNow reads the wall clock alone: what the fence's clock counts beside
+// the monotonic one, and what a Lease's readers take its renewTime for.
+func (c *fenceClock) wallNow() time.Time {
+	if c.wall != nil {
+		return c.wall()
+	}
+	return c.now().Round(0)
+}
+
 // fenced tells whether a member whose last successful renewal was sent at
 // renewed (zero: none) counts itself out at now.
 func fenced(renewed, now time.Time, after time.Duration) bool {

@@ -643,7 +643,11 @@ func (m *Member) renew(ctx context.Context) (time.Time, error) {
 	defer cancel()
 	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
 	sent := m.Now()
-	now := metav1.NewMicroTime(sent)
+	// The renewTime the Lease says is the wall clock's, for its readers
+	// (the fence's clock runs ahead of it by the suspends and steps it
+	// counted); it is also how this member knows its own writes.
+	stamp := m.fence.wallNow()
+	now := metav1.NewMicroTime(stamp)
 	claims := m.Claims() // the fence timer may drop them meanwhile
 	claimed := claims.Claimed()
 	annotations := map[string]string{AnnotationSlots: claimed.String(),
@@ -676,7 +680,7 @@ func (m *Member) renew(ctx context.Context) (time.Time, error) {
 			ObjectMeta: metav1.ObjectMeta{Name: m.leaseName(), Namespace: m.cfg.Namespace, Labels: map[string]string{Label: m.cfg.Ring}, Annotations: annotations},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now},
 		}
-		m.try(sent)
+		m.try(stamp)
 		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
 	case err == nil:
 		if h := lease.Spec.HolderIdentity; h != nil && *h != id {
@@ -728,14 +732,14 @@ func (m *Member) renew(ctx context.Context) (time.Time, error) {
 				lease.Annotations[k] = v
 			}
 		}
-		m.try(sent)
+		m.try(stamp)
 		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 	}
 	if err != nil {
 		return sent, err
 	}
 	m.wroteLease()
-	m.wrote = sent.Truncate(time.Microsecond) // as the Lease stores it
+	m.wrote = stamp.Truncate(time.Microsecond) // as the Lease stores it
 	m.tried = m.tried[:0]
 	m.published = claimed
 	m.withdrawn = m.withdrawn.Union(m.publishedCover.Minus(cover.Slots))
