@@ -1,6 +1,9 @@
 package store
 
-import "k8s.io/apimachinery/pkg/types"
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
 
 // Replacement builds the result of a relist beside the live store, page by
 // page, and swaps it in with Commit: readers see the old contents or the new,
@@ -75,7 +78,7 @@ func (r *Replacement[T]) Commit() []Delta[T] {
 		if _, listed := r.items[key]; listed {
 			continue
 		}
-		if uid, kept := r.keep[key]; kept && (uid == "" || uid == old.GetUID()) {
+		if uid, kept := r.keep[key]; kept && MayBe(uid, old) {
 			r.items[key] = old
 			continue
 		}
@@ -99,3 +102,8 @@ func (r *Replacement[T]) Commit() []Delta[T] {
 	r.items, r.keep = nil, nil
 	return deltas
 }
+
+// MayBe tells whether an item that could not be decoded, whose UID read uid
+// ("" if that could not be read either), may be the stored object: then a
+// relist or a sweep keeps the stored object (see Keep).
+func MayBe(uid types.UID, stored metav1.Object) bool { return uid == "" || uid == stored.GetUID() }

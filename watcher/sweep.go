@@ -86,7 +86,7 @@ func (w *Watcher[T]) Sweep(ctx context.Context, slots shard.SlotSet) (res SweepR
 		if uid, ok := present[key]; ok && uid == obj.GetUID() {
 			continue
 		}
-		if uid, ok := kept[key]; ok && (uid == "" || uid == obj.GetUID()) {
+		if uid, ok := kept[key]; ok && store.MayBe(uid, obj) {
 			continue
 		}
 		res.Deleted = append(res.Deleted, store.Delta[T]{Type: store.Deleted, Key: key, Object: obj, FinalStateUnknown: true})
