@@ -54,13 +54,13 @@ func (s RESTSource) WithAccept(accept string) Source {
 	return s
 }
 
-// wire is the watcher's choice of encoding: the CBOR source while CBOR is
+// encoding is the watcher's choice of encoding: the CBOR source while CBOR is
 // in use (nil with JSON, from the start or after a fallback).
 type encoding struct {
 	cbor Source
 }
 
-// newWire sets up opts.Wire over src.
+// newEncoding sets up Options.Wire over src.
 func newEncoding(src Source, w Wire) encoding {
 	if w != WireCBOR {
 		return encoding{}
