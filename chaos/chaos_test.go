@@ -19,23 +19,22 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 
 // The short chaos run: 1,000 objects churned for 60 s under every fault.
 // `make chaos` is the full one (10,000 objects).
-// fileLogger is a logger writing to a file, whose last lines are shown if
-// the test fails.
-func fileLogger(t *testing.T) klog.Logger {
+
+// fileLogger is a logger writing to a file, and a func that returns the
+// file's last lines.
+func fileLogger(t *testing.T) (klog.Logger, func() string) {
 	logFile := filepath.Join(t.TempDir(), "controller.log")
 	f, err := os.Create(logFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		f.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logFile)
-			lines := strings.Split(string(b), "\n")
-			t.Logf("the controller's log, last lines:\n%s", strings.Join(lines[max(0, len(lines)-80):], "\n"))
-		}
-	})
-	return textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(f), textlogger.Verbosity(2)))
+	t.Cleanup(func() { f.Close() })
+	tail := func() string {
+		b, _ := os.ReadFile(logFile)
+		lines := strings.Split(string(b), "\n")
+		return strings.Join(lines[max(0, len(lines)-80):], "\n")
+	}
+	return textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(f), textlogger.Verbosity(2))), tail
 }
 
 // run makes a chaos run with cfg (the controller's log to a file), prints
@@ -44,16 +43,23 @@ func fileLogger(t *testing.T) klog.Logger {
 // MaxConvergence): on a busy machine under -race it is reported, not
 // failed; that it converged at all (the store equals a fresh LIST, every
 // status caught up, within Converge) is a loss check and fails.
+//
+// On a failure the controller's last log lines come first and the
+// failures last: CI shows a long output's head and tail only.
 func run(t *testing.T, cfg chaos.Config) *chaos.Report {
-	cfg.Logger, cfg.Logf = fileLogger(t), t.Logf
+	var tail func() string
+	cfg.Logger, tail = fileLogger(t)
+	cfg.Logf = t.Logf
 	rep, err := chaos.Run(context.Background(), testkit.Shared.Get(t), cfg)
 	if err != nil {
+		t.Logf("the controller's log, last lines:\n%s", tail())
 		t.Fatal(err)
 	}
 	var out strings.Builder
 	rep.Print(&out)
 	t.Logf("\n%s", out.String())
 	if f := rep.Verdict.Failures(); len(f) > 0 {
+		t.Logf("the controller's log, last lines:\n%s", tail())
 		t.Fatalf("the controller lost something:\n%s", strings.Join(f, "\n"))
 	}
 	if slow := rep.Failures(); len(slow) > 0 {
