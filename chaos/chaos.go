@@ -757,6 +757,19 @@ func (r *recorder) listBefore(slot int, t time.Time) (l listed, ok bool) {
 	return l, ok
 }
 
+// watchedAt: the last list at or before t had slot (its watch followed the
+// slot then). Callers hold mu.
+func (r *recorder) watchedAt(slot int, t time.Time) bool {
+	var last *listed
+	for i := range r.lists {
+		if r.lists[i].at.After(t) {
+			break
+		}
+		last = &r.lists[i]
+	}
+	return last != nil && last.slots.Has(slot)
+}
+
 // watchAround describes this watcher's view of slot around deletion d: its
 // lists of the slot within a minute of d (offset from d, resourceVersion)
 // and the gaps of its watch that contain d's creation. Callers hold mu.

@@ -637,9 +637,10 @@ func (j *judge) judgeDeletion(v *Verdict, d deletion) {
 	}
 	v.Bound = j.bound()
 	// A relist gap: nobody ever had the object, and it lived and died
-	// inside a gap of its claimant's watch. (Another replica that had it
-	// would have heard of its deletion, or handed it over: a loss then.)
-	if f.owner != nil && !f.known && j.inGap(f.owner, d) {
+	// inside a gap of its claimant's watch; or, while nobody claimed its
+	// slot, of every watch of the slot. (Another replica that had it would
+	// have heard of its deletion, or handed it over: a loss then.)
+	if !f.known && (f.owner != nil && j.inGap(f.owner, d) || f.owner == nil && j.inEveryWatchersGap(d, f.slot)) {
 		v.Invisible++
 		return
 	}
@@ -692,6 +693,31 @@ func (j *judge) inGap(r *replica, d deletion) bool {
 	r.rec.mu.Lock()
 	defer r.rec.mu.Unlock()
 	return r.rec.invisible(d)
+}
+
+// inEveryWatchersGap: some replica watched slot when d was made (its last
+// list before had the slot), and every one that did, alive then, never had
+// the object, created inside a gap of its watch. Nobody watching the slot
+// is no excuse here (the rules of the kill and the fence judge that).
+func (j *judge) inEveryWatchersGap(d deletion, slot int) bool {
+	watchers := 0
+	for _, r := range j.replicas {
+		if r.from.After(d.At) || !r.to.IsZero() && r.to.Before(d.At) {
+			continue
+		}
+		r.rec.mu.Lock()
+		watched := r.rec.watchedAt(slot, d.At)
+		invisible := r.rec.invisible(d)
+		r.rec.mu.Unlock()
+		if !watched {
+			continue
+		}
+		if !invisible {
+			return false
+		}
+		watchers++
+	}
+	return watchers > 0
 }
 
 // newOwnerListedAfter: the replica that next claimed the slot after f's

@@ -137,6 +137,14 @@ func TestEveryExcuseHasAControl(t *testing.T) {
 		// Finding 7: another replica had the object (it watched the slot):
 		// its deletion was to reach someone.
 		{"relist gap: another replica knew the object", owned().gap("a", 100, 200).knew("b"), "lost"},
+		// Nobody claimed the slot (the ring not formed yet, or every
+		// replica fenced): a gap of every watch of the slot excuses it;
+		// one watch of it without a gap, or no watch of it, does not.
+		{"relist gap, unclaimed: every watcher's", newScene("a", "b").list("a", 50*time.Second, 120).gap("a", 120, 200).
+			list("b", 60*time.Second, 130).gap("b", 130, 210), "relist gap"},
+		{"relist gap, unclaimed: one watcher without a gap", newScene("a", "b").list("a", 50*time.Second, 120).gap("a", 120, 200).
+			list("b", 60*time.Second, 130), "lost"},
+		{"relist gap, unclaimed: nobody watched the slot", newScene("a", "b").gap("a", 120, 200).gap("b", 130, 210), "lost"},
 
 		// Handoff gap: a let the slot go at 101 s with its watch at 140, b
 		// took it over at 103 s by a list at 102 s, resourceVersion 160,
