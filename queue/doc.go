@@ -17,7 +17,11 @@
 //   - exclusivity (the processing set): between Get and Done a key belongs to
 //     one worker; an Add meanwhile marks it dirty, and Done puts it back for
 //     exactly one more run;
-//   - fairness: keys come out in the order they became dirty;
+//   - fairness: keys come out in the order they became dirty, except that
+//     keys added by AddFirst (a controller's deletions) come out before the
+//     others — not in client-go's workqueue; controller-runtime's priority
+//     queue orders by priority the same way (it puts the initial list's
+//     and resyncs' items last);
 //   - retries (the rate limiter): AddRateLimited re-adds a key after the
 //     delay its RateLimiter gives — DefaultRateLimiter is client-go's
 //     DefaultControllerRateLimiter: per-key exponential 5 ms doubling to

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -15,16 +16,16 @@ import (
 // The queue, single-threaded, against a model of its rules: a key waits at
 // most once; a key being processed is never handed out; a key added while
 // processed comes back exactly once after Done; keys come out in the order
-// they became dirty.
+// they became dirty, those added by AddFirst before all others.
 func FuzzQueue(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		q := New(nil)
-		var order []string // model: dirty keys waiting, in order
-		dirty, processing := map[string]bool{}, map[string]bool{}
+		var first, order []string // model: dirty keys waiting, in order
+		dirty, processing, urgent := map[string]bool{}, map[string]bool{}, map[string]bool{}
 		for _, op := range data {
 			key := fmt.Sprint("k", op/4%6)
 			switch op % 4 {
-			case 0, 1: // Add (twice as likely, so that keys pile up)
+			case 0: // Add
 				q.Add(key)
 				if !dirty[key] {
 					dirty[key] = true
@@ -32,31 +33,51 @@ func FuzzQueue(f *testing.F) {
 						order = append(order, key)
 					}
 				}
+			case 1: // AddFirst
+				q.AddFirst(key)
+				if urgent[key] {
+					break
+				}
+				urgent[key] = true
+				if dirty[key] && !processing[key] {
+					order = slices.DeleteFunc(order, func(k string) bool { return k == key })
+				}
+				if !processing[key] {
+					first = append(first, key)
+				}
+				dirty[key] = true
 			case 2: // Get, when the model says one is ready (Get would block otherwise)
-				if len(order) == 0 {
+				if len(first)+len(order) == 0 {
 					continue
 				}
+				want := &order
+				if len(first) > 0 {
+					want = &first
+				}
 				got, shutdown := q.Get()
-				if shutdown || got != order[0] {
-					t.Fatalf("Get = %q (shutdown %v), model says %q", got, shutdown, order[0])
+				if shutdown || got != (*want)[0] {
+					t.Fatalf("Get = %q (shutdown %v), model says %q (first %v, then %v)", got, shutdown, (*want)[0], first, order)
 				}
 				if processing[got] {
 					t.Fatalf("%s handed out while being processed", got)
 				}
-				order = order[1:]
-				processing[got], dirty[got] = true, false
+				*want = (*want)[1:]
+				processing[got], dirty[got], urgent[got] = true, false, false
 			case 3: // Done, for the key the byte names if it is being processed
 				if !processing[key] {
 					continue
 				}
 				q.Done(key)
 				delete(processing, key)
-				if dirty[key] {
+				switch {
+				case urgent[key]:
+					first = append(first, key)
+				case dirty[key]:
 					order = append(order, key)
 				}
 			}
-			if q.Len() != len(order) {
-				t.Fatalf("queue length %d, model %d (%v)", q.Len(), len(order), order)
+			if q.Len() != len(first)+len(order) {
+				t.Fatalf("queue length %d, model %d (%v, then %v)", q.Len(), len(first)+len(order), first, order)
 			}
 		}
 		q.ShutDown()
@@ -66,6 +87,7 @@ func FuzzQueue(f *testing.F) {
 		before := q.Len()
 		for key := range processing {
 			q.Add(key)
+			q.AddFirst(key)
 			q.Done(key)
 		}
 		if q.Len() != before {

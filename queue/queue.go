@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -30,7 +31,8 @@ func (Got) Component() string   { return "queue" }
 //   - dedup: a key waiting in the queue is there once, however often it is added;
 //   - exclusivity: between Get and Done a key belongs to one worker; adding it
 //     meanwhile marks it dirty, and Done puts it back for exactly one more run;
-//   - fairness: keys come out in the order they first became dirty;
+//   - fairness: keys come out in the order they first became dirty, those
+//     added by AddFirst (deletions) before all others;
 //   - retries: AddRateLimited re-adds a key after its RateLimiter delay, and
 //     Forget resets that delay once the key succeeds;
 //   - shutdown: ShutDown makes Get return shutdown=true at once; workers finish
@@ -49,8 +51,12 @@ type Queue struct {
 	mu sync.Mutex
 	// ready wakes workers blocked in Get.
 	ready *sync.Cond
-	// order holds dirty keys that are not being processed, oldest first.
-	order []string
+	// order holds dirty keys that are not being processed, oldest first;
+	// first, those of them added by AddFirst, handed out before order's.
+	order, first []string
+	// urgent: the dirty keys added by AddFirst (in first, or being
+	// processed: Done puts them in first).
+	urgent map[string]struct{}
 	// dirty: keys that need processing (in order, or being processed and to
 	// be re-queued by Done).
 	dirty map[string]struct{}
@@ -76,6 +82,7 @@ func New(limiter RateLimiter) *Queue {
 	q := &Queue{
 		limiter:    limiter,
 		dirty:      map[string]struct{}{},
+		urgent:     map[string]struct{}{},
 		processing: map[string]struct{}{},
 		waiting:    map[string]*delayed{},
 		dirtySince: map[string]time.Time{},
@@ -111,6 +118,50 @@ func (q *Queue) addLocked(key string) (deduped bool) {
 	}
 	q.order = append(q.order, key)
 	q.ready.Signal()
+	return false
+}
+
+// AddFirst marks key as needing processing ahead of every key Add queued:
+// it goes behind the keys added by AddFirst before it, and before all
+// others (moved there if it was waiting already). A controller gives it the
+// deletions: a change a worker reaches late is still read from the store,
+// but a deletion a sharded replica does not reach before its slot moves
+// (a fence, a handoff) is heard of by no replica. Keys Add queued wait
+// behind at most the AddFirst keys added while they wait. A no-op after
+// ShutDown.
+func (q *Queue) AddFirst(key string) {
+	q.mu.Lock()
+	deduped := q.addFirstLocked(key)
+	q.mu.Unlock()
+	if q.Observer != nil {
+		q.Observer.Observe(Added{Key: key, Deduped: deduped})
+	}
+}
+
+func (q *Queue) addFirstLocked(key string) (deduped bool) {
+	if q.shutdown {
+		return true
+	}
+	if _, ok := q.urgent[key]; ok {
+		return true
+	}
+	q.urgent[key] = struct{}{}
+	_, busy := q.processing[key]
+	if _, ok := q.dirty[key]; ok {
+		if !busy { // waiting in order: move it
+			q.order = slices.Delete(q.order, slices.Index(q.order, key), slices.Index(q.order, key)+1)
+			q.first = append(q.first, key)
+		}
+		return true
+	}
+	q.dirty[key] = struct{}{}
+	if q.Observer != nil {
+		q.dirtySince[key] = time.Now()
+	}
+	if !busy {
+		q.first = append(q.first, key)
+		q.ready.Signal()
+	}
 	return false
 }
 
@@ -166,16 +217,23 @@ func (q *Queue) Retries(key string) int { return q.limiter.Retries(key) }
 // caller should stop.
 func (q *Queue) Get() (key string, shutdown bool) {
 	q.mu.Lock()
-	for len(q.order) == 0 && !q.shutdown {
+	for len(q.first)+len(q.order) == 0 && !q.shutdown {
 		q.ready.Wait()
 	}
 	if q.shutdown {
 		q.mu.Unlock()
 		return "", true
 	}
-	key = q.order[0]
-	q.order[0] = ""
-	q.order = q.order[1:]
+	if len(q.first) > 0 {
+		key = q.first[0]
+		q.first[0] = ""
+		q.first = q.first[1:]
+		delete(q.urgent, key)
+	} else {
+		key = q.order[0]
+		q.order[0] = ""
+		q.order = q.order[1:]
+	}
 	q.processing[key] = struct{}{}
 	delete(q.dirty, key)
 	since, timed := q.dirtySince[key]
@@ -187,8 +245,11 @@ func (q *Queue) Get() (key string, shutdown bool) {
 	if len(q.order) == 0 {
 		q.order = nil
 	}
+	if len(q.first) == 0 {
+		q.first = nil
+	}
 	if len(q.dirty) == 0 {
-		q.dirty, q.dirtySince = map[string]struct{}{}, map[string]time.Time{}
+		q.dirty, q.dirtySince, q.urgent = map[string]struct{}{}, map[string]time.Time{}, map[string]struct{}{}
 	}
 	q.mu.Unlock()
 	if timed && q.Observer != nil {
@@ -204,7 +265,11 @@ func (q *Queue) Done(key string) {
 	defer q.mu.Unlock()
 	delete(q.processing, key)
 	if _, again := q.dirty[key]; again && !q.shutdown {
-		q.order = append(q.order, key)
+		if _, ok := q.urgent[key]; ok {
+			q.first = append(q.first, key)
+		} else {
+			q.order = append(q.order, key)
+		}
 		q.ready.Signal()
 	}
 	if len(q.processing) == 0 {
@@ -231,7 +296,7 @@ func (q *Queue) ShutDown() {
 func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.order)
+	return len(q.first) + len(q.order)
 }
 
 // Pending is the number of keys scheduled by AddAfter and not yet added.
@@ -244,7 +309,8 @@ func (q *Queue) Pending() int {
 // Snapshot is what the queue holds at one moment, for a view of it (the live
 // page): at most max keys of each kind, with the full counts.
 type Snapshot struct {
-	// Ready are keys waiting for a worker, oldest first (Len of them).
+	// Ready are keys waiting for a worker, in the order Get hands them out
+	// (Len of them).
 	Ready []string
 	// Delayed are keys waiting out a delay, soonest first (Pending of them).
 	Delayed []DelayedKey
@@ -265,8 +331,8 @@ type DelayedKey struct {
 // for a copy of max keys plus a sort of the delayed ones.
 func (q *Queue) Snapshot(max int) Snapshot {
 	q.mu.Lock()
-	s := Snapshot{ReadyLen: len(q.order), DelayedLen: len(q.waiting)}
-	s.Ready = append([]string(nil), q.order[:min(max, len(q.order))]...)
+	s := Snapshot{ReadyLen: len(q.first) + len(q.order), DelayedLen: len(q.waiting)}
+	s.Ready = append(append([]string(nil), q.first[:min(max, len(q.first))]...), q.order[:min(max-min(max, len(q.first)), len(q.order))]...)
 	for key, w := range q.waiting {
 		s.Delayed = append(s.Delayed, DelayedKey{Key: key, Due: w.at})
 	}

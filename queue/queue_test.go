@@ -3,6 +3,7 @@ package queue
 import (
 	"fmt"
 	"rawwatch/observe"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -264,5 +265,30 @@ func TestSnapshot(t *testing.T) {
 	}
 	if s := q.Snapshot(1); len(s.Ready) != 1 || len(s.Delayed) != 1 || s.DelayedLen != 2 {
 		t.Errorf("Snapshot(1) = %+v", s)
+	}
+}
+
+// AddFirst puts a key before every key Add queued, behind the AddFirst
+// keys before it; a key already waiting moves; a key being processed comes
+// back first after Done.
+func TestAddFirstGoesBeforeTheKeysAddQueued(t *testing.T) {
+	q := New(nil)
+	for _, k := range []string{"a", "b", "c", "d"} {
+		q.Add(k)
+	}
+	busy, _ := q.Get() // "a"
+	q.AddFirst("x")
+	q.AddFirst("c") // waiting: moves
+	q.AddFirst(busy)
+	q.Done(busy)
+	q.Add("x") // already first: stays
+	var got []string
+	for q.Len() > 0 {
+		k, _ := q.Get()
+		got = append(got, k)
+		q.Done(k)
+	}
+	if want := "x,c,a,b,d"; strings.Join(got, ",") != want {
+		t.Errorf("keys handed out %s, want %s", strings.Join(got, ","), want)
 	}
 }

@@ -101,7 +101,11 @@ type Controller[T store.Object] struct {
 const DefaultConflictRetry = 10 * time.Second
 
 // OnDelta is the watcher's handler: it enqueues the key of every change and
-// remembers deletions for the reconciler.
+// remembers deletions for the reconciler. A deletion's key goes to the
+// front of the queue (Queue.AddFirst): behind a backlog (a resync, a
+// relist's thousand changes) a sharded replica could otherwise lose its
+// slot to a fence or a handoff before it reached the deletion, which no
+// other replica hears of; a change reached late is still read from the store.
 func (c *Controller[T]) OnDelta(d store.Delta[T]) {
 	if d.Type == store.Deleted {
 		c.mu.Lock()
@@ -116,6 +120,8 @@ func (c *Controller[T]) OnDelta(d store.Delta[T]) {
 		default:
 		}
 		c.mu.Unlock()
+		c.Queue.AddFirst(d.Key)
+		return
 	}
 	c.Queue.Add(d.Key)
 }
@@ -176,6 +182,13 @@ func (c *Controller[T]) deletions(ctx context.Context, key string) error {
 	}
 	c.mu.Unlock()
 	return nil
+}
+
+// hasDeletions: key has deletions not yet handled, queued for its worker.
+func (c *Controller[T]) hasDeletions(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.tombstones[key]) > 0
 }
 
 // Deletions calls f with every deletion not yet handled: queued, or being
@@ -351,7 +364,11 @@ func (c *Controller[T]) processNext(ctx context.Context, logger klog.Logger, wor
 		// The server, not the object: every worker pauses, the key goes back
 		// to the queue as it was (see pause).
 		pauseFor := c.pause.failed(time.Now(), start, retryAfter)
-		c.Queue.Add(key)
+		if c.hasDeletions(key) {
+			c.Queue.AddFirst(key)
+		} else {
+			c.Queue.Add(key)
+		}
 		logger.V(2).Info("Server away; workers pause", "err", err, "pause", pauseFor)
 		if c.Observer != nil {
 			c.Observer.Observe(Paused{Key: key, For: pauseFor, Err: err})
