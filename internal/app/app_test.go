@@ -20,6 +20,7 @@ import (
 	"rawwatch/client"
 	"rawwatch/internal/app"
 	"rawwatch/internal/testkit"
+	"rawwatch/observe"
 	"rawwatch/reconcile"
 	"rawwatch/store"
 )
@@ -274,8 +275,21 @@ func TestTheCacheDropsAnnotationsTheReconcilerNeverReads(t *testing.T) {
 
 func TestFailRetriesWithGrowingDelay(t *testing.T) {
 	_, ns, c := testkit.Parallel(t)
-	_, spy, _ := startApp(t, ns, 2)
 	key := ns + "/broken"
+	// The delays the controller chose for the key's failures (not its
+	// conflicts: a retry 20 ms after the first write may read the cache
+	// before the watch has brought that write back, and the server answers
+	// 409, retried after ConflictRetry).
+	var mu sync.Mutex
+	var delays []time.Duration
+	_, spy, _ := startAppWith(t, app.Options{Config: testkit.Shared.Get(t).Config(), Namespace: ns, Workers: 2,
+		RetryBase: 20 * time.Millisecond, Observer: observe.Func(func(e observe.Event) {
+			if f, ok := e.(reconcile.Finished); ok && f.Key == key && errors.Is(f.Err, reconcile.ErrRequestedFailure) {
+				mu.Lock()
+				delays = append(delays, f.RetryIn)
+				mu.Unlock()
+			}
+		})})
 	if _, err := c.Create(context.Background(), testkit.New(ns, "broken", reconcile.FailMessage)); err != nil {
 		t.Fatal(err)
 	}
@@ -288,23 +302,34 @@ func TestFailRetriesWithGrowingDelay(t *testing.T) {
 	testkit.Eventually(t, 30*time.Second, func() bool { return len(spy.callsOf(key)) >= 8 }, "not retried")
 	calls := spy.callsOf(key)
 	for _, c := range calls {
-		// A retry 20 ms after the first write may read the cache before the
-		// watch has brought that write back (likely on a loaded machine): the
-		// server answers 409, and the key is retried just the same.
 		if !errors.Is(c.err, reconcile.ErrRequestedFailure) && !apierrors.IsConflict(c.err) {
 			t.Fatalf("call returned %v", c.err)
 		}
 	}
-	// The first calls mix retries with the watch event of our own status
-	// write; from then on each gap must be about twice the previous one.
-	var gaps []time.Duration
-	for i := len(calls) - 4; i < len(calls); i++ {
-		gaps = append(gaps, calls[i].at.Sub(calls[i-1].at))
+	// Each failure's delay is twice the one before (the limiter's choice,
+	// which a busy machine does not move) ...
+	mu.Lock()
+	got := slices.Clone(delays)
+	mu.Unlock()
+	if len(got) < 4 {
+		t.Fatalf("%d failures with a delay, want at least 4", len(got))
 	}
-	for i := 1; i < len(gaps); i++ {
-		if gaps[i] < gaps[i-1]*3/2 {
-			t.Fatalf("retry gaps %v do not grow", gaps)
+	for i := 1; i < len(got); i++ {
+		if got[i] != 2*got[i-1] {
+			t.Fatalf("retry delays %v: each must be twice the one before", got)
 		}
+	}
+	// ... and a retry never comes before its delay is up (a busy machine
+	// only makes it later): the gap after the last but one call, a
+	// failure, is at least the delay chosen for it.
+	k := -1 // its number among the failures
+	for _, c := range calls[:len(calls)-1] {
+		if errors.Is(c.err, reconcile.ErrRequestedFailure) {
+			k++
+		}
+	}
+	if gap := calls[len(calls)-1].at.Sub(calls[len(calls)-2].at); k >= 0 && k < len(got) && gap < got[k] {
+		t.Errorf("the last retry came %v after the failure before it, whose delay was %v", gap, got[k])
 	}
 	if spy.writesOf(key) != 1 {
 		t.Errorf("%d status writes for a failing object; retries must not rewrite an unchanged status", spy.writesOf(key))
