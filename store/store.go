@@ -31,13 +31,15 @@ func Key(namespace, name string) string {
 // zero value is not usable; call New.
 //
 // The store takes ownership of the objects given to it: it slims them (see
-// own: no managedFields, shared copies of repeated strings) and shares them
-// with readers.
+// own: no managedFields, shared copies of repeated strings; labelSets: one
+// map for equal labels) and shares them with readers.
 type Store[T Object] struct {
 	mu    sync.RWMutex
 	items map[string]T
 	// transform, when set, trims every object the store takes (SetTransform).
 	transform func(T)
+	// labels shares equal label maps between the objects taken.
+	labels labelSets
 }
 
 // New returns an empty store.
@@ -90,11 +92,24 @@ func (s *Store[T]) List() []T {
 // resourceVersion. Call it before the store is first written.
 func (s *Store[T]) SetTransform(f func(T)) { s.transform = f }
 
-// take prepares an object the store is given: own, then the transform.
+// take prepares an object the store is given: own, then the transform,
+// then its labels shared with the stored objects' (labelSets).
 func (s *Store[T]) take(obj T) {
 	own(obj)
 	if s.transform != nil {
 		s.transform(obj)
+	}
+	if l := obj.GetLabels(); l != nil {
+		obj.SetLabels(s.labels.share(l, s.Len, s.eachLabels))
+	}
+}
+
+// eachLabels yields every stored object's labels.
+func (s *Store[T]) eachLabels(yield func(map[string]string)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, obj := range s.items {
+		yield(obj.GetLabels())
 	}
 }
 
