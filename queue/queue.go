@@ -50,7 +50,9 @@ type Queue struct {
 	// ready wakes workers blocked in Get.
 	ready *sync.Cond
 	// order holds dirty keys that are not being processed, oldest first.
-	order []string
+	// Get takes them from its front; orderBuf is its whole backing array,
+	// for reuse once the queue drains.
+	order, orderBuf []string
 	// dirty: keys that need processing (in order, or being processed and to
 	// be re-queued by Done).
 	dirty map[string]struct{}
@@ -60,8 +62,18 @@ type Queue struct {
 	waiting map[string]*delayed
 	// dirtySince: when each dirty key was added (kept only with an Observer).
 	dirtySince map[string]time.Time
-	shutdown   bool
+	// dirtyPeak and processingPeak are the most keys dirty, and processing,
+	// since those maps were last made: whether a burst grew them.
+	dirtyPeak, processingPeak int
+	shutdown                  bool
 }
+
+// burstKeys is what a burst is: a queue drained after more keys than this
+// drops its maps and its order's array, which keep their size in Go. Smaller
+// ones are kept for the next keys: made afresh at every drain, as a queue
+// that gets one key at a time drains at every key, each would allocate again
+// for that key.
+const burstKeys = 64
 
 type delayed struct {
 	at    time.Time
@@ -103,15 +115,25 @@ func (q *Queue) addLocked(key string) (deduped bool) {
 		return true
 	}
 	q.dirty[key] = struct{}{}
+	q.dirtyPeak = max(q.dirtyPeak, len(q.dirty))
 	if q.Observer != nil {
 		q.dirtySince[key] = time.Now()
 	}
 	if _, busy := q.processing[key]; busy {
 		return false // Done will queue it
 	}
-	q.order = append(q.order, key)
-	q.ready.Signal()
+	q.push(key)
 	return false
+}
+
+// push puts key at the end of order and wakes a worker.
+func (q *Queue) push(key string) {
+	n := cap(q.order)
+	q.order = append(q.order, key)
+	if cap(q.order) != n { // a new array
+		q.orderBuf = q.order
+	}
+	q.ready.Signal()
 }
 
 // AddAfter adds key once d has passed. If key is already scheduled, the
@@ -177,18 +199,21 @@ func (q *Queue) Get() (key string, shutdown bool) {
 	q.order[0] = ""
 	q.order = q.order[1:]
 	q.processing[key] = struct{}{}
+	q.processingPeak = max(q.processingPeak, len(q.processing))
 	delete(q.dirty, key)
 	since, timed := q.dirtySince[key]
 	delete(q.dirtySince, key)
 	// Go maps and slices keep their size after a burst: a queue that once
 	// held every key of a 10,000-object list would keep that memory for
-	// ever. Start afresh whenever the queue drains (an empty map costs a
-	// header until its first key).
+	// ever. Start afresh when the queue drains after a burst (burstKeys).
 	if len(q.order) == 0 {
-		q.order = nil
+		if cap(q.orderBuf) > burstKeys {
+			q.orderBuf = nil
+		}
+		q.order = q.orderBuf[:0] // Get cleared the keys it took
 	}
-	if len(q.dirty) == 0 {
-		q.dirty, q.dirtySince = map[string]struct{}{}, map[string]time.Time{}
+	if len(q.dirty) == 0 && q.dirtyPeak > burstKeys {
+		q.dirty, q.dirtySince, q.dirtyPeak = map[string]struct{}{}, map[string]time.Time{}, 0
 	}
 	q.mu.Unlock()
 	if timed && q.Observer != nil {
@@ -204,11 +229,10 @@ func (q *Queue) Done(key string) {
 	defer q.mu.Unlock()
 	delete(q.processing, key)
 	if _, again := q.dirty[key]; again && !q.shutdown {
-		q.order = append(q.order, key)
-		q.ready.Signal()
+		q.push(key)
 	}
-	if len(q.processing) == 0 {
-		q.processing = map[string]struct{}{} // as in Get: drop a burst's capacity
+	if len(q.processing) == 0 && q.processingPeak > burstKeys {
+		q.processing, q.processingPeak = map[string]struct{}{}, 0 // as in Get
 	}
 }
 
