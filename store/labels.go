@@ -18,39 +18,46 @@ import (
 // sets keeps the object's own map. Stored objects are never changed: a map
 // is shared only as a fresh object comes in.
 //
-// The bound: the table holds at most Len()+Len()/4+64 sets. When a new set
-// would go beyond it, the table is rebuilt from the stored objects' maps, so
-// the maps it keeps alive that no stored object holds (the labels of
-// objects replaced or deleted since) are at most Len()/4+64, and a rebuild,
-// which hashes every stored object's labels, comes after at least Len()/4+64
-// new sets: a constant number of hashes per new set, amortized.
+// The bound: a map in the table that no stored object holds any more (its
+// objects were updated to other labels, or deleted) got there, or lost its
+// last object, by one object taken or dropped since the table was last
+// rebuilt from the stored objects' maps. Once those reach a quarter of the
+// objects stored at that rebuild, plus 64, and the table holds more than 64
+// sets, it is rebuilt. So it keeps at most that many maps no stored object
+// holds, and a rebuild, which hashes every stored object's labels, comes
+// after as many objects taken or dropped: a constant number of hashes per
+// object, amortized. A table of 64 sets or fewer is never rebuilt.
 type labelSets struct {
 	mu   sync.Mutex
 	seed maphash.Seed
 	sets map[uint64]map[string]string
+	// churn counts the objects taken or dropped since the last rebuild;
+	// limit is the churn that makes the next one.
+	churn, limit int
 }
 
-// share returns the map to store for labels: an equal one taken before, or
-// labels itself. n is the store's Len and live yields the stored objects'
-// labels, for a rebuild.
-func (t *labelSets) share(labels map[string]string, n func() int, live func(yield func(map[string]string))) map[string]string {
+// liveLabels gives the store's size and yields its objects' labels, for a
+// rebuild.
+type liveLabels interface {
+	Len() int
+	eachLabels(yield func(map[string]string))
+}
+
+// share counts an object taken and returns the map to store for its labels:
+// an equal one taken before, or labels itself.
+func (t *labelSets) share(labels map[string]string, live liveLabels) map[string]string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.count(1, live)
 	if labels == nil {
 		return nil
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.sets == nil {
 		t.seed = maphash.MakeSeed()
 		t.sets = map[uint64]map[string]string{}
 	}
 	h := t.hash(labels)
 	m, ok := t.sets[h]
-	if !ok {
-		if n := n(); len(t.sets) >= n+n/4+64 {
-			t.rebuild(live)
-			m, ok = t.sets[h]
-		}
-	}
 	switch {
 	case !ok:
 		t.sets[h] = labels
@@ -60,10 +67,21 @@ func (t *labelSets) share(labels map[string]string, n func() int, live func(yiel
 	return labels // new, or another set of the same hash (not shared)
 }
 
-// rebuild makes the table the sets of the stored objects' labels.
-func (t *labelSets) rebuild(live func(yield func(map[string]string))) {
-	t.sets = map[uint64]map[string]string{} // sized by what it gets: few sets, usually
-	live(func(m map[string]string) {
+// dropped counts n objects the store dropped without taking an object.
+func (t *labelSets) dropped(n int, live liveLabels) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.count(n, live)
+}
+
+// count adds n to the churn and rebuilds the table when it is due.
+func (t *labelSets) count(n int, live liveLabels) {
+	t.churn += n
+	if len(t.sets) <= 64 || t.churn < t.limit {
+		return
+	}
+	t.sets = map[uint64]map[string]string{} // sized by what it gets
+	live.eachLabels(func(m map[string]string) {
 		if m == nil {
 			return
 		}
@@ -71,6 +89,7 @@ func (t *labelSets) rebuild(live func(yield func(map[string]string))) {
 			t.sets[h] = m
 		}
 	})
+	t.churn, t.limit = 0, live.Len()/4+64
 }
 
 // hash is a hash of the set, the same in any iteration order.
@@ -86,11 +105,4 @@ func (t *labelSets) hash(labels map[string]string) uint64 {
 		sum += h.Sum64()
 	}
 	return sum + uint64(len(labels))
-}
-
-// len is the number of sets in the table (for tests).
-func (t *labelSets) len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.sets)
 }

@@ -81,37 +81,78 @@ func TestLabelsAreSharedAfterTheTransform(t *testing.T) {
 
 // Two label sets of one hash are not shared: the second keeps its own map.
 func TestLabelsOfOneHashButUnequalAreNotShared(t *testing.T) {
-	var sets labelSets
+	s := New[*v1alpha1.MyResource]()
 	first := map[string]string{"app": "x"}
-	sets.share(first, func() int { return 0 }, func(func(map[string]string)) {})
+	s.labels.share(first, s)
 	other := map[string]string{"app": "y"}
-	sets.sets[sets.hash(other)] = first // a collision, as a hash may have
-	if got := sets.share(other, func() int { return 0 }, func(func(map[string]string)) {}); !sameMap(got, other) {
+	s.labels.sets[s.labels.hash(other)] = first // a collision, as a hash may have
+	if got := s.labels.share(other, s); !sameMap(got, other) {
 		t.Fatalf("share gave %v for %v", got, other)
 	}
 }
 
-// A store whose objects' labels change at every write keeps at most
-// Len()+Len()/4+64 label sets, and every object keeps the labels it was
-// given, across the rebuilds of the table.
+// unheld is how many maps of the table no object of s holds.
+func unheld(s *Store[*v1alpha1.MyResource]) int {
+	t := &s.labels
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	held := map[uint64]bool{}
+	s.eachLabels(func(m map[string]string) {
+		if h := t.hash(m); m != nil && sameMap(t.sets[h], m) {
+			held[h] = true
+		}
+	})
+	return len(t.sets) - len(held)
+}
+
+// The maps the table keeps that no stored object holds stay at most a
+// quarter of the most objects stored, plus 64, whether objects leave by an
+// update to other labels, a deletion, a relist or Retain; and every object
+// keeps the labels it was given across the rebuilds of the table.
 func TestLabelSetsAreBounded(t *testing.T) {
 	s := New[*v1alpha1.MyResource]()
-	const objects = 200
-	for round := range 20 {
+	const objects = 150
+	most := 0
+	check := func(when string) {
+		t.Helper()
+		most = max(most, s.Len())
+		if n, bound := unheld(s), most/4+64; n > bound {
+			t.Fatalf("%s: the table keeps %d maps no object holds (%d objects, at most %d so far), want at most %d",
+				when, n, s.Len(), most, bound)
+		}
+	}
+	labels := func(i, round int) map[string]string {
+		return map[string]string{"app": "x", "i": fmt.Sprint(i), "round": fmt.Sprint(round)}
+	}
+	for round := range 4 {
 		for i := range objects {
-			name := fmt.Sprint(i)
-			s.Upsert(labelled(name, fmt.Sprint(round), map[string]string{"app": "x", "round": fmt.Sprint(round), "i": name}))
-			if n, max := s.labels.len(), s.Len()+s.Len()/4+64; n > max {
-				t.Fatalf("round %d, object %d: %d label sets for %d objects, want at most %d", round, i, n, s.Len(), max)
-			}
+			s.Upsert(labelled(fmt.Sprint(i), fmt.Sprint(round), labels(i, round)))
+			check(fmt.Sprintf("round %d, update %d", round, i))
 		}
 		for i := range objects {
 			o, _ := s.Get(fmt.Sprint("ns/", i))
-			if want := fmt.Sprintf("map[app:x i:%d round:%d]", i, round); fmt.Sprint(o.Labels) != want {
-				t.Fatalf("round %d: %s's labels %v, want %s", round, o.Name, o.Labels, want)
+			if !maps.Equal(o.Labels, labels(i, round)) {
+				t.Fatalf("round %d: %s's labels %v, want %v", round, o.Name, o.Labels, labels(i, round))
 			}
 		}
 	}
+	// Every object to one set: the unique sets lose their objects by hits.
+	for i := range objects {
+		s.Upsert(labelled(fmt.Sprint(i), "common", map[string]string{"app": "x"}))
+		check(fmt.Sprintf("to one set, update %d", i))
+	}
+	for i := range objects {
+		s.Upsert(labelled(fmt.Sprint(i), "again", labels(i, 99)))
+	}
+	for i := range objects / 4 {
+		o, _ := s.Get(fmt.Sprint("ns/", i))
+		s.Delete(o)
+		check(fmt.Sprintf("delete %d", i))
+	}
+	s.Retain(func(o *v1alpha1.MyResource) bool { return o.Name < "2" })
+	check("Retain")
+	s.NewReplacement().Commit()
+	check("a relist that finds nothing")
 }
 
 // Readers read stored labels while the writer shares maps and rebuilds the

@@ -99,8 +99,8 @@ func (s *Store[T]) take(obj T) {
 	if s.transform != nil {
 		s.transform(obj)
 	}
-	if l := obj.GetLabels(); l != nil {
-		obj.SetLabels(s.labels.share(l, s.Len, s.eachLabels))
+	if l := s.labels.share(obj.GetLabels(), s); l != nil {
+		obj.SetLabels(l)
 	}
 }
 
@@ -144,12 +144,15 @@ func (s *Store[T]) Delete(obj T) (d Delta[T], known bool) {
 // FinalStateUnknown.
 func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	old, existed := s.items[key]
+	if existed {
+		s.remove(key, old)
+	}
+	s.mu.Unlock()
 	if !existed {
 		return Delta[T]{}, false
 	}
-	s.remove(key, old)
+	s.labels.dropped(1, s)
 	var zero T
 	if final == zero {
 		return Delta[T]{Type: Deleted, Key: key, Object: old, FinalStateUnknown: true}, true
@@ -167,7 +170,6 @@ func (s *Store[T]) remove(key string, _ T) { delete(s.items, key) }
 // (a shard that moved to another replica). It returns how many it dropped.
 func (s *Store[T]) Retain(keep func(T) bool) int {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	n := 0
 	for key, obj := range s.items {
 		if !keep(obj) {
@@ -175,5 +177,7 @@ func (s *Store[T]) Retain(keep func(T) bool) int {
 			n++
 		}
 	}
+	s.mu.Unlock()
+	s.labels.dropped(n, s)
 	return n
 }
