@@ -143,16 +143,18 @@ func (s *Store[T]) Delete(obj T) (d Delta[T], known bool) {
 // the object; otherwise the delta carries the last stored object and is marked
 // FinalStateUnknown.
 func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
+	defer func() {
+		if known {
+			s.labels.dropped(1, s) // once the lock is released
+		}
+	}()
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	old, existed := s.items[key]
-	if existed {
-		s.remove(key, old)
-	}
-	s.mu.Unlock()
 	if !existed {
 		return Delta[T]{}, false
 	}
-	s.labels.dropped(1, s)
+	s.remove(key, old)
 	var zero T
 	if final == zero {
 		return Delta[T]{Type: Deleted, Key: key, Object: old, FinalStateUnknown: true}, true
@@ -168,16 +170,15 @@ func (s *Store[T]) remove(key string, _ T) { delete(s.items, key) }
 // Retain keeps only the objects keep accepts and drops the rest without a
 // delta: they did not leave the cluster, they left this store's part of it
 // (a shard that moved to another replica). It returns how many it dropped.
-func (s *Store[T]) Retain(keep func(T) bool) int {
+func (s *Store[T]) Retain(keep func(T) bool) (n int) {
+	defer func() { s.labels.dropped(n, s) }() // once the lock is released
 	s.mu.Lock()
-	n := 0
+	defer s.mu.Unlock()
 	for key, obj := range s.items {
 		if !keep(obj) {
 			s.remove(key, obj)
 			n++
 		}
 	}
-	s.mu.Unlock()
-	s.labels.dropped(n, s)
 	return n
 }
