@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -51,27 +50,80 @@ type Queue struct {
 	mu sync.Mutex
 	// ready wakes workers blocked in Get.
 	ready *sync.Cond
-	// order holds dirty keys that are not being processed, oldest first;
-	// first, those of them added by AddFirst, handed out before order's.
-	order, first []string
+	// order holds the dirty keys Add queued that are not being processed,
+	// oldest first; first, those AddFirst queued, handed out before order's.
+	order, first lane
+	// dirty: keys that need processing (waiting, or being processed and to
+	// be re-queued by Done); the value is the sequence number of the key's
+	// entry in order, 0 if it has none (in first, or being processed): an
+	// entry of order whose number is not its key's is stale (AddFirst moved
+	// the key) and skipped.
+	dirty map[string]uint64
+	seq   uint64
+	// inOrder is how many of order's entries are not stale.
+	inOrder int
 	// urgent: the dirty keys added by AddFirst (in first, or being
 	// processed: Done puts them in first).
 	urgent map[string]struct{}
-	// dirty: keys that need processing (in order, or being processed and to
-	// be re-queued by Done).
-	dirty map[string]struct{}
 	// processing: keys handed out by Get and not yet Done.
 	processing map[string]struct{}
 	// waiting: keys scheduled by AddAfter, with the timer that will add them.
 	waiting map[string]*delayed
 	// dirtySince: when each dirty key was added (kept only with an Observer).
 	dirtySince map[string]time.Time
-	shutdown   bool
+	// dirtyPeak and processingPeak are the most keys dirty, and processing,
+	// since those maps were last made: whether a burst grew them.
+	dirtyPeak, processingPeak int
+	shutdown                  bool
 }
+
+// burstKeys is what a burst is: a queue drained after more keys than this
+// drops its maps and its order's array, which keep their size in Go. Smaller
+// ones are kept for the next keys: made afresh at every drain, as a queue
+// that gets one key at a time drains at every key, each would allocate again
+// for that key.
+const burstKeys = 64
 
 type delayed struct {
 	at    time.Time
 	timer *time.Timer
+	first bool // added by AddFirst when due
+}
+
+// lane is a line of keys: Get takes them from its front; buf is the whole
+// backing array, for reuse once the lane drains.
+type lane struct {
+	keys []entry
+	buf  []entry
+}
+
+type entry struct {
+	key string
+	seq uint64 // in order: the key's number in dirty when queued
+}
+
+func (l *lane) push(e entry) {
+	n := cap(l.keys)
+	l.keys = append(l.keys, e)
+	if cap(l.keys) != n { // a new array
+		l.buf = l.keys
+	}
+}
+
+func (l *lane) pop() entry {
+	e := l.keys[0]
+	l.keys[0] = entry{}
+	l.keys = l.keys[1:]
+	return e
+}
+
+// reset empties the lane; after a burst (burstKeys) it drops its array.
+func (l *lane) reset() {
+	if cap(l.buf) > burstKeys {
+		l.buf = nil
+	}
+	clear(l.keys)
+	l.keys = l.buf[:0]
 }
 
 // New returns a queue whose retries follow limiter (DefaultRateLimiter if nil).
@@ -81,7 +133,7 @@ func New(limiter RateLimiter) *Queue {
 	}
 	q := &Queue{
 		limiter:    limiter,
-		dirty:      map[string]struct{}{},
+		dirty:      map[string]uint64{},
 		urgent:     map[string]struct{}{},
 		processing: map[string]struct{}{},
 		waiting:    map[string]*delayed{},
@@ -109,26 +161,45 @@ func (q *Queue) addLocked(key string) (deduped bool) {
 	if _, ok := q.dirty[key]; ok {
 		return true
 	}
-	q.dirty[key] = struct{}{}
-	if q.Observer != nil {
-		q.dirtySince[key] = time.Now()
-	}
+	q.markDirty(key)
 	if _, busy := q.processing[key]; busy {
 		return false // Done will queue it
 	}
-	q.order = append(q.order, key)
-	q.ready.Signal()
+	q.push(key)
 	return false
 }
 
+func (q *Queue) markDirty(key string) {
+	q.dirty[key] = 0
+	q.dirtyPeak = max(q.dirtyPeak, len(q.dirty))
+	if q.Observer != nil {
+		q.dirtySince[key] = time.Now()
+	}
+}
+
+// push puts key at the end of its line (first if urgent, else order) and
+// wakes a worker.
+func (q *Queue) push(key string) {
+	if _, ok := q.urgent[key]; ok {
+		q.first.push(entry{key: key})
+	} else {
+		q.seq++
+		q.dirty[key] = q.seq
+		q.order.push(entry{key: key, seq: q.seq})
+		q.inOrder++
+	}
+	q.ready.Signal()
+}
+
 // AddFirst marks key as needing processing ahead of every key Add queued:
-// it goes behind the keys added by AddFirst before it, and before all
-// others (moved there if it was waiting already). A controller gives it the
-// deletions: a change a worker reaches late is still read from the store,
-// but a deletion a sharded replica does not reach before its slot moves
-// (a fence, a handoff) is heard of by no replica. Keys Add queued wait
-// behind at most the AddFirst keys added while they wait. A no-op after
-// ShutDown.
+// behind the keys AddFirst queued before it, before all others (moved there
+// if Add had queued it: in constant time, its entry in order left stale). A
+// controller gives it the deletions: a change a worker reaches late is
+// still read from the store, but a deletion a sharded replica does not
+// reach before its slot moves (a fence, a handoff) is heard of by no
+// replica. A key Add queued waits behind at most the AddFirst keys added
+// while it waits, and those being processed when it was queued (they come
+// back first after Done). A no-op after ShutDown.
 func (q *Queue) AddFirst(key string) {
 	q.mu.Lock()
 	deduped := q.addFirstLocked(key)
@@ -146,30 +217,36 @@ func (q *Queue) addFirstLocked(key string) (deduped bool) {
 		return true
 	}
 	q.urgent[key] = struct{}{}
-	_, busy := q.processing[key]
-	if _, ok := q.dirty[key]; ok {
-		if !busy { // waiting in order: move it
-			q.order = slices.Delete(q.order, slices.Index(q.order, key), slices.Index(q.order, key)+1)
-			q.first = append(q.first, key)
-		}
-		return true
+	seq, dirty := q.dirty[key]
+	if !dirty {
+		q.markDirty(key)
 	}
-	q.dirty[key] = struct{}{}
-	if q.Observer != nil {
-		q.dirtySince[key] = time.Now()
+	if _, busy := q.processing[key]; busy {
+		return dirty // Done will queue it, first
 	}
-	if !busy {
-		q.first = append(q.first, key)
-		q.ready.Signal()
+	if seq != 0 { // waiting in order: its entry there goes stale
+		q.dirty[key] = 0
+		q.inOrder--
 	}
-	return false
+	q.push(key)
+	return dirty
 }
 
 // AddAfter adds key once d has passed. If key is already scheduled, the
 // earlier of the two times wins.
-func (q *Queue) AddAfter(key string, d time.Duration) {
+func (q *Queue) AddAfter(key string, d time.Duration) { q.addAfter(key, d, false) }
+
+// AddFirstAfter adds key by AddFirst once d has passed (a failed deletion's
+// retry), as AddAfter does; scheduled both ways, the key is added first.
+func (q *Queue) AddFirstAfter(key string, d time.Duration) { q.addAfter(key, d, true) }
+
+func (q *Queue) addAfter(key string, d time.Duration, first bool) {
 	if d <= 0 {
-		q.Add(key)
+		if first {
+			q.AddFirst(key)
+		} else {
+			q.Add(key)
+		}
 		return
 	}
 	q.mu.Lock()
@@ -179,12 +256,14 @@ func (q *Queue) AddAfter(key string, d time.Duration) {
 	}
 	at := time.Now().Add(d)
 	if w, ok := q.waiting[key]; ok {
+		first = first || w.first
 		if !w.at.After(at) {
+			w.first = first
 			return
 		}
 		w.timer.Stop()
 	}
-	w := &delayed{at: at}
+	w := &delayed{at: at, first: first}
 	w.timer = time.AfterFunc(d, func() {
 		q.mu.Lock()
 		if q.waiting[key] != w { // replaced by an earlier AddAfter, or shut down
@@ -192,8 +271,13 @@ func (q *Queue) AddAfter(key string, d time.Duration) {
 			return
 		}
 		delete(q.waiting, key)
+		first := w.first
 		q.mu.Unlock()
-		q.Add(key)
+		if first {
+			q.AddFirst(key)
+		} else {
+			q.Add(key)
+		}
 	})
 	q.waiting[key] = w
 }
@@ -203,6 +287,13 @@ func (q *Queue) AddAfter(key string, d time.Duration) {
 func (q *Queue) AddRateLimited(key string) time.Duration {
 	d := q.limiter.When(key)
 	q.AddAfter(key, d)
+	return d
+}
+
+// AddFirstRateLimited is AddRateLimited by AddFirst (AddFirstAfter).
+func (q *Queue) AddFirstRateLimited(key string) time.Duration {
+	d := q.limiter.When(key)
+	q.AddFirstAfter(key, d)
 	return d
 }
 
@@ -217,39 +308,41 @@ func (q *Queue) Retries(key string) int { return q.limiter.Retries(key) }
 // caller should stop.
 func (q *Queue) Get() (key string, shutdown bool) {
 	q.mu.Lock()
-	for len(q.first)+len(q.order) == 0 && !q.shutdown {
+	for len(q.first.keys)+q.inOrder == 0 && !q.shutdown {
 		q.ready.Wait()
 	}
 	if q.shutdown {
 		q.mu.Unlock()
 		return "", true
 	}
-	if len(q.first) > 0 {
-		key = q.first[0]
-		q.first[0] = ""
-		q.first = q.first[1:]
+	if len(q.first.keys) > 0 {
+		key = q.first.pop().key
 		delete(q.urgent, key)
 	} else {
-		key = q.order[0]
-		q.order[0] = ""
-		q.order = q.order[1:]
+		for {
+			if e := q.order.pop(); e.seq != 0 && q.dirty[e.key] == e.seq { // not stale
+				key = e.key
+				q.inOrder--
+				break
+			}
+		}
 	}
 	q.processing[key] = struct{}{}
+	q.processingPeak = max(q.processingPeak, len(q.processing))
 	delete(q.dirty, key)
 	since, timed := q.dirtySince[key]
 	delete(q.dirtySince, key)
 	// Go maps and slices keep their size after a burst: a queue that once
 	// held every key of a 10,000-object list would keep that memory for
-	// ever. Start afresh whenever the queue drains (an empty map costs a
-	// header until its first key).
-	if len(q.order) == 0 {
-		q.order = nil
+	// ever. Start afresh when the queue drains after a burst (burstKeys).
+	if q.inOrder == 0 { // (stale entries go too)
+		q.order.reset()
 	}
-	if len(q.first) == 0 {
-		q.first = nil
+	if len(q.first.keys) == 0 {
+		q.first.reset()
 	}
-	if len(q.dirty) == 0 {
-		q.dirty, q.dirtySince, q.urgent = map[string]struct{}{}, map[string]time.Time{}, map[string]struct{}{}
+	if len(q.dirty) == 0 && q.dirtyPeak > burstKeys {
+		q.dirty, q.dirtySince, q.urgent, q.dirtyPeak = map[string]uint64{}, map[string]time.Time{}, map[string]struct{}{}, 0
 	}
 	q.mu.Unlock()
 	if timed && q.Observer != nil {
@@ -265,15 +358,10 @@ func (q *Queue) Done(key string) {
 	defer q.mu.Unlock()
 	delete(q.processing, key)
 	if _, again := q.dirty[key]; again && !q.shutdown {
-		if _, ok := q.urgent[key]; ok {
-			q.first = append(q.first, key)
-		} else {
-			q.order = append(q.order, key)
-		}
-		q.ready.Signal()
+		q.push(key)
 	}
-	if len(q.processing) == 0 {
-		q.processing = map[string]struct{}{} // as in Get: drop a burst's capacity
+	if len(q.processing) == 0 && q.processingPeak > burstKeys {
+		q.processing, q.processingPeak = map[string]struct{}{}, 0 // as in Get
 	}
 }
 
@@ -296,7 +384,7 @@ func (q *Queue) ShutDown() {
 func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.first) + len(q.order)
+	return len(q.first.keys) + q.inOrder
 }
 
 // Pending is the number of keys scheduled by AddAfter and not yet added.
@@ -331,8 +419,21 @@ type DelayedKey struct {
 // for a copy of max keys plus a sort of the delayed ones.
 func (q *Queue) Snapshot(max int) Snapshot {
 	q.mu.Lock()
-	s := Snapshot{ReadyLen: len(q.first) + len(q.order), DelayedLen: len(q.waiting)}
-	s.Ready = append(append([]string(nil), q.first[:min(max, len(q.first))]...), q.order[:min(max-min(max, len(q.first)), len(q.order))]...)
+	s := Snapshot{ReadyLen: len(q.first.keys) + q.inOrder, DelayedLen: len(q.waiting)}
+	for _, e := range q.first.keys {
+		if len(s.Ready) == max {
+			break
+		}
+		s.Ready = append(s.Ready, e.key)
+	}
+	for _, e := range q.order.keys {
+		if len(s.Ready) == max {
+			break
+		}
+		if q.dirty[e.key] == e.seq && e.seq != 0 {
+			s.Ready = append(s.Ready, e.key)
+		}
+	}
 	for key, w := range q.waiting {
 		s.Delayed = append(s.Delayed, DelayedKey{Key: key, Due: w.at})
 	}

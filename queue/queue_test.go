@@ -2,12 +2,14 @@ package queue
 
 import (
 	"fmt"
-	"rawwatch/observe"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"rawwatch/observe"
 )
 
 func TestQueueDedup(t *testing.T) {
@@ -265,6 +267,51 @@ func TestSnapshot(t *testing.T) {
 	}
 	if s := q.Snapshot(1); len(s.Ready) != 1 || len(s.Delayed) != 1 || s.DelayedLen != 2 {
 		t.Errorf("Snapshot(1) = %+v", s)
+	}
+}
+
+// A queue keeps its maps and its order's array while keys come one at a
+// time (made afresh at every drain, they cost allocations for every key),
+// and drops them once it drains after a burst, whose size Go maps and
+// slices would keep for ever.
+func TestQueueDropsOnlyWhatABurstGrew(t *testing.T) {
+	q := New(nil)
+	q.Observer = observe.Func(func(observe.Event) {})
+	type parts struct{ dirty, since, processing, order uintptr }
+	of := func() parts {
+		return parts{reflect.ValueOf(q.dirty).Pointer(), reflect.ValueOf(q.dirtySince).Pointer(),
+			reflect.ValueOf(q.processing).Pointer(), reflect.ValueOf(q.order.buf).Pointer()}
+	}
+	one := func(key string) {
+		q.Add(key)
+		k, _ := q.Get()
+		q.Done(k)
+	}
+	one("a")
+	first := of()
+	for i := range 100 {
+		one(fmt.Sprint(i))
+	}
+	if now := of(); now != first {
+		t.Fatalf("one key at a time: the queue's maps and array changed (%+v, then %+v)", first, now)
+	}
+	for i := range burstKeys + 1 {
+		q.Add(fmt.Sprint(i))
+	}
+	var keys []string
+	for q.Len() > 0 {
+		k, _ := q.Get()
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		q.Done(k)
+	}
+	now := of()
+	if now.dirty == first.dirty || now.since == first.since || now.processing == first.processing || now.order != 0 {
+		t.Fatalf("drained after a burst of %d keys: maps and array kept (%+v, before %+v)", burstKeys+1, now, first)
+	}
+	if q.dirtyPeak != 0 || q.processingPeak != 0 {
+		t.Fatalf("peaks %d and %d after the drain, want 0", q.dirtyPeak, q.processingPeak)
 	}
 }
 

@@ -229,7 +229,9 @@ func (c *Controller[T]) Run(ctx, abort context.Context, workers int) {
 	for i := range workers {
 		wg.Go(func() {
 			logger := klog.LoggerWithValues(logger, "worker", i)
-			for c.pause.wait(ctx) && c.processNext(ctx, logger, i) {
+			work, stop := c.workContext(ctx)
+			defer stop()
+			for c.pause.wait(ctx) && c.processNext(work, logger, i) {
 			}
 		})
 	}
@@ -322,8 +324,19 @@ func (c *Controller[T]) DrainDeletions(ctx context.Context, workers int) (left [
 	}
 }
 
-// processNext handles one key; it returns false when the queue shut down.
-func (c *Controller[T]) processNext(ctx context.Context, logger klog.Logger, worker int) bool {
+// workContext is what a worker's reconciles run in (see Run): ctx's values
+// but not its end, so that a reconcile in flight when ctx ends runs to
+// completion, and cancelled when c.abort ends. Made once per worker rather
+// than once per reconcile, which cost three allocations per key.
+func (c *Controller[T]) workContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(c.abort, cancel)
+	return work, func() { stop(); cancel() }
+}
+
+// processNext handles one key in a context derived from work (workContext);
+// it returns false when the queue shut down.
+func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, worker int) bool {
 	key, shutdown := c.Queue.Get()
 	if shutdown {
 		return false
@@ -334,20 +347,24 @@ func (c *Controller[T]) processNext(ctx context.Context, logger klog.Logger, wor
 	if c.Observer != nil {
 		c.Observer.Observe(Started{Worker: worker, Key: key})
 	}
-	// The reconcile runs to completion even if ctx ends meanwhile, in its own
-	// bounded context, unless the work is aborted (see Run).
-	rctx, cancel := context.WithTimeout(klog.NewContext(context.WithoutCancel(ctx), logger), ReconcileTimeout)
+	// The reconcile runs to completion even if Run's ctx ends meanwhile, in
+	// its own bounded context, unless the work is aborted (workContext).
+	rctx, cancel := context.WithTimeout(klog.NewContext(work, logger), ReconcileTimeout)
 	defer cancel()
-	defer context.AfterFunc(c.abort, cancel)()
 	start := time.Now()
 	err := c.deletions(rctx, key)
 	if err == nil {
 		err = c.Reconciler.Reconcile(rctx, key)
 	}
 	d := time.Since(start)
-	logger.V(4).Info("Reconciled", "duration", d, "ok", err == nil)
+	if v := logger.V(4); v.Enabled() { // boxing d costs an allocation even unlogged
+		v.Info("Reconciled", "duration", d, "ok", err == nil)
+	}
 	var retryIn time.Duration
 	away, retryAfter := ServerAway(err)
+	// A key with deletions left (one failed) keeps its place before the
+	// changes when it comes back.
+	first := err != nil && c.hasDeletions(key)
 	switch {
 	case err == nil:
 		c.Queue.Forget(key)
@@ -358,13 +375,17 @@ func (c *Controller[T]) processNext(ctx context.Context, logger klog.Logger, wor
 		// safety net, and the key's retry history does not grow: a conflict
 		// says nothing is wrong with the object.
 		retryIn = c.ConflictRetry
-		c.Queue.AddAfter(key, retryIn)
+		if first {
+			c.Queue.AddFirstAfter(key, retryIn)
+		} else {
+			c.Queue.AddAfter(key, retryIn)
+		}
 		logger.V(2).Info("Conflict writing, will retry", "retryIn", retryIn)
 	case away:
 		// The server, not the object: every worker pauses, the key goes back
 		// to the queue as it was (see pause).
 		pauseFor := c.pause.failed(time.Now(), start, retryAfter)
-		if c.hasDeletions(key) {
+		if first {
 			c.Queue.AddFirst(key)
 		} else {
 			c.Queue.Add(key)
@@ -373,6 +394,9 @@ func (c *Controller[T]) processNext(ctx context.Context, logger klog.Logger, wor
 		if c.Observer != nil {
 			c.Observer.Observe(Paused{Key: key, For: pauseFor, Err: err})
 		}
+	case first:
+		retryIn = c.Queue.AddFirstRateLimited(key)
+		logger.Error(err, "Handling a deletion failed, will retry first", "retries", c.Queue.Retries(key), "retryIn", retryIn)
 	default:
 		retryIn = c.Queue.AddRateLimited(key)
 		logger.Error(err, "Reconcile failed, will retry", "retries", c.Queue.Retries(key), "retryIn", retryIn)

@@ -69,6 +69,18 @@ func (r *Replacement[T]) Len() int { return len(r.items) }
 // then Added, never as an update of one into the other. Unchanged objects
 // produce no delta.
 func (r *Replacement[T]) Commit() []Delta[T] {
+	deltas := r.commit()
+	dropped := 0
+	for _, d := range deltas {
+		if d.Type == Deleted {
+			dropped++
+		}
+	}
+	r.s.labels.dropped(dropped, r.s)
+	return deltas
+}
+
+func (r *Replacement[T]) commit() []Delta[T] {
 	s := r.s
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -31,13 +31,15 @@ func Key(namespace, name string) string {
 // zero value is not usable; call New.
 //
 // The store takes ownership of the objects given to it: it slims them (see
-// own: no managedFields, shared copies of repeated strings) and shares them
-// with readers.
+// own: no managedFields, shared copies of repeated strings; labelSets: one
+// map for equal labels) and shares them with readers.
 type Store[T Object] struct {
 	mu    sync.RWMutex
 	items map[string]T
 	// transform, when set, trims every object the store takes (SetTransform).
 	transform func(T)
+	// labels shares equal label maps between the objects taken.
+	labels labelSets
 }
 
 // New returns an empty store.
@@ -90,11 +92,24 @@ func (s *Store[T]) List() []T {
 // resourceVersion. Call it before the store is first written.
 func (s *Store[T]) SetTransform(f func(T)) { s.transform = f }
 
-// take prepares an object the store is given: own, then the transform.
+// take prepares an object the store is given: own, then the transform,
+// then its labels shared with the stored objects' (labelSets).
 func (s *Store[T]) take(obj T) {
 	own(obj)
 	if s.transform != nil {
 		s.transform(obj)
+	}
+	if l := s.labels.share(obj.GetLabels(), s); l != nil {
+		obj.SetLabels(l)
+	}
+}
+
+// eachLabels yields every stored object's labels.
+func (s *Store[T]) eachLabels(yield func(map[string]string)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, obj := range s.items {
+		yield(obj.GetLabels())
 	}
 }
 
@@ -128,6 +143,11 @@ func (s *Store[T]) Delete(obj T) (d Delta[T], known bool) {
 // the object; otherwise the delta carries the last stored object and is marked
 // FinalStateUnknown.
 func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
+	defer func() {
+		if known {
+			s.labels.dropped(1, s) // once the lock is released
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, existed := s.items[key]
@@ -150,10 +170,10 @@ func (s *Store[T]) remove(key string, _ T) { delete(s.items, key) }
 // Retain keeps only the objects keep accepts and drops the rest without a
 // delta: they did not leave the cluster, they left this store's part of it
 // (a shard that moved to another replica). It returns how many it dropped.
-func (s *Store[T]) Retain(keep func(T) bool) int {
+func (s *Store[T]) Retain(keep func(T) bool) (n int) {
+	defer func() { s.labels.dropped(n, s) }() // once the lock is released
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
 	for key, obj := range s.items {
 		if !keep(obj) {
 			s.remove(key, obj)

@@ -50,7 +50,7 @@ func envelope(frame []byte) (typ string, object []byte, ok bool) {
 				ok = false
 				break
 			}
-			typ = string(v[1 : len(v)-1])
+			typ = eventType(v[1 : len(v)-1])
 		case bytes.EqualFold(key, []byte("object")):
 			if object != nil { // one before: only the last is decoded
 				ok = json.Valid(object)
@@ -72,6 +72,19 @@ func envelope(frame []byte) (typ string, object []byte, ok bool) {
 		}
 	}
 	return typ, object, true
+}
+
+// eventType is the type t names: the protocol's constant for a known one, so
+// that reading it allocates nothing (a string made per event can also share
+// one of the allocator's 16-byte blocks with a stored object's short string,
+// and live as long as it).
+func eventType(t []byte) string {
+	for _, known := range [...]string{Modified, Added, Deleted, Bookmark, Error} {
+		if string(t) == known {
+			return known
+		}
+	}
+	return string(t)
 }
 
 // withoutManagedFields returns obj (a valid JSON object) with its

@@ -1,0 +1,108 @@
+package store
+
+import (
+	"hash/maphash"
+	"maps"
+	"sync"
+)
+
+// labelSets lets the objects of a store whose labels are equal hold one map
+// between them instead of one each. Labels repeat: the objects one
+// controller watches usually carry the same few (app, tier, part-of), and a
+// map of one label costs about 340 bytes (its header and a group of eight
+// slots), a third of a small object's memory.
+//
+// The table maps a hash of a label set to the first map seen with it. An
+// object taken by the store (after the transform, before anyone else sees
+// it) whose labels equal that map's gets the map; a hash shared by unequal
+// sets keeps the object's own map. Stored objects are never changed: a map
+// is shared only as a fresh object comes in.
+//
+// The bound: a map in the table that no stored object holds any more (its
+// objects were updated to other labels, or deleted) got there, or lost its
+// last object, by one object taken or dropped since the table was last
+// rebuilt from the stored objects' maps. Once those reach a quarter of the
+// objects stored at that rebuild, plus 64, and the table holds more than 64
+// sets, it is rebuilt. So it keeps at most that many maps no stored object
+// holds, and a rebuild, which hashes every stored object's labels, comes
+// after as many objects taken or dropped: a constant number of hashes per
+// object, amortized. A table of 64 sets or fewer is never rebuilt.
+type labelSets struct {
+	mu   sync.Mutex
+	seed maphash.Seed
+	sets map[uint64]map[string]string
+	// churn counts the objects taken or dropped since the last rebuild;
+	// limit is the churn that makes the next one.
+	churn, limit int
+}
+
+// liveLabels gives the store's size and yields its objects' labels, for a
+// rebuild.
+type liveLabels interface {
+	Len() int
+	eachLabels(yield func(map[string]string))
+}
+
+// share counts an object taken and returns the map to store for its labels:
+// an equal one taken before, or labels itself.
+func (t *labelSets) share(labels map[string]string, live liveLabels) map[string]string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.count(1, live)
+	if labels == nil {
+		return nil
+	}
+	if t.sets == nil {
+		t.seed = maphash.MakeSeed()
+		t.sets = map[uint64]map[string]string{}
+	}
+	h := t.hash(labels)
+	m, ok := t.sets[h]
+	switch {
+	case !ok:
+		t.sets[h] = labels
+	case maps.Equal(m, labels):
+		return m
+	}
+	return labels // new, or another set of the same hash (not shared)
+}
+
+// dropped counts n objects the store dropped without taking an object.
+func (t *labelSets) dropped(n int, live liveLabels) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.count(n, live)
+}
+
+// count adds n to the churn and rebuilds the table when it is due.
+func (t *labelSets) count(n int, live liveLabels) {
+	t.churn += n
+	if len(t.sets) <= 64 || t.churn < t.limit {
+		return
+	}
+	t.sets = map[uint64]map[string]string{} // sized by what it gets
+	live.eachLabels(func(m map[string]string) {
+		if m == nil {
+			return
+		}
+		if h := t.hash(m); t.sets[h] == nil {
+			t.sets[h] = m
+		}
+	})
+	t.churn, t.limit = 0, live.Len()/4+64
+}
+
+// hash is a hash of the set, the same in any iteration order.
+func (t *labelSets) hash(labels map[string]string) uint64 {
+	var sum uint64
+	var h maphash.Hash
+	h.SetSeed(t.seed)
+	for k, v := range labels {
+		h.Reset()
+		h.WriteString(k)
+		h.WriteByte(0) // ("a", "bc") and ("ab", "c") apart (a collision only costs the sharing)
+		h.WriteString(v)
+		sum += h.Sum64()
+	}
+	return sum + uint64(len(labels))
+}

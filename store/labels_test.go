@@ -1,0 +1,181 @@
+package store
+
+import (
+	"fmt"
+	"maps"
+	"reflect"
+	"sync"
+	"testing"
+
+	"rawwatch/api/v1alpha1"
+)
+
+func labelled(name, rv string, labels map[string]string) *v1alpha1.MyResource {
+	o := obj("ns", name, rv)
+	o.Labels = labels
+	return o
+}
+
+// sameMap tells whether a and b are one map, not two equal ones.
+func sameMap(a, b map[string]string) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+// Objects with equal labels hold one map between them, whichever way they
+// came in (event, relist, deletion); other labels, and no labels, stay as
+// they were given.
+func TestEqualLabelsShareOneMap(t *testing.T) {
+	s := New[*v1alpha1.MyResource]()
+	s.Upsert(labelled("a", "1", map[string]string{"app": "x", "tier": "web"}))
+	s.Upsert(labelled("b", "1", map[string]string{"tier": "web", "app": "x"}))
+	s.Upsert(labelled("c", "1", map[string]string{"app": "y", "tier": "web"}))
+	s.Upsert(labelled("d", "1", nil))
+	r := s.NewReplacement()
+	for _, name := range []string{"a", "b", "c", "d"} {
+		o, _ := s.Get("ns/" + name)
+		r.Add(labelled(name, o.ResourceVersion, maps.Clone(o.Labels)))
+	}
+	r.Add(labelled("e", "1", map[string]string{"app": "x", "tier": "web"}))
+	r.Commit()
+	del, _ := s.Delete(labelled("e", "2", map[string]string{"app": "x", "tier": "web"}))
+
+	get := func(name string) map[string]string { o, _ := s.Get("ns/" + name); return o.Labels }
+	a, b, c, d := get("a"), get("b"), get("c"), get("d")
+	if !sameMap(a, b) || !sameMap(a, del.Object.Labels) {
+		t.Errorf("equal labels in two maps: a %p, b %p, the deleted e's %p", a, b, del.Object.Labels)
+	}
+	if sameMap(a, c) || c["app"] != "y" || len(c) != 2 {
+		t.Errorf("c's labels %v (shared with a's: %v), want app=y tier=web, its own", c, sameMap(a, c))
+	}
+	if d != nil {
+		t.Errorf("d's labels %v, want nil", d)
+	}
+	if len(a) != 2 || a["app"] != "x" || a["tier"] != "web" {
+		t.Errorf("a's labels %v", a)
+	}
+}
+
+// The labels are shared after the transform, which changes each object in
+// place: one object's transform never reaches another object.
+func TestLabelsAreSharedAfterTheTransform(t *testing.T) {
+	s := New[*v1alpha1.MyResource]()
+	s.SetTransform(func(o *v1alpha1.MyResource) {
+		delete(o.Labels, "drop")
+		if o.Name == "b" {
+			o.Labels["mine"] = "b"
+		}
+	})
+	s.Upsert(labelled("a", "1", map[string]string{"app": "x", "drop": "1"}))
+	s.Upsert(labelled("b", "1", map[string]string{"app": "x", "drop": "2"}))
+	s.Upsert(labelled("c", "1", map[string]string{"app": "x"}))
+	a, _ := s.Get("ns/a")
+	b, _ := s.Get("ns/b")
+	c, _ := s.Get("ns/c")
+	if fmt.Sprint(a.Labels) != "map[app:x]" || fmt.Sprint(b.Labels) != "map[app:x mine:b]" || fmt.Sprint(c.Labels) != "map[app:x]" {
+		t.Fatalf("labels a %v, b %v, c %v", a.Labels, b.Labels, c.Labels)
+	}
+	if !sameMap(a.Labels, c.Labels) {
+		t.Error("a's and c's labels, equal after the transform, are two maps")
+	}
+}
+
+// Two label sets of one hash are not shared: the second keeps its own map.
+func TestLabelsOfOneHashButUnequalAreNotShared(t *testing.T) {
+	s := New[*v1alpha1.MyResource]()
+	first := map[string]string{"app": "x"}
+	s.labels.share(first, s)
+	other := map[string]string{"app": "y"}
+	s.labels.sets[s.labels.hash(other)] = first // a collision, as a hash may have
+	if got := s.labels.share(other, s); !sameMap(got, other) {
+		t.Fatalf("share gave %v for %v", got, other)
+	}
+}
+
+// unheld is how many maps of the table no object of s holds.
+func unheld(s *Store[*v1alpha1.MyResource]) int {
+	t := &s.labels
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	held := map[uint64]bool{}
+	s.eachLabels(func(m map[string]string) {
+		if h := t.hash(m); m != nil && sameMap(t.sets[h], m) {
+			held[h] = true
+		}
+	})
+	return len(t.sets) - len(held)
+}
+
+// The maps the table keeps that no stored object holds stay at most a
+// quarter of the most objects stored, plus 64, whether objects leave by an
+// update to other labels, a deletion, a relist or Retain; and every object
+// keeps the labels it was given across the rebuilds of the table.
+func TestLabelSetsAreBounded(t *testing.T) {
+	s := New[*v1alpha1.MyResource]()
+	const objects = 150
+	most := 0
+	check := func(when string) {
+		t.Helper()
+		most = max(most, s.Len())
+		if n, bound := unheld(s), most/4+64; n > bound {
+			t.Fatalf("%s: the table keeps %d maps no object holds (%d objects, at most %d so far), want at most %d",
+				when, n, s.Len(), most, bound)
+		}
+	}
+	labels := func(i, round int) map[string]string {
+		return map[string]string{"app": "x", "i": fmt.Sprint(i), "round": fmt.Sprint(round)}
+	}
+	for round := range 4 {
+		for i := range objects {
+			s.Upsert(labelled(fmt.Sprint(i), fmt.Sprint(round), labels(i, round)))
+			check(fmt.Sprintf("round %d, update %d", round, i))
+		}
+		for i := range objects {
+			o, _ := s.Get(fmt.Sprint("ns/", i))
+			if !maps.Equal(o.Labels, labels(i, round)) {
+				t.Fatalf("round %d: %s's labels %v, want %v", round, o.Name, o.Labels, labels(i, round))
+			}
+		}
+	}
+	// Every object to one set: the unique sets lose their objects by hits.
+	for i := range objects {
+		s.Upsert(labelled(fmt.Sprint(i), "common", map[string]string{"app": "x"}))
+		check(fmt.Sprintf("to one set, update %d", i))
+	}
+	for i := range objects {
+		s.Upsert(labelled(fmt.Sprint(i), "again", labels(i, 99)))
+	}
+	for i := range objects / 4 {
+		o, _ := s.Get(fmt.Sprint("ns/", i))
+		s.Delete(o)
+		check(fmt.Sprintf("delete %d", i))
+	}
+	s.Retain(func(o *v1alpha1.MyResource) bool { return o.Name < "2" })
+	check("Retain")
+	s.NewReplacement().Commit()
+	check("a relist that finds nothing")
+}
+
+// Readers read stored labels while the writer shares maps and rebuilds the
+// table (run with -race: a stored object is never written).
+func TestLabelsSharedUnderConcurrentReaders(t *testing.T) {
+	s := New[*v1alpha1.MyResource]()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := range 3000 {
+			s.Upsert(labelled(fmt.Sprint(i%50), fmt.Sprint(i), map[string]string{"app": "x", "v": fmt.Sprint(i % 7)}))
+		}
+	})
+	for range 3 {
+		wg.Go(func() {
+			for range 300 {
+				for _, o := range s.List() {
+					if o.Labels["app"] != "x" || len(o.Labels) != 2 {
+						t.Errorf("%s's labels %v", o.Name, o.Labels)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
