@@ -591,6 +591,10 @@ type recorder struct {
 	// list, is the slots listed).
 	lists    []listed
 	coverage func() shard.SlotSet
+	// watching is when the slots its watch follows changed: at each list
+	// (as lists), and at each reshard (SetShard: the slots it left are no
+	// longer watched from then on, before the relist is in).
+	watching []listed
 
 	// silent holds when the watchdog abandoned a stream.
 	silent []time.Time
@@ -662,6 +666,8 @@ func (r *recorder) Observe(e observe.Event) {
 		r.BookmarkReceived(e.RV, e.InitialEventsEnd)
 	case watcher.Replaced:
 		r.Replaced(e.RV, e.Size, e.Added, e.Updated, e.Deleted)
+	case watcher.Resharded:
+		r.resharded()
 	case reconcile.Finished:
 		r.Finished(e.Worker, e.Key, e.Took, e.Err, e.RetryIn)
 	case ring.ClaimsChanged:
@@ -730,6 +736,7 @@ func (r *recorder) Replaced(rv string, _, _, _, _ int) {
 	r.gaps = append(r.gaps, [2]int64{r.lastRV, revision(rv)})
 	r.lastRV = revision(rv)
 	r.lists = append(r.lists, listed{at: time.Now(), rv: revision(rv), slots: slots})
+	r.watching = append(r.watching, r.lists[len(r.lists)-1])
 	for _, o := range objs {
 		r.known[incarnation{store.KeyOf(o), o.UID}] = true
 	}
@@ -757,15 +764,27 @@ func (r *recorder) listBefore(slot int, t time.Time) (l listed, ok bool) {
 	return l, ok
 }
 
-// watchedAt: the last list at or before t had slot (its watch followed the
-// slot then). Callers hold mu.
+// resharded records a reshard: the watch follows, until its relist is in,
+// only the slots of both shards (the watcher's Covered then).
+func (r *recorder) resharded() {
+	slots := shard.All()
+	if r.coverage != nil {
+		slots = r.coverage()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.watching = append(r.watching, listed{at: time.Now(), rv: r.lastRV, slots: slots})
+}
+
+// watchedAt: the watch followed slot at t (the last list or reshard at or
+// before t had it). Callers hold mu.
 func (r *recorder) watchedAt(slot int, t time.Time) bool {
 	var last *listed
-	for i := range r.lists {
-		if r.lists[i].at.After(t) {
+	for i := range r.watching {
+		if r.watching[i].at.After(t) {
 			break
 		}
-		last = &r.lists[i]
+		last = &r.watching[i]
 	}
 	return last != nil && last.slots.Has(slot)
 }

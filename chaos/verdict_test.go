@@ -91,6 +91,7 @@ func (s *scene) gap(name string, from, to int64) *scene {
 func (s *scene) list(name string, at time.Duration, rv int64) *scene {
 	r := s.by[name].rec
 	r.lists = append(r.lists, listed{at: s.at(at), rv: rv, slots: shard.SlotsOf(s.slot)})
+	r.watching = append(r.watching, r.lists[len(r.lists)-1])
 	return s
 }
 
