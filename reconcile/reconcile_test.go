@@ -277,24 +277,39 @@ func TestControllerErrorPolicy(t *testing.T) {
 	}
 }
 
-// A key deleted, re-created and deleted again before a worker gets to it
-// (the queue was busy) is two objects gone: the reconciler must hear of both,
-// with their UIDs, not only of the last. (Found by the chaos run: the second
-// deletion's tombstone replaced the first's.)
-func TestControllerReportsEveryDeletionOfAKey(t *testing.T) {
-	fake := &fakeReconciler{}
-	c := &Controller[object]{Queue: queue.New(nil), Reconciler: fake}
-	first, second := myResource("a", "x", 1), myResource("a", "x", 1)
-	first.UID, second.UID = "uid-first", "uid-second"
-	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: first})
-	c.OnDelta(store.Delta[object]{Type: store.Added, Key: "ns/a", Object: second})
-	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: second})
-
-	if n := runUntilCalls(c, 1, fake, 1); n != 1 {
-		t.Fatalf("%d reconciles, want 1 (one key)", n)
-	}
-	if uids := fake.deletedInOrder(); strings.Join(uids, ",") != "uid-first,uid-second" {
-		t.Fatalf("the reconciler was told of deletions %v, want uid-first then uid-second", uids)
+// Every deletion of a key reaches the reconciler once, in order, with its
+// UID, before the key's one reconcile:
+//   - reborn: a key deleted, re-created and deleted again before a worker
+//     gets to it (the queue was busy) is two objects gone: the reconciler
+//     must hear of both, not only of the last. (Found by the chaos run: the
+//     second deletion's tombstone replaced the first's.)
+//   - retried: a deletion whose handling fails is handed over again, with
+//     those after it, and the key is not reconciled until it succeeds.
+func TestControllerHandsOverEveryDeletionOfAKey(t *testing.T) {
+	for name, tc := range map[string]struct {
+		reborn  bool // the second object is Added between the deletions
+		delErrs []error
+	}{
+		"reborn":  {reborn: true},
+		"retried": {delErrs: []error{nil, errors.New("boom")}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			fake := &fakeReconciler{delErrs: tc.delErrs}
+			c := &Controller[object]{Queue: queue.New(queue.NewExponentialLimiter(time.Millisecond, time.Millisecond)), Reconciler: fake}
+			first, second := myResource("a", "x", 1), myResource("a", "x", 1)
+			first.UID, second.UID = "uid-first", "uid-second"
+			c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: first})
+			if tc.reborn {
+				c.OnDelta(store.Delta[object]{Type: store.Added, Key: "ns/a", Object: second})
+			}
+			c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: second})
+			if n := runUntilCalls(c, 1, fake, 1); n != 1 {
+				t.Fatalf("%d reconciles, want 1 (one key)", n)
+			}
+			if uids := fake.deletedInOrder(); strings.Join(uids, ",") != "uid-first,uid-second" {
+				t.Fatalf("the reconciler was told of deletions %v, want uid-first then uid-second", uids)
+			}
+		})
 	}
 }
 
@@ -328,23 +343,6 @@ func TestControllerHandlesADeletionOnceWhileTheNewObjectRetries(t *testing.T) {
 	<-done
 	if lines := logs.Grep("MyResource deleted"); len(lines) != 1 {
 		t.Fatalf("the deletion of uid-old was handled %d times in %d reconciles of the failing new object, want once", len(lines), finished)
-	}
-}
-
-// A deletion whose handling fails is handed over again, with those after
-// it, and the key is not reconciled until it succeeds.
-func TestControllerRetriesAFailedDeletion(t *testing.T) {
-	fake := &fakeReconciler{delErrs: []error{nil, errors.New("boom")}}
-	c := &Controller[object]{Queue: queue.New(queue.NewExponentialLimiter(time.Millisecond, time.Millisecond)), Reconciler: fake}
-	first, second := myResource("a", "x", 1), myResource("a", "x", 1)
-	first.UID, second.UID = "uid-first", "uid-second"
-	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: first})
-	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: second})
-	if n := runUntilCalls(c, 1, fake, 1); n != 1 {
-		t.Fatalf("%d reconciles, want 1", n)
-	}
-	if uids := fake.deletedInOrder(); strings.Join(uids, ",") != "uid-first,uid-second" {
-		t.Fatalf("deletions handled: %v, want uid-first once, then uid-second after its retry", uids)
 	}
 }
 
