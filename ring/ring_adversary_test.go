@@ -386,8 +386,7 @@ func TestAdversaryASuspendedNodesMonotonicClockKeepsItsGateOpen(t *testing.T) {
 	client := versionedClient()
 	world := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var suspendedFor time.Duration // a's monotonic clock lags the world's by this
-	a := suspendable(t, client, "a", &world, &suspendedFor)
-	b := handoffMember(t, client, "b", lease, renew, func() time.Time { return world })
+	a, b := suspendable(t, client, &world, &suspendedFor, "b")
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	for range joinRounds + 2 {
 		a.round(ctx, klog.Background())
@@ -902,8 +901,7 @@ func TestAdversaryASuspendIsABlindStretchTheCodeDoesNotNotice(t *testing.T) {
 	client := versionedClient()
 	world := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var suspendedFor time.Duration // a's monotonic clock lags the world's by this
-	a := suspendable(t, client, "a", &world, &suspendedFor)
-	d := handoffMember(t, client, "d", lease, renew, func() time.Time { return world })
+	a, d := suspendable(t, client, &world, &suspendedFor, "d")
 	who, dFails := "", false
 	client.PrependReactor("*", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
 		if who == "d" && dFails {
@@ -1117,12 +1115,12 @@ func TestAdversaryALeaseUnlabelledByHandFencesItsOwnerForGood(t *testing.T) {
 	}
 }
 
-// suspendable is member id of client's ring whose monotonic clock lags
-// *world by *lag (a system suspend stops it), while its wall clock keeps the
-// world's (it counts the suspend).
-func suspendable(t *testing.T, client *fake.Clientset, id string, world *time.Time, lag *time.Duration) *Member {
+// suspendable is member a of client's ring, whose monotonic clock lags
+// *world by *lag (a system suspend stops it) while its wall clock keeps the
+// world's (it counts the suspend), and member other, on the world's clock.
+func suspendable(t *testing.T, client *fake.Clientset, world *time.Time, lag *time.Duration, other string) (a, o *Member) {
 	t.Helper()
-	m, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: id,
+	a, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: "a",
 		LeaseDuration: lease, RenewPeriod: renew,
 		Now:      func() time.Time { return world.Add(-*lag) },
 		Wall:     func() time.Time { return *world },
@@ -1130,5 +1128,5 @@ func suspendable(t *testing.T, client *fake.Clientset, id string, world *time.Ti
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m
+	return a, handoffMember(t, client, other, lease, renew, func() time.Time { return *world })
 }
