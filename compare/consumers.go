@@ -603,5 +603,5 @@ func (c *Consumer) Dump() map[string]string { return c.c.dump() }
 
 // Events are the handler calls so far.
 func (c *Consumer) Events() EventCounts {
-	return EventCounts{Adds: c.rec.adds.Load(), Updates: c.rec.updates.Load(), Deletes: c.rec.deletes.Load(), Resyncs: c.rec.resyncs.Load()}
+	return EventCounts{Adds: c.rec.count(EvAdd), Updates: c.rec.count(EvUpdate), Deletes: c.rec.count(EvDelete), Resyncs: c.rec.count(EvResync)}
 }

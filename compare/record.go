@@ -26,6 +26,9 @@ const (
 	EvResync = 'S'
 )
 
+// evTypes are the event types in the order recorder.byType counts them.
+const evTypes = string(EvAdd) + string(EvUpdate) + string(EvDelete) + string(EvResync)
+
 // recorder is the consumer side of the measurement: it streams events to a
 // file (so that recording does not grow the heap being measured), samples
 // the process's memory, and counts the requests the consumer makes.
@@ -34,8 +37,8 @@ type recorder struct {
 	events *bufio.Writer
 	file   *os.File
 
-	adds, updates, deletes, resyncs atomic.Int64
-	counts                          requestCounts
+	byType [len(evTypes)]atomic.Int64 // events of each type (count)
+	counts requestCounts
 
 	samplesMu sync.Mutex
 	samples   []MemSample
@@ -72,15 +75,8 @@ func (r *recorder) event(typ byte, rv, key string) {
 	if r.onEvent != nil {
 		r.onEvent(typ, rv, key, at)
 	}
-	switch typ {
-	case EvAdd:
-		r.adds.Add(1)
-	case EvUpdate:
-		r.updates.Add(1)
-	case EvDelete:
-		r.deletes.Add(1)
-	case EvResync:
-		r.resyncs.Add(1)
+	if i := strings.IndexByte(evTypes, typ); i >= 0 {
+		r.byType[i].Add(1)
 	}
 	r.mu.Lock()
 	w := r.events
@@ -95,6 +91,9 @@ func (r *recorder) event(typ byte, rv, key string) {
 	w.WriteByte('\n')
 	r.mu.Unlock()
 }
+
+// count is how many events of type typ (one of evTypes) were recorded.
+func (r *recorder) count(typ byte) int64 { return r.byType[strings.IndexByte(evTypes, typ)].Load() }
 
 func (r *recorder) close() error {
 	r.mu.Lock()
@@ -208,6 +207,6 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 
 func (r *recorder) statusLine(storeLen int, lists int64, bytes *ByteCounter) string {
 	c := r.counts.snapshot()
-	return fmt.Sprintf("status %d %d %d %d %d %d %d %d %d %d", r.adds.Load(), r.updates.Load(), r.deletes.Load(), r.resyncs.Load(),
+	return fmt.Sprintf("status %d %d %d %d %d %d %d %d %d %d", r.count(EvAdd), r.count(EvUpdate), r.count(EvDelete), r.count(EvResync),
 		storeLen, c.Lists(), c.ListPages, lists, bytes.Read(), bytes.Wire())
 }

@@ -98,7 +98,7 @@ type stormClient struct {
 }
 
 func (s *stormClient) now() status {
-	return status{adds: s.rec.adds.Load(), updates: s.rec.updates.Load(), resyncs: s.rec.resyncs.Load(), doneLists: s.c.lists()}
+	return status{adds: s.rec.count(EvAdd), updates: s.rec.count(EvUpdate), resyncs: s.rec.count(EvResync), doneLists: s.c.lists()}
 }
 
 func (s *stormClient) requests() StormRequests {
