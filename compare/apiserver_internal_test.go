@@ -116,21 +116,15 @@ func TestLongestGap(t *testing.T) {
 // second in which the apiserver works 0.5 CPU s/s and allocates 40 MiB/s
 // more, and grows by 3, 3 and 2 MiB every sample.
 func TestCostWindow(t *testing.T) {
-	t0 := time.Now()
-	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	s := &APIServerSampler{}
-	for i := range 22 {
-		x := float64(i) / 10
-		smp := APIServerSample{At: at(x), RSS: 100 << 20, HeapInuse: float64(50+10*(i%2)) * (1 << 20), LiveHeap: 40 << 20,
-			CPUSeconds: 0.1 * x, Allocated: 10 * x * (1 << 20)}
-		if x >= 1 {
-			smp.RSS, smp.HeapInuse, smp.CPUSeconds = float64(100+3*(i-10))*(1<<20), float64(60+3*(i-10))*(1<<20), 0.1+0.6*(x-1)
-			smp.LiveHeap, smp.Allocated = float64(40+2*(i-10))*(1<<20), (10+50*(x-1))*(1<<20)
+	s, at := sampled(22, 0.1, func(i int, x float64) APIServerSample {
+		if x < 1 {
+			return APIServerSample{RSS: 100 << 20, HeapInuse: float64(50+10*(i%2)) * (1 << 20), LiveHeap: 40 << 20,
+				CPUSeconds: 0.1 * x, Allocated: 10 * x * (1 << 20)}
 		}
-		s.samples = append(s.samples, smp)
-	}
+		return APIServerSample{RSS: float64(100+3*(i-10)) * (1 << 20), HeapInuse: float64(60+3*(i-10)) * (1 << 20), CPUSeconds: 0.1 + 0.6*(x-1),
+			LiveHeap: float64(40+2*(i-10)) * (1 << 20), Allocated: (10 + 50*(x-1)) * (1 << 20)}
+	})
 	w := window(s, at(0), at(0.95), at(0.95), at(0.95), at(2.05), true, 12345, 678)
-	near := func(a, b float64) bool { return a > b-1e-6 && a < b+1e-6 }
 	if !w.Done || w.BytesRead != 12345 || w.WireBytes != 678 || !near(w.Seconds, 1.1) {
 		t.Errorf("window: %+v", w)
 	}
@@ -158,19 +152,13 @@ func TestCostWindow(t *testing.T) {
 // new apiserver's being ready: the old one answered those, with the memory
 // of everything before the window.
 func TestCostWindowAfterARestart(t *testing.T) {
-	t0 := time.Now()
-	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	s := &APIServerSampler{}
-	for i := range 22 {
-		x := float64(i) / 10
-		smp := APIServerSample{At: at(x), CPUSeconds: 5 + x, Allocated: 500 << 20, RSS: 900 << 20}
+	s, at := sampled(22, 0.1, func(i int, x float64) APIServerSample {
 		if x >= 1.3 { // restarted: counting from zero
-			smp.CPUSeconds, smp.Allocated, smp.RSS = 0.5*(x-1.2), (x-1.2)*(100<<20), float64(200+i)*(1<<20)
+			return APIServerSample{CPUSeconds: 0.5 * (x - 1.2), Allocated: (x - 1.2) * (100 << 20), RSS: float64(200+i) * (1 << 20)}
 		}
-		s.samples = append(s.samples, smp)
-	}
+		return APIServerSample{CPUSeconds: 5 + x, Allocated: 500 << 20, RSS: 900 << 20}
+	})
 	w := window(s, at(0), at(0.5), at(0.95), at(1.25), at(2.05), true, 0, 0)
-	near := func(a, b float64) bool { return a > b-1e-6 && a < b+1e-6 }
 	// From the 1.3 s sample to the 2.1 s one.
 	if !near(w.CPUSeconds, 0.4) || !near(w.Allocated, 80<<20) {
 		t.Errorf("CPU %v s, allocated %v MiB; want 0.4 s and 80 MiB", w.CPUSeconds, w.Allocated/(1<<20))
@@ -187,12 +175,9 @@ func TestCostWindowAfterARestart(t *testing.T) {
 // they come later than a second after). It once held one sample before a
 // relist's window, and the harness's test failed on a loaded machine.
 func TestCostWindowSeriesOfLateSamples(t *testing.T) {
-	t0 := time.Now()
-	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	s := &APIServerSampler{}
-	for i := range 12 {
-		s.samples = append(s.samples, APIServerSample{At: at(0.75 * float64(i)), RSS: 100 << 20, CPUSeconds: float64(i)})
-	}
+	s, at := sampled(12, 0.75, func(i int, _ float64) APIServerSample {
+		return APIServerSample{RSS: 100 << 20, CPUSeconds: float64(i)}
+	})
 	// idle [2.7, 3.0), window [3.0, 3.2]; samples at 0, 0.75, 1.5, 2.25 | 3 | 3.75, 4.5, 5.25 ...
 	w := window(s, at(2.7), at(3), at(3), at(3), at(3.2), true, 0, 0)
 	var got []float64
@@ -207,3 +192,22 @@ func TestCostWindowSeriesOfLateSamples(t *testing.T) {
 		t.Errorf("%d points, want all 12", len(w.Series))
 	}
 }
+
+// sampled is a sampler that holds n made-up samples, one every `every`
+// seconds from now (at(0)): sample i, taken at x = i*every seconds, is
+// sample(i, x) with At set.
+func sampled(n int, every float64, sample func(i int, x float64) APIServerSample) (s *APIServerSampler, at func(x float64) time.Time) {
+	t0 := time.Now()
+	at = func(x float64) time.Time { return t0.Add(time.Duration(x * float64(time.Second))) }
+	s = &APIServerSampler{}
+	for i := range n {
+		x := float64(i) * every
+		smp := sample(i, x)
+		smp.At = at(x)
+		s.samples = append(s.samples, smp)
+	}
+	return s, at
+}
+
+// near is a == b but for float rounding.
+func near(a, b float64) bool { return a > b-1e-6 && a < b+1e-6 }
