@@ -101,20 +101,11 @@ func checkSkip(t *testing.T, skip *SkipError) {
 
 func FuzzCBOREventDecoder(f *testing.F) {
 	for _, name := range []string{wire.WatchList, wire.WatchGone} {
-		var stream bytes.Buffer
-		for _, frame := range wire.Frames(capture(f, name)) {
-			var ev struct {
-				Type   string          `json:"type"`
-				Object json.RawMessage `json:"object"`
-			}
-			if err := json.Unmarshal(frame, &ev); err != nil {
-				f.Fatal(err)
-			}
-			c := cborEvent(f, ev.Type, asServerCBOR(f, ev.Object))
-			stream.Write(c)
+		frames := asServerCBOREvents(f, name)
+		for _, c := range frames {
 			f.Add(c)
 		}
-		f.Add(stream.Bytes())
+		f.Add(bytes.Join(frames, nil))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const max = 1 << 10

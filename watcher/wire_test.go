@@ -261,6 +261,24 @@ func asServerCBOR(t testing.TB, doc []byte) []byte {
 	return cborOf(t, u)
 }
 
+// asServerCBOREvents re-encodes the capture name's WATCH events as
+// kube-apiserver would send them over CBOR, one frame each.
+func asServerCBOREvents(t testing.TB, name string) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for _, frame := range wire.Frames(capture(t, name)) {
+		var ev struct {
+			Type   string          `json:"type"`
+			Object json.RawMessage `json:"object"`
+		}
+		if err := json.Unmarshal(frame, &ev); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, cborEvent(t, ev.Type, asServerCBOR(t, ev.Object)))
+	}
+	return out
+}
+
 // The JSON decoder is the oracle: kube-apiserver's recorded answers
 // (testdata/wire), re-encoded as its CBOR serializer encodes unstructured
 // objects, decode over CBOR to the same list items, list metadata and
@@ -301,19 +319,9 @@ func TestCBORDecodesTheCapturesAsJSONDoes(t *testing.T) {
 		}
 	}
 	for _, stream := range []string{wire.WatchList, wire.WatchGone} {
-		var cborStream bytes.Buffer
-		for _, f := range wire.Frames(capture(t, stream)) {
-			var ev struct {
-				Type   string          `json:"type"`
-				Object json.RawMessage `json:"object"`
-			}
-			if err := json.Unmarshal(f, &ev); err != nil {
-				t.Fatal(err)
-			}
-			cborStream.Write(cborEvent(t, ev.Type, asServerCBOR(t, ev.Object)))
-		}
+		cborStream := bytes.NewReader(bytes.Join(asServerCBOREvents(t, stream), nil))
 		jsonEvents := decodeAll(t, capture(t, stream))
-		d := newCBOREventDecoder(&cborStream, codec, 0)
+		d := newCBOREventDecoder(cborStream, codec, 0)
 		for i, j := range jsonEvents {
 			c, err := d.Next()
 			if err != nil {
