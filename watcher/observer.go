@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -122,13 +123,17 @@ func (Handed) Component() string           { return "watcher" }
 type Stats struct {
 	listPages, lists, relists  atomic.Int64
 	watches, bookmarks, events atomic.Int64
-	added, modified, deleted   atomic.Int64
+	received                   [len(receivedTypes)]atomic.Int64 // by type, as receivedTypes
 	goneDeletes, skipped       atomic.Int64
 	backoffs, probes           atomic.Int64
 	outOfShard                 atomic.Int64
 	mu                         sync.Mutex
 	lastBookmarkRV             string
 }
+
+// receivedTypes are the event types Stats counts apart, in the order of
+// Stats.received.
+var receivedTypes = [...]string{Added, Modified, Deleted}
 
 // StatsSnapshot is a copy of the counters at one moment.
 type StatsSnapshot struct {
@@ -169,13 +174,8 @@ func (s *Stats) Observe(e observe.Event) {
 		s.watches.Add(1)
 	case Received:
 		s.events.Add(1)
-		switch e.Type {
-		case Added:
-			s.added.Add(1)
-		case Modified:
-			s.modified.Add(1)
-		case Deleted:
-			s.deleted.Add(1)
+		if i := slices.Index(receivedTypes[:], e.Type); i >= 0 {
+			s.received[i].Add(1)
 		}
 	case BookmarkReceived:
 		s.bookmarks.Add(1)
@@ -201,7 +201,7 @@ func (s *Stats) Snapshot() StatsSnapshot {
 	return StatsSnapshot{
 		ListPages: s.listPages.Load(), Lists: s.lists.Load(), Relists: s.relists.Load(),
 		Watches: s.watches.Load(), Events: s.events.Load(),
-		Added: s.added.Load(), Modified: s.modified.Load(), Deleted: s.deleted.Load(),
+		Added: s.received[0].Load(), Modified: s.received[1].Load(), Deleted: s.received[2].Load(),
 		Bookmarks: s.bookmarks.Load(), GoneDeletes: s.goneDeletes.Load(),
 		Skipped: s.skipped.Load(), Backoffs: s.backoffs.Load(), Probes: s.probes.Load(), OutOfShard: s.outOfShard.Load(), LastBookmarkRV: rv,
 	}
