@@ -16,10 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
-	"rawwatch/client"
-	"rawwatch/internal/controlplane"
 	"rawwatch/reconcile"
 	"rawwatch/store"
 	"rawwatch/watcher"
@@ -125,7 +122,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := outputs(&opts.Binary, &opts.Progress, opts.OutDir); err != nil {
 		return nil, err
 	}
-	h := &harness{opts: opts, start: time.Now()}
+	h := &harness{bench: bench{progress: opts.Progress, start: time.Now()}, opts: opts}
 	defer h.cleanup()
 	if err := h.connect(ctx); err != nil {
 		return nil, err
@@ -137,25 +134,16 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 }
 
 type harness struct {
-	opts       Options
-	start      time.Time
-	cp         *controlplane.ControlPlane
-	kubeconfig string
-	cfg        *rest.Config
-	client     *client.Client
-	kube       kubernetes.Interface
-	namespace  string
-	load       *Load
-	consumers  []*child
-	phases     []Phase
-	writes     []Write
-	serverRVs  map[string]string
-	relisted   bool
-	costs      []APIServerCost
-}
-
-func (h *harness) logf(format string, args ...any) {
-	fmt.Fprintf(h.opts.Progress, "%6.1fs  "+format+"\n", append([]any{time.Since(h.start).Seconds()}, args...)...)
+	bench
+	opts      Options
+	cfg       *rest.Config
+	load      *Load
+	consumers []*child
+	phases    []Phase
+	writes    []Write
+	serverRVs map[string]string
+	relisted  bool
+	costs     []APIServerCost
 }
 
 func (h *harness) phase(name string, f func() error) error {
@@ -168,33 +156,14 @@ func (h *harness) phase(name string, f func() error) error {
 }
 
 func (h *harness) connect(ctx context.Context) error {
-	if h.opts.Kubeconfig == "" {
-		h.logf("starting a local control plane")
-		cp, err := controlplane.Start(ctx, controlplane.Options{Logf: func(f string, a ...any) { h.logf(f, a...) },
-			CBOR: h.opts.Wire == watcher.WireCBOR})
-		if err != nil {
-			return err
-		}
-		h.cp, h.kubeconfig = cp, cp.Kubeconfig
-		h.opts.RestartAPIServer, h.opts.APIServerPID = cp.APIServer.Restart, cp.APIServer.PID
-	} else {
-		h.kubeconfig = h.opts.Kubeconfig
+	cfg, err := h.bench.connect(ctx, h.opts.Kubeconfig, h.opts.Wire == watcher.WireCBOR, fmt.Sprintf("compare-%d", time.Now().Unix()))
+	if h.cp != nil {
+		h.opts.RestartAPIServer, h.opts.APIServerPID = h.cp.APIServer.Restart, h.cp.APIServer.PID
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", h.kubeconfig)
 	if err != nil {
 		return err
 	}
-	cfg.QPS, cfg.Burst = -1, 0 // the load generator is paced by its own limiter
 	h.cfg = cfg
-	if h.client, err = client.New(cfg); err != nil {
-		return err
-	}
-	h.kube = kubernetes.NewForConfigOrDie(cfg)
-	h.namespace = fmt.Sprintf("compare-%d", time.Now().Unix())
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: h.namespace}}
-	if _, err := h.kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating namespace %s: %w", h.namespace, err)
-	}
 	h.load = &Load{Client: h.client, Namespace: h.namespace, Writers: h.opts.Writers, Payload: h.opts.Payload, PayloadAnnotation: h.opts.PayloadAnnotation, Apply: h.opts.Apply, Progress: h.opts.Progress}
 	return nil
 }
@@ -203,12 +172,7 @@ func (h *harness) cleanup() {
 	for _, c := range h.consumers {
 		c.kill()
 	}
-	if h.kube != nil && h.namespace != "" && h.cp == nil {
-		_ = h.kube.CoreV1().Namespaces().Delete(context.Background(), h.namespace, metav1.DeleteOptions{})
-	}
-	if h.cp != nil {
-		h.cp.Stop()
-	}
+	h.bench.cleanup()
 }
 
 func (h *harness) run(ctx context.Context) error {

@@ -15,13 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
-	"rawwatch/client"
-	"rawwatch/internal/controlplane"
 	"rawwatch/watcher"
 )
 
@@ -179,7 +174,7 @@ func RunStorm(ctx context.Context, opts StormOptions) (*StormReport, error) {
 	if err := outputs(&opts.Binary, &opts.Progress, opts.OutDir); err != nil {
 		return nil, err
 	}
-	s := &storm{opts: opts, start: time.Now()}
+	s := &storm{bench: bench{progress: opts.Progress, start: time.Now()}, opts: opts}
 	defer s.cleanup()
 	if err := s.connect(ctx); err != nil {
 		return nil, err
@@ -188,57 +183,31 @@ func RunStorm(ctx context.Context, opts StormOptions) (*StormReport, error) {
 }
 
 type storm struct {
-	opts       StormOptions
-	start      time.Time
-	cp         *controlplane.ControlPlane
-	kubeconfig string
-	namespace  string
-	kube       kubernetes.Interface
-	client     *client.Client // MyResources, unthrottled
-	sampler    *APIServerSampler
-	failures   map[string]int // the sampler's failures as of the last measure
-	child      *stormChild
-}
-
-func (s *storm) logf(format string, args ...any) {
-	fmt.Fprintf(s.opts.Progress, "%6.1fs  "+format+"\n", append([]any{time.Since(s.start).Seconds()}, args...)...)
+	bench
+	opts     StormOptions
+	sampler  *APIServerSampler
+	failures map[string]int // the sampler's failures as of the last measure
+	child    *stormChild
 }
 
 func (s *storm) connect(ctx context.Context) error {
-	if s.opts.Kubeconfig == "" {
-		s.logf("starting a local control plane")
-		cp, err := controlplane.Start(ctx, controlplane.Options{Logf: func(f string, a ...any) { s.logf(f, a...) }})
-		if err != nil {
-			return err
-		}
-		s.cp, s.kubeconfig = cp, cp.Kubeconfig
-		s.opts.RestartAPIServer, s.opts.APIServerPID = cp.APIServer.Restart, cp.APIServer.PID
-	} else {
-		s.kubeconfig = s.opts.Kubeconfig
-	}
-	if s.opts.RestartAPIServer == nil {
+	// A local control plane's apiserver restarts; the kubeconfig's needs RestartAPIServer.
+	if s.opts.Kubeconfig != "" && s.opts.RestartAPIServer == nil {
 		return errors.New("storm: no way to restart the apiserver (RestartAPIServer)")
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
+	cfg, err := s.bench.connect(ctx, s.opts.Kubeconfig, false, fmt.Sprintf("storm-%d", time.Now().UnixNano()))
+	if s.cp != nil {
+		s.opts.RestartAPIServer, s.opts.APIServerPID = s.cp.APIServer.Restart, s.cp.APIServer.PID
+	}
 	if err != nil {
 		return err
 	}
-	cfg.QPS, cfg.Burst = -1, 0
-	s.kube = kubernetes.NewForConfigOrDie(cfg)
 	if s.sampler, err = NewAPIServerSampler(cfg); err != nil {
 		return err
 	}
 	// A storm keeps the apiserver and the machine busy: a scrape is given
 	// longer than the sampler's default before it counts as failed.
 	s.sampler.client.Timeout = 10 * time.Second
-	s.namespace = fmt.Sprintf("storm-%d", time.Now().UnixNano())
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.namespace}}
-	if _, err := s.kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating namespace %s: %w", s.namespace, err)
-	}
-	if s.client, err = client.New(cfg); err != nil {
-		return err
-	}
 	load := &Load{Client: s.client, Namespace: s.namespace, Writers: s.opts.Writers, Payload: s.opts.Payload, Progress: s.opts.Progress}
 	s.logf("creating %d objects of %d payload bytes in %s", s.opts.Objects, s.opts.Payload, s.namespace)
 	_, err = load.Create(ctx, s.opts.Objects)
@@ -249,11 +218,7 @@ func (s *storm) cleanup() {
 	if s.child != nil {
 		s.child.kill()
 	}
-	if s.cp != nil {
-		s.cp.Stop()
-	} else if s.kube != nil && s.namespace != "" {
-		_ = s.kube.CoreV1().Namespaces().Delete(context.Background(), s.namespace, metav1.DeleteOptions{})
-	}
+	s.bench.cleanup()
 }
 
 func (s *storm) run(ctx context.Context) (*StormReport, error) {
