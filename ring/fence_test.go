@@ -44,10 +44,12 @@ func handoffMember(t *testing.T, client *fake.Clientset, id string, lease, renew
 	return m
 }
 
-// pair is two members of client's ring, of the clocked tests' lease and
-// renew period, on one clock.
-func pair(t *testing.T, client *fake.Clientset, clock func() time.Time, id1, id2 string) (*Member, *Member) {
-	return handoffMember(t, client, id1, lease, renew, clock), handoffMember(t, client, id2, lease, renew, clock)
+// pair is two members of a ring on a fresh fake client, of the clocked
+// tests' lease and renew period, both on the clock *now.
+func pair(t *testing.T, now *time.Time, id1, id2 string) (client *fake.Clientset, m1, m2 *Member) {
+	client = versionedClient()
+	clock := func() time.Time { return *now }
+	return client, handoffMember(t, client, id1, lease, renew, clock), handoffMember(t, client, id2, lease, renew, clock)
 }
 
 // joinRounds: a lone member, lease 4.5 renew periods, Works every slot
@@ -179,10 +181,8 @@ func TestARenewalAnsweredPastTheFenceDoesNotKeepTheClaims(t *testing.T) {
 // vanishes unmarked counts as live until its lease runs out on the
 // observer's clock, its claims as last seen.
 func TestAHandDeletedLeaseIsNotALeave(t *testing.T) {
-	client := versionedClient()
 	now := epoch
-	clock := func() time.Time { return now }
-	a, b := pair(t, client, clock, "a", "b")
+	client, a, b := pair(t, &now, "a", "b")
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	rounds := func(n int, when string) {
 		for range n {

@@ -332,10 +332,8 @@ func TestAdversaryARivalSeenWhileRenewalsFailIsNotWithdrawn(t *testing.T) {
 // Severity: outage (every slot of the first process unworked for over a
 // lease duration; no split brain).
 func TestAdversaryASecondProcessOfOneIdentityDeletesTheFirstsLeaseOnLeaving(t *testing.T) {
-	client := versionedClient()
 	now := epoch
-	clock := func() time.Time { return now }
-	x1, x2 := pair(t, client, clock, "x", "x")
+	_, x1, x2 := pair(t, &now, "x", "x")
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	for range joinRounds {
 		x1.round(ctx, klog.Background())
@@ -445,10 +443,8 @@ func TestAdversaryASuspendedNodesMonotonicClockKeepsItsGateOpen(t *testing.T) {
 // Severity: split brain (two hand deletes of one Lease within seconds,
 // with its owner's requests and an observer's lists failing).
 func TestAdversaryALeaseRecreatedAfterItsOwnerFencedClaimsAtOnce(t *testing.T) {
-	client := versionedClient()
 	now := epoch
-	clock := func() time.Time { return now }
-	a, c := pair(t, client, clock, "a", "c")
+	client, a, c := pair(t, &now, "a", "c")
 	who := ""
 	cFails, aListFails := false, false
 	client.PrependReactor("*", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
@@ -710,10 +706,8 @@ func TestAdversaryAResourceVersionSeenAgainAfterARestoreIsAdoptedAtOnce(t *testi
 }
 
 func restoredAfterFound(t *testing.T, seen bool) {
-	client := versionedClient()
 	now := epoch
-	clock := func() time.Time { return now }
-	x1, x2 := pair(t, client, clock, "x", "x")
+	client, x1, x2 := pair(t, &now, "x", "x")
 	var in *Member
 	failing := map[*Member]bool{}
 	client.PrependReactor("*", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
