@@ -24,6 +24,7 @@ import (
 	"rawwatch/freshness"
 	"rawwatch/internal/app"
 	"rawwatch/internal/clientconfig"
+	"rawwatch/internal/flaglist"
 	"rawwatch/leader"
 	"rawwatch/queue"
 	"rawwatch/reconcile"
@@ -258,7 +259,7 @@ func runController(ctx context.Context, o options) error {
 		Namespace:            o.namespace,
 		Workers:              o.workers,
 		Events:               o.events,
-		CacheDropAnnotations: splitList(o.cacheDropAnnotations),
+		CacheDropAnnotations: flaglist.Split(o.cacheDropAnnotations),
 		PageSize:             o.pageSize,
 		Watch:                watcher.Options[app.Object]{WatchTimeoutMin: o.minWatchTimeout, SilenceLimit: o.silenceLimit, WatchList: o.watchList, Wire: o.wire},
 		RetryBase:            o.retryBase,
@@ -279,15 +280,4 @@ func runController(ctx context.Context, o options) error {
 		return err
 	}
 	return a.Run(ctx) // returns after ctx ends (or the lease is lost) and in-flight work is done
-}
-
-// splitList reads a comma-separated flag value: its non-empty items, trimmed.
-func splitList(v string) []string {
-	var out []string
-	for _, item := range strings.Split(v, ",") {
-		if item = strings.TrimSpace(item); item != "" {
-			out = append(out, item)
-		}
-	}
-	return out
 }

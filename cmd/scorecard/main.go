@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"rawwatch/internal/flaglist"
 	"rawwatch/scorecard"
 )
 
@@ -59,7 +60,7 @@ func run(duration, recover time.Duration, faults, clients, out, from string) err
 			fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 		}
 		var err error
-		rep, err = scorecard.Run(ctx, scorecard.Options{Faults: split(faults), Kinds: split(clients),
+		rep, err = scorecard.Run(ctx, scorecard.Options{Faults: flaglist.Split(faults), Kinds: flaglist.Split(clients),
 			Duration: duration, Recover: recover, OutDir: out, Logf: logf})
 		if err != nil {
 			return err
@@ -81,14 +82,4 @@ func run(duration, recover time.Duration, faults, clients, out, from string) err
 	}
 	fmt.Printf("%s (%s)\n", filepath.Join(out, "scorecard.md"), rep.Took.Round(time.Second))
 	return nil
-}
-
-func split(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }
