@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"text/tabwriter"
@@ -95,18 +96,22 @@ type BudgetConfig struct {
 	Logf   func(format string, args ...any)
 }
 
+// BudgetFaultNames lists BudgetFaults' names, in order.
+func BudgetFaultNames() []string {
+	var names []string
+	for _, f := range BudgetFaults {
+		names = append(names, f.Name)
+	}
+	return names
+}
+
 func (c *BudgetConfig) defaults() error {
+	names := BudgetFaultNames()
 	if len(c.Faults) == 0 {
-		for _, f := range BudgetFaults {
-			c.Faults = append(c.Faults, f.Name)
-		}
+		c.Faults = names
 	}
 	for _, name := range c.Faults {
-		if _, ok := budgetFault(name); !ok {
-			var names []string
-			for _, f := range BudgetFaults {
-				names = append(names, f.Name)
-			}
+		if !slices.Contains(names, name) {
 			return fmt.Errorf("unknown fault %q (%s)", name, strings.Join(names, ", "))
 		}
 	}

@@ -66,7 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var bcfg chaos.BudgetConfig
 	fs.DurationVar(&bcfg.Each, "budget-each", 2*time.Minute, "with --budget: how long each fault lasts")
 	fs.DurationVar(&bcfg.Recover, "budget-recover", time.Minute, "with --budget: how long the controller has to converge after each fault")
-	faults := fs.String("budget-faults", "", "with --budget: the faults to measure, comma-separated (default all: "+budgetFaults()+")")
+	faults := fs.String("budget-faults", "", "with --budget: the faults to measure, comma-separated (default all: "+strings.Join(chaos.BudgetFaultNames(), ", ")+")")
 	breakWhat := fs.String("break", "", `break something on purpose: "drop-events" makes the proxy swallow every MODIFIED and DELETED event, and turns off the faults that relist (a relist would repair the loss) and the persistent ones`)
 	logPath := fs.String("controller-log", "out/chaos-controller.log", "where the controller's log goes")
 	verbosity := fs.Int("v", 2, "the controller's log verbosity")
@@ -76,9 +76,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfg.QPS = float32(qps)
 	if *faults != "" {
 		bcfg.Faults = strings.Split(*faults, ",")
+		names := chaos.BudgetFaultNames()
 		for _, name := range bcfg.Faults {
-			if !slices.Contains(strings.Split(budgetFaults(), ", "), name) {
-				fmt.Fprintf(stderr, "chaos: unknown --budget-faults %q (%s)\n", name, budgetFaults())
+			if !slices.Contains(names, name) {
+				fmt.Fprintf(stderr, "chaos: unknown --budget-faults %q (%s)\n", name, strings.Join(names, ", "))
 				return 2
 			}
 		}
@@ -139,12 +140,4 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-func budgetFaults() string {
-	var names []string
-	for _, f := range chaos.BudgetFaults {
-		names = append(names, f.Name)
-	}
-	return strings.Join(names, ", ")
 }
