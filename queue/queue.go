@@ -144,9 +144,17 @@ func New(limiter RateLimiter) *Queue {
 }
 
 // Add marks key as needing processing. It is a no-op after ShutDown.
-func (q *Queue) Add(key string) {
+func (q *Queue) Add(key string) { q.add(key, false) }
+
+// add is Add, or with first AddFirst.
+func (q *Queue) add(key string, first bool) {
 	q.mu.Lock()
-	deduped := q.addLocked(key)
+	var deduped bool
+	if first {
+		deduped = q.addFirstLocked(key)
+	} else {
+		deduped = q.addLocked(key)
+	}
 	q.mu.Unlock()
 	if q.Observer != nil {
 		q.Observer.Observe(Added{Key: key, Deduped: deduped})
@@ -200,14 +208,7 @@ func (q *Queue) push(key string) {
 // replica. A key Add queued waits behind at most the AddFirst keys added
 // while it waits, and those being processed when it was queued (they come
 // back first after Done). A no-op after ShutDown.
-func (q *Queue) AddFirst(key string) {
-	q.mu.Lock()
-	deduped := q.addFirstLocked(key)
-	q.mu.Unlock()
-	if q.Observer != nil {
-		q.Observer.Observe(Added{Key: key, Deduped: deduped})
-	}
-}
+func (q *Queue) AddFirst(key string) { q.add(key, true) }
 
 func (q *Queue) addFirstLocked(key string) (deduped bool) {
 	if q.shutdown {
@@ -242,11 +243,7 @@ func (q *Queue) AddFirstAfter(key string, d time.Duration) { q.addAfter(key, d, 
 
 func (q *Queue) addAfter(key string, d time.Duration, first bool) {
 	if d <= 0 {
-		if first {
-			q.AddFirst(key)
-		} else {
-			q.Add(key)
-		}
+		q.add(key, first)
 		return
 	}
 	q.mu.Lock()
@@ -273,11 +270,7 @@ func (q *Queue) addAfter(key string, d time.Duration, first bool) {
 		delete(q.waiting, key)
 		first := w.first
 		q.mu.Unlock()
-		if first {
-			q.AddFirst(key)
-		} else {
-			q.Add(key)
-		}
+		q.add(key, first)
 	})
 	q.waiting[key] = w
 }
