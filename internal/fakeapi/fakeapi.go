@@ -46,6 +46,12 @@
 // from when it received the request, so a client never sees its stream end
 // early), the slack the watcher's rule for a healthy stream allows for.
 //
+// In virtual time it is deterministic: the server acts on a timer of its
+// own (a slow frame, a stream's bookmark or timeout, a request's latency)
+// only after all else due at that instant (settle), and a stream with
+// several things due at once takes them in a fixed order (see stream.run),
+// never as a select picks among ready cases.
+//
 // Faults (SetFault) stay on until changed; Cut, Compact, LosePrevKv,
 // RestartCache and Restore act once. Every request is logged (Requests),
 // with the status it was refused with and when and how a stream ended, so a
@@ -635,6 +641,7 @@ func (s *Server) roundTrip(ctx context.Context) {
 		case <-ctx.Done():
 		case <-t.C:
 		}
+		settle()
 	}
 }
 
@@ -801,6 +808,7 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 		case <-st.killed:
 		case <-st.stopped:
 		}
+		settle()
 		if !gone() {
 			end(nil) // the cache restarted
 		}
@@ -861,6 +869,7 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 	// after the last changes; seed 1448: a bookmark before the end, or the
 	// end at once; seed 1497: the end at a cache restart, or a bookmark and
 	// one more change first).
+	settled := false // since the stream last waited or sent
 	for {
 		if gone() {
 			return
@@ -891,10 +900,17 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 			}
 			st.cursor = c.rv
 		}
+		if len(pending) > 0 {
+			settled = false
+			continue // changes first: more may have come meanwhile
+		}
+		if !settled {
+			settle()
+			settled = true
+			continue // a write at this very instant goes first
+		}
 		now := time.Now()
 		switch {
-		case len(pending) > 0:
-			continue // changes first: more may have come meanwhile
 		case closed(st.stopped):
 			end(nil) // the cache restarted: a clean end, before the timeout
 			return
@@ -918,6 +934,7 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 				end(err)
 				return
 			}
+			settled = false
 			continue
 		case !now.Before(endAt):
 			end(nil) // timeoutSeconds: a normal end
@@ -932,8 +949,19 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 		case <-deadline.C:
 		case <-bookmarks.C:
 		}
+		settled = false
 	}
 }
+
+// settle lets everything else due at this instant happen first. Whatever
+// the server does when one of its timers fires (a slow frame, a stream's
+// bookmark or timeout, a request's latency) would otherwise race with what
+// other goroutines do at the same instant of virtual time (a write, a cut,
+// a client leaving), and which goroutine the clock's tick runs first is
+// the scheduler's choice. The clock moves on only once every goroutine of
+// the bubble waits, so a nanosecond's sleep ends after all of them: the
+// server always acts last.
+func settle() { time.Sleep(time.Nanosecond) }
 
 // closed reports whether c is closed, without waiting.
 func closed(c <-chan struct{}) bool {
@@ -961,6 +989,7 @@ func (st *stream) send(ctx context.Context, f []byte) error {
 		case <-t.C:
 		}
 		t.Stop()
+		settle()
 		switch { // the cut first, whichever select saw (see run)
 		case closed(st.killed):
 			return errCut

@@ -81,10 +81,47 @@ func TestABurstPastACacheRestartEndsWithoutTheBookmark(t *testing.T) {
 	}
 }
 
-// describe: the first frame, the frames from the twelfth on, the end.
+// describe: the first frame, the frames from the twelfth on, the end (to
+// the millisecond: the server acts a few nanoseconds after its timers).
 func describe(frames []string, ended time.Duration) string {
+	ended = ended.Round(time.Millisecond)
 	if len(frames) < 12 {
 		return fmt.Sprintf("%d frames (%s), end at %v", len(frames), strings.Join(frames, ", "), ended)
 	}
 	return fmt.Sprintf("%s … %s, end at %v", frames[0], strings.Join(frames[11:], ", "), ended)
+}
+
+// A write at the very instant a stream's timeout comes: whether its event
+// goes out before the end must not rest on which of the two goroutines the
+// clock wakes first runs first.
+func TestAWriteAtTheTimeoutIsSentOneWay(t *testing.T) {
+	var first string
+	for run := range 50 {
+		var got []string
+		synctest.Test(t, func(t *testing.T) {
+			s := New()
+			s.BookmarkEvery = 0
+			s.Put("ns", "a", "v")
+			secs := int64(10)
+			body, err := s.Watch(context.Background(), metav1.ListOptions{ResourceVersion: s.ResourceVersion(), TimeoutSeconds: &secs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer body.Close()
+			go func() {
+				time.Sleep(10 * time.Second)
+				s.Put("ns", "a", "w")
+			}()
+			sc := bufio.NewScanner(body)
+			for sc.Scan() {
+				got = append(got, sc.Text()[:20])
+			}
+		})
+		if run == 0 {
+			first = strings.Join(got, ",")
+		} else if g := strings.Join(got, ","); g != first {
+			t.Fatalf("run 1 sent %q, run %d %q", first, run+1, g)
+		}
+	}
+	t.Logf("sent %q", first)
 }
