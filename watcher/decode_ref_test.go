@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/internal/metajson"
@@ -146,6 +147,28 @@ func TestTheNewestManagedFieldsTimeIsKept(t *testing.T) {
 		if len(ev.Object.ManagedFields) != 1 || ev.Object.ManagedFields[0].Manager != "" {
 			t.Errorf("%s: managedFields kept: %+v, want one entry with the time only", name, ev.Object.ManagedFields)
 		}
+	}
+}
+
+// The fallback keeps the newest time too: an object MyResource's decoder
+// declines (a field twice: the last wins, as in encoding/json) is decoded by
+// withoutManagedFields then metajson.Plain, which no other test (nor the
+// explorer, whose objects all take the fast way) gives several managers.
+// With the oldest kept (mutation managed-fields-oldest-time) it fails with
+// "written at 2026-12-01 09:59:59 +0000 UTC".
+func TestTheFallbackKeepsTheNewestManagedFieldsTime(t *testing.T) {
+	twice := strings.Replace(fastPathCases["several managers, UTC times"], `"spec":{"message":"x"}`, `"spec":{"message":"w","message":"x"}`, 1)
+	var fast v1alpha1.MyResource
+	_, object, _ := strings.Cut(strings.TrimSuffix(twice, "}\n"), `"object":`)
+	if err := fast.DecodeJSON([]byte(object), metajson.Options{NewestWriteOnly: true}); err == nil {
+		t.Fatal("MyResource's decoder took a field twice: this does not reach the fallback")
+	}
+	ev, err := newEventDecoder(strings.NewReader(twice), codec).Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at, ok := WrittenAt(ev.Object); !ok || at.UTC().Format(time.RFC3339) != "2026-12-01T10:00:05Z" || ev.Object.Spec.Message != "x" {
+		t.Fatalf("written at %v (%v), message %q; want 2026-12-01T10:00:05Z, \"x\"", at, ok, ev.Object.Spec.Message)
 	}
 }
 

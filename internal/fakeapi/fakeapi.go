@@ -46,6 +46,12 @@
 // from when it received the request, so a client never sees its stream end
 // early), the slack the watcher's rule for a healthy stream allows for.
 //
+// In virtual time it is deterministic: the server acts on a timer of its
+// own (a slow frame, a stream's bookmark or timeout, a request's latency)
+// only after all else due at that instant (settle), and a stream with
+// several things due at once takes them in a fixed order (see stream.run),
+// never as a select picks among ready cases.
+//
 // Faults (SetFault) stay on until changed; Cut, Compact, LosePrevKv,
 // RestartCache and Restore act once. Every request is logged (Requests),
 // with the status it was refused with and when and how a stream ended, so a
@@ -635,6 +641,7 @@ func (s *Server) roundTrip(ctx context.Context) {
 		case <-ctx.Done():
 		case <-t.C:
 		}
+		settle()
 	}
 }
 
@@ -769,22 +776,41 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 	bookmarks := time.NewTimer(0)
 	bookmarks.Stop()
 	defer bookmarks.Stop()
+	var bookmarkAt time.Time // when the next bookmark is due (zero: none)
 	scheduleBookmark := func() {
-		if at, ok := st.nextBookmark(time.Now(), endAt); ok {
-			bookmarks.Reset(time.Until(at))
+		var ok bool
+		if bookmarkAt, ok = st.nextBookmark(time.Now(), endAt); ok {
+			bookmarks.Reset(time.Until(bookmarkAt))
+		} else {
+			bookmarkAt = time.Time{}
 		}
+	}
+	// gone ends the stream if its connection broke or its client left, the
+	// first of them in that order.
+	gone := func() bool {
+		switch {
+		case closed(st.killed):
+			end(errCut)
+		case closed(st.done):
+		case ctx.Err() != nil:
+			st.ended(true) // the client gave up on the request
+			end(ctx.Err())
+		default:
+			return false
+		}
+		return true
 	}
 
 	if st.mode == Freeze {
 		select {
 		case <-ctx.Done():
-			st.ended(true) // the client gave up on the request
-			end(ctx.Err())
 		case <-st.done:
 		case <-st.killed:
-			end(errCut)
 		case <-st.stopped:
-			end(nil)
+		}
+		settle()
+		if !gone() {
+			end(nil) // the cache restarted
 		}
 		return
 	}
@@ -834,7 +860,20 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 		}
 	}
 	scheduleBookmark()
+	// Whatever woke the stream, it acts on what is due in a fixed order: the
+	// connection broken, the client gone, the changes, a cache restart, the
+	// bookmark, the timeout. Several are often due at once (a burst of slow
+	// frames outlasts the bookmark timer, the timeout, a cache restart), and
+	// a select picks among ready cases at random: in virtual time that made
+	// a seed replay two ways (the explorer's seed 21: a bookmark before or
+	// after the last changes; seed 1448: a bookmark before the end, or the
+	// end at once; seed 1497: the end at a cache restart, or a bookmark and
+	// one more change first).
+	settled := false // since the stream last waited or sent
 	for {
+		if gone() {
+			return
+		}
 		s.mu.Lock()
 		var pending []change
 		for _, c := range s.history {
@@ -861,52 +900,76 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 			}
 			st.cursor = c.rv
 		}
-		// Changes first: after a burst of slow frames the bookmark timer
-		// has fired and writes have woken the stream, both ready at once,
-		// and select picks one at random; in virtual time that made a seed
-		// replay two ways (the explorer's seed 21: a bookmark before or
-		// after the last changes, converging in 1m27s or 1m28s).
-		select {
-		case <-wake:
-			continue
-		default:
+		if len(pending) > 0 {
+			settled = false
+			continue // changes first: more may have come meanwhile
 		}
-		select {
-		case <-ctx.Done():
-			st.ended(true) // the client gave up on the request
-			end(ctx.Err())
-			return
-		case <-st.done:
-			return
-		case <-st.killed:
-			end(errCut)
-			return
-		case <-st.stopped:
+		if !settled {
+			settle()
+			settled = true
+			continue // a write at this very instant goes first
+		}
+		now := time.Now()
+		switch {
+		case closed(st.stopped):
 			end(nil) // the cache restarted: a clean end, before the timeout
 			return
-		case <-deadline.C:
-			end(nil) // timeoutSeconds: a normal end
-			return
-		case <-bookmarks.C:
+		case !bookmarkAt.IsZero() && !now.Before(bookmarkAt):
+			// Due before the timeout (2 s before it at the latest), so sent
+			// before the end.
 			scheduleBookmark()
 			s.mu.Lock()
-			now := s.rv
+			rv := s.rv
 			caughtUp := len(s.history) == 0 || s.history[len(s.history)-1].rv <= st.cursor
 			s.mu.Unlock()
-			if now < st.cursor {
+			if rv < st.cursor {
 				continue // behind the watch's resourceVersion: nothing to say
 			}
 			if caughtUp {
 				// The server's resourceVersion, moved by writes to
 				// other resources too.
-				st.cursor = now
+				st.cursor = rv
 			}
 			if err := st.send(ctx, bookmark(st.cursor, false)); err != nil {
 				end(err)
 				return
 			}
-		case <-wake:
+			settled = false
+			continue
+		case !now.Before(endAt):
+			end(nil) // timeoutSeconds: a normal end
+			return
 		}
+		select {
+		case <-ctx.Done():
+		case <-st.done:
+		case <-st.killed:
+		case <-st.stopped:
+		case <-wake:
+		case <-deadline.C:
+		case <-bookmarks.C:
+		}
+		settled = false
+	}
+}
+
+// settle lets everything else due at this instant happen first. Whatever
+// the server does when one of its timers fires (a slow frame, a stream's
+// bookmark or timeout, a request's latency) would otherwise race with what
+// other goroutines do at the same instant of virtual time (a write, a cut,
+// a client leaving), and which goroutine the clock's tick runs first is
+// the scheduler's choice. The clock moves on only once every goroutine of
+// the bubble waits, so a nanosecond's sleep ends after all of them: the
+// server always acts last.
+func settle() { time.Sleep(time.Nanosecond) }
+
+// closed reports whether c is closed, without waiting.
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -922,12 +985,16 @@ func (st *stream) send(ctx context.Context, f []byte) error {
 		t := time.NewTimer(time.Second)
 		select {
 		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
 		case <-st.killed:
-			t.Stop()
-			return errCut
 		case <-t.C:
+		}
+		t.Stop()
+		settle()
+		switch { // the cut first, whichever select saw (see run)
+		case closed(st.killed):
+			return errCut
+		case ctx.Err() != nil:
+			return ctx.Err()
 		}
 	}
 	if st.mode == CutFrames && isEvent(f) {
