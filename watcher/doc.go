@@ -93,9 +93,12 @@
 // 44,552 WATCH requests in 20 s through such a proxy.)
 //
 // Every other end is trouble, and trouble waits before the next request:
-// d = min(30 s, 0.8 s·2ⁿ) after the n-th trouble in a row, shortened by up to
-// half at random (the jitter never lengthens a wait, so 30 s is a true cap);
-// a 429 waits at least its Retry-After. n starts again after two minutes
+// d = min(30 s, 1.6 s·2ⁿ) after the n-th trouble in a row, shortened by up to
+// half at random (the jitter never lengthens a wait, so 30 s is a true cap):
+// the n-th wait lies in [0.8 s·2ⁿ, 1.6 s·2ⁿ], as client-go's Reflector's
+// waits do (800 ms doubling, its jitter 1.0 lengthening: [d, 2d]) until the cap;
+// there client-go's reach [30 s, 60 s) and these stay in [15 s, 30 s]; a
+// 429 waits at least its Retry-After. n starts again after two minutes
 // without trouble. The steps come from cenkalti/backoff/v4's
 // ExponentialBackOff, its randomization off (it would spread a step both
 // ways, past the cap); the jitter is the machine's own, from Options.Rand.
@@ -119,14 +122,14 @@
 // The bounds that follow, which the explorer holds on thousands of random
 // schedules (see "The explorer" below):
 //
-//   - Requests under any persistent fault: waits of at least 0.4, 0.8, 1.6,
-//     3.2, 6.4, 12.8, then 15 s (half the cap), so at most nine waits fall in
+//   - Requests under any persistent fault: waits of at least 0.8, 1.6, 3.2,
+//     6.4, 12.8, then 15 s (half the cap), so at most seven waits fall in
 //     any minute; between two waits there are at most five requests (a WATCH
 //     that meets a 410, a failed WatchList, the LIST instead, its restart
 //     after an expired continue token, the next WATCH), usually one or two
 //     (a probe and the WATCH after a WATCH that could not open; the probe
 //     without a wait follows only a silent stream, longer than a minute).
-//     So at most 45 requests in any minute; once the cap is reached, at most
+//     So at most 40 requests in any minute; once the cap is reached, at most
 //     four retries a minute: four WATCHes for a flapping stream, four LISTs
 //     and four WATCHes when every stream ends in an ERROR.
 //   - Recovery: once the faults stop, the next request comes within the 30 s

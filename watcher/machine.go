@@ -122,10 +122,14 @@ type Backoff struct {
 	ResetAfter   time.Duration
 }
 
-// DefaultBackoff is client-go's Reflector policy (800 ms doubling to 30 s,
-// reset after 2 minutes without trouble), with jitter that only shortens.
+// DefaultBackoff waits as client-go's Reflector does, with jitter that only
+// shortens: steps of 1.6 s doubling to a 30 s cap, each shortened by up to
+// half, so the n-th wait in a row lies in [0.8 s·2ⁿ, 1.6 s·2ⁿ], which is
+// client-go's (800 ms doubling, jitter 1.0: [d, 2d]) until the cap, where
+// client-go's reach [30 s, 60 s) and these stay in [15 s, 30 s]. Reset after
+// 2 minutes without trouble.
 var DefaultBackoff = Backoff{
-	Initial: 800 * time.Millisecond, Max: 30 * time.Second, Factor: 2, Jitter: 0.5,
+	Initial: 1600 * time.Millisecond, Max: 30 * time.Second, Factor: 2, Jitter: 0.5,
 	ResetAfter: 2 * time.Minute,
 }
 
