@@ -12,8 +12,9 @@
 //	─────▶ │ Listing │ ──────────────▶ │ Watching │ ◀─┐ (timeout, or 2 min calm):
 //	       └─────────┘                 └──────────┘ ──┘ re-WATCH from RV at once
 //	                                    │   ▲    │
-//	    stream broke, 5xx, refused,     │   │    │ 410 Gone, an ERROR event,
-//	    429, closed too soon            ▼   │    │ "too large resource version"
+//	    stream broke (an ERROR after    │   │    │ 410 Gone, an ERROR event that
+//	    an event too), 5xx, refused,    │   │    │ came before any, "too large
+//	    429, closed too soon            ▼   │    │ resource version"
 //	                             ┌────────────┐  ▼
 //	                             │ BackingOff │ ┌───────────┐
 //	                             │ wait, then │ │ Relisting │ ── listed ──▶ Watching
@@ -49,8 +50,12 @@
 //     server no longer has the history after our resourceVersion (etcd
 //     compacted it; a restarted apiserver's watch cache starts later). Any
 //     other ERROR event (a 500: "etcd event received with PrevKv=nil" when
-//     compaction stopped exactly at the next change) means the same: the
-//     server cannot go on from here. Relist.
+//     compaction stopped exactly at the next change) that comes before the
+//     stream moved our resourceVersion on means the same: the server cannot
+//     go on from here. Relist. One that comes after (the stream carried an
+//     event or a bookmark past where it began) is a broken stream: re-watch
+//     from there after the backoff; if the server cannot go on from there
+//     either, that WATCH's ERROR comes first, and relists.
 //   - An expired continue token restarts the list at once from page one, in
 //     the first list and in a relist alike; a second failure in a row backs off.
 //   - A list that fails on the way for any other reason (refused, cut, 5xx,
@@ -130,8 +135,9 @@
 //     (a probe and the WATCH after a WATCH that could not open; the probe
 //     without a wait follows only a silent stream, longer than a minute).
 //     So at most 40 requests in any minute; once the cap is reached, at most
-//     four retries a minute: four WATCHes for a flapping stream, four LISTs
-//     and four WATCHes when every stream ends in an ERROR.
+//     four retries a minute: four WATCHes for a flapping stream (or one
+//     whose every stream carries an event and then an ERROR), four LISTs and
+//     four WATCHes when every stream ends in an ERROR before any event.
 //   - Recovery: once the faults stop, the next request comes within the 30 s
 //     cap (or the server's Retry-After), or, on a stream that froze, within
 //     the silence limit; the store is then in sync after one list, which

@@ -334,6 +334,7 @@ func (m *Machine) stepWatchListFailed(o Outcome, class ErrorClass, retryAfter ti
 }
 
 func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duration) Action {
+	from := m.RV
 	if o.RV != "" {
 		m.RV = o.RV
 	}
@@ -341,15 +342,21 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 	if healthy {
 		m.relisted = false
 	}
-	// An ERROR event (typically a 500) is the server's word that it cannot
-	// serve this watch from our resourceVersion: after etcd compacted exactly
-	// up to the next change, the apiserver says "etcd event received with
-	// PrevKv=nil" on every re-watch from there. A WATCH from a resourceVersion
-	// the server has not reached (after an etcd restore sent it back in
-	// time) fails with "Too large resource version" on every try. Either way
-	// re-watching would fail forever: relist, as for a 410.
+	// An ERROR event (typically a 500) before the stream carried us past
+	// the resourceVersion it started from is the server's word that it
+	// cannot serve this watch from there: after etcd compacted exactly up
+	// to the next change, the apiserver says "etcd event received with
+	// PrevKv=nil" on every re-watch from there. A WATCH from a
+	// resourceVersion the server has not reached (after an etcd restore
+	// sent it back in time) fails with "Too large resource version" on
+	// every try. Either way re-watching would fail forever: relist, as for
+	// a 410. An ERROR after the stream moved our resourceVersion on says
+	// nothing of where the next WATCH starts: it is a broken stream, and the
+	// loop re-watches from there after the backoff (if the server cannot go
+	// on from there either, that WATCH's ERROR comes first and relists).
+	stuck := o.ErrorEvent && class == Transient && m.RV == from
 	switch {
-	case class == Expired, class == TooLargeRV, o.ErrorEvent && class == Transient:
+	case class == Expired, class == TooLargeRV, stuck:
 		reason := fmt.Sprintf("watch from resourceVersion %s ended (%v): relist", m.RV, o.Err)
 		// The first relist does not wait out the backoff, whatever it grew
 		// to while the server was away: it is what recovers us. Another

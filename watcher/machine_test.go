@@ -376,3 +376,18 @@ func TestBackoffWaitsAsClientGosReflector(t *testing.T) {
 		}
 	}
 }
+
+// An ERROR event (a 500) after the stream carried the resourceVersion on is
+// a broken stream: back off and re-watch from where it got to, no relist.
+// One that comes before any progress (the server cannot go on from there:
+// "PrevKv=nil") relists, as before.
+func TestMachineErrorAfterProgressRewatches(t *testing.T) {
+	s, _ := newScript(t, false)
+	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
+	a := s.step(time.Second, Outcome{RV: "12", Opened: true, Frames: 1, Err: err500, ErrorEvent: true, Open: time.Second, Timeout: fiveMin},
+		Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: Watch, RV: "12"}, Watching)
+	// A bookmark at the same resourceVersion is no progress.
+	s.step(time.Second, Outcome{RV: "12", Opened: true, Frames: 1, Err: err500, ErrorEvent: true, Open: time.Second, Timeout: fiveMin},
+		Action{Do: List}, Relisting)
+}
