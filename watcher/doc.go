@@ -70,7 +70,12 @@
 //     where the server is whenever it may be another server: after a WATCH
 //     that could not open (refused, failed: the apiserver restarting on the
 //     restored etcd), the first request that gets through is a probe, a LIST
-//     of one item, whose resourceVersion is the server's; and after a silent
+//     of one item, whose resourceVersion is the server's (or, when the server
+//     said it has just started, "storage is (re)initializing" or "before all
+//     known HTTP paths have been installed", the relist itself: its watch
+//     cache begins after our resourceVersion, and a WATCH from there would
+//     meet 410; the list tells the server's resourceVersion as the probe
+//     would, two requests sooner); and after a silent
 //     stream (a watch cache accepts a WATCH from the future and sends
 //     nothing until it gets there). A WATCH answered "Too large resource
 //     version" (504) relists too. Compared by apimachinery's

@@ -287,7 +287,7 @@ func (m *Machine) stepList(o Outcome, class ErrorClass, retryAfter time.Duration
 // a WATCH that could not open.
 func (m *Machine) stepProbe(o Outcome, class ErrorClass, retryAfter time.Duration) Action {
 	if class != NoError {
-		return m.trouble(o.At, retryAfter, Action{Do: Probe}, class, o.Err, fmt.Sprintf("probe failed (%s): %v", class, o.Err))
+		return m.trouble(o.At, retryAfter, m.afterUnopened(o.Err), class, o.Err, fmt.Sprintf("probe failed (%s): %v", class, o.Err))
 	}
 	resume := Action{Do: Watch, RV: m.RV}
 	if c, err := resourceversion.CompareResourceVersion(o.RV, m.RV); err == nil && c < 0 {
@@ -405,15 +405,30 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 	if o.Err == nil {
 		reason = fmt.Sprintf("watch closed after %d frames in %s, before its timeout", o.Frames, o.Open.Round(time.Millisecond))
 	}
-	// A WATCH that could not even open (the server unreachable, restarting,
-	// failing): when we get through again, the server may be another one —
-	// restored from an older etcd snapshot. The first request is a probe of
-	// its resourceVersion, which costs no more than the WATCH it precedes.
 	resume := Action{Do: Watch, RV: m.RV}
 	if !o.Opened {
-		resume = Action{Do: Probe}
+		resume = m.afterUnopened(o.Err)
 	}
 	return m.trouble(o.At, retryAfter, resume, class, o.Err, reason)
+}
+
+// afterUnopened is what follows the backoff after a WATCH that could not
+// even open (the server unreachable, restarting, failing), or a probe that
+// failed. When we get through again, the server may be another one,
+// restored from an older etcd snapshot: the first request is a probe of
+// its resourceVersion, which costs no more than the WATCH it precedes. But
+// a server that said it has just started (serverStarting: its watch cache
+// begins after our resourceVersion once anything was written) would answer
+// the WATCH after the probe with 410, and the relist after that tells its
+// resourceVersion as well as the probe: relist at once, two requests
+// fewer. It counts as the relist after the 410 (another before a healthy
+// stream backs off).
+func (m *Machine) afterUnopened(err error) Action {
+	if serverStarting(err) {
+		m.relisted = true
+		return m.list("relist")
+	}
+	return Action{Do: Probe}
 }
 
 // Resharded: the watcher's shard changed, and the action in flight, if any,
