@@ -395,7 +395,8 @@ func TestMachineErrorAfterProgressRewatches(t *testing.T) {
 // A WATCH, or a probe, that kube-apiserver answers with its word that it
 // has just started (its watch cache will begin after our resourceVersion)
 // is followed, after the wait, by a relist: not by a probe and then a
-// WATCH that would meet 410. Any other failure to open still probes first.
+// WATCH that would meet 410; but a WATCH from a list made since it started
+// is tried again. Any other failure to open still probes first.
 func TestMachineStartingServerRelistsWithoutAProbe(t *testing.T) {
 	cacheStarting := apierrors.NewTooManyRequests("storage is (re)initializing", 2)
 	pathsMissing := apierrors.NewServiceUnavailable("the request has been made before all known HTTP paths have been installed, please try again")
@@ -408,12 +409,16 @@ func TestMachineStartingServerRelistsWithoutAProbe(t *testing.T) {
 	a = s.step(5*time.Second, Outcome{Err: cacheStarting}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
 	s.wait(a, Action{Do: List}, Relisting)
 	s.step(0, Outcome{RV: "30"}, Action{Do: Watch, RV: "30"}, Watching)
+	// The cache is still starting: it began before that list, so the WATCH
+	// from the list's resourceVersion is tried again, not another relist.
+	a = s.step(0, Outcome{Err: cacheStarting}, Action{Do: Wait, Delay: 6400 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: Watch, RV: "30"}, Watching)
 	// That was the relist after a 410: another before a healthy stream waits.
-	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Do: Wait, Delay: 6400 * time.Millisecond}, BackingOff)
+	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Do: Wait, Delay: 12800 * time.Millisecond}, BackingOff)
 	s.wait(a, Action{Do: List}, Relisting)
 	s.step(0, Outcome{RV: "40"}, Action{Do: Watch, RV: "40"}, Watching)
 	// A probe answered "paths not installed yet" relists too.
-	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin}, Action{Do: Watch, RV: "40"}, Watching)
+	s.step(fiveMin, Outcome{Opened: true, Open: fiveMin, Timeout: fiveMin}, Action{Do: Watch, RV: "40"}, Watching)
 	a = s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
 	s.wait(a, Action{Do: Probe}, Watching)
 	a = s.step(0, Outcome{Err: pathsMissing}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
