@@ -201,8 +201,10 @@ type Machine struct {
 	listRetried bool
 	// fallback: this list cycle uses LIST because a WatchList failed.
 	fallback bool
-	// fresh: the store was listed and no stream has opened since.
-	fresh bool
+	// forStart: the list in flight is the relist of a server that said it
+	// had just started; fresh: that list is in the store and no stream has
+	// opened since.
+	forStart, fresh bool
 }
 
 // NewMachine returns a machine in the Listing state. rand returns numbers in
@@ -310,7 +312,7 @@ func (m *Machine) listed(o Outcome, next Do) Action {
 			a.Reason = fmt.Sprintf("listed at resourceVersion %s, older than the %s we had: the server's history went back (an etcd restore?); the store now holds the server's state", o.RV, m.RV)
 		}
 	}
-	m.RV, m.listRetried, m.fallback, m.fresh = o.RV, false, false, true
+	m.RV, m.listRetried, m.fallback, m.fresh, m.forStart = o.RV, false, false, m.forStart, false
 	m.State = Watching
 	return m.do(a)
 }
@@ -427,15 +429,15 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 // the WATCH after the probe with 410, and the relist after that tells its
 // resourceVersion as well as the probe: relist at once, two requests
 // fewer. It counts as the relist after the 410 (another before a healthy
-// stream backs off). A WATCH from a list made since the server started
-// (no stream opened since the list) waits for its watch cache and tries
-// again: the cache began before that list.
+// stream backs off). A WATCH from that relist (no stream opened since)
+// waits for the watch cache and tries again: the cache began before that
+// list.
 func (m *Machine) afterUnopened(err error) Action {
 	switch {
 	case serverStarting(err) && m.fresh:
 		return Action{Do: Watch, RV: m.RV}
 	case serverStarting(err):
-		m.relisted = true
+		m.relisted, m.forStart = true, true
 		return m.list("relist")
 	}
 	return Action{Do: Probe}

@@ -417,8 +417,13 @@ func TestMachineStartingServerRelistsWithoutAProbe(t *testing.T) {
 	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Do: Wait, Delay: 12800 * time.Millisecond}, BackingOff)
 	s.wait(a, Action{Do: List}, Relisting)
 	s.step(0, Outcome{RV: "40"}, Action{Do: Watch, RV: "40"}, Watching)
+	// A list made before the server said it started (this one, after the
+	// 410) is no reason to retry the WATCH: that server may be another.
+	a = s.step(0, Outcome{Err: cacheStarting}, Action{Do: Wait, Delay: 25600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: List}, Relisting)
+	s.step(0, Outcome{RV: "45"}, Action{Do: Watch, RV: "45"}, Watching)
 	// A probe answered "paths not installed yet" relists too.
-	s.step(fiveMin, Outcome{Opened: true, Open: fiveMin, Timeout: fiveMin}, Action{Do: Watch, RV: "40"}, Watching)
+	s.step(fiveMin, Outcome{Opened: true, Open: fiveMin, Timeout: fiveMin}, Action{Do: Watch, RV: "45"}, Watching)
 	a = s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
 	s.wait(a, Action{Do: Probe}, Watching)
 	a = s.step(0, Outcome{Err: pathsMissing}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
