@@ -75,8 +75,8 @@
 //     known HTTP paths have been installed", the relist itself: its watch
 //     cache begins after our resourceVersion, and a WATCH from there would
 //     meet 410; the list tells the server's resourceVersion as the probe
-//     would, two requests sooner; a WATCH from a list made since it started
-//     just tries again); and after a silent
+//     would, two requests sooner; a WATCH from that list answered in the
+//     same words tries again); and after a silent
 //     stream (a watch cache accepts a WATCH from the future and sends
 //     nothing until it gets there). A WATCH answered "Too large resource
 //     version" (504) relists too. Compared by apimachinery's

@@ -430,8 +430,11 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 // resourceVersion as well as the probe: relist at once, two requests
 // fewer. It counts as the relist after the 410 (another before a healthy
 // stream backs off). A WATCH from that relist (no stream opened since)
-// waits for the watch cache and tries again: the cache began before that
-// list.
+// answered in the same words tries again after the wait rather than
+// relisting once more: a watch cache that was already initializing began
+// its history before that list. (One created after it, when the relist
+// followed a 503 of a server still installing its paths, may begin after
+// it: then that WATCH meets 410, and the relist after it backs off.)
 func (m *Machine) afterUnopened(err error) Action {
 	switch {
 	case serverStarting(err) && m.fresh:
