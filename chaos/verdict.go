@@ -112,7 +112,7 @@ func (b *budget) leases(replicas []*replica, from, to time.Time, renew time.Dura
 }
 
 // requestBound is the most LISTs and WATCHes a watcher with backoff b may
-// make in any minute under faults: package watcher's bound, 45 with its
+// make in any minute under faults: package watcher's bound, 40 with its
 // default backoff. Between two waits come at most five requests (a WATCH
 // that meets a 410, a WatchList that fails, the LIST instead, that LIST's
 // restart after an expired continue token, the next WATCH), and the waits

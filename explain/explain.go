@@ -136,7 +136,7 @@ var hints = map[string]string{
 		"apiserver restarted and its new watch cache starts later. Only a new LIST resynchronises the cache.",
 	"DELTA": "A change the (re)list found. Deleted deltas marked FinalStateUnknown are objects that vanished\n" +
 		"while we were not watching (client-go's DeletedFinalStateUnknown).",
-	"BACKOFF": "Exponential backoff with jitter (0.8 s doubling to a true 30 s cap; jitter only shortens), so failing\n" +
+	"BACKOFF": "Exponential backoff with jitter (first 0.8 to 1.6 s, as client-go's, doubling to a true 30 s cap), so failing\n" +
 		"clients do not hammer the server in step; a 429 waits at least its Retry-After.",
 	"ENQUEUE": "The queue holds keys, not objects: a worker reads the latest object from the store when it\n" +
 		"gets there, so ten changes while a key waits cost one reconcile.",

@@ -132,7 +132,7 @@ const want = `12:00:00.001 LEASE     held by other-pod
 12:00:00.029 CLOSED    the stream ended after 0 events, open 0s: connection refused
 12:00:00.030 FAILED    watch failed (transient): connection refused
 12:00:00.031 BACKOFF   wait 1.6s before retrying (transient error)
-             ↳ Exponential backoff with jitter (0.8 s doubling to a true 30 s cap; jitter only shortens), so failing
+             ↳ Exponential backoff with jitter (first 0.8 to 1.6 s, as client-go's, doubling to a true 30 s cap), so failing
              ↳ clients do not hammer the server in step; a 429 waits at least its Retry-After.
 12:00:00.032 SKIPPED   MODIFIED event for default/bad does not decode (spec: expected object): left out, the rest goes on
 12:00:00.033 LEADER    this replica (this-pod) stopped leading: its workers have stopped

@@ -17,8 +17,8 @@ const (
 const (
 	// StormPerMinute: a client that makes more LISTs and WATCHes than this
 	// in a minute of a fault stormed. One a second: the raw watcher's
-	// backoff allows at most 45 in any minute (chaos.requestBound), and
-	// client-go's reflector (800 ms doubling to 30 s) about as many; a
+	// backoff allows at most 40 in any minute (chaos.requestBound), and
+	// client-go's reflector (the same waits, 800 ms to 1.6 s doubling) about as many; a
 	// client with no backoff makes thousands.
 	StormPerMinute = 60
 	// DefaultRecover is how long after a fault's end a client has to show a

@@ -12,8 +12,9 @@
 //	─────▶ │ Listing │ ──────────────▶ │ Watching │ ◀─┐ (timeout, or 2 min calm):
 //	       └─────────┘                 └──────────┘ ──┘ re-WATCH from RV at once
 //	                                    │   ▲    │
-//	    stream broke, 5xx, refused,     │   │    │ 410 Gone, an ERROR event,
-//	    429, closed too soon            ▼   │    │ "too large resource version"
+//	    stream broke (an ERROR after    │   │    │ 410 Gone, an ERROR event that
+//	    an event too), 5xx, refused,    │   │    │ came before any, "too large
+//	    429, closed too soon            ▼   │    │ resource version"
 //	                             ┌────────────┐  ▼
 //	                             │ BackingOff │ ┌───────────┐
 //	                             │ wait, then │ │ Relisting │ ── listed ──▶ Watching
@@ -49,8 +50,12 @@
 //     server no longer has the history after our resourceVersion (etcd
 //     compacted it; a restarted apiserver's watch cache starts later). Any
 //     other ERROR event (a 500: "etcd event received with PrevKv=nil" when
-//     compaction stopped exactly at the next change) means the same: the
-//     server cannot go on from here. Relist.
+//     compaction stopped exactly at the next change) that comes before the
+//     stream moved our resourceVersion on means the same: the server cannot
+//     go on from here. Relist. One that comes after (the stream carried an
+//     event or a bookmark past where it began) is a broken stream: re-watch
+//     from there after the backoff; if the server cannot go on from there
+//     either, that WATCH's ERROR comes first, and relists.
 //   - An expired continue token restarts the list at once from page one, in
 //     the first list and in a relist alike; a second failure in a row backs off.
 //   - A list that fails on the way for any other reason (refused, cut, 5xx,
@@ -65,7 +70,13 @@
 //     where the server is whenever it may be another server: after a WATCH
 //     that could not open (refused, failed: the apiserver restarting on the
 //     restored etcd), the first request that gets through is a probe, a LIST
-//     of one item, whose resourceVersion is the server's; and after a silent
+//     of one item, whose resourceVersion is the server's (or, when the server
+//     said it has just started, "storage is (re)initializing" or "before all
+//     known HTTP paths have been installed", the relist itself: its watch
+//     cache begins after our resourceVersion, and a WATCH from there would
+//     meet 410; the list tells the server's resourceVersion as the probe
+//     would, two requests sooner; a WATCH from that list answered in the
+//     same words tries again); and after a silent
 //     stream (a watch cache accepts a WATCH from the future and sends
 //     nothing until it gets there). A WATCH answered "Too large resource
 //     version" (504) relists too. Compared by apimachinery's
@@ -93,9 +104,12 @@
 // 44,552 WATCH requests in 20 s through such a proxy.)
 //
 // Every other end is trouble, and trouble waits before the next request:
-// d = min(30 s, 0.8 s·2ⁿ) after the n-th trouble in a row, shortened by up to
-// half at random (the jitter never lengthens a wait, so 30 s is a true cap);
-// a 429 waits at least its Retry-After. n starts again after two minutes
+// d = min(30 s, 1.6 s·2ⁿ) after the n-th trouble in a row, shortened by up to
+// half at random (the jitter never lengthens a wait, so 30 s is a true cap):
+// the n-th wait lies in [0.8 s·2ⁿ, 1.6 s·2ⁿ], as client-go's Reflector's
+// waits do (800 ms doubling, its jitter 1.0 lengthening: [d, 2d]) until the cap;
+// there client-go's reach [30 s, 60 s) and these stay in [15 s, 30 s]; a
+// 429 waits at least its Retry-After. n starts again after two minutes
 // without trouble. The steps come from cenkalti/backoff/v4's
 // ExponentialBackOff, its randomization off (it would spread a step both
 // ways, past the cap); the jitter is the machine's own, from Options.Rand.
@@ -119,16 +133,17 @@
 // The bounds that follow, which the explorer holds on thousands of random
 // schedules (see "The explorer" below):
 //
-//   - Requests under any persistent fault: waits of at least 0.4, 0.8, 1.6,
-//     3.2, 6.4, 12.8, then 15 s (half the cap), so at most nine waits fall in
+//   - Requests under any persistent fault: waits of at least 0.8, 1.6, 3.2,
+//     6.4, 12.8, then 15 s (half the cap), so at most seven waits fall in
 //     any minute; between two waits there are at most five requests (a WATCH
 //     that meets a 410, a failed WatchList, the LIST instead, its restart
 //     after an expired continue token, the next WATCH), usually one or two
 //     (a probe and the WATCH after a WATCH that could not open; the probe
 //     without a wait follows only a silent stream, longer than a minute).
-//     So at most 45 requests in any minute; once the cap is reached, at most
-//     four retries a minute: four WATCHes for a flapping stream, four LISTs
-//     and four WATCHes when every stream ends in an ERROR.
+//     So at most 40 requests in any minute; once the cap is reached, at most
+//     four retries a minute: four WATCHes for a flapping stream (or one
+//     whose every stream carries an event and then an ERROR), four LISTs and
+//     four WATCHes when every stream ends in an ERROR before any event.
 //   - Recovery: once the faults stop, the next request comes within the 30 s
 //     cap (or the server's Retry-After), or, on a stream that froze, within
 //     the silence limit; the store is then in sync after one list, which

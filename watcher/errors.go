@@ -83,3 +83,21 @@ func isExpired(err error) bool {
 	// Servers and proxies that lose the status still keep etcd's wording.
 	return strings.Contains(err.Error(), "too old resource version")
 }
+
+// serverStarting reports whether err is kube-apiserver's word that it, or
+// its watch cache, has just started, so that the cache's history begins
+// at the resourceVersion it started at: a WATCH from an older one meets 410
+// as soon as anything was written meanwhile. It says so in two ways
+// (k8s.io/apiserver): 503 "the request has been made before all known HTTP
+// paths have been installed" (notfoundhandler: the process is still
+// installing its API groups, a CRD's among them) and 429 "storage is
+// (re)initializing" (cacher/ready.go: the watch cache is listing from
+// etcd). Neither has a cause or reason of its own: the text is all there is.
+func serverStarting(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "storage is (re)initializing") ||
+		strings.Contains(msg, "before all known HTTP paths have been installed")
+}

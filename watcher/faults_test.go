@@ -45,7 +45,7 @@ func TestExpiredEventInTheStreamRelists(t *testing.T) {
 // relists too, without waiting out the backoff (only a second 410 before
 // any healthy watch would). The cut just before it was trouble, so the
 // relist is staggered: it waits a random part of the last backoff step
-// (the first, 800 ms), no more.
+// (the first, 1.6 s), no more.
 func TestGoneResponseToAWatchRelists(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
 	proxy, r := watchingViaProxy(t, cp, ns)

@@ -122,10 +122,14 @@ type Backoff struct {
 	ResetAfter   time.Duration
 }
 
-// DefaultBackoff is client-go's Reflector policy (800 ms doubling to 30 s,
-// reset after 2 minutes without trouble), with jitter that only shortens.
+// DefaultBackoff waits as client-go's Reflector does, with jitter that only
+// shortens: steps of 1.6 s doubling to a 30 s cap, each shortened by up to
+// half, so the n-th wait in a row lies in [0.8 s·2ⁿ, 1.6 s·2ⁿ], which is
+// client-go's (800 ms doubling, jitter 1.0: [d, 2d]) until the cap, where
+// client-go's reach [30 s, 60 s) and these stay in [15 s, 30 s]. Reset after
+// 2 minutes without trouble.
 var DefaultBackoff = Backoff{
-	Initial: 800 * time.Millisecond, Max: 30 * time.Second, Factor: 2, Jitter: 0.5,
+	Initial: 1600 * time.Millisecond, Max: 30 * time.Second, Factor: 2, Jitter: 0.5,
 	ResetAfter: 2 * time.Minute,
 }
 
@@ -197,6 +201,10 @@ type Machine struct {
 	listRetried bool
 	// fallback: this list cycle uses LIST because a WatchList failed.
 	fallback bool
+	// forStart: the list in flight is the relist of a server that said it
+	// had just started; fresh: that list is in the store and no stream has
+	// opened since.
+	forStart, fresh bool
 }
 
 // NewMachine returns a machine in the Listing state. rand returns numbers in
@@ -283,7 +291,7 @@ func (m *Machine) stepList(o Outcome, class ErrorClass, retryAfter time.Duration
 // a WATCH that could not open.
 func (m *Machine) stepProbe(o Outcome, class ErrorClass, retryAfter time.Duration) Action {
 	if class != NoError {
-		return m.trouble(o.At, retryAfter, Action{Do: Probe}, class, o.Err, fmt.Sprintf("probe failed (%s): %v", class, o.Err))
+		return m.trouble(o.At, retryAfter, m.afterUnopened(o.Err), class, o.Err, fmt.Sprintf("probe failed (%s): %v", class, o.Err))
 	}
 	resume := Action{Do: Watch, RV: m.RV}
 	if c, err := resourceversion.CompareResourceVersion(o.RV, m.RV); err == nil && c < 0 {
@@ -304,7 +312,7 @@ func (m *Machine) listed(o Outcome, next Do) Action {
 			a.Reason = fmt.Sprintf("listed at resourceVersion %s, older than the %s we had: the server's history went back (an etcd restore?); the store now holds the server's state", o.RV, m.RV)
 		}
 	}
-	m.RV, m.listRetried, m.fallback = o.RV, false, false
+	m.RV, m.listRetried, m.fallback, m.fresh, m.forStart = o.RV, false, false, m.forStart, false
 	m.State = Watching
 	return m.do(a)
 }
@@ -330,22 +338,32 @@ func (m *Machine) stepWatchListFailed(o Outcome, class ErrorClass, retryAfter ti
 }
 
 func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duration) Action {
+	from := m.RV
 	if o.RV != "" {
 		m.RV = o.RV
+	}
+	if o.Opened {
+		m.fresh = false
 	}
 	healthy := m.Healthy(o)
 	if healthy {
 		m.relisted = false
 	}
-	// An ERROR event (typically a 500) is the server's word that it cannot
-	// serve this watch from our resourceVersion: after etcd compacted exactly
-	// up to the next change, the apiserver says "etcd event received with
-	// PrevKv=nil" on every re-watch from there. A WATCH from a resourceVersion
-	// the server has not reached (after an etcd restore sent it back in
-	// time) fails with "Too large resource version" on every try. Either way
-	// re-watching would fail forever: relist, as for a 410.
+	// An ERROR event (typically a 500) before the stream carried us past
+	// the resourceVersion it started from is the server's word that it
+	// cannot serve this watch from there: after etcd compacted exactly up
+	// to the next change, the apiserver says "etcd event received with
+	// PrevKv=nil" on every re-watch from there. A WATCH from a
+	// resourceVersion the server has not reached (after an etcd restore
+	// sent it back in time) fails with "Too large resource version" on
+	// every try. Either way re-watching would fail forever: relist, as for
+	// a 410. An ERROR after the stream moved our resourceVersion on says
+	// nothing of where the next WATCH starts: it is a broken stream, and the
+	// loop re-watches from there after the backoff (if the server cannot go
+	// on from there either, that WATCH's ERROR comes first and relists).
+	stuck := o.ErrorEvent && class == Transient && m.RV == from
 	switch {
-	case class == Expired, class == TooLargeRV, o.ErrorEvent && class == Transient:
+	case class == Expired, class == TooLargeRV, stuck:
 		reason := fmt.Sprintf("watch from resourceVersion %s ended (%v): relist", m.RV, o.Err)
 		// The first relist does not wait out the backoff, whatever it grew
 		// to while the server was away: it is what recovers us. Another
@@ -394,15 +412,38 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 	if o.Err == nil {
 		reason = fmt.Sprintf("watch closed after %d frames in %s, before its timeout", o.Frames, o.Open.Round(time.Millisecond))
 	}
-	// A WATCH that could not even open (the server unreachable, restarting,
-	// failing): when we get through again, the server may be another one —
-	// restored from an older etcd snapshot. The first request is a probe of
-	// its resourceVersion, which costs no more than the WATCH it precedes.
 	resume := Action{Do: Watch, RV: m.RV}
 	if !o.Opened {
-		resume = Action{Do: Probe}
+		resume = m.afterUnopened(o.Err)
 	}
 	return m.trouble(o.At, retryAfter, resume, class, o.Err, reason)
+}
+
+// afterUnopened is what follows the backoff after a WATCH that could not
+// even open (the server unreachable, restarting, failing), or a probe that
+// failed. When we get through again, the server may be another one,
+// restored from an older etcd snapshot: the first request is a probe of
+// its resourceVersion, which costs no more than the WATCH it precedes. But
+// a server that said it has just started (serverStarting: its watch cache
+// begins after our resourceVersion once anything was written) would answer
+// the WATCH after the probe with 410, and the relist after that tells its
+// resourceVersion as well as the probe: relist at once, two requests
+// fewer. It counts as the relist after the 410 (another before a healthy
+// stream backs off). A WATCH from that relist (no stream opened since)
+// answered in the same words tries again after the wait rather than
+// relisting once more: a watch cache that was already initializing began
+// its history before that list. (One created after it, when the relist
+// followed a 503 of a server still installing its paths, may begin after
+// it: then that WATCH meets 410, and the relist after it backs off.)
+func (m *Machine) afterUnopened(err error) Action {
+	switch {
+	case serverStarting(err) && m.fresh:
+		return Action{Do: Watch, RV: m.RV}
+	case serverStarting(err):
+		m.relisted, m.forStart = true, true
+		return m.list("relist")
+	}
+	return Action{Do: Probe}
 }
 
 // Resharded: the watcher's shard changed, and the action in flight, if any,

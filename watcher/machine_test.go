@@ -115,16 +115,16 @@ func TestMachineHappyPath(t *testing.T) {
 	s.step(fiveMin, Outcome{RV: "20", Frames: 7, Open: fiveMin, Timeout: fiveMin}, Action{Do: Watch, RV: "20"}, Watching)
 	// A stream that stayed open the whole reset window counts as healthy,
 	// even one that broke: the backoff starts from the beginning.
-	s.step(3*time.Minute, Outcome{RV: "30", Err: cut, Open: 3 * time.Minute, Timeout: fiveMin}, Action{Do: Wait, Delay: 800 * time.Millisecond}, BackingOff)
+	s.step(3*time.Minute, Outcome{RV: "30", Err: cut, Open: 3 * time.Minute, Timeout: fiveMin}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
 }
 
 // A stream that delivers a frame and breaks is not healthy, however many
-// frames it had: the waits grow 0.8, 1.6, 3.2 ... to the 30 s cap.
+// frames it had: the steps grow 1.6, 3.2, 6.4 ... to the 30 s cap.
 func TestMachineFlappingStreamsBackOff(t *testing.T) {
 	s, _ := newScript(t, false)
 	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
-	want := []time.Duration{800 * time.Millisecond, 1600 * time.Millisecond, 3200 * time.Millisecond,
-		6400 * time.Millisecond, 12800 * time.Millisecond, 25600 * time.Millisecond, 30 * time.Second, 30 * time.Second}
+	want := []time.Duration{1600 * time.Millisecond, 3200 * time.Millisecond, 6400 * time.Millisecond,
+		12800 * time.Millisecond, 25600 * time.Millisecond, 30 * time.Second, 30 * time.Second, 30 * time.Second}
 	for i, d := range want {
 		a := s.step(10*time.Millisecond, Outcome{RV: fmt.Sprint(11 + i), Opened: true, Frames: 1, Err: cut, Open: 10 * time.Millisecond, Timeout: fiveMin},
 			Action{Do: Wait, Delay: d}, BackingOff)
@@ -143,7 +143,7 @@ func TestMachineBackoffResetsAfterATroubleFreeStretch(t *testing.T) {
 		s.wait(a, Action{Do: Watch}, Watching)
 	}
 	// Open 2 minutes, then cut: healthy; the wait is the first again.
-	s.step(2*time.Minute, Outcome{Opened: true, Err: cut, Open: 2 * time.Minute, Timeout: fiveMin}, Action{Do: Wait, Delay: 800 * time.Millisecond}, BackingOff)
+	s.step(2*time.Minute, Outcome{Opened: true, Err: cut, Open: 2 * time.Minute, Timeout: fiveMin}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
 }
 
 // A 410 relists at once the first time; another before any healthy stream
@@ -153,7 +153,7 @@ func TestMachineExpiredRelists(t *testing.T) {
 	s.step(0, listed10, Action{Do: Watch}, Watching)
 	s.step(time.Second, Outcome{Err: errExpired, ErrorEvent: true, Open: time.Second, Timeout: fiveMin}, Action{Do: List}, Relisting)
 	s.step(0, Outcome{RV: "50"}, Action{Do: Watch, RV: "50"}, Watching)
-	a := s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Do: Wait, Delay: 800 * time.Millisecond}, BackingOff)
+	a := s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
 	s.wait(a, Action{Do: List}, Relisting)
 	s.step(0, Outcome{RV: "60"}, Action{Do: Watch, RV: "60"}, Watching)
 	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin}, Action{Do: Watch, RV: "60"}, Watching)
@@ -170,17 +170,17 @@ func TestMachineRelistAfterTroubleIsStaggered(t *testing.T) {
 	s.m.Start(t0)
 	s.step(0, listed10, Action{Do: Watch}, Watching)
 	// The server goes away: the stream is cut, the next WATCH refused.
-	a := s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 600 * time.Millisecond}, BackingOff)
+	a := s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 1200 * time.Millisecond}, BackingOff)
 	s.wait(a, Action{Do: Watch, RV: "10"}, Watching)
-	a = s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 1200 * time.Millisecond}, BackingOff)
+	a = s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 2400 * time.Millisecond}, BackingOff)
 	s.wait(a, Action{Do: Probe}, Watching)
 	s.step(0, Outcome{RV: "12"}, Action{Do: Watch, RV: "10"}, Watching)
-	// Back, restarted: 410. Half (rand 0.5) of the last step, 1.6 s.
-	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Do: Wait, Delay: 800 * time.Millisecond}, Relisting)
+	// Back, restarted: 410. Half (rand 0.5) of the last step (3.2 s), 1.6 s.
+	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, Relisting)
 	s.wait(a, Action{Do: List}, Relisting)
 	s.step(time.Second, Outcome{RV: "50"}, Action{Do: Watch, RV: "50"}, Watching)
 	// Another 410 before a healthy stream is trouble: the third step.
-	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Do: Wait, Delay: 2400 * time.Millisecond}, BackingOff)
+	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Do: Wait, Delay: 4800 * time.Millisecond}, BackingOff)
 	s.wait(a, Action{Do: List}, Relisting)
 	// Much later, after a stream that ran its course: a 410 relists at once.
 	s.step(time.Second, Outcome{RV: "60"}, Action{Do: Watch, RV: "60"}, Watching)
@@ -212,17 +212,17 @@ func TestMachineWatchFailuresRewatchWithoutRelist(t *testing.T) {
 	s.step(0, listed10, Action{Do: Watch}, Watching)
 	// The WATCH never opened: when the wait is over, a probe asks where the
 	// server is first (it may have come back restored from an older backup).
-	a := s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 800 * time.Millisecond}, BackingOff)
+	a := s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
 	s.wait(a, Action{Do: Probe}, Watching)
 	s.step(0, Outcome{RV: "12"}, Action{Do: Watch, RV: "10"}, Watching)
-	a = s.step(0, Outcome{Err: err500}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	a = s.step(0, Outcome{Err: err500}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
 	s.wait(a, Action{Do: Probe}, Watching)
 	s.step(0, Outcome{RV: "12"}, Action{Do: Watch, RV: "10"}, Watching)
 	a = s.step(0, Outcome{Err: err429}, Action{Do: Wait, Delay: 7 * time.Second}, BackingOff)
 	s.wait(a, Action{Do: Probe}, Watching)
 	s.step(0, Outcome{RV: "12"}, Action{Do: Watch, RV: "10"}, Watching)
 	// A stream that opened and then broke resumes with the WATCH itself.
-	a = s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 6400 * time.Millisecond}, BackingOff)
+	a = s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 12800 * time.Millisecond}, BackingOff)
 	s.wait(a, Action{Do: Watch, RV: "10"}, Watching)
 }
 
@@ -231,7 +231,7 @@ func TestMachineWatchFailuresRewatchWithoutRelist(t *testing.T) {
 func TestMachineExpiredListRestartsOnceAtOnce(t *testing.T) {
 	s, _ := newScript(t, false)
 	s.step(0, Outcome{Err: errExpired}, Action{Do: List}, Listing)
-	a := s.step(0, Outcome{Err: errExpired}, Action{Do: Wait, Delay: 800 * time.Millisecond}, BackingOff)
+	a := s.step(0, Outcome{Err: errExpired}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
 	s.wait(a, Action{Do: List}, Listing)
 	s.step(0, listed10, Action{Do: Watch}, Watching)
 	s.step(fiveMin, Outcome{Err: errGone, Open: fiveMin, Timeout: fiveMin}, Action{Do: List}, Relisting)
@@ -243,12 +243,12 @@ func TestMachineExpiredListRestartsOnceAtOnce(t *testing.T) {
 // after the backoff; an expired token starts again from the first page.
 func TestMachineListResumesFromTheFailedPage(t *testing.T) {
 	s, _ := newScript(t, false)
-	a := s.step(0, Outcome{Err: err500, Continue: "page-3"}, Action{Do: Wait, Delay: 800 * time.Millisecond}, BackingOff)
+	a := s.step(0, Outcome{Err: err500, Continue: "page-3"}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
 	s.wait(a, Action{Do: List, Continue: "page-3"}, Listing)
-	a = s.step(0, Outcome{Err: cut, Continue: "page-4"}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	a = s.step(0, Outcome{Err: cut, Continue: "page-4"}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
 	s.wait(a, Action{Do: List, Continue: "page-4"}, Listing)
 	s.step(0, Outcome{Err: errExpired, Continue: "page-4"}, Action{Do: List}, Listing)
-	a = s.step(0, Outcome{Err: errExpired, Continue: "page-2"}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
+	a = s.step(0, Outcome{Err: errExpired, Continue: "page-2"}, Action{Do: Wait, Delay: 6400 * time.Millisecond}, BackingOff)
 	s.wait(a, Action{Do: List}, Listing)
 	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
 }
@@ -283,7 +283,7 @@ func TestMachineSilentStreamProbesTheServer(t *testing.T) {
 	s.step(150*time.Second, silent, Action{Do: Probe}, Watching)
 	s.step(0, Outcome{RV: "12"}, Action{Do: Watch, RV: "10"}, Watching)
 	s.step(150*time.Second, silent, Action{Do: Probe}, Watching)
-	a := s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 800 * time.Millisecond}, BackingOff)
+	a := s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
 	s.wait(a, Action{Do: Probe}, Watching)
 	s.step(0, Outcome{RV: "10"}, Action{Do: Watch, RV: "10"}, Watching)
 	s.step(150*time.Second, silent, Action{Do: Probe}, Watching)
@@ -298,10 +298,10 @@ func TestMachineStops(t *testing.T) {
 	s.step(0, Outcome{Err: context.Canceled}, Action{Do: Stop}, Stopped)
 }
 
-// documentedSteps is the schedule the package doc gives: 0.8 s doubling to
+// documentedSteps is the schedule the package doc gives: 1.6 s doubling to
 // a 30 s cap.
-var documentedSteps = []time.Duration{800 * time.Millisecond, 1600 * time.Millisecond, 3200 * time.Millisecond,
-	6400 * time.Millisecond, 12800 * time.Millisecond, 25600 * time.Millisecond, 30 * time.Second, 30 * time.Second, 30 * time.Second}
+var documentedSteps = []time.Duration{1600 * time.Millisecond, 3200 * time.Millisecond, 6400 * time.Millisecond,
+	12800 * time.Millisecond, 25600 * time.Millisecond, 30 * time.Second, 30 * time.Second, 30 * time.Second, 30 * time.Second}
 
 // The steps come from backoff/v4's ExponentialBackOff and are the documented
 // ones, before and after a Reset; Delay and the machine's waits (no jitter)
@@ -335,7 +335,7 @@ func TestBackoffScheduleIsTheDocumentedOne(t *testing.T) {
 func TestMachineScheduleReadsOutcomeTime(t *testing.T) {
 	s, _ := newScript(t, false)
 	s.step(time.Minute, listed10, Action{Do: Watch}, Watching)
-	s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 800 * time.Millisecond}, BackingOff)
+	s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
 	if got := s.m.schedule.GetElapsedTime(); got != time.Minute+time.Second {
 		t.Fatalf("the schedule's elapsed time is %v; want the 1m1s of virtual time since Start", got)
 	}
@@ -354,4 +354,78 @@ func TestBackoffDelayIsCapped(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The waits are client-go's Reflector's (800 ms doubling, jitter 1.0: the
+// n-th wait in a row in [0.8 s·2ⁿ, 1.6 s·2ⁿ]) until 1.6 s·2ⁿ passes the 30 s
+// cap: the shortest first wait is 800 ms, not less. From there on these stay
+// in [15 s, 30 s] where client-go's go on to [30 s, 60 s).
+func TestBackoffWaitsAsClientGosReflector(t *testing.T) {
+	const clientGoInit, clientGoMax = 800 * time.Millisecond, 30 * time.Second // reflector.go's defaultBackoffInit, defaultBackoffMax
+	b := DefaultBackoff
+	for n := range 12 {
+		d := time.Duration(float64(clientGoInit) * math.Pow(2, float64(n)))
+		lo, hi := d, 2*d      // client-go's jitter 1.0 lengthens: [d, 2d]
+		if hi > clientGoMax { // ours is capped there: [15 s, 30 s]
+			lo, hi = b.Max/2, b.Max
+		}
+		for _, r := range []float64{0, 0.25, 0.5, 0.75, 0.9999999} {
+			if got := b.Delay(n, r); got < lo-time.Millisecond || got > hi {
+				t.Fatalf("wait %d (r %v) = %v; want within client-go's [%v, %v]", n, r, got, lo, hi)
+			}
+		}
+	}
+}
+
+// An ERROR event (a 500) after the stream carried the resourceVersion on is
+// a broken stream: back off and re-watch from where it got to, no relist.
+// One that comes before any progress (the server cannot go on from there:
+// "PrevKv=nil") relists, as before.
+func TestMachineErrorAfterProgressRewatches(t *testing.T) {
+	s, _ := newScript(t, false)
+	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
+	a := s.step(time.Second, Outcome{RV: "12", Opened: true, Frames: 1, Err: err500, ErrorEvent: true, Open: time.Second, Timeout: fiveMin},
+		Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: Watch, RV: "12"}, Watching)
+	// A bookmark at the same resourceVersion is no progress.
+	s.step(time.Second, Outcome{RV: "12", Opened: true, Frames: 1, Err: err500, ErrorEvent: true, Open: time.Second, Timeout: fiveMin},
+		Action{Do: List}, Relisting)
+}
+
+// A WATCH, or a probe, that kube-apiserver answers with its word that it
+// has just started (its watch cache will begin after our resourceVersion)
+// is followed, after the wait, by a relist: not by a probe and then a
+// WATCH that would meet 410; but a WATCH from a list made since it started
+// is tried again. Any other failure to open still probes first.
+func TestMachineStartingServerRelistsWithoutAProbe(t *testing.T) {
+	cacheStarting := apierrors.NewTooManyRequests("storage is (re)initializing", 2)
+	pathsMissing := apierrors.NewServiceUnavailable("the request has been made before all known HTTP paths have been installed, please try again")
+	s, _ := newScript(t, false)
+	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
+	// The apiserver restarts: the stream is cut, the next WATCH hangs until
+	// the new process answers that its watch cache is not ready.
+	a := s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: Watch, RV: "10"}, Watching)
+	a = s.step(5*time.Second, Outcome{Err: cacheStarting}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: List}, Relisting)
+	s.step(0, Outcome{RV: "30"}, Action{Do: Watch, RV: "30"}, Watching)
+	// The cache is still starting: it began before that list, so the WATCH
+	// from the list's resourceVersion is tried again, not another relist.
+	a = s.step(0, Outcome{Err: cacheStarting}, Action{Do: Wait, Delay: 6400 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: Watch, RV: "30"}, Watching)
+	// That was the relist after a 410: another before a healthy stream waits.
+	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Do: Wait, Delay: 12800 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: List}, Relisting)
+	s.step(0, Outcome{RV: "40"}, Action{Do: Watch, RV: "40"}, Watching)
+	// A list made before the server said it started (this one, after the
+	// 410) is no reason to retry the WATCH: that server may be another.
+	a = s.step(0, Outcome{Err: cacheStarting}, Action{Do: Wait, Delay: 25600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: List}, Relisting)
+	s.step(0, Outcome{RV: "45"}, Action{Do: Watch, RV: "45"}, Watching)
+	// A probe answered "paths not installed yet" relists too.
+	s.step(fiveMin, Outcome{Opened: true, Open: fiveMin, Timeout: fiveMin}, Action{Do: Watch, RV: "45"}, Watching)
+	a = s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: Probe}, Watching)
+	a = s.step(0, Outcome{Err: pathsMissing}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: List}, Relisting)
 }

@@ -297,6 +297,34 @@ func TestErrorAfterOneEventDoesNotStormRelists(t *testing.T) {
 	})
 }
 
+// An ERROR event after an event that carried the stream on (the scorecard's
+// flap-error: one event, then a 500) is a broken stream, not the server's
+// word that it cannot go on from there: the loop re-watches from that event
+// after the backoff, as after a cut, and never relists. Once the fault
+// ends, the store equals the server's.
+func TestErrorAfterAnEventRewatchesFromIt(t *testing.T) {
+	runSim(t, 3, watcher.Options[object]{}, func(s *sim) {
+		from := s.breakStreams(fakeapi.ErrorAfterFirstEvent)
+		for i := range 120 { // a write every 500 ms: every WATCH finds a change to carry
+			s.srv.Put("ns", fmt.Sprintf("obj-%d", i%3), fmt.Sprintf("v%d", i))
+			s.sleep(500 * time.Millisecond)
+		}
+		// The first list is the only one (in virtual time it is at the
+		// fault's start: the sync takes no time).
+		if lists := s.count("LIST", s.start, time.Now()); lists != 1 {
+			s.t.Errorf("%d LISTs in all, through a minute of streams that carry an event and then an ERROR; want the first only (re-watch from the event)", lists)
+		}
+		if n := s.count("WATCH", from, time.Now()); n == 0 || n > 12 {
+			s.t.Errorf("%d WATCHes in a minute of streams that carry an event and then an ERROR, want 1 to 12 (the backoff's)", n)
+		}
+		s.srv.SetFault(fakeapi.Healthy)
+		s.sleep(watcher.DefaultBackoff.Max + 5*time.Second)
+		if !equalToServer(s) {
+			s.t.Error("the store differs from the server after the fault")
+		}
+	})
+}
+
 // Finding 4: a WatchList that fails during its initial events (an ERROR 500,
 // as kube-apiserver sends when etcd cannot report progress) falls back to
 // LIST, which works: the watcher syncs.

@@ -89,7 +89,8 @@ const (
 	// CutAfterFirstFrame: every stream breaks (unexpected EOF) right after
 	// its first frame, event or bookmark: a flapping proxy.
 	CutAfterFirstFrame
-	// ErrorAfterFirstEvent: every stream sends one frame, then an ERROR 500.
+	// ErrorAfterFirstEvent: every stream sends one frame (the next change,
+	// if there is one; else a bookmark where it starts), then an ERROR 500.
 	ErrorAfterFirstEvent
 	// Freeze: streams open and then send nothing; the connection stays up.
 	Freeze
@@ -853,8 +854,22 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 		}
 	}
 	if st.mode == CutAfterFirstFrame || st.mode == ErrorAfterFirstEvent {
-		// A flapping proxy: one frame at once (a bookmark), then the fault.
-		if err := st.send(ctx, bookmark(st.cursor, false)); err != nil {
+		// A flapping proxy: one frame at once, then the fault. The frame is
+		// a bookmark at the stream's start; under ErrorAfterFirstEvent it is
+		// the next change, if there is one: the stream carries the client
+		// past its resourceVersion before the ERROR.
+		f := bookmark(st.cursor, false)
+		if st.mode == ErrorAfterFirstEvent {
+			s.mu.Lock()
+			for _, c := range s.history {
+				if c.rv > st.cursor {
+					f = frame(c.typ, c.obj)
+					break
+				}
+			}
+			s.mu.Unlock()
+		}
+		if err := st.send(ctx, f); err != nil {
 			end(err)
 			return
 		}
