@@ -55,7 +55,9 @@
 //     go on from here. Relist. One that comes after (the stream carried an
 //     event or a bookmark past where it began) is a broken stream: re-watch
 //     from there after the backoff; if the server cannot go on from there
-//     either, that WATCH's ERROR comes first, and relists.
+//     either, that WATCH's ERROR comes first, and relists. Once: a second
+//     stream in a row that ends so relists too, or a server sending an ERROR
+//     after every event would keep the store one event a wait behind.
 //   - An expired continue token restarts the list at once from page one, in
 //     the first list and in a relist alike; a second failure in a row backs off.
 //   - A list that fails on the way for any other reason (refused, cut, 5xx,
@@ -141,9 +143,10 @@
 //     (a probe and the WATCH after a WATCH that could not open; the probe
 //     without a wait follows only a silent stream, longer than a minute).
 //     So at most 40 requests in any minute; once the cap is reached, at most
-//     four retries a minute: four WATCHes for a flapping stream (or one
-//     whose every stream carries an event and then an ERROR), four LISTs and
-//     four WATCHes when every stream ends in an ERROR before any event.
+//     four retries a minute: four WATCHes for a flapping stream (two WATCHes
+//     and two LISTs for one whose every stream carries an event and then an
+//     ERROR), four LISTs and four WATCHes when every stream ends in an ERROR
+//     before any event.
 //   - Recovery: once the faults stop, the next request comes within the 30 s
 //     cap (or the server's Retry-After), or, on a stream that froze, within
 //     the silence limit; the store is then in sync after one list, which

@@ -196,6 +196,9 @@ type Machine struct {
 	calmSince time.Time
 	// relisted: a 410 sent us to relist and no stream has been healthy since.
 	relisted bool
+	// erroredOn: the last stream ended in an ERROR after it carried us on,
+	// and the loop re-watched from there.
+	erroredOn bool
 	// listRetried: the list in flight is already the immediate retry of a
 	// list that failed with an expired resourceVersion or continue token.
 	listRetried bool
@@ -361,7 +364,14 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 	// nothing of where the next WATCH starts: it is a broken stream, and the
 	// loop re-watches from there after the backoff (if the server cannot go
 	// on from there either, that WATCH's ERROR comes first and relists).
-	stuck := o.ErrorEvent && class == Transient && m.RV == from
+	// Once: a second stream in a row that ends so relists too. A server
+	// that sends an ERROR after every event would otherwise keep the store
+	// one event a backoff wait behind, falling further behind for as long as
+	// the fault lasts; a relist every other stream keeps it within two waits
+	// (TestAdversaryErrorAfterEachEventKeepsUp).
+	errored := o.ErrorEvent && class == Transient
+	stuck := errored && (m.RV == from || m.erroredOn)
+	m.erroredOn = errored && !stuck
 	switch {
 	case class == Expired, class == TooLargeRV, stuck:
 		reason := fmt.Sprintf("watch from resourceVersion %s ended (%v): relist", m.RV, o.Err)
