@@ -32,6 +32,7 @@ import (
 
 	"golang.org/x/term"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	"rawwatch/leader"
 	"rawwatch/observe"
@@ -247,7 +248,7 @@ func (n *Narrator) Observe(e observe.Event) {
 	case watcher.WatchEnded:
 		n.watchEnded(e.Frames, e.Open, e.Err)
 	case watcher.Probed:
-		n.probed(e.RV, e.Err)
+		n.probed(e.RV, e.Ours, e.Err)
 	case watcher.BackoffStarted:
 		n.backingOff(e.Delay, e.Class)
 	case watcher.Skipped:
@@ -418,12 +419,17 @@ func (n *Narrator) watchEnded(events int, d time.Duration, err error) {
 	n.lineLocked("CLOSED", "%s", text)
 }
 
-func (n *Narrator) probed(rv string, err error) {
+func (n *Narrator) probed(rv, ours string, err error) {
+	const asked = "asked the server for its resourceVersion (a LIST of one item)"
 	if err != nil {
-		n.line("PROBE", "asked the server for its resourceVersion (a LIST of one item): %v", err)
+		n.line("PROBE", "%s: %v", asked, err)
 		return
 	}
-	n.line("PROBE", "asked the server for its resourceVersion (a LIST of one item): %s — behind ours means its history went back (an etcd restore): relist", rv)
+	if c, cerr := resourceversion.CompareResourceVersion(rv, ours); cerr == nil && c < 0 {
+		n.line("PROBE", "%s: %s, behind our %s: its history went back (an etcd restore): relist", asked, rv, ours)
+		return
+	}
+	n.line("PROBE", "%s: %s, not behind our %s: its history did not go back; re-watch from ours", asked, rv, ours)
 }
 
 func (n *Narrator) backingOff(delay time.Duration, class watcher.ErrorClass) {

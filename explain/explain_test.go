@@ -285,3 +285,19 @@ func TestNarrationOfTheHandoff(t *testing.T) {
 		t.Errorf("one slot given up twice:\n%s", got)
 	}
 }
+
+// The PROBE line says whether the server is behind the store or not (it
+// said "behind ours means ..." whatever the answer).
+func TestProbeSaysWhetherTheServerIsBehind(t *testing.T) {
+	for _, c := range []struct{ rv, ours, want string }{
+		{"90", "100", "90, behind our 100: its history went back"},
+		{"120", "100", "120, not behind our 100: its history did not go back"},
+	} {
+		var out strings.Builder
+		n := New(&out, Options{})
+		n.Observe(watcher.Probed{RV: c.rv, Ours: c.ours})
+		if !strings.Contains(out.String(), c.want) {
+			t.Errorf("server at %s, ours %s: %q; want it to say %q", c.rv, c.ours, out.String(), c.want)
+		}
+	}
+}

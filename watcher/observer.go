@@ -44,10 +44,11 @@ type (
 	}
 	// Probed: a LIST of one item asked the server for its resourceVersion
 	// (after a silent stream, or before re-watching after a WATCH that could
-	// not open); RV is its answer, Err why there was none.
+	// not open); RV is its answer, Err why there was none, Ours the
+	// resourceVersion the store was at.
 	Probed struct {
-		RV  string
-		Err error
+		RV, Ours string
+		Err      error
 	}
 	// Received: an ADDED, MODIFIED or DELETED event was applied to the
 	// store. Arrived is when its frame had been read and decoded (the store

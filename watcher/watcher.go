@@ -422,7 +422,7 @@ func (w *Watcher[T]) probe(ctx context.Context) Outcome {
 	o := Outcome{}
 	meta, err := w.readList(ctx, metav1.ListOptions{Limit: 1}, func(T) {}, func(*SkipError) {})
 	o.RV, o.Err = meta.ResourceVersion, err
-	w.obs.Observe(Probed{RV: o.RV, Err: o.Err})
+	w.obs.Observe(Probed{RV: o.RV, Ours: w.ResourceVersion(), Err: o.Err})
 	o.At = time.Now()
 	return o
 }
