@@ -84,21 +84,7 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	report, err := compare.Run(ctx, o)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "compare:", err)
-		return 1
-	}
-	if err := report.Write(o.OutDir); err != nil {
-		fmt.Fprintln(os.Stderr, "compare:", err)
-		return 1
-	}
-	fmt.Println(report.Markdown())
-	fmt.Fprintf(os.Stderr, "report: %s/report.{md,json,svg}\n", o.OutDir)
-	if !report.AllCorrect {
-		fmt.Fprintln(os.Stderr, "compare: a consumer failed its correctness check")
-		return 1
-	}
-	return 0
+	return publish("compare", report, err, o.OutDir, "report", report == nil || report.AllCorrect, "a consumer failed its correctness check")
 }
 
 func consume(args []string) int {
@@ -149,15 +135,7 @@ func storm(args []string) int {
 	}
 	if *render {
 		r, err := compare.ReadStormReport(filepath.Join(o.OutDir, "storm.json"))
-		if err == nil {
-			err = r.Write(o.OutDir)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "compare storm:", err)
-			return 1
-		}
-		fmt.Println(r.Markdown())
-		return 0
+		return publish("compare storm", r, err, o.OutDir, "", true, "")
 	}
 	o.ClientQPS = float32(*qps)
 	o.Kinds = strings.Split(*kinds, ",")
@@ -165,21 +143,7 @@ func storm(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	report, err := compare.RunStorm(ctx, o)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "compare storm:", err)
-		return 1
-	}
-	if err := report.Write(o.OutDir); err != nil {
-		fmt.Fprintln(os.Stderr, "compare storm:", err)
-		return 1
-	}
-	fmt.Println(report.Markdown())
-	fmt.Fprintf(os.Stderr, "report: %s/storm.{md,json,svg}\n", o.OutDir)
-	if !report.AllCorrect {
-		fmt.Fprintln(os.Stderr, "compare storm: a mode failed its correctness check")
-		return 1
-	}
-	return 0
+	return publish("compare storm", report, err, o.OutDir, "storm", report == nil || report.AllCorrect, "a mode failed its correctness check")
 }
 
 func sizes(args []string) int {
@@ -211,16 +175,7 @@ func sizes(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	report, err := compare.RunSizes(ctx, o)
-	if err == nil {
-		err = report.Write(o.OutDir)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "compare sizes:", err)
-		return 1
-	}
-	fmt.Println(report.Markdown())
-	fmt.Fprintf(os.Stderr, "report: %s/sizes.{md,json,svg}\n", o.OutDir)
-	return 0
+	return publish("compare sizes", report, err, o.OutDir, "sizes", true, "")
 }
 
 func stormConsume(args []string) int {
@@ -268,15 +223,7 @@ func converge(args []string) int {
 	}
 	if *render {
 		r, err := compare.ReadConvergeReport(filepath.Join(o.OutDir, "convergence.json"))
-		if err == nil {
-			err = r.Write(o.OutDir)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "compare converge:", err)
-			return 1
-		}
-		fmt.Println(r.Markdown())
-		return 0
+		return publish("compare converge", r, err, o.OutDir, "", true, "")
 	}
 	o.Kinds = strings.Split(*kinds, ",")
 	for _, s := range strings.Split(*settings, ",") {
@@ -292,15 +239,40 @@ func converge(args []string) int {
 	defer stop()
 	report, err := compare.RunConverge(ctx, o)
 	if report != nil && len(report.Runs) > 0 {
-		if werr := report.Write(o.OutDir); werr != nil {
-			fmt.Fprintln(os.Stderr, "compare converge:", werr)
-			return 1
+		// What converged is written even when a run failed.
+		if code := publish("compare converge", report, nil, o.OutDir, "convergence", true, ""); code != 0 {
+			return code
 		}
-		fmt.Println(report.Markdown())
-		fmt.Fprintf(os.Stderr, "report: %s/convergence.{md,json,svg}\n", o.OutDir)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "compare converge:", err)
+		return 1
+	}
+	return 0
+}
+
+// publish writes what a run reported (unless err says it failed) into dir,
+// prints its Markdown table, and names the files written on stderr
+// (name.{md,json,svg}; "" for none). It returns the exit code: 1, with the
+// error on stderr, where the run or the write failed; 1, with failed on
+// stderr, where the report's verdict is not ok.
+func publish(cmd string, r interface {
+	Write(dir string) error
+	Markdown() string
+}, err error, dir, name string, ok bool, failed string) int {
+	if err == nil {
+		err = r.Write(dir)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, cmd+":", err)
+		return 1
+	}
+	fmt.Println(r.Markdown())
+	if name != "" {
+		fmt.Fprintf(os.Stderr, "report: %s/%s.{md,json,svg}\n", dir, name)
+	}
+	if !ok {
+		fmt.Fprintln(os.Stderr, cmd+":", failed)
 		return 1
 	}
 	return 0
