@@ -28,7 +28,7 @@
 // The verdict holds the watcher to its request budget over the whole run:
 // the LISTs and WATCHes it made in any minute, counted on its own transport
 // (refused connections included), within the bound its backoff promises
-// (45 a minute for the real one; see package watcher).
+// (40 a minute for the real one; see package watcher).
 //
 // The short run compresses the watcher's backoff and watchdog ×15 (Config.
 // Compress: the backoff's cap is 2 s, its reset after 8 s calm, the silence
