@@ -228,9 +228,27 @@ func (q *Queue) addFirstLocked(key string) (deduped bool) {
 	if seq != 0 { // waiting in order: its entry there goes stale
 		q.dirty[key] = 0
 		q.inOrder--
+		if len(q.order.keys) > 2*q.inOrder+burstKeys {
+			q.compactOrder()
+		}
 	}
 	q.push(key)
 	return dirty
+}
+
+// compactOrder drops order's stale entries, keeping the live ones in their
+// order: called once they outnumber the live ones (and a burst's worth),
+// so that order holds at most about twice the keys waiting in it, however
+// many AddFirst moved, at a cost spread over the moves.
+func (q *Queue) compactOrder() {
+	live := q.order.keys[:0]
+	for _, e := range q.order.keys {
+		if e.seq != 0 && q.dirty[e.key] == e.seq {
+			live = append(live, e)
+		}
+	}
+	clear(q.order.keys[len(live):])
+	q.order.keys = live
 }
 
 // AddAfter adds key once d has passed. If key is already scheduled, the
@@ -345,10 +363,14 @@ func (q *Queue) Get() (key string, shutdown bool) {
 }
 
 // Done ends the processing of key. If key was added while it was being
-// processed, it goes back to the queue now.
+// processed, it goes back to the queue now. Done of a key not being
+// processed (a second Done) does nothing.
 func (q *Queue) Done(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if _, ok := q.processing[key]; !ok {
+		return
+	}
 	delete(q.processing, key)
 	if _, again := q.dirty[key]; again && !q.shutdown {
 		q.push(key)

@@ -143,10 +143,10 @@
 //     (a probe and the WATCH after a WATCH that could not open; the probe
 //     without a wait follows only a silent stream, longer than a minute).
 //     So at most 40 requests in any minute; once the cap is reached, at most
-//     four retries a minute: four WATCHes for a flapping stream (two WATCHes
-//     and two LISTs for one whose every stream carries an event and then an
-//     ERROR), four LISTs and four WATCHes when every stream ends in an ERROR
-//     before any event.
+//     four retries a minute: four WATCHes for a flapping stream (two LISTs
+//     and four WATCHes for one whose every stream carries an event and then
+//     an ERROR: each relist's WATCH follows it at once), four LISTs and four
+//     WATCHes when every stream ends in an ERROR before any event.
 //   - Recovery: once the faults stop, the next request comes within the 30 s
 //     cap (or the server's Retry-After), or, on a stream that froze, within
 //     the silence limit; the store is then in sync after one list, which

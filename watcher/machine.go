@@ -196,8 +196,8 @@ type Machine struct {
 	calmSince time.Time
 	// relisted: a 410 sent us to relist and no stream has been healthy since.
 	relisted bool
-	// erroredOn: the last stream ended in an ERROR after it carried us on,
-	// and the loop re-watched from there.
+	// erroredOn: a stream ended in an ERROR after it carried us on, and the
+	// loop re-watched from there; no list and no healthy stream since.
 	erroredOn bool
 	// listRetried: the list in flight is already the immediate retry of a
 	// list that failed with an expired resourceVersion or continue token.
@@ -309,6 +309,7 @@ func (m *Machine) stepProbe(o Outcome, class ErrorClass, retryAfter time.Duratio
 // listed: a list (or a WatchList's initial state) is in the store at o.RV.
 func (m *Machine) listed(o Outcome, next Do) Action {
 	a := Action{Do: next, RV: o.RV, Reason: "listed at resourceVersion " + o.RV}
+	m.erroredOn = false
 	if m.RV != "" {
 		if c, err := resourceversion.CompareResourceVersion(o.RV, m.RV); err == nil && c < 0 {
 			a.TimeTravel = true
@@ -350,7 +351,7 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 	}
 	healthy := m.Healthy(o)
 	if healthy {
-		m.relisted = false
+		m.relisted, m.erroredOn = false, false
 	}
 	// An ERROR event (typically a 500) before the stream carried us past
 	// the resourceVersion it started from is the server's word that it
@@ -364,14 +365,20 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 	// nothing of where the next WATCH starts: it is a broken stream, and the
 	// loop re-watches from there after the backoff (if the server cannot go
 	// on from there either, that WATCH's ERROR comes first and relists).
-	// Once: a second stream in a row that ends so relists too. A server
+	// Once: the next such stream before a list or a healthy stream (cuts
+	// and refusals between do not count) relists. A server
 	// that sends an ERROR after every event would otherwise keep the store
 	// one event a backoff wait behind, falling further behind for as long as
 	// the fault lasts; a relist every other stream keeps it within two waits
 	// (TestAdversaryErrorAfterEachEventKeepsUp).
 	errored := o.ErrorEvent && class == Transient
 	stuck := errored && (m.RV == from || m.erroredOn)
-	m.erroredOn = errored && !stuck
+	switch {
+	case stuck: // relists
+		m.erroredOn = false
+	case errored && !healthy:
+		m.erroredOn = true
+	}
 	switch {
 	case class == Expired, class == TooLargeRV, stuck:
 		reason := fmt.Sprintf("watch from resourceVersion %s ended (%v): relist", m.RV, o.Err)
@@ -462,7 +469,7 @@ func (m *Machine) afterUnopened(err error) Action {
 // trouble (the backoff is untouched), and the loop reshards only between
 // actions other than a Wait, so a backoff under way is waited out first.
 func (m *Machine) Resharded() Action {
-	m.listRetried, m.fallback = false, false
+	m.listRetried, m.fallback, m.erroredOn = false, false, false
 	a := m.list("the shard changed: list it")
 	m.State = m.stateFor(a)
 	return m.do(a)

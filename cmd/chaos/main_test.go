@@ -58,7 +58,7 @@ func TestBudgetPrintsARowPerFault(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d, want 0; stderr:\n%s", code, stderr.String())
 	}
-	for _, want := range []string{"bound: 45 LISTs and WATCHes in any minute", "flap-cut ", "BUDGET: PASS"} {
+	for _, want := range []string{"bound: 40 LISTs and WATCHes in any minute", "flap-cut ", "BUDGET: PASS"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the report does not say %q", want)
 		}

@@ -210,21 +210,40 @@ func shardedRun(t *testing.T, cp *controlplane.ControlPlane, server *controlplan
 			r.name, r.a.Member.Claims().Working.Set().Fraction(), r.a.Store.Len(), st.OutOfShard)
 	}
 	t.Logf("reconciles per replica: %s", counts)
+	// Each replica's metrics and probe agree with its claims. On a busy
+	// machine a replica may fence itself for a moment (a renewal late) and
+	// take its slots back a few renew periods later: what is checked is
+	// that they agree once it has, within a minute.
 	for _, r := range []*replica{a, b, x} {
-		working := r.a.Member.Claims().Working
-		if got := gauge(t, r, "rawwatch_shard_slots", "working"); got != float64(working.Len()) {
-			t.Errorf("%s: rawwatch_shard_slots{state=working} = %v, want %d", r.name, got, working.Len())
+		var failed string
+		check := func() string {
+			working := r.a.Member.Claims().Working
+			if got := gauge(t, r, "rawwatch_shard_slots", "working"); got != float64(working.Len()) {
+				return fmt.Sprintf("rawwatch_shard_slots{state=working} = %v, want %d", got, working.Len())
+			}
+			if got := gauge(t, r, "rawwatch_ring_members", ""); got != 3 {
+				return fmt.Sprintf("rawwatch_ring_members = %v, want 3", got)
+			}
+			if got := gauge(t, r, "rawwatch_shard_working_info", working.String()); got != 1 {
+				return fmt.Sprintf("rawwatch_shard_working_info{slots=%q} = %v, want 1", working, got)
+			}
+			if working.Len() != r.a.Member.Claims().Working.Len() {
+				return "its claims moved while they were read"
+			}
+			probe := httptest.NewRecorder()
+			r.a.Leadership.Handler("leaderz").ServeHTTP(probe, httptest.NewRequest("GET", "/leaderz?verbose", nil))
+			if want := "[+]shard ok\n"; probe.Code != 200 || !strings.Contains(probe.Body.String(), want) {
+				return fmt.Sprintf("/leaderz?verbose answered %d %q, want 200 with %q", probe.Code, probe.Body.String(), want)
+			}
+			return ""
 		}
-		if got := gauge(t, r, "rawwatch_ring_members", ""); got != 3 {
-			t.Errorf("%s: rawwatch_ring_members = %v, want 3", r.name, got)
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			if failed = check(); failed == "" || time.Now().After(deadline) {
+				break
+			}
 		}
-		if got := gauge(t, r, "rawwatch_shard_working_info", working.String()); got != 1 {
-			t.Errorf("%s: rawwatch_shard_working_info{slots=%q} = %v, want 1", r.name, working, got)
-		}
-		probe := httptest.NewRecorder()
-		r.a.Leadership.Handler("leaderz").ServeHTTP(probe, httptest.NewRequest("GET", "/leaderz?verbose", nil))
-		if want := "[+]shard ok\n"; probe.Code != 200 || !strings.Contains(probe.Body.String(), want) {
-			t.Errorf("%s: /leaderz?verbose answered %d %q, want 200 with %q", r.name, probe.Code, probe.Body.String(), want)
+		if failed != "" {
+			t.Errorf("%s: %s", r.name, failed)
 		}
 	}
 
