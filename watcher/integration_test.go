@@ -577,8 +577,13 @@ func TestWatchListFallsBackToListWhenTheServerRefuses(t *testing.T) {
 	if len(initial) < 2 || !initial[0] || slices.Contains(initial[1:], true) {
 		t.Errorf("WATCH requests with sendInitialEvents: %v; want the first only", initial)
 	}
-	if counts, st := proxy.Counts(), r.w.Stats(); counts.Lists != 2+st.Probes || st.ListPages != 2 || st.Lists != 1 {
-		t.Errorf("proxy saw %d LISTs (stats %+v): want two LIST pages making one list", counts.Lists, st)
+	// Each list is two LIST pages. A fresh apiserver's watch cache may
+	// answer the first WATCH that it is still initializing: the words of a
+	// server that has just started, which the watcher answers with one
+	// relist (it cannot tell a cache still filling from a restart after
+	// its list, which may have gone back in time).
+	if counts, st := proxy.Counts(), r.w.Stats(); counts.Lists != st.ListPages+st.Probes || st.ListPages != 2*st.Lists || st.Lists != 1+st.Relists || st.Relists > 1 {
+		t.Errorf("proxy saw %d LISTs (stats %+v): want two LIST pages making each list, and one list (two if the watch cache said it was initializing)", counts.Lists, st)
 	}
 }
 
