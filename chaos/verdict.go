@@ -695,9 +695,9 @@ func (j *judge) inGap(r *replica, d deletion) bool {
 	return r.rec.invisible(d)
 }
 
-// inEveryWatchersGap: some replica watched slot when d was made (its last
-// list before had the slot), and every one that did, alive then, never had
-// the object, created inside a gap of its watch. Nobody watching the slot
+// inEveryWatchersGap: some replica watched slot when d was made (watchedAt:
+// its last list or reshard before had the slot), and every one that did,
+// alive then, never had the object, created inside a gap of its watch. Nobody watching the slot
 // is no excuse here (the rules of the kill and the fence judge that).
 func (j *judge) inEveryWatchersGap(d deletion, slot int) bool {
 	watchers := 0
