@@ -14,10 +14,7 @@ import (
 // once, a second list for one broken stream.
 func TestErroredOnDoesNotOutliveAReshard(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
-	a := s.step(time.Second, Outcome{RV: "12", Opened: true, Frames: 1, Err: err500, ErrorEvent: true, Open: time.Second, Timeout: fiveMin},
-		Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Watch, RV: "12"}, Watching)
+	s.brokenAfterProgress()
 	// The loop cuts that WATCH for a new shard: a list of it.
 	if r := s.m.Resharded(); r.Do != List {
 		t.Fatalf("Resharded: %s, want List", r.Do)
@@ -65,33 +62,11 @@ func TestErroredOnIgnoresHealthyStreams(t *testing.T) {
 // jitter (r close to 1) and none (r = 0).
 func TestErrorAfterEveryEventHoldsTheRequestBound(t *testing.T) {
 	for _, r := range []float64{0, 0.999} {
-		m := NewMachine(DefaultBackoff, false, func() float64 { return r })
-		now := t0
-		a := m.Start(now)
 		var at []time.Time // request times
 		var kind []Do
-		rv := 10
-		for now.Sub(t0) < 20*time.Minute {
-			var o Outcome
-			switch a.Do {
-			case Wait:
-				now = now.Add(a.Delay)
-			case List:
-				at, kind = append(at, now), append(kind, List)
-				rv++
-				now = now.Add(100 * time.Millisecond)
-				o = Outcome{RV: fmt.Sprint(rv)}
-			case Watch:
-				at, kind = append(at, now), append(kind, Watch)
-				rv++
-				now = now.Add(100 * time.Millisecond)
-				o = Outcome{RV: fmt.Sprint(rv), Opened: true, Frames: 1, Err: err500, ErrorEvent: true, Open: 100 * time.Millisecond, Timeout: fiveMin}
-			default:
-				t.Fatalf("r=%v: unexpected %s (%s)", r, a.Do, a.Reason)
-			}
-			o.At = now
-			a = m.Step(o)
-		}
+		driveBrokenStreams(t, r, 20*time.Minute, func(int) bool { return true }, func(d Do, now time.Time) {
+			at, kind = append(at, now), append(kind, d)
+		})
 		most, lists, watches := 0, 0, 0
 		for i := range at {
 			n, l, w := 0, 0, 0
@@ -125,36 +100,53 @@ func TestErrorAfterEveryEventHoldsTheRequestBound(t *testing.T) {
 // the rule was made to bound ("a relist every other stream keeps it within
 // two waits").
 func TestErrorAfterEveryOtherEventStillRelists(t *testing.T) {
-	m := NewMachine(DefaultBackoff, false, func() float64 { return 0 })
+	lists, streams := 0, 0
+	driveBrokenStreams(t, 0, 10*time.Minute, func(n int) bool { return n%2 == 0 }, func(d Do, _ time.Time) {
+		if d == List {
+			lists++
+		} else {
+			streams++
+		}
+	})
+	if lists < 2 {
+		t.Errorf("10 minutes of streams that each carry one event and break, every other one with an ERROR: %d WATCHes, "+
+			"%d LISTs (the first); the store took in one change a stream and never relisted", streams, lists)
+	}
+}
+
+// driveBrokenStreams steps a machine whose jitter draws r for d of streams
+// that each carry one change and end: in an ERROR where errs(n) says (n
+// counts the streams from 1), cut otherwise; every LIST succeeds in 100 ms.
+// request hears of each LIST and WATCH as it is made.
+func driveBrokenStreams(t *testing.T, r float64, d time.Duration, errs func(n int) bool, request func(Do, time.Time)) {
+	t.Helper()
+	m := NewMachine(DefaultBackoff, false, func() float64 { return r })
 	now := t0
 	a := m.Start(now)
-	rv, lists, streams := 10, 0, 0
-	for now.Sub(t0) < 10*time.Minute {
+	rv, streams := 10, 0
+	for now.Sub(t0) < d {
 		var o Outcome
 		switch a.Do {
 		case Wait:
 			now = now.Add(a.Delay)
 		case List:
-			lists++
+			request(List, now)
 			rv++
 			now = now.Add(100 * time.Millisecond)
 			o = Outcome{RV: fmt.Sprint(rv)}
 		case Watch:
+			request(Watch, now)
 			streams++
 			rv++ // the one change the stream carries
 			now = now.Add(100 * time.Millisecond)
 			o = Outcome{RV: fmt.Sprint(rv), Opened: true, Frames: 1, Err: cut, Open: 100 * time.Millisecond, Timeout: fiveMin}
-			if streams%2 == 0 {
+			if errs(streams) {
 				o.Err, o.ErrorEvent = err500, true
 			}
 		default:
-			t.Fatalf("unexpected %s (%s)", a.Do, a.Reason)
+			t.Fatalf("r=%v: unexpected %s (%s)", r, a.Do, a.Reason)
 		}
 		o.At = now
 		a = m.Step(o)
-	}
-	if lists < 2 {
-		t.Errorf("10 minutes of streams that each carry one event and break, every other one with an ERROR: %d WATCHes, "+
-			"%d LISTs (the first); the store took in one change a stream and never relisted", streams, lists)
 	}
 }

@@ -91,6 +91,15 @@ func (s *script) step(d time.Duration, o Outcome, want Action, state State) Acti
 }
 
 // wait carries out a Wait action.
+// brokenAfterProgress: listed at resourceVersion 10, a stream carries the
+// loop to 12 and ends in a 500 ERROR; it waits and re-watches from 12.
+func (s *script) brokenAfterProgress() {
+	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
+	a := s.step(time.Second, Outcome{RV: "12", Opened: true, Frames: 1, Err: err500, ErrorEvent: true, Open: time.Second, Timeout: fiveMin},
+		Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: Watch, RV: "12"}, Watching)
+}
+
 func (s *script) wait(a Action, then Action, state State) {
 	s.t.Helper()
 	if a.Do != Wait {
@@ -383,10 +392,7 @@ func TestBackoffWaitsAsClientGosReflector(t *testing.T) {
 // "PrevKv=nil") relists, as before.
 func TestMachineErrorAfterProgressRewatches(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
-	a := s.step(time.Second, Outcome{RV: "12", Opened: true, Frames: 1, Err: err500, ErrorEvent: true, Open: time.Second, Timeout: fiveMin},
-		Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Watch, RV: "12"}, Watching)
+	s.brokenAfterProgress()
 	// A bookmark at the same resourceVersion is no progress.
 	s.step(time.Second, Outcome{RV: "12", Opened: true, Frames: 1, Err: err500, ErrorEvent: true, Open: time.Second, Timeout: fiveMin},
 		Action{Do: List}, Relisting)
