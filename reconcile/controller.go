@@ -362,9 +362,12 @@ func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, wo
 	}
 	var retryIn time.Duration
 	away, retryAfter := ServerAway(err)
-	// A key with deletions left (one failed) keeps its place before the
-	// changes when it comes back.
-	first := err != nil && c.hasDeletions(key)
+	// How the key comes back: a key with deletions left (one failed)
+	// keeps its place before the changes.
+	add, addAfter, addRateLimited, failed := c.Queue.Add, c.Queue.AddAfter, c.Queue.AddRateLimited, "Reconcile failed, will retry"
+	if err != nil && c.hasDeletions(key) {
+		add, addAfter, addRateLimited, failed = c.Queue.AddFirst, c.Queue.AddFirstAfter, c.Queue.AddFirstRateLimited, "Handling a deletion failed, will retry first"
+	}
 	switch {
 	case err == nil:
 		c.Queue.Forget(key)
@@ -375,31 +378,20 @@ func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, wo
 		// safety net, and the key's retry history does not grow: a conflict
 		// says nothing is wrong with the object.
 		retryIn = c.ConflictRetry
-		if first {
-			c.Queue.AddFirstAfter(key, retryIn)
-		} else {
-			c.Queue.AddAfter(key, retryIn)
-		}
+		addAfter(key, retryIn)
 		logger.V(2).Info("Conflict writing, will retry", "retryIn", retryIn)
 	case away:
 		// The server, not the object: every worker pauses, the key goes back
 		// to the queue as it was (see pause).
 		pauseFor := c.pause.failed(time.Now(), start, retryAfter)
-		if first {
-			c.Queue.AddFirst(key)
-		} else {
-			c.Queue.Add(key)
-		}
+		add(key)
 		logger.V(2).Info("Server away; workers pause", "err", err, "pause", pauseFor)
 		if c.Observer != nil {
 			c.Observer.Observe(Paused{Key: key, For: pauseFor, Err: err})
 		}
-	case first:
-		retryIn = c.Queue.AddFirstRateLimited(key)
-		logger.Error(err, "Handling a deletion failed, will retry first", "retries", c.Queue.Retries(key), "retryIn", retryIn)
 	default:
-		retryIn = c.Queue.AddRateLimited(key)
-		logger.Error(err, "Reconcile failed, will retry", "retries", c.Queue.Retries(key), "retryIn", retryIn)
+		retryIn = addRateLimited(key)
+		logger.Error(err, failed, "retries", c.Queue.Retries(key), "retryIn", retryIn)
 	}
 	if c.Observer != nil {
 		c.Observer.Observe(Finished{Worker: worker, Key: key, Took: d, Err: err, RetryIn: retryIn})
