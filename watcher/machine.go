@@ -451,7 +451,15 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 // relisting once more: a watch cache that was already initializing began
 // its history before that list. (One created after it, when the relist
 // followed a 503 of a server still installing its paths, may begin after
-// it: then that WATCH meets 410, and the relist after it backs off.)
+// it: then that WATCH meets 410, and the relist after it backs off. A
+// cache that is not ready yet hands a LIST with a limit to etcd, so the
+// relist is read at etcd's revision, and a cache whose own first list comes
+// one write later answers "too old resource version: X (X+1)". client-go's
+// relist asks for no limit, which that cache refuses with 429 until it is
+// ready; listing so would trade this race (two requests, when a write falls
+// between the two reads) for a refusal whenever the relist comes before the
+// cache is ready (one request), and give up the page-by-page resume:
+// docs/scorecard.md, apiserver-restart.)
 func (m *Machine) afterUnopened(err error) Action {
 	switch {
 	case serverStarting(err) && m.fresh:
