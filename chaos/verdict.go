@@ -745,7 +745,11 @@ func (j *judge) newOwnerListedAfter(f facts, d deletion) bool {
 
 // diedWith is the killed replica, if it died with deletion d unhandled:
 // deleted within the bound before the kill, and either it claimed the slot
-// then and still did at the kill, or it heard of the deletion and held it,
+// then and still did at the kill; or nobody claimed the slot then (the
+// ring still forming), it was the first to claim it after the deletion and
+// held it to the kill, nobody else claiming it, and it had not dropped the
+// deletion (heard or not: its watch may have broken before it); or it heard
+// of the deletion and held it,
 // not dropped, while no live replica claimed the slot (nobody did, or the
 // claimant had let it go before the kill, and no other replica claimed it
 // from then to the kill). lag is how long before
@@ -762,6 +766,18 @@ func (j *judge) diedWith(d deletion, f facts) (k *replica, lag time.Duration) {
 		// Its stop drops its claims: a claim that ended within a second of
 		// the kill lasted until it.
 		claimedToTheEnd := f.owner == r && (f.claim.end.IsZero() || !f.claim.end.Before(r.to.Add(-time.Second)))
+		if f.owner == nil && !dropped && !claimedToTheEnd {
+			// The first claimant after the deletion, to its death.
+			r.rec.mu.Lock()
+			from := r.rec.owns.claimedFrom(f.slot, d.At)
+			var held bool
+			var c claim
+			if !from.IsZero() && from.Before(r.to) {
+				held, c = r.rec.owns.claimedAt(f.slot, from)
+			}
+			r.rec.mu.Unlock()
+			claimedToTheEnd = held && (c.end.IsZero() || !c.end.Before(r.to.Add(-time.Second))) && !j.othersClaimed(r, f.slot, d.At, r.to)
+		}
 		// handedOn: nobody claimed the slot at the deletion, or its claimant
 		// let it go before the kill; and no other replica claimed it from
 		// then to the kill (the claimant let it go to k, or to nobody).

@@ -214,3 +214,39 @@ func TestRelistGapOfOneController(t *testing.T) {
 		}
 	}
 }
+
+// The ring forming: nobody claims a slot yet when the object is deleted at
+// 100 s; k, which knew the object, claims the slot first at 103 s and holds
+// it to its kill at 110 s, its watch broken all along (it never hears of
+// the deletion: its relists kept failing). Nobody else could have handled
+// it: the next owner listed after the deletion. A full sharded chaos run
+// failed on 7 such deletions ("claimed by no replica: never claimed yet";
+// r1's watch broke 2 s after the churn began, its relists failed until its
+// kill 70 s later). The controls: a live replica claims the slot first; k
+// lets it go to a live one before its kill; k heard of it and dropped it.
+func TestAKilledFirstClaimantOfAFormingRingDiesWithTheDeletion(t *testing.T) {
+	start := func() *scene {
+		return newScene("k", "b").knew("k").list("k", 90*time.Second, 140)
+	}
+	excused := start().claims("k", 103*time.Second, true, false, 140).kill("k", 110*time.Second).
+		list("b", 118*time.Second, 200).claims("b", 119*time.Second, true, false, 200).verdict()
+	if len(excused.UnseenDeletions) != 0 || len(excused.WithKilled) != 1 {
+		t.Errorf("k claimed the slot first after the deletion and held it to its kill: lost %v, died with %v; want died with k", excused.UnseenDeletions, excused.WithKilled)
+	}
+	controls := map[string]*scene{
+		"a live replica claimed it first": start().list("b", 101*time.Second, 160).claims("b", 102*time.Second, true, false, 160).
+			claims("k", 103*time.Second, true, false, 140).kill("k", 110*time.Second),
+		"k let it go to a live replica before its kill": start().claims("k", 103*time.Second, true, false, 140).
+			claims("k", 105*time.Second, false, false, 140).list("b", 105*time.Second, 160).claims("b", 106*time.Second, true, false, 160).
+			kill("k", 110*time.Second),
+		"k heard of it and dropped it": start().heard("k").dropped("k", 104*time.Second).claims("k", 103*time.Second, true, false, 140).
+			kill("k", 110*time.Second).list("b", 118*time.Second, 200).claims("b", 119*time.Second, true, false, 200),
+		"killed after the bound": start().claims("k", 103*time.Second, true, false, 140).kill("k", 200*time.Second).
+			list("b", 208*time.Second, 300).claims("b", 209*time.Second, true, false, 300),
+	}
+	for name, s := range controls {
+		if v := s.verdict(); len(v.UnseenDeletions) != 1 {
+			t.Errorf("%s: excused (died with %v, unclaimed %v), want lost", name, v.WithKilled, v.Unclaimed)
+		}
+	}
+}
