@@ -789,6 +789,21 @@ func (r *recorder) watchedAt(slot int, t time.Time) bool {
 	return last != nil && last.slots.Has(slot)
 }
 
+// watchedThrough: the watch followed slot from from to to (watchedAt
+// from, and no list or reshard after it, up to to, left the slot). Callers
+// hold mu.
+func (r *recorder) watchedThrough(slot int, from, to time.Time) bool {
+	if !r.watchedAt(slot, from) {
+		return false
+	}
+	for _, w := range r.watching {
+		if w.at.After(from) && !w.at.After(to) && !w.slots.Has(slot) {
+			return false
+		}
+	}
+	return true
+}
+
 // watchAround describes this watcher's view of slot around deletion d: its
 // lists of the slot within a minute of d (offset from d, resourceVersion)
 // and the gaps of its watch that contain d's creation. Callers hold mu.

@@ -63,8 +63,10 @@ type Verdict struct {
 	UnclaimedWhy map[string]int
 	// WithKilled (sharded runs): deletions the killed replica died with:
 	// deleted within Bound before the kill, while it claimed the slot (and
-	// it still did at the kill), or heard of by it, and held, not dropped,
-	// while no live replica claimed the slot. KilledLagMax is the longest
+	// it still did at the kill), or claimed first after it while nobody
+	// had (the ring forming), or heard of by it, and held, not dropped,
+	// while no live replica claimed the slot; and no replica that heard of
+	// it kept it and worked the slot after (see diedWith). KilledLagMax is the longest
 	// time such a deletion came before the kill.
 	WithKilled   []string
 	KilledLagMax time.Duration
@@ -747,12 +749,15 @@ func (j *judge) newOwnerListedAfter(f facts, d deletion) bool {
 // deleted within the bound before the kill, and either it claimed the slot
 // then and still did at the kill; or nobody claimed the slot then (the
 // ring still forming), it was the first to claim it after the deletion and
-// held it to the kill, nobody else claiming it, and it had not dropped the
-// deletion (heard or not: its watch may have broken before it); or it heard
-// of the deletion and held it,
+// held it to the kill, nobody else claiming it, it had not dropped the
+// deletion (heard or not: its watch may have broken before it), and alive
+// it would have handled it (it had the object or heard of it, or nobody had
+// it, and its watch followed the slot from the deletion to its claim); or
+// it heard of the deletion and held it,
 // not dropped, while no live replica claimed the slot (nobody did, or the
 // claimant had let it go before the kill, and no other replica claimed it
-// from then to the kill). lag is how long before
+// from then to the kill). In every case no replica that heard of it kept
+// it and worked the slot after (keptAndWorkedAgain). lag is how long before
 // the kill d was made.
 func (j *judge) diedWith(d deletion, f facts) (k *replica, lag time.Duration) {
 	for _, r := range j.replicas {
@@ -767,7 +772,11 @@ func (j *judge) diedWith(d deletion, f facts) (k *replica, lag time.Duration) {
 		// the kill lasted until it.
 		claimedToTheEnd := f.owner == r && (f.claim.end.IsZero() || !f.claim.end.Before(r.to.Add(-time.Second)))
 		if f.owner == nil && !dropped && !claimedToTheEnd {
-			// The first claimant after the deletion, to its death.
+			// The first claimant after the deletion, to its death; and,
+			// alive, it would have handled it: it had the object (its
+			// relist would report it gone) or heard of it, or nobody had
+			// it, and its watch followed the slot from the deletion to its
+			// claim (a reshard away drops the object without a deletion).
 			r.rec.mu.Lock()
 			from := r.rec.owns.claimedFrom(f.slot, d.At)
 			var held bool
@@ -775,8 +784,9 @@ func (j *judge) diedWith(d deletion, f facts) (k *replica, lag time.Duration) {
 			if !from.IsZero() && from.Before(r.to) {
 				held, c = r.rec.owns.claimedAt(f.slot, from)
 			}
+			could := (heard || r.rec.known[d.incarnation] || !f.known) && r.rec.watchedThrough(f.slot, d.At, from)
 			r.rec.mu.Unlock()
-			claimedToTheEnd = held && (c.end.IsZero() || !c.end.Before(r.to.Add(-time.Second))) && !j.othersClaimed(r, f.slot, d.At, r.to)
+			claimedToTheEnd = could && held && (c.end.IsZero() || !c.end.Before(r.to.Add(-time.Second))) && !j.othersClaimed(r, f.slot, d.At, r.to)
 		}
 		// handedOn: nobody claimed the slot at the deletion, or its claimant
 		// let it go before the kill; and no other replica claimed it from
@@ -790,6 +800,11 @@ func (j *judge) diedWith(d deletion, f facts) (k *replica, lag time.Duration) {
 			handedOn = !j.othersClaimed(r, f.slot, from, r.to)
 		}
 		if claimedToTheEnd || (heard && !dropped && handedOn) {
+			// Unless a replica that heard of it kept it and worked the
+			// slot after (it held the deletion to handle then).
+			if j.keptAndWorkedAgain(d, f.slot, d.At) != nil {
+				return nil, 0
+			}
 			return r, r.to.Sub(d.At)
 		}
 	}

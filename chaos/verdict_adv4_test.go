@@ -84,3 +84,42 @@ func TestAdversaryAKilledFirstClaimantThatLeftTheSlotAfterTheDeletionExcusesIt(t
 		t.Errorf("k left the slot 1 s after the deletion and came back by a list without the object: died with %v; want lost", v.WithKilled)
 	}
 }
+
+// The same hole in the older branches of the kill's rule: k claimed the
+// slot at the deletion to its death, or heard of it and held it while
+// nobody claimed the slot; b heard of it too, kept it, and worked the
+// slot from 9 s after the kill on. b should have handled it.
+func TestAdversaryAKillExcusesADeletionALiveReplicaKeptAndWorkedAfter(t *testing.T) {
+	for name, s := range map[string]*scene{
+		"k claimed the slot at the deletion": newScene("k", "b").claims("k", 0, true, false, 10),
+		"k heard of it and held it":          newScene("k", "b").knew("k").heard("k").list("k", 90*time.Second, 140),
+	} {
+		v := s.knew("b").heard("b").list("b", 90*time.Second, 140).kill("k", 110*time.Second).
+			claims("b", 119*time.Second, true, false, 200).verdict()
+		if len(v.UnseenDeletions) != 1 {
+			t.Errorf("%s; b heard of it, kept it and worked the slot after the kill: died with %v; want lost", name, v.WithKilled)
+		}
+	}
+}
+
+// What the rule still excuses: k had the object and watched the slot from
+// the deletion to its claim, and b, which heard of it too, dropped it (the
+// slot left its watch) or kept it without working the slot again; or
+// nobody ever had the object (k's watch broke before its creation, and k
+// died before a relist could prove it invisible). c, the next owner,
+// lists the slot after the kill.
+func TestAKilledFirstClaimantStillDiesWithWhatOnlyItCouldHandle(t *testing.T) {
+	start := func() *scene { return newScene("k", "b", "c").list("k", 90*time.Second, 140) }
+	for name, s := range map[string]*scene{
+		"b heard of it and dropped it":              start().knew("k").knew("b").list("b", 90*time.Second, 140).heard("b").dropped("b", 101*time.Second),
+		"b heard of it, kept it, never worked it":   start().knew("k").knew("b").list("b", 90*time.Second, 140).heard("b"),
+		"k heard of it too, b dropped it":           start().knew("k").heard("k").knew("b").list("b", 90*time.Second, 140).heard("b").dropped("b", 101*time.Second),
+		"nobody had the object, k watched the slot": start(),
+	} {
+		v := s.claims("k", 103*time.Second, true, false, 140).kill("k", 110*time.Second).
+			list("c", 118*time.Second, 200).claims("c", 119*time.Second, true, false, 200).verdict()
+		if len(v.WithKilled) != 1 {
+			t.Errorf("%s: lost %v; want died with k", name, v.UnseenDeletions)
+		}
+	}
+}
