@@ -36,9 +36,9 @@ type fastProbe struct {
 
 var probeCalls []metajson.Options
 
-func (p *fastProbe) DecodeJSON(data []byte, opts metajson.Options) error {
-	probeCalls = append(probeCalls, opts)
-	return p.MyResource.DecodeJSON(data, opts)
+func (p *fastProbe) DecodeJSONFrom(d *metajson.Decoder) error {
+	probeCalls = append(probeCalls, d.Options())
+	return p.MyResource.DecodeJSONFrom(d)
 }
 
 // A type with a JSONDecoder is decoded by it: whole for a list item, with

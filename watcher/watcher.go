@@ -511,9 +511,9 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 		ev, err := dec.Next()
 		arrived := time.Now()
 		dog.Reset(w.opts.SilenceLimit)
-		var skip *SkipError
+		skip := asSkip(err)
 		switch {
-		case errors.As(err, &skip):
+		case skip != nil:
 			w.skipped(skip)
 			switch {
 			case skip.Key == "":
