@@ -269,6 +269,7 @@ func expectDelim(dec *json.Decoder, want json.Delim) error {
 type eventDecoder[T Object] struct {
 	frames *FrameReader
 	codec  Codec[T]
+	dec    metajson.Decoder // onePass's, reset per frame (not one made per frame)
 }
 
 func newEventDecoder[T Object](r io.Reader, c Codec[T]) *eventDecoder[T] {
@@ -329,7 +330,9 @@ func (d *eventDecoder[T]) onePass(frame []byte) (ev Event[T], ok bool, err error
 	if own == nil {
 		return ev, false, nil
 	}
-	dec := metajson.NewDecoder(frame, metajson.Options{NewestWriteOnly: true})
+	dec := &d.dec
+	dec.Reset(frame, metajson.Options{NewestWriteOnly: true})
+	defer dec.Reset(nil, metajson.Options{}) // the frame's buffer is the reader's
 	var typ string
 	var start, end int // the object's bytes
 	var seen uint64

@@ -589,7 +589,11 @@ func (w *Watcher[T]) apply(ev Event[T], arrived time.Time) {
 	} else {
 		d, changed = w.store.Upsert(ev.Object)
 	}
-	w.obs.Observe(Received{Type: ev.Type, Key: store.KeyOf(ev.Object), RV: ev.RV, Arrived: arrived, Written: written, Object: ev.Object})
+	key := d.Key // the store made it: not again (a string) per event
+	if !changed {
+		key = store.KeyOf(ev.Object)
+	}
+	w.obs.Observe(Received{Type: ev.Type, Key: key, RV: ev.RV, Arrived: arrived, Written: written, Object: ev.Object})
 	if changed {
 		w.hand(d)
 	}

@@ -66,6 +66,11 @@ type Options struct {
 // NewDecoder reads data.
 func NewDecoder(data []byte, opts Options) *Decoder { return &Decoder{b: data, opts: opts} }
 
+// Reset makes d read data, as NewDecoder(data, opts) would: for a caller
+// that decodes one text after another with one Decoder (the Decoder keeps
+// data only until the next Reset; what it decodes never points into it).
+func (d *Decoder) Reset(data []byte, opts Options) { *d = Decoder{b: data, opts: opts} }
+
 // Options are the options the decoder was made with.
 func (d *Decoder) Options() Options { return d.opts }
 
