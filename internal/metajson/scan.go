@@ -14,7 +14,8 @@
 // api/v1alpha1). What makes a decode decline: input that is not valid JSON, a
 // key that appears twice in one object (encoding/json merges such members), an
 // escaped key, a value of the wrong type, a number that is not a plain integer,
-// null where a reader does not expect it. Valid JSON is checked exactly as
+// null where a reader does not expect it (inside a value skipped whole, whose
+// keys nothing reads, only its validity counts). Valid JSON is checked exactly as
 // encoding/json checks it: strings may hold invalid UTF-8 (a reader that meets
 // it delegates, as encoding/json replaces it), but no raw control characters.
 package metajson
