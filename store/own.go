@@ -1,6 +1,7 @@
 package store
 
 import (
+	"sync/atomic"
 	"unique"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,10 +18,10 @@ import (
 //     unique), instead of one copy per object as the JSON decoder made them.
 func own[T Object](obj T) {
 	obj.SetManagedFields(nil)
-	obj.SetNamespace(intern(obj.GetNamespace()))
+	obj.SetNamespace(lastNamespace.intern(obj.GetNamespace()))
 	if k, ok := any(obj).(interface{ GetObjectKind() schema.ObjectKind }); ok {
 		if tm, ok := k.GetObjectKind().(*metav1.TypeMeta); ok {
-			tm.APIVersion, tm.Kind = intern(tm.APIVersion), intern(tm.Kind)
+			tm.APIVersion, tm.Kind = lastAPIVersion.intern(tm.APIVersion), lastKind.intern(tm.Kind)
 		}
 	}
 }
@@ -30,6 +31,23 @@ func intern(s string) string {
 		return s
 	}
 	return unique.Make(s).Value()
+}
+
+// lastInterned remembers the string intern gave last, for one field: a
+// stream of one type in one namespace asks for the same three strings
+// object after object, and comparing with the last one costs a fraction of
+// unique.Make's lookup.
+type lastInterned struct{ p atomic.Pointer[string] }
+
+var lastNamespace, lastAPIVersion, lastKind lastInterned
+
+func (l *lastInterned) intern(s string) string {
+	if p := l.p.Load(); p != nil && *p == s {
+		return *p
+	}
+	v := intern(s)
+	l.p.Store(&v)
+	return v
 }
 
 // DropAnnotations returns a transform (SetTransform) that deletes the

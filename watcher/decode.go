@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -88,13 +89,14 @@ type typeAndMeta struct {
 }
 
 // JSONDecoder is implemented by an object type with a decoder of its own,
-// without reflection (api/v1alpha1's MyResource has one). DecodeJSON, called
-// on a fresh object, decodes data exactly as metajson.Plain would (with
-// opts.NewestWriteOnly, managedFields reduced to the newest time), or returns
-// an error (it declines): the Codec then decodes data with metajson.Plain,
-// whose result counts. So a JSONDecoder changes only how fast objects decode.
+// without reflection (api/v1alpha1's MyResource has one). DecodeJSONFrom,
+// called on a fresh object, reads the JSON value at d exactly as
+// metajson.Plain would decode it (with d's NewestWriteOnly, managedFields
+// reduced to the newest time) and stops after it, or returns an error (it
+// declines): the Codec then decodes the object with metajson.Plain, whose
+// result counts. So a JSONDecoder changes only how fast objects decode.
 type JSONDecoder interface {
-	DecodeJSON(data []byte, opts metajson.Options) error
+	DecodeJSONFrom(d *metajson.Decoder) error
 }
 
 // Decode decodes one object. On failure it returns a *SkipError carrying
@@ -156,18 +158,36 @@ type identity struct {
 // one and it does not decline, else with metajson.Plain (with newestWrite,
 // after cutting managedFields in the bytes).
 func decodeObject[T Object](raw []byte, newestWrite bool) (T, error) {
-	var obj T
-	if _, ok := any(obj).(JSONDecoder); ok {
-		if t := reflect.TypeFor[T](); t.Kind() == reflect.Pointer {
-			fresh := reflect.New(t.Elem()).Interface()
-			if fresh.(JSONDecoder).DecodeJSON(raw, metajson.Options{NewestWriteOnly: newestWrite}) == nil {
-				return fresh.(T), nil
-			}
+	if obj, own := fresh[T](); own != nil {
+		d := metajson.NewDecoder(raw, metajson.Options{NewestWriteOnly: newestWrite})
+		if d.Whole(func() error { return own.DecodeJSONFrom(d) }) == nil {
+			return obj, nil
 		}
 	}
+	return decodePlain[T](raw, newestWrite)
+}
+
+// fresh returns a new T and its own decoder, when it has one (own is nil
+// otherwise).
+func fresh[T Object]() (obj T, own JSONDecoder) {
+	if _, ok := any(obj).(JSONDecoder); !ok {
+		return obj, nil
+	}
+	t := reflect.TypeFor[T]()
+	if t.Kind() != reflect.Pointer {
+		return obj, nil
+	}
+	v := reflect.New(t.Elem()).Interface()
+	return v.(T), v.(JSONDecoder)
+}
+
+// decodePlain is decodeObject's way without T's own decoder (its own
+// function, so that the object it decodes into is on the heap only here).
+func decodePlain[T Object](raw []byte, newestWrite bool) (T, error) {
 	if newestWrite {
 		raw = withoutManagedFields(raw)
 	}
+	var obj T
 	err := metajson.Plain(raw, &obj)
 	return obj, err
 }
@@ -249,6 +269,7 @@ func expectDelim(dec *json.Decoder, want json.Delim) error {
 type eventDecoder[T Object] struct {
 	frames *FrameReader
 	codec  Codec[T]
+	dec    metajson.Decoder // onePass's, reset per frame (not one made per frame)
 }
 
 func newEventDecoder[T Object](r io.Reader, c Codec[T]) *eventDecoder[T] {
@@ -268,11 +289,12 @@ func (d *eventDecoder[T]) Next() (Event[T], error) {
 	if err != nil {
 		return Event[T]{}, err
 	}
-	var f frame
-	var fast bool
-	f.Type, f.Object, fast = envelope(raw)
+	if ev, ok, err := d.onePass(raw); ok {
+		return ev, err
+	}
+	typ, object, fast := envelope(raw)
 	if !fast { // the plain way (walk.go), which also reports a broken frame
-		f = frame{}
+		var f frame
 		if err := json.Unmarshal(raw, &f); err != nil {
 			var typeErr *json.UnmarshalTypeError
 			if errors.As(err, &typeErr) {
@@ -281,17 +303,99 @@ func (d *eventDecoder[T]) Next() (Event[T], error) {
 			}
 			return Event[T]{}, err
 		}
+		typ, object = f.Type, f.Object
 	}
-	return eventOf(f.Type, f.Object, func(what string, raw []byte) (T, error) {
+	return eventOf(typ, object, func(what string, raw []byte) (T, error) {
 		obj, err := d.codec.decode(what, raw, true)
-		var skip *SkipError
-		if fast && len(raw) > 0 && errors.As(err, &skip) && metajson.IsSyntaxError(skip.Err) {
+		if skip := asSkip(err); fast && len(raw) > 0 && skip != nil && metajson.IsSyntaxError(skip.Err) {
 			// Not JSON: the stream is broken, as the plain way would say
 			// (skipping the frame would lose its event).
 			return obj, fmt.Errorf("malformed watch frame: %w", skip.Err)
 		}
 		return obj, err
 	}, json.Unmarshal, snippet)
+}
+
+// onePass decodes the usual frame of an object event, {"type":…,"object":{…}}
+// (its two members in either order, others skipped), in one pass over the
+// frame with T's own decoder, which reads the object where it stands. ok is
+// false when it cannot: T has no decoder of its own, or the frame is not the
+// usual one (a key of the envelope in another case or twice, an escaped or
+// non-ASCII key, another event type, anything the decoder declines). Then
+// Next decodes the frame as before, envelope and object apart, and that
+// decodes it exactly as the plain way (FuzzFastDecoder); so does onePass,
+// when it decodes at all.
+func (d *eventDecoder[T]) onePass(frame []byte) (ev Event[T], ok bool, err error) {
+	obj, own := fresh[T]()
+	if own == nil {
+		return ev, false, nil
+	}
+	dec := &d.dec
+	dec.Reset(frame, metajson.Options{NewestWriteOnly: true})
+	defer dec.Reset(nil, metajson.Options{}) // the frame's buffer is the reader's
+	var typ string
+	var start, end int // the object's bytes
+	var seen uint64
+	if dec.Object(func(key []byte) error {
+		switch string(key) {
+		case "type":
+			if err := metajson.Seen(&seen, 0); err != nil {
+				return err
+			}
+			t, err := dec.PlainString()
+			if err != nil {
+				return err
+			}
+			switch typ = eventType(t); typ {
+			case Added, Modified, Deleted:
+				return nil
+			}
+			return metajson.ErrDecline // bookmarks, errors: small and few
+		case "object":
+			if err := metajson.Seen(&seen, 1); err != nil {
+				return err
+			}
+			start = dec.Offset()
+			if err := own.DecodeJSONFrom(dec); err != nil {
+				return err
+			}
+			end = dec.Offset()
+			return nil
+		}
+		for _, c := range key { // encoding/json matches the envelope's keys in any case
+			if c >= utf8.RuneSelf {
+				return metajson.ErrDecline
+			}
+		}
+		if bytes.EqualFold(key, []byte("type")) || bytes.EqualFold(key, []byte("object")) {
+			return metajson.ErrDecline
+		}
+		_, err := dec.Skip()
+		return err
+	}) != nil || seen != 3 {
+		return ev, false, nil
+	}
+	if obj, err = d.codec.checked(eventWhat(typ), frame[start:end], obj, nil, "", metajson.Plain); err != nil {
+		return Event[T]{Type: typ}, true, err
+	}
+	return Event[T]{Type: typ, Object: obj, RV: obj.GetResourceVersion()}, true, nil
+}
+
+// asSkip is errors.As(err, *SkipError) that allocates nothing for the
+// usual cases, no error or a *SkipError itself (errors.As needs its target
+// on the heap), once per event.
+func asSkip(err error) *SkipError {
+	if err == nil {
+		return nil
+	}
+	if skip, ok := err.(*SkipError); ok {
+		return skip
+	}
+	var skip *SkipError
+	if errors.As(err, &skip) {
+		return skip
+	}
+	return nil
 }
 
 // eventOf makes an Event of a frame's type and object, the part of the
@@ -303,7 +407,7 @@ func eventOf[T Object](typ string, raw []byte, object func(what string, raw []by
 	unmarshal func([]byte, any) error, show func([]byte) string) (Event[T], error) {
 	switch typ {
 	case Added, Modified, Deleted:
-		obj, err := object(typ+" event", raw)
+		obj, err := object(eventWhat(typ), raw)
 		if err != nil {
 			return Event[T]{Type: typ}, err
 		}
@@ -323,6 +427,18 @@ func eventOf[T Object](typ string, raw []byte, object func(what string, raw []by
 		return Event[T]{Type: Error, Err: apierrors.FromObject(&status)}, nil
 	}
 	return Event[T]{Type: typ}, &SkipError{What: "watch frame", Err: fmt.Errorf("unknown event type %q", typ)}
+}
+
+// eventWhat names an object event in a SkipError, without a string made
+// per event.
+func eventWhat(typ string) string {
+	switch typ {
+	case Added:
+		return Added + " event"
+	case Modified:
+		return Modified + " event"
+	}
+	return Deleted + " event"
 }
 
 func snippet(b []byte) string {

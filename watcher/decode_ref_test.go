@@ -17,9 +17,9 @@ import (
 	"rawwatch/internal/wire"
 )
 
-// The event decoder's fast path (frames.go, walk.go) against the plain
-// one it replaced: a json.Decoder reading each frame into a type and a raw
-// object, then the whole object decoded. On every stream both must agree,
+// The event decoder's fast paths (frames.go, onePass in decode.go, walk.go)
+// against the plain one they replaced: a json.Decoder reading each frame
+// into a type and a raw object, then the whole object decoded. On every stream both must agree,
 // event by event: the same objects (their managedFields reduced on both sides
 // to one entry with the newest time, which is all the fast path keeps), the
 // same skipped frames, the stream broken at the same frame. One deviation is

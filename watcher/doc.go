@@ -233,7 +233,9 @@
 // case-sensitively; a key in another case is an unknown field), by the
 // type's own decoder when it has one (JSONDecoder; MyResource's reads the
 // bytes once, without reflection, and declines anything unusual to the plain
-// decoder: see package internal/metajson).
+// decoder: see package internal/metajson). A watch frame of the usual shape
+// is read in one pass, its envelope and object together (onePass in
+// decode.go); any other takes the envelope walk of walk.go, then the object.
 //
 // A skipped item carries its UID if its metadata reads (SkipError.UID): a
 // listed item of another UID than the stored object's says the key was

@@ -8,7 +8,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The fast path of the event decoder. A watch frame is
+// The event decoder's way for a frame onePass (decode.go) does not take:
+// an event of a type without a decoder of its own, a bookmark, an error,
+// or anything unusual in the envelope or the object. A watch frame is
 //
 //	{"type":"MODIFIED","object":{"apiVersion":…,"metadata":{…,"managedFields":[…]},…}}
 //

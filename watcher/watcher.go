@@ -511,9 +511,9 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 		ev, err := dec.Next()
 		arrived := time.Now()
 		dog.Reset(w.opts.SilenceLimit)
-		var skip *SkipError
+		skip := asSkip(err)
 		switch {
-		case errors.As(err, &skip):
+		case skip != nil:
 			w.skipped(skip)
 			switch {
 			case skip.Key == "":
@@ -589,7 +589,11 @@ func (w *Watcher[T]) apply(ev Event[T], arrived time.Time) {
 	} else {
 		d, changed = w.store.Upsert(ev.Object)
 	}
-	w.obs.Observe(Received{Type: ev.Type, Key: store.KeyOf(ev.Object), RV: ev.RV, Arrived: arrived, Written: written, Object: ev.Object})
+	key := d.Key // the store made it: not again (a string) per event
+	if !changed {
+		key = store.KeyOf(ev.Object)
+	}
+	w.obs.Observe(Received{Type: ev.Type, Key: key, RV: ev.RV, Arrived: arrived, Written: written, Object: ev.Object})
 	if changed {
 		w.hand(d)
 	}

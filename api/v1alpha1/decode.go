@@ -13,8 +13,14 @@ import (
 // equal to the plain decoder's object with its managedFields so reduced).
 func (r *MyResource) DecodeJSON(data []byte, opts metajson.Options) error {
 	d := metajson.NewDecoder(data, opts)
+	return d.Whole(func() error { return r.DecodeJSONFrom(d) })
+}
+
+// DecodeJSONFrom is DecodeJSON of the object at d, a value inside a larger
+// text (a watch frame's object): it reads the object and stops after it.
+func (r *MyResource) DecodeJSONFrom(d *metajson.Decoder) error {
 	var seen uint64
-	return d.Object(func(key []byte) error {
+	return d.Members(func(key []byte) error {
 		return d.Field(key, myResourceFields, &seen, func(n int) error {
 			switch n {
 			case 0, 1:
@@ -53,7 +59,7 @@ func (s *MyResourceStatus) decode(d *metajson.Decoder) error {
 		return d.Field(key, statusFields, &seen, func(n int) (err error) {
 			switch n {
 			case 0:
-				s.Phase, err = d.String()
+				s.Phase, err = d.SharedString() // a few values, repeated
 			case 1:
 				s.Message, err = d.String()
 			case 2:

@@ -40,9 +40,9 @@ var TypeMetaFields = typeMetaFields
 func (d *Decoder) TypeMetaField(tm *metav1.TypeMeta, n int) (err error) {
 	switch n {
 	case 0:
-		tm.APIVersion, err = d.String()
+		tm.APIVersion, err = d.SharedString()
 	case 1:
-		tm.Kind, err = d.String()
+		tm.Kind, err = d.SharedString()
 	}
 	return err
 }
@@ -62,7 +62,7 @@ func (d *Decoder) ObjectMeta(m *metav1.ObjectMeta) error {
 			case 1:
 				m.GenerateName, err = d.String()
 			case 2:
-				m.Namespace, err = d.String()
+				m.Namespace, err = d.SharedString()
 			case 3:
 				m.SelfLink, err = d.String()
 			case 4:
@@ -141,26 +141,27 @@ func (d *Decoder) managedFields() ([]metav1.ManagedFieldsEntry, error) {
 }
 
 // newestWrite reads managedFields as Options.NewestWriteOnly says: what
-// Plain would make of them, reduced to the newest time.
+// Plain would make of them, reduced to the newest time. Only the times are
+// made (on the stack), the rest checked as Plain would take it; the entry
+// and its time come in one allocation.
 func (d *Decoder) newestWrite() ([]metav1.ManagedFieldsEntry, error) {
-	var newest *metav1.Time
+	var newest, t metav1.Time
+	has := false
 	err := d.Elements(func() error {
 		var seen uint64
 		return d.Members(func(key []byte) error {
 			return d.Field(key, managedFieldsEntryFields, &seen, func(n int) error {
 				switch n {
 				case 3:
-					t := new(metav1.Time)
-					if err := d.Time(t); err != nil {
+					if err := d.Time(&t); err != nil {
 						return err
 					}
-					if newest == nil || t.After(newest.Time) {
-						newest = t
+					if !has || t.After(newest.Time) {
+						newest, has = t, true
 					}
 					return nil
 				case 5: // fieldsV1: any value (FieldsV1.UnmarshalJSON keeps it raw)
-					_, err := d.Skip()
-					return err
+					return d.skip()
 				}
 				_, _, _, err := d.stringSpan() // a string, as Plain requires
 				return err
@@ -170,10 +171,15 @@ func (d *Decoder) newestWrite() ([]metav1.ManagedFieldsEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	if newest == nil {
+	if !has {
 		return []metav1.ManagedFieldsEntry{}, nil
 	}
-	return []metav1.ManagedFieldsEntry{{Time: newest}}, nil
+	w := &struct {
+		entry [1]metav1.ManagedFieldsEntry
+		time  metav1.Time
+	}{time: newest}
+	w.entry[0].Time = &w.time
+	return w.entry[:], nil
 }
 
 // NewestWrite is what Options.NewestWriteOnly makes of managedFields that

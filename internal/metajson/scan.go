@@ -14,7 +14,8 @@
 // api/v1alpha1). What makes a decode decline: input that is not valid JSON, a
 // key that appears twice in one object (encoding/json merges such members), an
 // escaped key, a value of the wrong type, a number that is not a plain integer,
-// null where a reader does not expect it. Valid JSON is checked exactly as
+// null where a reader does not expect it (inside a value skipped whole, whose
+// keys nothing reads, only its validity counts). Valid JSON is checked exactly as
 // encoding/json checks it: strings may hold invalid UTF-8 (a reader that meets
 // it delegates, as encoding/json replaces it), but no raw control characters.
 package metajson
@@ -22,6 +23,7 @@ package metajson
 import (
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"unicode/utf8"
 
 	kjson "sigs.k8s.io/json"
@@ -65,11 +67,25 @@ type Options struct {
 // NewDecoder reads data.
 func NewDecoder(data []byte, opts Options) *Decoder { return &Decoder{b: data, opts: opts} }
 
+// Reset makes d read data, as NewDecoder(data, opts) would: for a caller
+// that decodes one text after another with one Decoder (the Decoder keeps
+// data only until the next Reset; what it decodes never points into it).
+func (d *Decoder) Reset(data []byte, opts Options) { *d = Decoder{b: data, opts: opts} }
+
+// Options are the options the decoder was made with.
+func (d *Decoder) Options() Options { return d.opts }
+
 // Object reads the JSON object that is the whole input (whitespace around it
 // allowed), calling member for each member as Members does.
 func (d *Decoder) Object(member func(key []byte) error) error {
+	return d.Whole(func() error { return d.Members(member) })
+}
+
+// Whole reads the JSON value that is the whole input (whitespace around it
+// allowed) with value, which must read one value.
+func (d *Decoder) Whole(value func() error) error {
 	d.ws()
-	if err := d.Members(member); err != nil {
+	if err := value(); err != nil {
 		return err
 	}
 	d.ws()
@@ -77,6 +93,16 @@ func (d *Decoder) Object(member func(key []byte) error) error {
 		return ErrDecline
 	}
 	return nil
+}
+
+// Offset is where the decoder stands in its input: after a value was read,
+// just past it.
+func (d *Decoder) Offset() int { return d.i }
+
+// PlainString reads a string whose inside needs no unescaping (no escapes,
+// valid UTF-8) and returns that inside, a part of the input.
+func (d *Decoder) PlainString() ([]byte, error) {
+	return d.key()
 }
 
 // Members reads an object: for each member, member gets the key (unescaped
@@ -177,6 +203,37 @@ func (d *Decoder) String() (string, error) {
 	return v, d.plain(start, &v)
 }
 
+// SharedString reads a string as String does, but returns the copy it made
+// before when the same value was read recently, so that the strings every
+// object of a type and namespace repeats (apiVersion, kind, namespace)
+// cost no allocation per object (a string is immutable: sharing one copy is
+// as good as one each). The recent values are a small table of at most
+// sharedSlots strings of up to sharedMax bytes, shared by every Decoder.
+func (d *Decoder) SharedString() (string, error) {
+	start := d.i
+	s, e, plain, err := d.stringSpan()
+	if err != nil || !plain || e-s > sharedMax {
+		d.i = start
+		return d.String()
+	}
+	b := d.b[s:e]
+	h := uint32(2166136261) // FNV-1a
+	for _, c := range b {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	slot := &shared[h%sharedSlots]
+	if p := slot.Load(); p != nil && *p == string(b) {
+		return *p, nil
+	}
+	v := string(b)
+	slot.Store(&v)
+	return v, nil
+}
+
+const sharedSlots, sharedMax = 64, 64
+
+var shared [sharedSlots]atomic.Pointer[string]
+
 // stringSpan reads a string and returns its inside [s, e); plain is false
 // when the inside has escapes or invalid UTF-8 (then encoding/json's
 // unquoting must make the value).
@@ -188,6 +245,12 @@ func (d *Decoder) stringSpan() (s, e int, plain bool, err error) {
 	plain = true
 	ascii := true
 	for i := s; i < len(d.b); i++ {
+		for i < len(d.b) && plainByte[d.b[i]] {
+			i++
+		}
+		if i == len(d.b) {
+			break
+		}
 		switch c := d.b[i]; {
 		case c == '"':
 			if !ascii && plain && !utf8.Valid(d.b[s:i]) {
@@ -224,6 +287,16 @@ func (d *Decoder) stringSpan() (s, e int, plain bool, err error) {
 	}
 	return 0, 0, false, ErrDecline
 }
+
+// plainByte tells the bytes a string's inside may hold with no more ado:
+// not a quote, a backslash, a control character or part of a multi-byte
+// UTF-8 sequence.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
@@ -269,32 +342,120 @@ func (d *Decoder) Skip() ([]byte, error) {
 const maxDepth = 1000
 
 func (d *Decoder) skip() error {
-	if d.i >= len(d.b) {
+	// One loop over the value, no recursion and no calls per member: what
+	// it accepts is what encoding/json accepts (a key is any string here:
+	// nothing reads it). open holds the containers open, a bit each, set
+	// for an object; depth counts those of the callers too (maxDepth).
+	var open [maxDepth/64 + 1]uint64
+	n := 0 // containers open inside the value
+	b := d.b
+	i := d.i
+	var err error
+value: // a value starts at i
+	if i >= len(b) {
 		return ErrDecline
 	}
-	switch c := d.b[d.i]; {
-	case c == '{':
-		return d.Members(func([]byte) error { return d.skip() })
-	case c == '[':
-		return d.Elements(d.skip)
+	switch c := b[i]; {
+	case c == '{', c == '[':
+		if d.depth+n >= maxDepth {
+			return ErrDecline
+		}
+		if c == '{' {
+			open[n/64] |= 1 << (n % 64)
+		} else {
+			open[n/64] &^= 1 << (n % 64)
+		}
+		n++
+		i = skipWS(b, i+1)
+		if i < len(b) && (b[i] == '}' && c == '{' || b[i] == ']' && c == '[') {
+			i++
+			n--
+			goto after
+		}
+		if c == '{' {
+			goto key
+		}
+		goto value
 	case c == '"':
-		_, _, _, err := d.stringSpan()
-		return err
+		if i, err = d.stringEnd(i); err != nil {
+			return err
+		}
 	case c == 't':
-		return d.want("true")
+		i, err = literalEnd(b, i, "true")
 	case c == 'f':
-		return d.want("false")
+		i, err = literalEnd(b, i, "false")
 	case c == 'n':
-		return d.want("null")
+		i, err = literalEnd(b, i, "null")
 	case c == '-' || '0' <= c && c <= '9':
-		return d.number()
+		i, err = numberEnd(b, i)
+	default:
+		return ErrDecline
+	}
+	if err != nil {
+		return err
+	}
+after: // a value ended at i
+	if n == 0 {
+		d.i = i
+		return nil
+	}
+	i = skipWS(b, i)
+	if i >= len(b) {
+		return ErrDecline
+	}
+	switch inObject := open[(n-1)/64]&(1<<((n-1)%64)) != 0; {
+	case b[i] == ',':
+		i = skipWS(b, i+1)
+		if inObject {
+			goto key
+		}
+		goto value
+	case b[i] == '}' && inObject, b[i] == ']' && !inObject:
+		i++
+		n--
+		goto after
 	}
 	return ErrDecline
+key: // a member starts at i
+	if i >= len(b) || b[i] != '"' {
+		return ErrDecline
+	}
+	if i, err = d.stringEnd(i); err != nil {
+		return err
+	}
+	i = skipWS(b, i)
+	if i >= len(b) || b[i] != ':' {
+		return ErrDecline
+	}
+	i = skipWS(b, i+1)
+	goto value
 }
 
-// number reads a number as JSON's grammar has it.
-func (d *Decoder) number() error {
-	b, i := d.b, d.i
+// stringEnd is the index just past the valid string at d.b[i].
+func (d *Decoder) stringEnd(i int) (int, error) {
+	d.i = i
+	if _, _, _, err := d.stringSpan(); err != nil {
+		return 0, err
+	}
+	return d.i, nil
+}
+
+func literalEnd(b []byte, i int, lit string) (int, error) {
+	if len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit {
+		return i + len(lit), nil
+	}
+	return 0, ErrDecline
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// numberEnd is the index just past the number at b[i].
+func numberEnd(b []byte, i int) (int, error) {
 	if b[i] == '-' {
 		i++
 	}
@@ -306,12 +467,12 @@ func (d *Decoder) number() error {
 			i++
 		}
 	default:
-		return ErrDecline
+		return 0, ErrDecline
 	}
 	if i < len(b) && b[i] == '.' {
 		i++
 		if i >= len(b) || b[i] < '0' || b[i] > '9' {
-			return ErrDecline
+			return 0, ErrDecline
 		}
 		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
 			i++
@@ -323,21 +484,13 @@ func (d *Decoder) number() error {
 			i++
 		}
 		if i >= len(b) || b[i] < '0' || b[i] > '9' {
-			return ErrDecline
+			return 0, ErrDecline
 		}
 		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
 			i++
 		}
 	}
-	d.i = i
-	return nil
-}
-
-func (d *Decoder) want(lit string) error {
-	if !d.literal(lit) {
-		return ErrDecline
-	}
-	return nil
+	return i, nil
 }
 
 // literal consumes lit if the input has it here.
