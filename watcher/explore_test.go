@@ -303,7 +303,11 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 			Handler: func(d store.Delta[*v1alpha1.MyResource]) {
 				deltas = append(deltas, d)
 				lives.handle(d)
-				work.add(d.Key)
+				if d.Type == store.Deleted {
+					work.addFirst(d.Key)
+				} else {
+					work.add(d.Key)
+				}
 			},
 			Observer: lives,
 		}
@@ -423,6 +427,8 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 			}
 		}
 		checkRequests(reqs, rollbacks, time.Duration(srv.RetryAfter)*time.Second, start, fail)
+		checkErrorsAfterProgress(reqs, s.pageSize, b.ResetAfter, start, fail)
+		checkCorruptedFrames(reqs, s.pageSize, start, fail)
 		// Safety: the life of every UID, from the deltas.
 		checkLives(deltas, srv, fail)
 	})
@@ -458,6 +464,84 @@ func checkRequests(reqs []fakeapi.Request, rollbacks []time.Time, retryAfter tim
 			if q.Kind != "LIST" {
 				fail("a rollback is found at once: the server was restored to older data at %v, and the first request it answered after its outage was a %s from resourceVersion %s (which waits in silence for the server to get there), not a LIST",
 					t.Sub(start).Round(time.Millisecond), q.Kind, q.RV)
+			}
+			break
+		}
+	}
+}
+
+// checkErrorsAfterProgress holds the request log to the rule of an ERROR
+// after progress: a stream that carried the loop past the resourceVersion
+// it started from and then ended in an ERROR (a 500) is re-watched from its
+// last event's resourceVersion, once; the next such stream before a list
+// or a healthy stream (refused, cut or failed WATCHes between do not count)
+// relists. Lists reset the count; a stream that may have been healthy (open
+// for most of its timeout or of ResetAfter) leaves it unknown until the
+// next such stream shows what the loop made of it. A LIST of one item is a
+// probe, unless the pages are of one item too (then unknown).
+func checkErrorsAfterProgress(reqs []fakeapi.Request, pageSize int64, resetAfter time.Duration, start time.Time, fail func(string, ...any)) {
+	const (
+		clear = iota
+		erroredOn
+		unknown
+	)
+	state := clear
+	for i, q := range reqs {
+		switch {
+		case q.Kind == "LIST" && q.Continue:
+		case q.Kind == "LIST" && q.Limit == 1 && pageSize == 1:
+			state = unknown // a probe or a list
+		case q.Kind == "LIST" && q.Limit == 1: // a probe
+		case q.Kind != "WATCH": // a list
+			state = clear
+		}
+		if q.Kind == "LIST" {
+			continue
+		}
+		if q.ErrorAfter == "" {
+			if opened := q.Code == 0 && !q.Refused; opened && (q.Ended.IsZero() || q.Ended.Sub(q.At) >= min(q.Timeout, resetAfter)*8/10) {
+				state = unknown // maybe healthy
+			}
+			continue
+		}
+		if i+1 == len(reqs) {
+			break
+		}
+		next, at := reqs[i+1], q.At.Sub(start).Round(time.Millisecond)
+		relist := next.Kind == "WATCHLIST" || next.Kind == "LIST" && !next.Continue && (next.Limit != 1 || pageSize == 1)
+		switch {
+		case state == clear && (next.Kind != "WATCH" || next.RV != q.ErrorAfter):
+			fail("an ERROR after progress is re-watched from there: the %s made at %v carried the event at resourceVersion %s, then an ERROR 500, the first since the last list or healthy stream, and the next request was a %s from resourceVersion %q",
+				q.Kind, at, q.ErrorAfter, next.Kind, next.RV)
+			return
+		case state == erroredOn && !relist:
+			fail("a second ERROR after progress in a row relists: the %s made at %v carried the event at resourceVersion %s, then an ERROR 500, as the stream re-watched after the last one did, and the next request was a %s from resourceVersion %q (limit %d), not a list",
+				q.Kind, at, q.ErrorAfter, next.Kind, next.RV, next.Limit)
+			return
+		}
+		state = erroredOn // (a list next clears it)
+	}
+}
+
+// checkCorruptedFrames: an event the loop could not read is read again. A
+// WATCH that sent an event corrupted (its JSON broken, its frame whole) is
+// followed, unless a list comes first, by a WATCH from a resourceVersion
+// before that event's: the loop broke the stream there, and did not skip
+// the event to read on (a later event or bookmark would carry it past the
+// lost one). A LIST of one item is a probe, unless pages are of one item.
+func checkCorruptedFrames(reqs []fakeapi.Request, pageSize int64, start time.Time, fail func(string, ...any)) {
+	for i, q := range reqs {
+		if q.Kind != "WATCH" || q.Corrupted == "" {
+			continue
+		}
+		for _, next := range reqs[i+1:] {
+			if next.Kind == "LIST" && next.Limit == 1 && !next.Continue && pageSize != 1 {
+				continue // a probe
+			}
+			if next.Kind == "WATCH" && rvNumber(next.RV) >= rvNumber(q.Corrupted) {
+				fail("an event the loop cannot read is read again: the WATCH made at %v sent the event at resourceVersion %s corrupted, and the next WATCH asked for resourceVersion %s, past it",
+					q.At.Sub(start).Round(time.Millisecond), q.Corrupted, next.RV)
+				return
 			}
 			break
 		}

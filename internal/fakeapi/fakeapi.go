@@ -123,6 +123,12 @@ const (
 	// initial events too) is cut in half and ends in a newline, not JSON:
 	// a middlebox mangling the stream (the fault proxy's garble).
 	CutFrames
+	// CorruptFrames: every event frame has one bit flipped, in the last
+	// digit of its object's generation, which becomes a letter (0x40 set):
+	// a link or a middlebox corrupting a byte that TCP's checksum let
+	// through. The frame keeps its shape (a number's letters are the
+	// decoder's to judge, not the frame reader's); its JSON is broken.
+	CorruptFrames
 	nModes
 )
 
@@ -137,7 +143,7 @@ func Modes() []Mode {
 
 func (m Mode) String() string {
 	return [...]string{"healthy", "cut-after-first-frame", "error-after-first-event", "freeze", "refuse",
-		"500", "429", "watch-410", "watch-list-fails", "continue-expires", "slow-frames", "every-other-list-fails", "garble", "cut-frames"}[m]
+		"500", "429", "watch-410", "watch-list-fails", "continue-expires", "slow-frames", "every-other-list-fails", "garble", "cut-frames", "corrupt-frames"}[m]
 }
 
 // Request is one request the server answered.
@@ -162,6 +168,13 @@ type Request struct {
 	Ended          time.Time
 	ClosedByClient bool
 	Gone           bool
+	// Corrupted: the resourceVersion of the first event the stream sent
+	// corrupted (CorruptFrames) and the client read; "" if none.
+	Corrupted string
+	// ErrorAfter: the resourceVersion of the event the stream's ERROR
+	// frame followed (ErrorAfterFirstEvent), once the client read both;
+	// "" if none did.
+	ErrorAfter string
 }
 
 // Server is the fake. Create it with New.
@@ -702,6 +715,7 @@ type stream struct {
 	prevKvLost        string
 	pw                *io.PipeWriter
 	frames            int
+	eventRV           int64         // the event ErrorAfterFirstEvent sends (0: a bookmark)
 	done              chan struct{} // the client closed the body
 	killed            chan struct{} // Cut or Restore: the connection breaks
 	stopped           chan struct{} // RestartCache: the server ends it cleanly
@@ -863,7 +877,7 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 			s.mu.Lock()
 			for _, c := range s.history {
 				if c.rv > st.cursor {
-					f = frame(c.typ, c.obj)
+					f, st.eventRV = frame(c.typ, c.obj), c.rv
 					break
 				}
 			}
@@ -1015,8 +1029,19 @@ func (st *stream) send(ctx context.Context, f []byte) error {
 	if st.mode == CutFrames && isEvent(f) {
 		f = append(bytes.Clone(f[:len(f)/2]), '\n')
 	}
+	corrupted := ""
+	if st.mode == CorruptFrames && isEvent(f) {
+		f, corrupted = corrupt(f)
+	}
 	if _, err := st.pw.Write(f); err != nil {
 		return err
+	}
+	if corrupted != "" {
+		st.s.mu.Lock()
+		if r := &st.s.requests[st.req]; r.Corrupted == "" {
+			r.Corrupted = corrupted
+		}
+		st.s.mu.Unlock()
 	}
 	st.frames++
 	switch {
@@ -1024,7 +1049,11 @@ func (st *stream) send(ctx context.Context, f []byte) error {
 		return errCut
 	case st.mode == ErrorAfterFirstEvent:
 		st.ended(false)
-		st.pw.Write(errorFrame(500, metav1.StatusReasonInternalError, "the server broke the watch (fault)"))
+		if _, err := st.pw.Write(errorFrame(500, metav1.StatusReasonInternalError, "the server broke the watch (fault)")); err == nil && st.eventRV != 0 {
+			st.s.mu.Lock()
+			st.s.requests[st.req].ErrorAfter = strconv.FormatInt(st.eventRV, 10)
+			st.s.mu.Unlock()
+		}
 		return errEnded
 	}
 	return nil
@@ -1051,6 +1080,32 @@ func isEvent(f []byte) bool {
 		}
 	}
 	return false
+}
+
+// corrupt flips a bit of event frame f: the last digit of its object's
+// generation becomes a letter. It returns the frame and the object's
+// resourceVersion.
+func corrupt(f []byte) ([]byte, string) {
+	var ev struct {
+		Object struct {
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		} `json:"object"`
+	}
+	json.Unmarshal(f, &ev)
+	key := []byte(`"generation":`)
+	i := bytes.Index(f, key)
+	if i < 0 {
+		return f, ""
+	}
+	i += len(key)
+	for i+1 < len(f) && f[i+1] >= '0' && f[i+1] <= '9' {
+		i++
+	}
+	f = bytes.Clone(f)
+	f[i] |= 0x40
+	return f, ev.Object.Metadata.ResourceVersion
 }
 
 // garbled is an event whose object has its metadata intact and a spec of
