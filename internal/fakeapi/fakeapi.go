@@ -123,11 +123,11 @@ const (
 	// initial events too) is cut in half and ends in a newline, not JSON:
 	// a middlebox mangling the stream (the fault proxy's garble).
 	CutFrames
-	// CorruptFrames: every event frame has one bit flipped, in the last
-	// digit of its object's generation, which becomes a letter (0x40 set):
-	// a link or a middlebox corrupting a byte that TCP's checksum let
-	// through. The frame keeps its shape (a number's letters are the
-	// decoder's to judge, not the frame reader's); its JSON is broken.
+	// CorruptFrames: every event frame has one bit flipped: the T of its
+	// object's creationTimestamp becomes a backslash, an escape JSON does
+	// not have: a link or a middlebox corrupting a byte that TCP's
+	// checksum let through. The frame keeps its shape (the frame reader
+	// leaves escapes to the decoder); its JSON is broken.
 	CorruptFrames
 	nModes
 )
@@ -160,6 +160,10 @@ type Request struct {
 	// 410, ...; 0: it was answered); Refused: the connection was refused.
 	Code    int
 	Refused bool
+	// RetryAfter is the Retry-After the refusal carried; Starting: the
+	// server refused it as a starting apiserver does (Restart).
+	RetryAfter time.Duration
+	Starting   bool
 	// For a WATCH: the timeoutSeconds it asked for; when the stream ended
 	// (zero while it is open); whether the client closed it (rather than
 	// the server, at its timeout, a fault or an ERROR frame); and Gone, if
@@ -228,6 +232,10 @@ type Server struct {
 	nextSnap   int
 	streams    map[*stream]struct{}
 	requests   []Request
+	// A restart (Restart): until pathsAt every request gets 503, until
+	// readyAt every WATCH 429; cacheBegun: the watch cache's history began.
+	pathsAt, readyAt time.Time
+	cacheBegun       bool
 }
 
 type change struct {
@@ -494,6 +502,57 @@ func (s *Server) Restore(st State, bump int64) {
 	s.wakeLocked()
 }
 
+// Restart restarts kube-apiserver on the same etcd: every stream breaks,
+// and it answers as a starting kube-apiserver does. For paths every request
+// gets 503 "the request has been made before all known HTTP paths have been
+// installed"; then, with WatchCache, for cache the watch cache initializes:
+// every WATCH gets 429 "storage is (re)initializing" with Retry-After 1 s,
+// LISTs are served from etcd (kube-apiserver's
+// ResilientWatchCacheInitialization), and the cache's history begins where
+// it began initializing, so a WATCH from an older resourceVersion gets 410
+// once it is ready.
+func (s *Server) Restart(paths, cache time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	s.pathsAt, s.readyAt, s.cacheBegun = now.Add(paths), now.Add(paths), false
+	if s.WatchCache {
+		s.readyAt = s.readyAt.Add(cache)
+	}
+	for st := range s.streams {
+		st.kill()
+	}
+}
+
+// startingLocked is the answer of a starting server (Restart) to request
+// req, if it is still starting; watch: req is a WATCH.
+func (s *Server) startingLocked(req int, watch bool) error {
+	if s.pathsAt.IsZero() {
+		return nil
+	}
+	now := time.Now()
+	var err error
+	if now.Before(s.pathsAt) {
+		err = apierrors.NewServiceUnavailable("the request has been made before all known HTTP paths have been installed, please try again")
+	} else {
+		if s.WatchCache && !s.cacheBegun {
+			// The cache began initializing once the paths were installed
+			// (here: at the first request since, which no client can tell
+			// from earlier).
+			s.cacheBegun, s.cacheStart, s.cached = true, s.rv, nil
+			s.cacheLocked()
+		}
+		if watch && now.Before(s.readyAt) {
+			err = apierrors.NewTooManyRequests("storage is (re)initializing", 1)
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	s.requests[req].Starting = true
+	return s.refusedLocked(req, err)
+}
+
 // Watch implements watcher.Source.
 func (s *Server) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
 	s.roundTrip(ctx)
@@ -516,6 +575,10 @@ func (s *Server) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadClo
 	}
 	if err := s.failLocked(); err != nil {
 		return refused(err)
+	}
+	if err := s.startingLocked(req, true); err != nil {
+		s.requests[req].Ended = time.Now()
+		return nil, err
 	}
 	if s.mode == WatchGone {
 		return refused(apierrors.NewGone("the watch is gone (fault)"))
@@ -564,6 +627,9 @@ func (s *Server) List(ctx context.Context, opts metav1.ListOptions) (io.ReadClos
 	req := len(s.requests) - 1
 	if err := s.failLocked(); err != nil {
 		return nil, s.refusedLocked(req, err)
+	}
+	if err := s.startingLocked(req, false); err != nil {
+		return nil, err
 	}
 	if s.lists++; s.mode == EveryOtherListFails && s.lists%2 == 0 {
 		return nil, s.refusedLocked(req, apierrors.NewInternalError(errors.New("every other LIST fails (fault)")))
@@ -617,6 +683,9 @@ func (s *Server) refusedLocked(req int, err error) error {
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
 		s.requests[req].Code = int(status.Status().Code)
+		if d, ok := apierrors.SuggestsClientDelay(err); ok {
+			s.requests[req].RetryAfter = time.Duration(d) * time.Second
+		}
 	} else {
 		s.requests[req].Refused = true
 	}
@@ -816,7 +885,13 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 		return true
 	}
 
-	if st.mode == Freeze {
+	// A flapping proxy's first frame comes from the server: one behind the
+	// stream's resourceVersion (restored to older data) sends none, and
+	// the stream waits in silence, as a frozen one does.
+	s.mu.Lock()
+	behind := s.rv < st.cursor
+	s.mu.Unlock()
+	if st.mode == Freeze || behind && (st.mode == CutAfterFirstFrame || st.mode == ErrorAfterFirstEvent) && !st.initial {
 		select {
 		case <-ctx.Done():
 		case <-st.done:
@@ -1082,9 +1157,9 @@ func isEvent(f []byte) bool {
 	return false
 }
 
-// corrupt flips a bit of event frame f: the last digit of its object's
-// generation becomes a letter. It returns the frame and the object's
-// resourceVersion.
+// corrupt flips a bit of event frame f: the T of its object's
+// creationTimestamp (0x54) becomes a backslash (0x5c), an escape JSON does
+// not have ("\0"). It returns the frame and the object's resourceVersion.
 func corrupt(f []byte) ([]byte, string) {
 	var ev struct {
 		Object struct {
@@ -1094,17 +1169,18 @@ func corrupt(f []byte) ([]byte, string) {
 		} `json:"object"`
 	}
 	json.Unmarshal(f, &ev)
-	key := []byte(`"generation":`)
+	key := []byte(`"creationTimestamp":"`)
 	i := bytes.Index(f, key)
 	if i < 0 {
 		return f, ""
 	}
 	i += len(key)
-	for i+1 < len(f) && f[i+1] >= '0' && f[i+1] <= '9' {
-		i++
+	j := bytes.IndexByte(f[i:min(i+20, len(f))], 'T')
+	if j < 0 {
+		return f, ""
 	}
 	f = bytes.Clone(f)
-	f[i] |= 0x40
+	f[i+j] ^= 0x08
 	return f, ev.Object.Metadata.ResourceVersion
 }
 
