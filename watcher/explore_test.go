@@ -35,15 +35,19 @@ import (
 // while the server's objects churn, other resources are written (Lease
 // renewals: the global resourceVersion moves without an event of ours), and
 // faults come and go: every persistent fault of fakeapi.Modes (garbled
-// frames and list items among them, and frames cut in half), and one-off cuts, compactions (410s),
-// restarts of the watch cache, restores of an older copy of the data the
-// way etcd documents for Kubernetes (--bump-revision), rollbacks (a plain
-// etcd restore to older data, the resourceVersion going back, while the
-// control plane is down: see rollbackMin), and, without a watch cache, a
-// deletion whose previous state etcd compacted (every WATCH from just
-// before it is answered with an ERROR). The objects carry managedFields
-// (two managers), as kube-apiserver writes them. The handler's deltas go,
-// by key, into the real work queue, which two workers drain (consumer). Three schedules in four run against a server
+// frames and list items among them, frames cut in half, frames with one bit
+// flipped), and one-off cuts, compactions (410s), restarts of the watch
+// cache, restarts of the apiserver (503s, then 429s to WATCHes while its
+// watch cache initializes), restores of an older copy of the data the way
+// etcd documents for Kubernetes (--bump-revision), rollbacks (a plain etcd
+// restore to older data, the resourceVersion going back, while the control
+// plane is down, or while it stays up and nothing is written until the
+// loop lists: see rollbackMin), and, without a watch cache, a deletion
+// whose previous state etcd compacted (every WATCH from just before it is
+// answered with an ERROR). The objects carry managedFields (two managers),
+// as kube-apiserver writes them. The handler's deltas go,
+// by key, into the real work queue (a deletion's first), which two workers
+// drain (consumer). Three schedules in four run against a server
 // shaped like kube-apiserver with its watch cache (bookmarks every minute
 // and 2 s before a stream ends, "0" LISTs served whole from a cache up to a
 // minute behind, streams that may end a little before their timeout); the
@@ -66,7 +70,9 @@ import (
 //   - a garbled DELETED (its object undecodable, its name readable) still
 //     deletes its key: the store no longer holds it once the loop moves on;
 //   - a garbled list item (undecodable, its metadata readable) keeps its
-//     key: the list does not report the object the store held deleted;
+//     key: the list does not report the object the store held deleted; one
+//     of another UID (the name deleted and created again) does: the store
+//     no longer holds the old object after the list;
 //   - the deltas: every delta carries an object, without managedFields
 //     (the store drops them); an Updated delta is a change (its old and
 //     new resourceVersions differ); a DELETED event's delta carries the
@@ -88,9 +94,10 @@ import (
 //     a WatchList, never a WATCH from the resourceVersion the loop had, and
 //     the loop
 //     lists before it applies any event of a WATCH made since;
-//   - the queue (see consumer): a key waits in it at most once; one worker
-//     per key; retries spaced as the rate limiter says; every key's last
-//     state reaches a worker;
+//   - the queue (see consumer): a key waits in it at most once; a deletion
+//     reaches a worker before the changes that were waiting when it was
+//     queued; one worker per key; retries spaced as the rate limiter says;
+//     every key's last state reaches a worker;
 //   - with a watch cache, a quiet healthy stream is kept: after the faults,
 //     in quietStretch of no change of ours while other resources are
 //     written and another apiserver's cache restarts, the loop makes no

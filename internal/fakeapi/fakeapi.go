@@ -53,10 +53,12 @@
 // never as a select picks among ready cases.
 //
 // Faults (SetFault) stay on until changed; Cut, Compact, LosePrevKv,
-// RestartCache and Restore act once. Every request is logged (Requests),
-// with the status it was refused with and when and how a stream ended, so a
-// test can hold the client to a request budget, a Retry-After, and what
-// must follow a failure.
+// RestartCache, Restart (the apiserver's, answering as a starting one for
+// a while) and Restore act once. Every request is logged (Requests),
+// with the status (and Retry-After) it was refused with, when and how a
+// stream ended, the event an ERROR followed and the first event sent
+// corrupted, so a test can hold the client to a request budget, a
+// Retry-After, and what must follow a failure.
 package fakeapi
 
 import (
