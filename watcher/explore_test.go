@@ -35,15 +35,19 @@ import (
 // while the server's objects churn, other resources are written (Lease
 // renewals: the global resourceVersion moves without an event of ours), and
 // faults come and go: every persistent fault of fakeapi.Modes (garbled
-// frames and list items among them, and frames cut in half), and one-off cuts, compactions (410s),
-// restarts of the watch cache, restores of an older copy of the data the
-// way etcd documents for Kubernetes (--bump-revision), rollbacks (a plain
-// etcd restore to older data, the resourceVersion going back, while the
-// control plane is down: see rollbackMin), and, without a watch cache, a
-// deletion whose previous state etcd compacted (every WATCH from just
-// before it is answered with an ERROR). The objects carry managedFields
-// (two managers), as kube-apiserver writes them. The handler's deltas go,
-// by key, into the real work queue, which two workers drain (consumer). Three schedules in four run against a server
+// frames and list items among them, frames cut in half, frames with one bit
+// flipped), and one-off cuts, compactions (410s), restarts of the watch
+// cache, restarts of the apiserver (503s, then 429s to WATCHes while its
+// watch cache initializes), restores of an older copy of the data the way
+// etcd documents for Kubernetes (--bump-revision), rollbacks (a plain etcd
+// restore to older data, the resourceVersion going back, while the control
+// plane is down, or while it stays up and nothing is written until the
+// loop lists: see rollbackMin), and, without a watch cache, a deletion
+// whose previous state etcd compacted (every WATCH from just before it is
+// answered with an ERROR). The objects carry managedFields (two managers),
+// as kube-apiserver writes them. The handler's deltas go,
+// by key, into the real work queue (a deletion's first), which two workers
+// drain (consumer). Three schedules in four run against a server
 // shaped like kube-apiserver with its watch cache (bookmarks every minute
 // and 2 s before a stream ends, "0" LISTs served whole from a cache up to a
 // minute behind, streams that may end a little before their timeout); the
@@ -66,7 +70,9 @@ import (
 //   - a garbled DELETED (its object undecodable, its name readable) still
 //     deletes its key: the store no longer holds it once the loop moves on;
 //   - a garbled list item (undecodable, its metadata readable) keeps its
-//     key: the list does not report the object the store held deleted;
+//     key: the list does not report the object the store held deleted; one
+//     of another UID (the name deleted and created again) does: the store
+//     no longer holds the old object after the list;
 //   - the deltas: every delta carries an object, without managedFields
 //     (the store drops them); an Updated delta is a change (its old and
 //     new resourceVersions differ); a DELETED event's delta carries the
@@ -84,12 +90,14 @@ import (
 //     Retry-After after it; a failed continue page (other than a 410) is
 //     followed by that list's next continue page, not a first page (a list
 //     longer than the gaps between outages completes); after a rollback, the
-//     first request the server answers is a LIST (a probe or a relist),
-//     never a WATCH from the resourceVersion the loop had, and the loop
+//     first request the server answers is a LIST (a probe or a relist) or
+//     a WatchList, never a WATCH from the resourceVersion the loop had, and
+//     the loop
 //     lists before it applies any event of a WATCH made since;
-//   - the queue (see consumer): a key waits in it at most once; one worker
-//     per key; retries spaced as the rate limiter says; every key's last
-//     state reaches a worker;
+//   - the queue (see consumer): a key waits in it at most once; a deletion
+//     reaches a worker before the changes that were waiting when it was
+//     queued; one worker per key; retries spaced as the rate limiter says;
+//     every key's last state reaches a worker;
 //   - with a watch cache, a quiet healthy stream is kept: after the faults,
 //     in quietStretch of no change of ours while other resources are
 //     written and another apiserver's cache restarts, the loop makes no
@@ -136,6 +144,15 @@ type phase struct {
 	fault fakeapi.Mode
 	// one-off faults at the start of the phase
 	cut, compact, cacheRestart, restore bool
+	// quietRollback: etcd is restored without --bump-revision to the
+	// data the run started with (if at least rollbackMin behind the
+	// loop, and the loop's time to find it, livenessBound, before the
+	// faults stop) while the control plane stays up (the apiserver
+	// restarts at once: every stream breaks), and nothing is written
+	// until the loop lists: a WATCH from the resourceVersion the loop had
+	// waits in silence (a watch cache sends no bookmark behind it) until
+	// the watchdog gives up on it and asks where the server is.
+	quietRollback bool
 	// rollback: the control plane goes down for the phase (every request
 	// refused, nothing written) while etcd is restored without
 	// --bump-revision to the data the run started with, if its
@@ -147,6 +164,11 @@ type phase struct {
 	// deletion: a WATCH from just before it meets an ERROR every time
 	// (fakeapi.Server.LosePrevKv).
 	losePrevKv bool
+	// restart: kube-apiserver restarts (fakeapi.Server.Restart): 503s
+	// for restartPaths, then, with a watch cache, 429s to WATCHes for
+	// restartCache while its cache initializes.
+	restart                    bool
+	restartPaths, restartCache time.Duration
 }
 
 // rollbackMin is how far behind the loop's resourceVersion a rollback
@@ -193,6 +215,13 @@ func newSchedule(seed uint64) schedule {
 			cut: r.IntN(3) == 0, compact: r.IntN(3) == 0, cacheRestart: r.IntN(4) == 0 && s.watchCache, restore: r.IntN(8) == 0}
 		d := time.Duration(5+r.IntN(180)) * time.Second
 		p.losePrevKv = r.IntN(6) == 0 && !s.watchCache
+		// (Only where every WATCH's timeout is longer than the silence
+		// limit: a stream from the future that the server ends at its
+		// timeout, with no frame, counts as having run its course.)
+		p.quietRollback = r.IntN(8) == 0 && s.timeout > DefaultSilenceLimit
+		if p.restart = r.IntN(5) == 0; p.restart {
+			p.restartPaths, p.restartCache = time.Duration(1+r.IntN(5))*time.Second, time.Duration(1+r.IntN(10))*time.Second
+		}
 		if p.rollback = r.IntN(6) == 0; p.rollback {
 			// Down for longer than any backoff wait: the loop's next
 			// request meets the outage, and the one after it the
@@ -226,7 +255,7 @@ func (s schedule) String() string {
 		for _, x := range []struct {
 			on   bool
 			name string
-		}{{p.cut, "cut"}, {p.compact, "compact"}, {p.cacheRestart, "cache-restart"}, {p.restore, "restore"}, {p.rollback, "rollback"}, {p.losePrevKv, "lose-prev-kv"}} {
+		}{{p.cut, "cut"}, {p.compact, "compact"}, {p.cacheRestart, "cache-restart"}, {p.restore, "restore"}, {p.rollback, "rollback"}, {p.quietRollback, "quiet-rollback"}, {p.losePrevKv, "lose-prev-kv"}, {p.restart, "restart"}} {
 			if x.on {
 				b.WriteString("+" + x.name)
 			}
@@ -284,14 +313,23 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		}
 		// Under the Garble fault, the list items of objects the store
 		// holds as listed (same UID and resourceVersion) come undecodable:
-		// the loop must keep them. (An item it cannot read may also be
-		// another object of the same name, which the loop tells by its
-		// UID and reports deleted (sim_test.go); not explored: the new
-		// object stays out until an event of it decodes, which after the
-		// faults may never come, and liveness would fail.)
+		// the loop must keep them. So do the items of objects created
+		// again under a name the store holds with another UID (deleted
+		// and created while the loop was away): the loop must report
+		// the stored object deleted. The new object then stays out
+		// until an event of it decodes, which nothing may bring (no
+		// client can tell): the explorer writes each such object again
+		// once the faults stop (hidden).
+		var hiddenMu sync.Mutex
+		hidden := map[string]bool{}
 		srv.GarbleItem = func(o *v1alpha1.MyResource) bool {
 			got, ok := st.Get(o.Namespace + "/" + o.Name)
-			return ok && got.UID == o.UID && got.ResourceVersion == o.ResourceVersion
+			if ok && got.UID != o.UID {
+				hiddenMu.Lock()
+				hidden[o.Name] = true
+				hiddenMu.Unlock()
+			}
+			return ok && (got.UID != o.UID || got.ResourceVersion == o.ResourceVersion)
 		}
 		var deltas []store.Delta[*v1alpha1.MyResource]
 		work := newConsumer(st, start, lives.fail)
@@ -303,7 +341,11 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 			Handler: func(d store.Delta[*v1alpha1.MyResource]) {
 				deltas = append(deltas, d)
 				lives.handle(d)
-				work.add(d.Key)
+				if d.Type == store.Deleted {
+					work.addFirst(d.Key)
+				} else {
+					work.add(d.Key)
+				}
 			},
 			Observer: lives,
 		}
@@ -324,6 +366,9 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		var highest int64 // the highest resourceVersion before a rollback
 		next := 0
 		down := false // a rollback's outage: nothing is written
+		// A quiet rollback the loop has not found yet (it has not listed
+		// since): nothing is written, so that the server stays behind.
+		quietRollback := false
 		for time.Since(start) < s.end {
 			for next < len(s.phases) && time.Since(start) >= s.phases[next].at {
 				p := s.phases[next]
@@ -336,6 +381,15 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 					rollbacks = append(rollbacks, time.Now())
 					lives.rolledBack()
 				}
+				if p.quietRollback && s.end-time.Since(start) >= livenessBound(opts) && rvNumber(w.ResourceVersion())-rvNumber(origin.ResourceVersion()) >= rollbackMin {
+					highest = max(highest, rvNumber(srv.ResourceVersion()))
+					srv.Restore(origin, 0)
+					lives.restored(srv.ResourceVersion())
+					lives.rolledBack()
+					quietRollback = true
+				}
+				quietRollback = quietRollback && lives.rollback.Load()
+				quiet := down || quietRollback
 				if p.restore {
 					// etcd's documented restore (the revision bumped, history
 					// compacted): a restore that lets the resourceVersion go
@@ -355,7 +409,10 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 				if p.cut {
 					srv.Cut()
 				}
-				if p.losePrevKv {
+				if p.restart {
+					srv.Restart(p.restartPaths, p.restartCache)
+				}
+				if p.losePrevKv && !quiet {
 					name := names[r.IntN(len(names))]
 					put(name, "v-last")
 					time.Sleep(200 * time.Millisecond) // its event reaches the loop
@@ -367,20 +424,30 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 				next++
 			}
 			name, op, msg, other := names[r.IntN(len(names))], r.IntN(4), fmt.Sprintf("v%d", r.IntN(1000)), r.IntN(2) == 0
+			quietRollback = quietRollback && lives.rollback.Load()
+			quiet := down || quietRollback
 			switch {
-			case down:
+			case quiet:
 			case op == 0:
 				srv.Delete("ns", name)
 			default:
 				put(name, msg)
 			}
-			if other && !down {
+			if other && !quiet {
 				srv.WriteOther()
 			}
 			time.Sleep(time.Duration(500+r.IntN(4500)) * time.Millisecond)
 		}
 		srv.SetFault(fakeapi.Healthy)
 		healed := time.Now()
+		objs := srv.Objects()
+		hiddenMu.Lock()
+		for _, name := range names {
+			if hidden[name] && objs["ns/"+name] != nil {
+				put(name, "written again after the faults")
+			}
+		}
+		hiddenMu.Unlock()
 
 		// Liveness: the store converges within the bound.
 		limit := livenessBound(opts)
@@ -422,7 +489,10 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 				break
 			}
 		}
-		checkRequests(reqs, rollbacks, time.Duration(srv.RetryAfter)*time.Second, start, fail)
+		checkRequests(reqs, rollbacks, start, fail)
+		checkErrorsAfterProgress(reqs, s.pageSize, b.ResetAfter, start, fail)
+		checkCorruptedFrames(reqs, s.pageSize, start, fail)
+		checkStartingServer(reqs, s.pageSize, start, fail)
 		// Safety: the life of every UID, from the deltas.
 		checkLives(deltas, srv, fail)
 	})
@@ -436,12 +506,12 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 
 // checkRequests holds the request log to the rules of a 429, of a failed
 // list and of a rollback.
-func checkRequests(reqs []fakeapi.Request, rollbacks []time.Time, retryAfter time.Duration, start time.Time, fail func(string, ...any)) {
+func checkRequests(reqs []fakeapi.Request, rollbacks []time.Time, start time.Time, fail func(string, ...any)) {
 	for i, q := range reqs[:max(len(reqs)-1, 0)] {
 		next, at := reqs[i+1], q.At.Sub(start).Round(time.Millisecond)
-		if gap := next.At.Sub(q.At); q.Code == 429 && gap < retryAfter {
+		if gap := next.At.Sub(q.At); q.Code == 429 && gap < q.RetryAfter {
 			fail("no request sooner than a 429's Retry-After: a %s at %v was answered 429 with Retry-After %v, and the next request came %v later",
-				q.Kind, at, retryAfter, gap.Round(time.Millisecond))
+				q.Kind, at, q.RetryAfter, gap.Round(time.Millisecond))
 			break
 		}
 		if q.Kind == "LIST" && q.Continue && (q.Refused || q.Code != 0 && q.Code != 410) && (next.Kind != "LIST" || !next.Continue) {
@@ -455,11 +525,124 @@ func checkRequests(reqs []fakeapi.Request, rollbacks []time.Time, retryAfter tim
 			if !q.At.After(t) || q.Refused || q.Code != 0 {
 				continue
 			}
-			if q.Kind != "LIST" {
+			if q.Kind == "WATCH" { // (a WATCHLIST lists: the relist after a starting server's answer)
 				fail("a rollback is found at once: the server was restored to older data at %v, and the first request it answered after its outage was a %s from resourceVersion %s (which waits in silence for the server to get there), not a LIST",
 					t.Sub(start).Round(time.Millisecond), q.Kind, q.RV)
 			}
 			break
+		}
+	}
+}
+
+// checkErrorsAfterProgress holds the request log to the rule of an ERROR
+// after progress: a stream that carried the loop past the resourceVersion
+// it started from and then ended in an ERROR (a 500) is re-watched from its
+// last event's resourceVersion, once; the next such stream before a list
+// or a healthy stream (refused, cut or failed WATCHes between do not count)
+// relists. Lists reset the count; a stream that may have been healthy (open
+// for most of its timeout or of ResetAfter) leaves it unknown until the
+// next such stream shows what the loop made of it. A LIST of one item is a
+// probe, unless the pages are of one item too (then unknown).
+func checkErrorsAfterProgress(reqs []fakeapi.Request, pageSize int64, resetAfter time.Duration, start time.Time, fail func(string, ...any)) {
+	const (
+		clear = iota
+		erroredOn
+		unknown
+	)
+	state := clear
+	for i, q := range reqs {
+		switch {
+		case q.Kind == "LIST" && q.Continue:
+		case q.Kind == "LIST" && q.Limit == 1 && pageSize == 1:
+			state = unknown // a probe or a list
+		case q.Kind == "LIST" && q.Limit == 1: // a probe
+		case q.Kind != "WATCH": // a list
+			state = clear
+		}
+		if q.Kind == "LIST" {
+			continue
+		}
+		if q.ErrorAfter == "" {
+			if opened := q.Code == 0 && !q.Refused; opened && (q.Ended.IsZero() || q.Ended.Sub(q.At) >= min(q.Timeout, resetAfter)*8/10) {
+				state = unknown // maybe healthy
+			}
+			continue
+		}
+		if i+1 == len(reqs) {
+			break
+		}
+		next, at := reqs[i+1], q.At.Sub(start).Round(time.Millisecond)
+		relist := next.Kind == "WATCHLIST" || next.Kind == "LIST" && !next.Continue && (next.Limit != 1 || pageSize == 1)
+		switch {
+		case state == clear && (next.Kind != "WATCH" || next.RV != q.ErrorAfter):
+			fail("an ERROR after progress is re-watched from there: the %s made at %v carried the event at resourceVersion %s, then an ERROR 500, the first since the last list or healthy stream, and the next request was a %s from resourceVersion %q",
+				q.Kind, at, q.ErrorAfter, next.Kind, next.RV)
+			return
+		case state == erroredOn && !relist:
+			fail("a second ERROR after progress in a row relists: the %s made at %v carried the event at resourceVersion %s, then an ERROR 500, as the stream re-watched after the last one did, and the next request was a %s from resourceVersion %q (limit %d), not a list",
+				q.Kind, at, q.ErrorAfter, next.Kind, next.RV, next.Limit)
+			return
+		}
+		state = erroredOn // (a list next clears it)
+	}
+}
+
+// checkCorruptedFrames: an event the loop could not read is read again. A
+// WATCH that sent an event corrupted (its JSON broken, its frame whole) is
+// followed, unless a list comes first, by a WATCH from a resourceVersion
+// before that event's: the loop broke the stream there, and did not skip
+// the event to read on (a later event or bookmark would carry it past the
+// lost one). A LIST of one item is a probe, unless pages are of one item.
+func checkCorruptedFrames(reqs []fakeapi.Request, pageSize int64, start time.Time, fail func(string, ...any)) {
+	for i, q := range reqs {
+		if q.Kind != "WATCH" || q.Corrupted == "" {
+			continue
+		}
+		for _, next := range reqs[i+1:] {
+			if next.Kind == "LIST" && next.Limit == 1 && !next.Continue && pageSize != 1 {
+				continue // a probe
+			}
+			if next.Kind == "WATCH" && rvNumber(next.RV) >= rvNumber(q.Corrupted) {
+				fail("an event the loop cannot read is read again: the WATCH made at %v sent the event at resourceVersion %s corrupted, and the next WATCH asked for resourceVersion %s, past it",
+					q.At.Sub(start).Round(time.Millisecond), q.Corrupted, next.RV)
+				return
+			}
+			break
+		}
+	}
+}
+
+// checkStartingServer: a starting server is relisted. A WATCH a restarted
+// apiserver refused as a starting one does (a 503 before its paths are
+// installed, a 429 while its watch cache initializes) is followed by a list
+// (a first LIST page, or a WatchList), not by a probe or the WATCH again:
+// the cache's history begins where it started, after the loop's
+// resourceVersion once anything was written, so the WATCH after a probe
+// would meet a 410 and list all the same, two requests later. Unless no
+// WATCH opened since the loop's last list (it may be the list made since
+// the server started: its WATCH is tried again after the wait). A LIST of
+// one item is a probe, unless pages are of one item too.
+func checkStartingServer(reqs []fakeapi.Request, pageSize int64, start time.Time, fail func(string, ...any)) {
+	opened := false // a WATCH opened since the last list
+	for i, q := range reqs {
+		probe := q.Kind == "LIST" && q.Limit == 1 && !q.Continue && pageSize != 1
+		switch {
+		case q.Continue, probe:
+		case q.Kind != "WATCH":
+			opened = false
+		case q.Code == 0 && !q.Refused:
+			opened = true
+		case q.Starting && opened && i+1 < len(reqs):
+			next := reqs[i+1]
+			if next.Kind == "WATCH" || next.Kind == "LIST" && (next.Continue || next.Limit == 1 && pageSize != 1) {
+				what := "a WATCH"
+				if next.Kind == "LIST" {
+					what = "a probe (a LIST of one item)"
+				}
+				fail("a starting server is relisted: the WATCH made at %v from resourceVersion %s was answered %d by a server that had just restarted, and the next request was %s, not a list",
+					q.At.Sub(start).Round(time.Millisecond), q.RV, q.Code, what)
+				return
+			}
 		}
 	}
 }
@@ -556,7 +739,7 @@ type lifeChecker struct {
 	event Received
 	// Garbled list items whose key the store held (with that UID): on the
 	// page being read (page), and on the pages of the list so far (kept).
-	page, kept map[string]types.UID
+	page, kept map[string]itemOf
 	initial    bool // a WatchList's initial events are being read
 	// The backoff: the state the last transition went to, and since when
 	// the loop has been calm (no trouble, no wait, no relist) for sure.
@@ -612,9 +795,9 @@ func (l *lifeChecker) Observe(e observe.Event) {
 		if e.Err.What == "list item" || l.initial {
 			if got, ok := l.store.Get(e.Err.Key); ok {
 				if l.page == nil {
-					l.page = map[string]types.UID{}
+					l.page = map[string]itemOf{}
 				}
-				l.page[e.Err.Key] = got.UID
+				l.page[e.Err.Key] = itemOf{stored: got.UID, same: e.Err.UID == "" || e.Err.UID == got.UID}
 			}
 			if l.initial { // a WatchList: one stream, one list
 				l.listPage(false)
@@ -645,10 +828,15 @@ func (l *lifeChecker) Observe(e observe.Event) {
 	case WatchEnded:
 		l.initial = false
 	case Replaced:
-		for key, uid := range l.kept {
-			if got, ok := l.store.Get(key); !ok || got.UID != uid {
+		for key, item := range l.kept {
+			got, ok := l.store.Get(key)
+			if item.same && (!ok || got.UID != item.stored) {
 				l.fail("a garbled list item keeps its key: %s (UID %s) was listed undecodable and is gone from the store after the list at resourceVersion %s (at %v)",
-					key, uid, e.RV, at)
+					key, item.stored, e.RV, at)
+			}
+			if !item.same && ok && got.UID == item.stored {
+				l.fail("a garbled list item of another UID deletes the stored object: %s was listed undecodable under another UID, and the store still holds the old one (UID %s) after the list at resourceVersion %s (at %v)",
+					key, item.stored, e.RV, at)
 			}
 		}
 		l.kept, l.page, l.initial = nil, nil, false
@@ -687,10 +875,17 @@ func (l *lifeChecker) Observe(e observe.Event) {
 	}
 }
 
+// itemOf is a garbled list item of a key the store held: the stored UID,
+// and whether the item's (readable) UID is that one.
+type itemOf struct {
+	stored types.UID
+	same   bool
+}
+
 // listPage: a list page was read; first: the first of a list.
 func (l *lifeChecker) listPage(first bool) {
 	if first || l.kept == nil {
-		l.kept = map[string]types.UID{}
+		l.kept = map[string]itemOf{}
 	}
 	maps.Copy(l.kept, l.page)
 	l.page = nil

@@ -53,10 +53,12 @@
 // never as a select picks among ready cases.
 //
 // Faults (SetFault) stay on until changed; Cut, Compact, LosePrevKv,
-// RestartCache and Restore act once. Every request is logged (Requests),
-// with the status it was refused with and when and how a stream ended, so a
-// test can hold the client to a request budget, a Retry-After, and what
-// must follow a failure.
+// RestartCache, Restart (the apiserver's, answering as a starting one for
+// a while) and Restore act once. Every request is logged (Requests),
+// with the status (and Retry-After) it was refused with, when and how a
+// stream ended, the event an ERROR followed and the first event sent
+// corrupted, so a test can hold the client to a request budget, a
+// Retry-After, and what must follow a failure.
 package fakeapi
 
 import (
@@ -123,6 +125,12 @@ const (
 	// initial events too) is cut in half and ends in a newline, not JSON:
 	// a middlebox mangling the stream (the fault proxy's garble).
 	CutFrames
+	// CorruptFrames: every event frame has one bit flipped: the T of its
+	// object's creationTimestamp becomes a backslash, an escape JSON does
+	// not have: a link or a middlebox corrupting a byte that TCP's
+	// checksum let through. The frame keeps its shape (the frame reader
+	// leaves escapes to the decoder); its JSON is broken.
+	CorruptFrames
 	nModes
 )
 
@@ -137,7 +145,7 @@ func Modes() []Mode {
 
 func (m Mode) String() string {
 	return [...]string{"healthy", "cut-after-first-frame", "error-after-first-event", "freeze", "refuse",
-		"500", "429", "watch-410", "watch-list-fails", "continue-expires", "slow-frames", "every-other-list-fails", "garble", "cut-frames"}[m]
+		"500", "429", "watch-410", "watch-list-fails", "continue-expires", "slow-frames", "every-other-list-fails", "garble", "cut-frames", "corrupt-frames"}[m]
 }
 
 // Request is one request the server answered.
@@ -154,6 +162,10 @@ type Request struct {
 	// 410, ...; 0: it was answered); Refused: the connection was refused.
 	Code    int
 	Refused bool
+	// RetryAfter is the Retry-After the refusal carried; Starting: the
+	// server refused it as a starting apiserver does (Restart).
+	RetryAfter time.Duration
+	Starting   bool
 	// For a WATCH: the timeoutSeconds it asked for; when the stream ended
 	// (zero while it is open); whether the client closed it (rather than
 	// the server, at its timeout, a fault or an ERROR frame); and Gone, if
@@ -162,6 +174,13 @@ type Request struct {
 	Ended          time.Time
 	ClosedByClient bool
 	Gone           bool
+	// Corrupted: the resourceVersion of the first event the stream sent
+	// corrupted (CorruptFrames) and the client read; "" if none.
+	Corrupted string
+	// ErrorAfter: the resourceVersion of the event the stream's ERROR
+	// frame followed (ErrorAfterFirstEvent), once the client read both;
+	// "" if none did.
+	ErrorAfter string
 }
 
 // Server is the fake. Create it with New.
@@ -215,6 +234,10 @@ type Server struct {
 	nextSnap   int
 	streams    map[*stream]struct{}
 	requests   []Request
+	// A restart (Restart): until pathsAt every request gets 503, until
+	// readyAt every WATCH 429; cacheBegun: the watch cache's history began.
+	pathsAt, readyAt time.Time
+	cacheBegun       bool
 }
 
 type change struct {
@@ -481,6 +504,57 @@ func (s *Server) Restore(st State, bump int64) {
 	s.wakeLocked()
 }
 
+// Restart restarts kube-apiserver on the same etcd: every stream breaks,
+// and it answers as a starting kube-apiserver does. For paths every request
+// gets 503 "the request has been made before all known HTTP paths have been
+// installed"; then, with WatchCache, for cache the watch cache initializes:
+// every WATCH gets 429 "storage is (re)initializing" with Retry-After 1 s,
+// LISTs are served from etcd (kube-apiserver's
+// ResilientWatchCacheInitialization), and the cache's history begins where
+// it began initializing, so a WATCH from an older resourceVersion gets 410
+// once it is ready.
+func (s *Server) Restart(paths, cache time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	s.pathsAt, s.readyAt, s.cacheBegun = now.Add(paths), now.Add(paths), false
+	if s.WatchCache {
+		s.readyAt = s.readyAt.Add(cache)
+	}
+	for st := range s.streams {
+		st.kill()
+	}
+}
+
+// startingLocked is the answer of a starting server (Restart) to request
+// req, if it is still starting; watch: req is a WATCH.
+func (s *Server) startingLocked(req int, watch bool) error {
+	if s.pathsAt.IsZero() {
+		return nil
+	}
+	now := time.Now()
+	var err error
+	if now.Before(s.pathsAt) {
+		err = apierrors.NewServiceUnavailable("the request has been made before all known HTTP paths have been installed, please try again")
+	} else {
+		if s.WatchCache && !s.cacheBegun {
+			// The cache began initializing once the paths were installed
+			// (here: at the first request since, which no client can tell
+			// from earlier).
+			s.cacheBegun, s.cacheStart, s.cached = true, s.rv, nil
+			s.cacheLocked()
+		}
+		if watch && now.Before(s.readyAt) {
+			err = apierrors.NewTooManyRequests("storage is (re)initializing", 1)
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	s.requests[req].Starting = true
+	return s.refusedLocked(req, err)
+}
+
 // Watch implements watcher.Source.
 func (s *Server) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
 	s.roundTrip(ctx)
@@ -503,6 +577,10 @@ func (s *Server) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadClo
 	}
 	if err := s.failLocked(); err != nil {
 		return refused(err)
+	}
+	if err := s.startingLocked(req, true); err != nil {
+		s.requests[req].Ended = time.Now()
+		return nil, err
 	}
 	if s.mode == WatchGone {
 		return refused(apierrors.NewGone("the watch is gone (fault)"))
@@ -551,6 +629,9 @@ func (s *Server) List(ctx context.Context, opts metav1.ListOptions) (io.ReadClos
 	req := len(s.requests) - 1
 	if err := s.failLocked(); err != nil {
 		return nil, s.refusedLocked(req, err)
+	}
+	if err := s.startingLocked(req, false); err != nil {
+		return nil, err
 	}
 	if s.lists++; s.mode == EveryOtherListFails && s.lists%2 == 0 {
 		return nil, s.refusedLocked(req, apierrors.NewInternalError(errors.New("every other LIST fails (fault)")))
@@ -604,6 +685,9 @@ func (s *Server) refusedLocked(req int, err error) error {
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
 		s.requests[req].Code = int(status.Status().Code)
+		if d, ok := apierrors.SuggestsClientDelay(err); ok {
+			s.requests[req].RetryAfter = time.Duration(d) * time.Second
+		}
 	} else {
 		s.requests[req].Refused = true
 	}
@@ -702,6 +786,7 @@ type stream struct {
 	prevKvLost        string
 	pw                *io.PipeWriter
 	frames            int
+	eventRV           int64         // the event ErrorAfterFirstEvent sends (0: a bookmark)
 	done              chan struct{} // the client closed the body
 	killed            chan struct{} // Cut or Restore: the connection breaks
 	stopped           chan struct{} // RestartCache: the server ends it cleanly
@@ -802,7 +887,13 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 		return true
 	}
 
-	if st.mode == Freeze {
+	// A flapping proxy's first frame comes from the server: one behind the
+	// stream's resourceVersion (restored to older data) sends none, and
+	// the stream waits in silence, as a frozen one does.
+	s.mu.Lock()
+	behind := s.rv < st.cursor
+	s.mu.Unlock()
+	if st.mode == Freeze || behind && (st.mode == CutAfterFirstFrame || st.mode == ErrorAfterFirstEvent) && !st.initial {
 		select {
 		case <-ctx.Done():
 		case <-st.done:
@@ -863,7 +954,7 @@ func (st *stream) run(ctx context.Context, timeout time.Duration) {
 			s.mu.Lock()
 			for _, c := range s.history {
 				if c.rv > st.cursor {
-					f = frame(c.typ, c.obj)
+					f, st.eventRV = frame(c.typ, c.obj), c.rv
 					break
 				}
 			}
@@ -1015,8 +1106,19 @@ func (st *stream) send(ctx context.Context, f []byte) error {
 	if st.mode == CutFrames && isEvent(f) {
 		f = append(bytes.Clone(f[:len(f)/2]), '\n')
 	}
+	corrupted := ""
+	if st.mode == CorruptFrames && isEvent(f) {
+		f, corrupted = corrupt(f)
+	}
 	if _, err := st.pw.Write(f); err != nil {
 		return err
+	}
+	if corrupted != "" {
+		st.s.mu.Lock()
+		if r := &st.s.requests[st.req]; r.Corrupted == "" {
+			r.Corrupted = corrupted
+		}
+		st.s.mu.Unlock()
 	}
 	st.frames++
 	switch {
@@ -1024,7 +1126,11 @@ func (st *stream) send(ctx context.Context, f []byte) error {
 		return errCut
 	case st.mode == ErrorAfterFirstEvent:
 		st.ended(false)
-		st.pw.Write(errorFrame(500, metav1.StatusReasonInternalError, "the server broke the watch (fault)"))
+		if _, err := st.pw.Write(errorFrame(500, metav1.StatusReasonInternalError, "the server broke the watch (fault)")); err == nil && st.eventRV != 0 {
+			st.s.mu.Lock()
+			st.s.requests[st.req].ErrorAfter = strconv.FormatInt(st.eventRV, 10)
+			st.s.mu.Unlock()
+		}
 		return errEnded
 	}
 	return nil
@@ -1051,6 +1157,33 @@ func isEvent(f []byte) bool {
 		}
 	}
 	return false
+}
+
+// corrupt flips a bit of event frame f: the T of its object's
+// creationTimestamp (0x54) becomes a backslash (0x5c), an escape JSON does
+// not have ("\0"). It returns the frame and the object's resourceVersion.
+func corrupt(f []byte) ([]byte, string) {
+	var ev struct {
+		Object struct {
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		} `json:"object"`
+	}
+	json.Unmarshal(f, &ev)
+	key := []byte(`"creationTimestamp":"`)
+	i := bytes.Index(f, key)
+	if i < 0 {
+		return f, ""
+	}
+	i += len(key)
+	j := bytes.IndexByte(f[i:min(i+20, len(f))], 'T')
+	if j < 0 {
+		return f, ""
+	}
+	f = bytes.Clone(f)
+	f[i+j] ^= 0x08
+	return f, ev.Object.Metadata.ResourceVersion
 }
 
 // garbled is an event whose object has its metadata intact and a spec of

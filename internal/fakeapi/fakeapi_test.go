@@ -125,3 +125,80 @@ func TestAWriteAtTheTimeoutIsSentOneWay(t *testing.T) {
 	}
 	t.Logf("sent %q", first)
 }
+
+// A restarted apiserver answers every request 503 until its paths are
+// installed, then, with a watch cache, every WATCH 429 (Retry-After 1 s)
+// while the cache initializes, LISTs served; the cache's history begins
+// where it began: a WATCH from before it meets 410 once it is ready.
+func TestRestartAnswersAsAStartingServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New()
+		s.WatchCache = true
+		s.Put("ns", "a", "v")
+		from := s.ResourceVersion()
+		s.Restart(2*time.Second, 3*time.Second)
+		s.Put("ns", "a", "w") // another apiserver's write
+		ctx := context.Background()
+		if _, err := s.List(ctx, metav1.ListOptions{}); err == nil || !strings.Contains(err.Error(), "before all known HTTP paths") {
+			t.Fatalf("LIST at once: %v, want the 503 of paths not installed", err)
+		}
+		time.Sleep(2 * time.Second)
+		if _, err := s.Watch(ctx, metav1.ListOptions{ResourceVersion: from}); err == nil || !strings.Contains(err.Error(), "storage is (re)initializing") {
+			t.Fatalf("WATCH 2 s in: %v, want the 429 of a cache initializing", err)
+		}
+		if _, err := s.List(ctx, metav1.ListOptions{}); err != nil {
+			t.Fatalf("LIST 2 s in: %v, want it served", err)
+		}
+		time.Sleep(3 * time.Second)
+		body, err := s.Watch(ctx, metav1.ListOptions{ResourceVersion: from})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer body.Close()
+		line, _ := bufio.NewReader(body).ReadString('\n')
+		if !strings.Contains(line, `"code":410`) {
+			t.Errorf("WATCH from %s once ready: %q, want an ERROR 410 (the cache began after it)", from, line)
+		}
+		reqs := s.Requests()
+		for i, want := range []struct {
+			code       int
+			retryAfter time.Duration
+			starting   bool
+		}{{503, 0, true}, {429, time.Second, true}, {0, 0, false}, {0, 0, false}} {
+			if q := reqs[i]; q.Code != want.code || q.RetryAfter != want.retryAfter || q.Starting != want.starting {
+				t.Errorf("request %d (%s): code %d, Retry-After %v, starting %v; want %d, %v, %v", i, q.Kind, q.Code, q.RetryAfter, q.Starting, want.code, want.retryAfter, want.starting)
+			}
+		}
+	})
+}
+
+// CorruptFrames flips one bit of every event frame: the frame stays whole
+// (one line, its braces matched) and its JSON is broken; the log says which
+// event went out corrupted first.
+func TestCorruptFramesBreakTheJSONNotTheFrame(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New()
+		s.SetFault(CorruptFrames)
+		secs := int64(10)
+		body, err := s.Watch(context.Background(), metav1.ListOptions{ResourceVersion: "1", TimeoutSeconds: &secs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Put("ns", "a", "v")
+		line, err := bufio.NewReader(body).ReadBytes('\n')
+		body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if json.Valid(line) {
+			t.Fatalf("frame %s is valid JSON", line)
+		}
+		if strings.Count(string(line), "{") != strings.Count(string(line), "}") || !strings.HasPrefix(string(line), `{"type":"ADDED"`) {
+			t.Errorf("frame %s is not whole", line)
+		}
+		time.Sleep(time.Second)
+		if got := s.Requests()[0].Corrupted; got != "2" {
+			t.Errorf("Corrupted %q, want the event's resourceVersion 2", got)
+		}
+	})
+}
