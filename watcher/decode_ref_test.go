@@ -224,6 +224,9 @@ func FuzzFastDecoder(f *testing.F) {
 	for _, c := range fastPathCases {
 		f.Add([]byte(c))
 	}
+	for _, c := range envelopeVariants() {
+		f.Add([]byte(c + "\n"))
+	}
 	f.Add(capture(f, wire.WatchList))
 	f.Fuzz(func(t *testing.T, data []byte) { compareStreams(t, data) })
 }

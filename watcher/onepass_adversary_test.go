@@ -11,10 +11,10 @@ import (
 	"rawwatch/api/v1alpha1"
 )
 
-// Envelope and object variants the one-pass decode must decode as the plain
-// way does (compareStreams: the reference decoder of decode_ref_test.go), or
-// leave to the walk.
-func TestOnePassEnvelopeVariantsAgreeWithThePlainWay(t *testing.T) {
+// envelopeVariants are envelope and object variants (FuzzFastDecoder's seeds
+// too) the one-pass decode must decode as the plain way does (compareStreams:
+// the reference decoder of decode_ref_test.go), or leave to the walk.
+func envelopeVariants() map[string]string {
 	const md = `"name":"a","namespace":"ns","resourceVersion":"5"`
 	obj := func(metadata, rest string) string {
 		return `{` + objHead + `,"metadata":{` + metadata + `}` + rest + `}`
@@ -23,7 +23,7 @@ func TestOnePassEnvelopeVariantsAgreeWithThePlainWay(t *testing.T) {
 	deep := strings.Repeat(`[`, 990) + strings.Repeat(`]`, 990)
 	tooDeep := strings.Repeat(`{"a":`, 1100) + `1` + strings.Repeat(`}`, 1100)
 	long := strings.Repeat("x", 1<<16)
-	for name, frame := range map[string]string{
+	return map[string]string{
 		"type after object":                  `{"object":` + o + `,"type":"MODIFIED"}`,
 		"unknown members around":             `{"kind":"WatchEvent","type":"ADDED","apiVersion":"v1","object":` + o + `,"extra":{"type":"DELETED","object":null}}`,
 		"object null":                        `{"type":"ADDED","object":null}`,
@@ -67,7 +67,11 @@ func TestOnePassEnvelopeVariantsAgreeWithThePlainWay(t *testing.T) {
 		"metadata null":                      `{"type":"ADDED","object":{` + objHead + `,"metadata":null}}`,
 		"trailing comma in the envelope":     `{"type":"ADDED","object":` + o + `,}`,
 		"whitespace everywhere":              " \t{ \"object\" :\r" + o + " , \"type\"\n:\"ADDED\" } ",
-	} {
+	}
+}
+
+func TestOnePassEnvelopeVariantsAgreeWithThePlainWay(t *testing.T) {
+	for name, frame := range envelopeVariants() {
 		if _, ok, _ := newEventDecoder(strings.NewReader(""), codec).onePass([]byte(frame)); ok != onePassTakes[name] {
 			t.Errorf("%s: onePass ok %v, want %v", name, ok, onePassTakes[name])
 		}
