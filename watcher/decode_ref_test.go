@@ -64,6 +64,7 @@ func (d *referenceDecoder) Next() (Event[*v1alpha1.MyResource], error) {
 type outcome struct {
 	kind string // "event", "skip", "end" (io.EOF), "broken"
 	ev   Event[*v1alpha1.MyResource]
+	skip SkipError // a skip's identity (its Err apart): what a DELETED deletes, a relist keeps
 }
 
 func outcomeOf(ev Event[*v1alpha1.MyResource], err error) outcome {
@@ -76,7 +77,8 @@ func outcomeOf(ev Event[*v1alpha1.MyResource], err error) outcome {
 		ev.Err = nil // compared by presence below
 		return outcome{kind: "event", ev: ev}
 	case errors.As(err, &skip):
-		return outcome{kind: "skip", ev: Event[*v1alpha1.MyResource]{Type: ev.Type}}
+		return outcome{kind: "skip", ev: Event[*v1alpha1.MyResource]{Type: ev.Type},
+			skip: SkipError{What: skip.What, Key: skip.Key, RV: skip.RV, UID: skip.UID}}
 	case errors.Is(err, io.EOF):
 		return outcome{kind: "end"}
 	}
@@ -105,6 +107,8 @@ func compareStreams(t *testing.T, data []byte) {
 			return // a newline inside a frame of a line-framed stream: a cut the plain way may read on past
 		case f.kind != r.kind:
 			t.Fatalf("frame %d: fast %s (%v), plain %s (%v)", i, f.kind, ferr, r.kind, rerr)
+		case f.kind == "skip" && (f.skip != r.skip || f.ev.Type != r.ev.Type):
+			t.Fatalf("frame %d skipped otherwise:\nfast  %+v %q\nplain %+v %q", i, f.skip, f.ev.Type, r.skip, r.ev.Type)
 		case f.kind == "event" && (!reflect.DeepEqual(f.ev, r.ev) || (fe.Err == nil) != (re.Err == nil)):
 			t.Fatalf("frame %d differs:\nfast  %+v\nplain %+v", i, f.ev, r.ev)
 		}
