@@ -770,7 +770,8 @@ func (j *judge) diedWith(d deletion, f facts) (k *replica, lag time.Duration) {
 		r.rec.mu.Unlock()
 		// Its stop drops its claims: a claim that ended within a second of
 		// the kill lasted until it.
-		claimedToTheEnd := f.owner == r && (f.claim.end.IsZero() || !f.claim.end.Before(r.to.Add(-time.Second)))
+		lastedToTheKill := func(c claim) bool { return c.end.IsZero() || !c.end.Before(r.to.Add(-time.Second)) }
+		claimedToTheEnd := f.owner == r && lastedToTheKill(f.claim)
 		if f.owner == nil && !dropped && !claimedToTheEnd {
 			// The first claimant after the deletion, to its death; and,
 			// alive, it would have handled it: it had the object (its
@@ -786,7 +787,7 @@ func (j *judge) diedWith(d deletion, f facts) (k *replica, lag time.Duration) {
 			}
 			could := (heard || r.rec.known[d.incarnation] || !f.known) && r.rec.watchedThrough(f.slot, d.At, from)
 			r.rec.mu.Unlock()
-			claimedToTheEnd = could && held && (c.end.IsZero() || !c.end.Before(r.to.Add(-time.Second))) && !j.othersClaimed(r, f.slot, d.At, r.to)
+			claimedToTheEnd = could && held && lastedToTheKill(c) && !j.othersClaimed(r, f.slot, d.At, r.to)
 		}
 		// handedOn: nobody claimed the slot at the deletion, or its claimant
 		// let it go before the kill; and no other replica claimed it from
