@@ -578,12 +578,12 @@ type recorder struct {
 	history map[string][]string
 
 	// What the watcher could know. store is the controller's; known holds
-	// every object that was ever in it; gaps are the stretches of history
+	// every object that was ever in it, and when it first was; gaps are the stretches of history
 	// the watcher jumped over: from the last resourceVersion it had to the
 	// resourceVersion of the (re)list that followed. An object created and
 	// deleted inside a gap was never visible to any client.
 	store  *store.Store[app.Object]
-	known  map[incarnation]bool
+	known  map[incarnation]time.Time
 	lastRV int64
 	gaps   [][2]int64
 	// lists are the watcher's (re)lists: when, at which resourceVersion, and
@@ -604,7 +604,7 @@ type recorder struct {
 
 func newRecorder(ref *referee) *recorder {
 	return &recorder{ref: ref, seenDeleted: map[incarnation]time.Time{}, heardDeleted: map[incarnation]bool{}, dropped: map[incarnation]time.Time{}, history: map[string][]string{},
-		known: map[incarnation]bool{}}
+		known: map[incarnation]time.Time{}}
 }
 
 func (r *recorder) wrap(inner reconcile.Reconciler[app.Object]) reconcile.Reconciler[app.Object] {
@@ -715,7 +715,7 @@ func (r *recorder) EventReceived(eventType, key, rv string, o metav1.Object) {
 	}
 	r.lastRV = revision(rv)
 	if inStore {
-		r.known[incarnation{key, obj.UID}] = true
+		r.had(incarnation{key, obj.UID}, time.Now())
 	}
 }
 
@@ -737,8 +737,17 @@ func (r *recorder) Replaced(rv string, _, _, _, _ int) {
 	r.lastRV = revision(rv)
 	r.lists = append(r.lists, listed{at: time.Now(), rv: revision(rv), slots: slots})
 	r.watching = append(r.watching, r.lists[len(r.lists)-1])
+	now := time.Now()
 	for _, o := range objs {
-		r.known[incarnation{store.KeyOf(o), o.UID}] = true
+		r.had(incarnation{store.KeyOf(o), o.UID}, now)
+	}
+}
+
+// had records that the store held o at t, if it had not before. Callers
+// hold mu.
+func (r *recorder) had(o incarnation, t time.Time) {
+	if _, ok := r.known[o]; !ok {
+		r.known[o] = t
 	}
 }
 
@@ -829,7 +838,7 @@ func (r *recorder) watchAround(slot int, d deletion) string {
 // was deleted before the list that ended the gap, or that list would have
 // brought it). Callers hold mu.
 func (r *recorder) invisible(d deletion) bool {
-	if r.known[d.incarnation] {
+	if _, had := r.known[d.incarnation]; had {
 		return false
 	}
 	for _, g := range r.gaps {

@@ -347,3 +347,38 @@ func leaseBound(renew time.Duration) int {
 	perRequest := 1 + int(renew/time.Second)
 	return rounds*3*perRequest + 3
 }
+
+// custody: this replica had d's object while it claimed the object's slot
+// (Working or Releasing), so it could have reconciled it and its deletion
+// was this replica's to handle or to hand over. It had the object from the
+// first time it was in its store until the first of: its gate dropped the
+// object's deletion, its watch left the slot (a reshard or a list without
+// it), its kill (to; zero: never). A replica that only watched the slot
+// (a joiner's Target, a claim about to come) and let it go knew the object
+// without owing its deletion to anyone. Callers hold mu.
+func (r *recorder) custody(d deletion, slot int, to time.Time) bool {
+	from, had := r.known[d.incarnation]
+	if !had {
+		return false
+	}
+	if t, ok := r.dropped[d.incarnation]; ok && (to.IsZero() || t.Before(to)) {
+		to = t
+	}
+	for _, w := range r.watching {
+		if w.at.After(from) && !w.slots.Has(slot) {
+			if to.IsZero() || w.at.Before(to) {
+				to = w.at
+			}
+			break
+		}
+	}
+	if claimed, _ := r.owns.claimedAt(slot, from); claimed {
+		return true
+	}
+	for i, at := range r.owns.at {
+		if at.After(from) && (to.IsZero() || !at.After(to)) && r.owns.claimed[i].Has(slot) {
+			return true
+		}
+	}
+	return false
+}

@@ -43,15 +43,17 @@ type Verdict struct {
 	// a test that fails the verdict without the rule's condition). Counted,
 	// not failed; any other unseen deletion is in UnseenDeletions.
 	//
-	// Invisible (relist gap): of objects no replica ever had, created
-	// inside a gap of the watch of the slot's claimant (between a broken
-	// watch and the relist that followed), and so deleted before that
-	// relist, which did not have them.
+	// Invisible (relist gap): of objects no replica had while it claimed
+	// their slot (recorder.custody), created inside a gap of the watch of
+	// the slot's claimant (between a broken watch and the relist that
+	// followed), and so deleted before that relist, which did not have
+	// them.
 	Invisible int
-	// HandoffGap (sharded runs): of objects no replica ever had, created
-	// after the old owner's watch position when it let their slot go, and
-	// absent from the list by which the new owner took the slot over, made
-	// after their creation: deleted before it.
+	// HandoffGap (sharded runs): of objects no replica had while it
+	// claimed their slot, created after the old owner's watch position
+	// when it let their slot go, and absent from the list by which the new
+	// owner took the slot over, made after their creation: deleted before
+	// it.
 	HandoffGap int
 	// Unclaimed (sharded runs): of objects whose slot no replica claimed
 	// when they were deleted, within Bound of the kill or fence that ended
@@ -577,8 +579,9 @@ func causes(m map[string]int) string {
 // facts is what the replicas' records say about one deletion.
 type facts struct {
 	slot int
-	// seen: a replica handled it; known: a replica ever had the object.
-	seen, known bool
+	// seen: a replica handled it; known: a replica ever had the object;
+	// kept: a replica had it while it claimed its slot (recorder.custody).
+	seen, known, kept bool
 	// owner claimed the slot (Working or Releasing) when it was deleted
 	// (nil: nobody did); claim is how that claim ended. Two claims overlap
 	// only around a handoff (the old owner's Releasing, the new one's
@@ -599,7 +602,9 @@ func (j *judge) facts(d deletion) facts {
 		if at, ok := r.rec.seenDeleted[d.incarnation]; ok && (r.to.IsZero() || !at.After(r.to)) {
 			f.seen = true
 		}
-		f.known = f.known || r.rec.known[d.incarnation]
+		_, had := r.rec.known[d.incarnation]
+		f.known = f.known || had
+		f.kept = f.kept || r.rec.custody(d, f.slot, r.to)
 		if !j.sharded {
 			f.owner = r
 		} else if claimed, c := r.rec.owns.claimedAt(f.slot, d.At); claimed && (r.to.IsZero() || !d.At.After(r.to)) {
@@ -638,11 +643,14 @@ func (j *judge) judgeDeletion(v *Verdict, d deletion) {
 		v.Longest[rule] = max(v.Longest[rule], d)
 	}
 	v.Bound = j.bound()
-	// A relist gap: nobody ever had the object, and it lived and died
-	// inside a gap of its claimant's watch; or, while nobody claimed its
-	// slot, of every watch of the slot. (Another replica that had it would
-	// have heard of its deletion, or handed it over: a loss then.)
-	if !f.known && (f.owner != nil && j.inGap(f.owner, d) || f.owner == nil && j.inEveryWatchersGap(d, f.slot)) {
+	// A relist gap: no replica had the object while it claimed its slot,
+	// and it lived and died inside a gap of its claimant's watch; or, while
+	// nobody claimed its slot, of every watch of the slot. (A replica that
+	// had it while it claimed the slot would have heard of its deletion, or
+	// handed it over: a loss then. One that only watched the slot, about
+	// to claim it or not, and let it go owed it to nobody: with one
+	// controller, that object would not have been seen either.)
+	if !f.kept && (f.owner != nil && j.inGap(f.owner, d) || f.owner == nil && j.inEveryWatchersGap(d, f.slot)) {
 		v.Invisible++
 		return
 	}
@@ -650,9 +658,10 @@ func (j *judge) judgeDeletion(v *Verdict, d deletion) {
 		j.lost(v, d, f, "")
 		return
 	}
-	// A handoff's gap: nobody ever had the object; its claimant's watch
-	// stood before its creation when it let the slot go, and the new
-	// owner's list, made after its creation, did not have it.
+	// A handoff's gap: no replica had the object while it claimed its
+	// slot (as for a relist gap); its claimant's watch stood before its
+	// creation when it let the slot go, and the new owner's list, made
+	// after its creation, did not have it.
 	// Made between a let-go and the next claim (nobody claimed the slot
 	// then): the same, of the claim let go, at most the bound before.
 	g := f
@@ -661,7 +670,7 @@ func (j *judge) judgeDeletion(v *Verdict, d deletion) {
 			g.owner, g.claim = last, c
 		}
 	}
-	if g.owner != nil && !f.known && !g.claim.end.IsZero() && !g.claim.fenced &&
+	if g.owner != nil && !f.kept && !g.claim.end.IsZero() && !g.claim.fenced &&
 		g.claim.rv >= 0 && g.claim.rv < d.Created && j.newOwnerListedAfter(g, d) {
 		v.HandoffGap++
 		return
@@ -742,7 +751,8 @@ func (j *judge) newOwnerListedAfter(f facts, d deletion) bool {
 	next.rec.mu.Lock()
 	defer next.rec.mu.Unlock()
 	l, ok := next.rec.listBefore(f.slot, from)
-	return ok && l.rv >= d.Created && !next.rec.known[d.incarnation]
+	_, had := next.rec.known[d.incarnation]
+	return ok && l.rv >= d.Created && !had
 }
 
 // diedWith is the killed replica, if it died with deletion d unhandled:
@@ -785,7 +795,8 @@ func (j *judge) diedWith(d deletion, f facts) (k *replica, lag time.Duration) {
 			if !from.IsZero() && from.Before(r.to) {
 				held, c = r.rec.owns.claimedAt(f.slot, from)
 			}
-			could := (heard || r.rec.known[d.incarnation] || !f.known) && r.rec.watchedThrough(f.slot, d.At, from)
+			_, had := r.rec.known[d.incarnation]
+			could := (heard || had || !f.known) && r.rec.watchedThrough(f.slot, d.At, from)
 			r.rec.mu.Unlock()
 			claimedToTheEnd = could && held && lastedToTheKill(c) && !j.othersClaimed(r, f.slot, d.At, r.to)
 		}

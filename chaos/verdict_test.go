@@ -68,8 +68,11 @@ func (s *scene) kill(name string, at time.Duration) *scene {
 	return s.claims(name, at, false, false, 0) // its stop drops its claims
 }
 
-func (s *scene) knew(name string) *scene {
-	s.by[name].rec.known[s.d.incarnation] = true
+// knew: replica name had the object from t0 on (knewAt: from offset at).
+func (s *scene) knew(name string) *scene { return s.knewAt(name, 0) }
+
+func (s *scene) knewAt(name string, at time.Duration) *scene {
+	s.by[name].rec.known[s.d.incarnation] = s.at(at)
 	return s
 }
 
@@ -80,6 +83,13 @@ func (s *scene) heard(name string) *scene {
 
 func (s *scene) dropped(name string, at time.Duration) *scene {
 	s.by[name].rec.dropped[s.d.incarnation] = s.at(at)
+	return s
+}
+
+// unwatch: replica name's watch leaves the slot at offset at (a reshard).
+func (s *scene) unwatch(name string, at time.Duration) *scene {
+	r := s.by[name].rec
+	r.watching = append(r.watching, listed{at: s.at(at)})
 	return s
 }
 
@@ -135,9 +145,33 @@ func TestEveryExcuseHasAControl(t *testing.T) {
 		// watch, and nobody had it.
 		{"relist gap", owned().gap("a", 100, 200), "relist gap"},
 		{"relist gap: created outside the gap", owned().gap("a", 160, 200), "lost"},
-		// Finding 7: another replica had the object (it watched the slot):
-		// its deletion was to reach someone.
-		{"relist gap: another replica knew the object", owned().gap("a", 100, 200).knew("b"), "lost"},
+		// Finding 7: another replica had the object while it claimed the
+		// slot (it may have reconciled it, and handed it over to a, whose
+		// relist came after the deletion): its deletion was to reach
+		// someone. So too if it came to claim the slot while it still had
+		// the object (its relist would have reported it gone).
+		{"relist gap: the old owner had the object", newScene("a", "b").claims("b", 0, true, false, 10).knew("b").
+			claims("b", 50*time.Second, false, false, 140).claims("a", 50*time.Second, true, false, 140).gap("a", 100, 200), "lost"},
+		{"relist gap: a watcher had the object, then claimed the slot", owned().gap("a", 100, 200).
+			list("b", 90*time.Second, 140).knewAt("b", 95*time.Second).claims("b", 120*time.Second, true, false, 200), "lost"},
+		// A replica that only watched the slot (a joiner's target) had the
+		// object and let it go, never claiming the slot while it had it: it
+		// owed the deletion to nobody, and the claimant's gap hid it, as it
+		// would hide it from one controller. (make test, with two busy
+		// cores: r3, started a moment before, listed obj-1169 while r0, its
+		// claimant, was in a watch gap; r3's relist found it deleted, its
+		// gate held the deletion and dropped it with the slot; the verdict
+		// called it lost.)
+		{"relist gap: a watcher had the object and dropped it", owned().gap("a", 100, 200).
+			list("b", 90*time.Second, 140).knewAt("b", 95*time.Second).heard("b").dropped("b", 110*time.Second), "relist gap"},
+		{"relist gap: a watcher had the object, dropped it, claimed the slot later", owned().gap("a", 100, 200).
+			list("b", 90*time.Second, 140).knewAt("b", 95*time.Second).heard("b").dropped("b", 110*time.Second).
+			claims("b", 120*time.Second, true, false, 200), "relist gap"},
+		{"relist gap: a watcher had the object, its watch left the slot, it claimed it later", owned().gap("a", 100, 200).
+			list("b", 90*time.Second, 140).knewAt("b", 95*time.Second).unwatch("b", 105*time.Second).
+			claims("b", 120*time.Second, true, false, 200), "relist gap"},
+		{"relist gap: the claimant had the object before it claimed the slot", newScene("a", "b").list("a", 40*time.Second, 100).
+			knewAt("a", 45*time.Second).claims("a", 50*time.Second, true, false, 140).gap("a", 100, 200), "lost"},
 		// Nobody claimed the slot (the ring not formed yet, or every
 		// replica fenced): a gap of every watch of the slot excuses it;
 		// one watch of it without a gap, or no watch of it, does not.
@@ -159,6 +193,14 @@ func TestEveryExcuseHasAControl(t *testing.T) {
 		{"handoff gap: the new owner listed before the creation", owned().claims("a", 101*time.Second, false, false, 140).
 			list("b", 90*time.Second, 120).claims("b", 103*time.Second, true, false, 160), "lost"},
 		{"handoff gap: nobody took the slot over", owned().claims("a", 101*time.Second, false, false, 140), "lost"},
+		// As for a relist gap: a replica that had the object only while it
+		// watched the slot does not count; one that had it while it
+		// claimed the slot does.
+		{"handoff gap: a watcher had the object", owned().claims("a", 101*time.Second, false, false, 140).
+			list("b", 102*time.Second, 160).claims("b", 103*time.Second, true, false, 160).
+			list("k", 90*time.Second, 140).knewAt("k", 95*time.Second).heard("k").dropped("k", 104*time.Second), "handoff gap"},
+		{"handoff gap: the old owner had the object", owned().knewAt("a", 95*time.Second).claims("a", 101*time.Second, false, false, 140).
+			list("b", 102*time.Second, 160).claims("b", 103*time.Second, true, false, 160), "lost"},
 
 		// Killed: k claimed the slot, and died 10 s after the deletion.
 		{"killed, claiming the slot", newScene("a", "k").claims("k", 0, true, false, 10).kill("k", 110*time.Second), "killed"},
