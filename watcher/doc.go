@@ -160,8 +160,13 @@
 // Options.SilenceLimit (default 150 s: one lost bookmark tolerated, with half
 // a minute to spare) is abandoned, and at once a probe asks the server for
 // its resourceVersion: behind ours, relist (time travel, above); otherwise
-// re-watch from the same resourceVersion. Two requests per silence limit,
-// no storm. It is counted
+// re-watch from the same resourceVersion. The silence is counted across
+// streams: streams from the same resourceVersion that deliver nothing, back
+// to back, add up (Action.Quiet; the waits between them do not count), so
+// neither a WATCH timeout shorter than the limit (each stream from a server
+// behind us ends at its timeout with nothing) nor a proxy that cuts idle
+// connections can hide a server that went back in time. Two requests per
+// silence limit, no storm. It is counted
 // (rawwatch_watch_silent_total) and narrated (--explain, WATCHDOG). An
 // apiserver without a watch cache sends no bookmarks; its quiet streams are
 // resumed every 150 s, which costs next to nothing.

@@ -215,10 +215,10 @@ func newSchedule(seed uint64) schedule {
 			cut: r.IntN(3) == 0, compact: r.IntN(3) == 0, cacheRestart: r.IntN(4) == 0 && s.watchCache, restore: r.IntN(8) == 0}
 		d := time.Duration(5+r.IntN(180)) * time.Second
 		p.losePrevKv = r.IntN(6) == 0 && !s.watchCache
-		// (Only where every WATCH's timeout is longer than the silence
-		// limit: a stream from the future that the server ends at its
-		// timeout, with no frame, counts as having run its course.)
-		p.quietRollback = r.IntN(8) == 0 && s.timeout > DefaultSilenceLimit
+		// With any WATCH timeout: one shorter than the silence limit ends
+		// each stream from the future at its timeout with no frame, and
+		// the watchdog counts the silence across them (Action.Quiet).
+		p.quietRollback = r.IntN(8) == 0
 		if p.restart = r.IntN(5) == 0; p.restart {
 			p.restartPaths, p.restartCache = time.Duration(1+r.IntN(5))*time.Second, time.Duration(1+r.IntN(10))*time.Second
 		}

@@ -74,6 +74,13 @@ type Action struct {
 	// TimeTravel: the list just completed is older than the resourceVersion
 	// we had: the server's history went backwards (an etcd restore).
 	TimeTravel bool
+	// Quiet, on a Watch: how long the streams before it from the same
+	// resourceVersion stayed open without a frame, back to back. The
+	// watchdog's limit is on that silence, not on one stream's: a server
+	// behind our resourceVersion that ends each WATCH at its timeout, or a
+	// proxy that cuts idle streams, sends nothing for ever in streams each
+	// shorter than the limit.
+	Quiet time.Duration
 }
 
 // Outcome is what happened to the last Action.
@@ -208,6 +215,9 @@ type Machine struct {
 	// had just started; fresh: that list is in the store and no stream has
 	// opened since.
 	forStart, fresh bool
+	// quiet: how long the streams since the last frame, list or probe
+	// stayed open (Action.Quiet).
+	quiet time.Duration
 }
 
 // NewMachine returns a machine in the Listing state. rand returns numbers in
@@ -343,6 +353,12 @@ func (m *Machine) stepWatchListFailed(o Outcome, class ErrorClass, retryAfter ti
 
 func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duration) Action {
 	from := m.RV
+	silence := m.quiet + o.Open
+	if o.Opened && o.Frames == 0 && !o.Silent {
+		m.quiet = silence
+	} else {
+		m.quiet = 0
+	}
 	if o.RV != "" {
 		m.RV = o.RV
 	}
@@ -420,7 +436,7 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 		// bookmarks, until it gets there). Ask it where it is, at once: it
 		// cost one request per silence limit.
 		return m.do(Action{Do: Probe, Class: class, Err: o.Err,
-			Reason: fmt.Sprintf("watch silent for %s: abandoned; is the server behind resourceVersion %s?", o.Open.Round(time.Second), m.RV)})
+			Reason: fmt.Sprintf("watch silent for %s: abandoned; is the server behind resourceVersion %s?", silence.Round(time.Second), m.RV)})
 	case healthy && class == NoError:
 		return m.do(Action{Do: Watch, RV: m.RV,
 			Reason: fmt.Sprintf("watch ended after %d frames: re-watch from resourceVersion %s", o.Frames, m.RV)})
@@ -519,6 +535,12 @@ func (m *Machine) trouble(now time.Time, minDelay time.Duration, next Action, cl
 }
 
 func (m *Machine) do(a Action) Action {
+	switch a.Do {
+	case Watch:
+		a.Quiet = m.quiet
+	case List, WatchList, Probe:
+		m.quiet = 0
+	}
 	m.doing = a
 	return a
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -300,6 +301,51 @@ func TestMachineSilentStreamProbesTheServer(t *testing.T) {
 	if a := s.step(0, Outcome{RV: "7"}, Action{Do: Watch, RV: "7"}, Watching); !a.TimeTravel {
 		t.Error("the relist at an older resourceVersion is not reported as time travel")
 	}
+}
+
+// The watchdog's silence adds up across streams from the same
+// resourceVersion that deliver nothing, however each one ended (at its
+// timeout, or cut by a proxy that drops idle connections): every Watch says
+// how long the streams before it were silent, and the watcher's watchdog
+// gives the next one only the rest of its limit. A frame, a list or a
+// probe starts the count again; the waits between streams do not count.
+// (Before, each stream had the whole limit: with a WATCH timeout under the
+// limit, a server behind our resourceVersion ended every stream at its
+// timeout with nothing and the loop never asked where it was; the
+// explorer's seed 103 with quiet rollbacks at every timeout: "liveness: the
+// store still differs from the server 3m31s after the faults stopped".)
+func TestMachineSilenceAddsUpAcrossStreams(t *testing.T) {
+	s, _ := newScript(t, false)
+	quiet := func(a Action, want time.Duration) {
+		t.Helper()
+		if a.Quiet != want {
+			t.Fatalf("%s from %s: Quiet %v, want %v (%s)", a.Do, a.RV, a.Quiet, want, a.Reason)
+		}
+	}
+	minute := time.Minute
+	ranItsCourse := Outcome{Opened: true, Open: minute, Timeout: minute}
+	quiet(s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching), 0)
+	quiet(s.step(minute, ranItsCourse, Action{Do: Watch, RV: "10"}, Watching), minute)
+	quiet(s.step(minute, ranItsCourse, Action{Do: Watch, RV: "10"}, Watching), 2*minute)
+	// A bookmark: the server is there; the count starts again.
+	quiet(s.step(minute, Outcome{Opened: true, RV: "11", Frames: 1, Open: minute, Timeout: minute}, Action{Do: Watch, RV: "11"}, Watching), 0)
+	// Cut after 20 s with nothing: a wait, then a Watch that carries the
+	// 20 s (not the wait).
+	a := s.step(20*time.Second, Outcome{Opened: true, Err: cut, Open: 20 * time.Second, Timeout: minute}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	quiet(s.step(a.Delay, Outcome{}, Action{Do: Watch, RV: "11"}, Watching), 20*time.Second)
+	quiet(s.step(minute, ranItsCourse, Action{Do: Watch, RV: "11"}, Watching), 80*time.Second)
+	// The watchdog fires in the next stream, after the 70 s left: a probe,
+	// and the Watch after it starts from nothing.
+	probe := s.step(70*time.Second, Outcome{Opened: true, Err: ErrSilent, Silent: true, Open: 70 * time.Second, Timeout: minute}, Action{Do: Probe}, Watching)
+	if !strings.Contains(probe.Reason, "silent for 2m30s") {
+		t.Errorf("the probe's reason %q does not say the silence was 2m30s in all", probe.Reason)
+	}
+	quiet(s.step(0, Outcome{RV: "11"}, Action{Do: Watch, RV: "11"}, Watching), 0)
+	// A WATCH that could not open is no silence: a wait and a probe.
+	quiet(s.step(minute, ranItsCourse, Action{Do: Watch, RV: "11"}, Watching), minute)
+	a = s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: Probe}, Watching)
+	quiet(s.step(0, Outcome{RV: "11"}, Action{Do: Watch, RV: "11"}, Watching), 0)
 }
 
 func TestMachineStops(t *testing.T) {

@@ -461,6 +461,33 @@ func TestTimeTravelConvergesToTheRestoredState(t *testing.T) {
 	})
 }
 
+// The same time travel with WATCH timeouts shorter than the silence limit,
+// and nothing written after the restore: each WATCH from our "future" runs
+// to its timeout with nothing, and the next starts at once. The watchdog
+// counts the silence across those streams (Action.Quiet), so the loop still
+// asks where the server is within the limit. (Before, each stream had the
+// whole limit and none reached it: "store differs from the restored server
+// 3m30s after the restore".)
+func TestTimeTravelIsFoundWithWatchTimeoutsUnderTheSilenceLimit(t *testing.T) {
+	runSim(t, 2, watcher.Options[object]{WatchTimeoutMin: time.Minute}, func(s *sim) {
+		if !s.waitSynced(time.Minute) {
+			s.t.Fatal("no sync")
+		}
+		saved := s.srv.Save()
+		s.srv.Put("ns", "c", "born after the snapshot")
+		s.srv.Delete("ns", "obj-1")
+		s.sleep(5 * time.Second)
+		s.srv.Restore(saved, 0)
+		limit := watcher.DefaultSilenceLimit + time.Minute
+		for from := time.Now(); time.Since(from) < limit; s.sleep(time.Second) {
+			if equalToServer(s) {
+				return
+			}
+		}
+		s.t.Fatalf("store differs from the restored server %v after the restore", limit)
+	})
+}
+
 // equalToServer reports whether the store holds exactly the server's objects.
 func equalToServer(s *sim) bool {
 	objs := s.srv.Objects()

@@ -469,7 +469,8 @@ var errNoInitialEventsEnd = errors.New("watch-list stream ended before the initi
 //	    [&sendInitialEvents=true&resourceVersionMatch=NotOlderThan]
 //
 // Every frame feeds the watchdog; a stream silent for Options.SilenceLimit
-// is cancelled and reported Silent. The stream's own deadline (its timeout
+// (less act.Quiet, the silence of the streams before it) is cancelled and
+// reported Silent. The stream's own deadline (its timeout
 // plus a minute) is a backstop for a server that never closes it.
 func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv string)) (o Outcome) {
 	opts := metav1.ListOptions{ResourceVersion: act.RV, ShardSelector: w.selector}
@@ -497,7 +498,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 	o.Opened = true
 	defer body.Close()
 	var silent atomic.Bool
-	dog := time.AfterFunc(w.opts.SilenceLimit, func() { silent.Store(true); cancel() })
+	dog := time.AfterFunc(w.opts.SilenceLimit-act.Quiet, func() { silent.Store(true); cancel() })
 	defer dog.Stop()
 	defer func() {
 		if silent.Load() && ctx.Err() == nil {
