@@ -549,8 +549,8 @@ func outputs(binary *string, progress *io.Writer, outDir string) error {
 	return os.MkdirAll(outDir, 0o755)
 }
 
-// lockedWriter serialises the progress lines of the harness and the load
-// generator.
+// lockedWriter serialises the lines several goroutines write to one writer:
+// the progress of the harness and the load generator, a consumer's protocol.
 type lockedWriter struct {
 	mu sync.Mutex
 	w  io.Writer

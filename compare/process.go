@@ -66,6 +66,13 @@ type ConsumerResult struct {
 // BYTES are the response-body bytes the consumer has read, WIRE the bytes
 // read from its connections (its ByteCounter).
 
+// lines returns what a consumer process says to its parent with: one line
+// of the protocol, written to w whole, whichever goroutine says it.
+func lines(w io.Writer) func(format string, args ...any) {
+	w = &lockedWriter{w: w}
+	return func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+}
+
 // RunConsumer is the main of a consumer process.
 func RunConsumer(opts ConsumerOptions, stdin io.Reader, stdout io.Writer) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", opts.Kubeconfig)
@@ -90,12 +97,7 @@ func RunConsumer(opts ConsumerOptions, stdin io.Reader, stdout io.Writer) error 
 		return err
 	}
 
-	var outMu sync.Mutex
-	say := func(format string, args ...any) {
-		outMu.Lock()
-		defer outMu.Unlock()
-		fmt.Fprintf(stdout, format+"\n", args...)
-	}
+	say := lines(stdout)
 	stopSampling := make(chan struct{})
 	go rec.sampleEvery(100*time.Millisecond, stopSampling)
 

@@ -125,12 +125,7 @@ func RunStormConsumer(opts StormConsumerOptions, stdin io.Reader, stdout io.Writ
 		return err
 	}
 	base.QPS, base.Burst = opts.QPS, opts.Burst
-	var outMu sync.Mutex
-	say := func(format string, args ...any) {
-		outMu.Lock()
-		defer outMu.Unlock()
-		fmt.Fprintf(stdout, format+"\n", args...)
-	}
+	say := lines(stdout)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

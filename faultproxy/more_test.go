@@ -79,9 +79,7 @@ func TestProxyTooLargeRVAnswersRequestsFromAResourceVersion(t *testing.T) {
 }
 
 func TestProxyGarbleCutsEventFramesInHalf(t *testing.T) {
-	u, p, c := newUpstream(t)
-	r, stop := watch(t, p, c)
-	defer stop()
+	u, p, r := watching(t)
 	p.Garble(true)
 	u.frames <- added
 	if l := readLine(t, r); l != added[:len(added+"\n")/2] {

@@ -75,6 +75,16 @@ func newUpstream(t *testing.T) (*upstream, *Proxy, *http.Client) {
 	return u, p, u.srv.Client()
 }
 
+// watching is newUpstream with a WATCH open through the proxy (see watch)
+// until the test ends; it returns the WATCH's lines too.
+func watching(t *testing.T) (*upstream, *Proxy, *bufio.Reader) {
+	t.Helper()
+	u, p, c := newUpstream(t)
+	r, stop := watch(t, p, c)
+	t.Cleanup(stop)
+	return u, p, r
+}
+
 // watch opens a WATCH through the proxy and returns its lines.
 func watch(t *testing.T, p *Proxy, c *http.Client) (*bufio.Reader, func()) {
 	t.Helper()
@@ -172,9 +182,7 @@ func endsCleanly(t *testing.T, r *bufio.Reader) {
 // Frames from the server pass one by one; an injected frame goes out at once,
 // between two of them, even while the server is silent; the stream goes on.
 func TestProxyInjectFrameBetweenServerFrames(t *testing.T) {
-	u, p, c := newUpstream(t)
-	r, stop := watch(t, p, c)
-	defer stop()
+	u, p, r := watching(t)
 	u.frames <- added
 	if l := readLine(t, r); l != added {
 		t.Fatalf("first frame %q", l)
@@ -197,9 +205,7 @@ func TestProxyInjectFrameBetweenServerFrames(t *testing.T) {
 // ExpireWatches ends a stream as the apiserver does after a compaction: an
 // ERROR event with a 410 Expired Status, then a clean end of stream.
 func TestProxyExpireWatchesSendsErrorEventThenEnds(t *testing.T) {
-	_, p, c := newUpstream(t)
-	r, stop := watch(t, p, c)
-	defer stop()
+	_, p, r := watching(t)
 	if n := p.ExpireWatches(); n != 1 {
 		t.Fatalf("expired %d streams", n)
 	}
@@ -215,9 +221,7 @@ func TestProxyExpireWatchesSendsErrorEventThenEnds(t *testing.T) {
 
 // A cut stream ends with an error, not a clean EOF: the client can tell.
 func TestProxyCutWatchesBreaksTheStream(t *testing.T) {
-	u, p, c := newUpstream(t)
-	r, stop := watch(t, p, c)
-	defer stop()
+	u, p, r := watching(t)
 	u.frames <- added
 	readLine(t, r)
 	if n := p.CutWatches(); n != 1 {
@@ -438,9 +442,7 @@ func TestProxyMeterRateAndBusiestMinute(t *testing.T) {
 }
 
 func TestProxyDropSwallowsEventsOfTheGivenTypes(t *testing.T) {
-	u, p, c := newUpstream(t)
-	r, stop := watch(t, p, c)
-	defer stop()
+	u, p, r := watching(t)
 	p.Drop("DELETED")
 	go func() {
 		for _, f := range []string{added, deleted, modified} {

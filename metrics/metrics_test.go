@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -196,21 +197,18 @@ func TestFreshnessMetrics(t *testing.T) {
 // gather reads one gauge's value from the registry.
 func gather(t *testing.T, m *Metrics, name string) float64 {
 	t.Helper()
-	fams, err := m.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() == name {
-			return f.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no %s", name)
-	return 0
+	return series(t, m, name).GetGauge().GetValue()
 }
 
 // histogram reads one unlabelled histogram's count and sum.
 func histogram(t *testing.T, m *Metrics, name string) (uint64, float64) {
+	t.Helper()
+	h := series(t, m, name).GetHistogram()
+	return h.GetSampleCount(), h.GetSampleSum()
+}
+
+// series reads the first series of the metric name from the registry.
+func series(t *testing.T, m *Metrics, name string) *dto.Metric {
 	t.Helper()
 	fams, err := m.reg.Gather()
 	if err != nil {
@@ -218,12 +216,11 @@ func histogram(t *testing.T, m *Metrics, name string) (uint64, float64) {
 	}
 	for _, f := range fams {
 		if f.GetName() == name {
-			h := f.GetMetric()[0].GetHistogram()
-			return h.GetSampleCount(), h.GetSampleSum()
+			return f.GetMetric()[0]
 		}
 	}
 	t.Fatalf("no %s", name)
-	return 0, 0
+	return nil
 }
 
 // gotWant is a metric's value and the value it should have.

@@ -101,6 +101,15 @@ func noSplit(t *testing.T, when string, ms ...*Member) {
 	}
 }
 
+// divided fails t unless a and b Work every slot between them, b some.
+func divided(t *testing.T, a, b *Member) {
+	t.Helper()
+	wa, wb := a.Claims().Working, b.Claims().Working
+	if wb.Empty() || wa.Len()+wb.Len() != shard.Slots {
+		t.Fatalf("%s works %d slots, %s %d; want all %d between them", a.cfg.Identity, wa.Len(), b.cfg.Identity, wb.Len(), shard.Slots)
+	}
+}
+
 // Finding 1. A member frozen past its lease (SIGSTOP, a VM paused, a GC
 // storm) resumes with its fence timer and its ticker both ready; Run's
 // select picked one at random, and on the tick the renewal succeeded and the
@@ -194,9 +203,7 @@ func TestAHandDeletedLeaseIsNotALeave(t *testing.T) {
 		}
 	}
 	rounds(8, "joining")
-	if a.Claims().Working.Len()+b.Claims().Working.Len() != shard.Slots || b.Claims().Working.Empty() {
-		t.Fatalf("a works %d slots, b %d; want all 256 between them", a.Claims().Working.Len(), b.Claims().Working.Len())
-	}
+	divided(t, a, b)
 	// b's Lease is deleted by hand; its re-creates fail.
 	if err := client.Tracker().Delete(coordination(), "ns", b.leaseName()); err != nil {
 		t.Fatal(err)
@@ -366,9 +373,7 @@ func TestASkewedJoinerTakesNoLiveMembersSlots(t *testing.T) {
 		noSplit(t, "j, 25 s ahead, joins", a, j)
 		now = now.Add(renew)
 	}
-	if j.Claims().Working.Empty() || a.Claims().Working.Len()+j.Claims().Working.Len() != shard.Slots {
-		t.Fatalf("a works %d slots, j %d; want all 256 between them", a.Claims().Working.Len(), j.Claims().Working.Len())
-	}
+	divided(t, a, j)
 }
 
 // The fence's clock is the monotonic clock plus the most the wall clock

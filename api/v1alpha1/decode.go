@@ -19,21 +19,18 @@ func (r *MyResource) DecodeJSON(data []byte, opts metajson.Options) error {
 // DecodeJSONFrom is DecodeJSON of the object at d, a value inside a larger
 // text (a watch frame's object): it reads the object and stops after it.
 func (r *MyResource) DecodeJSONFrom(d *metajson.Decoder) error {
-	var seen uint64
-	return d.Members(func(key []byte) error {
-		return d.Field(key, myResourceFields, &seen, func(n int) error {
-			switch n {
-			case 0, 1:
-				return d.TypeMetaField(&r.TypeMeta, n)
-			case 2:
-				return d.ObjectMeta(&r.ObjectMeta)
-			case 3:
-				return r.Spec.decode(d)
-			case 4:
-				return r.Status.decode(d)
-			}
-			return nil
-		})
+	return d.Fields(myResourceFields, func(n int) error {
+		switch n {
+		case 0, 1:
+			return d.TypeMetaField(&r.TypeMeta, n)
+		case 2:
+			return d.ObjectMeta(&r.ObjectMeta)
+		case 3:
+			return r.Spec.decode(d)
+		case 4:
+			return r.Status.decode(d)
+		}
+		return nil
 	})
 }
 
@@ -42,32 +39,26 @@ var myResourceFields = append(append([]string(nil), metajson.TypeMetaFields...),
 var specFields = []string{"message"}
 
 func (s *MyResourceSpec) decode(d *metajson.Decoder) error {
-	var seen uint64
-	return d.Members(func(key []byte) error {
-		return d.Field(key, specFields, &seen, func(int) (err error) {
-			s.Message, err = d.String()
-			return err
-		})
+	return d.Fields(specFields, func(int) (err error) {
+		s.Message, err = d.String()
+		return err
 	})
 }
 
 var statusFields = []string{"phase", "message", "observedGeneration", "conditions"}
 
 func (s *MyResourceStatus) decode(d *metajson.Decoder) error {
-	var seen uint64
-	return d.Members(func(key []byte) error {
-		return d.Field(key, statusFields, &seen, func(n int) (err error) {
-			switch n {
-			case 0:
-				s.Phase, err = d.SharedString() // a few values, repeated
-			case 1:
-				s.Message, err = d.String()
-			case 2:
-				s.ObservedGeneration, err = d.Int64()
-			case 3:
-				err = d.Delegate(&s.Conditions)
-			}
-			return err
-		})
+	return d.Fields(statusFields, func(n int) (err error) {
+		switch n {
+		case 0:
+			s.Phase, err = d.SharedString() // a few values, repeated
+		case 1:
+			s.Message, err = d.String()
+		case 2:
+			s.ObservedGeneration, err = d.Int64()
+		case 3:
+			err = d.Delegate(&s.Conditions)
+		}
+		return err
 	})
 }

@@ -8,25 +8,28 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// Field reads the member key of an object whose fields are listed in names
-// (at most 64): it calls read with the field's index, unless the value is
-// null (which leaves a fresh field zero); an unknown key's value is skipped.
-// A field seen twice declines. seen is the object's record.
-func (d *Decoder) Field(key []byte, names []string, seen *uint64, read func(n int) error) error {
-	for n, name := range names {
-		if string(key) != name {
-			continue
+// Fields reads the object at the decoder, whose fields are listed in names
+// (at most 64): for each member it calls read with the field's index, unless
+// the value is null (which leaves a fresh field zero); an unknown key's value
+// is skipped. A field seen twice declines.
+func (d *Decoder) Fields(names []string, read func(n int) error) error {
+	var seen uint64
+	return d.Members(func(key []byte) error {
+		for n, name := range names {
+			if string(key) != name {
+				continue
+			}
+			if err := Seen(&seen, n); err != nil {
+				return err
+			}
+			if d.Null() {
+				return nil
+			}
+			return read(n)
 		}
-		if err := Seen(seen, n); err != nil {
-			return err
-		}
-		if d.Null() {
-			return nil
-		}
-		return read(n)
-	}
-	_, err := d.Skip()
-	return err
+		_, err := d.Skip()
+		return err
+	})
 }
 
 // TypeMeta's members, as MyResource and every generated type inline them.
@@ -53,46 +56,43 @@ var objectMetaFields = []string{"name", "generateName", "namespace", "selfLink",
 
 // ObjectMeta reads an object's metadata into m, a fresh one.
 func (d *Decoder) ObjectMeta(m *metav1.ObjectMeta) error {
-	var seen uint64
-	return d.Members(func(key []byte) error {
-		return d.Field(key, objectMetaFields, &seen, func(n int) (err error) {
-			switch n {
-			case 0:
-				m.Name, err = d.String()
-			case 1:
-				m.GenerateName, err = d.String()
-			case 2:
-				m.Namespace, err = d.SharedString()
-			case 3:
-				m.SelfLink, err = d.String()
-			case 4:
-				var uid string
-				uid, err = d.String()
-				m.UID = types.UID(uid)
-			case 5:
-				m.ResourceVersion, err = d.String()
-			case 6:
-				m.Generation, err = d.Int64()
-			case 7:
-				err = d.Time(&m.CreationTimestamp)
-			case 8:
-				m.DeletionTimestamp = new(metav1.Time)
-				err = d.Time(m.DeletionTimestamp)
-			case 9:
-				err = d.Delegate(&m.DeletionGracePeriodSeconds)
-			case 10:
-				m.Labels, err = d.StringMap()
-			case 11:
-				m.Annotations, err = d.StringMap()
-			case 12:
-				err = d.Delegate(&m.OwnerReferences)
-			case 13:
-				m.Finalizers, err = d.Strings()
-			case 14:
-				m.ManagedFields, err = d.managedFields()
-			}
-			return err
-		})
+	return d.Fields(objectMetaFields, func(n int) (err error) {
+		switch n {
+		case 0:
+			m.Name, err = d.String()
+		case 1:
+			m.GenerateName, err = d.String()
+		case 2:
+			m.Namespace, err = d.SharedString()
+		case 3:
+			m.SelfLink, err = d.String()
+		case 4:
+			var uid string
+			uid, err = d.String()
+			m.UID = types.UID(uid)
+		case 5:
+			m.ResourceVersion, err = d.String()
+		case 6:
+			m.Generation, err = d.Int64()
+		case 7:
+			err = d.Time(&m.CreationTimestamp)
+		case 8:
+			m.DeletionTimestamp = new(metav1.Time)
+			err = d.Time(m.DeletionTimestamp)
+		case 9:
+			err = d.Delegate(&m.DeletionGracePeriodSeconds)
+		case 10:
+			m.Labels, err = d.StringMap()
+		case 11:
+			m.Annotations, err = d.StringMap()
+		case 12:
+			err = d.Delegate(&m.OwnerReferences)
+		case 13:
+			m.Finalizers, err = d.Strings()
+		case 14:
+			m.ManagedFields, err = d.managedFields()
+		}
+		return err
 	})
 }
 
@@ -105,34 +105,31 @@ func (d *Decoder) managedFields() ([]metav1.ManagedFieldsEntry, error) {
 	mf := []metav1.ManagedFieldsEntry{}
 	err := d.Elements(func() error {
 		var e metav1.ManagedFieldsEntry
-		var seen uint64
-		err := d.Members(func(key []byte) error {
-			return d.Field(key, managedFieldsEntryFields, &seen, func(n int) (err error) {
-				switch n {
-				case 0:
-					e.Manager, err = d.String()
-				case 1:
-					var op string
-					op, err = d.String()
-					e.Operation = metav1.ManagedFieldsOperationType(op)
-				case 2:
-					e.APIVersion, err = d.String()
-				case 3:
-					e.Time = new(metav1.Time)
-					err = d.Time(e.Time)
-				case 4:
-					e.FieldsType, err = d.String()
-				case 5:
-					var raw []byte
-					if raw, err = d.Skip(); err == nil {
-						e.FieldsV1 = new(metav1.FieldsV1)
-						err = e.FieldsV1.UnmarshalJSON(raw)
-					}
-				case 6:
-					e.Subresource, err = d.String()
+		err := d.Fields(managedFieldsEntryFields, func(n int) (err error) {
+			switch n {
+			case 0:
+				e.Manager, err = d.String()
+			case 1:
+				var op string
+				op, err = d.String()
+				e.Operation = metav1.ManagedFieldsOperationType(op)
+			case 2:
+				e.APIVersion, err = d.String()
+			case 3:
+				e.Time = new(metav1.Time)
+				err = d.Time(e.Time)
+			case 4:
+				e.FieldsType, err = d.String()
+			case 5:
+				var raw []byte
+				if raw, err = d.Skip(); err == nil {
+					e.FieldsV1 = new(metav1.FieldsV1)
+					err = e.FieldsV1.UnmarshalJSON(raw)
 				}
-				return err
-			})
+			case 6:
+				e.Subresource, err = d.String()
+			}
+			return err
 		})
 		mf = append(mf, e)
 		return err
@@ -148,24 +145,21 @@ func (d *Decoder) newestWrite() ([]metav1.ManagedFieldsEntry, error) {
 	var newest, t metav1.Time
 	has := false
 	err := d.Elements(func() error {
-		var seen uint64
-		return d.Members(func(key []byte) error {
-			return d.Field(key, managedFieldsEntryFields, &seen, func(n int) error {
-				switch n {
-				case 3:
-					if err := d.Time(&t); err != nil {
-						return err
-					}
-					if !has || t.After(newest.Time) {
-						newest, has = t, true
-					}
-					return nil
-				case 5: // fieldsV1: any value (FieldsV1.UnmarshalJSON keeps it raw)
-					return d.skip()
+		return d.Fields(managedFieldsEntryFields, func(n int) error {
+			switch n {
+			case 3:
+				if err := d.Time(&t); err != nil {
+					return err
 				}
-				_, _, _, err := d.stringSpan() // a string, as Plain requires
-				return err
-			})
+				if !has || t.After(newest.Time) {
+					newest, has = t, true
+				}
+				return nil
+			case 5: // fieldsV1: any value (FieldsV1.UnmarshalJSON keeps it raw)
+				return d.skip()
+			}
+			_, _, _, err := d.stringSpan() // a string, as Plain requires
+			return err
 		})
 	})
 	if err != nil {

@@ -28,8 +28,7 @@ import (
 func TestLeastPrivilegeServiceAccountIsEnough(t *testing.T) {
 	t.Parallel()
 	cp := testkit.Shared.Get(t)
-	testkit.InstallRBAC(t, cp.Config())
-	kubeconfig, token := kubeconfigAs(t, cp, testkit.ControllerNamespace, testkit.ControllerServiceAccount)
+	kubeconfig, token := asController(t, cp)
 	ns := testkit.Namespace(t, cp.Config())
 	admin := testkit.Client(t, cp.Config())
 	ctx := context.Background()
@@ -143,12 +142,8 @@ func TestForbiddenListIsLoggedAndBackedOff(t *testing.T) {
 func TestFreshnessProbeRunsWithItsRole(t *testing.T) {
 	t.Parallel()
 	cp := testkit.Shared.Get(t)
-	testkit.InstallRBAC(t, cp.Config())
 	component := filepath.Join(root, "config", "components", "freshness-probe")
-	if err := controlplane.Apply(context.Background(), cp.Config(), filepath.Join(component, "role.yaml"), filepath.Join(component, "probe.yaml")); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, _ := kubeconfigAs(t, cp, testkit.ControllerNamespace, testkit.ControllerServiceAccount)
+	kubeconfig, _ := asController(t, cp, filepath.Join(component, "role.yaml"), filepath.Join(component, "probe.yaml"))
 	admin := testkit.Client(t, cp.Config())
 	ns := testkit.ControllerNamespace
 	t.Cleanup(func() { _ = admin.Delete(context.Background(), ns, freshness.DefaultName, metav1.DeleteOptions{}) })
@@ -178,6 +173,18 @@ func TestFreshnessProbeRunsWithItsRole(t *testing.T) {
 	if code := p.stop(t); code != 0 {
 		t.Errorf("exit code %d", code)
 	}
+}
+
+// asController installs config/rbac and applies manifests (a component's
+// Role, its objects) on cp, and returns a kubeconfig and the token of the
+// controller's ServiceAccount, as kubeconfigAs does.
+func asController(t *testing.T, cp *controlplane.ControlPlane, manifests ...string) (kubeconfig, token string) {
+	t.Helper()
+	testkit.InstallRBAC(t, cp.Config())
+	if err := controlplane.Apply(context.Background(), cp.Config(), manifests...); err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfigAs(t, cp, testkit.ControllerNamespace, testkit.ControllerServiceAccount)
 }
 
 // kubeconfigAs writes a kubeconfig for cp's apiserver that authenticates as

@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
 	"rawwatch/ring"
 	"rawwatch/shard"
@@ -31,11 +30,7 @@ func TestShardedBinariesSurviveAKill(t *testing.T) {
 	t.Parallel()
 	cp := testkit.Shared.Get(t)
 	ctx := context.Background()
-	testkit.InstallRBAC(t, cp.Config())
-	if err := controlplane.Apply(ctx, cp.Config(), filepath.Join(root, "config", "sharded", "sharding_role.yaml")); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, _ := kubeconfigAs(t, cp, testkit.ControllerNamespace, testkit.ControllerServiceAccount)
+	kubeconfig, _ := asController(t, cp, filepath.Join(root, "config", "sharded", "sharding_role.yaml"))
 	ns := testkit.Namespace(t, cp.Config())
 	admin := testkit.Client(t, cp.Config())
 	const objects = 300
