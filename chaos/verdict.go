@@ -450,7 +450,7 @@ func (r *Report) Print(w io.Writer) {
 	row("410s injected", r.Proxy.Expired, "ERROR event, then end of stream")
 	row("410s from the server", r.Proxy.UpstreamGone, "history compacted by etcd")
 	row("500s injected", r.Proxy.ErrorEvents, "ERROR event after a stream's first event, then end of stream")
-	row("etcd compactions", r.Compactions, fmt.Sprintf("each while the proxy refused connections for 1s (%d refusals)", r.Proxy.Refused))
+	row("etcd compactions", r.Compactions, fmt.Sprintf("each with the streams cut and connections refused for 1s (%d refusals)", r.Proxy.Refused))
 	row("apiserver restarts", r.Restarts, "")
 	row("silent streams", r.Silent, "abandoned by the watchdog")
 	if len(r.Phases) > 0 {
