@@ -203,6 +203,20 @@ func (o *ownership) claimedAt(slot int, t time.Time) (claimed bool, c claim) {
 	return true, claim{rv: -1}
 }
 
+// claimedWithin: this replica claimed slot at some moment from from to to
+// (zero: on).
+func (o *ownership) claimedWithin(slot int, from, to time.Time) bool {
+	if claimed, _ := o.claimedAt(slot, from); claimed {
+		return true
+	}
+	for i, at := range o.at {
+		if at.After(from) && (to.IsZero() || !at.After(to)) && o.claimed[i].Has(slot) {
+			return true
+		}
+	}
+	return false
+}
+
 // claimedFrom is when this replica first claimed slot after t (zero: it
 // did not).
 func (o *ownership) claimedFrom(slot int, t time.Time) time.Time {
@@ -353,9 +367,13 @@ func leaseBound(renew time.Duration) int {
 // was this replica's to handle or to hand over. It had the object from the
 // first time it was in its store until the first of: its gate dropped the
 // object's deletion, its watch left the slot (a reshard or a list without
-// it), its kill (to; zero: never). A replica that only watched the slot
-// (a joiner's Target, a claim about to come) and let it go knew the object
-// without owing its deletion to anyone. Callers hold mu.
+// it), its kill (to; zero: never). A watch that came back to the slot
+// had it again from the list that brought it back (the first of the slot
+// after the leave) if its store had it at or after that list (lastHad:
+// the object, made before, was then in that list), until the next of
+// those ends. A replica that only watched the slot (a joiner's Target, a
+// claim about to come) and let it go knew the object without owing its
+// deletion to anyone. Callers hold mu.
 func (r *recorder) custody(d deletion, slot int, to time.Time) bool {
 	from, had := r.known[d.incarnation]
 	if !had {
@@ -364,21 +382,36 @@ func (r *recorder) custody(d deletion, slot int, to time.Time) bool {
 	if t, ok := r.dropped[d.incarnation]; ok && (to.IsZero() || t.Before(to)) {
 		to = t
 	}
-	for _, w := range r.watching {
-		if w.at.After(from) && !w.slots.Has(slot) {
-			if to.IsZero() || w.at.Before(to) {
-				to = w.at
+	before := func(a, b time.Time) bool { return b.IsZero() || a.Before(b) }
+	for before(from, to) || from.Equal(to) {
+		end, left := to, time.Time{}
+		for _, w := range r.watching {
+			if w.at.After(from) && !w.slots.Has(slot) {
+				left = w.at
+				break
 			}
-			break
 		}
-	}
-	if claimed, _ := r.owns.claimedAt(slot, from); claimed {
-		return true
-	}
-	for i, at := range r.owns.at {
-		if at.After(from) && (to.IsZero() || !at.After(to)) && r.owns.claimed[i].Has(slot) {
+		if !left.IsZero() && before(left, end) {
+			end = left
+		}
+		if r.owns.claimedWithin(slot, from, end) {
 			return true
 		}
+		if left.IsZero() || !left.Equal(end) {
+			return false // it had the object to the end, or to its drop or kill
+		}
+		// The watch left the slot: did it come back to it with the object?
+		back := time.Time{}
+		for _, w := range r.watching {
+			if w.at.After(left) && w.slots.Has(slot) {
+				back = w.at
+				break
+			}
+		}
+		if back.IsZero() || r.lastHad[d.incarnation].Before(back) {
+			return false
+		}
+		from = back
 	}
 	return false
 }
