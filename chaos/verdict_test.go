@@ -194,11 +194,17 @@ func TestEveryExcuseHasAControl(t *testing.T) {
 			list("b", 90*time.Second, 120).claims("b", 103*time.Second, true, false, 160), "lost"},
 		{"handoff gap: nobody took the slot over", owned().claims("a", 101*time.Second, false, false, 140), "lost"},
 		// As for a relist gap: a replica that had the object only while it
-		// watched the slot does not count; one that had it while it
-		// claimed the slot does.
+		// watched the slot does not count (here b watched it too at the
+		// let-go, and may have been the one it went to); one that had it
+		// while it claimed the slot does, and so does one the slot was
+		// given to (the only one that watched it at the let-go: k, which
+		// had to keep the deletion and claim the slot, judge.givenToAHolder).
 		{"handoff gap: a watcher had the object", owned().claims("a", 101*time.Second, false, false, 140).
-			list("b", 102*time.Second, 160).claims("b", 103*time.Second, true, false, 160).
+			list("b", 99*time.Second, 145).gap("b", 145, 160).list("b", 102*time.Second, 160).claims("b", 103*time.Second, true, false, 160).
 			list("k", 90*time.Second, 140).knewAt("k", 95*time.Second).heard("k").dropped("k", 104*time.Second), "handoff gap"},
+		{"handoff gap: the only watcher at the let-go had the object", owned().claims("a", 101*time.Second, false, false, 140).
+			list("b", 102*time.Second, 160).claims("b", 103*time.Second, true, false, 160).
+			list("k", 90*time.Second, 140).knewAt("k", 95*time.Second).heard("k").dropped("k", 104*time.Second), "lost"},
 		{"handoff gap: the old owner had the object", owned().knewAt("a", 95*time.Second).claims("a", 101*time.Second, false, false, 140).
 			list("b", 102*time.Second, 160).claims("b", 103*time.Second, true, false, 160), "lost"},
 
