@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"fmt"
 	"testing"
 	"time"
 )
@@ -77,17 +76,6 @@ func TestAdversaryAWatchThatCameBackToTheSlotStillHadTheObject(t *testing.T) {
 // may have gone to c, and k (watching by a view of the ring that c's
 // arrival had not reached yet) owed it nobody. Excused, as before.
 func TestAdversaryTheReplicaGivenTheSlotDropsTheDeletionItHeld(t *testing.T) {
-	excused := func(v Verdict) string {
-		switch {
-		case len(v.UnseenDeletions) > 0:
-			return "lost"
-		case v.Invisible > 0:
-			return "relist gap"
-		case v.HandoffGap > 0:
-			return "handoff gap"
-		}
-		return fmt.Sprintf("%+v", v)
-	}
 	// k watches the slot from 90 s (rv 140) and hears the object created
 	// (rv 150) at 95 s.
 	k := func(s *scene) *scene { return s.list("k", 90*time.Second, 140).hadAt("k", 95*time.Second) }

@@ -113,27 +113,30 @@ func (s *scene) verdict() Verdict {
 	return v
 }
 
+// excused names how a scene's verdict judged its deletion: lost, by which
+// rule excused, or seen.
+func excused(v Verdict) string {
+	switch {
+	case len(v.UnseenDeletions) > 0:
+		return "lost"
+	case v.Invisible > 0:
+		return "relist gap"
+	case v.HandoffGap > 0:
+		return "handoff gap"
+	case len(v.WithKilled) > 0:
+		return "killed"
+	case v.UnclaimedWhy["killed"] > 0:
+		return "unclaimed after a kill"
+	case v.UnclaimedWhy["fenced"] > 0:
+		return "fenced"
+	}
+	return "seen"
+}
+
 // Every rule that excuses a deletion no replica saw, with its control: the
 // same loss without the rule's condition fails the verdict. Each rule is
 // bounded (in resourceVersions, or by judge.bound: 24 s here).
 func TestEveryExcuseHasAControl(t *testing.T) {
-	excused := func(v Verdict) string {
-		switch {
-		case len(v.UnseenDeletions) > 0:
-			return "lost"
-		case v.Invisible > 0:
-			return "relist gap"
-		case v.HandoffGap > 0:
-			return "handoff gap"
-		case len(v.WithKilled) > 0:
-			return "killed"
-		case v.UnclaimedWhy["killed"] > 0:
-			return "unclaimed after a kill"
-		case v.UnclaimedWhy["fenced"] > 0:
-			return "fenced"
-		}
-		return "seen"
-	}
 	// a claims the slot from 0 s on, and b does not: the common start.
 	owned := func() *scene { return newScene("a", "b", "k").claims("a", 0, true, false, 10) }
 	for _, c := range []struct {
