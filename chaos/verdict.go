@@ -718,11 +718,16 @@ func (j *judge) judgeDeletion(v *Verdict, d deletion) {
 // lost when the new owner's target moved on before it claimed the slot").
 // One that watched the slot without ever having the object (its own gap,
 // or a list after the deletion) may have been the one: then nothing is
-// said. (A handoff overdue, let go after HandoffTimeout to a member that
-// never covered the slot, cannot be told apart here: the ring then says
-// what may be lost, and the verdict counts it lost.)
+// said. Nor when the old owner or a replica watching the slot was killed
+// or fenced itself within the bound after the let-go: the slot may have
+// gone to one that died before it claimed it, or whose custody a fence
+// (its own, or the old owner's: its Lease names nobody then) ended; the
+// rules of the kill and the fence judge those. (A handoff overdue, let go
+// after HandoffTimeout to a member that never covered the slot, cannot be
+// told apart here: the ring then says what may be lost, and the verdict
+// counts it lost.)
 func (j *judge) givenToAHolder(d deletion, slot int, owner *replica, c claim) bool {
-	if owner == nil || c.end.IsZero() || c.fenced || killedWith(owner, c) {
+	if owner == nil || c.end.IsZero() || c.fenced || killedWith(owner, c) || j.killedOrFenced(owner, c.end) {
 		return false
 	}
 	holders := 0
@@ -737,12 +742,23 @@ func (j *judge) givenToAHolder(d deletion, slot int, owner *replica, c claim) bo
 		if !watched {
 			continue
 		}
-		if !held {
+		if !held || j.killedOrFenced(r, c.end) {
 			return false
 		}
 		holders++
 	}
 	return holders > 0
+}
+
+// killedOrFenced: r was killed, or fenced itself, within the bound after t.
+func (j *judge) killedOrFenced(r *replica, t time.Time) bool {
+	until := t.Add(j.bound())
+	if !r.to.IsZero() && !r.to.Before(t) && !r.to.After(until) {
+		return true
+	}
+	r.rec.mu.Lock()
+	defer r.rec.mu.Unlock()
+	return !r.rec.owns.fencedBetween(t, until).IsZero()
 }
 
 // inGap: r never had the object of d, created inside a gap of r's watch

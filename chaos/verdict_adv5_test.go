@@ -106,6 +106,15 @@ func TestAdversaryTheReplicaGivenTheSlotDropsTheDeletionItHeld(t *testing.T) {
 		scene *scene
 		want  string
 	}{
+		// And when k, or a, died or fenced itself soon after the let-go,
+		// what k did is the kill's or the fence's (a killed k never
+		// claims; a fence ends the custody: k's, or a's Lease's naming k):
+		// not this rule's.
+		{"control: k killed 3 s after the let-go", relist(false).kill("k", 105*time.Second), "relist gap"},
+		{"control: k fenced itself 1 s after the let-go, then dropped it", k(newScene("a", "b", "k").claims("a", 0, true, false, 10).
+			gap("a", 100, 200).claims("a", 102*time.Second, false, false, 200)).heard("k").claims("k", 103*time.Second, false, true, 140).
+			unwatch("k", 110*time.Second).dropped("k", 110*time.Second).list("b", 111*time.Second, 210).claims("b", 112*time.Second, true, false, 210), "relist gap"},
+		{"control: a killed 2 s after its let-go", relist(false).kill("a", 104*time.Second), "relist gap"},
 		{"control: c covered the slot too at the let-go, and never had the object (handoff)", handoff(true), "handoff gap"},
 		{"control: c covered the slot too at the let-go, and never had the object (relist)", relist(true), "relist gap"},
 		{"a let the slot go at 98 s when only k covered it; k had the object, held its deletion from 100 s and dropped it at 104 s", handoff(false), "lost"},
