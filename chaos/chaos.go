@@ -582,14 +582,17 @@ type recorder struct {
 	history map[string][]string
 
 	// What the watcher could know. store is the controller's; known holds
-	// every object that was ever in it, and when it first was; gaps are the stretches of history
+	// every object that was ever in it, and when it first was (lastHad:
+	// when it last was; a watch that left the object's slot and came back
+	// had it again from its list on, see custody); gaps are the stretches of history
 	// the watcher jumped over: from the last resourceVersion it had to the
 	// resourceVersion of the (re)list that followed. An object created and
 	// deleted inside a gap was never visible to any client.
-	store  *store.Store[app.Object]
-	known  map[incarnation]time.Time
-	lastRV int64
-	gaps   [][2]int64
+	store   *store.Store[app.Object]
+	known   map[incarnation]time.Time
+	lastHad map[incarnation]time.Time
+	lastRV  int64
+	gaps    [][2]int64
 	// lists are the watcher's (re)lists: when, at which resourceVersion, and
 	// which slots (coverage: the watcher's Covered, read as it reports the
 	// list, is the slots listed).
@@ -608,7 +611,7 @@ type recorder struct {
 
 func newRecorder(ref *referee) *recorder {
 	return &recorder{ref: ref, seenDeleted: map[incarnation]time.Time{}, heardDeleted: map[incarnation]bool{}, dropped: map[incarnation]time.Time{}, history: map[string][]string{},
-		known: map[incarnation]time.Time{}}
+		known: map[incarnation]time.Time{}, lastHad: map[incarnation]time.Time{}}
 }
 
 func (r *recorder) wrap(inner reconcile.Reconciler[app.Object]) reconcile.Reconciler[app.Object] {
@@ -747,11 +750,14 @@ func (r *recorder) Replaced(rv string, _, _, _, _ int) {
 	}
 }
 
-// had records that the store held o at t, if it had not before. Callers
-// hold mu.
+// had records that the store held o at t: the first time, and the last.
+// Callers hold mu.
 func (r *recorder) had(o incarnation, t time.Time) {
 	if _, ok := r.known[o]; !ok {
 		r.known[o] = t
+	}
+	if t.After(r.lastHad[o]) {
+		r.lastHad[o] = t
 	}
 }
 

@@ -203,6 +203,20 @@ func (o *ownership) claimedAt(slot int, t time.Time) (claimed bool, c claim) {
 	return true, claim{rv: -1}
 }
 
+// claimedWithin: this replica claimed slot at some moment from from to to
+// (zero: on).
+func (o *ownership) claimedWithin(slot int, from, to time.Time) bool {
+	if claimed, _ := o.claimedAt(slot, from); claimed {
+		return true
+	}
+	for i, at := range o.at {
+		if at.After(from) && (to.IsZero() || !at.After(to)) && o.claimed[i].Has(slot) {
+			return true
+		}
+	}
+	return false
+}
+
 // claimedFrom is when this replica first claimed slot after t (zero: it
 // did not).
 func (o *ownership) claimedFrom(slot int, t time.Time) time.Time {
@@ -348,35 +362,79 @@ func leaseBound(renew time.Duration) int {
 	return rounds*3*perRequest + 3
 }
 
-// custody: this replica had d's object while it claimed the object's slot
-// (Working or Releasing), so it could have reconciled it and its deletion
-// was this replica's to handle or to hand over. It had the object from the
-// first time it was in its store until the first of: its gate dropped the
-// object's deletion, its watch left the slot (a reshard or a list without
-// it), its kill (to; zero: never). A replica that only watched the slot
-// (a joiner's Target, a claim about to come) and let it go knew the object
-// without owing its deletion to anyone. Callers hold mu.
-func (r *recorder) custody(d deletion, slot int, to time.Time) bool {
+// span is a stretch of time: from, to (zero: on).
+type span struct{ from, to time.Time }
+
+// holds is when this replica had d's object: from the first time it was
+// in its store until the first of: its gate dropped the object's
+// deletion, its watch left the slot (a reshard or a list without it), its
+// kill (to; zero: never). A watch that came back to the slot had it again
+// from the list that brought it back (the first of the slot after the
+// leave) if its store had it at or after that list (lastHad: the object,
+// made before, was then in that list), until the next of those ends. While
+// it had the object, it held its deletion once it was deleted (queued,
+// or kept by its gate for when it works the slot). Callers hold mu.
+func (r *recorder) holds(d deletion, slot int, to time.Time) []span {
 	from, had := r.known[d.incarnation]
 	if !had {
-		return false
+		return nil
 	}
 	if t, ok := r.dropped[d.incarnation]; ok && (to.IsZero() || t.Before(to)) {
 		to = t
 	}
-	for _, w := range r.watching {
-		if w.at.After(from) && !w.slots.Has(slot) {
-			if to.IsZero() || w.at.Before(to) {
-				to = w.at
+	var out []span
+	for to.IsZero() || !from.After(to) {
+		s, left := span{from, to}, time.Time{}
+		for _, w := range r.watching {
+			if w.at.After(from) && !w.slots.Has(slot) {
+				left = w.at
+				break
 			}
+		}
+		if !left.IsZero() && (to.IsZero() || left.Before(to)) {
+			s.to = left
+		}
+		out = append(out, s)
+		if left.IsZero() || !left.Equal(s.to) {
+			break // it had the object to the end, or to its drop or kill
+		}
+		// The watch left the slot: did it come back to it with the object?
+		back := time.Time{}
+		for _, w := range r.watching {
+			if w.at.After(left) && w.slots.Has(slot) {
+				back = w.at
+				break
+			}
+		}
+		if back.IsZero() || r.lastHad[d.incarnation].Before(back) {
 			break
 		}
+		from = back
 	}
-	if claimed, _ := r.owns.claimedAt(slot, from); claimed {
-		return true
+	return out
+}
+
+// custody: this replica had d's object while it claimed the object's slot
+// (Working or Releasing), so it could have reconciled it and its deletion
+// was this replica's to handle or to hand over (holds says when it had
+// it). A replica that only watched the slot (a joiner's Target, a claim
+// about to come) and let it go knew the object without owing its deletion
+// to anyone, unless the slot was given to it (judge.givenToAHolder).
+// Callers hold mu.
+func (r *recorder) custody(d deletion, slot int, to time.Time) bool {
+	for _, s := range r.holds(d, slot, to) {
+		if r.owns.claimedWithin(slot, s.from, s.to) {
+			return true
+		}
 	}
-	for i, at := range r.owns.at {
-		if at.After(from) && (to.IsZero() || !at.After(to)) && r.owns.claimed[i].Has(slot) {
+	return false
+}
+
+// heldAfter: this replica had d's object, or held its deletion, at t or
+// after (holds). Callers hold mu.
+func (r *recorder) heldAfter(d deletion, slot int, to, t time.Time) bool {
+	for _, s := range r.holds(d, slot, to) {
+		if s.to.IsZero() || s.to.After(t) {
 			return true
 		}
 	}

@@ -44,16 +44,17 @@ type Verdict struct {
 	// not failed; any other unseen deletion is in UnseenDeletions.
 	//
 	// Invisible (relist gap): of objects no replica had while it claimed
-	// their slot (recorder.custody), created inside a gap of the watch of
-	// the slot's claimant (between a broken watch and the relist that
+	// their slot (recorder.custody), or was given their slot having them
+	// (judge.givenToAHolder), created inside a gap of the watch of the
+	// slot's claimant (between a broken watch and the relist that
 	// followed), and so deleted before that relist, which did not have
 	// them.
 	Invisible int
 	// HandoffGap (sharded runs): of objects no replica had while it
-	// claimed their slot, created after the old owner's watch position
-	// when it let their slot go, and absent from the list by which the new
-	// owner took the slot over, made after their creation: deleted before
-	// it.
+	// claimed their slot, or was given it having them, created after the
+	// old owner's watch position when it let their slot go, and absent
+	// from the list by which the new owner took the slot over, made after
+	// their creation: deleted before it.
 	HandoffGap int
 	// Unclaimed (sharded runs): of objects whose slot no replica claimed
 	// when they were deleted, within Bound of the kill or fence that ended
@@ -650,7 +651,22 @@ func (j *judge) judgeDeletion(v *Verdict, d deletion) {
 	// handed it over: a loss then. One that only watched the slot, about
 	// to claim it or not, and let it go owed it to nobody: with one
 	// controller, that object would not have been seen either.)
-	if !f.kept && (f.owner != nil && j.inGap(f.owner, d) || f.owner == nil && j.inEveryWatchersGap(d, f.slot)) {
+	//
+	// Nor when the claim was let go to a replica that had it: the ring
+	// gives a slot let go to a member that covers it, which keeps its
+	// deletions and claims it whatever its target (custody), so if every
+	// replica that watched the slot at the let-go had the object or held
+	// its deletion, one of them owed it (givenToAHolder). (Deleted between
+	// a let-go and the next claim: the claim let go, at most the bound
+	// before.)
+	g := f
+	if g.owner == nil {
+		if last, c := j.lastClaim(f.slot, d.At); last != nil && !killedWith(last, c) && d.At.Sub(c.end) <= j.bound() {
+			g.owner, g.claim = last, c
+		}
+	}
+	kept := f.kept || j.givenToAHolder(d, f.slot, g.owner, g.claim)
+	if !kept && (f.owner != nil && j.inGap(f.owner, d) || f.owner == nil && j.inEveryWatchersGap(d, f.slot)) {
 		v.Invisible++
 		return
 	}
@@ -659,18 +675,12 @@ func (j *judge) judgeDeletion(v *Verdict, d deletion) {
 		return
 	}
 	// A handoff's gap: no replica had the object while it claimed its
-	// slot (as for a relist gap); its claimant's watch stood before its
-	// creation when it let the slot go, and the new owner's list, made
-	// after its creation, did not have it.
+	// slot, nor was given it having it (as for a relist gap); its
+	// claimant's watch stood before its creation when it let the slot go,
+	// and the new owner's list, made after its creation, did not have it.
 	// Made between a let-go and the next claim (nobody claimed the slot
-	// then): the same, of the claim let go, at most the bound before.
-	g := f
-	if g.owner == nil {
-		if last, c := j.lastClaim(f.slot, d.At); last != nil && !killedWith(last, c) && d.At.Sub(c.end) <= j.bound() {
-			g.owner, g.claim = last, c
-		}
-	}
-	if g.owner != nil && !f.kept && !g.claim.end.IsZero() && !g.claim.fenced &&
+	// then): the same, of the claim let go, at most the bound before (g).
+	if g.owner != nil && !kept && !g.claim.end.IsZero() && !g.claim.fenced &&
 		g.claim.rv >= 0 && g.claim.rv < d.Created && j.newOwnerListedAfter(g, d) {
 		v.HandoffGap++
 		return
@@ -695,6 +705,60 @@ func (j *judge) judgeDeletion(v *Verdict, d deletion) {
 	}
 	why, _, _ := j.lastClaimant(f.slot, d.At)
 	j.lost(v, d, f, why)
+}
+
+// givenToAHolder: owner's claim c of slot ended by a let-go (not a fence
+// or a kill), and every other replica alive that watched the slot then, at
+// least one, had d's object or held its deletion then or after
+// (recorder.heldAfter). The ring lets a slot go only once the member it
+// goes to covers it (watches it), and names that member until it claims
+// the slot; that member keeps the slot's deletions and claims it whatever
+// its target (ring: Custody). So the slot went to a replica that had the
+// object, and a drop of its deletion was a loss (docs/sharding.md: "one
+// lost when the new owner's target moved on before it claimed the slot").
+// One that watched the slot without ever having the object (its own gap,
+// or a list after the deletion) may have been the one: then nothing is
+// said. Nor when the old owner or a replica watching the slot was killed
+// or fenced itself within the bound after the let-go: the slot may have
+// gone to one that died before it claimed it, or whose custody a fence
+// (its own, or the old owner's: its Lease names nobody then) ended; the
+// rules of the kill and the fence judge those. (A handoff overdue, let go
+// after HandoffTimeout to a member that never covered the slot, cannot be
+// told apart here: the ring then says what may be lost, and the verdict
+// counts it lost.)
+func (j *judge) givenToAHolder(d deletion, slot int, owner *replica, c claim) bool {
+	if owner == nil || c.end.IsZero() || c.fenced || killedWith(owner, c) || j.killedOrFenced(owner, c.end) {
+		return false
+	}
+	holders := 0
+	for _, r := range j.replicas {
+		if r == owner || r.from.After(c.end) || !r.to.IsZero() && r.to.Before(c.end) {
+			continue
+		}
+		r.rec.mu.Lock()
+		watched := r.rec.watchedAt(slot, c.end)
+		held := watched && r.rec.heldAfter(d, slot, r.to, c.end)
+		r.rec.mu.Unlock()
+		if !watched {
+			continue
+		}
+		if !held || j.killedOrFenced(r, c.end) {
+			return false
+		}
+		holders++
+	}
+	return holders > 0
+}
+
+// killedOrFenced: r was killed, or fenced itself, within the bound after t.
+func (j *judge) killedOrFenced(r *replica, t time.Time) bool {
+	until := t.Add(j.bound())
+	if !r.to.IsZero() && !r.to.Before(t) && !r.to.After(until) {
+		return true
+	}
+	r.rec.mu.Lock()
+	defer r.rec.mu.Unlock()
+	return !r.rec.owns.fencedBetween(t, until).IsZero()
 }
 
 // inGap: r never had the object of d, created inside a gap of r's watch

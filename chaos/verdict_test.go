@@ -113,27 +113,30 @@ func (s *scene) verdict() Verdict {
 	return v
 }
 
+// excused names how a scene's verdict judged its deletion: lost, by which
+// rule excused, or seen.
+func excused(v Verdict) string {
+	switch {
+	case len(v.UnseenDeletions) > 0:
+		return "lost"
+	case v.Invisible > 0:
+		return "relist gap"
+	case v.HandoffGap > 0:
+		return "handoff gap"
+	case len(v.WithKilled) > 0:
+		return "killed"
+	case v.UnclaimedWhy["killed"] > 0:
+		return "unclaimed after a kill"
+	case v.UnclaimedWhy["fenced"] > 0:
+		return "fenced"
+	}
+	return "seen"
+}
+
 // Every rule that excuses a deletion no replica saw, with its control: the
 // same loss without the rule's condition fails the verdict. Each rule is
 // bounded (in resourceVersions, or by judge.bound: 24 s here).
 func TestEveryExcuseHasAControl(t *testing.T) {
-	excused := func(v Verdict) string {
-		switch {
-		case len(v.UnseenDeletions) > 0:
-			return "lost"
-		case v.Invisible > 0:
-			return "relist gap"
-		case v.HandoffGap > 0:
-			return "handoff gap"
-		case len(v.WithKilled) > 0:
-			return "killed"
-		case v.UnclaimedWhy["killed"] > 0:
-			return "unclaimed after a kill"
-		case v.UnclaimedWhy["fenced"] > 0:
-			return "fenced"
-		}
-		return "seen"
-	}
 	// a claims the slot from 0 s on, and b does not: the common start.
 	owned := func() *scene { return newScene("a", "b", "k").claims("a", 0, true, false, 10) }
 	for _, c := range []struct {
@@ -194,11 +197,17 @@ func TestEveryExcuseHasAControl(t *testing.T) {
 			list("b", 90*time.Second, 120).claims("b", 103*time.Second, true, false, 160), "lost"},
 		{"handoff gap: nobody took the slot over", owned().claims("a", 101*time.Second, false, false, 140), "lost"},
 		// As for a relist gap: a replica that had the object only while it
-		// watched the slot does not count; one that had it while it
-		// claimed the slot does.
+		// watched the slot does not count (here b watched it too at the
+		// let-go, and may have been the one it went to); one that had it
+		// while it claimed the slot does, and so does one the slot was
+		// given to (the only one that watched it at the let-go: k, which
+		// had to keep the deletion and claim the slot, judge.givenToAHolder).
 		{"handoff gap: a watcher had the object", owned().claims("a", 101*time.Second, false, false, 140).
-			list("b", 102*time.Second, 160).claims("b", 103*time.Second, true, false, 160).
+			list("b", 99*time.Second, 145).gap("b", 145, 160).list("b", 102*time.Second, 160).claims("b", 103*time.Second, true, false, 160).
 			list("k", 90*time.Second, 140).knewAt("k", 95*time.Second).heard("k").dropped("k", 104*time.Second), "handoff gap"},
+		{"handoff gap: the only watcher at the let-go had the object", owned().claims("a", 101*time.Second, false, false, 140).
+			list("b", 102*time.Second, 160).claims("b", 103*time.Second, true, false, 160).
+			list("k", 90*time.Second, 140).knewAt("k", 95*time.Second).heard("k").dropped("k", 104*time.Second), "lost"},
 		{"handoff gap: the old owner had the object", owned().knewAt("a", 95*time.Second).claims("a", 101*time.Second, false, false, 140).
 			list("b", 102*time.Second, 160).claims("b", 103*time.Second, true, false, 160), "lost"},
 
