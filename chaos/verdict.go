@@ -58,8 +58,9 @@ type Verdict struct {
 	HandoffGap int
 	// Unclaimed (sharded runs): of objects whose slot no replica claimed
 	// when they were deleted, within Bound of the kill or fence that ended
-	// the last claim; or deleted within Bound before their claimant fenced
-	// itself; or heard of by a replica that fenced itself within Bound and
+	// the last claim; or deleted within Bound before their claimant (or,
+	// the ring forming, their first claimant after) fenced itself; or
+	// heard of by a replica that fenced itself within Bound and
 	// then dropped them with their slot. UnclaimedWhy counts them by cause,
 	// "killed" or "fenced".
 	Unclaimed    []string
@@ -852,17 +853,8 @@ func (j *judge) diedWith(d deletion, f facts) (k *replica, lag time.Duration) {
 			// relist would report it gone) or heard of it, or nobody had
 			// it, and its watch followed the slot from the deletion to its
 			// claim (a reshard away drops the object without a deletion).
-			r.rec.mu.Lock()
-			from := r.rec.owns.claimedFrom(f.slot, d.At)
-			var held bool
-			var c claim
-			if !from.IsZero() && from.Before(r.to) {
-				held, c = r.rec.owns.claimedAt(f.slot, from)
-			}
-			_, had := r.rec.known[d.incarnation]
-			could := (heard || had || !f.known) && r.rec.watchedThrough(f.slot, d.At, from)
-			r.rec.mu.Unlock()
-			claimedToTheEnd = could && held && lastedToTheKill(c) && !j.othersClaimed(r, f.slot, d.At, r.to)
+			from, c, could := j.firstClaim(r, d, f)
+			claimedToTheEnd = could && from.Before(r.to) && lastedToTheKill(c) && !j.othersClaimed(r, f.slot, d.At, r.to)
 		}
 		// handedOn: nobody claimed the slot at the deletion, or its claimant
 		// let it go before the kill; and no other replica claimed it from
@@ -885,6 +877,23 @@ func (j *judge) diedWith(d deletion, f facts) (k *replica, lag time.Duration) {
 		}
 	}
 	return nil, 0
+}
+
+// firstClaim is r's first claim of d's slot after d (from: when it began;
+// zero, none) and how it ended; could says whether r, had nothing stopped
+// it, would have handled d by it: it had the object (its relist would
+// report it gone) or heard of it, or nobody had it, and its watch followed
+// the slot from the deletion to that claim (a reshard away drops the
+// object without a deletion).
+func (j *judge) firstClaim(r *replica, d deletion, f facts) (from time.Time, c claim, could bool) {
+	r.rec.mu.Lock()
+	defer r.rec.mu.Unlock()
+	if from = r.rec.owns.claimedFrom(f.slot, d.At); from.IsZero() {
+		return from, c, false
+	}
+	_, c = r.rec.owns.claimedAt(f.slot, from)
+	_, had := r.rec.known[d.incarnation]
+	return from, c, (r.rec.heardDeleted[d.incarnation] || had || !f.known) && r.rec.watchedThrough(f.slot, d.At, from)
 }
 
 // othersClaimed: a replica other than k claimed slot after from, up to to
@@ -921,6 +930,22 @@ func (j *judge) unclaimed(d deletion, f facts) (why, cause string, stretch time.
 		if stretch = d.At.Sub(ended); (cause == "killed" || cause == "fenced") && stretch <= j.bound() &&
 			(cause == "killed" || j.keptAndWorkedAgain(d, f.slot, ended) == nil) {
 			return why, cause, stretch
+		}
+		// The ring forming (nobody claimed the slot yet, or not since a
+		// let-go): its first claimant after the deletion, which would have
+		// handled it, fenced itself before it could, within the bound after
+		// the deletion, and nobody else claimed the slot before that fence
+		// (an API server's restart fences every replica of a ring still
+		// forming).
+		for _, r := range j.replicas {
+			from, c, could := j.firstClaim(r, d, f)
+			if !could || !c.fenced || (!r.to.IsZero() && !c.end.Before(r.to)) || j.othersClaimed(r, f.slot, d.At, c.end) {
+				continue
+			}
+			if stretch = c.end.Sub(d.At); stretch <= j.bound() && j.keptAndWorkedAgain(d, f.slot, c.end) == nil {
+				return fmt.Sprintf("%s claimed the slot first after it, %s later, and fenced itself %s after it", r.name,
+					from.Sub(d.At).Round(100*time.Millisecond), stretch.Round(100*time.Millisecond)), "fenced", stretch
+			}
 		}
 		for _, r := range j.replicas {
 			r.rec.mu.Lock()

@@ -242,6 +242,22 @@ func TestEveryExcuseHasAControl(t *testing.T) {
 		{"heard, fenced, dropped", newScene("a", "b").heard("b").claims("b", 103*time.Second, false, true, 100).dropped("b", 110*time.Second), "fenced"},
 		{"heard, fenced 40 s later, dropped", newScene("a", "b").heard("b").claims("b", 140*time.Second, false, true, 100).dropped("b", 150*time.Second), "lost"},
 		{"heard, dropped, never fenced", newScene("a", "b").heard("b").dropped("b", 110*time.Second), "lost"},
+		// Fenced, the ring forming: nobody claimed the slot at the
+		// deletion; b, watching it, claimed it first at 103 s and fenced
+		// itself at 110 s (an API server's restart fences every replica).
+		// (A short sharded run at heavy load lost 8 deletions so: "claimed
+		// by no replica: never claimed yet", r1 the first claimant, fenced
+		// by the restart.)
+		{"the ring forming, its first claimant fenced", newScene("a", "b").list("b", 90*time.Second, 140).
+			claims("b", 103*time.Second, true, false, 140).claims("b", 110*time.Second, false, true, 140), "fenced"},
+		{"the ring forming, its first claimant fenced 40 s after", newScene("a", "b").list("b", 90*time.Second, 140).
+			claims("b", 103*time.Second, true, false, 140).claims("b", 140*time.Second, false, true, 140), "lost"},
+		{"the ring forming, another claimed it first", newScene("a", "b").list("b", 90*time.Second, 140).claims("a", 102*time.Second, true, false, 140).
+			claims("b", 103*time.Second, true, false, 140).claims("b", 110*time.Second, false, true, 140), "lost"},
+		{"the ring forming, its first claimant did not watch the slot", newScene("a", "b").
+			claims("b", 103*time.Second, true, false, 140).claims("b", 110*time.Second, false, true, 140), "lost"},
+		{"the ring forming, its first claimant fenced, heard of it and worked the slot again", newScene("a", "b").list("b", 90*time.Second, 140).heard("b").
+			claims("b", 103*time.Second, true, false, 140).claims("b", 110*time.Second, false, true, 140).claims("b", 115*time.Second, true, false, 200), "lost"},
 	} {
 		v := c.scene.verdict()
 		if got := excused(v); got != c.want {
