@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"rawwatch/internal/wire"
 )
@@ -204,3 +205,40 @@ func BenchmarkFrameReader(b *testing.B) {
 		}
 	}
 }
+
+// line offers the next line of a line-framed stream only, up to its
+// newline (trailing spaces cut), however the reads cut it, and within the
+// bound; what it offers and take returns is what Next would have returned.
+func TestLineOffersWhatNextWouldReturn(t *testing.T) {
+	const a, b, c = `{"a":1}`, `{"b":[2, "x\"y"]}`, `{"c":{}}`
+	f := NewFrameReader(iotest.OneByteReader(strings.NewReader(a+"\n"+b+" \r\n"+c+"\n"+`{"d":`)), 0)
+	if line, ok := f.line(); ok {
+		t.Fatalf("before a newline ended a frame: line %q offered", line)
+	}
+	if fr, err := f.Next(); err != nil || string(fr) != a {
+		t.Fatalf("Next: %q, %v", fr, err)
+	}
+	line, ok := f.line()
+	if !ok || string(line) != b {
+		t.Fatalf("line: %q, %v; want %q", line, ok, b)
+	}
+	f.take(line)
+	if fr, err := f.Next(); err != nil || string(fr) != c {
+		t.Fatalf("Next after take: %q, %v; want %q", fr, err, c)
+	}
+	if line, ok := f.line(); ok {
+		t.Fatalf("no newline before the end: line %q offered", line)
+	}
+	if _, err := f.Next(); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("the cut frame: %v, want io.ErrUnexpectedEOF", err)
+	}
+
+	f = NewFrameReader(strings.NewReader(a+"\n"+`{"long":"`+strings.Repeat("x", 100)+`"}`+"\n"), 64)
+	if _, err := f.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if line, ok := f.line(); ok {
+		t.Fatalf("a line over the bound offered: %q", line)
+	}
+}
+
