@@ -241,4 +241,3 @@ func TestLineOffersWhatNextWouldReturn(t *testing.T) {
 		t.Fatalf("a line over the bound offered: %q", line)
 	}
 }
-
