@@ -94,7 +94,7 @@ func TestTheReconcileContextIsAContextWithTimeout(t *testing.T) {
 	wait := func(ctx context.Context, what string) { t.Helper(); waitDone(t, ctx, what) }
 	newCtx := func(timeout time.Duration) (*reconcileContext, context.CancelFunc) {
 		work, end := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "v"))
-		return newReconcileContext(work, logs.Logger(0), "ns/k", timeout), end
+		return newReconcileContext(work, logs.Logger(0), "ns/k", time.Now().Add(timeout)), end
 	}
 	for _, ask := range []string{"Done first", "Err first"} {
 		// The deadline.
@@ -170,7 +170,7 @@ func TestTheReconcileContextIsSafeToShare(t *testing.T) {
 	for range 50 {
 		work, end := context.WithCancel(context.Background())
 		defer end()
-		c := newReconcileContext(work, logs.Logger(0), "ns/k", time.Millisecond)
+		c := newReconcileContext(work, logs.Logger(0), "ns/k", time.Now().Add(time.Millisecond))
 		var wg sync.WaitGroup
 		for i := range 4 {
 			wg.Go(func() {

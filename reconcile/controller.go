@@ -299,7 +299,7 @@ func (c *Controller[T]) DrainDeletions(ctx context.Context, workers int) (left [
 		for range min(max(workers, 1), len(ready)) {
 			wg.Go(func() {
 				for key := range keys {
-					rctx := newReconcileContext(ctx, logger, key, ReconcileTimeout)
+					rctx := newReconcileContext(ctx, logger, key, time.Now().Add(ReconcileTimeout))
 					err := c.deletions(rctx, key)
 					rctx.cancel()
 					if err == nil {
@@ -344,7 +344,8 @@ func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, wo
 	// The reconcile runs to completion even if Run's ctx ends meanwhile, in
 	// its own bounded context, unless the work is aborted (workContext).
 	// Its logger, with the key, is made only when something logs.
-	rctx := newReconcileContext(work, logger, key, ReconcileTimeout)
+	start := time.Now()
+	rctx := newReconcileContext(work, logger, key, start.Add(ReconcileTimeout))
 	defer rctx.cancel()
 	if logger.V(4).Enabled() {
 		rctx.log().V(4).Info("Reconciling")
@@ -352,7 +353,6 @@ func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, wo
 	if c.Observer != nil {
 		c.Observer.Observe(Started{Worker: worker, Key: key})
 	}
-	start := time.Now()
 	err := c.deletions(rctx, key)
 	if err == nil {
 		err = c.Reconciler.Reconcile(rctx, key)

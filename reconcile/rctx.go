@@ -10,7 +10,7 @@ import (
 )
 
 // reconcileContext is the context one reconcile runs in: work's values and
-// end, a deadline timeout away, and (klog.FromContext) the worker's logger
+// end, a deadline, and (klog.FromContext) the worker's logger
 // with the key. It is
 //
 //	context.WithTimeout(klog.NewContext(work, klog.LoggerWithValues(logger, "key", key)), timeout)
@@ -37,8 +37,10 @@ type reconcileContext struct {
 	noWork func() bool // stops the watch on work
 }
 
-func newReconcileContext(work context.Context, logger klog.Logger, key string, timeout time.Duration) *reconcileContext {
-	deadline := time.Now().Add(timeout)
+// newReconcileContext makes the context of a reconcile that ends at
+// deadline (its start, which the caller reads anyway, plus the timeout: one
+// clock read per key fewer).
+func newReconcileContext(work context.Context, logger klog.Logger, key string, deadline time.Time) *reconcileContext {
 	if d, ok := work.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
