@@ -129,20 +129,19 @@ func (f *FrameReader) between() error {
 // So line changes what a frame costs, not what the reader returns: a cut
 // frame, a broken one, too large a one or an end of stream are still
 // Next's to report. ok is false when the stream is not line-framed (yet),
-// no newline comes within the bound, or the stream ends or fails first.
+// or the newline is not read yet: line reads no further than Next would,
+// which returns a frame once its last byte is here (a server that sent
+// the newline only with the next frame would otherwise hold this one back
+// until then).
 func (f *FrameReader) line() (line []byte, ok bool) {
 	if f.between() != nil || !f.lined {
 		return nil, false
 	}
-	for seen := 0; ; {
-		if i := bytes.IndexByte(f.buf[f.start+seen:f.end], '\n'); i >= 0 {
-			line = f.buf[f.start : f.start+seen+i]
-			break
-		}
-		if seen = f.end - f.start; seen > f.max || f.fill() != nil {
-			return nil, false
-		}
+	i := bytes.IndexByte(f.buf[f.start:f.end], '\n')
+	if i < 0 {
+		return nil, false
 	}
+	line = f.buf[f.start : f.start+i]
 	for len(line) > 0 && isSpace(line[len(line)-1]) {
 		line = line[:len(line)-1]
 	}

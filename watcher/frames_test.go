@@ -7,7 +7,7 @@ import (
 	"io"
 	"strings"
 	"testing"
-	"testing/iotest"
+	"time"
 
 	"rawwatch/internal/wire"
 )
@@ -207,11 +207,12 @@ func BenchmarkFrameReader(b *testing.B) {
 }
 
 // line offers the next line of a line-framed stream only, up to its
-// newline (trailing spaces cut), however the reads cut it, and within the
-// bound; what it offers and take returns is what Next would have returned.
+// newline (trailing spaces cut), when that newline is read already, and
+// within the bound; what it offers and take returns is what Next would have
+// returned.
 func TestLineOffersWhatNextWouldReturn(t *testing.T) {
 	const a, b, c = `{"a":1}`, `{"b":[2, "x\"y"]}`, `{"c":{}}`
-	f := NewFrameReader(iotest.OneByteReader(strings.NewReader(a+"\n"+b+" \r\n"+c+"\n"+`{"d":`)), 0)
+	f := NewFrameReader(strings.NewReader(a+"\n"+b+" \r\n"+c+"\n"+`{"d":`), 0)
 	if line, ok := f.line(); ok {
 		t.Fatalf("before a newline ended a frame: line %q offered", line)
 	}
@@ -239,5 +240,35 @@ func TestLineOffersWhatNextWouldReturn(t *testing.T) {
 	}
 	if line, ok := f.line(); ok {
 		t.Fatalf("a line over the bound offered: %q", line)
+	}
+}
+
+// A frame whose newline has not come yet is decoded all the same: the
+// event decoder does not wait for the newline (a server may send it only
+// with the next frame). When line read on until the newline, the second
+// event was held back: "the second frame, whole but for its newline, not
+// decoded after 30 s".
+func TestAFrameIsNotHeldBackForItsNewline(t *testing.T) {
+	frame := fastPathCases["plain"]
+	r, w := io.Pipe()
+	defer w.Close()
+	go w.Write([]byte(frame + strings.TrimSuffix(frame, "\n")))
+	got := make(chan error, 2)
+	go func() {
+		d := newEventDecoder(r, codec)
+		for range 2 {
+			_, err := d.Next()
+			got <- err
+		}
+	}()
+	for i, what := range []string{"the first frame", "the second frame, whole but for its newline,"} {
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("frame %d: %v", i, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s not decoded after 30 s", what)
+		}
 	}
 }
