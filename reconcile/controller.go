@@ -299,10 +299,9 @@ func (c *Controller[T]) DrainDeletions(ctx context.Context, workers int) (left [
 		for range min(max(workers, 1), len(ready)) {
 			wg.Go(func() {
 				for key := range keys {
-					logger := klog.LoggerWithValues(logger, "key", key)
-					rctx, cancel := context.WithTimeout(klog.NewContext(ctx, logger), ReconcileTimeout)
+					rctx := newReconcileContext(ctx, logger, key, time.Now().Add(ReconcileTimeout))
 					err := c.deletions(rctx, key)
-					cancel()
+					rctx.cancel()
 					if err == nil {
 						c.Queue.Forget(key)
 						mu.Lock()
@@ -313,7 +312,7 @@ func (c *Controller[T]) DrainDeletions(ctx context.Context, workers int) (left [
 					// The queue shut down: AddRateLimited adds nothing, it
 					// only says when the key's backoff ends.
 					in := c.Queue.AddRateLimited(key)
-					logger.Error(err, "Handling a deletion failed while draining, will retry", "retryIn", in)
+					rctx.log().Error(err, "Handling a deletion failed while draining, will retry", "retryIn", in)
 					mu.Lock()
 					retryAt[key] = time.Now().Add(in)
 					mu.Unlock()
@@ -342,23 +341,25 @@ func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, wo
 		return false
 	}
 	defer c.Queue.Done(key)
-	logger = klog.LoggerWithValues(logger, "key", key)
-	logger.V(4).Info("Reconciling")
+	// The reconcile runs to completion even if Run's ctx ends meanwhile, in
+	// its own bounded context, unless the work is aborted (workContext).
+	// Its logger, with the key, is made only when something logs.
+	start := time.Now()
+	rctx := newReconcileContext(work, logger, key, start.Add(ReconcileTimeout))
+	defer rctx.cancel()
+	if logger.V(4).Enabled() {
+		rctx.log().V(4).Info("Reconciling")
+	}
 	if c.Observer != nil {
 		c.Observer.Observe(Started{Worker: worker, Key: key})
 	}
-	// The reconcile runs to completion even if Run's ctx ends meanwhile, in
-	// its own bounded context, unless the work is aborted (workContext).
-	rctx, cancel := context.WithTimeout(klog.NewContext(work, logger), ReconcileTimeout)
-	defer cancel()
-	start := time.Now()
 	err := c.deletions(rctx, key)
 	if err == nil {
 		err = c.Reconciler.Reconcile(rctx, key)
 	}
 	d := time.Since(start)
-	if v := logger.V(4); v.Enabled() { // boxing d costs an allocation even unlogged
-		v.Info("Reconciled", "duration", d, "ok", err == nil)
+	if logger.V(4).Enabled() { // boxing d costs an allocation even unlogged
+		rctx.log().V(4).Info("Reconciled", "duration", d, "ok", err == nil)
 	}
 	var retryIn time.Duration
 	away, retryAfter := ServerAway(err)
@@ -379,19 +380,19 @@ func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, wo
 		// says nothing is wrong with the object.
 		retryIn = c.ConflictRetry
 		addAfter(key, retryIn)
-		logger.V(2).Info("Conflict writing, will retry", "retryIn", retryIn)
+		rctx.log().V(2).Info("Conflict writing, will retry", "retryIn", retryIn)
 	case away:
 		// The server, not the object: every worker pauses, the key goes back
 		// to the queue as it was (see pause).
 		pauseFor := c.pause.failed(time.Now(), start, retryAfter)
 		add(key)
-		logger.V(2).Info("Server away; workers pause", "err", err, "pause", pauseFor)
+		rctx.log().V(2).Info("Server away; workers pause", "err", err, "pause", pauseFor)
 		if c.Observer != nil {
 			c.Observer.Observe(Paused{Key: key, For: pauseFor, Err: err})
 		}
 	default:
 		retryIn = addRateLimited(key)
-		logger.Error(err, failed, "retries", c.Queue.Retries(key), "retryIn", retryIn)
+		rctx.log().Error(err, failed, "retries", c.Queue.Retries(key), "retryIn", retryIn)
 	}
 	if c.Observer != nil {
 		c.Observer.Observe(Finished{Worker: worker, Key: key, Took: d, Err: err, RetryIn: retryIn})

@@ -285,6 +285,22 @@ type frame struct {
 // cleanly; a *SkipError means this frame was skipped and Next may be called
 // again; any other error means the stream is broken.
 func (d *eventDecoder[T]) Next() (Event[T], error) {
+	// The usual frame of a line-framed stream, taken whole by onePass,
+	// needs no grammar check of the frame reader's: onePass checks every
+	// byte. Any other goes to next, which gets it from the frame reader
+	// checked (and decodes it again: a cost only of the unusual frames).
+	if line, ok := d.frames.line(); ok {
+		if ev, ok, err := d.onePass(line); ok {
+			d.frames.take(line)
+			return ev, err
+		}
+	}
+	return d.next()
+}
+
+// next is Next without the line's shortcut: the frame as the frame reader
+// checks it, then onePass or the envelope walk.
+func (d *eventDecoder[T]) next() (Event[T], error) {
 	raw, err := d.frames.Next()
 	if err != nil {
 		return Event[T]{}, err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -121,18 +122,41 @@ func compareStreams(t *testing.T, data []byte) {
 	t.Fatal("no end after more calls than bytes")
 }
 
+// compareLines decodes data with Next, which takes a line-framed stream's
+// usual frames by the line, and with next alone, which takes every frame
+// from the frame reader's checks, and requires the same result from both,
+// call by call: the same events, the same skips and errors (by their text),
+// the stream ended or broken at the same frame. The line's shortcut may
+// only change what a frame costs.
+func compareLines(t *testing.T, data []byte) {
+	t.Helper()
+	lines := newEventDecoder(bytes.NewReader(data), codec)
+	checked := newEventDecoder(bytes.NewReader(data), codec)
+	for i := 0; i <= len(data)+1; i++ {
+		le, lerr := lines.Next()
+		ce, cerr := checked.next()
+		if fmt.Sprint(lerr) != fmt.Sprint(cerr) || !reflect.DeepEqual(le, ce) {
+			t.Fatalf("frame %d: by the line %+v, %v; checked %+v, %v", i, le, lerr, ce, cerr)
+		}
+		if lerr != nil && asSkip(lerr) == nil {
+			return
+		}
+	}
+	t.Fatal("no end after more calls than bytes")
+}
+
 func TestFastDecoderAgreesWithThePlainOne(t *testing.T) {
 	for _, name := range []string{wire.WatchList, wire.WatchGone} {
 		data := capture(t, name)
-		t.Run(name, func(t *testing.T) { compareStreams(t, data) })
+		t.Run(name, func(t *testing.T) { compareStreams(t, data); compareLines(t, data) })
 	}
 	bad, err := os.ReadFile(filepath.Join("testdata", "fixtures", "watch-stream-bad.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Run("watch-stream-bad.jsonl", func(t *testing.T) { compareStreams(t, bad) })
+	t.Run("watch-stream-bad.jsonl", func(t *testing.T) { compareStreams(t, bad); compareLines(t, bad) })
 	for name, stream := range fastPathCases {
-		t.Run(name, func(t *testing.T) { compareStreams(t, []byte(stream)) })
+		t.Run(name, func(t *testing.T) { compareStreams(t, []byte(stream)); compareLines(t, []byte(stream)) })
 	}
 }
 
@@ -234,5 +258,5 @@ func FuzzFastDecoder(f *testing.F) {
 		f.Add([]byte(c + "\n"))
 	}
 	f.Add(capture(f, wire.WatchList))
-	f.Fuzz(func(t *testing.T, data []byte) { compareStreams(t, data) })
+	f.Fuzz(func(t *testing.T, data []byte) { compareStreams(t, data); compareLines(t, data) })
 }

@@ -256,7 +256,10 @@
 // frame cut short and followed by the next one is noticed at the cut, not
 // swallowed with the frames after it (frames.go: FrameReader checks the
 // JSON grammar, control bytes in strings, and, once the stream showed
-// itself line-framed as kube-apiserver's are, a newline inside a frame).
+// itself line-framed as kube-apiserver's are, a newline inside a frame;
+// on such a stream a line the one-pass decoder reads whole as one valid
+// JSON object is taken without those checks, which it passes by being
+// valid, and any other line goes through them as before).
 // client-go's json.Decoder does the same but for the cuts after which the
 // next frame still parses (after a colon, inside an array): those it
 // notices one frame later.

@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -89,20 +90,8 @@ func NewFrameReader(r io.Reader, max int) *FrameReader {
 // one; ErrFrameTooLarge that a frame outgrew the bound; ErrBrokenFrame and
 // ErrBareWord that the stream is not a sequence of JSON values.
 func (f *FrameReader) Next() ([]byte, error) {
-	// Skip the whitespace between frames.
-	for {
-		for f.start < f.end && isSpace(f.buf[f.start]) {
-			if f.buf[f.start] == '\n' && f.clean {
-				f.lined = true
-			}
-			f.start++
-		}
-		if f.start < f.end {
-			break
-		}
-		if err := f.fill(); err != nil {
-			return nil, err
-		}
+	if err := f.between(); err != nil {
+		return nil, err
 	}
 	n, err := f.scan()
 	if err != nil {
@@ -111,6 +100,60 @@ func (f *FrameReader) Next() ([]byte, error) {
 	frame := f.buf[f.start : f.start+n]
 	f.start += n
 	return frame, nil
+}
+
+// between skips the whitespace between frames.
+func (f *FrameReader) between() error {
+	for {
+		for f.start < f.end && isSpace(f.buf[f.start]) {
+			if f.buf[f.start] == '\n' && f.clean {
+				f.lined = true
+			}
+			f.start++
+		}
+		if f.start < f.end {
+			return nil
+		}
+		if err := f.fill(); err != nil {
+			return err
+		}
+	}
+}
+
+// line is, on a line-framed stream, the next line (trailing spaces cut):
+// the next frame, if it is one whole JSON value, which line does not check.
+// A caller that checks every byte of it (eventDecoder's onePass, which
+// reads a frame as a whole JSON text or declines it) takes it with take,
+// and the grammar check Next makes is not made twice; a caller that does
+// not take it calls Next, which reads and checks the same bytes as always.
+// So line changes what a frame costs, not what the reader returns: a cut
+// frame, a broken one, too large a one or an end of stream are still
+// Next's to report. ok is false when the stream is not line-framed (yet),
+// or the newline is not read yet: line reads no further than Next would,
+// which returns a frame once its last byte is here (a server that sent
+// the newline only with the next frame would otherwise hold this one back
+// until then).
+func (f *FrameReader) line() (line []byte, ok bool) {
+	if f.between() != nil || !f.lined {
+		return nil, false
+	}
+	i := bytes.IndexByte(f.buf[f.start:f.end], '\n')
+	if i < 0 {
+		return nil, false
+	}
+	line = f.buf[f.start : f.start+i]
+	for len(line) > 0 && isSpace(line[len(line)-1]) {
+		line = line[:len(line)-1]
+	}
+	return line, len(line) <= f.max
+}
+
+// take returns the line that line returned, as Next would have returned
+// it: the caller found it one whole JSON value (so Next's checks pass,
+// and the frame ends where the line does).
+func (f *FrameReader) take(line []byte) {
+	f.start += len(line)
+	f.clean = true
 }
 
 // newlineInside: the error of a line-framed stream's frame cut short.

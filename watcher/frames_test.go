@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"rawwatch/internal/wire"
 )
@@ -201,6 +202,73 @@ func BenchmarkFrameReader(b *testing.B) {
 				}
 				break
 			}
+		}
+	}
+}
+
+// line offers the next line of a line-framed stream only, up to its
+// newline (trailing spaces cut), when that newline is read already, and
+// within the bound; what it offers and take returns is what Next would have
+// returned.
+func TestLineOffersWhatNextWouldReturn(t *testing.T) {
+	const a, b, c = `{"a":1}`, `{"b":[2, "x\"y"]}`, `{"c":{}}`
+	f := NewFrameReader(strings.NewReader(a+"\n"+b+" \r\n"+c+"\n"+`{"d":`), 0)
+	if line, ok := f.line(); ok {
+		t.Fatalf("before a newline ended a frame: line %q offered", line)
+	}
+	if fr, err := f.Next(); err != nil || string(fr) != a {
+		t.Fatalf("Next: %q, %v", fr, err)
+	}
+	line, ok := f.line()
+	if !ok || string(line) != b {
+		t.Fatalf("line: %q, %v; want %q", line, ok, b)
+	}
+	f.take(line)
+	if fr, err := f.Next(); err != nil || string(fr) != c {
+		t.Fatalf("Next after take: %q, %v; want %q", fr, err, c)
+	}
+	if line, ok := f.line(); ok {
+		t.Fatalf("no newline before the end: line %q offered", line)
+	}
+	if _, err := f.Next(); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("the cut frame: %v, want io.ErrUnexpectedEOF", err)
+	}
+
+	f = NewFrameReader(strings.NewReader(a+"\n"+`{"long":"`+strings.Repeat("x", 100)+`"}`+"\n"), 64)
+	if _, err := f.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if line, ok := f.line(); ok {
+		t.Fatalf("a line over the bound offered: %q", line)
+	}
+}
+
+// A frame whose newline has not come yet is decoded all the same: the
+// event decoder does not wait for the newline (a server may send it only
+// with the next frame). When line read on until the newline, the second
+// event was held back: "the second frame, whole but for its newline, not
+// decoded after 30 s".
+func TestAFrameIsNotHeldBackForItsNewline(t *testing.T) {
+	frame := fastPathCases["plain"]
+	r, w := io.Pipe()
+	defer w.Close()
+	go w.Write([]byte(frame + strings.TrimSuffix(frame, "\n")))
+	got := make(chan error, 2)
+	go func() {
+		d := newEventDecoder(r, codec)
+		for range 2 {
+			_, err := d.Next()
+			got <- err
+		}
+	}()
+	for i, what := range []string{"the first frame", "the second frame, whole but for its newline,"} {
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("frame %d: %v", i, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s not decoded after 30 s", what)
 		}
 	}
 }
