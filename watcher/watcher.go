@@ -213,6 +213,7 @@ func (w *Watcher[T]) Run(ctx context.Context) {
 		w.log.Info("The source cannot ask for CBOR (it is no AcceptSource): using JSON")
 	}
 	m := NewMachine(w.opts.Backoff, w.opts.WatchList, w.opts.Rand)
+	m.SilenceLimit = w.opts.SilenceLimit
 	act := m.Start(time.Now())
 	for act.Do != Stop {
 		if act.Do != Wait && w.nextShard.Load() != nil && ctx.Err() == nil {
