@@ -171,9 +171,9 @@
 // backoff wait or the time a WATCH takes to open. A WATCH due with nothing
 // left of the limit is a probe instead (Machine.SilenceLimit). Two requests
 // per silence limit, no storm. It is counted (rawwatch_watch_silent_total)
-// and narrated (--explain, WATCHDOG). An apiserver without a watch cache
-// sends no bookmarks; its quiet streams are resumed every 150 s, which costs
-// next to nothing.
+// and narrated (--explain, WATCHDOG, with the silence of the streams
+// before). An apiserver without a watch cache sends no bookmarks; its quiet
+// streams are resumed every 150 s, which costs next to nothing.
 //
 // # The explorer
 //

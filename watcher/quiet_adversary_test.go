@@ -1,12 +1,14 @@
 package watcher_test
 
 import (
+	"bytes"
 	"io"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"rawwatch/explain"
 	"rawwatch/internal/fakeapi"
 	"rawwatch/watcher"
 )
@@ -85,6 +87,46 @@ func TestQuietAdversaryIdleCuttingProxyDoesNotHideARollback(t *testing.T) {
 				took.Round(time.Second), ok, bound)
 		}
 	})
+}
+
+// The narration of a watchdog that fires in the third silent stream: the
+// stream was abandoned after the 30 s left of the limit; --explain must not
+// say only that it "sent nothing for 30s (the server bookmarks about every
+// minute)", which reads as a watchdog firing on a healthy stream.
+func TestQuietAdversaryWatchdogNarrationCountsTheStreamsBefore(t *testing.T) {
+	var out bytes.Buffer
+	var mu sync.Mutex
+	n := explain.New(&lockedWriter{mu: &mu, w: &out}, explain.Options{})
+	opts := watcher.Options[object]{WatchTimeoutMin: time.Minute, WatchTimeoutMax: time.Minute, Rand: func() float64 { return 0 }, Observer: n}
+	runSim(t, 2, opts, func(s *sim) {
+		restoreQuietly(s)
+		if _, ok := syncedWithin(s, 5*time.Minute); !ok {
+			s.t.Fatal("the rollback was not found")
+		}
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	var dog []string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.Contains(l, "WATCHDOG") {
+			dog = append(dog, l)
+		}
+	}
+	t.Log(strings.Join(dog, "\n"))
+	if len(dog) != 1 || !strings.Contains(dog[0], "2m30s") {
+		t.Errorf("want one WATCHDOG line that tells the 2m30s of silence across the streams; got %d:\n%s", len(dog), strings.Join(dog, "\n"))
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // A server that answers after 20 s (a slow round trip), WATCH timeouts of

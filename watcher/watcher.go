@@ -505,7 +505,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 		if silent.Load() && ctx.Err() == nil {
 			o.Err, o.Silent = ErrSilent, true
 		}
-		w.obs.Observe(WatchEnded{Frames: o.Frames, Open: time.Since(start), Err: o.Err})
+		w.obs.Observe(WatchEnded{Frames: o.Frames, Open: time.Since(start), Err: o.Err, Quiet: act.Quiet})
 	}()
 
 	dec := w.newEvents(body)
