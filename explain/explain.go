@@ -246,7 +246,7 @@ func (n *Narrator) Observe(e observe.Event) {
 	case watcher.BookmarkReceived:
 		n.bookmarkReceived(e.RV, e.InitialEventsEnd)
 	case watcher.WatchEnded:
-		n.watchEnded(e.Frames, e.Open, e.Err)
+		n.watchEnded(e.Frames, e.Open, e.Quiet, e.Err)
 	case watcher.Probed:
 		n.probed(e.RV, e.Ours, e.Err)
 	case watcher.BackoffStarted:
@@ -404,12 +404,19 @@ func (n *Narrator) bookmarkReceived(rv string, _ bool) {
 	n.line("BOOKMARK", "→ resourceVersion %s (no object changed)", rv)
 }
 
-func (n *Narrator) watchEnded(events int, d time.Duration, err error) {
+func (n *Narrator) watchEnded(events int, d, quiet time.Duration, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.afterClose = true
 	if errors.Is(err, watcher.ErrSilent) {
-		n.lineLocked("WATCHDOG", "the stream sent nothing, not even a bookmark, for %s (the server bookmarks about every minute): abandoned; first ask the server where it is", d.Round(time.Second))
+		silence := fmt.Sprintf("for %s", d.Round(time.Second))
+		switch {
+		case events > 0:
+			silence = fmt.Sprintf("after %s (open %s)", plural(events, "frame"), d.Round(time.Second))
+		case quiet > 0:
+			silence = fmt.Sprintf("for %s, the streams before it from the same resourceVersion for %s: %s in all", d.Round(time.Second), quiet.Round(time.Second), (quiet + d).Round(time.Second))
+		}
+		n.lineLocked("WATCHDOG", "the stream sent nothing, not even a bookmark, %s (the server bookmarks about every minute): abandoned; first ask the server where it is", silence)
 		return
 	}
 	text := fmt.Sprintf("the stream ended after %s, open %s", plural(events, "event"), d.Round(time.Millisecond))

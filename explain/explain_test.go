@@ -152,6 +152,16 @@ func TestNarrationOfTheWatchdog(t *testing.T) {
 	if c := strings.Count(got, "half-dead connection"); c != 1 {
 		t.Errorf("the watchdog's hint appears %d times, want once:\n%s", c, got)
 	}
+	// Abandoned after what was left of the limit, or silent since a frame:
+	// the line says so, not that the stream alone was silent for all its time.
+	out.Reset()
+	n.Observe(watcher.WatchEnded{Frames: 0, Open: 30 * time.Second, Quiet: 2 * time.Minute, Err: watcher.ErrSilent})
+	n.Observe(watcher.WatchEnded{Frames: 1, Open: 190 * time.Second, Err: watcher.ErrSilent})
+	for _, want := range []string{"for 30s, the streams before it from the same resourceVersion for 2m0s: 2m30s in all", "after 1 frame (open 3m10s)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in:\n%s", want, out.String())
+		}
+	}
 }
 
 func TestNarration(t *testing.T) {

@@ -154,7 +154,7 @@ func New(opts Options) *Metrics {
 	m.outOfShard = counter("rawwatch_shard_client_filtered_objects_total", "Objects the server sent outside this replica's shard (it dropped the shard selector), left out on the client: received and decoded for nothing.", nil)
 	m.pauses = counter("rawwatch_worker_pauses_total", "Reconciles that failed because the server was away (unreachable, 5xx, 429, timeout): every worker paused instead of charging the key a retry.", nil)
 	m.probes = counter("rawwatch_watch_probes_total", "One-item LISTs asking the server for its resourceVersion, after a silent stream or before re-watching after a WATCH that could not open.", nil)
-	m.silentWatches = counter("rawwatch_watch_silent_total", "WATCH streams the watchdog abandoned: open, but no event or bookmark for longer than the silence limit.", nil)
+	m.silentWatches = counter("rawwatch_watch_silent_total", "WATCH streams the watchdog abandoned: open, but no event or bookmark for longer than the silence limit (counted with the silent streams before it, back to back).", nil)
 	m.resourceVersion = prometheus.NewGauge(prometheus.GaugeOpts{Name: "rawwatch_resource_version",
 		Help: "The resourceVersion the store is synced to, as a number (etcd's revision)."})
 	m.state = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rawwatch_watcher_state",

@@ -161,15 +161,19 @@
 // a minute to spare) is abandoned, and at once a probe asks the server for
 // its resourceVersion: behind ours, relist (time travel, above); otherwise
 // re-watch from the same resourceVersion. The silence is counted across
-// streams: streams from the same resourceVersion that deliver nothing, back
-// to back, add up (Action.Quiet; the waits between them do not count), so
-// neither a WATCH timeout shorter than the limit (each stream from a server
-// behind us ends at its timeout with nothing) nor a proxy that cuts idle
-// connections can hide a server that went back in time. Two requests per
-// silence limit, no storm. It is counted
-// (rawwatch_watch_silent_total) and narrated (--explain, WATCHDOG). An
-// apiserver without a watch cache sends no bookmarks; its quiet streams are
-// resumed every 150 s, which costs next to nothing.
+// streams: from when the first of the streams from the same
+// resourceVersion that deliver nothing, back to back, was asked for, the
+// backoff waits between them included (Action.Quiet), so neither a WATCH
+// timeout shorter than the limit (each stream from a server behind us ends
+// at its timeout with nothing) nor a proxy that cuts idle connections,
+// however often (most of the silence is then spent in the waits), can hide
+// a server that went back in time: it is asked within the limit, and one
+// backoff wait or the time a WATCH takes to open. A WATCH due with nothing
+// left of the limit is a probe instead (Machine.SilenceLimit). Two requests
+// per silence limit, no storm. It is counted (rawwatch_watch_silent_total)
+// and narrated (--explain, WATCHDOG, with the silence of the streams
+// before). An apiserver without a watch cache sends no bookmarks; its quiet
+// streams are resumed every 150 s, which costs next to nothing.
 //
 // # The explorer
 //

@@ -74,12 +74,14 @@ type Action struct {
 	// TimeTravel: the list just completed is older than the resourceVersion
 	// we had: the server's history went backwards (an etcd restore).
 	TimeTravel bool
-	// Quiet, on a Watch: how long the streams before it from the same
-	// resourceVersion stayed open without a frame, back to back. The
-	// watchdog's limit is on that silence, not on one stream's: a server
-	// behind our resourceVersion that ends each WATCH at its timeout, or a
-	// proxy that cuts idle streams, sends nothing for ever in streams each
-	// shorter than the limit.
+	// Quiet, on a Watch: how long ago the streams before it from the same
+	// resourceVersion began to deliver nothing, back to back (the backoff
+	// waits between them count too). The watchdog's limit is on that
+	// silence, not on one stream's: a server behind our resourceVersion
+	// that ends each WATCH at its timeout, or a proxy that cuts idle
+	// streams, sends nothing for ever in streams each shorter than the
+	// limit, and a proxy that cuts them every few seconds spends most of
+	// that silence in the waits.
 	Quiet time.Duration
 }
 
@@ -215,9 +217,13 @@ type Machine struct {
 	// had just started; fresh: that list is in the store and no stream has
 	// opened since.
 	forStart, fresh bool
-	// quiet: how long the streams since the last frame, list or probe
-	// stayed open (Action.Quiet).
-	quiet time.Duration
+	// quietSince: when the streams since the last frame, list or probe,
+	// which delivered nothing, began (zero: none; Action.Quiet).
+	quietSince time.Time
+	// SilenceLimit, if set, is the watchdog's: a Watch due after that much
+	// silence (Action.Quiet) is a Probe instead, as the watchdog would
+	// have abandoned that WATCH as soon as it opened.
+	SilenceLimit time.Duration
 }
 
 // NewMachine returns a machine in the Listing state. rand returns numbers in
@@ -353,11 +359,14 @@ func (m *Machine) stepWatchListFailed(o Outcome, class ErrorClass, retryAfter ti
 
 func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duration) Action {
 	from := m.RV
-	silence := m.quiet + o.Open
+	began := o.At.Add(-o.Open)
+	if !m.quietSince.IsZero() {
+		began = m.quietSince
+	}
+	silence := o.At.Sub(began) // with the streams and waits before, if it delivered nothing
+	m.quietSince = time.Time{}
 	if o.Opened && o.Frames == 0 && !o.Silent {
-		m.quiet = silence
-	} else {
-		m.quiet = 0
+		m.quietSince = began
 	}
 	if o.RV != "" {
 		m.RV = o.RV
@@ -435,8 +444,11 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 		// cache accepts a WATCH from the "future" and sends nothing, not even
 		// bookmarks, until it gets there). Ask it where it is, at once: it
 		// cost one request per silence limit.
-		return m.do(Action{Do: Probe, Class: class, Err: o.Err,
-			Reason: fmt.Sprintf("watch silent for %s: abandoned; is the server behind resourceVersion %s?", silence.Round(time.Second), m.RV)})
+		reason := fmt.Sprintf("watch silent for %s: abandoned; is the server behind resourceVersion %s?", silence.Round(time.Second), m.RV)
+		if o.Frames > 0 { // silent for the limit after its last frame
+			reason = fmt.Sprintf("watch silent since its last frame (of %d): abandoned; is the server behind resourceVersion %s?", o.Frames, m.RV)
+		}
+		return m.do(Action{Do: Probe, Class: class, Err: o.Err, Reason: reason})
 	case healthy && class == NoError:
 		return m.do(Action{Do: Watch, RV: m.RV,
 			Reason: fmt.Sprintf("watch ended after %d frames: re-watch from resourceVersion %s", o.Frames, m.RV)})
@@ -535,11 +547,15 @@ func (m *Machine) trouble(now time.Time, minDelay time.Duration, next Action, cl
 }
 
 func (m *Machine) do(a Action) Action {
+	if a.Do == Watch && !m.quietSince.IsZero() {
+		a.Quiet = m.now.Sub(m.quietSince)
+		if m.SilenceLimit > 0 && a.Quiet >= m.SilenceLimit {
+			a = Action{Do: Probe, Reason: fmt.Sprintf("the streams from resourceVersion %s sent nothing for %s, with the waits between: is the server behind it?", m.RV, a.Quiet.Round(time.Second))}
+		}
+	}
 	switch a.Do {
-	case Watch:
-		a.Quiet = m.quiet
 	case List, WatchList, Probe:
-		m.quiet = 0
+		m.quietSince = time.Time{}
 	}
 	m.doing = a
 	return a

@@ -330,13 +330,13 @@ func TestMachineSilenceAddsUpAcrossStreams(t *testing.T) {
 	// A bookmark: the server is there; the count starts again.
 	quiet(s.step(minute, Outcome{Opened: true, RV: "11", Frames: 1, Open: minute, Timeout: minute}, Action{Do: Watch, RV: "11"}, Watching), 0)
 	// Cut after 20 s with nothing: a wait, then a Watch that carries the
-	// 20 s (not the wait).
+	// 20 s and the wait's 1.6 s.
 	a := s.step(20*time.Second, Outcome{Opened: true, Err: cut, Open: 20 * time.Second, Timeout: minute}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	quiet(s.step(a.Delay, Outcome{}, Action{Do: Watch, RV: "11"}, Watching), 20*time.Second)
-	quiet(s.step(minute, ranItsCourse, Action{Do: Watch, RV: "11"}, Watching), 80*time.Second)
-	// The watchdog fires in the next stream, after the 70 s left: a probe,
-	// and the Watch after it starts from nothing.
-	probe := s.step(70*time.Second, Outcome{Opened: true, Err: ErrSilent, Silent: true, Open: 70 * time.Second, Timeout: minute}, Action{Do: Probe}, Watching)
+	quiet(s.step(a.Delay, Outcome{}, Action{Do: Watch, RV: "11"}, Watching), 21600*time.Millisecond)
+	quiet(s.step(minute, ranItsCourse, Action{Do: Watch, RV: "11"}, Watching), 81600*time.Millisecond)
+	// The watchdog fires in the next stream, after the 68.4 s left: a
+	// probe, and the Watch after it starts from nothing.
+	probe := s.step(68400*time.Millisecond, Outcome{Opened: true, Err: ErrSilent, Silent: true, Open: 68400 * time.Millisecond, Timeout: minute}, Action{Do: Probe}, Watching)
 	if !strings.Contains(probe.Reason, "silent for 2m30s") {
 		t.Errorf("the probe's reason %q does not say the silence was 2m30s in all", probe.Reason)
 	}

@@ -68,11 +68,13 @@ type (
 		InitialEventsEnd bool
 	}
 	// WatchEnded: a stream closed after Frames frames, open for Open; Err is
-	// why (nil: the server ended it; ErrSilent: the watchdog did).
+	// why (nil: the server ended it; ErrSilent: the watchdog did). Quiet is
+	// the silence before it (Action.Quiet), which the watchdog counted too.
 	WatchEnded struct {
 		Frames int
 		Open   time.Duration
 		Err    error
+		Quiet  time.Duration
 	}
 	// BackoffStarted: the loop waits Delay before retrying, after an error of Class.
 	BackoffStarted struct {

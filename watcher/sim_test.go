@@ -115,7 +115,11 @@ func runSim(t *testing.T, n int, opts watcher.Options[object], body func(s *sim)
 		src := &capped{Server: srv, max: 1000, cancel: cancel, hit: make(chan struct{})}
 		s := &sim{t: t, srv: srv, store: store.New[object](), obs: &simObserver{}, start: time.Now(), stormed: src.hit}
 		opts.Handler = s.obs.handle
-		opts.Observer = s.obs
+		if opts.Observer != nil { // the test's own, besides the sim's
+			opts.Observer = observe.Fanout{s.obs, opts.Observer}
+		} else {
+			opts.Observer = s.obs
+		}
 		opts.Codec = watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind}
 		s.w = watcher.New(src, s.store, opts)
 		done := make(chan struct{})

@@ -213,6 +213,7 @@ func (w *Watcher[T]) Run(ctx context.Context) {
 		w.log.Info("The source cannot ask for CBOR (it is no AcceptSource): using JSON")
 	}
 	m := NewMachine(w.opts.Backoff, w.opts.WatchList, w.opts.Rand)
+	m.SilenceLimit = w.opts.SilenceLimit
 	act := m.Start(time.Now())
 	for act.Do != Stop {
 		if act.Do != Wait && w.nextShard.Load() != nil && ctx.Err() == nil {
@@ -504,7 +505,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 		if silent.Load() && ctx.Err() == nil {
 			o.Err, o.Silent = ErrSilent, true
 		}
-		w.obs.Observe(WatchEnded{Frames: o.Frames, Open: time.Since(start), Err: o.Err})
+		w.obs.Observe(WatchEnded{Frames: o.Frames, Open: time.Since(start), Err: o.Err, Quiet: act.Quiet})
 	}()
 
 	dec := w.newEvents(body)
