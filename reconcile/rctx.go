@@ -33,6 +33,7 @@ type reconcileContext struct {
 	keyed  any // the logger with the key, once asked for
 	done   chan struct{}
 	err    error
+	byWork bool // err is work's: work ended first
 	timer  *time.Timer
 	noWork func() bool // stops the watch on work
 }
@@ -62,7 +63,7 @@ func (c *reconcileContext) Done() <-chan struct{} {
 		return c.done
 	}
 	c.timer = time.AfterFunc(time.Until(c.deadline), func() { c.end(context.DeadlineExceeded) })
-	c.noWork = context.AfterFunc(c.work, func() { c.end(c.work.Err()) })
+	c.noWork = context.AfterFunc(c.work, c.endByWork)
 	return c.done
 }
 
@@ -80,14 +81,28 @@ func (c *reconcileContext) check() {
 	}
 	if err := c.work.Err(); err != nil {
 		c.endLocked(err)
+		c.byWork = true
 	} else if !time.Now().Before(c.deadline) {
 		c.endLocked(context.DeadlineExceeded)
 	}
 }
 
 func (c *reconcileContext) Value(k any) any {
-	if k == logrKey {
+	switch k {
+	case logrKey:
 		return c.log()
+	case causeKey:
+		// context.Cause asks for the nearest cancel of package context,
+		// and takes its cause if it has one, else Err. work's is the
+		// cause only if work's end ended this context: after the deadline
+		// or cancel, it is this context's Err, whatever work's end says.
+		c.mu.Lock()
+		c.check()
+		ours := c.err != nil && !c.byWork
+		c.mu.Unlock()
+		if ours {
+			return nil
+		}
 	}
 	return c.work.Value(k)
 }
@@ -115,6 +130,16 @@ func (c *reconcileContext) cancel() {
 	}
 }
 
+// endByWork ends the context as work did, unless it ended already.
+func (c *reconcileContext) endByWork() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.endLocked(c.work.Err())
+		c.byWork = true
+	}
+}
+
 func (c *reconcileContext) end(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -134,13 +159,21 @@ func (c *reconcileContext) endLocked(err error) {
 func (c *reconcileContext) String() string { return "reconcile context of " + c.key }
 
 // logrKey is the key klog.NewContext stores a logger under (logr's own,
-// unexported: learnt by asking a context that records what it is asked).
-var logrKey = func() any {
-	var p keyProbe
-	logr.FromContextOrDiscard(&p)
-	return p.key
-}()
+// unexported), causeKey the one context.Cause asks for (package
+// context's): learnt by asking a context that records what it is asked.
+var (
+	logrKey  = probeKey(func(ctx context.Context) { logr.FromContextOrDiscard(ctx) })
+	causeKey = probeKey(func(ctx context.Context) { _ = context.Cause(ctx) })
+)
 
+func probeKey(ask func(context.Context)) any {
+	var p keyProbe
+	ask(&p)
+	return p.key
+}
+
+// keyProbe is a context, ended (context.Cause asks no value of one that is
+// not), that records the key it is asked.
 type keyProbe struct {
 	context.Context
 	key any
@@ -150,3 +183,5 @@ func (p *keyProbe) Value(k any) any {
 	p.key = k
 	return nil
 }
+
+func (p *keyProbe) Err() error { return context.Canceled }
