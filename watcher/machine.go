@@ -208,6 +208,9 @@ type Machine struct {
 	// had just started; fresh: that list is in the store and no stream has
 	// opened since.
 	forStart, fresh bool
+	// fromList: the WATCH in flight is the first from a list (its
+	// resourceVersion a consistent read of the server).
+	fromList bool
 }
 
 // NewMachine returns a machine in the Listing state. rand returns numbers in
@@ -317,6 +320,7 @@ func (m *Machine) listed(o Outcome, next Do) Action {
 		}
 	}
 	m.RV, m.listRetried, m.fallback, m.fresh, m.forStart = o.RV, false, false, m.forStart, false
+	m.fromList = next == Watch
 	m.State = Watching
 	return m.do(a)
 }
@@ -342,7 +346,8 @@ func (m *Machine) stepWatchListFailed(o Outcome, class ErrorClass, retryAfter ti
 }
 
 func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duration) Action {
-	from := m.RV
+	from, fromList := m.RV, m.fromList
+	m.fromList = false
 	if o.RV != "" {
 		m.RV = o.RV
 	}
@@ -380,6 +385,18 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 		m.erroredOn = true
 	}
 	switch {
+	case class == TooLargeRV && fromList && !o.Opened:
+		// "Too large resource version" for a WATCH from the list just made:
+		// the list was a consistent read, so the server's history has
+		// reached that resourceVersion, and the apiserver answering the
+		// WATCH lags the one that listed (an HA control plane whose watch
+		// caches are not in step). Another list would only move our
+		// resourceVersion further ahead of it: wait, and re-watch from
+		// there. Once: if that WATCH is refused too, the relist follows (an
+		// etcd restore between the list and the WATCH is found by it, one
+		// wait later).
+		return m.trouble(o.At, retryAfter, Action{Do: Watch, RV: m.RV}, class, o.Err,
+			fmt.Sprintf("watch from resourceVersion %s, just listed, refused (%v): the server answering it lags; re-watch", m.RV, o.Err))
 	case class == Expired, class == TooLargeRV, stuck:
 		reason := fmt.Sprintf("watch from resourceVersion %s ended (%v): relist", m.RV, o.Err)
 		// The first relist does not wait out the backoff, whatever it grew
