@@ -125,8 +125,11 @@
 // The exceptions are the first relist after a healthy stream (it does not
 // wait out the backoff, whatever it grew to while the server was away: it is
 // what recovers after an outage), a WatchList that failed on the way (the
-// same list is made at once with LIST; the next relist tries WatchList
-// again; a server that refuses WatchList gets LIST for good), and the
+// same list is made at once with LIST, and so is every relist until a
+// stream runs healthy, when the next relist tries WatchList again:
+// client-go's reflector asks for a WatchList at every relist, and under
+// the same trouble it fails the same way; a server that refuses WatchList
+// gets LIST for good), and the
 // watchdog's re-watch (below).
 //
 // That first relist starts at once after a 410 under a healthy stream (a

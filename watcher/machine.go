@@ -202,7 +202,9 @@ type Machine struct {
 	// listRetried: the list in flight is already the immediate retry of a
 	// list that failed with an expired resourceVersion or continue token.
 	listRetried bool
-	// fallback: this list cycle uses LIST because a WatchList failed.
+	// fallback: lists use LIST because a WatchList failed on the way, until
+	// a stream runs healthy (a server that cut or failed one WatchList
+	// mostly does the same to the next, under the same trouble).
 	fallback bool
 	// forStart: the list in flight is the relist of a server that said it
 	// had just started; fresh: that list is in the store and no stream has
@@ -319,7 +321,7 @@ func (m *Machine) listed(o Outcome, next Do) Action {
 			a.Reason = fmt.Sprintf("listed at resourceVersion %s, older than the %s we had: the server's history went back (an etcd restore?); the store now holds the server's state", o.RV, m.RV)
 		}
 	}
-	m.RV, m.listRetried, m.fallback, m.fresh, m.forStart = o.RV, false, false, m.forStart, false
+	m.RV, m.listRetried, m.fresh, m.forStart = o.RV, false, m.forStart, false
 	m.fromList = next == Watch
 	m.State = Watching
 	return m.do(a)
@@ -339,7 +341,10 @@ func (m *Machine) stepWatchListFailed(o Outcome, class ErrorClass, retryAfter ti
 	}
 	// Anything else (an ERROR event or a cut during the initial events: an
 	// apiserver whose etcd cannot report progress does that every time):
-	// list with LIST, at once, this time. The next relist tries WatchList again.
+	// list with LIST, at once, this time, and in every relist until a stream
+	// runs healthy: then the next relist tries WatchList again. (client-go's
+	// reflector asks for a WatchList at every relist, one request more each
+	// time the trouble lasts.)
 	m.fallback = true
 	return m.do(Action{Do: List, Class: class, Err: o.Err,
 		Reason: fmt.Sprintf("watch-list failed before its initial events ended (%v): LIST instead", o.Err)})
@@ -356,7 +361,7 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 	}
 	healthy := m.Healthy(o)
 	if healthy {
-		m.relisted, m.erroredOn = false, false
+		m.relisted, m.erroredOn, m.fallback = false, false, false
 	}
 	// An ERROR event (typically a 500) before the stream carried us past
 	// the resourceVersion it started from is the server's word that it

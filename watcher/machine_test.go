@@ -264,7 +264,7 @@ func TestMachineListResumesFromTheFailedPage(t *testing.T) {
 
 // A server without WatchList (400/422) gets LIST from then on; a WatchList
 // that fails on the way (an ERROR 500 during its initial events, a cut)
-// falls back to LIST for that list only.
+// falls back to LIST, until a stream runs healthy.
 func TestMachineWatchListFallsBackToList(t *testing.T) {
 	s, a := newScript(t, true)
 	if a.Do != WatchList {

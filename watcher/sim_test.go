@@ -781,3 +781,32 @@ func TestLaggingServerStillFindsARestore(t *testing.T) {
 		l.set(false)
 	})
 }
+
+// The scorecard's flap-error with WatchList on: every stream, a WatchList's
+// too, ends in an ERROR after its first event. The first relist's WatchList
+// fails on its first initial event and the list is made with LIST; the
+// relists after it in the same stretch of trouble list with LIST at once
+// instead of asking for a WatchList that fails the same way (client-go's
+// reflector asks again every time: one request more a relist). After the
+// fault, the store catches up within a backoff cap.
+func TestFailedWatchListIsNotRetriedUnderTheSameTrouble(t *testing.T) {
+	runSim(t, 3, watcher.Options[object]{WatchList: true}, func(s *sim) {
+		from := s.breakStreams(fakeapi.ErrorAfterFirstEvent)
+		for i := range 120 {
+			s.srv.Put("ns", fmt.Sprintf("obj-%d", i%3), fmt.Sprintf("write %d", i))
+			s.sleep(time.Second)
+		}
+		// (from is the instant of the first sync's WatchList: virtual time
+		// has not moved since.)
+		watchLists, lists := s.count("WATCHLIST", from.Add(time.Nanosecond), time.Now()), s.count("LIST", from, time.Now())
+		if watchLists != 1 || lists < 2 {
+			s.t.Errorf("%d WatchLists and %d LISTs in 2 minutes of streams that end in an ERROR after their first event; want the first relist's WatchList alone, and LISTs after it", watchLists, lists)
+		}
+		s.srv.SetFault(fakeapi.Healthy)
+		s.sleep(watcher.DefaultBackoff.Max + 5*time.Second)
+		if !equalToServer(s) {
+			s.t.Errorf("%v after the fault ended, the store (%d objects at %s) differs from the server's (%d at %s)",
+				watcher.DefaultBackoff.Max+5*time.Second, s.store.Len(), s.w.ResourceVersion(), len(s.srv.Objects()), s.srv.ResourceVersion())
+		}
+	})
+}
