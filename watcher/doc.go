@@ -81,7 +81,14 @@
 //     same words tries again); and after a silent
 //     stream (a watch cache accepts a WATCH from the future and sends
 //     nothing until it gets there). A WATCH answered "Too large resource
-//     version" (504) relists too. Compared by apimachinery's
+//     version" (504) relists too, unless it was the first WATCH from the
+//     list just made: that list was a consistent read, so the server's
+//     history has reached its resourceVersion, and the apiserver answering
+//     the WATCH lags the one that listed (an HA control plane whose watch
+//     caches are not in step); another list would move our resourceVersion
+//     further ahead of it, so the loop waits and re-watches from there,
+//     once (the next refusal relists, which finds a restore made in
+//     between; TestLaggingServerStillFindsARestore). Compared by apimachinery's
 //     CompareResourceVersion (both well-formed integers, as every
 //     kube-apiserver's are), a server behind us means relist: the loop logs
 //     the time travel, and the replacement of the store reports every object
@@ -118,8 +125,11 @@
 // The exceptions are the first relist after a healthy stream (it does not
 // wait out the backoff, whatever it grew to while the server was away: it is
 // what recovers after an outage), a WatchList that failed on the way (the
-// same list is made at once with LIST; the next relist tries WatchList
-// again; a server that refuses WatchList gets LIST for good), and the
+// same list is made at once with LIST, and so is every relist until a
+// stream runs healthy, when the next relist tries WatchList again:
+// client-go's reflector asks for a WatchList at every relist, and under
+// the same trouble it fails the same way; a server that refuses WatchList
+// gets LIST for good), and the
 // watchdog's re-watch (below).
 //
 // That first relist starts at once after a 410 under a healthy stream (a

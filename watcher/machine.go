@@ -211,7 +211,9 @@ type Machine struct {
 	// listRetried: the list in flight is already the immediate retry of a
 	// list that failed with an expired resourceVersion or continue token.
 	listRetried bool
-	// fallback: this list cycle uses LIST because a WatchList failed.
+	// fallback: lists use LIST because a WatchList failed on the way, until
+	// a stream runs healthy (a server that cut or failed one WatchList
+	// mostly does the same to the next, under the same trouble).
 	fallback bool
 	// forStart: the list in flight is the relist of a server that said it
 	// had just started; fresh: that list is in the store and no stream has
@@ -224,6 +226,9 @@ type Machine struct {
 	// silence (Action.Quiet) is a Probe instead, as the watchdog would
 	// have abandoned that WATCH as soon as it opened.
 	SilenceLimit time.Duration
+	// fromList: the WATCH in flight is the first from a list (its
+	// resourceVersion a consistent read of the server).
+	fromList bool
 }
 
 // NewMachine returns a machine in the Listing state. rand returns numbers in
@@ -332,7 +337,8 @@ func (m *Machine) listed(o Outcome, next Do) Action {
 			a.Reason = fmt.Sprintf("listed at resourceVersion %s, older than the %s we had: the server's history went back (an etcd restore?); the store now holds the server's state", o.RV, m.RV)
 		}
 	}
-	m.RV, m.listRetried, m.fallback, m.fresh, m.forStart = o.RV, false, false, m.forStart, false
+	m.RV, m.listRetried, m.fresh, m.forStart = o.RV, false, m.forStart, false
+	m.fromList = next == Watch
 	m.State = Watching
 	return m.do(a)
 }
@@ -351,14 +357,18 @@ func (m *Machine) stepWatchListFailed(o Outcome, class ErrorClass, retryAfter ti
 	}
 	// Anything else (an ERROR event or a cut during the initial events: an
 	// apiserver whose etcd cannot report progress does that every time):
-	// list with LIST, at once, this time. The next relist tries WatchList again.
+	// list with LIST, at once, this time, and in every relist until a stream
+	// runs healthy: then the next relist tries WatchList again. (client-go's
+	// reflector asks for a WatchList at every relist, one request more each
+	// time the trouble lasts.)
 	m.fallback = true
 	return m.do(Action{Do: List, Class: class, Err: o.Err,
 		Reason: fmt.Sprintf("watch-list failed before its initial events ended (%v): LIST instead", o.Err)})
 }
 
 func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duration) Action {
-	from := m.RV
+	from, fromList := m.RV, m.fromList
+	m.fromList = false
 	began := o.At.Add(-o.Open)
 	if !m.quietSince.IsZero() {
 		began = m.quietSince
@@ -376,7 +386,7 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 	}
 	healthy := m.Healthy(o)
 	if healthy {
-		m.relisted, m.erroredOn = false, false
+		m.relisted, m.erroredOn, m.fallback = false, false, false
 	}
 	// An ERROR event (typically a 500) before the stream carried us past
 	// the resourceVersion it started from is the server's word that it
@@ -405,6 +415,18 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 		m.erroredOn = true
 	}
 	switch {
+	case class == TooLargeRV && fromList && !o.Opened:
+		// "Too large resource version" for a WATCH from the list just made:
+		// the list was a consistent read, so the server's history has
+		// reached that resourceVersion, and the apiserver answering the
+		// WATCH lags the one that listed (an HA control plane whose watch
+		// caches are not in step). Another list would only move our
+		// resourceVersion further ahead of it: wait, and re-watch from
+		// there. Once: if that WATCH is refused too, the relist follows (an
+		// etcd restore between the list and the WATCH is found by it, one
+		// wait later).
+		return m.trouble(o.At, retryAfter, Action{Do: Watch, RV: m.RV}, class, o.Err,
+			fmt.Sprintf("watch from resourceVersion %s, just listed, refused (%v): the server answering it lags; re-watch", m.RV, o.Err))
 	case class == Expired, class == TooLargeRV, stuck:
 		reason := fmt.Sprintf("watch from resourceVersion %s ended (%v): relist", m.RV, o.Err)
 		// The first relist does not wait out the backoff, whatever it grew

@@ -265,7 +265,7 @@ func TestMachineListResumesFromTheFailedPage(t *testing.T) {
 
 // A server without WatchList (400/422) gets LIST from then on; a WatchList
 // that fails on the way (an ERROR 500 during its initial events, a cut)
-// falls back to LIST for that list only.
+// falls back to LIST, until a stream runs healthy.
 func TestMachineWatchListFallsBackToList(t *testing.T) {
 	s, a := newScript(t, true)
 	if a.Do != WatchList {
@@ -480,4 +480,28 @@ func TestMachineStartingServerRelistsWithoutAProbe(t *testing.T) {
 	s.wait(a, Action{Do: Probe}, Watching)
 	a = s.step(0, Outcome{Err: pathsMissing}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
 	s.wait(a, Action{Do: List}, Relisting)
+}
+
+// A WATCH from the resourceVersion of the list just made, refused "too large
+// resource version", meets an apiserver that lags the one that listed (the
+// list is a consistent read: the server's history has reached it): the loop
+// waits and re-watches from there, without another list. Once: a WATCH that
+// is not the first from a list (or the next refusal of that one) relists as
+// before, which is what finds a server restored from an older etcd snapshot.
+func TestMachineTooLargeRightAfterAListRewatches(t *testing.T) {
+	s, _ := newScript(t, false)
+	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
+	// The stream is cut; the WATCH that resumes it is refused too large: relist.
+	a := s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: Watch, RV: "10"}, Watching)
+	s.step(3*time.Second, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Do: List}, Relisting)
+	s.step(0, Outcome{RV: "50"}, Action{Do: Watch, RV: "50"}, Watching)
+	// The WATCH from that list is refused too large: wait, re-watch from 50.
+	a = s.step(3*time.Second, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: Watch, RV: "50"}, Watching)
+	// Refused again: relist (after the backoff: the relist after the 410-like
+	// refusal was made).
+	a = s.step(3*time.Second, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Do: Wait, Delay: 6400 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Do: List}, Relisting)
+	s.step(0, Outcome{RV: "40"}, Action{Do: Watch, RV: "40"}, Watching)
 }

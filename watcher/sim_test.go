@@ -103,6 +103,11 @@ func (c *capped) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadClo
 // body, then stops the watcher; everything inside one synctest bubble.
 // setup, if any, shapes the server before the watcher starts.
 func runSim(t *testing.T, n int, opts watcher.Options[object], body func(s *sim), setup ...func(*fakeapi.Server)) {
+	runSimVia(t, n, opts, nil, body, setup...)
+}
+
+// runSimVia is runSim with the watcher's Source wrapped by via (nil: none).
+func runSimVia(t *testing.T, n int, opts watcher.Options[object], via func(watcher.Source) watcher.Source, body func(s *sim), setup ...func(*fakeapi.Server)) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := fakeapi.New()
 		for i := range n {
@@ -121,7 +126,11 @@ func runSim(t *testing.T, n int, opts watcher.Options[object], body func(s *sim)
 			opts.Observer = s.obs
 		}
 		opts.Codec = watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind}
-		s.w = watcher.New(src, s.store, opts)
+		var through watcher.Source = src
+		if via != nil {
+			through = via(src)
+		}
+		s.w = watcher.New(through, s.store, opts)
 		done := make(chan struct{})
 		go func() { s.w.Run(ctx); close(done) }()
 		defer func() { cancel(); <-done }() // also after a t.Fatal in body
@@ -684,6 +693,151 @@ func TestAdversaryErrorAfterEachEventKeepsUp(t *testing.T) {
 			s.t.Errorf("the store fell %d changes behind the server (%s into a fault of an ERROR after each event, "+
 				"a change every %s; %d LISTs, %d WATCHes); want at most %d, two backoff caps of changes",
 				worst, worstAt, every, s.count("LIST", s.start, time.Now()), s.count("WATCH", s.start, time.Now()), bound)
+		}
+	})
+}
+
+// lagging is a Source behind which the apiserver that serves WATCHes lags
+// the one that serves LISTs (an HA control plane whose watch caches are not
+// in step; the scorecard's too-large-rv): while on, a WATCH from a
+// resourceVersion is held 3 s, as kube-apiserver waits for its cache, and
+// then refused 504 "Too large resource version". A LIST from "" (a
+// consistent read) and a WatchList pass.
+type lagging struct {
+	watcher.Source
+	mu sync.Mutex
+	on bool
+	// refused counts the WATCHes refused since it was last set on (they
+	// never reach the server's request log).
+	refused int
+}
+
+func (l *lagging) set(on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if on && !l.on {
+		l.refused = 0
+	}
+	l.on = on
+}
+
+func (l *lagging) refusals() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.refused
+}
+
+func (l *lagging) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
+	l.mu.Lock()
+	on := l.on && opts.ResourceVersion != "" && opts.ResourceVersion != "0" && (opts.SendInitialEvents == nil || !*opts.SendInitialEvents)
+	if on {
+		l.refused++
+	}
+	l.mu.Unlock()
+	if on {
+		select {
+		case <-time.After(3 * time.Second):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return nil, &apierrors.StatusError{ErrStatus: metav1.Status{
+			Status: metav1.StatusFailure, Code: 504, Reason: metav1.StatusReasonTimeout,
+			Message: "Too large resource version: " + opts.ResourceVersion + ", current: 1",
+			Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge, Message: "Too large resource version"}}},
+		}}
+	}
+	return l.Source.Watch(ctx, opts)
+}
+
+// The scorecard's too-large-rv in virtual time: for two minutes the
+// apiserver that answers WATCHes lags (lagging), while objects change once
+// a second. A list is a consistent read, at or past every resourceVersion
+// the loop holds, so relisting after a WATCH from the list just made is
+// refused only moves the resourceVersion on, further from the lagging
+// server: the loop re-watches from its list once before it relists, and
+// makes at most one LIST for every two WATCHes (relisting after every
+// refusal made one for each, and more requests than client-go's reflector,
+// whose every attempt holds the server twice). The relists that remain are
+// what finds an etcd restore (TestLaggingServerStillFindsARestore). Once the
+// lag ends, the store catches up within a backoff cap.
+func TestLaggingServerRewatchesFromItsList(t *testing.T) {
+	l := &lagging{}
+	runSimVia(t, 3, watcher.Options[object]{}, func(src watcher.Source) watcher.Source { l.Source = src; return l }, func(s *sim) {
+		if !s.waitSynced(time.Minute) {
+			s.t.Fatal("no sync")
+		}
+		l.set(true)
+		s.srv.Cut()
+		from := time.Now()
+		for i := range 120 {
+			s.srv.Put("ns", fmt.Sprintf("obj-%d", i%3), fmt.Sprintf("write %d", i))
+			s.sleep(time.Second)
+		}
+		lists, watches := s.count("LIST", from, time.Now()), s.count("WATCH", from, time.Now())+l.refusals()
+		if watches < 4 || 2*lists > watches+1 {
+			s.t.Errorf("%d LISTs and %d WATCHes in 2 minutes of a lagging watch cache; want at least 4 WATCHes and at most one LIST for every two", lists, watches)
+		}
+		l.set(false)
+		s.sleep(watcher.DefaultBackoff.Max + 5*time.Second)
+		if !equalToServer(s) {
+			s.t.Errorf("%v after the lag ended, the store (%d objects at %s) differs from the server's (%d at %s)",
+				watcher.DefaultBackoff.Max+5*time.Second, s.store.Len(), s.w.ResourceVersion(), len(s.srv.Objects()), s.srv.ResourceVersion())
+		}
+	})
+}
+
+// While the apiserver that answers WATCHes lags, etcd is restored from a
+// snapshot taken before the lag (the resourceVersion goes back, the objects
+// created since vanish): the loop still relists within two attempts and
+// its store becomes the restored server's while the lag lasts.
+func TestLaggingServerStillFindsARestore(t *testing.T) {
+	l := &lagging{}
+	runSimVia(t, 3, watcher.Options[object]{}, func(src watcher.Source) watcher.Source { l.Source = src; return l }, func(s *sim) {
+		if !s.waitSynced(time.Minute) {
+			s.t.Fatal("no sync")
+		}
+		saved := s.srv.Save()
+		l.set(true)
+		s.srv.Cut()
+		for i := range 20 {
+			s.srv.Put("ns", fmt.Sprintf("new-%d", i), "after the snapshot")
+			s.sleep(time.Second)
+		}
+		s.srv.Restore(saved, 0)
+		s.sleep(2*watcher.DefaultBackoff.Max + 10*time.Second)
+		if !equalToServer(s) {
+			s.t.Errorf("%v after the restore, with the lag on, the store (%d objects at %s) differs from the restored server's (%d at %s)",
+				2*watcher.DefaultBackoff.Max+10*time.Second, s.store.Len(), s.w.ResourceVersion(), len(s.srv.Objects()), s.srv.ResourceVersion())
+		}
+		l.set(false)
+	})
+}
+
+// The scorecard's flap-error with WatchList on: every stream, a WatchList's
+// too, ends in an ERROR after its first event. The first relist's WatchList
+// fails on its first initial event and the list is made with LIST; the
+// relists after it in the same stretch of trouble list with LIST at once
+// instead of asking for a WatchList that fails the same way (client-go's
+// reflector asks again every time: one request more a relist). After the
+// fault, the store catches up within a backoff cap.
+func TestFailedWatchListIsNotRetriedUnderTheSameTrouble(t *testing.T) {
+	runSim(t, 3, watcher.Options[object]{WatchList: true}, func(s *sim) {
+		from := s.breakStreams(fakeapi.ErrorAfterFirstEvent)
+		for i := range 120 {
+			s.srv.Put("ns", fmt.Sprintf("obj-%d", i%3), fmt.Sprintf("write %d", i))
+			s.sleep(time.Second)
+		}
+		// (from is the instant of the first sync's WatchList: virtual time
+		// has not moved since.)
+		watchLists, lists := s.count("WATCHLIST", from.Add(time.Nanosecond), time.Now()), s.count("LIST", from, time.Now())
+		if watchLists != 1 || lists < 2 {
+			s.t.Errorf("%d WatchLists and %d LISTs in 2 minutes of streams that end in an ERROR after their first event; want the first relist's WatchList alone, and LISTs after it", watchLists, lists)
+		}
+		s.srv.SetFault(fakeapi.Healthy)
+		s.sleep(watcher.DefaultBackoff.Max + 5*time.Second)
+		if !equalToServer(s) {
+			s.t.Errorf("%v after the fault ended, the store (%d objects at %s) differs from the server's (%d at %s)",
+				watcher.DefaultBackoff.Max+5*time.Second, s.store.Len(), s.w.ResourceVersion(), len(s.srv.Objects()), s.srv.ResourceVersion())
 		}
 	})
 }
