@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -99,35 +100,33 @@ func BenchmarkDelivery(b *testing.B) {
 // readFrames opens the WATCH and splits it into frames until it has events
 // of them, decoding nothing; it returns the time from the request to the last.
 func readFrames(b *testing.B, url string, events int) time.Duration {
-	start := time.Now()
-	resp, err := http.Get(url + "/apis/example.com/v1alpha1/namespaces/bench/myresources?watch=true")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer resp.Body.Close()
-	fr := watcher.NewFrameReader(resp.Body, 0)
-	for n := 0; n < events; n++ {
-		if _, err := fr.Next(); err != nil {
-			b.Fatalf("frame %d: %v", n, err)
-		}
-	}
-	return time.Since(start)
+	return readWatch(b, url, events, func(body io.Reader) func() error {
+		fr := watcher.NewFrameReader(body, 0)
+		return func() error { _, err := fr.Next(); return err }
+	})
 }
 
-// readLines opens the WATCH and splits it at its newlines until it has
-// events lines, checking and decoding nothing; it returns the time from the
-// request to the last.
+// readLines is readFrames splitting at the newlines, checking nothing.
 func readLines(b *testing.B, url string, events int) time.Duration {
+	return readWatch(b, url, events, func(body io.Reader) func() error {
+		r := bufio.NewReaderSize(body, 64<<10)
+		return func() error { _, err := r.ReadSlice('\n'); return err }
+	})
+}
+
+// readWatch opens the WATCH and calls the next split of its body events
+// times; it returns the time from the request to the last.
+func readWatch(b *testing.B, url string, events int, split func(io.Reader) func() error) time.Duration {
 	start := time.Now()
 	resp, err := http.Get(url + "/apis/example.com/v1alpha1/namespaces/bench/myresources?watch=true")
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer resp.Body.Close()
-	r := bufio.NewReaderSize(resp.Body, 64<<10)
+	next := split(resp.Body)
 	for n := 0; n < events; n++ {
-		if _, err := r.ReadSlice('\n'); err != nil {
-			b.Fatalf("line %d: %v", n, err)
+		if err := next(); err != nil {
+			b.Fatalf("frame %d: %v", n, err)
 		}
 	}
 	return time.Since(start)
