@@ -742,9 +742,9 @@ func (r *recorder) Replaced(rv string, _, _, _, _ int) {
 	defer r.mu.Unlock()
 	r.gaps = append(r.gaps, [2]int64{r.lastRV, revision(rv)})
 	r.lastRV = revision(rv)
-	r.lists = append(r.lists, listed{at: time.Now(), rv: revision(rv), slots: slots})
-	r.watching = append(r.watching, r.lists[len(r.lists)-1])
 	now := time.Now()
+	r.lists = append(r.lists, listed{at: now, rv: revision(rv), slots: slots})
+	r.watching = append(r.watching, r.lists[len(r.lists)-1])
 	for _, o := range objs {
 		r.had(incarnation{store.KeyOf(o), o.UID}, now)
 	}
