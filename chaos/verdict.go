@@ -968,7 +968,9 @@ func (j *judge) unclaimed(d deletion, f facts) (why, cause string, stretch time.
 // kill, if killed): a fence keeps the deletions heard of, held while the
 // watcher watches their slot and handled when the replica works it again,
 // so that one should have been handled; the fence is no excuse (nil: no
-// replica did).
+// replica did). So is one that had the object when d was made, not heard
+// of d, whose watch followed the slot from d to that claim: its store still
+// holds the object, and its watch or its next relist reports it gone.
 //
 // Working it again means claiming it again before dropping the deletion,
 // and either a claim that no fence or kill ended, or claims that fences
@@ -979,13 +981,16 @@ func (j *judge) keptAndWorkedAgain(d deletion, slot int, fence time.Time) *repli
 	for _, r := range j.replicas {
 		r.rec.mu.Lock()
 		heard := r.rec.heardDeleted[d.incarnation]
+		knew, had := r.rec.known[d.incarnation]
+		had = had && !knew.After(d.At)
 		droppedAt, dropped := r.rec.dropped[d.incarnation]
 		worked := false
 		var total time.Duration // worked in claims a fence or a kill ended
-		for from := fence; heard; {
+		for from := fence; heard || had; {
 			again := r.rec.owns.claimedFrom(slot, from)
 			if again.IsZero() || (!r.to.IsZero() && !again.Before(r.to)) ||
-				dropped && droppedAt.Before(again) { // not kept to work it again
+				dropped && droppedAt.Before(again) || // not kept to work it again
+				!heard && !r.rec.watchedThrough(slot, d.At, again) { // had, but its store let it go
 				break
 			}
 			_, c := r.rec.owns.claimedAt(slot, again)
