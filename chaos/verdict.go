@@ -70,7 +70,8 @@ type Verdict struct {
 	// it still did at the kill), or claimed first after it while nobody
 	// had (the ring forming), or heard of by it, and held, not dropped,
 	// while no live replica claimed the slot; and no replica that heard of
-	// it kept it and worked the slot after (see diedWith). KilledLagMax is the longest
+	// it kept it (or had the object, its watch on the slot since) and
+	// worked the slot after (see diedWith). KilledLagMax is the longest
 	// time such a deletion came before the kill.
 	WithKilled   []string
 	KilledLagMax time.Duration
@@ -832,7 +833,8 @@ func (j *judge) newOwnerListedAfter(f facts, d deletion) bool {
 // not dropped, while no live replica claimed the slot (nobody did, or the
 // claimant had let it go before the kill, and no other replica claimed it
 // from then to the kill). In every case no replica that heard of it kept
-// it and worked the slot after (keptAndWorkedAgain). lag is how long before
+// it (or had the object, its watch on the slot since) and worked the slot
+// after (keptAndWorkedAgain). lag is how long before
 // the kill d was made.
 func (j *judge) diedWith(d deletion, f facts) (k *replica, lag time.Duration) {
 	for _, r := range j.replicas {
