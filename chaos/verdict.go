@@ -70,7 +70,8 @@ type Verdict struct {
 	// it still did at the kill), or claimed first after it while nobody
 	// had (the ring forming), or heard of by it, and held, not dropped,
 	// while no live replica claimed the slot; and no replica that heard of
-	// it kept it and worked the slot after (see diedWith). KilledLagMax is the longest
+	// it kept it (or had the object, its watch on the slot since) and
+	// worked the slot after (see diedWith). KilledLagMax is the longest
 	// time such a deletion came before the kill.
 	WithKilled   []string
 	KilledLagMax time.Duration
@@ -832,7 +833,8 @@ func (j *judge) newOwnerListedAfter(f facts, d deletion) bool {
 // not dropped, while no live replica claimed the slot (nobody did, or the
 // claimant had let it go before the kill, and no other replica claimed it
 // from then to the kill). In every case no replica that heard of it kept
-// it and worked the slot after (keptAndWorkedAgain). lag is how long before
+// it (or had the object, its watch on the slot since) and worked the slot
+// after (keptAndWorkedAgain). lag is how long before
 // the kill d was made.
 func (j *judge) diedWith(d deletion, f facts) (k *replica, lag time.Duration) {
 	for _, r := range j.replicas {
@@ -968,7 +970,9 @@ func (j *judge) unclaimed(d deletion, f facts) (why, cause string, stretch time.
 // kill, if killed): a fence keeps the deletions heard of, held while the
 // watcher watches their slot and handled when the replica works it again,
 // so that one should have been handled; the fence is no excuse (nil: no
-// replica did).
+// replica did). So is one that had the object when d was made, not heard
+// of d, whose watch followed the slot from d to that claim: its store still
+// holds the object, and its watch or its next relist reports it gone.
 //
 // Working it again means claiming it again before dropping the deletion,
 // and either a claim that no fence or kill ended, or claims that fences
@@ -979,13 +983,16 @@ func (j *judge) keptAndWorkedAgain(d deletion, slot int, fence time.Time) *repli
 	for _, r := range j.replicas {
 		r.rec.mu.Lock()
 		heard := r.rec.heardDeleted[d.incarnation]
+		knew, had := r.rec.known[d.incarnation]
+		had = had && !knew.After(d.At)
 		droppedAt, dropped := r.rec.dropped[d.incarnation]
 		worked := false
 		var total time.Duration // worked in claims a fence or a kill ended
-		for from := fence; heard; {
+		for from := fence; heard || had; {
 			again := r.rec.owns.claimedFrom(slot, from)
 			if again.IsZero() || (!r.to.IsZero() && !again.Before(r.to)) ||
-				dropped && droppedAt.Before(again) { // not kept to work it again
+				dropped && droppedAt.Before(again) || // not kept to work it again
+				!heard && !r.rec.watchedThrough(slot, d.At, again) { // had, but its store let it go
 				break
 			}
 			_, c := r.rec.owns.claimedAt(slot, again)
