@@ -123,15 +123,6 @@ func (c *BudgetConfig) defaults() error {
 	return nil
 }
 
-func budgetFault(name string) (BudgetFault, bool) {
-	for _, f := range BudgetFaults {
-		if f.Name == name {
-			return f, true
-		}
-	}
-	return BudgetFault{}, false
-}
-
 // BudgetRow is one fault's measure.
 type BudgetRow struct {
 	Fault BudgetFault
@@ -176,7 +167,7 @@ func Budget(ctx context.Context, cp *controlplane.ControlPlane, cfg BudgetConfig
 	defer st.close()
 	target, proxy, ns, churn := st.target, st.proxy, st.ns, st.churn
 	for _, name := range cfg.Faults {
-		f, _ := budgetFault(name)
+		f := BudgetFaults[slices.IndexFunc(BudgetFaults, func(f BudgetFault) bool { return f.Name == name })] // defaults checked the name
 		row, err := measure(ctx, cfg, f, target, proxy, ns, churn)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", f.Name, err)

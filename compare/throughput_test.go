@@ -175,12 +175,18 @@ func deliver(b testing.TB, kind string, cfg *rest.Config, g *gate, events int, o
 	}
 	c, start, stop := replayTo(b, kind, cfg, g, cc)
 	defer stop()
+	waitUpdates(b, c, start, events, kind)
+	return time.Since(start)
+}
+
+// waitUpdates waits until c has handled events updates, failing tb (with
+// name) if that takes more than a minute from start.
+func waitUpdates(tb testing.TB, c *Consumer, start time.Time, events int, name string) {
 	for deadline := start.Add(time.Minute); c.Events().Updates < int64(events); time.Sleep(100 * time.Microsecond) {
 		if time.Now().After(deadline) {
-			b.Fatalf("%s: %d of %d events after a minute", kind, c.Events().Updates, events)
+			tb.Fatalf("%s: %d of %d events after a minute", name, c.Events().Updates, events)
 		}
 	}
-	return time.Since(start)
 }
 
 // replayTo starts a consumer of kind on the replay server at cfg, waits for

@@ -78,11 +78,7 @@ func BenchmarkDeliveryWire(b *testing.B) {
 						c, start, stop := replayTo(b, kind, cfg, g, ConsumerConfig{Wire: wire})
 						runtime.ReadMemStats(&ms)
 						before, wireBefore, cpuBefore := ms.Mallocs, bc.Wire(), processCPU()
-						for deadline := start.Add(time.Minute); c.Events().Updates < events; time.Sleep(100 * time.Microsecond) {
-							if time.Now().After(deadline) {
-								b.Fatalf("%s: %d of %d events after a minute", name, c.Events().Updates, events)
-							}
-						}
+						waitUpdates(b, c, start, events, name)
 						total += time.Since(start)
 						cpu += processCPU() - cpuBefore
 						runtime.ReadMemStats(&ms)

@@ -83,10 +83,7 @@ func TestCBORWireAgainstTheAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	last, err := c.Create(ctx, testkit.New(ns, "late", "after the list"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	last := testkit.Create(t, c, ns, "late", "after the list")
 	for _, r := range []*running{viaCBOR, viaJSON, viaCBORWatchList} {
 		testkit.Eventually(t, 30*time.Second, func() bool {
 			o, ok := r.store.Get(ns + "/late")

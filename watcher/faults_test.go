@@ -23,7 +23,6 @@ import (
 // older than" the RV it had) brings what was missed.
 func TestExpiredEventInTheStreamRelists(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
-	ctx := context.Background()
 	testkit.Objects(t, c, ns, "obj", 3)
 	proxy, r := watchingViaProxy(t, cp, ns)
 
@@ -31,9 +30,7 @@ func TestExpiredEventInTheStreamRelists(t *testing.T) {
 		t.Fatalf("expired %d streams, want 1", n)
 	}
 	testkit.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Relists == 1 }, "no relist after a 410 ERROR event")
-	if _, err := c.Create(ctx, testkit.New(ns, "after", "hi")); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Create(t, c, ns, "after", "hi")
 	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.store.Get(ns + "/after"); return ok }, "no event after the relist")
 	if n := proxy.Counts().Lists; n != 2 {
 		t.Errorf("the proxy saw %d LISTs, want 2 (the first and the relist)", n)
@@ -66,9 +63,7 @@ func TestGoneResponseToAWatchRelists(t *testing.T) {
 	if c := proxy.Counts(); c.Failed != 1 || c.Lists != 2+int64(probes) || probes > 1 {
 		t.Errorf("proxy counts %+v, %d probes answered: want 1 answered 410, 2 LISTs and the probes", c, probes)
 	}
-	if _, err := c.Create(context.Background(), testkit.New(ns, "after", "hi")); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Create(t, c, ns, "after", "hi")
 	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.store.Get(ns + "/after"); return ok }, "no event after the relist")
 }
 
@@ -102,10 +97,7 @@ func TestThrottledWatchWaitsForRetryAfter(t *testing.T) {
 func TestUndecodableEventsAreSkippedAndNothingIsLost(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
-	doomed, err := c.Create(ctx, testkit.New(ns, "doomed", "hi"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	doomed := testkit.Create(t, c, ns, "doomed", "hi")
 	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
 	logs := &testkit.Logs{}
 	r := startLogging(t, cfg, ns, watcher.Options[object]{}, logs.Logger(0))
@@ -124,9 +116,7 @@ func TestUndecodableEventsAreSkippedAndNothingIsLost(t *testing.T) {
 		`"metadata":{"name":"doomed","namespace":%q,"resourceVersion":%q},"spec":{"message":["not","a","string"]}}}`,
 		ns, doomed.ResourceVersion)
 	proxy.InjectFrame([]byte(garbledDelete))
-	if _, err := c.Create(ctx, testkit.New(ns, "after-garbage", "hi")); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Create(t, c, ns, "after-garbage", "hi")
 	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.store.Get(ns + "/after-garbage"); return ok },
 		"the event after the undecodable ones never arrived")
 	if _, ok := r.store.Get(ns + "/doomed"); ok {
@@ -149,9 +139,7 @@ func TestUndecodableEventsAreSkippedAndNothingIsLost(t *testing.T) {
 	rv := r.w.ResourceVersion()
 	proxy.InjectFrame([]byte("this is not JSON"))
 	testkit.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Watches == 2 }, "no re-watch after a broken stream")
-	if _, err := c.Create(ctx, testkit.New(ns, "after-break", "hi")); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Create(t, c, ns, "after-break", "hi")
 	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.store.Get(ns + "/after-break"); return ok },
 		"the event after the broken stream never arrived")
 	r.rec.mu.Lock()

@@ -210,10 +210,7 @@ func TestWatchDeliversEvents(t *testing.T) {
 	ctx := context.Background()
 	key := ns + "/x"
 
-	created, err := c.Create(ctx, testkit.New(ns, "x", "one"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	created := testkit.Create(t, c, ns, "x", "one")
 	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.find(key, store.Added); return ok }, "no Added delta")
 
 	created.Spec.Message = "two"
@@ -280,7 +277,6 @@ func rvAtLeast(a, b string) bool {
 // are followed by a re-WATCH from the last RV: no relist, nothing missed.
 func TestBrokenWatchResumesWithoutRelist(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
-	ctx := context.Background()
 	testkit.Objects(t, c, ns, "before", 5)
 	proxy, r := watchingViaProxy(t, cp, ns)
 
@@ -289,18 +285,14 @@ func TestBrokenWatchResumesWithoutRelist(t *testing.T) {
 	if n := proxy.CutWatches(); n != 1 {
 		t.Fatalf("cut %d watches, want 1", n)
 	}
-	if _, err := c.Create(ctx, testkit.New(ns, "after-cut", "hi")); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Create(t, c, ns, "after-cut", "hi")
 	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.find(ns+"/after-cut", store.Added); return ok },
 		"object created after the cut never arrived")
 
 	// 2. Refuse connections for a while: the watcher backs off and retries.
 	proxy.Refuse()
 	backoffsBefore := r.w.Stats().Backoffs
-	if _, err := c.Create(ctx, testkit.New(ns, "while-down", "hi")); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Create(t, c, ns, "while-down", "hi")
 	testkit.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().Backoffs >= backoffsBefore+2 }, "no backoff while refused")
 	if err := proxy.Accept(); err != nil {
 		t.Fatal(err)
@@ -344,9 +336,7 @@ func TestCompactedResourceVersionRelistsAndReportsDeletions(t *testing.T) {
 	uncached := testkit.Shared.Uncached(t)
 	ctx := context.Background()
 	for _, name := range []string{"keep", "change", "gone", "phoenix"} {
-		if _, err := c.Create(ctx, testkit.New(ns, name, "v1")); err != nil {
-			t.Fatal(err)
-		}
+		testkit.Create(t, c, ns, name, "v1")
 	}
 	proxy, cfg := testkit.Proxy(t, cp, uncached)
 	r := start(t, cfg, ns, watcher.Options[object]{})
@@ -364,16 +354,11 @@ func TestCompactedResourceVersionRelistsAndReportsDeletions(t *testing.T) {
 	if _, err := c.Update(ctx, change); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Create(ctx, testkit.New(ns, "fresh", "v1")); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Create(t, c, ns, "fresh", "v1")
 	if err := c.Delete(ctx, ns, "phoenix", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	newPhoenix, err := c.Create(ctx, testkit.New(ns, "phoenix", "reborn"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	newPhoenix := testkit.Create(t, c, ns, "phoenix", "reborn")
 	if _, err := cp.Compact(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -421,10 +406,7 @@ func TestErrorEventAfterCompactionAtTheNextChangeRelists(t *testing.T) {
 	cp, ns, c := testkit.Start(t)
 	uncached := testkit.Shared.Uncached(t)
 	ctx := context.Background()
-	obj, err := c.Create(ctx, testkit.New(ns, "hello", "v1"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	obj := testkit.Create(t, c, ns, "hello", "v1")
 	proxy, cfg := testkit.Proxy(t, cp, uncached)
 	r := start(t, cfg, ns, watcher.Options[object]{})
 	testkit.Eventually(t, 10*time.Second, func() bool { return proxy.OpenWatches() == 1 }, "no watch open")
@@ -539,16 +521,13 @@ func assertStoreMatchesServer(t *testing.T, c interface {
 // events: no LIST request at all.
 func TestWatchListStreamsTheInitialStateAndKeepsTheStream(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
-	ctx := context.Background()
 	testkit.Objects(t, c, ns, "obj", 300)
 	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
 	r := start(t, cfg, ns, watcher.Options[object]{WatchList: true})
 	if n := r.store.Len(); n != 300 || r.rec.count(store.Added) != 300 {
 		t.Fatalf("store %d objects, %d Added deltas; want 300", n, r.rec.count(store.Added))
 	}
-	if _, err := c.Create(ctx, testkit.New(ns, "live", "hi")); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Create(t, c, ns, "live", "hi")
 	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.find(ns+"/live", store.Added); return ok }, "live event not delivered")
 	st, counts := r.w.Stats(), proxy.Counts()
 	if counts.Lists != 0 || counts.Watches != 1 || st.Watches != 1 || st.Lists != 1 || st.ListPages != 0 {
@@ -608,9 +587,7 @@ func TestAPIServerRestartRelistsOnceAndResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Relists >= 1 }, "no relist after the restart")
-	if _, err := c.Create(ctx, testkit.New(ns, "after-restart", "hi")); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Create(t, c, ns, "after-restart", "hi")
 	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.find(ns+"/after-restart", store.Added); return ok },
 		"the watch did not resume after the relist")
 	if n := r.w.Stats().Relists; n != 1 {

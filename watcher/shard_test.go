@@ -217,9 +217,7 @@ func TestSetShardMovesWithoutDeletions(t *testing.T) {
 			_, ok := r.rec.find(store.KeyOf(victim), store.Deleted)
 			return ok
 		}, "%s: a real deletion was not reported", name)
-		if _, err := c.Create(ctx, testkit.New(ns, victim.GetName(), "back")); err != nil {
-			t.Fatal(err)
-		}
+		testkit.Create(t, c, ns, victim.GetName(), "back")
 	}
 }
 
@@ -273,9 +271,7 @@ func TestSweepFindsTheDeletionsTheWatchHasNotBrought(t *testing.T) {
 				if err := c.Delete(ctx, ns, o.Name, metav1.DeleteOptions{}); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := c.Create(ctx, testkit.New(ns, o.Name, "again")); err != nil {
-					t.Fatal(err)
-				}
+				testkit.Create(t, c, ns, o.Name, "again")
 				recreated = store.KeyOf(&list.Items[i])
 				want[recreated] = true
 			}

@@ -39,9 +39,7 @@ func TestTimeTravelAfterAnEtcdRestore(t *testing.T) {
 	ns := testkit.Namespace(t, cp.Config())
 	c := testkit.Client(t, cp.Config())
 	for _, name := range []string{"a", "b"} {
-		if _, err := c.Create(ctx, testkit.New(ns, name, "before")); err != nil {
-			t.Fatal(err)
-		}
+		testkit.Create(t, c, ns, name, "before")
 	}
 	// Should the restored apiserver accept a WATCH from the "future" and
 	// send nothing, the watchdog's silence limit recovers; 10 s keeps that
@@ -53,10 +51,7 @@ func TestTimeTravelAfterAnEtcdRestore(t *testing.T) {
 	}
 	before := r.w.ResourceVersion()
 
-	born, err := c.Create(ctx, testkit.New(ns, "c", "born after the snapshot"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	born := testkit.Create(t, c, ns, "c", "born after the snapshot")
 	a, err := c.Get(ctx, ns, "a")
 	if err != nil {
 		t.Fatal(err)

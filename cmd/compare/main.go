@@ -35,19 +35,27 @@ func main() {
 		case "consume":
 			os.Exit(consume(os.Args[2:]))
 		case "storm":
-			os.Exit(storm(os.Args[2:]))
+			os.Exit(untilSignal(storm, os.Args[2:]))
 		case "sizes":
-			os.Exit(sizes(os.Args[2:]))
+			os.Exit(untilSignal(sizes, os.Args[2:]))
 		case "storm-consume":
 			os.Exit(stormConsume(os.Args[2:]))
 		case "converge":
-			os.Exit(converge(os.Args[2:]))
+			os.Exit(untilSignal(converge, os.Args[2:]))
 		}
 	}
-	os.Exit(run(os.Args[1:]))
+	os.Exit(untilSignal(run, os.Args[1:]))
 }
 
-func run(args []string) int {
+// untilSignal runs a subcommand whose context SIGINT or SIGTERM ends; the
+// consumer processes (consume, storm-consume) keep the default and die.
+func untilSignal(cmd func(context.Context, []string) int, args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return cmd(ctx, args)
+}
+
+func run(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	var o compare.Options
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "cluster to use (default: start a local control plane)")
@@ -81,8 +89,6 @@ func run(args []string) int {
 		o.CostKinds = strings.Split(*costKinds, ",")
 	}
 	o.Progress = os.Stderr
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	report, err := compare.Run(ctx, o)
 	return publish("compare", report, err, o.OutDir, "report", report == nil || report.AllCorrect, "a consumer failed its correctness check")
 }
@@ -117,7 +123,7 @@ func consume(args []string) int {
 	return 0
 }
 
-func storm(args []string) int {
+func storm(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("storm", flag.ContinueOnError)
 	var o compare.StormOptions
 	fs.IntVar(&o.Objects, "objects", 10000, "objects every client caches")
@@ -140,13 +146,11 @@ func storm(args []string) int {
 	o.ClientQPS = float32(*qps)
 	o.Kinds = strings.Split(*kinds, ",")
 	o.Progress = os.Stderr
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	report, err := compare.RunStorm(ctx, o)
 	return publish("compare storm", report, err, o.OutDir, "storm", report == nil || report.AllCorrect, "a mode failed its correctness check")
 }
 
-func sizes(args []string) int {
+func sizes(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("sizes", flag.ContinueOnError)
 	var o compare.SizesOptions
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "cluster to use (default: start a local control plane)")
@@ -172,8 +176,6 @@ func sizes(args []string) int {
 		fmt.Fprintln(os.Stderr, "compare sizes:", err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	report, err := compare.RunSizes(ctx, o)
 	return publish("compare sizes", report, err, o.OutDir, "sizes", true, "")
 }
@@ -200,7 +202,7 @@ func stormConsume(args []string) int {
 	return 0
 }
 
-func converge(args []string) int {
+func converge(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("converge", flag.ContinueOnError)
 	var o compare.ConvergeOptions
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "cluster to use (default: start a local control plane)")
@@ -235,8 +237,6 @@ func converge(args []string) int {
 		o.Settings = append(o.Settings, st)
 	}
 	o.Progress = os.Stderr
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	report, err := compare.RunConverge(ctx, o)
 	if report != nil && len(report.Runs) > 0 {
 		// What converged is written even when a run failed.

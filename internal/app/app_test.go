@@ -188,10 +188,7 @@ func TestCreateUpdateDelete(t *testing.T) {
 	a, spy, _ := startApp(t, ns, 2)
 	key := ns + "/demo"
 
-	created, err := c.Create(ctx, testkit.New(ns, "demo", "hello"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	created := testkit.Create(t, c, ns, "demo", "hello")
 	obj := waitStatus(t, c, ns, "demo", func(o *v1alpha1.MyResource) bool {
 		return o.Status.Phase == v1alpha1.PhaseProcessed && o.Status.ObservedGeneration == 1
 	}, "want Processed at generation 1")
@@ -290,9 +287,7 @@ func TestFailRetriesWithGrowingDelay(t *testing.T) {
 				mu.Unlock()
 			}
 		})})
-	if _, err := c.Create(context.Background(), testkit.New(ns, "broken", reconcile.FailMessage)); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Create(t, c, ns, "broken", reconcile.FailMessage)
 	obj := waitStatus(t, c, ns, "broken", func(o *v1alpha1.MyResource) bool { return o.Status.Phase == v1alpha1.PhaseFailed },
 		"want Failed")
 	if !strings.Contains(obj.Status.Message, "fail") || meta.IsStatusConditionTrue(obj.Status.Conditions, v1alpha1.ConditionReady) {
@@ -340,7 +335,6 @@ func TestFailRetriesWithGrowingDelay(t *testing.T) {
 // controller retries quietly and converges.
 func TestConflictIsRetriedQuietly(t *testing.T) {
 	_, ns, c := testkit.Parallel(t)
-	ctx := context.Background()
 	_, spy, logs := startApp(t, ns, 2)
 	var once sync.Once
 	spy.onWrite = func(ctx context.Context, obj object) {
@@ -355,9 +349,7 @@ func TestConflictIsRetriedQuietly(t *testing.T) {
 			}
 		})
 	}
-	if _, err := c.Create(ctx, testkit.New(ns, "contended", "hi")); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Create(t, c, ns, "contended", "hi")
 	waitStatus(t, c, ns, "contended", func(o *v1alpha1.MyResource) bool { return o.Status.Phase == v1alpha1.PhaseProcessed }, "want Processed")
 	spy.mu.Lock()
 	conflicts := 0

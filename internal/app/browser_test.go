@@ -43,13 +43,9 @@ func TestLivePageInABrowser(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
 	proxy, viaProxy := testkit.Proxy(t, cp, cp.APIServer)
 	for _, name := range []string{"hello", "greeting", "welcome"} {
-		if _, err := c.Create(context.Background(), testkit.New(ns, name, "hi")); err != nil {
-			t.Fatal(err)
-		}
+		testkit.Create(t, c, ns, name, "hi")
 	}
-	if _, err := c.Create(context.Background(), testkit.New(ns, "broken", reconcile.FailMessage)); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Create(t, c, ns, "broken", reconcile.FailMessage)
 	a, _, _ := startAppWith(t, app.Options{Config: viaProxy, Namespace: ns, UIAddr: "127.0.0.1:0",
 		RetryBase: 2 * time.Second, RetryMax: 30 * time.Second, FreshnessProbe: time.Second})
 

@@ -58,9 +58,7 @@ func TestFailingForeverBacksOffUpToTheCap(t *testing.T) {
 	_, spy, logs := startAppWith(t, app.Options{Config: cp.Config(), Namespace: ns,
 		RetryBase: base, RetryMax: maxDelay, Observer: rec})
 	key := ns + "/forever"
-	if _, err := c.Create(context.Background(), testkit.New(ns, "forever", reconcile.FailMessage)); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Create(t, c, ns, "forever", reconcile.FailMessage)
 	// 10+20+40+80 ms, then 160 ms each: twelve tries take about 1.5 s.
 	testkit.Eventually(t, 30*time.Second, func() bool { return len(rec.of(key)) >= 12 }, "not retried")
 

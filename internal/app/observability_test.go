@@ -61,7 +61,6 @@ func TestProbesBeforeTheFirstList(t *testing.T) {
 // Scraping a controller at work: the metrics move with what it does.
 func TestMetricsMoveWithTheWork(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
-	ctx := context.Background()
 	a, _, _ := startAppWith(t, app.Options{Config: cp.Config(), Namespace: ns, Workers: 2, RetryBase: 20 * time.Millisecond,
 		MetricsAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0",
 		// The server ends each watch after a second: re-watches to count.
@@ -74,13 +73,9 @@ func TestMetricsMoveWithTheWork(t *testing.T) {
 	before := testkit.Scrape(t, url)
 
 	for i := range 3 {
-		if _, err := c.Create(ctx, testkit.New(ns, fmt.Sprintf("m-%d", i), "hi")); err != nil {
-			t.Fatal(err)
-		}
+		testkit.Create(t, c, ns, fmt.Sprintf("m-%d", i), "hi")
 	}
-	if _, err := c.Create(ctx, testkit.New(ns, "broken", reconcile.FailMessage)); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Create(t, c, ns, "broken", reconcile.FailMessage)
 	for i := range 3 {
 		waitStatus(t, c, ns, fmt.Sprintf("m-%d", i), func(o *v1alpha1.MyResource) bool { return o.Status.Phase == v1alpha1.PhaseProcessed }, "want Processed")
 	}

@@ -34,9 +34,7 @@ func TestAPausedOldOwnersStatusWriteMeetsAConflict(t *testing.T) {
 	_, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
 	key := store.Key(ns, "moved")
-	if _, err := c.Create(ctx, testkit.New(ns, "moved", "generation 1")); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Create(t, c, ns, "moved", "generation 1")
 	// The old owner's cache holds the object as it read it, then it pauses.
 	oldRead, oldCache := cachedRead(t, c, ns, "moved")
 

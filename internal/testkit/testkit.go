@@ -100,6 +100,17 @@ func New(namespace, name, message string) *v1alpha1.MyResource {
 	}
 }
 
+// Create creates New(namespace, name, message) and returns what the server
+// made of it, or fails t.
+func Create(t testing.TB, c *client.Client, namespace, name, message string) *v1alpha1.MyResource {
+	t.Helper()
+	o, err := c.Create(context.Background(), New(namespace, name, message))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
 // CreateMany creates n MyResources named prefix-0..n-1 with 16 writers in
 // parallel.
 func CreateMany(ctx context.Context, c *client.Client, namespace, prefix string, n int) error {

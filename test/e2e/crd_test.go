@@ -72,10 +72,7 @@ func TestSchemaRejectsInvalidMyResources(t *testing.T) {
 	}
 
 	// The status is validated through /status too.
-	ok, err := c.Create(ctx, testkit.New(ns, "ok", "fine"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ok := testkit.Create(t, c, ns, "ok", "fine")
 	for name, mutate := range map[string]func(*v1alpha1.MyResource){
 		"phase outside the enum": func(o *v1alpha1.MyResource) { o.Status.Phase = "Exploded" },
 		"message too long":       func(o *v1alpha1.MyResource) { o.Status.Message = strings.Repeat("x", 1025) },
@@ -100,9 +97,7 @@ func badCondition(status metav1.ConditionStatus) metav1.Condition {
 // kubectl get shows PHASE, MESSAGE and AGE: the server's Table view lists them.
 func TestPrinterColumns(t *testing.T) {
 	_, ns, c := testkit.Parallel(t)
-	if _, err := c.Create(context.Background(), testkit.New(ns, "cols", "x")); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Create(t, c, ns, "cols", "x")
 	body, err := c.REST().Get().Namespace(ns).Resource(v1alpha1.Resource).
 		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").Do(context.Background()).Raw()
 	if err != nil {

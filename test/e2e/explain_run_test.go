@@ -23,12 +23,8 @@ func TestExplainNarratesARealRun(t *testing.T) {
 	at := func(line string) *regexp.Regexp { return regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d\.\d{3} ` + line) }
 	p.waitLog(t, 30*time.Second, at(`SYNCED    the store holds 3 objects at resourceVersion \d+ \(3 Added deltas\)`))
 
-	if _, err := c.Create(ctx, testkit.New(ns, "live", "hi")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Create(ctx, testkit.New(ns, "broken", reconcile.FailMessage)); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Create(t, c, ns, "live", "hi")
+	testkit.Create(t, c, ns, "broken", reconcile.FailMessage)
 	p.waitLog(t, 30*time.Second, at(`RETRY     `+ns+`/broken in 100ms: spec.message is "fail"`))
 	if err := c.Delete(ctx, ns, "live", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

@@ -83,10 +83,7 @@ func TestInClusterWithAServiceAccountToken(t *testing.T) {
 	identity := p.waitLog(t, 30*time.Second, regexp.MustCompile(`"Became the leader: starting the workers" .*?identity="([^"]+)"`))[1]
 
 	c := testkit.Client(t, cp.Config())
-	created, err := c.Create(ctx, testkit.New(ns, "in-cluster", "as a service account"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	created := testkit.Create(t, c, ns, "in-cluster", "as a service account")
 	testkit.Eventually(t, 30*time.Second, func() bool {
 		o, err := c.Get(ctx, ns, "in-cluster")
 		return err == nil && o.Status.Phase == v1alpha1.PhaseProcessed && o.Status.ObservedGeneration == o.Generation

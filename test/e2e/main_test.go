@@ -113,9 +113,7 @@ func TestBinaryReconcilesAndStopsCleanly(t *testing.T) {
 	p := startBinary(t, nil, "--kubeconfig", cp.Kubeconfig, "--namespace", ns, "--page-size", "10", "-v=2",
 		"--ui-bind-address", "127.0.0.1:0", "--secure-serving=false")
 	c := testkit.Client(t, cp.Config())
-	if _, err := c.Create(context.Background(), testkit.New(ns, "hello", "from the binary")); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Create(t, c, ns, "hello", "from the binary")
 	testkit.Eventually(t, 30*time.Second, func() bool {
 		o, err := c.Get(context.Background(), ns, "hello")
 		return err == nil && o.Status.Phase == v1alpha1.PhaseProcessed && o.Status.ObservedGeneration == o.Generation
@@ -165,9 +163,7 @@ func TestBinaryUsesKubeconfigEnvAndContext(t *testing.T) {
 	}
 	ns := testkit.Namespace(t, cp.Config())
 	c := testkit.Client(t, cp.Config())
-	if _, err := c.Create(context.Background(), testkit.New(ns, "ctx", "hi")); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Create(t, c, ns, "ctx", "hi")
 
 	// The current context is dead: the controller says so, retries, and stops cleanly.
 	dead := startBinary(t, []string{"KUBECONFIG=" + path}, "--namespace", ns)

@@ -32,10 +32,7 @@ func TestLeastPrivilegeServiceAccountIsEnough(t *testing.T) {
 	ns := testkit.Namespace(t, cp.Config())
 	admin := testkit.Client(t, cp.Config())
 	ctx := context.Background()
-	obj, err := admin.Create(ctx, testkit.New(ns, "least", "privilege"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	obj := testkit.Create(t, admin, ns, "least", "privilege")
 
 	// --events=all: a success gets an Event too, the one this test waits for.
 	p := startBinary(t, nil, "--kubeconfig", kubeconfig, "--namespace", ns, "--events=all", "-v=2")
@@ -86,9 +83,7 @@ func TestForbiddenListIsLoggedAndBackedOff(t *testing.T) {
 	kubeconfig, _ := kubeconfigAs(t, cp, ns, "unbound")
 	admin := testkit.Client(t, cp.Config())
 	ctx := context.Background()
-	if _, err := admin.Create(ctx, testkit.New(ns, "waiting", "for rbac")); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Create(t, admin, ns, "waiting", "for rbac")
 
 	started := time.Now()
 	p := startBinary(t, nil, "--kubeconfig", kubeconfig, "--namespace", ns)
