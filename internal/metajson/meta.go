@@ -5,7 +5,6 @@ import (
 	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // Fields reads the object at the decoder, whose fields are listed in names
@@ -54,24 +53,23 @@ var objectMetaFields = []string{"name", "generateName", "namespace", "selfLink",
 	"generation", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
 	"ownerReferences", "finalizers", "managedFields"}
 
-// ObjectMeta reads an object's metadata into m, a fresh one.
+// ObjectMeta reads an object's metadata into m, a fresh one (its strings
+// with StringTo: see Batch).
 func (d *Decoder) ObjectMeta(m *metav1.ObjectMeta) error {
 	return d.Fields(objectMetaFields, func(n int) (err error) {
 		switch n {
 		case 0:
-			m.Name, err = d.String()
+			err = d.StringTo(&m.Name)
 		case 1:
-			m.GenerateName, err = d.String()
+			err = d.StringTo(&m.GenerateName)
 		case 2:
 			m.Namespace, err = d.SharedString()
 		case 3:
-			m.SelfLink, err = d.String()
+			err = d.StringTo(&m.SelfLink)
 		case 4:
-			var uid string
-			uid, err = d.String()
-			m.UID = types.UID(uid)
+			err = d.StringTo((*string)(&m.UID))
 		case 5:
-			m.ResourceVersion, err = d.String()
+			err = d.StringTo(&m.ResourceVersion)
 		case 6:
 			m.Generation, err = d.Int64()
 		case 7:
