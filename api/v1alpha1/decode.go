@@ -40,15 +40,15 @@ func (r *MyResource) fields(d *metajson.Decoder) error {
 	})
 }
 
-var myResourceFields = metajson.NewNames(append(append([]string(nil), metajson.TypeMetaFields...), "metadata", "spec", "status")...)
+var myResourceFields = append(append([]string(nil), metajson.TypeMetaFields...), "metadata", "spec", "status")
 
-var specFields = metajson.NewNames("message")
+var specFields = []string{"message"}
 
 func (s *MyResourceSpec) decode(d *metajson.Decoder) error {
 	return d.Fields(specFields, func(int) error { return d.StringTo(&s.Message) })
 }
 
-var statusFields = metajson.NewNames("phase", "message", "observedGeneration", "conditions")
+var statusFields = []string{"phase", "message", "observedGeneration", "conditions"}
 
 func (s *MyResourceStatus) decode(d *metajson.Decoder) error {
 	return d.Fields(statusFields, func(n int) (err error) {

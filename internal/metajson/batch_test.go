@@ -3,7 +3,6 @@ package metajson
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -104,27 +103,5 @@ func TestBatchDeclineAssignsNothing(t *testing.T) {
 	}
 	if next[0] != "c" || got[0] != "" || got[1] != "" {
 		t.Fatalf("after a decline, the next object got %q and the declined one %q", next, got)
-	}
-}
-
-// Fields' key lookup, on an object with every key of ObjectMeta (in the
-// order kube-apiserver writes them, alphabetical), each value a number:
-// what the object's key matching costs beside the cheapest value reading.
-//
-//	go test -run '^$' -bench FieldsLookup ./internal/metajson
-func BenchmarkFieldsLookup(b *testing.B) {
-	keys := append([]string(nil), objectMetaFields.list...)
-	slices.Sort(keys)
-	var data []byte
-	for i, k := range keys {
-		data = fmt.Appendf(data, `%s"%s":%d`, map[bool]string{true: "{", false: ","}[i == 0], k, i)
-	}
-	data = append(data, '}')
-	var d Decoder
-	for b.Loop() {
-		d.Reset(data, Options{})
-		if err := d.Fields(objectMetaFields, func(int) error { _, err := d.Int64(); return err }); err != nil {
-			b.Fatal(err)
-		}
 	}
 }

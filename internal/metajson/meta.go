@@ -1,66 +1,33 @@
 package metajson
 
 import (
-	"math/bits"
 	"time"
 	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Names are the field names of one type's objects (at most 64), with a
-// table to find a key among them: make them once per type (NewNames).
-type Names struct {
-	list []string
-	// byLen[l] has bit n set when list[n] is l bytes long (the last
-	// entry: that long or longer), so a key is compared with the names
-	// of its length only, the first of them first.
-	byLen [32]uint64
-}
-
-// NewNames makes the Names of a type's fields, in the order Fields numbers
-// them.
-func NewNames(names ...string) *Names {
-	if len(names) > 64 {
-		panic("metajson: more than 64 field names")
-	}
-	ns := &Names{list: names}
-	for n, name := range names {
-		ns.byLen[min(len(name), len(ns.byLen)-1)] |= 1 << n
-	}
-	return ns
-}
-
-// index is the index of key among the names (the first if there are two),
-// -1 if it is none of them: exact, case-sensitive matching.
-func (ns *Names) index(key []byte) int {
-	for m := ns.byLen[min(len(key), len(ns.byLen)-1)]; m != 0; m &= m - 1 {
-		if n := bits.TrailingZeros64(m); string(key) == ns.list[n] {
-			return n
-		}
-	}
-	return -1
-}
-
-// Fields reads the object at the decoder, whose fields are names: for each
-// member it calls read with the field's index, unless the value is null
-// (which leaves a fresh field zero); an unknown key's value is skipped. A
-// field seen twice declines.
-func (d *Decoder) Fields(names *Names, read func(n int) error) error {
+// Fields reads the object at the decoder, whose fields are listed in names
+// (at most 64): for each member it calls read with the field's index, unless
+// the value is null (which leaves a fresh field zero); an unknown key's value
+// is skipped. A field seen twice declines.
+func (d *Decoder) Fields(names []string, read func(n int) error) error {
 	var seen uint64
 	return d.Members(func(key []byte) error {
-		n := names.index(key)
-		if n < 0 {
-			_, err := d.Skip()
-			return err
+		for n, name := range names {
+			if string(key) != name {
+				continue
+			}
+			if err := Seen(&seen, n); err != nil {
+				return err
+			}
+			if d.Null() {
+				return nil
+			}
+			return read(n)
 		}
-		if err := Seen(&seen, n); err != nil {
-			return err
-		}
-		if d.Null() {
-			return nil
-		}
-		return read(n)
+		_, err := d.Skip()
+		return err
 	})
 }
 
@@ -82,9 +49,9 @@ func (d *Decoder) TypeMetaField(tm *metav1.TypeMeta, n int) (err error) {
 	return err
 }
 
-var objectMetaFields = NewNames("name", "generateName", "namespace", "selfLink", "uid", "resourceVersion",
+var objectMetaFields = []string{"name", "generateName", "namespace", "selfLink", "uid", "resourceVersion",
 	"generation", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
-	"ownerReferences", "finalizers", "managedFields")
+	"ownerReferences", "finalizers", "managedFields"}
 
 // ObjectMeta reads an object's metadata into m, a fresh one (its strings
 // with StringTo: see Batch).
@@ -127,7 +94,7 @@ func (d *Decoder) ObjectMeta(m *metav1.ObjectMeta) error {
 	})
 }
 
-var managedFieldsEntryFields = NewNames("manager", "operation", "apiVersion", "time", "fieldsType", "fieldsV1", "subresource")
+var managedFieldsEntryFields = []string{"manager", "operation", "apiVersion", "time", "fieldsType", "fieldsV1", "subresource"}
 
 func (d *Decoder) managedFields() ([]metav1.ManagedFieldsEntry, error) {
 	if d.opts.NewestWriteOnly {
