@@ -232,7 +232,9 @@ var fastPathCases = map[string]string{
 	"stray closer":                  ev("ADDED", `"name":"a","resourceVersion":"23"`, ``) + "}\n" + ev("ADDED", `"name":"b","resourceVersion":"24"`, ``),
 	"cut after a colon":             ev("ADDED", `"name":"a","resourceVersion":"27"`, ``) + `{"type":"ADDED","object":` + "\n" + ev("ADDED", `"name":"b","resourceVersion":"28"`, ``) + ev("ADDED", `"name":"c","resourceVersion":"29"`, ``),
 	"cut mid-string":                ev("ADDED", `"name":"a","resourceVersion":"30"`, ``) + `{"type":"ADDED","object":{"metadata":{"name":"b","resou` + "\n" + ev("ADDED", `"name":"c","resourceVersion":"31"`, ``),
-	"frames back to back":           strings.TrimSpace(ev("ADDED", `"name":"a","resourceVersion":"25"`, ``)) + strings.TrimSpace(ev("ADDED", `"name":"b","resourceVersion":"26"`, ``)),
+	"declined after its strings, then one taken": ev("MODIFIED", `"name":"a","uid":"u1","resourceVersion":"32"`, `,"spec":{"message":"first"},"status":{"message":"m","observedGeneration":1.5}`) +
+		ev("MODIFIED", `"name":"b","resourceVersion":"33"`, `,"status":{"phase":"Processed"}`),
+	"frames back to back": strings.TrimSpace(ev("ADDED", `"name":"a","resourceVersion":"25"`, ``)) + strings.TrimSpace(ev("ADDED", `"name":"b","resourceVersion":"26"`, ``)),
 }
 
 // FuzzFastDecoder searches for a stream the two ways decode differently:

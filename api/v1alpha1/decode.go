@@ -18,7 +18,13 @@ func (r *MyResource) DecodeJSON(data []byte, opts metajson.Options) error {
 
 // DecodeJSONFrom is DecodeJSON of the object at d, a value inside a larger
 // text (a watch frame's object): it reads the object and stops after it.
+// Its plain strings (name, uid, resourceVersion, the messages, ...) come in
+// one allocation, the object's own (metajson's Batch).
 func (r *MyResource) DecodeJSONFrom(d *metajson.Decoder) error {
+	return d.Batch(func() error { return r.fields(d) })
+}
+
+func (r *MyResource) fields(d *metajson.Decoder) error {
 	return d.Fields(myResourceFields, func(n int) error {
 		switch n {
 		case 0, 1:
@@ -39,10 +45,7 @@ var myResourceFields = append(append([]string(nil), metajson.TypeMetaFields...),
 var specFields = []string{"message"}
 
 func (s *MyResourceSpec) decode(d *metajson.Decoder) error {
-	return d.Fields(specFields, func(int) (err error) {
-		s.Message, err = d.String()
-		return err
-	})
+	return d.Fields(specFields, func(int) error { return d.StringTo(&s.Message) })
 }
 
 var statusFields = []string{"phase", "message", "observedGeneration", "conditions"}
@@ -53,7 +56,7 @@ func (s *MyResourceStatus) decode(d *metajson.Decoder) error {
 		case 0:
 			s.Phase, err = d.SharedString() // a few values, repeated
 		case 1:
-			s.Message, err = d.String()
+			err = d.StringTo(&s.Message)
 		case 2:
 			s.ObservedGeneration, err = d.Int64()
 		case 3:

@@ -102,6 +102,7 @@ const head = `"apiVersion":"example.com/v1alpha1","kind":"MyResource"`
 // other cases, and the fields it hands to the oracle.
 var cases = []string{
 	`{` + head + `,"metadata":{"name":"a","namespace":"ns","uid":"u","resourceVersion":"5","generation":3,"creationTimestamp":"2026-12-01T10:00:00Z","labels":{"app":"x","k":""},"annotations":{"a":"b"},"finalizers":["f1","f2"]},"spec":{"message":"hi"},"status":{"phase":"Processed","message":"ok","observedGeneration":3}}`,
+	`{` + head + `,"metadata":{"name":"a","generateName":"g-","selfLink":"/s","uid":"u","resourceVersion":"1"},"spec":{"message":""},"status":{"message":"s\u00e9"}}`,
 	`{` + head + `,"metadata":{"name":"a","unknown":{"x":[1,2.5e-3,true,false,null,"s"]},"labels":{}},"extra":[],"spec":{"message":"hi","more":1}}`,
 	`{` + head + `,"metadata":{"name":null,"labels":null,"deletionTimestamp":null,"managedFields":null,"finalizers":null},"spec":null,"status":null}`,
 	`{` + head + `,"metadata":{"name":"a","name":"b"}}`,

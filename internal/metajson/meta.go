@@ -5,7 +5,6 @@ import (
 	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // Fields reads the object at the decoder, whose fields are listed in names
@@ -54,24 +53,23 @@ var objectMetaFields = []string{"name", "generateName", "namespace", "selfLink",
 	"generation", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
 	"ownerReferences", "finalizers", "managedFields"}
 
-// ObjectMeta reads an object's metadata into m, a fresh one.
+// ObjectMeta reads an object's metadata into m, a fresh one (its strings
+// with StringTo: see Batch).
 func (d *Decoder) ObjectMeta(m *metav1.ObjectMeta) error {
 	return d.Fields(objectMetaFields, func(n int) (err error) {
 		switch n {
 		case 0:
-			m.Name, err = d.String()
+			err = d.StringTo(&m.Name)
 		case 1:
-			m.GenerateName, err = d.String()
+			err = d.StringTo(&m.GenerateName)
 		case 2:
 			m.Namespace, err = d.SharedString()
 		case 3:
-			m.SelfLink, err = d.String()
+			err = d.StringTo(&m.SelfLink)
 		case 4:
-			var uid string
-			uid, err = d.String()
-			m.UID = types.UID(uid)
+			err = d.StringTo((*string)(&m.UID))
 		case 5:
-			m.ResourceVersion, err = d.String()
+			err = d.StringTo(&m.ResourceVersion)
 		case 6:
 			m.Generation, err = d.Int64()
 		case 7:
@@ -211,12 +209,48 @@ func (d *Decoder) Time(t *metav1.Time) error {
 		}
 		return nil
 	}
+	if ut, ok := utcSeconds(d.b[s:e]); ok {
+		t.Time = ut.Local()
+		return nil
+	}
 	pt, err := time.Parse(time.RFC3339, string(d.b[s:e]))
 	if err != nil {
 		return ErrDecline
 	}
 	t.Time = pt.Local()
 	return nil
+}
+
+// utcSeconds reads the form Kubernetes writes times in, UTC and whole
+// seconds ("2006-01-02T15:04:05Z"), as time.Parse(time.RFC3339, ...) does;
+// ok is false for any other form or a field out of range (time.Parse
+// decides those). FuzzTime holds it to time.Parse.
+func utcSeconds(b []byte) (t time.Time, ok bool) {
+	if len(b) != len("2006-01-02T15:04:05Z") || b[4] != '-' || b[7] != '-' || b[10] != 'T' ||
+		b[13] != ':' || b[16] != ':' || b[19] != 'Z' {
+		return t, false
+	}
+	y1, y2, mo, day := twoDigits(b, 0), twoDigits(b, 2), twoDigits(b, 5), twoDigits(b, 8)
+	h, mi, sec := twoDigits(b, 11), twoDigits(b, 14), twoDigits(b, 17)
+	if y1 < 0 || y2 < 0 || mo < 1 || mo > 12 || day < 1 || h < 0 || h > 23 || mi < 0 || mi > 59 || sec < 0 || sec > 59 {
+		return t, false
+	}
+	year := y1*100 + y2
+	if day > 31 || day > 30 && (mo == 4 || mo == 6 || mo == 9 || mo == 11) ||
+		mo == 2 && day > 28 && (day > 29 || year%4 != 0 || year%100 == 0 && year%400 != 0) {
+		return t, false
+	}
+	return time.Date(year, time.Month(mo), day, h, mi, sec, 0, time.UTC), true
+}
+
+// twoDigits is the number b[i:i+2] writes in decimal, -1 if it is not two
+// digits.
+func twoDigits(b []byte, i int) int {
+	c0, c1 := b[i]-'0', b[i+1]-'0'
+	if c0 > 9 || c1 > 9 {
+		return -1
+	}
+	return int(c0)*10 + int(c1)
 }
 
 // StringMap reads an object of strings (labels, annotations).

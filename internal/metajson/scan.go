@@ -18,11 +18,15 @@
 // keys nothing reads, only its validity counts). Valid JSON is checked exactly as
 // encoding/json checks it: strings may hold invalid UTF-8 (a reader that meets
 // it delegates, as encoding/json replaces it), but no raw control characters.
+//
+// Inside Batch, the plain strings StringTo reads of one object come in one
+// allocation, parts of one string (no unsafe): one object's, never shared.
 package metajson
 
 import (
 	"errors"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"unicode/utf8"
 
@@ -51,6 +55,17 @@ type Decoder struct {
 	i     int
 	depth int // objects and arrays open
 	opts  Options
+	// Batch's strings, made at its end: StringTo's destinations and
+	// spans of b, the first n of later (a fixed array: a Decoder made per
+	// object allocates nothing more for them).
+	batching bool
+	n        int
+	later    [8]laterString
+}
+
+type laterString struct {
+	dst  *string
+	s, e int
 }
 
 // Options change what a Decoder makes of an object.
@@ -201,6 +216,73 @@ func (d *Decoder) String() (string, error) {
 	}
 	var v string
 	return v, d.plain(start, &v)
+}
+
+// StringTo reads a string into *dst, as *dst, err = d.String() would. Inside
+// Batch it may assign only at Batch's end, when the read succeeds, and not
+// at all when it fails: *dst must stay where it is (a field of the object
+// being read, not of a value that is copied before) and nothing may read it
+// until then.
+func (d *Decoder) StringTo(dst *string) error {
+	start := d.i
+	if d.batching && d.n < len(d.later) {
+		s, e, plain, err := d.stringSpan()
+		if err != nil {
+			return err
+		}
+		if plain {
+			d.later[d.n] = laterString{dst, s, e}
+			d.n++
+			return nil
+		}
+		d.i = start
+	}
+	v, err := d.String()
+	*dst = v
+	return err
+}
+
+// Batch calls read (which reads one object) and makes all the strings that
+// StringTo reads meanwhile in one allocation, one string whose parts they
+// are, assigned when read returns nil. When read fails (the object is
+// declined), none is assigned, and nothing of them stays with the Decoder.
+// Batch inside Batch is read itself: the outer one makes the strings.
+//
+// One object's strings in one block: who keeps any one of them (an
+// object's name, say) keeps the whole block alive, at most the sum of
+// those strings' lengths. So a Batch reads one object, never more: a block
+// shared by objects would keep every one's strings while any lives.
+func (d *Decoder) Batch(read func() error) error {
+	if d.batching {
+		return read()
+	}
+	d.batching = true
+	err := read()
+	d.batching = false
+	later := d.later[:d.n]
+	d.n = 0
+	if err == nil {
+		size := 0
+		for _, l := range later {
+			size += l.e - l.s
+		}
+		var all strings.Builder
+		all.Grow(size)
+		for _, l := range later {
+			all.Write(d.b[l.s:l.e])
+		}
+		s, at := all.String(), 0
+		for _, l := range later {
+			if l.e > l.s {
+				*l.dst = s[at : at+l.e-l.s]
+			} else {
+				*l.dst = ""
+			}
+			at += l.e - l.s
+		}
+	}
+	clear(later) // the destinations: the object is not the Decoder's to keep
+	return err
 }
 
 // SharedString reads a string as String does, but returns the copy it made
