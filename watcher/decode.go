@@ -270,6 +270,9 @@ type eventDecoder[T Object] struct {
 	frames *FrameReader
 	codec  Codec[T]
 	dec    metajson.Decoder // onePass's, reset per frame (not one made per frame)
+	// labels, when set, gives onePass's objects whose labels are written
+	// alike one map (Watcher.jsonEvents).
+	labels *metajson.LabelCache
 }
 
 func newEventDecoder[T Object](r io.Reader, c Codec[T]) *eventDecoder[T] {
@@ -347,7 +350,7 @@ func (d *eventDecoder[T]) onePass(frame []byte) (ev Event[T], ok bool, err error
 		return ev, false, nil
 	}
 	dec := &d.dec
-	dec.Reset(frame, metajson.Options{NewestWriteOnly: true})
+	dec.Reset(frame, metajson.Options{NewestWriteOnly: true, Labels: d.labels})
 	defer dec.Reset(nil, metajson.Options{}) // the frame's buffer is the reader's
 	var typ string
 	var start, end int // the object's bytes

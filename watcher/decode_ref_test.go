@@ -89,6 +89,7 @@ func outcomeOf(ev Event[*v1alpha1.MyResource], err error) outcome {
 func compareStreams(t *testing.T, data []byte) {
 	t.Helper()
 	fast := newEventDecoder(bytes.NewReader(data), codec)
+	fast.labels = new(metajson.LabelCache) // as a watcher's store without a transform has it
 	ref := &referenceDecoder{dec: json.NewDecoder(bytes.NewReader(data)), codec: codec}
 	for i := 0; i <= len(data)+1; i++ {
 		fe, ferr := fast.Next()
@@ -232,7 +233,13 @@ var fastPathCases = map[string]string{
 	"stray closer":                  ev("ADDED", `"name":"a","resourceVersion":"23"`, ``) + "}\n" + ev("ADDED", `"name":"b","resourceVersion":"24"`, ``),
 	"cut after a colon":             ev("ADDED", `"name":"a","resourceVersion":"27"`, ``) + `{"type":"ADDED","object":` + "\n" + ev("ADDED", `"name":"b","resourceVersion":"28"`, ``) + ev("ADDED", `"name":"c","resourceVersion":"29"`, ``),
 	"cut mid-string":                ev("ADDED", `"name":"a","resourceVersion":"30"`, ``) + `{"type":"ADDED","object":{"metadata":{"name":"b","resou` + "\n" + ev("ADDED", `"name":"c","resourceVersion":"31"`, ``),
-	"frames back to back":           strings.TrimSpace(ev("ADDED", `"name":"a","resourceVersion":"25"`, ``)) + strings.TrimSpace(ev("ADDED", `"name":"b","resourceVersion":"26"`, ``)),
+	"labels alike, then not": ev("ADDED", `"name":"a","resourceVersion":"40","labels":{"app":"x"}`, ``) + ev("MODIFIED", `"name":"b","resourceVersion":"41","labels":{"app":"x"}`, ``) +
+		ev("MODIFIED", `"name":"a","resourceVersion":"42","labels":{"app":"x","app":"y"}`, ``) + ev("MODIFIED", `"name":"a","resourceVersion":"43","labels":{"app":"x","app":"y"}`, ``) +
+		ev("MODIFIED", `"name":"a","resourceVersion":"44","labels":{"app":"x\u0041"}`, ``) + ev("MODIFIED", `"name":"a","resourceVersion":"45","labels":{"app":"x\u0041"}`, ``) +
+		ev("MODIFIED", `"name":"a","resourceVersion":"46","labels":{"app":"`+"\xff"+`"}`, ``) + ev("MODIFIED", `"name":"a","resourceVersion":"47","labels":{"app":"`+"\xff"+`"}`, ``) +
+		ev("MODIFIED", `"name":"a","resourceVersion":"48","labels":{"app":"x"},"labels":{"app":"z"}`, ``) + ev("MODIFIED", `"name":"a","resourceVersion":"49","labels":{"app":"x"}`, ``) +
+		ev("MODIFIED", `"name":"a","resourceVersion":"50","labels":{"app":"x"`, ``) + ev("MODIFIED", `"name":"a","resourceVersion":"51","labels":{}`, ``) + ev("MODIFIED", `"name":"a","resourceVersion":"52","labels":{}`, ``),
+	"frames back to back": strings.TrimSpace(ev("ADDED", `"name":"a","resourceVersion":"25"`, ``)) + strings.TrimSpace(ev("ADDED", `"name":"b","resourceVersion":"26"`, ``)),
 }
 
 // FuzzFastDecoder searches for a stream the two ways decode differently:

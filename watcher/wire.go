@@ -8,6 +8,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"rawwatch/internal/metajson"
 )
 
 // Wire is the encoding the watcher asks the server for (Options.Wire).
@@ -142,7 +144,7 @@ type events[T Object] interface {
 // With CBOR it waits for the first frame to tell.
 func (w *Watcher[T]) newEvents(body io.Reader) events[T] {
 	if w.wire.cbor == nil {
-		return newEventDecoder(body, w.opts.Codec)
+		return w.jsonEvents(body)
 	}
 	return &sniffingEvents[T]{w: w, body: body}
 }
@@ -161,8 +163,21 @@ func (s *sniffingEvents[T]) Next() (Event[T], error) {
 		if isCBOR {
 			s.dec = newCBOREventDecoder(r, s.w.opts.Codec, 0)
 		} else {
-			s.dec = newEventDecoder(r, s.w.opts.Codec)
+			s.dec = s.w.jsonEvents(r)
 		}
 	}
 	return s.dec.Next()
+}
+
+// jsonEvents reads a JSON WATCH body. Its objects whose labels are written
+// alike, one after another, get one map (metajson.LabelCache: the events of
+// a stream mostly carry the same labels, and the store would drop an equal
+// map for the one it holds), unless the store's transform may change labels
+// in place (store.SharesLabels): then each gets its own.
+func (w *Watcher[T]) jsonEvents(r io.Reader) *eventDecoder[T] {
+	d := newEventDecoder(r, w.opts.Codec)
+	if w.store.SharesLabels() {
+		d.labels = new(metajson.LabelCache)
+	}
+	return d
 }
