@@ -39,8 +39,9 @@ import (
 // are its own, labels included), still equal to it. Only a store whose
 // transform may change labels in place (SetTransform) hashes every map, as
 // such a transform could give it one map changed since. The pair holds at
-// most one map beyond the table's bound (the one given, when it was not
-// the one returned): the decoder holds it anyway.
+// most one map beyond the table's bound: the last one given, when it was
+// not the one returned (a stream's decoder holds it anyway); held, its
+// address cannot go to another map.
 type labelSets struct {
 	mu   sync.Mutex
 	seed maphash.Seed

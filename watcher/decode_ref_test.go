@@ -88,8 +88,9 @@ func outcomeOf(ev Event[*v1alpha1.MyResource], err error) outcome {
 // compareStreams decodes data both ways and reports the first disagreement.
 func compareStreams(t *testing.T, data []byte) {
 	t.Helper()
-	fast := newEventDecoder(bytes.NewReader(data), codec)
-	fast.labels = new(metajson.LabelCache) // as a watcher's store without a transform has it
+	labelled := codec
+	labelled.labels = new(metajson.LabelCache) // as a watcher's store without a transform has it
+	fast := newEventDecoder(bytes.NewReader(data), labelled)
 	ref := &referenceDecoder{dec: json.NewDecoder(bytes.NewReader(data)), codec: codec}
 	for i := 0; i <= len(data)+1; i++ {
 		fe, ferr := fast.Next()

@@ -2,9 +2,9 @@ package metajson
 
 import "bytes"
 
-// LabelCache lets a decoder that reads one object after another (the
-// objects of one watch stream) give objects whose labels are written alike
-// one map between them: it remembers the text of the last labels object
+// LabelCache lets decoders that read one object after another (the
+// objects of one watch stream or LIST page) give objects whose labels are
+// written alike one map between them: it remembers the text of the last labels object
 // read with it (up to labelCacheMax bytes) and the map made of it, and a
 // labels object whose text starts where the decoder stands, byte for byte
 // the same, gets that map, read by one compare, no allocation. A labels
@@ -20,7 +20,7 @@ import "bytes"
 // stream whose labels alternate): a compare that stops at the first byte
 // that differs, and a copy of the new text when it is not too long. What it
 // holds: one map and at most labelCacheMax bytes. Not for use by two
-// decoders at once.
+// goroutines at once.
 type LabelCache struct {
 	text []byte
 	m    map[string]string
