@@ -99,7 +99,7 @@ func newRaw(cfg *rest.Config, ns string, rec *recorder, watchList bool, dropEver
 	}
 	r := &rawConsumer{store: store.New[object]()}
 	if len(drop) > 0 {
-		r.store.SetTransform(store.DropAnnotations[object](drop...))
+		r.store.SetTransformKeepingLabels(store.DropAnnotations[object](drop...))
 	}
 	r.ctrl = &reconcile.Controller[object]{Queue: queue.New(nil), Reconciler: noopReconciler{r.store}}
 	var src watcher.Source = watcher.RESTSource{Client: c.REST(), Resource: v1alpha1.Resource, Namespace: ns}

@@ -16,6 +16,8 @@
 // shared label maps is bounded).
 //
 // Objects in the Store are shared with every reader, and their label maps
-// with each other: treat them as read-only and DeepCopy before changing
-// anything.
+// with each other (and, as a watch stream decodes them, with the stream's
+// decoder: Store.SharesLabels): treat them as read-only and DeepCopy before
+// changing anything. An object given to the store, its labels map
+// included, is the store's: the giver changes neither after.
 package store

@@ -3,6 +3,7 @@ package store
 import (
 	"hash/maphash"
 	"maps"
+	"reflect"
 	"sync"
 )
 
@@ -27,6 +28,20 @@ import (
 // holds, and a rebuild, which hashes every stored object's labels, comes
 // after as many objects taken or dropped: a constant number of hashes per
 // object, amortized. A table of 64 sets or fewer is never rebuilt.
+//
+// A watch stream's decoder gives every object whose labels are written
+// alike one map (metajson.LabelCache), so the store is given the same map
+// object after object: share remembers the last map it was given and what
+// it returned for it, and gives that again for the very same map without
+// hashing it, as long as the table is not rebuilt (which forgets the pair).
+// That returns what hashing would: the table's map for that hash is still
+// the one returned, and the map given, never changed (the store's objects
+// are its own, labels included), still equal to it. Only a store whose
+// transform may change labels in place (SetTransform) hashes every map, as
+// such a transform could give it one map changed since. The pair holds at
+// most one map beyond the table's bound: the last one given, when it was
+// not the one returned (a stream's decoder holds it anyway); held, its
+// address cannot go to another map.
 type labelSets struct {
 	mu   sync.Mutex
 	seed maphash.Seed
@@ -34,6 +49,9 @@ type labelSets struct {
 	// churn counts the objects taken or dropped since the last rebuild;
 	// limit is the churn that makes the next one.
 	churn, limit int
+	// lastIn was given last and lastOut returned for it (nil: none since
+	// the last rebuild).
+	lastIn, lastOut map[string]string
 }
 
 // liveLabels gives the store's size and yields its objects' labels, for a
@@ -44,13 +62,18 @@ type liveLabels interface {
 }
 
 // share counts an object taken and returns the map to store for its labels:
-// an equal one taken before, or labels itself.
-func (t *labelSets) share(labels map[string]string, live liveLabels) map[string]string {
+// an equal one taken before, or labels itself. unchanged says that a map
+// given before has not changed since (see labelSets): then the map given
+// last gets what it got without hashing.
+func (t *labelSets) share(labels map[string]string, live liveLabels, unchanged bool) map[string]string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.count(1, live)
 	if labels == nil {
 		return nil
+	}
+	if unchanged && t.lastIn != nil && sameMap(labels, t.lastIn) {
+		return t.lastOut
 	}
 	if t.sets == nil {
 		t.seed = maphash.MakeSeed()
@@ -62,9 +85,18 @@ func (t *labelSets) share(labels map[string]string, live liveLabels) map[string]
 	case !ok:
 		t.sets[h] = labels
 	case maps.Equal(m, labels):
+		t.lastIn, t.lastOut = labels, m
 		return m
+	default:
+		return labels // another set of the same hash (not shared)
 	}
-	return labels // new, or another set of the same hash (not shared)
+	t.lastIn, t.lastOut = labels, labels
+	return labels
+}
+
+// sameMap tells whether a and b are one map, not two equal ones.
+func sameMap(a, b map[string]string) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // dropped counts n objects the store dropped without taking an object.
@@ -81,6 +113,7 @@ func (t *labelSets) count(n int, live liveLabels) {
 		return
 	}
 	t.sets = map[uint64]map[string]string{} // sized by what it gets
+	t.lastIn, t.lastOut = nil, nil
 	live.eachLabels(func(m map[string]string) {
 		if m == nil {
 			return

@@ -3,7 +3,6 @@ package store
 import (
 	"fmt"
 	"maps"
-	"reflect"
 	"sync"
 	"testing"
 
@@ -14,11 +13,6 @@ func labelled(name, rv string, labels map[string]string) *v1alpha1.MyResource {
 	o := obj("ns", name, rv)
 	o.Labels = labels
 	return o
-}
-
-// sameMap tells whether a and b are one map, not two equal ones.
-func sameMap(a, b map[string]string) bool {
-	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // Objects with equal labels hold one map between them, whichever way they
@@ -83,10 +77,10 @@ func TestLabelsAreSharedAfterTheTransform(t *testing.T) {
 func TestLabelsOfOneHashButUnequalAreNotShared(t *testing.T) {
 	s := New[*v1alpha1.MyResource]()
 	first := map[string]string{"app": "x"}
-	s.labels.share(first, s)
+	s.labels.share(first, s, true)
 	other := map[string]string{"app": "y"}
 	s.labels.sets[s.labels.hash(other)] = first // a collision, as a hash may have
-	if got := s.labels.share(other, s); !sameMap(got, other) {
+	if got := s.labels.share(other, s, true); !sameMap(got, other) {
 		t.Fatalf("share gave %v for %v", got, other)
 	}
 }
@@ -178,4 +172,115 @@ func TestLabelsSharedUnderConcurrentReaders(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// A store given one map object after object (a watch stream's decoder
+// gives one to every object whose labels are written alike) does what a
+// store given a fresh equal map each time does, the map it hands out aside:
+// the same churn and rebuilds, the same table, each object the table's map
+// exactly when the other's object has its table's, across rebuilds (which
+// forget the last map given), deletions and two sets in turn.
+func TestOneMapGivenAgainIsSharedAsAFreshOne(t *testing.T) {
+	same, fresh := New[*v1alpha1.MyResource](), New[*v1alpha1.MyResource]()
+	sets := []map[string]string{{"app": "x", "tier": "web"}, {"app": "y"}}
+	tabled := func(s *Store[*v1alpha1.MyResource], key string) (map[string]string, bool) {
+		o, _ := s.Get(key)
+		return o.Labels, sameMap(o.Labels, s.labels.sets[s.labels.hash(o.Labels)])
+	}
+	for i := range 100 { // more than 64 sets: the table is rebuilt
+		l := map[string]string{"i": fmt.Sprint(i)}
+		same.Upsert(labelled(fmt.Sprint("u", i), "1", l))
+		fresh.Upsert(labelled(fmt.Sprint("u", i), "1", maps.Clone(l)))
+	}
+	rebuilds := 0
+	for i := range 1000 {
+		key, rv, l := fmt.Sprint("s", i%10), fmt.Sprint(i), sets[i%7%2]
+		churn := same.labels.churn
+		if i%5 == 4 {
+			same.Delete(labelled(key, rv, l))
+			fresh.Delete(labelled(key, rv, maps.Clone(l)))
+		} else {
+			same.Upsert(labelled(key, rv, l))
+			fresh.Upsert(labelled(key, rv, maps.Clone(l)))
+		}
+		a, b := &same.labels, &fresh.labels
+		if a.churn <= churn {
+			rebuilds++
+		}
+		if a.churn != b.churn || a.limit != b.limit || len(a.sets) != len(b.sets) {
+			t.Fatalf("step %d: churn %d, limit %d, %d sets; given fresh maps: %d, %d, %d",
+				i, a.churn, a.limit, len(a.sets), b.churn, b.limit, len(b.sets))
+		}
+		if i%5 == 4 {
+			continue
+		}
+		la, ta := tabled(same, "ns/"+key)
+		lb, tb := tabled(fresh, "ns/"+key)
+		if !maps.Equal(la, l) || !maps.Equal(lb, l) || ta != tb {
+			t.Fatalf("step %d: %s's labels %v (the table's: %v), given fresh maps %v (%v), want %v", i, key, la, ta, lb, tb, l)
+		}
+		if !sameMap(la, l) && !ta {
+			t.Fatalf("step %d: %s holds a map neither given nor the table's", i, key)
+		}
+	}
+	if rebuilds == 0 {
+		t.Fatal("no rebuild of the table: the test misses the pair's reset")
+	}
+}
+
+// A table rebuilt forgets the last map given: one that got a map the table
+// no longer has gets the table's own again, as a fresh map would.
+func TestRebuildForgetsTheLastMapGiven(t *testing.T) {
+	s := New[*v1alpha1.MyResource]()
+	for i := range 70 { // more than 64 sets: the table may be rebuilt
+		s.Upsert(labelled(fmt.Sprint("u", i), "1", map[string]string{"i": fmt.Sprint(i)}))
+	}
+	first, given := map[string]string{"app": "x"}, map[string]string{"app": "x"}
+	s.Upsert(labelled("a", "1", first))
+	s.Upsert(labelled("b", "1", given)) // gets first
+	// No labels from here: counted, nothing shared, the last map given
+	// stays given.
+	s.Upsert(labelled("a", "2", nil))
+	s.Upsert(labelled("b", "2", nil)) // first held by none
+	for i := 0; s.labels.churn > 0 || i == 0; i++ {
+		s.Upsert(labelled("c", fmt.Sprint(i), nil))
+	}
+	s.Upsert(labelled("d", "1", given))
+	d, _ := s.Get("ns/d")
+	if !sameMap(d.Labels, s.labels.sets[s.labels.hash(given)]) || !maps.Equal(d.Labels, given) {
+		t.Fatalf("after a rebuild, labels %v given again got %v, not the table's map (the one given: %v; the first, gone: %v)",
+			given, d.Labels, sameMap(d.Labels, given), sameMap(d.Labels, first))
+	}
+}
+
+// A transform that changes the labels map in place (SetTransform) may give
+// the store one map, changed since it was last given (a map of its own that
+// the store never keeps, its labels always equal to an object's): it is
+// shared as what it holds now.
+func TestOneMapChangedByTheTransformIsHashedAgain(t *testing.T) {
+	s := New[*v1alpha1.MyResource]()
+	mine := map[string]string{}
+	s.SetTransform(func(o *v1alpha1.MyResource) {
+		if o.Name >= "c" {
+			clear(mine)
+			maps.Copy(mine, o.Labels)
+			o.Labels = mine
+		}
+	})
+	if s.SharesLabels() {
+		t.Fatal("SharesLabels with a transform that may change labels")
+	}
+	s.Upsert(labelled("a", "1", map[string]string{"app": "x"}))
+	s.Upsert(labelled("b", "1", map[string]string{"app": "y"}))
+	s.Upsert(labelled("c", "1", map[string]string{"app": "x"})) // mine: gets a's map
+	s.Upsert(labelled("d", "1", map[string]string{"app": "y"})) // mine again, changed: gets b's
+	for name, want := range map[string]string{"a": "x", "b": "y", "c": "x", "d": "y"} {
+		if o, _ := s.Get("ns/" + name); len(o.Labels) != 1 || o.Labels["app"] != want || sameMap(o.Labels, mine) {
+			t.Errorf("%s's labels %v, want app=%s (mine, the transform's: %v)", name, o.Labels, want, sameMap(o.Labels, mine))
+		}
+	}
+	s.SetTransformKeepingLabels(func(*v1alpha1.MyResource) {})
+	if !s.SharesLabels() {
+		t.Fatal("not SharesLabels with a transform that keeps labels")
+	}
 }

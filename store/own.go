@@ -50,7 +50,8 @@ func (l *lastInterned) intern(s string) string {
 	return v
 }
 
-// DropAnnotations returns a transform (SetTransform) that deletes the
+// DropAnnotations returns a transform (SetTransformKeepingLabels: it
+// never changes labels) that deletes the
 // annotations named by keys. The usual one is kubectl's
 // last-applied-configuration: a copy of the whole object as its last client-side
 // apply wrote it, often the largest part of an object a human manages with

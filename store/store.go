@@ -30,14 +30,17 @@ func Key(namespace, name string) string {
 // Store is a thread-safe cache of objects of one type, keyed by KeyOf. The
 // zero value is not usable; call New.
 //
-// The store takes ownership of the objects given to it: it slims them (see
-// own: no managedFields, shared copies of repeated strings; labelSets: one
-// map for equal labels) and shares them with readers.
+// The store takes ownership of the objects given to it, their labels maps
+// included (the giver changes neither after): it slims them (see own: no
+// managedFields, shared copies of repeated strings; labelSets: one map for
+// equal labels) and shares them with readers.
 type Store[T Object] struct {
 	mu    sync.RWMutex
 	items map[string]T
-	// transform, when set, trims every object the store takes (SetTransform).
-	transform func(T)
+	// transform, when set, trims every object the store takes (SetTransform);
+	// keepsLabels says it never changes labels (SetTransformKeepingLabels).
+	transform   func(T)
+	keepsLabels bool
 	// labels shares equal label maps between the objects taken.
 	labels labelSets
 }
@@ -89,8 +92,23 @@ func (s *Store[T]) List() []T {
 // slimming it (own), before anyone else sees it: the place to drop what the
 // reconcilers never read, as client-go's SharedInformer.SetTransform does.
 // f changes the object in place and must keep its key, UID and
-// resourceVersion. Call it before the store is first written.
-func (s *Store[T]) SetTransform(f func(T)) { s.transform = f }
+// resourceVersion. It may change the labels map in place too: so objects
+// given to this store must not share label maps (SharesLabels). Call it
+// before the store is first written.
+func (s *Store[T]) SetTransform(f func(T)) { s.transform, s.keepsLabels = f, false }
+
+// SetTransformKeepingLabels is SetTransform for an f that never changes an
+// object's labels, nor the map that holds them (DropAnnotations's): then
+// the objects given to the store may still share label maps.
+func (s *Store[T]) SetTransformKeepingLabels(f func(T)) { s.transform, s.keepsLabels = f, true }
+
+// SharesLabels tells whether objects given to the store may hold a labels
+// map that objects given to it before hold too, as a watch stream's
+// decoder gives every object whose labels are written alike
+// (metajson.LabelCache): unless a transform that may change labels is set
+// (SetTransform). Such maps, as every map the store holds, must never be
+// changed; the store hashes them once, not once per object (labelSets).
+func (s *Store[T]) SharesLabels() bool { return s.transform == nil || s.keepsLabels }
 
 // take prepares an object the store is given: own, then the transform,
 // then its labels shared with the stored objects' (labelSets).
@@ -99,7 +117,7 @@ func (s *Store[T]) take(obj T) {
 	if s.transform != nil {
 		s.transform(obj)
 	}
-	if l := s.labels.share(obj.GetLabels(), s); l != nil {
+	if l := s.labels.share(obj.GetLabels(), s, s.SharesLabels()); l != nil {
 		obj.SetLabels(l)
 	}
 }

@@ -80,6 +80,10 @@ type Object interface {
 type Codec[T Object] struct {
 	// GVK, when set, is the apiVersion/kind every object must carry.
 	GVK schema.GroupVersionKind
+	// labels, when set, gives the objects T's own decoder reads whose
+	// labels are written alike one map (Watcher.codec: one per LIST page
+	// or WATCH stream).
+	labels *metajson.LabelCache
 }
 
 type typeAndMeta struct {
@@ -109,7 +113,7 @@ func (c Codec[T]) Decode(what string, raw []byte) (T, error) {
 // reduced to one entry with the newest time, all a watch event needs (see
 // metajson.Options and withoutManagedFields).
 func (c Codec[T]) decode(what string, raw []byte, newestWrite bool) (T, error) {
-	obj, err := decodeObject[T](raw, newestWrite)
+	obj, err := decodeObject[T](raw, metajson.Options{NewestWriteOnly: newestWrite, Labels: c.labels})
 	return c.checked(what, raw, obj, err, "", metajson.Plain)
 }
 
@@ -155,16 +159,16 @@ type identity struct {
 }
 
 // decodeObject decodes raw into a new T: with T's own decoder when it has
-// one and it does not decline, else with metajson.Plain (with newestWrite,
-// after cutting managedFields in the bytes).
-func decodeObject[T Object](raw []byte, newestWrite bool) (T, error) {
+// one and it does not decline, else with metajson.Plain (with
+// NewestWriteOnly, after cutting managedFields in the bytes).
+func decodeObject[T Object](raw []byte, opts metajson.Options) (T, error) {
 	if obj, own := fresh[T](); own != nil {
-		d := metajson.NewDecoder(raw, metajson.Options{NewestWriteOnly: newestWrite})
+		d := metajson.NewDecoder(raw, opts)
 		if d.Whole(func() error { return own.DecodeJSONFrom(d) }) == nil {
 			return obj, nil
 		}
 	}
-	return decodePlain[T](raw, newestWrite)
+	return decodePlain[T](raw, opts.NewestWriteOnly)
 }
 
 // fresh returns a new T and its own decoder, when it has one (own is nil
@@ -347,7 +351,7 @@ func (d *eventDecoder[T]) onePass(frame []byte) (ev Event[T], ok bool, err error
 		return ev, false, nil
 	}
 	dec := &d.dec
-	dec.Reset(frame, metajson.Options{NewestWriteOnly: true})
+	dec.Reset(frame, metajson.Options{NewestWriteOnly: true, Labels: d.codec.labels})
 	defer dec.Reset(nil, metajson.Options{}) // the frame's buffer is the reader's
 	var typ string
 	var start, end int // the object's bytes

@@ -88,7 +88,9 @@ func outcomeOf(ev Event[*v1alpha1.MyResource], err error) outcome {
 // compareStreams decodes data both ways and reports the first disagreement.
 func compareStreams(t *testing.T, data []byte) {
 	t.Helper()
-	fast := newEventDecoder(bytes.NewReader(data), codec)
+	labelled := codec
+	labelled.labels = new(metajson.LabelCache) // as a watcher's store without a transform has it
+	fast := newEventDecoder(bytes.NewReader(data), labelled)
 	ref := &referenceDecoder{dec: json.NewDecoder(bytes.NewReader(data)), codec: codec}
 	for i := 0; i <= len(data)+1; i++ {
 		fe, ferr := fast.Next()
@@ -234,6 +236,12 @@ var fastPathCases = map[string]string{
 	"cut mid-string":                ev("ADDED", `"name":"a","resourceVersion":"30"`, ``) + `{"type":"ADDED","object":{"metadata":{"name":"b","resou` + "\n" + ev("ADDED", `"name":"c","resourceVersion":"31"`, ``),
 	"declined after its strings, then one taken": ev("MODIFIED", `"name":"a","uid":"u1","resourceVersion":"32"`, `,"spec":{"message":"first"},"status":{"message":"m","observedGeneration":1.5}`) +
 		ev("MODIFIED", `"name":"b","resourceVersion":"33"`, `,"status":{"phase":"Processed"}`),
+	"labels alike, then not": ev("ADDED", `"name":"a","resourceVersion":"40","labels":{"app":"x"}`, ``) + ev("MODIFIED", `"name":"b","resourceVersion":"41","labels":{"app":"x"}`, ``) +
+		ev("MODIFIED", `"name":"a","resourceVersion":"42","labels":{"app":"x","app":"y"}`, ``) + ev("MODIFIED", `"name":"a","resourceVersion":"43","labels":{"app":"x","app":"y"}`, ``) +
+		ev("MODIFIED", `"name":"a","resourceVersion":"44","labels":{"app":"x\u0041"}`, ``) + ev("MODIFIED", `"name":"a","resourceVersion":"45","labels":{"app":"x\u0041"}`, ``) +
+		ev("MODIFIED", `"name":"a","resourceVersion":"46","labels":{"app":"`+"\xff"+`"}`, ``) + ev("MODIFIED", `"name":"a","resourceVersion":"47","labels":{"app":"`+"\xff"+`"}`, ``) +
+		ev("MODIFIED", `"name":"a","resourceVersion":"48","labels":{"app":"x"},"labels":{"app":"z"}`, ``) + ev("MODIFIED", `"name":"a","resourceVersion":"49","labels":{"app":"x"}`, ``) +
+		ev("MODIFIED", `"name":"a","resourceVersion":"50","labels":{"app":"x"`, ``) + ev("MODIFIED", `"name":"a","resourceVersion":"51","labels":{}`, ``) + ev("MODIFIED", `"name":"a","resourceVersion":"52","labels":{}`, ``),
 	"frames back to back": strings.TrimSpace(ev("ADDED", `"name":"a","resourceVersion":"25"`, ``)) + strings.TrimSpace(ev("ADDED", `"name":"b","resourceVersion":"26"`, ``)),
 }
 

@@ -8,6 +8,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"rawwatch/internal/metajson"
 )
 
 // Wire is the encoding the watcher asks the server for (Options.Wire).
@@ -130,7 +132,7 @@ func (w *Watcher[T]) readList(ctx context.Context, opts metav1.ListOptions, add 
 	if isCBOR {
 		return decodeCBORList(r, w.opts.Codec, add, bad)
 	}
-	return decodeList(r, w.opts.Codec, add, bad)
+	return decodeList(r, w.codec(), add, bad)
 }
 
 // events is a stream of watch events (eventDecoder, cborEventDecoder).
@@ -142,7 +144,7 @@ type events[T Object] interface {
 // With CBOR it waits for the first frame to tell.
 func (w *Watcher[T]) newEvents(body io.Reader) events[T] {
 	if w.wire.cbor == nil {
-		return newEventDecoder(body, w.opts.Codec)
+		return newEventDecoder(body, w.codec())
 	}
 	return &sniffingEvents[T]{w: w, body: body}
 }
@@ -161,8 +163,22 @@ func (s *sniffingEvents[T]) Next() (Event[T], error) {
 		if isCBOR {
 			s.dec = newCBOREventDecoder(r, s.w.opts.Codec, 0)
 		} else {
-			s.dec = newEventDecoder(r, s.w.opts.Codec)
+			s.dec = newEventDecoder(r, s.w.codec())
 		}
 	}
 	return s.dec.Next()
+}
+
+// codec is the Codec for one JSON LIST page or WATCH stream. Its objects
+// whose labels are written alike, one after another, get one map
+// (metajson.LabelCache: the objects of a stream or a page mostly carry the
+// same labels, and the store would drop an equal map for the one it
+// holds), unless the store's transform may change labels in place
+// (store.SharesLabels): then each gets its own.
+func (w *Watcher[T]) codec() Codec[T] {
+	c := w.opts.Codec
+	if w.store.SharesLabels() {
+		c.labels = new(metajson.LabelCache)
+	}
+	return c
 }

@@ -29,7 +29,10 @@ func checkAgainstOracle(t *testing.T, data []byte) (accepted bool) {
 	t.Helper()
 	var plain *MyResource
 	perr := metajson.Plain(data, &plain)
-	for _, opts := range []metajson.Options{{}, {NewestWriteOnly: true}} {
+	// The last two with one LabelCache: the first fills it, the second
+	// takes the labels from it.
+	labels := new(metajson.LabelCache)
+	for _, opts := range []metajson.Options{{}, {NewestWriteOnly: true}, {Labels: labels}, {NewestWriteOnly: true, Labels: labels}} {
 		var fast MyResource
 		if fast.DecodeJSON(data, opts) != nil {
 			continue

@@ -215,7 +215,7 @@ func New(opts Options) (_ *App, err error) {
 
 	a := &App{Client: myClient, opts: opts, Store: store.New[Object](), kube: kube}
 	if len(opts.CacheDropAnnotations) > 0 {
-		a.Store.SetTransform(store.DropAnnotations[Object](opts.CacheDropAnnotations...))
+		a.Store.SetTransformKeepingLabels(store.DropAnnotations[Object](opts.CacheDropAnnotations...))
 	}
 	a.events = record.NewBroadcaster()
 	defer func() {

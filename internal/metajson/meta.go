@@ -80,7 +80,7 @@ func (d *Decoder) ObjectMeta(m *metav1.ObjectMeta) error {
 		case 9:
 			err = d.Delegate(&m.DeletionGracePeriodSeconds)
 		case 10:
-			m.Labels, err = d.StringMap()
+			m.Labels, err = d.labels()
 		case 11:
 			m.Annotations, err = d.StringMap()
 		case 12:

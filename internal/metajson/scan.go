@@ -77,6 +77,9 @@ type Options struct {
 	// object needs (watcher.WrittenAt), and building every entry, each
 	// with its fieldsV1, costs more than the rest of the object.
 	NewestWriteOnly bool
+	// Labels, when set, gives an object whose labels are written as the
+	// last ones read with it the same map again (see LabelCache).
+	Labels *LabelCache
 }
 
 // NewDecoder reads data.

@@ -1,0 +1,151 @@
+package watcher
+
+import (
+	"bytes"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"rawwatch/api/v1alpha1"
+	"rawwatch/internal/wire"
+	"rawwatch/store"
+)
+
+// A watch stream's objects whose labels are written alike get one map from
+// the decoder (the store would otherwise drop each equal map for the one it
+// holds), unless the store's transform may change labels in place: then a
+// transform that does never reaches another object. On the code before the
+// decoder shared maps, the first case failed with:
+//
+//	no transform: the stream's equal labels decoded into 3 maps, want one
+func TestStreamLabelsShareOneMapUnlessTheTransformMayChangeThem(t *testing.T) {
+	stream := strings.Join([]string{
+		ev(Added, `"name":"a","namespace":"ns","resourceVersion":"1","labels":{"app":"x","tier":"web"}`, ``),
+		ev(Added, `"name":"b","namespace":"ns","resourceVersion":"2","labels":{"app":"x","tier":"web"}`, ``),
+		ev(Modified, `"name":"a","namespace":"ns","resourceVersion":"3","labels":{"app":"x","tier":"web"}`, ``),
+		ev(Added, `"name":"c","namespace":"ns","resourceVersion":"4","labels":{"app":"y"}`, ``),
+	}, "")
+	for _, c := range []struct {
+		name    string
+		set     func(*store.Store[*v1alpha1.MyResource])
+		shared  bool
+		changed bool // the transform adds mine=<name>
+	}{
+		{"no transform", func(*store.Store[*v1alpha1.MyResource]) {}, true, false},
+		{"a transform keeping labels", func(s *store.Store[*v1alpha1.MyResource]) {
+			s.SetTransformKeepingLabels(store.DropAnnotations[*v1alpha1.MyResource]("x"))
+		}, true, false},
+		{"a transform changing labels in place", func(s *store.Store[*v1alpha1.MyResource]) {
+			s.SetTransform(func(o *v1alpha1.MyResource) { o.Labels["mine"] = o.Name })
+		}, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := store.New[*v1alpha1.MyResource]()
+			c.set(st)
+			w := New(nil, st, Options[*v1alpha1.MyResource]{Codec: codec})
+			dec := newEventDecoder(strings.NewReader(stream), w.codec())
+			var decoded []map[string]string // each object's labels as decoded
+			for range 4 {
+				e, err := dec.Next()
+				if err != nil {
+					t.Fatal(err)
+				}
+				decoded = append(decoded, e.Object.Labels)
+				w.apply(e, time.Now())
+			}
+			maps := map[uintptr]bool{}
+			for _, m := range decoded[:3] {
+				maps[reflect.ValueOf(m).Pointer()] = true
+			}
+			if c.shared && len(maps) != 1 || !c.shared && len(maps) != 3 {
+				t.Errorf("%s: the stream's equal labels decoded into %d maps, want %s", c.name, len(maps),
+					map[bool]string{true: "one", false: "one each"}[c.shared])
+			}
+			for name, want := range map[string]string{"a": "map[app:x tier:web]", "b": "map[app:x tier:web]", "c": "map[app:y]"} {
+				if c.changed {
+					want = map[string]string{"a": "map[app:x mine:a tier:web]", "b": "map[app:x mine:b tier:web]", "c": "map[app:y mine:c]"}[name]
+				}
+				if o, _ := st.Get("ns/" + name); fmt.Sprint(o.Labels) != want {
+					t.Errorf("%s: %s's labels %v, want %s", c.name, name, o.Labels, want)
+				}
+			}
+		})
+	}
+}
+
+// A LIST page's items whose labels are written alike get one map too, and
+// every item is what it is decoded without (the recorded pages, and a page
+// of labels alike, escaped, repeated and not).
+func TestListLabelsShareOneMap(t *testing.T) {
+	item := func(name, labels string) string {
+		return `{` + objHead + `,"metadata":{"name":"` + name + `","namespace":"ns","resourceVersion":"1","labels":` + labels + `}}`
+	}
+	page := []byte(`{"metadata":{"resourceVersion":"9"},"items":[` + strings.Join([]string{
+		item("a", `{"app":"x"}`), item("b", `{"app":"x"}`), item("c", `{"app":"x"}`), item("d", `{"app":"x\u0041"}`),
+		item("e", `{"app":"x\u0041"}`), item("f", `{"app":"x","app":"y"}`), item("g", `{"app":"x","app":"y"}`), item("h", `{}`),
+	}, ",") + `]}`)
+	w := New(nil, store.New[*v1alpha1.MyResource](), Options[*v1alpha1.MyResource]{Codec: codec})
+	for name, data := range map[string][]byte{"page": page, wire.ListPage1: capture(t, wire.ListPage1), wire.ListPage2: capture(t, wire.ListPage2)} {
+		var alike, apart []*v1alpha1.MyResource
+		labelled := w.codec()
+		for c, to := range map[*Codec[*v1alpha1.MyResource]]*[]*v1alpha1.MyResource{&codec: &apart, &labelled: &alike} {
+			if _, err := decodeList(bytes.NewReader(data), *c, func(o *v1alpha1.MyResource) { *to = append(*to, o) }, func(s *SkipError) { t.Fatal(s) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(alike) != len(apart) || len(alike) == 0 {
+			t.Fatalf("%s: %d items with the labels' cache, %d without", name, len(alike), len(apart))
+		}
+		for i := range alike {
+			if !reflect.DeepEqual(alike[i], apart[i]) {
+				t.Fatalf("%s: item %d with the labels' cache %+v, without %+v", name, i, alike[i], apart[i])
+			}
+		}
+		if name == "page" {
+			same := func(i, j int) bool {
+				return reflect.ValueOf(alike[i].Labels).Pointer() == reflect.ValueOf(alike[j].Labels).Pointer()
+			}
+			if !same(0, 1) || !same(1, 2) || !same(3, 4) || !same(5, 6) || same(2, 3) || same(4, 5) {
+				t.Errorf("labels alike in one map: a-b-c %v %v, d-e %v, f-g %v; apart: c-d %v, e-f %v",
+					same(0, 1), same(1, 2), same(3, 4), same(5, 6), same(2, 3), same(4, 5))
+			}
+		}
+	}
+}
+
+// The watch loop's work per event on BenchmarkDelivery's stream (decode,
+// store, observers), with the stream's labels in one map and, as before,
+// one map each (a transform that may change labels turns the sharing off):
+//
+//	go test -run '^$' -bench LabelsPerEvent ./watcher
+func BenchmarkLabelsPerEvent(b *testing.B) {
+	const objects, events = 1000, 20000
+	var stream bytes.Buffer
+	for i := range events {
+		fmt.Fprintf(&stream, `{"type":"MODIFIED","object":{"apiVersion":"example.com/v1alpha1","kind":"MyResource","metadata":{"name":"obj-%06d","namespace":"bench","uid":"6f1e9a1c-0000-4000-8000-%012d","resourceVersion":"%d","generation":%d,"creationTimestamp":"2026-12-01T00:00:00Z","labels":{"app":"compare"},"managedFields":[{"manager":"compare","operation":"Update","apiVersion":"example.com/v1alpha1","time":"2026-12-01T00:00:00Z","fieldsType":"FieldsV1","fieldsV1":{"f:metadata":{"f:labels":{".":{},"f:app":{}}},"f:spec":{".":{},"f:message":{}}}}]},"spec":{"message":"update %d"},"status":{"phase":"Processed","message":"processed","observedGeneration":%d}}}`+"\n",
+			i%objects, i%objects, 1000+i, 1000+i, i, 1000+i)
+	}
+	for _, shared := range []bool{true, false} {
+		b.Run(fmt.Sprintf("shared=%v", shared), func(b *testing.B) {
+			st := store.New[*v1alpha1.MyResource]()
+			if !shared {
+				st.SetTransform(func(*v1alpha1.MyResource) {})
+			}
+			w := New(nil, st, Options[*v1alpha1.MyResource]{Codec: codec})
+			b.ReportAllocs()
+			for b.Loop() {
+				dec := newEventDecoder(bytes.NewReader(stream.Bytes()), w.codec())
+				for range events {
+					e, err := dec.Next()
+					if err != nil {
+						b.Fatal(err)
+					}
+					w.apply(e, time.Time{})
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*events), "ns/event")
+		})
+	}
+}
