@@ -36,7 +36,7 @@ func (w *Watcher[T]) Sweep(ctx context.Context, slots shard.SlotSet) (res SweepR
 	set := slots.Set()
 	listed := 0
 	defer func() {
-		w.obs.Observe(Swept{Share: set.Fraction(), Listed: listed, Deleted: len(res.Deleted), Err: err})
+		report(w, Swept{Share: set.Fraction(), Listed: listed, Deleted: len(res.Deleted), Err: err})
 	}()
 	if slots.Empty() {
 		return res, nil

@@ -90,7 +90,6 @@ type Watcher[T Object] struct {
 	opts   Options[T]
 	log    klog.Logger // Run's context's, named "watcher"
 	stats  Stats
-	obs    observe.Observer
 
 	// pos is where the store stands: one immutable value, replaced whole
 	// (by the loop's goroutine only), so that a reader never sees one
@@ -152,7 +151,6 @@ func New[T Object](src Source, s *store.Store[T], opts Options[T]) *Watcher[T] {
 	}
 	w := &Watcher[T]{source: src, wire: newEncoding(src, opts.Wire), store: s, opts: opts, synced: make(chan struct{}),
 		shard: opts.Shard, selector: opts.Shard.Selector(), reshard: make(chan struct{}, 1)}
-	w.obs = observe.Fanout{&w.stats, opts.Observer}
 	w.pos.Store(&position{})
 	return w
 }
@@ -305,11 +303,11 @@ func (w *Watcher[T]) applyShard(m *Machine) Action {
 	if len(w.shard) > 0 {
 		dropped = w.store.Retain(func(obj T) bool { return w.shard.Contains(string(obj.GetUID())) })
 	}
-	w.obs.Observe(Resharded{Share: w.shard.Fraction(), Dropped: dropped})
+	report(w, Resharded{Share: w.shard.Fraction(), Dropped: dropped})
 	w.log.Info("Shard changed: relisting", "share", w.shard.Fraction(), "dropped", dropped, "kept", w.store.Len())
 	from := m.State
 	a := m.Resharded()
-	w.obs.Observe(StateChanged{From: from, To: m.State, Reason: a.Reason})
+	report(w, StateChanged{From: from, To: m.State, Reason: a.Reason})
 	return a
 }
 
@@ -319,9 +317,9 @@ func (w *Watcher[T]) step(m *Machine, o Outcome) Action {
 	a := m.Step(o)
 	w.setRV(m.RV)
 	w.logStep(from, m.State, a)
-	w.obs.Observe(StateChanged{From: from, To: m.State, Reason: a.Reason, TimeTravel: a.TimeTravel})
+	report(w, StateChanged{From: from, To: m.State, Reason: a.Reason, TimeTravel: a.TimeTravel})
 	if a.Do == Wait {
-		w.obs.Observe(BackoffStarted{Delay: a.Delay, Class: a.Class})
+		report(w, BackoffStarted{Delay: a.Delay, Class: a.Class})
 	}
 	return a
 }
@@ -354,6 +352,16 @@ func (w *Watcher[T]) logStep(from, to State, a Action) {
 		w.log.Info("Relisting", "reason", a.Reason)
 	default:
 		w.log.V(3).Info("State change", "from", from, "to", to, "reason", a.Reason)
+	}
+}
+
+// report counts e in the loop's Stats and gives it to Options.Observer, if
+// there is one. Made into an interface for the Observer only: with none, the
+// two events of every frame (Received, Handed) cost no allocation.
+func report[T Object, E observe.Event](w *Watcher[T], e E) {
+	w.stats.Observe(e)
+	if w.opts.Observer != nil {
+		w.opts.Observer.Observe(e)
 	}
 }
 
@@ -406,7 +414,7 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 			// page is read again (Add replaces), so resuming is safe.
 			return failed(err)
 		}
-		w.obs.Observe(ListPage{Page: page, Items: items, Continue: meta.Continue, RV: meta.ResourceVersion})
+		report(w, ListPage{Page: page, Items: items, Continue: meta.Continue, RV: meta.ResourceVersion})
 		if meta.Continue == "" {
 			rv = meta.ResourceVersion
 			break
@@ -423,7 +431,7 @@ func (w *Watcher[T]) probe(ctx context.Context) Outcome {
 	o := Outcome{}
 	meta, err := w.readList(ctx, metav1.ListOptions{Limit: 1}, func(T) {}, func(*SkipError) {})
 	o.RV, o.Err = meta.ResourceVersion, err
-	w.obs.Observe(Probed{RV: o.RV, Ours: w.ResourceVersion(), Err: o.Err})
+	report(w, Probed{RV: o.RV, Ours: w.ResourceVersion(), Err: o.Err})
 	o.At = time.Now()
 	return o
 }
@@ -451,7 +459,7 @@ func (w *Watcher[T]) commit(repl *store.Replacement[T], rv string) {
 		listed = w.shard.Slots()
 	}
 	w.pos.Store(&position{rv: rv, slots: listed, since: rv})
-	w.obs.Observe(Replaced{RV: rv, Size: size, Added: added, Updated: updated, Deleted: deleted})
+	report(w, Replaced{RV: rv, Size: size, Added: added, Updated: updated, Deleted: deleted})
 	for _, d := range deltas {
 		w.hand(d)
 	}
@@ -486,7 +494,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 	opts.AllowWatchBookmarks, opts.TimeoutSeconds = true, &secs
 	sctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
 	defer cancel()
-	w.obs.Observe(WatchStarted{RV: opts.ResourceVersion, Timeout: timeout, InitialEvents: repl != nil})
+	report(w, WatchStarted{RV: opts.ResourceVersion, Timeout: timeout, InitialEvents: repl != nil})
 	start := time.Now()
 	o.Timeout = timeout
 	defer func() { o.At, o.Open = time.Now(), time.Since(start) }()
@@ -505,7 +513,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 		if silent.Load() && ctx.Err() == nil {
 			o.Err, o.Silent = ErrSilent, true
 		}
-		w.obs.Observe(WatchEnded{Frames: o.Frames, Open: time.Since(start), Err: o.Err, Quiet: act.Quiet})
+		report(w, WatchEnded{Frames: o.Frames, Open: time.Since(start), Err: o.Err, Quiet: act.Quiet})
 	}()
 
 	dec := w.newEvents(body)
@@ -562,7 +570,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 			repl.Add(ev.Object)
 			continue
 		case ev.Type == Bookmark:
-			w.obs.Observe(BookmarkReceived{RV: ev.RV, InitialEventsEnd: ev.InitialEventsEnd})
+			report(w, BookmarkReceived{RV: ev.RV, InitialEventsEnd: ev.InitialEventsEnd})
 		default:
 			w.apply(ev, arrived)
 		}
@@ -583,7 +591,7 @@ func (w *Watcher[T]) apply(ev Event[T], arrived time.Time) {
 	var d store.Delta[T]
 	var changed bool
 	var written time.Time
-	if ev.Type != Deleted {
+	if ev.Type != Deleted && w.opts.Observer != nil { // for Received only
 		written, _ = WrittenAt(ev.Object)
 	}
 	if ev.Type == Deleted {
@@ -592,10 +600,10 @@ func (w *Watcher[T]) apply(ev Event[T], arrived time.Time) {
 		d, changed = w.store.Upsert(ev.Object)
 	}
 	key := d.Key // the store made it: not again (a string) per event
-	if !changed {
+	if !changed && w.opts.Observer != nil {
 		key = store.KeyOf(ev.Object)
 	}
-	w.obs.Observe(Received{Type: ev.Type, Key: key, RV: ev.RV, Arrived: arrived, Written: written, Object: ev.Object})
+	report(w, Received{Type: ev.Type, Key: key, RV: ev.RV, Arrived: arrived, Written: written, Object: ev.Object})
 	if changed {
 		w.hand(d)
 	}
@@ -603,7 +611,7 @@ func (w *Watcher[T]) apply(ev Event[T], arrived time.Time) {
 
 // hand gives a delta to the handler, and says so.
 func (w *Watcher[T]) hand(d store.Delta[T]) {
-	w.obs.Observe(Handed{Type: d.Type, Key: d.Key, FinalStateUnknown: d.FinalStateUnknown})
+	report(w, Handed{Type: d.Type, Key: d.Key, FinalStateUnknown: d.FinalStateUnknown})
 	w.opts.Handler(d)
 }
 
@@ -617,11 +625,11 @@ func (w *Watcher[T]) inShard(obj T) bool {
 		w.log.Info("The server ignores shard selectors (is its ShardedListAndWatch feature gate off?): filtering on the client, so every object is still received and decoded",
 			"selector", w.selector, "share", w.shard.Fraction())
 	}
-	w.obs.Observe(OutOfShard{Key: store.KeyOf(obj)})
+	report(w, OutOfShard{Key: store.KeyOf(obj)})
 	return false
 }
 
 func (w *Watcher[T]) skipped(err *SkipError) {
 	w.log.Error(err, "Skipping an object that cannot be decoded")
-	w.obs.Observe(Skipped{Err: err})
+	report(w, Skipped{Err: err})
 }
