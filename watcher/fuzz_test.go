@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
+	"strings"
 	"testing"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/internal/metajson"
 	"rawwatch/internal/wire"
 )
 
@@ -55,14 +58,33 @@ func FuzzEventDecoder(f *testing.F) {
 	})
 }
 
+// FuzzDecodeList also decodes every page a second time as a watcher does,
+// its items' labels through one LabelCache (Watcher.codec), and requires
+// the same items and skips: the cache only shares maps.
 func FuzzDecodeList(f *testing.F) {
 	f.Add(capture(f, wire.ListPage1))
 	f.Add(capture(f, wire.ListPage2))
+	item := func(meta string) string { return `{` + objHead + `,"metadata":{` + meta + `}}` }
+	f.Add([]byte(`{"metadata":{"resourceVersion":"9"},"items":[` + strings.Join([]string{
+		item(`"name":"a","labels":{"app":"x"}`), item(`"name":"b","labels":{"app":"x"},"generation":"1"`),
+		item(`"name":"c","labels":{"app":"x"},"name":"c2"`), item(`"name":"d","labels":{"app":"x"}`),
+		item(`"name":"e","labels":{"app":"x\u0041"}`), item(`"name":"f","labels":{"app":"x\u0041"}`), item(`"name":"g","labels":{"app":"y"}`)}, ",") + `]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		items := 0
+		var items []*v1alpha1.MyResource
+		var skips []SkipError
 		_, err := decodeList(bytes.NewReader(data), codec,
-			func(obj *v1alpha1.MyResource) { items++; checkObject(t, obj) },
-			func(skip *SkipError) { checkSkip(t, skip) })
+			func(obj *v1alpha1.MyResource) { items = append(items, obj); checkObject(t, obj) },
+			func(skip *SkipError) { checkSkip(t, skip); skips = append(skips, SkipError{What: skip.What, Key: skip.Key, RV: skip.RV, UID: skip.UID}) })
+		labelled := codec
+		labelled.labels = new(metajson.LabelCache)
+		var litems []*v1alpha1.MyResource
+		var lskips []SkipError
+		_, lerr := decodeList(bytes.NewReader(data), labelled,
+			func(obj *v1alpha1.MyResource) { litems = append(litems, obj) },
+			func(skip *SkipError) { lskips = append(lskips, SkipError{What: skip.What, Key: skip.Key, RV: skip.RV, UID: skip.UID}) })
+		if (err == nil) != (lerr == nil) || !reflect.DeepEqual(items, litems) || !reflect.DeepEqual(skips, lskips) {
+			t.Fatalf("with the labels' cache: %d items, skips %+v (%v); without: %d items, skips %+v (%v)", len(litems), lskips, lerr, len(items), skips, err)
+		}
 		if err != nil {
 			return
 		}

@@ -2,11 +2,15 @@ package watcher
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/internal/wire"
@@ -147,5 +151,36 @@ func BenchmarkLabelsPerEvent(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*events), "ns/event")
 		})
+	}
+}
+
+// pageSource serves one LIST page, whatever is asked.
+type pageSource struct {
+	Source
+	page string
+}
+
+func (p pageSource) List(context.Context, metav1.ListOptions) (io.ReadCloser, error) {
+	return io.NopCloser(strings.NewReader(p.page)), nil
+}
+
+// A transform that changes labels in place changes only its own object's,
+// however the objects come: here by LIST (readList's codec), the watch's
+// case being TestStreamLabelsShareOneMapUnlessTheTransformMayChangeThem.
+func TestListedLabelsChangedByATransformStayTheirOwn(t *testing.T) {
+	item := func(name string) string {
+		return `{` + objHead + `,"metadata":{"name":"` + name + `","namespace":"ns","resourceVersion":"1","labels":{"app":"x"}}}`
+	}
+	page := `{"metadata":{"resourceVersion":"9"},"items":[` + item("a") + `,` + item("b") + `,` + item("c") + `]}`
+	st := store.New[*v1alpha1.MyResource]()
+	st.SetTransform(func(o *v1alpha1.MyResource) { o.Labels["mine"] = o.Name })
+	w := New(pageSource{page: page}, st, Options[*v1alpha1.MyResource]{Codec: codec, Handler: func(store.Delta[*v1alpha1.MyResource]) {}})
+	if o := w.list(context.Background(), ""); o.Err != nil {
+		t.Fatal(o.Err)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		if o, ok := st.Get("ns/" + name); !ok || fmt.Sprint(o.Labels) != "map[app:x mine:"+name+"]" {
+			t.Errorf("%s's labels after the LIST: %v", name, o.Labels)
+		}
 	}
 }

@@ -43,3 +43,39 @@ func TestApplyAllocatesForAnObserverOnly(t *testing.T) {
 		t.Errorf("applying an event: %.1f allocations without an Observer, %.1f with one; want at least 2 fewer without", without, with)
 	}
 }
+
+// With an Observer, Received still carries the key and the write time of
+// every event, the duplicate delivery (no change, no delta) included, and
+// without one the Stats still count it.
+func TestReceivedCarriesKeyAndWriteTimeForAnObserver(t *testing.T) {
+	created := metav1.NewTime(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+	written := metav1.NewTime(created.Add(time.Minute))
+	object := func() *v1alpha1.MyResource {
+		return &v1alpha1.MyResource{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", ResourceVersion: "5", CreationTimestamp: created,
+			ManagedFields: []metav1.ManagedFieldsEntry{{Time: &written}}}}
+	}
+	var got []Received
+	w := New(nil, store.New[*v1alpha1.MyResource](), Options[*v1alpha1.MyResource]{Observer: observe.Func(func(e observe.Event) {
+		if r, ok := e.(Received); ok {
+			got = append(got, r)
+		}
+	})})
+	for _, typ := range []string{Added, Modified, Deleted, Deleted} { // the second ADDED/MODIFIED at the stored RV: unchanged
+		w.apply(Event[*v1alpha1.MyResource]{Type: typ, RV: "5", Object: object()}, time.Time{})
+	}
+	if len(got) != 4 {
+		t.Fatalf("%d Received for 4 events", len(got))
+	}
+	for i, r := range got {
+		want := written.Time
+		if r.Type == Deleted {
+			want = time.Time{} // not asked of a deletion
+		}
+		if r.Key != "ns/a" || !r.Written.Equal(want) {
+			t.Errorf("event %d (%s): Received key %q written %v, want ns/a and %v", i, r.Type, r.Key, r.Written, want)
+		}
+	}
+	if s := w.Stats(); s.Events != 4 || s.Added != 1 || s.Modified != 1 || s.Deleted != 2 {
+		t.Errorf("Stats %+v", s)
+	}
+}

@@ -42,8 +42,11 @@ func (d *Decoder) labels() (map[string]string, error) {
 		return c.m, nil
 	}
 	m, err := d.StringMap()
-	if err == nil && d.i-start <= labelCacheMax {
-		c.text = append(c.text[:0], d.b[start:d.i]...)
+	if text := d.b[start:d.i]; err == nil && len(text) <= labelCacheMax {
+		if cap(c.text) < len(text) {
+			c.text = make([]byte, 0, len(text)) // not append's growth, which could pass the bound
+		}
+		c.text = append(c.text[:0], text...)
 		c.m = m
 	}
 	return m, err

@@ -95,3 +95,20 @@ func TestLabelCacheHit(t *testing.T) {
 		t.Fatal("bad test text")
 	}
 }
+
+// The text a LabelCache keeps is bounded by its room, not by what append's
+// growth makes of it: labels of 2,200 bytes, then of labelCacheMax, left a
+// buffer of 5,376 bytes.
+func TestLabelCacheHoldsAtMostItsBound(t *testing.T) {
+	var c LabelCache
+	var d Decoder
+	for _, n := range []int{100, 2200, 3000, labelCacheMax, 500, labelCacheMax} {
+		text := `{"b":"` + strings.Repeat("b", n-len(`{"b":""}`)) + `"}`
+		if _, err := readLabels(&d, &c, text); err != nil || len(c.text) != n {
+			t.Fatalf("%d bytes of labels: %v, kept %d", n, err, len(c.text))
+		}
+		if cap(c.text) > labelCacheMax {
+			t.Fatalf("after labels of %d bytes the cache holds %d bytes of text, more than its %d", n, cap(c.text), labelCacheMax)
+		}
+	}
+}

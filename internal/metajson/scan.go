@@ -248,7 +248,10 @@ func (d *Decoder) StringTo(dst *string) error {
 // Batch calls read (which reads one object) and makes all the strings that
 // StringTo reads meanwhile in one allocation, one string whose parts they
 // are, assigned when read returns nil. When read fails (the object is
-// declined), none is assigned, and nothing of them stays with the Decoder.
+// declined), none of those is assigned, and nothing of them stays with the
+// Decoder; the strings StringTo makes one by one (escaped, invalid UTF-8,
+// beyond the eighth) were assigned as they were read: a declined object's
+// state is unspecified, and it is not used (the plain decoder makes another).
 // Batch inside Batch is read itself: the outer one makes the strings.
 //
 // One object's strings in one block: who keeps any one of them (an
