@@ -74,14 +74,19 @@ func FuzzDecodeList(f *testing.F) {
 		var skips []SkipError
 		_, err := decodeList(bytes.NewReader(data), codec,
 			func(obj *v1alpha1.MyResource) { items = append(items, obj); checkObject(t, obj) },
-			func(skip *SkipError) { checkSkip(t, skip); skips = append(skips, SkipError{What: skip.What, Key: skip.Key, RV: skip.RV, UID: skip.UID}) })
+			func(skip *SkipError) {
+				checkSkip(t, skip)
+				skips = append(skips, SkipError{What: skip.What, Key: skip.Key, RV: skip.RV, UID: skip.UID})
+			})
 		labelled := codec
 		labelled.labels = new(metajson.LabelCache)
 		var litems []*v1alpha1.MyResource
 		var lskips []SkipError
 		_, lerr := decodeList(bytes.NewReader(data), labelled,
 			func(obj *v1alpha1.MyResource) { litems = append(litems, obj) },
-			func(skip *SkipError) { lskips = append(lskips, SkipError{What: skip.What, Key: skip.Key, RV: skip.RV, UID: skip.UID}) })
+			func(skip *SkipError) {
+				lskips = append(lskips, SkipError{What: skip.What, Key: skip.Key, RV: skip.RV, UID: skip.UID})
+			})
 		if (err == nil) != (lerr == nil) || !reflect.DeepEqual(items, litems) || !reflect.DeepEqual(skips, lskips) {
 			t.Fatalf("with the labels' cache: %d items, skips %+v (%v); without: %d items, skips %+v (%v)", len(litems), lskips, lerr, len(items), skips, err)
 		}
