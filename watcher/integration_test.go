@@ -249,10 +249,7 @@ func TestBookmarksAdvanceTheResourceVersion(t *testing.T) {
 	r := start(t, cp.Config(), ns, watcher.Options[object]{WatchTimeoutMin: 15 * time.Second, WatchTimeoutMax: 15 * time.Second})
 	listRV := r.w.ResourceVersion()
 
-	written, err := testkit.Client(t, cp.Config()).Create(context.Background(), testkit.New(other, "elsewhere", "hi"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	written := testkit.Create(t, testkit.Client(t, cp.Config()), other, "elsewhere", "hi")
 	testkit.Eventually(t, 45*time.Second, func() bool { return r.w.Stats().Bookmarks > 0 }, "no bookmark received")
 
 	st := r.w.Stats()

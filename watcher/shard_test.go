@@ -342,9 +342,7 @@ func TestCoveredFollowsTheListedShard(t *testing.T) {
 	}
 	_, since, _ := r.w.Coverage()
 	// A write, so that the relist's resourceVersion is a later one.
-	if _, err := testkit.Client(t, cp.Config()).Create(context.Background(), testkit.New(ns, "later", "x")); err != nil {
-		t.Fatal(err)
-	}
+	testkit.Create(t, testkit.Client(t, cp.Config()), ns, "later", "x")
 	r.w.SetShard(b.Set())
 	testkit.Eventually(t, 30*time.Second, func() bool {
 		got := r.w.Covered()
