@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -67,5 +68,15 @@ func TestALeaseStormFailsTheRun(t *testing.T) {
 	v := run(renew/10, 600) // every 100 ms: a renewal loop that lost its ticker
 	if f := v.Failures(); len(f) != 1 || !strings.Contains(f[0], "over the Lease budget: r1 made 1800 requests on Leases in one minute") {
 		t.Errorf("a Lease storm: failures %q", f)
+	}
+}
+
+// Budget looks its faults up by name without a second check (the index
+// would be -1 for a name not in BudgetFaults): a name it does not know is
+// refused before anything starts, with the names it does.
+func TestBudgetRefusesAnUnknownFaultFirst(t *testing.T) {
+	_, err := Budget(context.Background(), nil, BudgetConfig{Faults: []string{BudgetFaults[0].Name, "no-such-fault"}})
+	if err == nil || !strings.Contains(err.Error(), `unknown fault "no-such-fault"`) {
+		t.Fatalf("Budget with an unknown fault: %v, want it refused by name", err)
 	}
 }
