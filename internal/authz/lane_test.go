@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +15,100 @@ import (
 
 	"k8s.io/client-go/rest"
 )
+
+// Requests that wait on another's review of the same token count against
+// the lane's MaxWaiting as much as those waiting for a slot: a flood of
+// one made-up token, its review held by the API server, holds one review
+// and MaxWaiting requests (and their goroutines), and the rest get 429 at
+// once. Without it, every request of the flood waited on the one review.
+func TestRequestsJoiningAReviewCountAgainstTheLanesBound(t *testing.T) {
+	const n = 2_000
+	s := newServer(t)
+	s.blockMadeUp = make(chan struct{})
+	g := s.guard(Options{ReviewTimeout: time.Hour})
+	h := g.Wrap(ok, "/metrics")
+	before := runtime.NumGoroutine()
+	var answered, refused atomic.Int32
+	var wg sync.WaitGroup
+	t.Cleanup(func() { close(s.blockMadeUp); wg.Wait() })
+	for range n {
+		wg.Go(func() {
+			if get(t, h, "/metrics", "Bearer one-made-up-token").Code == http.StatusTooManyRequests {
+				refused.Add(1)
+			}
+			answered.Add(1)
+		})
+	}
+	const held = 1 + DefaultMaxWaiting // the review, and those waiting on it
+	for deadline := time.Now().Add(20 * time.Second); answered.Load() < n-held; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests with one made-up token whose review is held: after 20s %d answered 429 and %d are held (%d goroutines more), want %d answered 429 at once and %d held (one review, %d waiting on it)",
+				n, refused.Load(), n-answered.Load(), runtime.NumGoroutine()-before, n-held, held, DefaultMaxWaiting)
+		}
+	}
+	if r := refused.Load(); r != n-held {
+		t.Errorf("%d of %d requests got 429, want %d", r, n, n-held)
+	}
+	// Settled: what the flood holds is a goroutine for each request held,
+	// and the review's own (its HTTP connection).
+	if more := runtime.NumGoroutine() - before; more > held+8 {
+		t.Errorf("the flood holds %d goroutines more, want at most %d (%d requests held, and the review's connection)", more, held+8, held)
+	}
+	if s.reviews.Load() != 1 {
+		t.Errorf("%d TokenReviews for one token, want 1", s.reviews.Load())
+	}
+}
+
+// A request held for a review carries nothing more than its header, and a
+// header of bounded weight: a request with a body (these endpoints read
+// none; over HTTP/2 its data would wait in the stream's buffer, up to the
+// flow-control window) is refused 413, and one whose header fields weigh
+// more than MaxHeaderWeight, each counted as its name, its value and 32
+// bytes (HTTP/2's measure: thousands of empty fields cost more parsed than
+// on the wire) is refused 431, both before any review and at once.
+func TestARequestWithABodyOrAHeavyHeaderIsNotHeld(t *testing.T) {
+	s := newServer(t)
+	s.blockMadeUp = make(chan struct{})
+	g := s.guard(Options{ReviewTimeout: time.Hour})
+	h := g.Wrap(ok, "/metrics")
+	var wg sync.WaitGroup
+	t.Cleanup(func() { close(s.blockMadeUp); wg.Wait() })
+	wg.Go(func() { get(t, h, "/metrics", "Bearer one-made-up-token") }) // the review, held
+	for deadline := time.Now().Add(20 * time.Second); s.inFlight.Load() < 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first review never started")
+		}
+	}
+	withBody := httptest.NewRequest(http.MethodGet, "/metrics", strings.NewReader("a body"))
+	heavy := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	for i := range 2_000 {
+		heavy.Header.Set(fmt.Sprint("X-", i), "")
+	}
+	for _, c := range []struct {
+		what string
+		r    *http.Request
+		want int
+	}{
+		{"a request with a body", withBody, http.StatusRequestEntityTooLarge},
+		{"a request with 2,000 empty header fields", heavy, http.StatusRequestHeaderFieldsTooLarge},
+	} {
+		c.r.Header.Set("Authorization", "Bearer one-made-up-token")
+		w := httptest.NewRecorder()
+		done := make(chan struct{})
+		wg.Go(func() { h.ServeHTTP(w, c.r); close(done) })
+		select {
+		case <-done:
+			if w.Code != c.want {
+				t.Errorf("%s, its token's review in flight: %d, want %d", c.what, w.Code, c.want)
+			}
+		case <-time.After(20 * time.Second):
+			t.Errorf("%s, its token's review in flight: still held after 20s, want %d at once", c.what, c.want)
+		}
+	}
+	if s.reviews.Load() != 1 {
+		t.Errorf("%d TokenReviews, want 1", s.reviews.Load())
+	}
+}
 
 // Concurrent first requests with one made-up token wait on one review:
 // one TokenReview, however many come at once (within the lane's bound).
@@ -28,9 +124,9 @@ func TestConcurrentRequestsForOneTokenCostOneReview(t *testing.T) {
 	}
 	// All of them have looked at the cache already: each is in a review,
 	// waits for a slot, or waits on another's review of the same token.
-	for deadline := time.Now().Add(30 * time.Second); s.inFlight.Load() < 1 || s.inFlight.Load()+g.newToken.waiting.Load()+g.joined.Load() < n; {
+	for deadline := time.Now().Add(30 * time.Second); s.inFlight.Load() < 1 || s.inFlight.Load()+g.newToken.waiting.Load() < n; {
 		if time.Now().After(deadline) {
-			t.Fatalf("in flight %d, waiting %d, joined %d", s.inFlight.Load(), g.newToken.waiting.Load(), g.joined.Load())
+			t.Fatalf("in flight %d, waiting %d", s.inFlight.Load(), g.newToken.waiting.Load())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -157,14 +253,16 @@ func TestAUserWithNoRBACCannotStarveAScraper(t *testing.T) {
 		hold = c
 		mu.Unlock()
 		var wg sync.WaitGroup
+		var answered atomic.Int32
 		for range 200 {
-			wg.Go(func() { get(t, h, "/metrics", "Bearer other-token") })
+			wg.Go(func() { get(t, h, "/metrics", "Bearer other-token"); answered.Add(1) })
 		}
-		// Every request of the burst is in a review, waits for a slot, or
-		// waits on another's review of the same (user, verb, path).
-		for deadline := time.Now().Add(30 * time.Second); len(g.known.slots) < 1 || int32(len(g.known.slots))+g.known.waiting.Load()+g.joined.Load() < 200; {
+		// Every request of the burst is in a review, waits for a slot or
+		// on another's review of the same (user, verb, path), or was
+		// answered 429 (the lane's waiting places were taken).
+		for deadline := time.Now().Add(30 * time.Second); len(g.known.slots) < 1 || int32(len(g.known.slots))+g.known.waiting.Load()+answered.Load() < 200; {
 			if time.Now().After(deadline) {
-				t.Fatalf("the burst holds %d slots, %d waiting, %d joined", len(g.known.slots), g.known.waiting.Load(), g.joined.Load())
+				t.Fatalf("the burst holds %d slots, %d waiting, %d answered", len(g.known.slots), g.known.waiting.Load(), answered.Load())
 			}
 			time.Sleep(time.Millisecond)
 		}
