@@ -323,3 +323,20 @@ func TestAddFirstGoesBeforeTheKeysAddQueued(t *testing.T) {
 		t.Errorf("keys handed out %s, want %s", strings.Join(got, ","), want)
 	}
 }
+
+// Done twice for one Get (a worker's bug, or a deferred Done plus an
+// explicit one) while the key was re-added queues it once: Len counts it
+// once, and the next Get finds it (client-go's Done pushes whatever is
+// dirty; here a key counted twice would make Get index past order's end).
+func TestDoneTwiceDoesNotQueueTheKeyTwice(t *testing.T) {
+	q := New(nil)
+	q.Add("a")
+	k, _ := q.Get()
+	q.Add(k) // changed while processed
+	q.Done(k)
+	q.Done(k) // the second Done
+	if q.Len() != 1 {
+		t.Fatalf("Done twice after a re-add: Len %d, want 1 (one dirty key, a); a second Get would panic "+
+			"(inOrder %d counts entries that are not there)", q.Len(), q.inOrder)
+	}
+}
