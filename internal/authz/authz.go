@@ -14,7 +14,11 @@
 //
 // This is what controller-runtime's filters.WithAuthenticationAndAuthorization
 // (scaffolded by kubebuilder) and kube-rbac-proxy do, written with client-go's
-// typed clients only.
+// typed clients only. By default a token is taken when the API server takes
+// it (its own audience): the controller could replay a caller's token
+// there. Options.Audiences names audiences of the controller's own, as
+// kube-rbac-proxy's --auth-token-audiences does: callers then send tokens
+// made for those, which the API server itself refuses.
 //
 // Answers: 401 without a token or with one the server does not know (always
 // the same body: the caller is told nothing of why), 413 for a request with
@@ -130,6 +134,14 @@ type Options struct {
 	// MaxTokenBytes + DefaultHeaderWeightBeyondToken.
 	MaxHeaderWeight int
 	ReviewTimeout   time.Duration
+	// Audiences, when set, are the audiences a token must have been made
+	// for (kube-rbac-proxy's --auth-token-audiences): each TokenReview asks
+	// the API server to check them, and a token it finds for none of them
+	// (one for the API server itself, as every pod's own) is refused. A
+	// caller then sends a token the API server does not take, so the
+	// controller cannot replay it there. Unset: the API server's own
+	// audience, and any token it takes is taken.
+	Audiences []string
 }
 
 // Guard authenticates and authorizes HTTP requests against the API server.
@@ -336,7 +348,7 @@ func (g *Guard) authenticate(ctx context.Context, token string) (*authnv1.UserIn
 // server last said yes.
 func (g *Guard) reviewToken(ctx context.Context, kube kubernetes.Interface, k key, token string, refresh bool) error {
 	tr, err := kube.AuthenticationV1().TokenReviews().Create(ctx,
-		&authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+		&authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token, Audiences: g.opts.Audiences}}, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("TokenReview: %w", err)
 	}
@@ -346,7 +358,11 @@ func (g *Guard) reviewToken(ctx context.Context, kube kubernetes.Interface, k ke
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !tr.Status.Authenticated {
+	// An empty status.audiences means the API server's own audience (and an
+	// authenticator that ignored the ones asked for): not one of ours.
+	if !tr.Status.Authenticated || len(g.opts.Audiences) > 0 && !slices.ContainsFunc(tr.Status.Audiences, func(a string) bool {
+		return slices.Contains(g.opts.Audiences, a)
+	}) {
 		g.users.remove(k)
 		g.refused.put(k, struct{}{}, 0, now, g.opts.RefusedTTL, false)
 		return nil
