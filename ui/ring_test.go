@@ -11,6 +11,7 @@ import (
 	"weak"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/internal/testkit"
 	"rawwatch/observe"
 	"rawwatch/reconcile"
 	"rawwatch/store"
@@ -48,13 +49,13 @@ func TestABufferedEventKeepsOnlyWhatThePageDraws(t *testing.T) {
 	} {
 		h := ui.New(ui.Options{Ring: events})
 		objects := make([]weak.Pointer[v1alpha1.MyResource], 0, events)
-		before := heap()
+		before := testkit.HeapAfterGC()
 		for i := range events {
 			e, obj := c.event(i)
 			objects = append(objects, obj)
 			h.Observe(e)
 		}
-		per := (int64(heap()) - int64(before)) / events
+		per := (int64(testkit.HeapAfterGC()) - int64(before)) / events
 		runtime.KeepAlive(huge)
 		alive := 0
 		for _, o := range objects {
@@ -85,13 +86,4 @@ func TestALongTextIsCut(t *testing.T) {
 	if len(got) > ui.MaxText || !strings.HasSuffix(got, "…") || !utf8.ValidString(got) || !strings.HasPrefix(long, strings.TrimSuffix(got, "…")) {
 		t.Errorf("a %d-byte error reached the page as %d bytes %q…, want at most %d, cut at a character and marked", len(long), len(got), got[:20], ui.MaxText)
 	}
-}
-
-// heap is the live heap after a collection.
-func heap() uint64 {
-	var m runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }
