@@ -188,3 +188,15 @@ func BenchmarkAddGetDoneWithViewers(b *testing.B) {
 		})
 	}
 }
+
+// One Snapshot of ListMax keys with 100,000 keys waiting out a retry: an
+// upper bound of the time it holds the queue's lock.
+//
+//	go test -run '^$' -bench 'Snapshot$' ./queue/
+func BenchmarkSnapshot(b *testing.B) {
+	q := delayedQueue(100_000)
+	defer q.ShutDown()
+	for b.Loop() {
+		q.Snapshot(50)
+	}
+}
