@@ -61,7 +61,7 @@
 //   - So at most 2×(MaxInFlight+MaxWaiting) requests are held for reviews
 //     (136 by default), whatever arrives, each for at most MaxWait plus
 //     ReviewTimeout. What each holds is its header, of bounded weight (no
-//     body): at most 96 KiB of heap and one goroutine (two over HTTP/1.1,
+//     body): at most 128 KiB of heap and one goroutine (two over HTTP/1.1,
 //     with its connection's), held by internal/app's
 //     TestAJoinerFloodHoldsALanesWorth.
 //   - A new token cannot be told from a made-up one before it is reviewed:
