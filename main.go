@@ -23,6 +23,7 @@ import (
 	"rawwatch/explain"
 	"rawwatch/freshness"
 	"rawwatch/internal/app"
+	"rawwatch/internal/authz"
 	"rawwatch/internal/clientconfig"
 	"rawwatch/internal/flaglist"
 	"rawwatch/leader"
@@ -51,6 +52,7 @@ type options struct {
 	uiAddr                      string
 	secureServing               bool
 	certDir                     string
+	authTokenAudiences          string
 	explain                     bool
 	leaderElect                 bool
 	lease                       leader.Config
@@ -95,6 +97,7 @@ func run(args []string) int {
 	fs.StringVar(&o.uiAddr, "ui-bind-address", "0", `address to serve the live page of the mechanics on (/ui/), e.g. "127.0.0.1:8082" ("0": off)`)
 	fs.BoolVar(&o.secureServing, "secure-serving", true, "serve /metrics and the live page over HTTPS, only to callers the API server authenticates (TokenReview) and RBAC allows to get the path (SubjectAccessReview); false: plain HTTP, on loopback addresses only. The health probes are always plain HTTP")
 	fs.StringVar(&o.certDir, "tls-cert-dir", "", "directory with tls.crt and tls.key for secure serving, read again when they change (default: a self-signed certificate made at start)")
+	fs.StringVar(&o.authTokenAudiences, "auth-token-audiences", "", "comma-separated audiences a caller's token must have been made for to read /metrics or the live page (as kube-rbac-proxy's flag): a token for the API server itself is then refused, and the controller cannot replay a caller's token there (default: the API server's audience)")
 	fs.BoolVar(&o.explain, "explain", false, "narrate every list, watch event, queue operation and reconcile on stdout, for learning (colour on a terminal)")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "run the workers only while holding a Lease, so that several replicas can run with one active")
 	fs.StringVar(&o.lease.Name, "leader-elect-resource-name", "rawwatch", "name of the Lease")
@@ -270,6 +273,7 @@ func runController(ctx context.Context, o options) error {
 		UIAddr:               o.uiAddr,
 		SecureServing:        o.secureServing,
 		CertDir:              o.certDir,
+		Authz:                authz.Options{Audiences: flaglist.Split(o.authTokenAudiences)},
 		Explain:              narrator,
 		LeaderElection:       lease,
 		FreshnessProbe:       o.freshnessProbe,

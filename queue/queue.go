@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"container/heap"
 	"sort"
 	"sync"
 	"time"
@@ -67,8 +68,10 @@ type Queue struct {
 	urgent map[string]struct{}
 	// processing: keys handed out by Get and not yet Done.
 	processing map[string]struct{}
-	// waiting: keys scheduled by AddAfter, with the timer that will add them.
+	// waiting: keys scheduled by AddAfter, with the timer that will add
+	// them; due holds the same, soonest first (a heap), for Snapshot.
 	waiting map[string]*delayed
+	due     dueHeap
 	// dirtySince: when each dirty key was added (kept only with an Observer).
 	dirtySince map[string]time.Time
 	// dirtyPeak and processingPeak are the most keys dirty, and processing,
@@ -85,9 +88,62 @@ type Queue struct {
 const burstKeys = 64
 
 type delayed struct {
+	key   string
 	at    time.Time
 	timer *time.Timer
 	first bool // added by AddFirst when due
+	index int  // in due
+}
+
+// byDue orders delayed keys soonest first, as a heap.Interface.
+type byDue []*delayed
+
+func (h byDue) Len() int           { return len(h) }
+func (h byDue) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h byDue) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *byDue) Push(x any)        { *h = append(*h, x.(*delayed)) }
+func (h *byDue) Pop() any {
+	old := *h
+	d := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return d
+}
+
+// dueHeap is the delayed keys as a heap by due time (client-go's delaying
+// queue keeps one too), each knowing its place, so that one replaced or
+// fired leaves in O(log n), and the soonest are found without reading all
+// (soonest).
+type dueHeap struct{ byDue }
+
+func (h dueHeap) Swap(i, j int) {
+	h.byDue.Swap(i, j)
+	h.byDue[i].index, h.byDue[j].index = i, j
+}
+
+func (h *dueHeap) Push(x any) {
+	x.(*delayed).index = len(h.byDue)
+	h.byDue.Push(x)
+}
+
+// soonest returns the max soonest keys, soonest first, reading about
+// 2·max of the heap's entries: the soonest is the root, and each next one
+// a child of one already taken.
+func (h dueHeap) soonest(max int) []DelayedKey {
+	n := min(max, len(h.byDue))
+	out := make([]DelayedKey, 0, n)
+	next := make(byDue, 0, n+1)
+	if n > 0 {
+		next = append(next, h.byDue[0])
+	}
+	for len(out) < n {
+		d := heap.Pop(&next).(*delayed)
+		out = append(out, DelayedKey{Key: d.key, Due: d.at})
+		for c := 2*d.index + 1; c <= 2*d.index+2 && c < len(h.byDue); c++ {
+			heap.Push(&next, h.byDue[c])
+		}
+	}
+	return out
 }
 
 // lane is a line of keys: Get takes them from its front; buf is the whole
@@ -277,20 +333,32 @@ func (q *Queue) addAfter(key string, d time.Duration, first bool) {
 			return
 		}
 		w.timer.Stop()
+		heap.Remove(&q.due, w.index)
 	}
-	w := &delayed{at: at, first: first}
+	w := &delayed{key: key, at: at, first: first}
 	w.timer = time.AfterFunc(d, func() {
 		q.mu.Lock()
 		if q.waiting[key] != w { // replaced by an earlier AddAfter, or shut down
 			q.mu.Unlock()
 			return
 		}
-		delete(q.waiting, key)
+		q.undelay(w)
 		first := w.first
 		q.mu.Unlock()
 		q.add(key, first)
 	})
 	q.waiting[key] = w
+	heap.Push(&q.due, w)
+}
+
+// undelay drops w, whose time has come, from the delayed keys; when none
+// is left after a burst (burstKeys), their map and heap are made afresh.
+func (q *Queue) undelay(w *delayed) {
+	delete(q.waiting, w.key)
+	heap.Remove(&q.due, w.index)
+	if len(q.waiting) == 0 && cap(q.due.byDue) > burstKeys {
+		q.waiting, q.due = map[string]*delayed{}, dueHeap{}
+	}
 }
 
 // AddRateLimited re-adds key after the delay its rate limiter gives it, and
@@ -391,6 +459,7 @@ func (q *Queue) ShutDown() {
 		w.timer.Stop()
 		delete(q.waiting, key)
 	}
+	q.due = dueHeap{}
 	q.ready.Broadcast()
 }
 
@@ -430,37 +499,37 @@ type DelayedKey struct {
 	Retries int
 }
 
-// Snapshot copies at most max keys of each kind. It holds the queue's lock
-// for a copy of max keys plus a sort of the delayed ones.
+// Snapshot copies at most max keys of each kind. Under the queue's lock (the
+// lock Add, Get and Done take) it reads about 2·max entries of each kind and
+// the counts, however many keys the queue holds: a view that calls it
+// often does not slow the workers. Ready may show fewer than max keys when
+// AddFirst moved many keys queued before them (their stale entries are
+// read too, at most 2·max+64 entries of order).
 func (q *Queue) Snapshot(max int) Snapshot {
+	if max < 0 {
+		max = 0
+	}
 	q.mu.Lock()
 	s := Snapshot{ReadyLen: len(q.first.keys) + q.inOrder, DelayedLen: len(q.waiting)}
-	for _, e := range q.first.keys {
-		if len(s.Ready) == max {
-			break
-		}
+	for _, e := range q.first.keys[:min(max, len(q.first.keys))] {
 		s.Ready = append(s.Ready, e.key)
 	}
-	for _, e := range q.order.keys {
-		if len(s.Ready) == max {
+	for _, e := range q.order.keys[:min(2*max+burstKeys, len(q.order.keys))] {
+		if len(s.Ready) >= max {
 			break
 		}
 		if q.dirty[e.key] == e.seq && e.seq != 0 {
 			s.Ready = append(s.Ready, e.key)
 		}
 	}
-	for key, w := range q.waiting {
-		s.Delayed = append(s.Delayed, DelayedKey{Key: key, Due: w.at})
-	}
+	s.Delayed = q.due.soonest(max)
 	for key := range q.processing {
-		if len(s.Processing) == max {
+		if len(s.Processing) >= max {
 			break
 		}
 		s.Processing = append(s.Processing, key)
 	}
 	q.mu.Unlock()
-	sort.Slice(s.Delayed, func(i, j int) bool { return s.Delayed[i].Due.Before(s.Delayed[j].Due) })
-	s.Delayed = s.Delayed[:min(max, len(s.Delayed))]
 	for i := range s.Delayed {
 		s.Delayed[i].Retries = q.limiter.Retries(s.Delayed[i].Key)
 	}

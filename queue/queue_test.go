@@ -235,41 +235,6 @@ func TestQueueGotMeasuresFromTheFirstAdd(t *testing.T) {
 	}
 }
 
-// Snapshot shows each key where it is: ready, delayed (soonest first, with
-// its retries), or held by a worker; at most max of each, with full counts.
-func TestSnapshot(t *testing.T) {
-	q := New(NewRateLimiter(time.Hour, 10*time.Hour))
-	defer q.ShutDown()
-	for _, k := range []string{"r1", "r2", "r3", "busy"} {
-		q.Add(k)
-	}
-	q.AddAfter("later", 2*time.Hour)
-	q.AddRateLimited("retried") // 1 h
-	q.AddRateLimited("retried") // already waiting: still due in 1 h, 2 retries
-	if k, _ := q.Get(); k != "r1" {
-		t.Fatalf("Get = %q", k)
-	}
-	s := q.Snapshot(2)
-	if fmt.Sprint(s.Ready) != "[r2 r3]" || s.ReadyLen != 3 {
-		t.Errorf("ready = %v (%d), want [r2 r3] of 3", s.Ready, s.ReadyLen)
-	}
-	if fmt.Sprint(s.Processing) != "[r1]" {
-		t.Errorf("processing = %v, want [r1]", s.Processing)
-	}
-	if s.DelayedLen != 2 || len(s.Delayed) != 2 || s.Delayed[0].Key != "retried" || s.Delayed[1].Key != "later" {
-		t.Fatalf("delayed = %+v (%d), want retried then later", s.Delayed, s.DelayedLen)
-	}
-	if s.Delayed[0].Retries != 2 || s.Delayed[1].Retries != 0 {
-		t.Errorf("retries = %d, %d, want 2, 0", s.Delayed[0].Retries, s.Delayed[1].Retries)
-	}
-	if due := time.Until(s.Delayed[0].Due); due < 59*time.Minute || due > time.Hour {
-		t.Errorf("retried is due in %v, want about 1h", due)
-	}
-	if s := q.Snapshot(1); len(s.Ready) != 1 || len(s.Delayed) != 1 || s.DelayedLen != 2 {
-		t.Errorf("Snapshot(1) = %+v", s)
-	}
-}
-
 // A queue keeps its maps and its order's array while keys come one at a
 // time (made afresh at every drain, they cost allocations for every key),
 // and drops them once it drains after a burst, whose size Go maps and
@@ -315,6 +280,25 @@ func TestQueueDropsOnlyWhatABurstGrew(t *testing.T) {
 	}
 }
 
+// The delayed keys' map and heap go too once the last of a burst is due.
+func TestDelayedKeysDropWhatABurstGrew(t *testing.T) {
+	q := New(nil)
+	defer q.ShutDown()
+	for i := range burstKeys + 1 {
+		q.AddAfter(fmt.Sprint(i), time.Millisecond)
+	}
+	for deadline := time.Now().Add(time.Minute); q.Pending() > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d keys still delayed", q.Pending())
+		}
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if cap(q.due.byDue) != 0 {
+		t.Errorf("after a burst of %d delayed keys, all due: the heap keeps an array of %d", burstKeys+1, cap(q.due.byDue))
+	}
+}
+
 // AddFirst puts a key before every key Add queued, behind the AddFirst
 // keys before it; a key already waiting moves; a key being processed comes
 // back first after Done.
@@ -337,5 +321,22 @@ func TestAddFirstGoesBeforeTheKeysAddQueued(t *testing.T) {
 	}
 	if want := "x,c,a,b,d"; strings.Join(got, ",") != want {
 		t.Errorf("keys handed out %s, want %s", strings.Join(got, ","), want)
+	}
+}
+
+// Done twice for one Get (a worker's bug, or a deferred Done plus an
+// explicit one) while the key was re-added queues it once: Len counts it
+// once, and the next Get finds it (client-go's Done pushes whatever is
+// dirty; here a key counted twice would make Get index past order's end).
+func TestDoneTwiceDoesNotQueueTheKeyTwice(t *testing.T) {
+	q := New(nil)
+	q.Add("a")
+	k, _ := q.Get()
+	q.Add(k) // changed while processed
+	q.Done(k)
+	q.Done(k) // the second Done
+	if q.Len() != 1 {
+		t.Fatalf("Done twice after a re-add: Len %d, want 1 (one dirty key, a); a second Get would panic "+
+			"(inOrder %d counts entries that are not there)", q.Len(), q.inOrder)
 	}
 }

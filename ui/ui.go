@@ -18,11 +18,12 @@
 //
 // # A slow browser never slows the controller
 //
-// Observe, on the controller's goroutines, only appends to a fixed-size ring
-// and updates a few fields under a mutex, then pokes each browser's goroutine
-// without waiting (a channel of one). It never encodes, never writes to a
-// network connection and never waits for a browser. Each browser's handler
-// does the encoding and the writing, at its own pace:
+// Observe, on the controller's goroutines, copies out of the event the few
+// fields the page draws, appends them to a fixed-size ring and updates a few
+// fields under a mutex, then pokes each browser's goroutine without waiting
+// (a channel of one). It never writes JSON, never writes to a network
+// connection and never waits for a browser. Each browser's handler does the
+// encoding and the writing, at its own pace:
 //   - events are sent in batches, at most every FlushEvery, so a burst of
 //     ten thousand events costs a browser a few dozen writes (merged);
 //   - a browser that falls more than a ring behind skips what was
@@ -40,7 +41,11 @@
 //   - at most MaxClients browsers at once, at most MaxPerViewer of one
 //     viewer (Options.Viewer); more get 503.
 //
-// Memory is the ring (Options.Ring events) whatever the number of browsers.
+// Memory is the ring whatever the number of browsers: Options.Ring events
+// of at most MaxBytesPerEvent each. A buffered event keeps only what the
+// page draws, copied: never the object a watch event carries (whose size
+// anyone who may update it chooses), nor a string sharing its allocation;
+// each text is cut to MaxText bytes.
 package ui
 
 import (
@@ -52,9 +57,11 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -80,6 +87,12 @@ const (
 	DefaultMaxPerViewer = 4
 	// ListMax is how many keys of each kind the queue view shows.
 	ListMax = 50
+	// MaxText is the most bytes of one text (a key, an error) the page
+	// keeps; a longer one is cut, marked with "…".
+	MaxText = 512
+	// MaxBytesPerEvent is the most heap one buffered event keeps: its
+	// fields (at most eight, in a small map) and their texts.
+	MaxBytesPerEvent = 2 << 10
 )
 
 // Options say where the parts of the picture that are read rather than
@@ -119,10 +132,10 @@ type Hub struct {
 	pic     picture
 }
 
+// item is one buffered event: what the page draws of it (see row).
 type item struct {
 	seq uint64
-	at  time.Time
-	e   observe.Event
+	row map[string]any
 }
 
 // picture is what the page shows apart from the timeline; it is sent whole.
@@ -216,16 +229,22 @@ func (h *Hub) Dropped() int64 { return h.dropped.Load() }
 // Observe records e. It never blocks on a browser (see the package doc).
 func (h *Hub) Observe(e observe.Event) {
 	now := time.Now()
-	timeline := true
+	var r map[string]any
+	switch e.(type) {
+	case reconcile.Started, freshness.Measured, queue.Added, queue.Got, watcher.Handed, freshness.Beat:
+		// Not in the timeline: the picture shows these (workers, queue, probe); the timeline would drown.
+	default:
+		r = row(e, now)
+	}
 	h.mu.Lock()
 	p := &h.pic
 	switch e := e.(type) {
 	case watcher.StateChanged:
 		p.State = e.To.String()
 		p.Transitions = keepLast(append(p.Transitions, transition{At: ms(now), From: e.From.String(), To: e.To.String(),
-			Reason: e.Reason, TimeTravel: e.TimeTravel}), 12)
+			Reason: text(e.Reason), TimeTravel: e.TimeTravel}), 12)
 	case watcher.Replaced:
-		p.LastRelist = &relist{At: ms(now), RV: e.RV, First: p.LastRelist == nil,
+		p.LastRelist = &relist{At: ms(now), RV: text(e.RV), First: p.LastRelist == nil,
 			Deltas: map[string]int{"size": e.Size, "added": e.Added, "updated": e.Updated, "deleted": e.Deleted}}
 		p.LastHeard = now
 	case watcher.ListPage, watcher.BookmarkReceived:
@@ -233,15 +252,11 @@ func (h *Hub) Observe(e observe.Event) {
 	case watcher.Received:
 		p.LastHeard = now
 	case reconcile.Started:
-		p.Workers[e.Worker] = held{Key: e.Key, Since: ms(now)}
-		timeline = false
+		p.Workers[e.Worker] = held{Key: text(e.Key), Since: ms(now)}
 	case reconcile.Finished:
 		delete(p.Workers, e.Worker)
-		r := reconciled{At: ms(now), Worker: e.Worker, Key: e.Key, TookMS: float64(e.Took.Microseconds()) / 1000, RetryMS: e.RetryIn.Milliseconds()}
-		if e.Err != nil {
-			r.Err = e.Err.Error()
-		}
-		p.Reconciles = keepLast(append(p.Reconciles, r), 20)
+		p.Reconciles = keepLast(append(p.Reconciles, reconciled{At: ms(now), Worker: e.Worker, Key: r["key"].(string),
+			TookMS: r["tookMs"].(float64), Err: r["err"].(string), RetryMS: e.RetryIn.Milliseconds()}), 20)
 	case leader.Leading:
 		p.Leading = e.Leading
 	case freshness.Measured:
@@ -249,12 +264,10 @@ func (h *Hub) Observe(e observe.Event) {
 			p.Probe = map[string]float64{}
 		}
 		p.Probe[string(e.Stage)] = e.Took.Seconds()
-		timeline = false
-	case queue.Added, queue.Got, watcher.Handed, freshness.Beat:
-		timeline = false // the queue view shows these; the timeline would drown
 	}
-	if timeline {
-		h.ring[h.next%uint64(len(h.ring))] = item{seq: h.next, at: now, e: e}
+	if r != nil {
+		r["seq"] = h.next
+		h.ring[h.next%uint64(len(h.ring))] = item{seq: h.next, row: r}
 		h.next++
 		for c := range h.woken {
 			select {
@@ -345,7 +358,7 @@ func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 			s.send("dropped", map[string]any{"n": skipped, "total": missed})
 		}
 		for _, it := range items {
-			s.sendID("item", strconv.FormatUint(it.seq, 10), encode(it))
+			s.sendID("item", strconv.FormatUint(it.seq, 10), it.row)
 		}
 		if first || len(items) > 0 || skipped > 0 {
 			s.send("picture", h.picture(missed))
@@ -490,51 +503,67 @@ func (s *stream) flush() bool {
 	return s.err == nil
 }
 
-// encode turns one event into what the page's timeline reads: a kind and
-// the event's fields, in JSON.
-func encode(it item) map[string]any {
-	m := map[string]any{"seq": it.seq, "at": ms(it.at)}
+// row is what the page's timeline draws of one event: its kind and the
+// event's fields, copied (each text cut to MaxText), so that the ring keeps
+// nothing else of it alive. Observe adds "seq" when it buffers the row.
+func row(e observe.Event, at time.Time) map[string]any {
+	m := map[string]any{"at": ms(at)}
 	errText := func(err error) string {
 		if err == nil {
 			return ""
 		}
-		return err.Error()
+		return text(err.Error())
 	}
-	switch e := it.e.(type) {
+	switch e := e.(type) {
 	case watcher.StateChanged:
-		m["kind"], m["from"], m["to"], m["reason"], m["timeTravel"] = "state", e.From.String(), e.To.String(), e.Reason, e.TimeTravel
+		m["kind"], m["from"], m["to"], m["reason"], m["timeTravel"] = "state", e.From.String(), e.To.String(), text(e.Reason), e.TimeTravel
 	case watcher.ListPage:
-		m["kind"], m["page"], m["items"], m["rv"], m["more"] = "page", e.Page, e.Items, e.RV, e.Continue != ""
+		m["kind"], m["page"], m["items"], m["rv"], m["more"] = "page", e.Page, e.Items, text(e.RV), e.Continue != ""
 	case watcher.Replaced:
-		m["kind"], m["rv"], m["size"], m["added"], m["updated"], m["deleted"] = "replaced", e.RV, e.Size, e.Added, e.Updated, e.Deleted
+		m["kind"], m["rv"], m["size"], m["added"], m["updated"], m["deleted"] = "replaced", text(e.RV), e.Size, e.Added, e.Updated, e.Deleted
 	case watcher.WatchStarted:
-		m["kind"], m["rv"], m["timeoutS"], m["initialEvents"] = "watch", e.RV, e.Timeout.Seconds(), e.InitialEvents
+		m["kind"], m["rv"], m["timeoutS"], m["initialEvents"] = "watch", text(e.RV), e.Timeout.Seconds(), e.InitialEvents
 	case watcher.Received:
-		m["kind"], m["type"], m["key"], m["rv"] = "event", e.Type, e.Key, e.RV
+		m["kind"], m["type"], m["key"], m["rv"] = "event", text(e.Type), text(e.Key), text(e.RV)
 	case watcher.BookmarkReceived:
-		m["kind"], m["rv"], m["initialEventsEnd"] = "bookmark", e.RV, e.InitialEventsEnd
+		m["kind"], m["rv"], m["initialEventsEnd"] = "bookmark", text(e.RV), e.InitialEventsEnd
 	case watcher.WatchEnded:
 		m["kind"], m["frames"], m["openS"], m["err"] = "ended", e.Frames, e.Open.Seconds(), errText(e.Err)
 		m["gone"] = apierrors.IsResourceExpired(e.Err) || apierrors.IsGone(e.Err)
 	case watcher.BackoffStarted:
 		m["kind"], m["delayMs"], m["class"] = "backoff", e.Delay.Milliseconds(), e.Class.String()
 	case watcher.Probed:
-		m["kind"], m["rv"], m["err"] = "probe", e.RV, errText(e.Err)
+		m["kind"], m["rv"], m["err"] = "probe", text(e.RV), errText(e.Err)
 	case watcher.Skipped:
-		m["kind"], m["key"], m["err"] = "skipped", e.Err.Key, e.Err.Error()
+		m["kind"], m["key"], m["err"] = "skipped", text(e.Err.Key), errText(e.Err)
 	case reconcile.Finished:
-		m["kind"], m["worker"], m["key"], m["tookMs"], m["err"], m["retryMs"] = "reconcile", e.Worker, e.Key,
+		m["kind"], m["worker"], m["key"], m["tookMs"], m["err"], m["retryMs"] = "reconcile", e.Worker, text(e.Key),
 			float64(e.Took.Microseconds())/1000, errText(e.Err), e.RetryIn.Milliseconds()
 	case reconcile.Paused:
-		m["kind"], m["key"], m["forMs"], m["err"] = "paused", e.Key, e.For.Milliseconds(), errText(e.Err)
+		m["kind"], m["key"], m["forMs"], m["err"] = "paused", text(e.Key), e.For.Milliseconds(), errText(e.Err)
 	case reconcile.Resynced:
 		m["kind"], m["keys"] = "resync", e.Keys
 	case leader.Leading:
 		m["kind"], m["leading"] = "leading", e.Leading
 	case leader.NewLeader:
-		m["kind"], m["identity"] = "leader", e.Identity
+		m["kind"], m["identity"] = "leader", text(e.Identity)
 	default:
 		m["kind"], m["type"] = "other", fmt.Sprintf("%T", e)
 	}
 	return m
+}
+
+// text is a copy of s, cut to MaxText bytes (at a character's start, and
+// marked "…"): a copy, because a string may be part of a larger
+// allocation (a decoded object's strings are one block) that it would
+// keep alive.
+func text(s string) string {
+	if len(s) <= MaxText {
+		return strings.Clone(s)
+	}
+	cut := MaxText - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

@@ -20,6 +20,8 @@ import (
 
 	"io"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -133,6 +135,39 @@ func TestARevokedViewersStreamEndsAndItsReconnectIsRefused(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the revoked viewer still streams the page a minute after its grant was taken away (AllowTTL 2s)")
 		}
+	}
+}
+
+// With --auth-token-audiences, the guard takes only tokens made for one of
+// the audiences, and the real API server checks it: a granted
+// ServiceAccount's token for the audience reads /metrics, its token for
+// the API server (what every pod has) is refused, and the token it sends
+// the controller is refused by the API server: it cannot be replayed there.
+func TestADedicatedAudienceTakesOnlyTokensMadeForIt(t *testing.T) {
+	admin, ns := rbacNamespace(t)
+	forAPIServer := boundToken(t, admin, ns, "prometheus", "rawwatch-metrics-reader")
+	kube := kubernetes.NewForConfigOrDie(admin)
+	hour := int64(3600)
+	tr, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), "prometheus", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"rawwatch"}, ExpirationSeconds: &hour}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forRawwatch := tr.Status.Token
+	a, _, client := startSecure(t, admin, app.Options{Namespace: ns, MetricsAddr: "127.0.0.1:0",
+		Authz: authz.Options{Audiences: []string{"rawwatch"}}})
+	client.Timeout = 10 * time.Second
+	metrics := "https://" + a.MetricsAddr() + "/metrics"
+	if code, body := testkit.BearerGet(t, client, metrics, forRawwatch); code != http.StatusOK {
+		t.Errorf("a granted ServiceAccount's token made for rawwatch: %d %.200q, want 200", code, body)
+	}
+	if code, body := testkit.BearerGet(t, client, metrics, forAPIServer); code != http.StatusUnauthorized {
+		t.Errorf("the same ServiceAccount's token made for the API server: %d %.200q, want 401", code, body)
+	}
+	replayed := rest.AnonymousClientConfig(admin)
+	replayed.BearerToken = forRawwatch
+	if _, err := kubernetes.NewForConfigOrDie(replayed).CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{}); !apierrors.IsUnauthorized(err) {
+		t.Errorf("the token made for rawwatch, replayed against the API server: %v, want 401", err)
 	}
 }
 

@@ -30,12 +30,14 @@ func (a *App) addChecks() {
 			return errors.New("waiting for the first list")
 		}
 	})
+	// The probes need no token: they name no peer (the pods of the other
+	// replicas are in the guarded metrics, and in the Leases RBAC guards).
 	if a.Member != nil {
 		// /leaderz says whether this replica works (on what: the guarded
 		// metric rawwatch_shard_working_info).
 		a.Leadership.Add("shard", func() error {
 			if c := a.Member.Claims(); c.Working.Empty() {
-				return fmt.Errorf("works no slot yet (members %v; target %d slots, pending %d)", a.Member.Members(), c.Target.Len(), c.Pending.Len())
+				return fmt.Errorf("works no slot yet (%d members; target %d slots, pending %d)", len(a.Member.Members()), c.Target.Len(), c.Pending.Len())
 			}
 			return nil
 		})
@@ -50,8 +52,8 @@ func (a *App) addChecks() {
 		if a.Elector.IsLeader() {
 			return nil
 		}
-		if holder := a.Elector.Leader(); holder != "" {
-			return fmt.Errorf("standby: the lease is held by %s", holder)
+		if a.Elector.Leader() != "" {
+			return errors.New("standby: another replica holds the lease")
 		}
 		return errors.New("standby: no leader observed yet")
 	})

@@ -14,9 +14,10 @@ import (
 )
 
 // An unauthenticated caller chooses the token and the path. Neither may be
-// kept: 64 refusals of made-up tokens on paths of 1 MiB keep next to nothing,
-// and the refusal is remembered by the token alone, so a made-up token costs
-// one TokenReview whatever the paths it is sent on.
+// kept: 64 refusals of made-up tokens on paths of 1 MiB (over
+// MaxHeaderWeight: refused before any review) keep next to nothing, and the
+// refusal is remembered by the token alone, so a made-up token costs one
+// TokenReview whatever the paths it is sent on.
 func TestRefusalsKeepNothingTheCallerChose(t *testing.T) {
 	s := newServer(t)
 	g := s.guard(Options{})
@@ -24,8 +25,8 @@ func TestRefusalsKeepNothingTheCallerChose(t *testing.T) {
 	long := "/" + strings.Repeat("a", 1<<20)
 	before := testkit.HeapAfterGC()
 	for i := range 64 {
-		if w := get(t, h, long, fmt.Sprintf("Bearer made-up-%d", i)); w.Code != http.StatusUnauthorized {
-			t.Fatalf("a made-up token on a 1 MiB path: %d, want 401", w.Code)
+		if w := get(t, h, long, fmt.Sprintf("Bearer made-up-%d", i)); w.Code != http.StatusRequestHeaderFieldsTooLarge {
+			t.Fatalf("a made-up token on a 1 MiB path: %d, want 431", w.Code)
 		}
 	}
 	if grew := int64(testkit.HeapAfterGC()) - int64(before); grew > 8<<20 {

@@ -14,14 +14,19 @@
 //
 // This is what controller-runtime's filters.WithAuthenticationAndAuthorization
 // (scaffolded by kubebuilder) and kube-rbac-proxy do, written with client-go's
-// typed clients only.
+// typed clients only. By default a token is taken when the API server takes
+// it (its own audience): the controller could replay a caller's token
+// there. Options.Audiences names audiences of the controller's own, as
+// kube-rbac-proxy's --auth-token-audiences does: callers then send tokens
+// made for those, which the API server itself refuses.
 //
 // Answers: 401 without a token or with one the server does not know (always
-// the same body: the caller is told nothing of why), 404 for a path the
-// server does not route and 405 for a method other than GET and HEAD (both
-// to authenticated callers only, and never reviewed), 403 when RBAC says no,
-// 503 when the server could not be asked (never "allow"), 429 when no review
-// could start within MaxWait.
+// the same body: the caller is told nothing of why), 413 for a request with
+// a body and 431 for one heavier than MaxHeaderWeight (both unreviewed),
+// 404 for a path the server does not route and 405 for a method other than
+// GET and HEAD (both to authenticated callers only, and never reviewed),
+// 403 when RBAC says no, 503 when the server could not be asked (never
+// "allow"), 429 when no review could start within MaxWait.
 //
 // The guard must not become a way to hurt the controller or the API server.
 // What an unauthenticated caller chooses (the token, the path) is never
@@ -41,7 +46,7 @@
 //     review. A refresh whose TokenReview says "not authenticated" with
 //     status.error set keeps the old answer until it expires.
 //   - Concurrent requests for one key (a token; a user, verb and path) wait
-//     on one review in flight.
+//     on one review in flight; each counts as waiting in the review's lane.
 //   - Reviews go through two lanes, each with a client of its own limited to
 //     DefaultQPS requests a second (burst 1) and at most MaxInFlight reviews
 //     at once. Tokens not seen authenticated take the first lane. The
@@ -49,9 +54,16 @@
 //     made-up token cannot enter. Refreshes ahead take the second lane's
 //     client but MaxInFlight slots of their own, which first reviews and
 //     refusals never take. A request waits at most MaxWait for a slot, and
-//     at most MaxWaiting requests wait per lane: the rest get 429 at once. A
-//     refresh ahead that finds no free slot is tried again at the next
-//     request. The API server sees at most 2×DefaultQPS reviews a second.
+//     at most MaxWaiting requests wait per lane, for a slot or on another's
+//     review: the rest get 429 at once. A refresh ahead that finds no free
+//     slot is tried again at the next request. The API server sees at most
+//     2×DefaultQPS reviews a second.
+//   - So at most 2×(MaxInFlight+MaxWaiting) requests are held for reviews
+//     (136 by default), whatever arrives, each for at most MaxWait plus
+//     ReviewTimeout. What each holds is its header, of bounded weight (no
+//     body): at most 128 KiB of heap and one goroutine (two over HTTP/1.1,
+//     with its connection's), held by internal/app's
+//     TestAJoinerFloodHoldsALanesWorth.
 //   - A new token cannot be told from a made-up one before it is reviewed:
 //     while a flood holds the first lane it gets 429, never 401.
 //   - A failed review is not cached; an Authorization header longer than
@@ -98,6 +110,9 @@ const (
 	DefaultMaxUserBytes = 4 << 20
 	// Service account tokens are about 1 KiB; OIDC ones a few.
 	DefaultMaxTokenBytes = 16 << 10
+	// What a request's target and header fields may weigh beyond its
+	// token (see Options.MaxHeaderWeight).
+	DefaultHeaderWeightBeyondToken = 8 << 10
 	// Each lane's client: at most this many requests a second.
 	DefaultQPS   = 5
 	DefaultBurst = 1
@@ -112,7 +127,21 @@ type Options struct {
 	MaxWait                                 time.Duration
 	MaxEntries, MaxUserBytes                int
 	MaxTokenBytes                           int
-	ReviewTimeout                           time.Duration
+	// MaxHeaderWeight bounds what a request may weigh to be reviewed: its
+	// target and header fields, each field counted as its name, its value
+	// and 32 bytes, as HTTP/2 counts them (RFC 9113, 6.5.2), since many
+	// small fields cost more parsed than on the wire. Default:
+	// MaxTokenBytes + DefaultHeaderWeightBeyondToken.
+	MaxHeaderWeight int
+	ReviewTimeout   time.Duration
+	// Audiences, when set, are the audiences a token must have been made
+	// for (kube-rbac-proxy's --auth-token-audiences): each TokenReview asks
+	// the API server to check them, and a token it finds for none of them
+	// (one for the API server itself, as every pod's own) is refused. A
+	// caller then sends a token the API server does not take, so the
+	// controller cannot replay it there. Unset: the API server's own
+	// audience, and any token it takes is taken.
+	Audiences []string
 }
 
 // Guard authenticates and authorizes HTTP requests against the API server.
@@ -124,7 +153,6 @@ type Guard struct {
 	refresh  lane             // refreshes ahead of answers that said yes: known's client, slots of its own
 	bg       sync.WaitGroup   // refreshes ahead running
 	macKey   []byte
-	joined   atomic.Int32 // requests waiting on another's review of the same key
 
 	mu         sync.Mutex
 	users      *cache[*authnv1.UserInfo] // authenticated tokens
@@ -178,6 +206,7 @@ func newGuard(newToken, known kubernetes.Interface, opts Options) *Guard {
 	opts.MaxEntries = cmp.Or(max(opts.MaxEntries, 0), DefaultMaxEntries)
 	opts.MaxUserBytes = cmp.Or(max(opts.MaxUserBytes, 0), DefaultMaxUserBytes)
 	opts.MaxTokenBytes = cmp.Or(max(opts.MaxTokenBytes, 0), DefaultMaxTokenBytes)
+	opts.MaxHeaderWeight = cmp.Or(max(opts.MaxHeaderWeight, 0), opts.MaxTokenBytes+DefaultHeaderWeightBeyondToken)
 	macKey := make([]byte, 32)
 	_, _ = rand.Read(macKey) // never fails (crypto/rand)
 	return &Guard{opts: opts, now: time.Now, macKey: macKey,
@@ -221,6 +250,10 @@ func (g *Guard) Wrap(next http.Handler, paths ...string) http.Handler {
 			http.Error(w, "Method not allowed", status)
 		case http.StatusNotFound:
 			http.NotFound(w, r)
+		case http.StatusRequestEntityTooLarge:
+			http.Error(w, "Request entity too large: these endpoints take no request body", status)
+		case http.StatusRequestHeaderFieldsTooLarge:
+			http.Error(w, fmt.Sprintf("Request header fields too large: at most %d bytes, each field counted as its name, its value and 32 bytes", g.opts.MaxHeaderWeight), status)
 		case http.StatusTooManyRequests:
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, "Too many requests: reviews of other requests are in flight", status)
@@ -243,6 +276,15 @@ func (g *Guard) check(r *http.Request, routed map[string]bool) (status int, user
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return http.StatusUnauthorized, nil
 	}
+	// A request may wait for a review: it must hold little meanwhile. A
+	// server request has no body exactly when its length is known to be 0
+	// (HTTP/2: it ended with its header; its Body is never http.NoBody).
+	if r.ContentLength != 0 {
+		return http.StatusRequestEntityTooLarge, nil
+	}
+	if weight(r) > g.opts.MaxHeaderWeight {
+		return http.StatusRequestHeaderFieldsTooLarge, nil
+	}
 	user, status = g.authenticate(r.Context(), token)
 	if status != http.StatusOK {
 		return status, nil
@@ -254,6 +296,17 @@ func (g *Guard) check(r *http.Request, routed map[string]bool) (status int, user
 		return http.StatusMethodNotAllowed, user
 	}
 	return g.authorize(r.Context(), user, r.URL.Path), user
+}
+
+// weight is what r's target and header fields weigh (Options.MaxHeaderWeight).
+func weight(r *http.Request) int {
+	n := len(r.RequestURI) + len(r.Host)
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 32
+		}
+	}
+	return n
 }
 
 // authenticate answers who token is: from the cache, or the first lane.
@@ -295,7 +348,7 @@ func (g *Guard) authenticate(ctx context.Context, token string) (*authnv1.UserIn
 // server last said yes.
 func (g *Guard) reviewToken(ctx context.Context, kube kubernetes.Interface, k key, token string, refresh bool) error {
 	tr, err := kube.AuthenticationV1().TokenReviews().Create(ctx,
-		&authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+		&authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token, Audiences: g.opts.Audiences}}, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("TokenReview: %w", err)
 	}
@@ -305,7 +358,11 @@ func (g *Guard) reviewToken(ctx context.Context, kube kubernetes.Interface, k ke
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !tr.Status.Authenticated {
+	// An empty status.audiences means the API server's own audience (and an
+	// authenticator that ignored the ones asked for): not one of ours.
+	if !tr.Status.Authenticated || len(g.opts.Audiences) > 0 && !slices.ContainsFunc(tr.Status.Audiences, func(a string) bool {
+		return slices.Contains(g.opts.Audiences, a)
+	}) {
 		g.users.remove(k)
 		g.refused.put(k, struct{}{}, 0, now, g.opts.RefusedTTL, false)
 		return nil
@@ -389,8 +446,11 @@ func (g *Guard) once(ctx context.Context, k key, l *lane, review func(context.Co
 	g.mu.Lock()
 	if f, ok := g.flights[k]; ok {
 		g.mu.Unlock()
-		g.joined.Add(1)
-		defer g.joined.Add(-1)
+		// It waits in the lane as much as one waiting for a slot does.
+		if !l.enter() {
+			return http.StatusTooManyRequests
+		}
+		defer l.leave()
 		select {
 		case <-f.done:
 			return f.status
@@ -545,11 +605,10 @@ func (l *lane) acquire(ctx context.Context, wait time.Duration) bool {
 	if l.try() {
 		return true
 	}
-	if l.waiting.Add(1) > l.maxWaiting {
-		l.waiting.Add(-1)
+	if !l.enter() {
 		return false
 	}
-	defer l.waiting.Add(-1)
+	defer l.leave()
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
@@ -560,6 +619,18 @@ func (l *lane) acquire(ctx context.Context, wait time.Duration) bool {
 	}
 	return false
 }
+
+// enter counts a request in as waiting in the lane (for a slot, or for
+// another's review), unless MaxWaiting wait already.
+func (l *lane) enter() bool {
+	if l.waiting.Add(1) > l.maxWaiting {
+		l.waiting.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (l *lane) leave() { l.waiting.Add(-1) }
 
 func (l *lane) try() bool {
 	select {

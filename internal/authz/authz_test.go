@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,9 @@ type server struct {
 	block       chan struct{}              // when set, reviews wait on it
 	blockMadeUp chan struct{}              // when set, reviews of unknown tokens wait on it
 	tokenErrors map[string]string          // token → the error a refusal names
+	audiences   map[string][]string        // token → the audiences it was made for (none: the API server's)
+	deaf        bool                       // an authenticator that ignores the audiences asked for
+	askedFor    []string                   // the audiences the last TokenReview asked for
 	reviews     atomic.Int32               // TokenReviews made
 	access      atomic.Int32               // SubjectAccessReviews made
 	inFlight    atomic.Int32
@@ -90,8 +94,32 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			reply(nil, apierrors.NewInternalError(fmt.Errorf("etcd is away")))
 			return
 		}
+		s.mu.Lock()
+		s.askedFor = tr.Spec.Audiences
+		s.mu.Unlock()
+		// As kube-apiserver: a review is answered with the audiences asked
+		// for (by default the API server's own) the token was made for, or
+		// not at all.
+		apiServer := []string{"https://kubernetes.default.svc"}
+		madeFor, asked, auds := s.audiences[tr.Spec.Token], tr.Spec.Audiences, []string(nil)
+		if madeFor == nil {
+			madeFor = apiServer
+		}
+		if asked == nil {
+			asked = apiServer
+		}
+		for _, a := range asked {
+			if slices.Contains(madeFor, a) {
+				auds = append(auds, a)
+			}
+		}
+		if s.deaf {
+			auds = nil
+		} else if len(auds) == 0 {
+			known = false
+		}
 		if known {
-			tr.Status = authnv1.TokenReviewStatus{Authenticated: true,
+			tr.Status = authnv1.TokenReviewStatus{Authenticated: true, Audiences: auds,
 				User: authnv1.UserInfo{Username: user, UID: "uid-" + user, Groups: []string{"system:authenticated"}}}
 		} else {
 			tr.Status.Error = s.tokenErrors[tr.Spec.Token]
@@ -221,6 +249,44 @@ func TestAnswers(t *testing.T) {
 	if s.lastSAR.User != "reader" || s.lastSAR.UID != "uid-reader" || len(s.lastSAR.Groups) != 1 ||
 		s.lastSAR.NonResourceAttributes.Path != "/ui/" || s.lastSAR.NonResourceAttributes.Verb != "get" {
 		t.Errorf("the last SubjectAccessReview asked %+v", s.lastSAR)
+	}
+}
+
+// With Options.Audiences, a token is taken only when the API server finds
+// it made for one of them: the TokenReview asks for them, a token for the
+// API server itself is refused, and so is every token when the server's
+// authenticator ignores the audiences (it answers with none).
+func TestATokenMustBeMadeForOneOfTheAudiences(t *testing.T) {
+	s := newServer(t)
+	s.users["scoped-token"] = "reader"
+	s.audiences = map[string][]string{"scoped-token": {"rawwatch", "other"}}
+	h := s.guard(Options{Audiences: []string{"rawwatch"}}).Wrap(ok, "/metrics")
+	for _, c := range []struct {
+		who, token string
+		want       int
+	}{
+		{"a token made for the audience", "scoped-token", http.StatusOK},
+		{"a token made for the API server", "reader-token", http.StatusUnauthorized},
+	} {
+		if w := get(t, h, "/metrics", "Bearer "+c.token); w.Code != c.want {
+			t.Errorf("%s: %d, want %d", c.who, w.Code, c.want)
+		}
+		if s.mu.Lock(); !slices.Equal(s.askedFor, []string{"rawwatch"}) {
+			t.Errorf("%s: the TokenReview asked for the audiences %q, want [rawwatch]", c.who, s.askedFor)
+		}
+		s.mu.Unlock()
+	}
+	s.deaf = true
+	h = s.guard(Options{Audiences: []string{"rawwatch"}}).Wrap(ok, "/metrics")
+	if w := get(t, h, "/metrics", "Bearer scoped-token"); w.Code != http.StatusUnauthorized {
+		t.Errorf("an authenticator that answers with no audience: %d, want 401", w.Code)
+	}
+	// Without Audiences, the API server's audience: the scoped token is
+	// not one it takes.
+	s.deaf = false
+	h = s.guard(Options{}).Wrap(ok, "/metrics")
+	if w := get(t, h, "/metrics", "Bearer scoped-token"); w.Code != http.StatusUnauthorized {
+		t.Errorf("without Audiences, a token made for others only: %d, want 401", w.Code)
 	}
 }
 

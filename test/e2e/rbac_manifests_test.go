@@ -108,8 +108,8 @@ func TestManifestsGrantWhatIsUsedAndNoMore(t *testing.T) {
 			sa := "system:serviceaccount:" + ns + ":rawwatch"
 			// Common to all: the ClusterRole and the guard of the endpoints.
 			all := []check{
-				{"list", "myresources", "", true}, {"watch", "myresources", "", true}, {"get", "myresources", "x", true},
-				{"update", "myresources/status", "x", true}, {"patch", "myresources/status", "x", true},
+				{"list", "myresources", "", true}, {"watch", "myresources", "", true}, {"get", "myresources", "x", false},
+				{"update", "myresources/status", "x", true}, {"patch", "myresources/status", "x", false},
 				{"update", "myresources", "x", false}, {"delete", "myresources", "x", false},
 				{"create", "events", "", true}, {"patch", "events", "x", true},
 				{"get", "secrets", "x", false}, {"list", "pods", "", false},

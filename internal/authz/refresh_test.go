@@ -11,19 +11,12 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 )
 
-// Breaks the package doc ("A failed review is not cached") and
-// docs/operations.md ("The server could not be asked: 503, never allow";
-// answers past half their life "refreshed ahead", a failed refresh keeping
-// the old answer). When the API server's authenticator fails (a token
-// webhook down, the service account's lookup timing out), kube-apiserver
-// answers the TokenReview 201 with authenticated false and status.error set.
-// The guard takes that for a refusal: a refresh ahead that meets one such
-// glitch drops the scraper's known token and caches a refusal for 30 s, so a
-// granted scraper is refused (401) after the glitch is over.
-//
-// Failure printed: a granted scraper 15 s after one refresh ahead met an
-// authenticator error (status.error, not a refusal): 401, want 200
-func TestAdversaryAnAuthenticatorErrorOnARefreshLocksOutAScraper(t *testing.T) {
+// When the API server's authenticator fails (a token webhook down, the
+// service account's lookup timing out), kube-apiserver answers the
+// TokenReview 201 with authenticated false and status.error set. A refresh
+// ahead that meets one such answer keeps the old answer until it expires:
+// a granted scraper is still let in after the glitch.
+func TestAnAuthenticatorErrorOnARefreshKeepsTheAnswer(t *testing.T) {
 	s := newServer(t)
 	var glitch atomic.Bool
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -56,7 +49,7 @@ func TestAdversaryAnAuthenticatorErrorOnARefreshLocksOutAScraper(t *testing.T) {
 	}
 }
 
-// The bound of the above: a token whose refreshes ahead all meet
+// The bound of that: a token whose refreshes ahead all meet
 // status.error (a real refusal naming a reason looks the same) is let in
 // until TokenTTL after the server last said yes, then refused.
 func TestARefusalWithAnErrorIsBelievedWhenTheTokenExpires(t *testing.T) {
