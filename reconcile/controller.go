@@ -299,9 +299,9 @@ func (c *Controller[T]) DrainDeletions(ctx context.Context, workers int) (left [
 		for range min(max(workers, 1), len(ready)) {
 			wg.Go(func() {
 				for key := range keys {
-					rctx := newReconcileContext(ctx, logger, key, time.Now().Add(ReconcileTimeout))
+					rctx, cancel := keyContext(ctx, logger, key)
 					err := c.deletions(rctx, key)
-					rctx.cancel()
+					cancel()
 					if err == nil {
 						c.Queue.Forget(key)
 						mu.Lock()
@@ -312,7 +312,7 @@ func (c *Controller[T]) DrainDeletions(ctx context.Context, workers int) (left [
 					// The queue shut down: AddRateLimited adds nothing, it
 					// only says when the key's backoff ends.
 					in := c.Queue.AddRateLimited(key)
-					rctx.log().Error(err, "Handling a deletion failed while draining, will retry", "retryIn", in)
+					klog.FromContext(rctx).Error(err, "Handling a deletion failed while draining, will retry", "retryIn", in)
 					mu.Lock()
 					retryAt[key] = time.Now().Add(in)
 					mu.Unlock()
@@ -333,6 +333,12 @@ func (c *Controller[T]) workContext(ctx context.Context) (context.Context, conte
 	return work, func() { stop(); cancel() }
 }
 
+// keyContext is what one reconcile of key runs in: work's values and end,
+// ReconcileTimeout, and the worker's logger with the key (klog.FromContext).
+func keyContext(work context.Context, logger klog.Logger, key string) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(klog.NewContext(work, klog.LoggerWithValues(logger, "key", key)), ReconcileTimeout)
+}
+
 // processNext handles one key in a context derived from work (workContext);
 // it returns false when the queue shut down.
 func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, worker int) bool {
@@ -343,13 +349,11 @@ func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, wo
 	defer c.Queue.Done(key)
 	// The reconcile runs to completion even if Run's ctx ends meanwhile, in
 	// its own bounded context, unless the work is aborted (workContext).
-	// Its logger, with the key, is made only when something logs.
 	start := time.Now()
-	rctx := newReconcileContext(work, logger, key, start.Add(ReconcileTimeout))
-	defer rctx.cancel()
-	if logger.V(4).Enabled() {
-		rctx.log().V(4).Info("Reconciling")
-	}
+	rctx, cancel := keyContext(work, logger, key)
+	defer cancel()
+	log := klog.FromContext(rctx)
+	log.V(4).Info("Reconciling")
 	if c.Observer != nil {
 		c.Observer.Observe(Started{Worker: worker, Key: key})
 	}
@@ -358,9 +362,7 @@ func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, wo
 		err = c.Reconciler.Reconcile(rctx, key)
 	}
 	d := time.Since(start)
-	if logger.V(4).Enabled() { // boxing d costs an allocation even unlogged
-		rctx.log().V(4).Info("Reconciled", "duration", d, "ok", err == nil)
-	}
+	log.V(4).Info("Reconciled", "duration", d, "ok", err == nil)
 	var retryIn time.Duration
 	away, retryAfter := ServerAway(err)
 	// How the key comes back: a key with deletions left (one failed)
@@ -380,19 +382,19 @@ func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, wo
 		// says nothing is wrong with the object.
 		retryIn = c.ConflictRetry
 		addAfter(key, retryIn)
-		rctx.log().V(2).Info("Conflict writing, will retry", "retryIn", retryIn)
+		log.V(2).Info("Conflict writing, will retry", "retryIn", retryIn)
 	case away:
 		// The server, not the object: every worker pauses, the key goes back
 		// to the queue as it was (see pause).
 		pauseFor := c.pause.failed(time.Now(), start, retryAfter)
 		add(key)
-		rctx.log().V(2).Info("Server away; workers pause", "err", err, "pause", pauseFor)
+		log.V(2).Info("Server away; workers pause", "err", err, "pause", pauseFor)
 		if c.Observer != nil {
 			c.Observer.Observe(Paused{Key: key, For: pauseFor, Err: err})
 		}
 	default:
 		retryIn = addRateLimited(key)
-		rctx.log().Error(err, failed, "retries", c.Queue.Retries(key), "retryIn", retryIn)
+		log.Error(err, failed, "retries", c.Queue.Retries(key), "retryIn", retryIn)
 	}
 	if c.Observer != nil {
 		c.Observer.Observe(Finished{Worker: worker, Key: key, Took: d, Err: err, RetryIn: retryIn})
