@@ -28,21 +28,21 @@ func (s State) String() string {
 	return [...]string{"Listing", "Watching", "BackingOff", "Relisting", "Stopped"}[s]
 }
 
-// Do names the one thing the loop performs next.
-type Do int
+// ActionKind names the one thing the loop performs next.
+type ActionKind int
 
 const (
 	// List: a paginated LIST of everything, at resourceVersion "" (the
 	// latest data, read consistently); its result replaces the store.
-	List Do = iota
+	List ActionKind = iota
 	// WatchList: the same, as a WATCH with sendInitialEvents=true. When its
 	// initial events end, the loop reports Outcome.Listed and reads on.
 	WatchList
 	// Watch: a WATCH from Action.RV, applying events until the stream ends.
 	Watch
-	// ReadOn: keep reading the stream that is open (a WatchList that just
+	// KeepReading: keep reading the stream that is open (a WatchList that just
 	// delivered its initial state goes on with live events).
-	ReadOn
+	KeepReading
 	// Probe: a LIST of one item, to read the server's current
 	// resourceVersion (after a silent stream: is the server behind us?).
 	Probe
@@ -52,13 +52,13 @@ const (
 	Stop
 )
 
-func (d Do) String() string {
-	return [...]string{"list", "watch-list", "watch", "read on", "probe", "wait", "stop"}[d]
+func (k ActionKind) String() string {
+	return [...]string{"list", "watch-list", "watch", "keep reading", "probe", "wait", "stop"}[k]
 }
 
 // Action is the machine's answer to an Outcome: what to do next, and why.
 type Action struct {
-	Do Do
+	Kind ActionKind
 	// RV is where a Watch starts.
 	RV string
 	// Continue, on a List, resumes a list that failed on the way from the
@@ -264,9 +264,9 @@ func (m *Machine) Step(o Outcome) Action {
 	class, retryAfter := Classify(o.Err)
 	if class == Canceled {
 		m.State = Stopped
-		return m.do(Action{Do: Stop, Reason: "stopped"})
+		return m.do(Action{Kind: Stop, Reason: "stopped"})
 	}
-	switch m.doing.Do {
+	switch m.doing.Kind {
 	case Wait:
 		m.calmSince = o.At
 		m.State = m.stateFor(m.after)
@@ -277,10 +277,10 @@ func (m *Machine) Step(o Outcome) Action {
 		return m.stepProbe(o, class, retryAfter)
 	case WatchList:
 		if o.Listed {
-			return m.listed(o, ReadOn)
+			return m.listed(o, KeepReading)
 		}
 		return m.stepWatchListFailed(o, class, retryAfter)
-	default: // Watch, ReadOn
+	default: // Watch, KeepReading
 		return m.stepWatch(o, class, retryAfter)
 	}
 }
@@ -295,7 +295,7 @@ func (m *Machine) stepList(o Outcome, class ErrorClass, retryAfter time.Duration
 		// latest data; a second failure in a row backs off.
 		if !m.listRetried {
 			m.listRetried = true
-			return m.do(Action{Do: List, Class: class, Err: o.Err,
+			return m.do(Action{Kind: List, Class: class, Err: o.Err,
 				Reason: fmt.Sprintf("list failed (%v): list again from the latest", o.Err)})
 		}
 	}
@@ -304,7 +304,7 @@ func (m *Machine) stepList(o Outcome, class ErrorClass, retryAfter time.Duration
 	// snapshot, until etcd compacts it (then the token is Expired, above,
 	// and the list starts again from the first page). A list longer than
 	// the gaps between a server's outages completes all the same.
-	resume := Action{Do: List, Continue: o.Continue}
+	resume := Action{Kind: List, Continue: o.Continue}
 	if class == Expired || class == TooLargeRV {
 		resume.Continue = "" // that token is no good: from the first page
 	}
@@ -317,7 +317,7 @@ func (m *Machine) stepProbe(o Outcome, class ErrorClass, retryAfter time.Duratio
 	if class != NoError {
 		return m.trouble(o.At, retryAfter, m.afterUnopened(o.Err), class, o.Err, fmt.Sprintf("probe failed (%s): %v", class, o.Err))
 	}
-	resume := Action{Do: Watch, RV: m.RV}
+	resume := Action{Kind: Watch, RV: m.RV}
 	if c, err := resourceversion.CompareResourceVersion(o.RV, m.RV); err == nil && c < 0 {
 		a := m.relist()
 		a.Reason = fmt.Sprintf("the server is at resourceVersion %s, behind our %s: its history went back (an etcd restore?); relist", o.RV, m.RV)
@@ -328,8 +328,8 @@ func (m *Machine) stepProbe(o Outcome, class ErrorClass, retryAfter time.Duratio
 }
 
 // listed: a list (or a WatchList's initial state) is in the store at o.RV.
-func (m *Machine) listed(o Outcome, next Do) Action {
-	a := Action{Do: next, RV: o.RV, Reason: "listed at resourceVersion " + o.RV}
+func (m *Machine) listed(o Outcome, next ActionKind) Action {
+	a := Action{Kind: next, RV: o.RV, Reason: "listed at resourceVersion " + o.RV}
 	m.erroredOn = false
 	if m.RV != "" {
 		if c, err := resourceversion.CompareResourceVersion(o.RV, m.RV); err == nil && c < 0 {
@@ -350,7 +350,7 @@ func (m *Machine) stepWatchListFailed(o Outcome, class ErrorClass, retryAfter ti
 		// An apiserver without the WatchList feature rejects the request's
 		// parameters (400 or 422): use the paginated LIST from now on.
 		m.watchList = false
-		return m.do(Action{Do: List, Class: class, Err: o.Err,
+		return m.do(Action{Kind: List, Class: class, Err: o.Err,
 			Reason: fmt.Sprintf("server refused WatchList (%v): falling back to paginated LIST", o.Err)})
 	case Throttled, Denied:
 		return m.trouble(o.At, retryAfter, m.doing, class, o.Err, fmt.Sprintf("watch-list failed (%s): %v", class, o.Err))
@@ -362,7 +362,7 @@ func (m *Machine) stepWatchListFailed(o Outcome, class ErrorClass, retryAfter ti
 	// reflector asks for a WatchList at every relist, one request more each
 	// time the trouble lasts.)
 	m.fallback = true
-	return m.do(Action{Do: List, Class: class, Err: o.Err,
+	return m.do(Action{Kind: List, Class: class, Err: o.Err,
 		Reason: fmt.Sprintf("watch-list failed before its initial events ended (%v): LIST instead", o.Err)})
 }
 
@@ -425,7 +425,7 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 		// there. Once: if that WATCH is refused too, the relist follows (an
 		// etcd restore between the list and the WATCH is found by it, one
 		// wait later).
-		return m.trouble(o.At, retryAfter, Action{Do: Watch, RV: m.RV}, class, o.Err,
+		return m.trouble(o.At, retryAfter, Action{Kind: Watch, RV: m.RV}, class, o.Err,
 			fmt.Sprintf("watch from resourceVersion %s, just listed, refused (%v): the server answering it lags; re-watch", m.RV, o.Err))
 	case class == Expired, class == TooLargeRV, stuck:
 		reason := fmt.Sprintf("watch from resourceVersion %s ended (%v): relist", m.RV, o.Err)
@@ -452,7 +452,7 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 			if d := time.Duration(m.rand() * float64(m.step)); d > 0 {
 				a.Reason = fmt.Sprintf("relist, %s after the 410 (staggered, so that clients back from the same outage do not all relist at once)", d.Round(time.Millisecond))
 				m.after = a
-				return m.do(Action{Do: Wait, Delay: d, Class: class, Err: o.Err,
+				return m.do(Action{Kind: Wait, Delay: d, Class: class, Err: o.Err,
 					Reason: fmt.Sprintf("%s, after a random part of the last backoff step (%s)", reason, d.Round(time.Millisecond))})
 			}
 		}
@@ -470,16 +470,16 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 		if o.Frames > 0 { // silent for the limit after its last frame
 			reason = fmt.Sprintf("watch silent since its last frame (of %d): abandoned; is the server behind resourceVersion %s?", o.Frames, m.RV)
 		}
-		return m.do(Action{Do: Probe, Class: class, Err: o.Err, Reason: reason})
+		return m.do(Action{Kind: Probe, Class: class, Err: o.Err, Reason: reason})
 	case healthy && class == NoError:
-		return m.do(Action{Do: Watch, RV: m.RV,
+		return m.do(Action{Kind: Watch, RV: m.RV,
 			Reason: fmt.Sprintf("watch ended after %d frames: re-watch from resourceVersion %s", o.Frames, m.RV)})
 	}
 	reason := fmt.Sprintf("watch failed (%s) after %d frames in %s: %v", class, o.Frames, o.Open.Round(time.Millisecond), o.Err)
 	if o.Err == nil {
 		reason = fmt.Sprintf("watch closed after %d frames in %s, before its timeout", o.Frames, o.Open.Round(time.Millisecond))
 	}
-	resume := Action{Do: Watch, RV: m.RV}
+	resume := Action{Kind: Watch, RV: m.RV}
 	if !o.Opened {
 		resume = m.afterUnopened(o.Err)
 	}
@@ -513,12 +513,12 @@ func (m *Machine) stepWatch(o Outcome, class ErrorClass, retryAfter time.Duratio
 func (m *Machine) afterUnopened(err error) Action {
 	switch {
 	case serverStarting(err) && m.fresh:
-		return Action{Do: Watch, RV: m.RV}
+		return Action{Kind: Watch, RV: m.RV}
 	case serverStarting(err):
 		m.relisted, m.forStart = true, true
 		return m.list("relist")
 	}
-	return Action{Do: Probe}
+	return Action{Kind: Probe}
 }
 
 // Resharded: the watcher's shard changed, and the action in flight, if any,
@@ -541,9 +541,9 @@ func (m *Machine) relist() Action {
 
 func (m *Machine) list(reason string) Action {
 	if m.watchList && !m.fallback {
-		return Action{Do: WatchList, Reason: reason}
+		return Action{Kind: WatchList, Reason: reason}
 	}
-	return Action{Do: List, Reason: reason}
+	return Action{Kind: List, Reason: reason}
 }
 
 // disturbed marks the end of a trouble-free stretch at now; a stretch of
@@ -565,17 +565,17 @@ func (m *Machine) trouble(now time.Time, minDelay time.Duration, next Action, cl
 	next.Class, next.Err, next.Reason = 0, nil, "waited "+d.Round(time.Millisecond).String()
 	m.after = next
 	m.State = BackingOff
-	return m.do(Action{Do: Wait, Delay: d, Class: class, Err: err, Reason: reason})
+	return m.do(Action{Kind: Wait, Delay: d, Class: class, Err: err, Reason: reason})
 }
 
 func (m *Machine) do(a Action) Action {
-	if a.Do == Watch && !m.quietSince.IsZero() {
+	if a.Kind == Watch && !m.quietSince.IsZero() {
 		a.Quiet = m.now.Sub(m.quietSince)
 		if m.SilenceLimit > 0 && a.Quiet >= m.SilenceLimit {
-			a = Action{Do: Probe, Reason: fmt.Sprintf("the streams from resourceVersion %s sent nothing for %s, with the waits between: is the server behind it?", m.RV, a.Quiet.Round(time.Second))}
+			a = Action{Kind: Probe, Reason: fmt.Sprintf("the streams from resourceVersion %s sent nothing for %s, with the waits between: is the server behind it?", m.RV, a.Quiet.Round(time.Second))}
 		}
 	}
-	switch a.Do {
+	switch a.Kind {
 	case List, WatchList, Probe:
 		m.quietSince = time.Time{}
 	}
@@ -586,9 +586,9 @@ func (m *Machine) do(a Action) Action {
 // stateFor is the state in which action a runs.
 func (m *Machine) stateFor(a Action) State {
 	switch {
-	case a.Do == Stop:
+	case a.Kind == Stop:
 		return Stopped
-	case a.Do != List && a.Do != WatchList:
+	case a.Kind != List && a.Kind != WatchList:
 		return Watching
 	case m.RV == "":
 		return Listing

@@ -25,14 +25,14 @@ var pathsMissingErr = apierrors.NewServiceUnavailable("the request has been made
 // until the watchdog gives up on it (SilenceLimit, 150 s).
 func TestAdversaryPathsMissingAfterTheListIsARestartedServer(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(time.Second, Outcome{RV: "100"}, Action{Do: Watch, RV: "100"}, Watching)
+	s.step(time.Second, Outcome{RV: "100"}, Action{Kind: Watch, RV: "100"}, Watching)
 	a := s.m.Step(Outcome{At: s.now.Add(time.Second), Err: pathsMissingErr})
-	if a.Do != Wait {
-		t.Fatalf("after a 503 'paths not installed': %s (%s), want a wait", a.Do, a.Reason)
+	if a.Kind != Wait {
+		t.Fatalf("after a 503 'paths not installed': %s (%s), want a wait", a.Kind, a.Reason)
 	}
 	s.now = s.now.Add(time.Second)
 	next := s.m.Step(Outcome{At: s.now.Add(a.Delay)})
-	if next.Do == Watch {
+	if next.Kind == Watch {
 		// What follows against the restored server (at resourceVersion 50,
 		// with a watch cache): the WATCH from 100 is accepted and silent.
 		s.now = s.now.Add(a.Delay)
@@ -41,7 +41,7 @@ func TestAdversaryPathsMissingAfterTheListIsARestartedServer(t *testing.T) {
 		t.Fatalf("after the wait: %s from resourceVersion %q (%s), not a request that reads the server's "+
 			"resourceVersion; the server restarted after our list (it served it with its paths installed), so an etcd "+
 			"restore behind it is found only after the WATCH's silence limit (%s), then %s",
-			next.Do, next.RV, next.Reason, limit, probe.Do)
+			next.Kind, next.RV, next.Reason, limit, probe.Kind)
 	}
 }
 
@@ -53,13 +53,13 @@ func TestAdversaryPathsMissingAfterTheListIsARestartedServer(t *testing.T) {
 // made for any other failure.
 func TestAdversaryRefusedThenPathsMissingStillProbes(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(time.Second, Outcome{RV: "100"}, Action{Do: Watch, RV: "100"}, Watching)
-	a := s.step(time.Second, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Probe}, Watching)
-	a = s.step(time.Second, Outcome{Err: pathsMissingErr}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
+	s.step(time.Second, Outcome{RV: "100"}, Action{Kind: Watch, RV: "100"}, Watching)
+	a := s.step(time.Second, Outcome{Err: errRefused}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Probe}, Watching)
+	a = s.step(time.Second, Outcome{Err: pathsMissingErr}, Action{Kind: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
 	s.now = s.now.Add(a.Delay)
-	if next := s.m.Step(Outcome{At: s.now}); next.Do != Probe && next.Do != List {
+	if next := s.m.Step(Outcome{At: s.now}); next.Kind != Probe && next.Kind != List {
 		t.Fatalf("refused, then a probe answered 'paths not installed' (a server started after our list at 100): "+
-			"after the wait %s rv %q (%s); want a probe or the relist, which read the server's resourceVersion", next.Do, next.RV, next.Reason)
+			"after the wait %s rv %q (%s); want a probe or the relist, which read the server's resourceVersion", next.Kind, next.RV, next.Reason)
 	}
 }

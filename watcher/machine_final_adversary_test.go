@@ -16,16 +16,16 @@ func TestErroredOnDoesNotOutliveAReshard(t *testing.T) {
 	s, _ := newScript(t, false)
 	s.brokenAfterProgress()
 	// The loop cuts that WATCH for a new shard: a list of it.
-	if r := s.m.Resharded(); r.Do != List {
-		t.Fatalf("Resharded: %s, want List", r.Do)
+	if r := s.m.Resharded(); r.Kind != List {
+		t.Fatalf("Resharded: %s, want List", r.Kind)
 	}
-	s.step(time.Second, Outcome{RV: "20"}, Action{Do: Watch, RV: "20"}, Watching)
+	s.step(time.Second, Outcome{RV: "20"}, Action{Kind: Watch, RV: "20"}, Watching)
 	// The first stream from that list ends in an ERROR after an event.
 	s.now = s.now.Add(time.Second)
 	got := s.m.Step(Outcome{At: s.now, RV: "21", Opened: true, Frames: 1, Err: err500, ErrorEvent: true, Open: time.Second, Timeout: fiveMin})
-	if got.Do != Wait {
+	if got.Kind != Wait {
 		t.Fatalf("the first stream since a list (made for a reshard) ended in an ERROR after an event: %s (%s); "+
-			"want a wait and a re-watch from 21: the stream before the list set erroredOn and it outlived the list", got.Do, got.Reason)
+			"want a wait and a re-watch from 21: the stream before the list set erroredOn and it outlived the list", got.Kind, got.Reason)
 	}
 }
 
@@ -38,7 +38,7 @@ func TestErroredOnDoesNotOutliveAReshard(t *testing.T) {
 // the store a backoff wait behind) does not hold for healthy streams.
 func TestErroredOnIgnoresHealthyStreams(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
+	s.step(0, listed10, Action{Kind: Watch, RV: "10"}, Watching)
 	rv := 10
 	for i := range 2 {
 		rv += 600
@@ -48,10 +48,10 @@ func TestErroredOnIgnoresHealthyStreams(t *testing.T) {
 			t.Fatalf("a stream open 10 minutes is not healthy")
 		}
 		a := s.m.Step(o)
-		if a.Do != Wait {
-			t.Fatalf("stream %d (open 10m, 600 events, then an ERROR): %s (%s), want a wait and a re-watch from %d", i+1, a.Do, a.Reason, rv)
+		if a.Kind != Wait {
+			t.Fatalf("stream %d (open 10m, 600 events, then an ERROR): %s (%s), want a wait and a re-watch from %d", i+1, a.Kind, a.Reason, rv)
 		}
-		s.wait(a, Action{Do: Watch, RV: fmt.Sprint(rv)}, Watching)
+		s.wait(a, Action{Kind: Watch, RV: fmt.Sprint(rv)}, Watching)
 	}
 }
 
@@ -63,8 +63,8 @@ func TestErroredOnIgnoresHealthyStreams(t *testing.T) {
 func TestErrorAfterEveryEventHoldsTheRequestBound(t *testing.T) {
 	for _, r := range []float64{0, 0.999} {
 		var at []time.Time // request times
-		var kind []Do
-		driveBrokenStreams(t, r, 20*time.Minute, func(int) bool { return true }, func(d Do, now time.Time) {
+		var kind []ActionKind
+		driveBrokenStreams(t, r, 20*time.Minute, func(int) bool { return true }, func(d ActionKind, now time.Time) {
 			at, kind = append(at, now), append(kind, d)
 		})
 		most, lists, watches := 0, 0, 0
@@ -101,7 +101,7 @@ func TestErrorAfterEveryEventHoldsTheRequestBound(t *testing.T) {
 // two waits").
 func TestErrorAfterEveryOtherEventStillRelists(t *testing.T) {
 	lists, streams := 0, 0
-	driveBrokenStreams(t, 0, 10*time.Minute, func(n int) bool { return n%2 == 0 }, func(d Do, _ time.Time) {
+	driveBrokenStreams(t, 0, 10*time.Minute, func(n int) bool { return n%2 == 0 }, func(d ActionKind, _ time.Time) {
 		if d == List {
 			lists++
 		} else {
@@ -118,7 +118,7 @@ func TestErrorAfterEveryOtherEventStillRelists(t *testing.T) {
 // that each carry one change and end: in an ERROR where errs(n) says (n
 // counts the streams from 1), cut otherwise; every LIST succeeds in 100 ms.
 // request hears of each LIST and WATCH as it is made.
-func driveBrokenStreams(t *testing.T, r float64, d time.Duration, errs func(n int) bool, request func(Do, time.Time)) {
+func driveBrokenStreams(t *testing.T, r float64, d time.Duration, errs func(n int) bool, request func(ActionKind, time.Time)) {
 	t.Helper()
 	m := NewMachine(DefaultBackoff, false, func() float64 { return r })
 	now := t0
@@ -126,7 +126,7 @@ func driveBrokenStreams(t *testing.T, r float64, d time.Duration, errs func(n in
 	rv, streams := 10, 0
 	for now.Sub(t0) < d {
 		var o Outcome
-		switch a.Do {
+		switch a.Kind {
 		case Wait:
 			now = now.Add(a.Delay)
 		case List:
@@ -144,7 +144,7 @@ func driveBrokenStreams(t *testing.T, r float64, d time.Duration, errs func(n in
 				o.Err, o.ErrorEvent = err500, true
 			}
 		default:
-			t.Fatalf("r=%v: unexpected %s (%s)", r, a.Do, a.Reason)
+			t.Fatalf("r=%v: unexpected %s (%s)", r, a.Kind, a.Reason)
 		}
 		o.At = now
 		a = m.Step(o)

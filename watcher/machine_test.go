@@ -77,16 +77,16 @@ func newScript(t *testing.T, watchList bool) (*script, Action) {
 	return &script{t: t, m: m, now: t0}, m.Start(t0)
 }
 
-// step lets d pass, feeds o (its At set), and checks the action's Do, RV
+// step lets d pass, feeds o (its At set), and checks the action's Kind, RV
 // (if want.RV != "") and Delay, and the state.
 func (s *script) step(d time.Duration, o Outcome, want Action, state State) Action {
 	s.t.Helper()
 	s.now = s.now.Add(d)
 	o.At = s.now
 	got := s.m.Step(o)
-	if got.Do != want.Do || (want.RV != "" && got.RV != want.RV) || got.Continue != want.Continue || got.Delay != want.Delay || s.m.State != state {
+	if got.Kind != want.Kind || (want.RV != "" && got.RV != want.RV) || got.Continue != want.Continue || got.Delay != want.Delay || s.m.State != state {
 		s.t.Fatalf("after %+v: got %s rv %q continue %q delay %v state %s (%s); want %s rv %q continue %q delay %v state %s",
-			o, got.Do, got.RV, got.Continue, got.Delay, s.m.State, got.Reason, want.Do, want.RV, want.Continue, want.Delay, state)
+			o, got.Kind, got.RV, got.Continue, got.Delay, s.m.State, got.Reason, want.Kind, want.RV, want.Continue, want.Delay, state)
 	}
 	return got
 }
@@ -95,16 +95,16 @@ func (s *script) step(d time.Duration, o Outcome, want Action, state State) Acti
 // brokenAfterProgress: listed at resourceVersion 10, a stream carries the
 // loop to 12 and ends in a 500 ERROR; it waits and re-watches from 12.
 func (s *script) brokenAfterProgress() {
-	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
+	s.step(0, listed10, Action{Kind: Watch, RV: "10"}, Watching)
 	a := s.step(time.Second, Outcome{RV: "12", Opened: true, Frames: 1, Err: err500, ErrorEvent: true, Open: time.Second, Timeout: fiveMin},
-		Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Watch, RV: "12"}, Watching)
+		Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Watch, RV: "12"}, Watching)
 }
 
 func (s *script) wait(a Action, then Action, state State) {
 	s.t.Helper()
-	if a.Do != Wait {
-		s.t.Fatalf("want a wait, got %s", a.Do)
+	if a.Kind != Wait {
+		s.t.Fatalf("want a wait, got %s", a.Kind)
 	}
 	s.step(a.Delay, Outcome{}, then, state)
 }
@@ -117,57 +117,57 @@ var (
 
 func TestMachineHappyPath(t *testing.T) {
 	s, a := newScript(t, false)
-	if a.Do != List || s.m.State != Listing {
-		t.Fatalf("start: %s in %s, want list in Listing", a.Do, s.m.State)
+	if a.Kind != List || s.m.State != Listing {
+		t.Fatalf("start: %s in %s, want list in Listing", a.Kind, s.m.State)
 	}
-	s.step(time.Second, listed10, Action{Do: Watch, RV: "10"}, Watching)
+	s.step(time.Second, listed10, Action{Kind: Watch, RV: "10"}, Watching)
 	// The server ends the stream at its timeout: re-watch at once.
-	s.step(fiveMin, Outcome{RV: "20", Frames: 7, Open: fiveMin, Timeout: fiveMin}, Action{Do: Watch, RV: "20"}, Watching)
+	s.step(fiveMin, Outcome{RV: "20", Frames: 7, Open: fiveMin, Timeout: fiveMin}, Action{Kind: Watch, RV: "20"}, Watching)
 	// A stream that stayed open the whole reset window counts as healthy,
 	// even one that broke: the backoff starts from the beginning.
-	s.step(3*time.Minute, Outcome{RV: "30", Err: cut, Open: 3 * time.Minute, Timeout: fiveMin}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.step(3*time.Minute, Outcome{RV: "30", Err: cut, Open: 3 * time.Minute, Timeout: fiveMin}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
 }
 
 // A stream that delivers a frame and breaks is not healthy, however many
 // frames it had: the steps grow 1.6, 3.2, 6.4 ... to the 30 s cap.
 func TestMachineFlappingStreamsBackOff(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
+	s.step(0, listed10, Action{Kind: Watch, RV: "10"}, Watching)
 	want := []time.Duration{1600 * time.Millisecond, 3200 * time.Millisecond, 6400 * time.Millisecond,
 		12800 * time.Millisecond, 25600 * time.Millisecond, 30 * time.Second, 30 * time.Second, 30 * time.Second}
 	for i, d := range want {
 		a := s.step(10*time.Millisecond, Outcome{RV: fmt.Sprint(11 + i), Opened: true, Frames: 1, Err: cut, Open: 10 * time.Millisecond, Timeout: fiveMin},
-			Action{Do: Wait, Delay: d}, BackingOff)
-		s.wait(a, Action{Do: Watch, RV: fmt.Sprint(11 + i)}, Watching)
+			Action{Kind: Wait, Delay: d}, BackingOff)
+		s.wait(a, Action{Kind: Watch, RV: fmt.Sprint(11 + i)}, Watching)
 	}
 	// A stream that closes cleanly long before its timeout is no better.
-	s.step(time.Second, Outcome{Opened: true, Frames: 3, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 30 * time.Second}, BackingOff)
+	s.step(time.Second, Outcome{Opened: true, Frames: 3, Open: time.Second, Timeout: fiveMin}, Action{Kind: Wait, Delay: 30 * time.Second}, BackingOff)
 }
 
 // The backoff starts again only after a trouble-free stretch of ResetAfter.
 func TestMachineBackoffResetsAfterATroubleFreeStretch(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(0, listed10, Action{Do: Watch}, Watching)
+	s.step(0, listed10, Action{Kind: Watch}, Watching)
 	for _, d := range documentedSteps[:5] {
-		a := s.step(0, Outcome{Opened: true, Err: cut, Timeout: fiveMin}, Action{Do: Wait, Delay: d}, BackingOff)
-		s.wait(a, Action{Do: Watch}, Watching)
+		a := s.step(0, Outcome{Opened: true, Err: cut, Timeout: fiveMin}, Action{Kind: Wait, Delay: d}, BackingOff)
+		s.wait(a, Action{Kind: Watch}, Watching)
 	}
 	// Open 2 minutes, then cut: healthy; the wait is the first again.
-	s.step(2*time.Minute, Outcome{Opened: true, Err: cut, Open: 2 * time.Minute, Timeout: fiveMin}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.step(2*time.Minute, Outcome{Opened: true, Err: cut, Open: 2 * time.Minute, Timeout: fiveMin}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
 }
 
 // A 410 relists at once the first time; another before any healthy stream
 // backs off; a healthy stream makes the next 410 immediate again.
 func TestMachineExpiredRelists(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(0, listed10, Action{Do: Watch}, Watching)
-	s.step(time.Second, Outcome{Err: errExpired, ErrorEvent: true, Open: time.Second, Timeout: fiveMin}, Action{Do: List}, Relisting)
-	s.step(0, Outcome{RV: "50"}, Action{Do: Watch, RV: "50"}, Watching)
-	a := s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List}, Relisting)
-	s.step(0, Outcome{RV: "60"}, Action{Do: Watch, RV: "60"}, Watching)
-	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin}, Action{Do: Watch, RV: "60"}, Watching)
-	s.step(0, Outcome{Err: errTooOld, ErrorEvent: true, Timeout: fiveMin}, Action{Do: List}, Relisting)
+	s.step(0, listed10, Action{Kind: Watch}, Watching)
+	s.step(time.Second, Outcome{Err: errExpired, ErrorEvent: true, Open: time.Second, Timeout: fiveMin}, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{RV: "50"}, Action{Kind: Watch, RV: "50"}, Watching)
+	a := s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{RV: "60"}, Action{Kind: Watch, RV: "60"}, Watching)
+	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin}, Action{Kind: Watch, RV: "60"}, Watching)
+	s.step(0, Outcome{Err: errTooOld, ErrorEvent: true, Timeout: fiveMin}, Action{Kind: List}, Relisting)
 }
 
 // The first relist right after trouble (the server was away, and so it was
@@ -178,24 +178,24 @@ func TestMachineExpiredRelists(t *testing.T) {
 func TestMachineRelistAfterTroubleIsStaggered(t *testing.T) {
 	s := &script{t: t, m: NewMachine(DefaultBackoff, false, func() float64 { return 0.5 }), now: t0}
 	s.m.Start(t0)
-	s.step(0, listed10, Action{Do: Watch}, Watching)
+	s.step(0, listed10, Action{Kind: Watch}, Watching)
 	// The server goes away: the stream is cut, the next WATCH refused.
-	a := s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 1200 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Watch, RV: "10"}, Watching)
-	a = s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 2400 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Probe}, Watching)
-	s.step(0, Outcome{RV: "12"}, Action{Do: Watch, RV: "10"}, Watching)
+	a := s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Kind: Wait, Delay: 1200 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Watch, RV: "10"}, Watching)
+	a = s.step(0, Outcome{Err: errRefused}, Action{Kind: Wait, Delay: 2400 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Probe}, Watching)
+	s.step(0, Outcome{RV: "12"}, Action{Kind: Watch, RV: "10"}, Watching)
 	// Back, restarted: 410. Half (rand 0.5) of the last step (3.2 s), 1.6 s.
-	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, Relisting)
-	s.wait(a, Action{Do: List}, Relisting)
-	s.step(time.Second, Outcome{RV: "50"}, Action{Do: Watch, RV: "50"}, Watching)
+	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, Relisting)
+	s.wait(a, Action{Kind: List}, Relisting)
+	s.step(time.Second, Outcome{RV: "50"}, Action{Kind: Watch, RV: "50"}, Watching)
 	// Another 410 before a healthy stream is trouble: the third step.
-	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Do: Wait, Delay: 4800 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List}, Relisting)
+	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Kind: Wait, Delay: 4800 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List}, Relisting)
 	// Much later, after a stream that ran its course: a 410 relists at once.
-	s.step(time.Second, Outcome{RV: "60"}, Action{Do: Watch, RV: "60"}, Watching)
-	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin}, Action{Do: Watch, RV: "60"}, Watching)
-	s.step(time.Second, Outcome{Err: errGone, Open: time.Second, Timeout: fiveMin}, Action{Do: List}, Relisting)
+	s.step(time.Second, Outcome{RV: "60"}, Action{Kind: Watch, RV: "60"}, Watching)
+	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin}, Action{Kind: Watch, RV: "60"}, Watching)
+	s.step(time.Second, Outcome{Err: errGone, Open: time.Second, Timeout: fiveMin}, Action{Kind: List}, Relisting)
 }
 
 // An ERROR event that is not a 410 (a 500: "etcd event received with
@@ -203,13 +203,13 @@ func TestMachineRelistAfterTroubleIsStaggered(t *testing.T) {
 // WATCH, which is what a server restored from an older etcd snapshot says.
 func TestMachineServerGaveUpRelists(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(0, listed10, Action{Do: Watch}, Watching)
-	s.step(time.Second, Outcome{Err: err500, ErrorEvent: true, Timeout: fiveMin}, Action{Do: List}, Relisting)
-	s.step(0, Outcome{RV: "50"}, Action{Do: Watch, RV: "50"}, Watching)
-	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin}, Action{Do: Watch, RV: "50"}, Watching)
-	s.step(0, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Do: List}, Relisting)
+	s.step(0, listed10, Action{Kind: Watch}, Watching)
+	s.step(time.Second, Outcome{Err: err500, ErrorEvent: true, Timeout: fiveMin}, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{RV: "50"}, Action{Kind: Watch, RV: "50"}, Watching)
+	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin}, Action{Kind: Watch, RV: "50"}, Watching)
+	s.step(0, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Kind: List}, Relisting)
 	// The relist finds an older resourceVersion: time travel, reported.
-	a := s.step(0, Outcome{RV: "40"}, Action{Do: Watch, RV: "40"}, Watching)
+	a := s.step(0, Outcome{RV: "40"}, Action{Kind: Watch, RV: "40"}, Watching)
 	if !a.TimeTravel || s.m.RV != "40" {
 		t.Errorf("time travel not reported (%v) or RV %q not taken", a.TimeTravel, s.m.RV)
 	}
@@ -219,48 +219,48 @@ func TestMachineServerGaveUpRelists(t *testing.T) {
 // after the backoff, without relisting; a 429 waits its Retry-After.
 func TestMachineWatchFailuresRewatchWithoutRelist(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(0, listed10, Action{Do: Watch}, Watching)
+	s.step(0, listed10, Action{Kind: Watch}, Watching)
 	// The WATCH never opened: when the wait is over, a probe asks where the
 	// server is first (it may have come back restored from an older backup).
-	a := s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Probe}, Watching)
-	s.step(0, Outcome{RV: "12"}, Action{Do: Watch, RV: "10"}, Watching)
-	a = s.step(0, Outcome{Err: err500}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Probe}, Watching)
-	s.step(0, Outcome{RV: "12"}, Action{Do: Watch, RV: "10"}, Watching)
-	a = s.step(0, Outcome{Err: err429}, Action{Do: Wait, Delay: 7 * time.Second}, BackingOff)
-	s.wait(a, Action{Do: Probe}, Watching)
-	s.step(0, Outcome{RV: "12"}, Action{Do: Watch, RV: "10"}, Watching)
+	a := s.step(0, Outcome{Err: errRefused}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Probe}, Watching)
+	s.step(0, Outcome{RV: "12"}, Action{Kind: Watch, RV: "10"}, Watching)
+	a = s.step(0, Outcome{Err: err500}, Action{Kind: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Probe}, Watching)
+	s.step(0, Outcome{RV: "12"}, Action{Kind: Watch, RV: "10"}, Watching)
+	a = s.step(0, Outcome{Err: err429}, Action{Kind: Wait, Delay: 7 * time.Second}, BackingOff)
+	s.wait(a, Action{Kind: Probe}, Watching)
+	s.step(0, Outcome{RV: "12"}, Action{Kind: Watch, RV: "10"}, Watching)
 	// A stream that opened and then broke resumes with the WATCH itself.
-	a = s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 12800 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Watch, RV: "10"}, Watching)
+	a = s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Kind: Wait, Delay: 12800 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Watch, RV: "10"}, Watching)
 }
 
 // A list whose continue token expired restarts at once, during the first
 // list and during a relist alike; a second failure in a row backs off.
 func TestMachineExpiredListRestartsOnceAtOnce(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(0, Outcome{Err: errExpired}, Action{Do: List}, Listing)
-	a := s.step(0, Outcome{Err: errExpired}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List}, Listing)
-	s.step(0, listed10, Action{Do: Watch}, Watching)
-	s.step(fiveMin, Outcome{Err: errGone, Open: fiveMin, Timeout: fiveMin}, Action{Do: List}, Relisting)
-	s.step(0, Outcome{Err: errExpired}, Action{Do: List}, Relisting)
-	s.step(0, Outcome{RV: "90"}, Action{Do: Watch, RV: "90"}, Watching)
+	s.step(0, Outcome{Err: errExpired}, Action{Kind: List}, Listing)
+	a := s.step(0, Outcome{Err: errExpired}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List}, Listing)
+	s.step(0, listed10, Action{Kind: Watch}, Watching)
+	s.step(fiveMin, Outcome{Err: errGone, Open: fiveMin, Timeout: fiveMin}, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{Err: errExpired}, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{RV: "90"}, Action{Kind: Watch, RV: "90"}, Watching)
 }
 
 // A list that fails after its first page resumes from the page that failed,
 // after the backoff; an expired token starts again from the first page.
 func TestMachineListResumesFromTheFailedPage(t *testing.T) {
 	s, _ := newScript(t, false)
-	a := s.step(0, Outcome{Err: err500, Continue: "page-3"}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List, Continue: "page-3"}, Listing)
-	a = s.step(0, Outcome{Err: cut, Continue: "page-4"}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List, Continue: "page-4"}, Listing)
-	s.step(0, Outcome{Err: errExpired, Continue: "page-4"}, Action{Do: List}, Listing)
-	a = s.step(0, Outcome{Err: errExpired, Continue: "page-2"}, Action{Do: Wait, Delay: 6400 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List}, Listing)
-	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
+	a := s.step(0, Outcome{Err: err500, Continue: "page-3"}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List, Continue: "page-3"}, Listing)
+	a = s.step(0, Outcome{Err: cut, Continue: "page-4"}, Action{Kind: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List, Continue: "page-4"}, Listing)
+	s.step(0, Outcome{Err: errExpired, Continue: "page-4"}, Action{Kind: List}, Listing)
+	a = s.step(0, Outcome{Err: errExpired, Continue: "page-2"}, Action{Kind: Wait, Delay: 6400 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List}, Listing)
+	s.step(0, listed10, Action{Kind: Watch, RV: "10"}, Watching)
 }
 
 // A server without WatchList (400/422) gets LIST from then on; a WatchList
@@ -268,18 +268,18 @@ func TestMachineListResumesFromTheFailedPage(t *testing.T) {
 // falls back to LIST, until a stream runs healthy.
 func TestMachineWatchListFallsBackToList(t *testing.T) {
 	s, a := newScript(t, true)
-	if a.Do != WatchList {
-		t.Fatalf("start: %s, want watch-list", a.Do)
+	if a.Kind != WatchList {
+		t.Fatalf("start: %s, want watch-list", a.Kind)
 	}
-	s.step(0, Outcome{Err: err500, ErrorEvent: true}, Action{Do: List}, Listing)
-	s.step(0, listed10, Action{Do: Watch}, Watching)
-	s.step(fiveMin, Outcome{Err: errGone, Open: fiveMin, Timeout: fiveMin}, Action{Do: WatchList}, Relisting)
-	s.step(0, Outcome{RV: "20", Listed: true}, Action{Do: ReadOn}, Watching)
-	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin, RV: "30"}, Action{Do: Watch, RV: "30"}, Watching)
-	s.step(0, Outcome{Err: errGone}, Action{Do: WatchList}, Relisting)
-	s.step(0, Outcome{Err: apierrors.NewBadRequest("no WatchList here")}, Action{Do: List}, Relisting)
-	s.step(0, Outcome{RV: "40"}, Action{Do: Watch}, Watching)
-	s.step(fiveMin, Outcome{Err: errGone, Open: fiveMin, Timeout: fiveMin}, Action{Do: List}, Relisting)
+	s.step(0, Outcome{Err: err500, ErrorEvent: true}, Action{Kind: List}, Listing)
+	s.step(0, listed10, Action{Kind: Watch}, Watching)
+	s.step(fiveMin, Outcome{Err: errGone, Open: fiveMin, Timeout: fiveMin}, Action{Kind: WatchList}, Relisting)
+	s.step(0, Outcome{RV: "20", Listed: true}, Action{Kind: KeepReading}, Watching)
+	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin, RV: "30"}, Action{Kind: Watch, RV: "30"}, Watching)
+	s.step(0, Outcome{Err: errGone}, Action{Kind: WatchList}, Relisting)
+	s.step(0, Outcome{Err: apierrors.NewBadRequest("no WatchList here")}, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{RV: "40"}, Action{Kind: Watch}, Watching)
+	s.step(fiveMin, Outcome{Err: errGone, Open: fiveMin, Timeout: fiveMin}, Action{Kind: List}, Relisting)
 }
 
 // The watchdog's abandoned stream costs a probe of the server's
@@ -288,17 +288,17 @@ func TestMachineWatchListFallsBackToList(t *testing.T) {
 // older etcd snapshot, sending nothing to a WATCH from our "future") a relist.
 func TestMachineSilentStreamProbesTheServer(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(0, listed10, Action{Do: Watch}, Watching)
+	s.step(0, listed10, Action{Kind: Watch}, Watching)
 	silent := Outcome{Err: ErrSilent, Silent: true, Open: 150 * time.Second, Timeout: fiveMin}
-	s.step(150*time.Second, silent, Action{Do: Probe}, Watching)
-	s.step(0, Outcome{RV: "12"}, Action{Do: Watch, RV: "10"}, Watching)
-	s.step(150*time.Second, silent, Action{Do: Probe}, Watching)
-	a := s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Probe}, Watching)
-	s.step(0, Outcome{RV: "10"}, Action{Do: Watch, RV: "10"}, Watching)
-	s.step(150*time.Second, silent, Action{Do: Probe}, Watching)
-	s.step(0, Outcome{RV: "7"}, Action{Do: List}, Relisting)
-	if a := s.step(0, Outcome{RV: "7"}, Action{Do: Watch, RV: "7"}, Watching); !a.TimeTravel {
+	s.step(150*time.Second, silent, Action{Kind: Probe}, Watching)
+	s.step(0, Outcome{RV: "12"}, Action{Kind: Watch, RV: "10"}, Watching)
+	s.step(150*time.Second, silent, Action{Kind: Probe}, Watching)
+	a := s.step(0, Outcome{Err: errRefused}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Probe}, Watching)
+	s.step(0, Outcome{RV: "10"}, Action{Kind: Watch, RV: "10"}, Watching)
+	s.step(150*time.Second, silent, Action{Kind: Probe}, Watching)
+	s.step(0, Outcome{RV: "7"}, Action{Kind: List}, Relisting)
+	if a := s.step(0, Outcome{RV: "7"}, Action{Kind: Watch, RV: "7"}, Watching); !a.TimeTravel {
 		t.Error("the relist at an older resourceVersion is not reported as time travel")
 	}
 }
@@ -319,38 +319,38 @@ func TestMachineSilenceAddsUpAcrossStreams(t *testing.T) {
 	quiet := func(a Action, want time.Duration) {
 		t.Helper()
 		if a.Quiet != want {
-			t.Fatalf("%s from %s: Quiet %v, want %v (%s)", a.Do, a.RV, a.Quiet, want, a.Reason)
+			t.Fatalf("%s from %s: Quiet %v, want %v (%s)", a.Kind, a.RV, a.Quiet, want, a.Reason)
 		}
 	}
 	minute := time.Minute
 	ranItsCourse := Outcome{Opened: true, Open: minute, Timeout: minute}
-	quiet(s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching), 0)
-	quiet(s.step(minute, ranItsCourse, Action{Do: Watch, RV: "10"}, Watching), minute)
-	quiet(s.step(minute, ranItsCourse, Action{Do: Watch, RV: "10"}, Watching), 2*minute)
+	quiet(s.step(0, listed10, Action{Kind: Watch, RV: "10"}, Watching), 0)
+	quiet(s.step(minute, ranItsCourse, Action{Kind: Watch, RV: "10"}, Watching), minute)
+	quiet(s.step(minute, ranItsCourse, Action{Kind: Watch, RV: "10"}, Watching), 2*minute)
 	// A bookmark: the server is there; the count starts again.
-	quiet(s.step(minute, Outcome{Opened: true, RV: "11", Frames: 1, Open: minute, Timeout: minute}, Action{Do: Watch, RV: "11"}, Watching), 0)
+	quiet(s.step(minute, Outcome{Opened: true, RV: "11", Frames: 1, Open: minute, Timeout: minute}, Action{Kind: Watch, RV: "11"}, Watching), 0)
 	// Cut after 20 s with nothing: a wait, then a Watch that carries the
 	// 20 s and the wait's 1.6 s.
-	a := s.step(20*time.Second, Outcome{Opened: true, Err: cut, Open: 20 * time.Second, Timeout: minute}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	quiet(s.step(a.Delay, Outcome{}, Action{Do: Watch, RV: "11"}, Watching), 21600*time.Millisecond)
-	quiet(s.step(minute, ranItsCourse, Action{Do: Watch, RV: "11"}, Watching), 81600*time.Millisecond)
+	a := s.step(20*time.Second, Outcome{Opened: true, Err: cut, Open: 20 * time.Second, Timeout: minute}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	quiet(s.step(a.Delay, Outcome{}, Action{Kind: Watch, RV: "11"}, Watching), 21600*time.Millisecond)
+	quiet(s.step(minute, ranItsCourse, Action{Kind: Watch, RV: "11"}, Watching), 81600*time.Millisecond)
 	// The watchdog fires in the next stream, after the 68.4 s left: a
 	// probe, and the Watch after it starts from nothing.
-	probe := s.step(68400*time.Millisecond, Outcome{Opened: true, Err: ErrSilent, Silent: true, Open: 68400 * time.Millisecond, Timeout: minute}, Action{Do: Probe}, Watching)
+	probe := s.step(68400*time.Millisecond, Outcome{Opened: true, Err: ErrSilent, Silent: true, Open: 68400 * time.Millisecond, Timeout: minute}, Action{Kind: Probe}, Watching)
 	if !strings.Contains(probe.Reason, "silent for 2m30s") {
 		t.Errorf("the probe's reason %q does not say the silence was 2m30s in all", probe.Reason)
 	}
-	quiet(s.step(0, Outcome{RV: "11"}, Action{Do: Watch, RV: "11"}, Watching), 0)
+	quiet(s.step(0, Outcome{RV: "11"}, Action{Kind: Watch, RV: "11"}, Watching), 0)
 	// A WATCH that could not open is no silence: a wait and a probe.
-	quiet(s.step(minute, ranItsCourse, Action{Do: Watch, RV: "11"}, Watching), minute)
-	a = s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Probe}, Watching)
-	quiet(s.step(0, Outcome{RV: "11"}, Action{Do: Watch, RV: "11"}, Watching), 0)
+	quiet(s.step(minute, ranItsCourse, Action{Kind: Watch, RV: "11"}, Watching), minute)
+	a = s.step(0, Outcome{Err: errRefused}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Probe}, Watching)
+	quiet(s.step(0, Outcome{RV: "11"}, Action{Kind: Watch, RV: "11"}, Watching), 0)
 }
 
 func TestMachineStops(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(0, Outcome{Err: context.Canceled}, Action{Do: Stop}, Stopped)
+	s.step(0, Outcome{Err: context.Canceled}, Action{Kind: Stop}, Stopped)
 }
 
 // documentedSteps is the schedule the package doc gives: 1.6 s doubling to
@@ -378,8 +378,8 @@ func TestBackoffScheduleIsTheDocumentedOne(t *testing.T) {
 	m := NewMachine(DefaultBackoff, false, func() float64 { return 0 })
 	m.Start(t0)
 	for n, want := range documentedSteps {
-		if a := m.Step(Outcome{At: t0.Add(time.Duration(n) * time.Second), Err: errRefused}); a.Do != Wait || a.Delay != want {
-			t.Fatalf("trouble %d: %s %v; want a wait of %v", n, a.Do, a.Delay, want)
+		if a := m.Step(Outcome{At: t0.Add(time.Duration(n) * time.Second), Err: errRefused}); a.Kind != Wait || a.Delay != want {
+			t.Fatalf("trouble %d: %s %v; want a wait of %v", n, a.Kind, a.Delay, want)
 		}
 		m.Step(Outcome{At: t0.Add(time.Duration(n) * time.Second)})
 	}
@@ -389,8 +389,8 @@ func TestBackoffScheduleIsTheDocumentedOne(t *testing.T) {
 // the wall clock: its elapsed time since the last reset is virtual time.
 func TestMachineScheduleReadsOutcomeTime(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(time.Minute, listed10, Action{Do: Watch}, Watching)
-	s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.step(time.Minute, listed10, Action{Kind: Watch}, Watching)
+	s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
 	if got := s.m.schedule.GetElapsedTime(); got != time.Minute+time.Second {
 		t.Fatalf("the schedule's elapsed time is %v; want the 1m1s of virtual time since Start", got)
 	}
@@ -441,7 +441,7 @@ func TestMachineErrorAfterProgressRewatches(t *testing.T) {
 	s.brokenAfterProgress()
 	// A bookmark at the same resourceVersion is no progress.
 	s.step(time.Second, Outcome{RV: "12", Opened: true, Frames: 1, Err: err500, ErrorEvent: true, Open: time.Second, Timeout: fiveMin},
-		Action{Do: List}, Relisting)
+		Action{Kind: List}, Relisting)
 }
 
 // A WATCH, or a probe, that kube-apiserver answers with its word that it
@@ -453,33 +453,33 @@ func TestMachineStartingServerRelistsWithoutAProbe(t *testing.T) {
 	cacheStarting := apierrors.NewTooManyRequests("storage is (re)initializing", 2)
 	pathsMissing := apierrors.NewServiceUnavailable("the request has been made before all known HTTP paths have been installed, please try again")
 	s, _ := newScript(t, false)
-	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
+	s.step(0, listed10, Action{Kind: Watch, RV: "10"}, Watching)
 	// The apiserver restarts: the stream is cut, the next WATCH hangs until
 	// the new process answers that its watch cache is not ready.
-	a := s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Watch, RV: "10"}, Watching)
-	a = s.step(5*time.Second, Outcome{Err: cacheStarting}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List}, Relisting)
-	s.step(0, Outcome{RV: "30"}, Action{Do: Watch, RV: "30"}, Watching)
+	a := s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Watch, RV: "10"}, Watching)
+	a = s.step(5*time.Second, Outcome{Err: cacheStarting}, Action{Kind: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{RV: "30"}, Action{Kind: Watch, RV: "30"}, Watching)
 	// The cache is still starting: it began before that list, so the WATCH
 	// from the list's resourceVersion is tried again, not another relist.
-	a = s.step(0, Outcome{Err: cacheStarting}, Action{Do: Wait, Delay: 6400 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Watch, RV: "30"}, Watching)
+	a = s.step(0, Outcome{Err: cacheStarting}, Action{Kind: Wait, Delay: 6400 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Watch, RV: "30"}, Watching)
 	// That was the relist after a 410: another before a healthy stream waits.
-	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Do: Wait, Delay: 12800 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List}, Relisting)
-	s.step(0, Outcome{RV: "40"}, Action{Do: Watch, RV: "40"}, Watching)
+	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Kind: Wait, Delay: 12800 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{RV: "40"}, Action{Kind: Watch, RV: "40"}, Watching)
 	// A list made before the server said it started (this one, after the
 	// 410) is no reason to retry the WATCH: that server may be another.
-	a = s.step(0, Outcome{Err: cacheStarting}, Action{Do: Wait, Delay: 25600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List}, Relisting)
-	s.step(0, Outcome{RV: "45"}, Action{Do: Watch, RV: "45"}, Watching)
+	a = s.step(0, Outcome{Err: cacheStarting}, Action{Kind: Wait, Delay: 25600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{RV: "45"}, Action{Kind: Watch, RV: "45"}, Watching)
 	// A probe answered "paths not installed yet" relists too.
-	s.step(fiveMin, Outcome{Opened: true, Open: fiveMin, Timeout: fiveMin}, Action{Do: Watch, RV: "45"}, Watching)
-	a = s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Probe}, Watching)
-	a = s.step(0, Outcome{Err: pathsMissing}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List}, Relisting)
+	s.step(fiveMin, Outcome{Opened: true, Open: fiveMin, Timeout: fiveMin}, Action{Kind: Watch, RV: "45"}, Watching)
+	a = s.step(0, Outcome{Err: errRefused}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Probe}, Watching)
+	a = s.step(0, Outcome{Err: pathsMissing}, Action{Kind: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List}, Relisting)
 }
 
 // A WATCH from the resourceVersion of the list just made, refused "too large
@@ -490,18 +490,18 @@ func TestMachineStartingServerRelistsWithoutAProbe(t *testing.T) {
 // before, which is what finds a server restored from an older etcd snapshot.
 func TestMachineTooLargeRightAfterAListRewatches(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
+	s.step(0, listed10, Action{Kind: Watch, RV: "10"}, Watching)
 	// The stream is cut; the WATCH that resumes it is refused too large: relist.
-	a := s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Watch, RV: "10"}, Watching)
-	s.step(3*time.Second, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Do: List}, Relisting)
-	s.step(0, Outcome{RV: "50"}, Action{Do: Watch, RV: "50"}, Watching)
+	a := s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Watch, RV: "10"}, Watching)
+	s.step(3*time.Second, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{RV: "50"}, Action{Kind: Watch, RV: "50"}, Watching)
 	// The WATCH from that list is refused too large: wait, re-watch from 50.
-	a = s.step(3*time.Second, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Watch, RV: "50"}, Watching)
+	a = s.step(3*time.Second, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Kind: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Watch, RV: "50"}, Watching)
 	// Refused again: relist (after the backoff: the relist after the 410-like
 	// refusal was made).
-	a = s.step(3*time.Second, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Do: Wait, Delay: 6400 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List}, Relisting)
-	s.step(0, Outcome{RV: "40"}, Action{Do: Watch, RV: "40"}, Watching)
+	a = s.step(3*time.Second, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Kind: Wait, Delay: 6400 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{RV: "40"}, Action{Kind: Watch, RV: "40"}, Watching)
 }
