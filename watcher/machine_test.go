@@ -391,7 +391,7 @@ func TestMachineScheduleReadsOutcomeTime(t *testing.T) {
 	s, _ := newScript(t, false)
 	s.step(time.Minute, listed10, Action{Kind: Watch}, Watching)
 	s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	if got := s.m.schedule.GetElapsedTime(); got != time.Minute+time.Second {
+	if got := s.m.pace.schedule.GetElapsedTime(); got != time.Minute+time.Second {
 		t.Fatalf("the schedule's elapsed time is %v; want the 1m1s of virtual time since Start", got)
 	}
 }
