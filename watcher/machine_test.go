@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,7 +30,7 @@ var (
 	}}
 )
 
-func TestClassify(t *testing.T) {
+func TestClassifySortsErrorsByTheLoopsNextStep(t *testing.T) {
 	cases := []struct {
 		err   error
 		class ErrorClass
@@ -91,7 +90,6 @@ func (s *script) step(d time.Duration, o Outcome, want Action, state State) Acti
 	return got
 }
 
-// wait carries out a Wait action.
 // brokenAfterProgress: listed at resourceVersion 10, a stream carries the
 // loop to 12 and ends in a 500 ERROR; it waits and re-watches from 12.
 func (s *script) brokenAfterProgress() {
@@ -101,6 +99,7 @@ func (s *script) brokenAfterProgress() {
 	s.wait(a, Action{Kind: Watch, RV: "12"}, Watching)
 }
 
+// wait carries out a Wait action.
 func (s *script) wait(a Action, then Action, state State) {
 	s.t.Helper()
 	if a.Kind != Wait {
@@ -115,7 +114,7 @@ var (
 	listed10 = Outcome{RV: "10"}
 )
 
-func TestMachineHappyPath(t *testing.T) {
+func TestMachineListsThenRewatchesAStreamThatRanItsCourse(t *testing.T) {
 	s, a := newScript(t, false)
 	if a.Kind != List || s.m.State != Listing {
 		t.Fatalf("start: %s in %s, want list in Listing", a.Kind, s.m.State)
@@ -158,7 +157,7 @@ func TestMachineBackoffResetsAfterATroubleFreeStretch(t *testing.T) {
 
 // A 410 relists at once the first time; another before any healthy stream
 // backs off; a healthy stream makes the next 410 immediate again.
-func TestMachineExpiredRelists(t *testing.T) {
+func TestMachineRelistsA410AtOnceOnlyOnceBeforeAHealthyStream(t *testing.T) {
 	s, _ := newScript(t, false)
 	s.step(0, listed10, Action{Kind: Watch}, Watching)
 	s.step(time.Second, Outcome{Err: errExpired, ErrorEvent: true, Open: time.Second, Timeout: fiveMin}, Action{Kind: List}, Relisting)
@@ -201,7 +200,7 @@ func TestMachineRelistAfterTroubleIsStaggered(t *testing.T) {
 // An ERROR event that is not a 410 (a 500: "etcd event received with
 // PrevKv=nil") relists too; so does a "too large resource version" on a
 // WATCH, which is what a server restored from an older etcd snapshot says.
-func TestMachineServerGaveUpRelists(t *testing.T) {
+func TestMachineRelistsAnErrorBeforeProgressOrATooLargeRV(t *testing.T) {
 	s, _ := newScript(t, false)
 	s.step(0, listed10, Action{Kind: Watch}, Watching)
 	s.step(time.Second, Outcome{Err: err500, ErrorEvent: true, Timeout: fiveMin}, Action{Kind: List}, Relisting)
@@ -308,12 +307,9 @@ func TestMachineSilentStreamProbesTheServer(t *testing.T) {
 // timeout, or cut by a proxy that drops idle connections): every Watch says
 // how long the streams before it were silent, and the watcher's watchdog
 // gives the next one only the rest of its limit. A frame, a list or a
-// probe starts the count again; the waits between streams do not count.
-// (Before, each stream had the whole limit: with a WATCH timeout under the
-// limit, a server behind our resourceVersion ended every stream at its
-// timeout with nothing and the loop never asked where it was; the
-// explorer's seed 103 with quiet rollbacks at every timeout: "liveness: the
-// store still differs from the server 3m31s after the faults stopped".)
+// probe starts the count again; the waits between streams count too. With
+// a WATCH timeout under the limit, a server behind our resourceVersion ends
+// every stream at its timeout with nothing: only the sum finds it.
 func TestMachineSilenceAddsUpAcrossStreams(t *testing.T) {
 	s, _ := newScript(t, false)
 	quiet := func(a Action, want time.Duration) {
@@ -348,87 +344,19 @@ func TestMachineSilenceAddsUpAcrossStreams(t *testing.T) {
 	quiet(s.step(0, Outcome{RV: "11"}, Action{Kind: Watch, RV: "11"}, Watching), 0)
 }
 
-func TestMachineStops(t *testing.T) {
+func TestMachineStopsWhenItsContextEnds(t *testing.T) {
 	s, _ := newScript(t, false)
 	s.step(0, Outcome{Err: context.Canceled}, Action{Kind: Stop}, Stopped)
 }
 
-// documentedSteps is the schedule the package doc gives: 1.6 s doubling to
-// a 30 s cap.
-var documentedSteps = []time.Duration{1600 * time.Millisecond, 3200 * time.Millisecond, 6400 * time.Millisecond,
-	12800 * time.Millisecond, 25600 * time.Millisecond, 30 * time.Second, 30 * time.Second, 30 * time.Second, 30 * time.Second}
-
-// The steps come from backoff/v4's ExponentialBackOff and are the documented
-// ones, before and after a Reset; Delay and the machine's waits (no jitter)
-// are those steps.
-func TestBackoffScheduleIsTheDocumentedOne(t *testing.T) {
-	var now time.Time
-	s := DefaultBackoff.schedule(clockAt{&now})
-	for round := range 2 {
-		for n, want := range documentedSteps {
-			if got := s.NextBackOff(); got != want {
-				t.Fatalf("round %d: ExponentialBackOff step %d = %v; want %v", round, n, got, want)
-			}
-			if got := DefaultBackoff.Delay(n, 0); got != want {
-				t.Fatalf("Delay(%d, 0) = %v; want %v", n, got, want)
-			}
-		}
-		s.Reset()
-	}
-	m := NewMachine(DefaultBackoff, false, func() float64 { return 0 })
-	m.Start(t0)
-	for n, want := range documentedSteps {
-		if a := m.Step(Outcome{At: t0.Add(time.Duration(n) * time.Second), Err: errRefused}); a.Kind != Wait || a.Delay != want {
-			t.Fatalf("trouble %d: %s %v; want a wait of %v", n, a.Kind, a.Delay, want)
-		}
-		m.Step(Outcome{At: t0.Add(time.Duration(n) * time.Second)})
-	}
-}
-
 // The machine's schedule reads the machine's time (the outcomes' At), never
 // the wall clock: its elapsed time since the last reset is virtual time.
-func TestMachineScheduleReadsOutcomeTime(t *testing.T) {
+func TestMachineBackoffReadsTheOutcomesTimeNotTheClock(t *testing.T) {
 	s, _ := newScript(t, false)
 	s.step(time.Minute, listed10, Action{Kind: Watch}, Watching)
 	s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
 	if got := s.m.pace.schedule.GetElapsedTime(); got != time.Minute+time.Second {
 		t.Fatalf("the schedule's elapsed time is %v; want the 1m1s of virtual time since Start", got)
-	}
-}
-
-// The cap is a true cap and jitter only shortens: every delay is within
-// [(1-Jitter)·d, d] for d = min(Max, Initial·Factorⁿ).
-func TestBackoffDelayIsCapped(t *testing.T) {
-	b := DefaultBackoff
-	for n := range 80 {
-		d := time.Duration(math.Min(float64(b.Max), float64(b.Initial)*math.Pow(b.Factor, float64(n))))
-		for _, r := range []float64{0, 0.25, 0.5, 0.999} {
-			got := b.Delay(n, r)
-			if got > b.Max || got > d || got < time.Duration((1-b.Jitter)*float64(d))-time.Millisecond {
-				t.Fatalf("Delay(%d, %v) = %v; want within [%v, %v]", n, r, got, time.Duration((1-b.Jitter)*float64(d)), d)
-			}
-		}
-	}
-}
-
-// The waits are client-go's Reflector's (800 ms doubling, jitter 1.0: the
-// n-th wait in a row in [0.8 s·2ⁿ, 1.6 s·2ⁿ]) until 1.6 s·2ⁿ passes the 30 s
-// cap: the shortest first wait is 800 ms, not less. From there on these stay
-// in [15 s, 30 s] where client-go's go on to [30 s, 60 s).
-func TestBackoffWaitsAsClientGosReflector(t *testing.T) {
-	const clientGoInit, clientGoMax = 800 * time.Millisecond, 30 * time.Second // reflector.go's defaultBackoffInit, defaultBackoffMax
-	b := DefaultBackoff
-	for n := range 12 {
-		d := time.Duration(float64(clientGoInit) * math.Pow(2, float64(n)))
-		lo, hi := d, 2*d      // client-go's jitter 1.0 lengthens: [d, 2d]
-		if hi > clientGoMax { // ours is capped there: [15 s, 30 s]
-			lo, hi = b.Max/2, b.Max
-		}
-		for _, r := range []float64{0, 0.25, 0.5, 0.75, 0.9999999} {
-			if got := b.Delay(n, r); got < lo-time.Millisecond || got > hi {
-				t.Fatalf("wait %d (r %v) = %v; want within client-go's [%v, %v]", n, r, got, lo, hi)
-			}
-		}
 	}
 }
 
@@ -504,4 +432,192 @@ func TestMachineTooLargeRightAfterAListRewatches(t *testing.T) {
 	a = s.step(3*time.Second, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Kind: Wait, Delay: 6400 * time.Millisecond}, BackingOff)
 	s.wait(a, Action{Kind: List}, Relisting)
 	s.step(0, Outcome{RV: "40"}, Action{Kind: Watch, RV: "40"}, Watching)
+}
+
+// A LIST answered, then the WATCH that follows it answered 503 "before all
+// known HTTP paths have been installed": the server that served the LIST
+// had its paths installed, so the one answering has started since, another
+// process (an apiserver restarted on an etcd restored from a snapshot, its
+// resourceVersion behind ours). The first request after the wait reads the
+// server's resourceVersion (a probe, or the relist): a WATCH from ours
+// against a restored watch cache is accepted and silent until the watchdog
+// gives up on it.
+func TestMachineAsksAServerStartedSinceTheListWhereItIs(t *testing.T) {
+	s, _ := newScript(t, false)
+	s.step(time.Second, Outcome{RV: "100"}, Action{Kind: Watch, RV: "100"}, Watching)
+	a := s.m.Step(Outcome{At: s.now.Add(time.Second), Err: pathsMissing})
+	if a.Kind != Wait {
+		t.Fatalf("after a 503 'paths not installed': %s (%s), want a wait", a.Kind, a.Reason)
+	}
+	s.now = s.now.Add(time.Second)
+	next := s.m.Step(Outcome{At: s.now.Add(a.Delay)})
+	if next.Kind == Watch {
+		// What follows against the restored server (at resourceVersion 50,
+		// with a watch cache): the WATCH from 100 is accepted and silent.
+		s.now = s.now.Add(a.Delay)
+		limit := DefaultSilenceLimit
+		probe := s.m.Step(Outcome{At: s.now.Add(limit), Opened: true, Silent: true, Err: ErrSilent, Open: limit, Timeout: fiveMin})
+		t.Fatalf("after the wait: %s from resourceVersion %q (%s), not a request that reads the server's "+
+			"resourceVersion; the server restarted after our list (it served it with its paths installed), so an etcd "+
+			"restore behind it is found only after the WATCH's silence limit (%s), then %s",
+			next.Kind, next.RV, next.Reason, limit, probe.Kind)
+	}
+}
+
+// The same with a WATCH refused first: the server went away after our list
+// (connection refused), so the probe's "paths not installed" is a process
+// started after the list, and the list is not one made since it started:
+// after the wait, a probe or the relist, not a WATCH from the list.
+func TestMachineAsksAServerStartedAfterARefusalWhereItIs(t *testing.T) {
+	s, _ := newScript(t, false)
+	s.step(time.Second, Outcome{RV: "100"}, Action{Kind: Watch, RV: "100"}, Watching)
+	a := s.step(time.Second, Outcome{Err: errRefused}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Probe}, Watching)
+	a = s.step(time.Second, Outcome{Err: pathsMissing}, Action{Kind: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
+	s.now = s.now.Add(a.Delay)
+	if next := s.m.Step(Outcome{At: s.now}); next.Kind != Probe && next.Kind != List {
+		t.Fatalf("refused, then a probe answered 'paths not installed' (a server started after our list at 100): "+
+			"after the wait %s rv %q (%s); want a probe or the relist, which read the server's resourceVersion", next.Kind, next.RV, next.Reason)
+	}
+}
+
+// The first ERROR after progress of the streams from a list re-watches; a
+// second relists. A reshard that cuts the re-WATCH after such an ERROR
+// lists, and the streams from that list start afresh: the first of them
+// that ends in an ERROR after an event re-watches, no second list for one
+// broken stream.
+func TestMachineAReshardsListRenewsTheRewatchAfterAnError(t *testing.T) {
+	s, _ := newScript(t, false)
+	s.brokenAfterProgress()
+	// The loop cuts that WATCH for a new shard: a list of it.
+	if r := s.m.Resharded(); r.Kind != List {
+		t.Fatalf("Resharded: %s, want List", r.Kind)
+	}
+	s.step(time.Second, Outcome{RV: "20"}, Action{Kind: Watch, RV: "20"}, Watching)
+	// The first stream from that list ends in an ERROR after an event.
+	s.now = s.now.Add(time.Second)
+	got := s.m.Step(Outcome{At: s.now, RV: "21", Opened: true, Frames: 1, Err: err500, ErrorEvent: true, Open: time.Second, Timeout: fiveMin})
+	if got.Kind != Wait {
+		t.Fatalf("the first stream since a list (made for a reshard) ended in an ERROR after an event: %s (%s); "+
+			"want a wait and a re-watch from 21: the stream before the list set erroredOn and it outlived the list", got.Kind, got.Reason)
+	}
+}
+
+// A healthy stream that ends in an ERROR after progress re-watches, however
+// many in a row: two streams, each open ten minutes and carrying a change a
+// second, each ended by an ERROR (a 500 from an apiserver whose etcd
+// hiccupped), are not a server that ERRORs after every event (which keeps
+// the store a wait behind), and a relist would cost a full LIST for a store
+// one event behind at most.
+func TestMachineHealthyStreamsEndingInAnErrorRewatch(t *testing.T) {
+	s, _ := newScript(t, false)
+	s.step(0, listed10, Action{Kind: Watch, RV: "10"}, Watching)
+	rv := 10
+	for i := range 2 {
+		rv += 600
+		s.now = s.now.Add(10 * time.Minute)
+		o := Outcome{At: s.now, RV: fmt.Sprint(rv), Opened: true, Frames: 600, Err: err500, ErrorEvent: true, Open: 10 * time.Minute, Timeout: 0}
+		if !s.m.Healthy(o) {
+			t.Fatalf("a stream open 10 minutes is not healthy")
+		}
+		a := s.m.Step(o)
+		if a.Kind != Wait {
+			t.Fatalf("stream %d (open 10m, 600 events, then an ERROR): %s (%s), want a wait and a re-watch from %d", i+1, a.Kind, a.Reason, rv)
+		}
+		s.wait(a, Action{Kind: Watch, RV: fmt.Sprint(rv)}, Watching)
+	}
+}
+
+// The request bound (watcher/doc.go: at most 40 requests in any minute;
+// at the cap two LISTs and four WATCHes a minute: each relist's WATCH
+// follows it at once) under a server that
+// sends an ERROR after every event, the LISTs succeeding: the shortest
+// jitter (r close to 1) and none (r = 0).
+func TestMachineHoldsTheRequestBoundUnderAnErrorAfterEveryEvent(t *testing.T) {
+	for _, r := range []float64{0, 0.999} {
+		var at []time.Time // request times
+		var kind []ActionKind
+		driveBrokenStreams(t, r, 20*time.Minute, func(int) bool { return true }, func(d ActionKind, now time.Time) {
+			at, kind = append(at, now), append(kind, d)
+		})
+		most, lists, watches := 0, 0, 0
+		for i := range at {
+			n, l, w := 0, 0, 0
+			for j := i; j < len(at) && at[j].Sub(at[i]) < time.Minute; j++ {
+				n++
+				if kind[j] == List {
+					l++
+				} else {
+					w++
+				}
+			}
+			most = max(most, n)
+			if at[i].Sub(t0) > 10*time.Minute { // the backoff is at its cap
+				lists, watches = max(lists, l), max(watches, w)
+			}
+		}
+		t.Logf("r=%v: %d requests in 20 minutes, at most %d in a minute; at the cap at most %d LISTs and %d WATCHes in a minute", r, len(at), most, lists, watches)
+		if most > 40 || lists > 2 || watches > 4 {
+			t.Errorf("r=%v: %d requests in a minute (bound 40); at the cap %d LISTs and %d WATCHes in a minute, "+
+				"where watcher/doc.go says two LISTs and four WATCHes for streams that carry an event and then an ERROR", r, most, lists, watches)
+		}
+	}
+}
+
+// A stream cut in between does not renew the re-watch after an ERROR: a
+// server whose streams each carry one event and then break, every other one
+// with an ERROR and the others cut (a proxy that flaps both ways), is
+// relisted from; otherwise every stream carries the store one change on,
+// one backoff wait apart, and it falls behind for as long as the fault
+// lasts.
+func TestMachineRelistsUnderAnErrorAfterEveryOtherEvent(t *testing.T) {
+	lists, streams := 0, 0
+	driveBrokenStreams(t, 0, 10*time.Minute, func(n int) bool { return n%2 == 0 }, func(d ActionKind, _ time.Time) {
+		if d == List {
+			lists++
+		} else {
+			streams++
+		}
+	})
+	if lists < 2 {
+		t.Errorf("10 minutes of streams that each carry one event and break, every other one with an ERROR: %d WATCHes, "+
+			"%d LISTs (the first); the store took in one change a stream and never relisted", streams, lists)
+	}
+}
+
+// driveBrokenStreams steps a machine whose jitter draws r for d of streams
+// that each carry one change and end: in an ERROR where errs(n) says (n
+// counts the streams from 1), cut otherwise; every LIST succeeds in 100 ms.
+// request hears of each LIST and WATCH as it is made.
+func driveBrokenStreams(t *testing.T, r float64, d time.Duration, errs func(n int) bool, request func(ActionKind, time.Time)) {
+	t.Helper()
+	m := NewMachine(DefaultBackoff, false, func() float64 { return r })
+	now := t0
+	a := m.Start(now)
+	rv, streams := 10, 0
+	for now.Sub(t0) < d {
+		var o Outcome
+		switch a.Kind {
+		case Wait:
+			now = now.Add(a.Delay)
+		case List:
+			request(List, now)
+			rv++
+			now = now.Add(100 * time.Millisecond)
+			o = Outcome{RV: fmt.Sprint(rv)}
+		case Watch:
+			request(Watch, now)
+			streams++
+			rv++ // the one change the stream carries
+			now = now.Add(100 * time.Millisecond)
+			o = Outcome{RV: fmt.Sprint(rv), Opened: true, Frames: 1, Err: cut, Open: 100 * time.Millisecond, Timeout: fiveMin}
+			if errs(streams) {
+				o.Err, o.ErrorEvent = err500, true
+			}
+		default:
+			t.Fatalf("r=%v: unexpected %s (%s)", r, a.Kind, a.Reason)
+		}
+		o.At = now
+		a = m.Step(o)
+	}
 }
