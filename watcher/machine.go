@@ -75,14 +75,12 @@ type Action struct {
 	// TimeTravel: the list just completed is older than the resourceVersion
 	// we had: the server's history went backwards (an etcd restore).
 	TimeTravel bool
-	// Quiet, on a Watch: how long ago the streams before it from the same
-	// resourceVersion began to deliver nothing, back to back (the backoff
-	// waits between them count too). The watchdog's limit is on that
-	// silence, not on one stream's: a server behind our resourceVersion
-	// that ends each WATCH at its timeout, or a proxy that cuts idle
-	// streams, sends nothing for ever in streams each shorter than the
-	// limit, and a proxy that cuts them every few seconds spends most of
-	// that silence in the waits.
+	// Quiet, on a Watch: how long the streams before it from the same
+	// resourceVersion have delivered nothing, back to back, the waits
+	// between them included. The watchdog's limit is on that silence, not
+	// on one stream's: a server behind us that ends each WATCH at its
+	// timeout, or a proxy that cuts idle streams, sends nothing for ever in
+	// streams each shorter than the limit.
 	Quiet time.Duration
 }
 
