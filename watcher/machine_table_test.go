@@ -130,28 +130,34 @@ func next(rv string) string {
 
 // The outcomes of a request (a LIST, a probe). A LIST that fails, fails
 // after its first page.
-var requestOutcomes = []namedOutcome{
+var requestOutcomes = append([]namedOutcome{
 	{"ok", func(rv string) Outcome { return Outcome{RV: next(rv)} }},
 	{"behind RV", func(rv string) Outcome { return Outcome{RV: "3"} }},
 	{"410", failed(errExpired)},
-	{"too large RV", failed(errTooLrg)},
-	{"refused", failed(errRefused)},
 	{"cut", failed(cut)},
-	{"500", failed(err500)},
-	{"starting", failed(cacheStarting)},
-	{"paths missing", failed(pathsMissing)},
-	{"429", failed(err429)},
-	{"403", failed(err403)},
-	{"400", failed(errBadRequest)},
-}
+}, answers(failed)...)
 
 func failed(err error) func(string) Outcome {
 	return func(string) Outcome { return Outcome{Err: err, Continue: "page-3"} }
 }
 
+// answers are the error answers a request, or a WATCH that does not open,
+// can meet, made outcomes by of.
+func answers(of func(error) func(string) Outcome) []namedOutcome {
+	var out []namedOutcome
+	for _, a := range []struct {
+		name string
+		err  error
+	}{{"too large RV", errTooLrg}, {"refused", errRefused}, {"500", err500}, {"starting", cacheStarting},
+		{"paths missing", pathsMissing}, {"429", err429}, {"403", err403}, {"400", errBadRequest}} {
+		out = append(out, namedOutcome{a.name, of(a.err)})
+	}
+	return out
+}
+
 // The outcomes of a stream (a WATCH, a WatchList): those it ended with,
 // then the answers to a WATCH that did not open.
-var streamOutcomes = []namedOutcome{
+var streamOutcomes = append([]namedOutcome{
 	{"initial events ended", func(rv string) Outcome { return Outcome{RV: next(rv), Listed: true} }},
 	{"ran its course", func(rv string) Outcome { // a little before its timeout, shorter than ResetAfter
 		return Outcome{Opened: true, Frames: 3, RV: next(rv), Open: 57 * time.Second, Timeout: time.Minute}
@@ -177,15 +183,7 @@ var streamOutcomes = []namedOutcome{
 	{"ERROR after progress", func(rv string) Outcome {
 		return Outcome{Opened: true, Frames: 1, RV: next(rv), Err: err500, ErrorEvent: true, Open: time.Second, Timeout: fiveMin}
 	}},
-	{"too large RV", refusedWith(errTooLrg)},
-	{"refused", refusedWith(errRefused)},
-	{"500", refusedWith(err500)},
-	{"starting", refusedWith(cacheStarting)},
-	{"paths missing", refusedWith(pathsMissing)},
-	{"429", refusedWith(err429)},
-	{"403", refusedWith(err403)},
-	{"400", refusedWith(errBadRequest)},
-}
+}, answers(refusedWith)...)
 
 func refusedWith(err error) func(string) Outcome {
 	return func(string) Outcome { return Outcome{Err: err, Timeout: fiveMin} }

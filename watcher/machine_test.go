@@ -499,7 +499,7 @@ func TestMachineAReshardsListRenewsTheRewatchAfterAnError(t *testing.T) {
 	got := s.m.Step(Outcome{At: s.now, RV: "21", Opened: true, Frames: 1, Err: err500, ErrorEvent: true, Open: time.Second, Timeout: fiveMin})
 	if got.Kind != Wait {
 		t.Fatalf("the first stream since a list (made for a reshard) ended in an ERROR after an event: %s (%s); "+
-			"want a wait and a re-watch from 21: the stream before the list set erroredOn and it outlived the list", got.Kind, got.Reason)
+			"want a wait and a re-watch from 21: the stream before the list set errored and it outlived the list", got.Kind, got.Reason)
 	}
 }
 
