@@ -2,11 +2,12 @@
 // listens: the metrics, the --explain narration, a test's recorder. It is
 // the one observer style of the project:
 //
-//	watcher ─┐  watcher.ListPage, watcher.Received, watcher.BackingOff, ...
-//	queue   ─┤  queue.Added, queue.Got
-//	workers ─┼─▶ Observer.Observe(Event) ──▶ Fanout ──▶ metrics, explain, tests
-//	leader  ─┤  leader.Leading, leader.NewLeader
-//	app     ─┘  app.Resynced
+//	watcher   ─┐  watcher.ListPage, watcher.Received, watcher.BackoffStarted, ...
+//	queue     ─┤  queue.Added, queue.Got
+//	workers   ─┤  reconcile.Started, reconcile.Finished, reconcile.Resynced
+//	leader    ─┤  leader.Leading, leader.NewLeader
+//	ring, ... ─┤  ring.MembersChanged, freshness.Measured, ...
+//	           └─▶ Observer.Observe(Event) ──▶ Fanout ──▶ metrics, explain, tests
 //
 // Each part reports typed values, one struct per kind of happening (as
 // kube-rs's watcher yields one Event enum), and defines them beside the code
@@ -17,7 +18,7 @@
 package observe
 
 // Event is one happening. Component names the part that reported it
-// ("watcher", "queue", "worker", "leader", "app").
+// ("watcher", "queue", "worker", "leader", "ring", "sharding", "freshness").
 type Event interface {
 	Component() string
 }

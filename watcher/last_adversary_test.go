@@ -23,11 +23,11 @@ func TestTooLargeAfterEveryListHoldsTheBound(t *testing.T) {
 			now := t0
 			a := m.Start(now)
 			var at []time.Time
-			var kind []Do
+			var kind []ActionKind
 			rv, refusedFrom := 100, map[string]int{}
 			for now.Sub(t0) < 30*time.Minute {
 				var o Outcome
-				switch a.Do {
+				switch a.Kind {
 				case Wait:
 					now = now.Add(a.Delay)
 				case List:
@@ -47,10 +47,10 @@ func TestTooLargeAfterEveryListHoldsTheBound(t *testing.T) {
 					now = now.Add(100 * time.Millisecond)
 					o = Outcome{RV: fmt.Sprint(rv)}
 				default:
-					t.Fatalf("unexpected %s (%s)", a.Do, a.Reason)
+					t.Fatalf("unexpected %s (%s)", a.Kind, a.Reason)
 				}
-				if a.Do != Wait {
-					at, kind = append(at, now), append(kind, a.Do)
+				if a.Kind != Wait {
+					at, kind = append(at, now), append(kind, a.Kind)
 				}
 				o.At = now
 				a = m.Step(o)

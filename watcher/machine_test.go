@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,7 +30,7 @@ var (
 	}}
 )
 
-func TestClassify(t *testing.T) {
+func TestClassifySortsErrorsByTheLoopsNextStep(t *testing.T) {
 	cases := []struct {
 		err   error
 		class ErrorClass
@@ -77,34 +76,34 @@ func newScript(t *testing.T, watchList bool) (*script, Action) {
 	return &script{t: t, m: m, now: t0}, m.Start(t0)
 }
 
-// step lets d pass, feeds o (its At set), and checks the action's Do, RV
+// step lets d pass, feeds o (its At set), and checks the action's Kind, RV
 // (if want.RV != "") and Delay, and the state.
 func (s *script) step(d time.Duration, o Outcome, want Action, state State) Action {
 	s.t.Helper()
 	s.now = s.now.Add(d)
 	o.At = s.now
 	got := s.m.Step(o)
-	if got.Do != want.Do || (want.RV != "" && got.RV != want.RV) || got.Continue != want.Continue || got.Delay != want.Delay || s.m.State != state {
+	if got.Kind != want.Kind || (want.RV != "" && got.RV != want.RV) || got.Continue != want.Continue || got.Delay != want.Delay || s.m.State != state {
 		s.t.Fatalf("after %+v: got %s rv %q continue %q delay %v state %s (%s); want %s rv %q continue %q delay %v state %s",
-			o, got.Do, got.RV, got.Continue, got.Delay, s.m.State, got.Reason, want.Do, want.RV, want.Continue, want.Delay, state)
+			o, got.Kind, got.RV, got.Continue, got.Delay, s.m.State, got.Reason, want.Kind, want.RV, want.Continue, want.Delay, state)
 	}
 	return got
 }
 
-// wait carries out a Wait action.
 // brokenAfterProgress: listed at resourceVersion 10, a stream carries the
 // loop to 12 and ends in a 500 ERROR; it waits and re-watches from 12.
 func (s *script) brokenAfterProgress() {
-	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
+	s.step(0, listed10, Action{Kind: Watch, RV: "10"}, Watching)
 	a := s.step(time.Second, Outcome{RV: "12", Opened: true, Frames: 1, Err: err500, ErrorEvent: true, Open: time.Second, Timeout: fiveMin},
-		Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Watch, RV: "12"}, Watching)
+		Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Watch, RV: "12"}, Watching)
 }
 
+// wait carries out a Wait action.
 func (s *script) wait(a Action, then Action, state State) {
 	s.t.Helper()
-	if a.Do != Wait {
-		s.t.Fatalf("want a wait, got %s", a.Do)
+	if a.Kind != Wait {
+		s.t.Fatalf("want a wait, got %s", a.Kind)
 	}
 	s.step(a.Delay, Outcome{}, then, state)
 }
@@ -115,59 +114,59 @@ var (
 	listed10 = Outcome{RV: "10"}
 )
 
-func TestMachineHappyPath(t *testing.T) {
+func TestMachineListsThenRewatchesAStreamThatRanItsCourse(t *testing.T) {
 	s, a := newScript(t, false)
-	if a.Do != List || s.m.State != Listing {
-		t.Fatalf("start: %s in %s, want list in Listing", a.Do, s.m.State)
+	if a.Kind != List || s.m.State != Listing {
+		t.Fatalf("start: %s in %s, want list in Listing", a.Kind, s.m.State)
 	}
-	s.step(time.Second, listed10, Action{Do: Watch, RV: "10"}, Watching)
+	s.step(time.Second, listed10, Action{Kind: Watch, RV: "10"}, Watching)
 	// The server ends the stream at its timeout: re-watch at once.
-	s.step(fiveMin, Outcome{RV: "20", Frames: 7, Open: fiveMin, Timeout: fiveMin}, Action{Do: Watch, RV: "20"}, Watching)
+	s.step(fiveMin, Outcome{RV: "20", Frames: 7, Open: fiveMin, Timeout: fiveMin}, Action{Kind: Watch, RV: "20"}, Watching)
 	// A stream that stayed open the whole reset window counts as healthy,
 	// even one that broke: the backoff starts from the beginning.
-	s.step(3*time.Minute, Outcome{RV: "30", Err: cut, Open: 3 * time.Minute, Timeout: fiveMin}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.step(3*time.Minute, Outcome{RV: "30", Err: cut, Open: 3 * time.Minute, Timeout: fiveMin}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
 }
 
 // A stream that delivers a frame and breaks is not healthy, however many
 // frames it had: the steps grow 1.6, 3.2, 6.4 ... to the 30 s cap.
 func TestMachineFlappingStreamsBackOff(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
+	s.step(0, listed10, Action{Kind: Watch, RV: "10"}, Watching)
 	want := []time.Duration{1600 * time.Millisecond, 3200 * time.Millisecond, 6400 * time.Millisecond,
 		12800 * time.Millisecond, 25600 * time.Millisecond, 30 * time.Second, 30 * time.Second, 30 * time.Second}
 	for i, d := range want {
 		a := s.step(10*time.Millisecond, Outcome{RV: fmt.Sprint(11 + i), Opened: true, Frames: 1, Err: cut, Open: 10 * time.Millisecond, Timeout: fiveMin},
-			Action{Do: Wait, Delay: d}, BackingOff)
-		s.wait(a, Action{Do: Watch, RV: fmt.Sprint(11 + i)}, Watching)
+			Action{Kind: Wait, Delay: d}, BackingOff)
+		s.wait(a, Action{Kind: Watch, RV: fmt.Sprint(11 + i)}, Watching)
 	}
 	// A stream that closes cleanly long before its timeout is no better.
-	s.step(time.Second, Outcome{Opened: true, Frames: 3, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 30 * time.Second}, BackingOff)
+	s.step(time.Second, Outcome{Opened: true, Frames: 3, Open: time.Second, Timeout: fiveMin}, Action{Kind: Wait, Delay: 30 * time.Second}, BackingOff)
 }
 
 // The backoff starts again only after a trouble-free stretch of ResetAfter.
 func TestMachineBackoffResetsAfterATroubleFreeStretch(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(0, listed10, Action{Do: Watch}, Watching)
+	s.step(0, listed10, Action{Kind: Watch}, Watching)
 	for _, d := range documentedSteps[:5] {
-		a := s.step(0, Outcome{Opened: true, Err: cut, Timeout: fiveMin}, Action{Do: Wait, Delay: d}, BackingOff)
-		s.wait(a, Action{Do: Watch}, Watching)
+		a := s.step(0, Outcome{Opened: true, Err: cut, Timeout: fiveMin}, Action{Kind: Wait, Delay: d}, BackingOff)
+		s.wait(a, Action{Kind: Watch}, Watching)
 	}
 	// Open 2 minutes, then cut: healthy; the wait is the first again.
-	s.step(2*time.Minute, Outcome{Opened: true, Err: cut, Open: 2 * time.Minute, Timeout: fiveMin}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.step(2*time.Minute, Outcome{Opened: true, Err: cut, Open: 2 * time.Minute, Timeout: fiveMin}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
 }
 
 // A 410 relists at once the first time; another before any healthy stream
 // backs off; a healthy stream makes the next 410 immediate again.
-func TestMachineExpiredRelists(t *testing.T) {
+func TestMachineRelistsA410AtOnceOnlyOnceBeforeAHealthyStream(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(0, listed10, Action{Do: Watch}, Watching)
-	s.step(time.Second, Outcome{Err: errExpired, ErrorEvent: true, Open: time.Second, Timeout: fiveMin}, Action{Do: List}, Relisting)
-	s.step(0, Outcome{RV: "50"}, Action{Do: Watch, RV: "50"}, Watching)
-	a := s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List}, Relisting)
-	s.step(0, Outcome{RV: "60"}, Action{Do: Watch, RV: "60"}, Watching)
-	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin}, Action{Do: Watch, RV: "60"}, Watching)
-	s.step(0, Outcome{Err: errTooOld, ErrorEvent: true, Timeout: fiveMin}, Action{Do: List}, Relisting)
+	s.step(0, listed10, Action{Kind: Watch}, Watching)
+	s.step(time.Second, Outcome{Err: errExpired, ErrorEvent: true, Open: time.Second, Timeout: fiveMin}, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{RV: "50"}, Action{Kind: Watch, RV: "50"}, Watching)
+	a := s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{RV: "60"}, Action{Kind: Watch, RV: "60"}, Watching)
+	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin}, Action{Kind: Watch, RV: "60"}, Watching)
+	s.step(0, Outcome{Err: errTooOld, ErrorEvent: true, Timeout: fiveMin}, Action{Kind: List}, Relisting)
 }
 
 // The first relist right after trouble (the server was away, and so it was
@@ -178,38 +177,38 @@ func TestMachineExpiredRelists(t *testing.T) {
 func TestMachineRelistAfterTroubleIsStaggered(t *testing.T) {
 	s := &script{t: t, m: NewMachine(DefaultBackoff, false, func() float64 { return 0.5 }), now: t0}
 	s.m.Start(t0)
-	s.step(0, listed10, Action{Do: Watch}, Watching)
+	s.step(0, listed10, Action{Kind: Watch}, Watching)
 	// The server goes away: the stream is cut, the next WATCH refused.
-	a := s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 1200 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Watch, RV: "10"}, Watching)
-	a = s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 2400 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Probe}, Watching)
-	s.step(0, Outcome{RV: "12"}, Action{Do: Watch, RV: "10"}, Watching)
+	a := s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Kind: Wait, Delay: 1200 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Watch, RV: "10"}, Watching)
+	a = s.step(0, Outcome{Err: errRefused}, Action{Kind: Wait, Delay: 2400 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Probe}, Watching)
+	s.step(0, Outcome{RV: "12"}, Action{Kind: Watch, RV: "10"}, Watching)
 	// Back, restarted: 410. Half (rand 0.5) of the last step (3.2 s), 1.6 s.
-	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, Relisting)
-	s.wait(a, Action{Do: List}, Relisting)
-	s.step(time.Second, Outcome{RV: "50"}, Action{Do: Watch, RV: "50"}, Watching)
+	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, Relisting)
+	s.wait(a, Action{Kind: List}, Relisting)
+	s.step(time.Second, Outcome{RV: "50"}, Action{Kind: Watch, RV: "50"}, Watching)
 	// Another 410 before a healthy stream is trouble: the third step.
-	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Do: Wait, Delay: 4800 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List}, Relisting)
+	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Kind: Wait, Delay: 4800 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List}, Relisting)
 	// Much later, after a stream that ran its course: a 410 relists at once.
-	s.step(time.Second, Outcome{RV: "60"}, Action{Do: Watch, RV: "60"}, Watching)
-	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin}, Action{Do: Watch, RV: "60"}, Watching)
-	s.step(time.Second, Outcome{Err: errGone, Open: time.Second, Timeout: fiveMin}, Action{Do: List}, Relisting)
+	s.step(time.Second, Outcome{RV: "60"}, Action{Kind: Watch, RV: "60"}, Watching)
+	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin}, Action{Kind: Watch, RV: "60"}, Watching)
+	s.step(time.Second, Outcome{Err: errGone, Open: time.Second, Timeout: fiveMin}, Action{Kind: List}, Relisting)
 }
 
 // An ERROR event that is not a 410 (a 500: "etcd event received with
 // PrevKv=nil") relists too; so does a "too large resource version" on a
 // WATCH, which is what a server restored from an older etcd snapshot says.
-func TestMachineServerGaveUpRelists(t *testing.T) {
+func TestMachineRelistsAnErrorBeforeProgressOrATooLargeRV(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(0, listed10, Action{Do: Watch}, Watching)
-	s.step(time.Second, Outcome{Err: err500, ErrorEvent: true, Timeout: fiveMin}, Action{Do: List}, Relisting)
-	s.step(0, Outcome{RV: "50"}, Action{Do: Watch, RV: "50"}, Watching)
-	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin}, Action{Do: Watch, RV: "50"}, Watching)
-	s.step(0, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Do: List}, Relisting)
+	s.step(0, listed10, Action{Kind: Watch}, Watching)
+	s.step(time.Second, Outcome{Err: err500, ErrorEvent: true, Timeout: fiveMin}, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{RV: "50"}, Action{Kind: Watch, RV: "50"}, Watching)
+	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin}, Action{Kind: Watch, RV: "50"}, Watching)
+	s.step(0, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Kind: List}, Relisting)
 	// The relist finds an older resourceVersion: time travel, reported.
-	a := s.step(0, Outcome{RV: "40"}, Action{Do: Watch, RV: "40"}, Watching)
+	a := s.step(0, Outcome{RV: "40"}, Action{Kind: Watch, RV: "40"}, Watching)
 	if !a.TimeTravel || s.m.RV != "40" {
 		t.Errorf("time travel not reported (%v) or RV %q not taken", a.TimeTravel, s.m.RV)
 	}
@@ -219,48 +218,48 @@ func TestMachineServerGaveUpRelists(t *testing.T) {
 // after the backoff, without relisting; a 429 waits its Retry-After.
 func TestMachineWatchFailuresRewatchWithoutRelist(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(0, listed10, Action{Do: Watch}, Watching)
+	s.step(0, listed10, Action{Kind: Watch}, Watching)
 	// The WATCH never opened: when the wait is over, a probe asks where the
 	// server is first (it may have come back restored from an older backup).
-	a := s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Probe}, Watching)
-	s.step(0, Outcome{RV: "12"}, Action{Do: Watch, RV: "10"}, Watching)
-	a = s.step(0, Outcome{Err: err500}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Probe}, Watching)
-	s.step(0, Outcome{RV: "12"}, Action{Do: Watch, RV: "10"}, Watching)
-	a = s.step(0, Outcome{Err: err429}, Action{Do: Wait, Delay: 7 * time.Second}, BackingOff)
-	s.wait(a, Action{Do: Probe}, Watching)
-	s.step(0, Outcome{RV: "12"}, Action{Do: Watch, RV: "10"}, Watching)
+	a := s.step(0, Outcome{Err: errRefused}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Probe}, Watching)
+	s.step(0, Outcome{RV: "12"}, Action{Kind: Watch, RV: "10"}, Watching)
+	a = s.step(0, Outcome{Err: err500}, Action{Kind: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Probe}, Watching)
+	s.step(0, Outcome{RV: "12"}, Action{Kind: Watch, RV: "10"}, Watching)
+	a = s.step(0, Outcome{Err: err429}, Action{Kind: Wait, Delay: 7 * time.Second}, BackingOff)
+	s.wait(a, Action{Kind: Probe}, Watching)
+	s.step(0, Outcome{RV: "12"}, Action{Kind: Watch, RV: "10"}, Watching)
 	// A stream that opened and then broke resumes with the WATCH itself.
-	a = s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 12800 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Watch, RV: "10"}, Watching)
+	a = s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Kind: Wait, Delay: 12800 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Watch, RV: "10"}, Watching)
 }
 
 // A list whose continue token expired restarts at once, during the first
 // list and during a relist alike; a second failure in a row backs off.
 func TestMachineExpiredListRestartsOnceAtOnce(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(0, Outcome{Err: errExpired}, Action{Do: List}, Listing)
-	a := s.step(0, Outcome{Err: errExpired}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List}, Listing)
-	s.step(0, listed10, Action{Do: Watch}, Watching)
-	s.step(fiveMin, Outcome{Err: errGone, Open: fiveMin, Timeout: fiveMin}, Action{Do: List}, Relisting)
-	s.step(0, Outcome{Err: errExpired}, Action{Do: List}, Relisting)
-	s.step(0, Outcome{RV: "90"}, Action{Do: Watch, RV: "90"}, Watching)
+	s.step(0, Outcome{Err: errExpired}, Action{Kind: List}, Listing)
+	a := s.step(0, Outcome{Err: errExpired}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List}, Listing)
+	s.step(0, listed10, Action{Kind: Watch}, Watching)
+	s.step(fiveMin, Outcome{Err: errGone, Open: fiveMin, Timeout: fiveMin}, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{Err: errExpired}, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{RV: "90"}, Action{Kind: Watch, RV: "90"}, Watching)
 }
 
 // A list that fails after its first page resumes from the page that failed,
 // after the backoff; an expired token starts again from the first page.
 func TestMachineListResumesFromTheFailedPage(t *testing.T) {
 	s, _ := newScript(t, false)
-	a := s.step(0, Outcome{Err: err500, Continue: "page-3"}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List, Continue: "page-3"}, Listing)
-	a = s.step(0, Outcome{Err: cut, Continue: "page-4"}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List, Continue: "page-4"}, Listing)
-	s.step(0, Outcome{Err: errExpired, Continue: "page-4"}, Action{Do: List}, Listing)
-	a = s.step(0, Outcome{Err: errExpired, Continue: "page-2"}, Action{Do: Wait, Delay: 6400 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List}, Listing)
-	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
+	a := s.step(0, Outcome{Err: err500, Continue: "page-3"}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List, Continue: "page-3"}, Listing)
+	a = s.step(0, Outcome{Err: cut, Continue: "page-4"}, Action{Kind: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List, Continue: "page-4"}, Listing)
+	s.step(0, Outcome{Err: errExpired, Continue: "page-4"}, Action{Kind: List}, Listing)
+	a = s.step(0, Outcome{Err: errExpired, Continue: "page-2"}, Action{Kind: Wait, Delay: 6400 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List}, Listing)
+	s.step(0, listed10, Action{Kind: Watch, RV: "10"}, Watching)
 }
 
 // A server without WatchList (400/422) gets LIST from then on; a WatchList
@@ -268,18 +267,18 @@ func TestMachineListResumesFromTheFailedPage(t *testing.T) {
 // falls back to LIST, until a stream runs healthy.
 func TestMachineWatchListFallsBackToList(t *testing.T) {
 	s, a := newScript(t, true)
-	if a.Do != WatchList {
-		t.Fatalf("start: %s, want watch-list", a.Do)
+	if a.Kind != WatchList {
+		t.Fatalf("start: %s, want watch-list", a.Kind)
 	}
-	s.step(0, Outcome{Err: err500, ErrorEvent: true}, Action{Do: List}, Listing)
-	s.step(0, listed10, Action{Do: Watch}, Watching)
-	s.step(fiveMin, Outcome{Err: errGone, Open: fiveMin, Timeout: fiveMin}, Action{Do: WatchList}, Relisting)
-	s.step(0, Outcome{RV: "20", Listed: true}, Action{Do: ReadOn}, Watching)
-	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin, RV: "30"}, Action{Do: Watch, RV: "30"}, Watching)
-	s.step(0, Outcome{Err: errGone}, Action{Do: WatchList}, Relisting)
-	s.step(0, Outcome{Err: apierrors.NewBadRequest("no WatchList here")}, Action{Do: List}, Relisting)
-	s.step(0, Outcome{RV: "40"}, Action{Do: Watch}, Watching)
-	s.step(fiveMin, Outcome{Err: errGone, Open: fiveMin, Timeout: fiveMin}, Action{Do: List}, Relisting)
+	s.step(0, Outcome{Err: err500, ErrorEvent: true}, Action{Kind: List}, Listing)
+	s.step(0, listed10, Action{Kind: Watch}, Watching)
+	s.step(fiveMin, Outcome{Err: errGone, Open: fiveMin, Timeout: fiveMin}, Action{Kind: WatchList}, Relisting)
+	s.step(0, Outcome{RV: "20", Listed: true}, Action{Kind: KeepReading}, Watching)
+	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin, RV: "30"}, Action{Kind: Watch, RV: "30"}, Watching)
+	s.step(0, Outcome{Err: errGone}, Action{Kind: WatchList}, Relisting)
+	s.step(0, Outcome{Err: apierrors.NewBadRequest("no WatchList here")}, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{RV: "40"}, Action{Kind: Watch}, Watching)
+	s.step(fiveMin, Outcome{Err: errGone, Open: fiveMin, Timeout: fiveMin}, Action{Kind: List}, Relisting)
 }
 
 // The watchdog's abandoned stream costs a probe of the server's
@@ -288,17 +287,17 @@ func TestMachineWatchListFallsBackToList(t *testing.T) {
 // older etcd snapshot, sending nothing to a WATCH from our "future") a relist.
 func TestMachineSilentStreamProbesTheServer(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(0, listed10, Action{Do: Watch}, Watching)
+	s.step(0, listed10, Action{Kind: Watch}, Watching)
 	silent := Outcome{Err: ErrSilent, Silent: true, Open: 150 * time.Second, Timeout: fiveMin}
-	s.step(150*time.Second, silent, Action{Do: Probe}, Watching)
-	s.step(0, Outcome{RV: "12"}, Action{Do: Watch, RV: "10"}, Watching)
-	s.step(150*time.Second, silent, Action{Do: Probe}, Watching)
-	a := s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Probe}, Watching)
-	s.step(0, Outcome{RV: "10"}, Action{Do: Watch, RV: "10"}, Watching)
-	s.step(150*time.Second, silent, Action{Do: Probe}, Watching)
-	s.step(0, Outcome{RV: "7"}, Action{Do: List}, Relisting)
-	if a := s.step(0, Outcome{RV: "7"}, Action{Do: Watch, RV: "7"}, Watching); !a.TimeTravel {
+	s.step(150*time.Second, silent, Action{Kind: Probe}, Watching)
+	s.step(0, Outcome{RV: "12"}, Action{Kind: Watch, RV: "10"}, Watching)
+	s.step(150*time.Second, silent, Action{Kind: Probe}, Watching)
+	a := s.step(0, Outcome{Err: errRefused}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Probe}, Watching)
+	s.step(0, Outcome{RV: "10"}, Action{Kind: Watch, RV: "10"}, Watching)
+	s.step(150*time.Second, silent, Action{Kind: Probe}, Watching)
+	s.step(0, Outcome{RV: "7"}, Action{Kind: List}, Relisting)
+	if a := s.step(0, Outcome{RV: "7"}, Action{Kind: Watch, RV: "7"}, Watching); !a.TimeTravel {
 		t.Error("the relist at an older resourceVersion is not reported as time travel")
 	}
 }
@@ -308,127 +307,56 @@ func TestMachineSilentStreamProbesTheServer(t *testing.T) {
 // timeout, or cut by a proxy that drops idle connections): every Watch says
 // how long the streams before it were silent, and the watcher's watchdog
 // gives the next one only the rest of its limit. A frame, a list or a
-// probe starts the count again; the waits between streams do not count.
-// (Before, each stream had the whole limit: with a WATCH timeout under the
-// limit, a server behind our resourceVersion ended every stream at its
-// timeout with nothing and the loop never asked where it was; the
-// explorer's seed 103 with quiet rollbacks at every timeout: "liveness: the
-// store still differs from the server 3m31s after the faults stopped".)
+// probe starts the count again; the waits between streams count too. With
+// a WATCH timeout under the limit, a server behind our resourceVersion ends
+// every stream at its timeout with nothing: only the sum finds it.
 func TestMachineSilenceAddsUpAcrossStreams(t *testing.T) {
 	s, _ := newScript(t, false)
 	quiet := func(a Action, want time.Duration) {
 		t.Helper()
 		if a.Quiet != want {
-			t.Fatalf("%s from %s: Quiet %v, want %v (%s)", a.Do, a.RV, a.Quiet, want, a.Reason)
+			t.Fatalf("%s from %s: Quiet %v, want %v (%s)", a.Kind, a.RV, a.Quiet, want, a.Reason)
 		}
 	}
 	minute := time.Minute
 	ranItsCourse := Outcome{Opened: true, Open: minute, Timeout: minute}
-	quiet(s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching), 0)
-	quiet(s.step(minute, ranItsCourse, Action{Do: Watch, RV: "10"}, Watching), minute)
-	quiet(s.step(minute, ranItsCourse, Action{Do: Watch, RV: "10"}, Watching), 2*minute)
+	quiet(s.step(0, listed10, Action{Kind: Watch, RV: "10"}, Watching), 0)
+	quiet(s.step(minute, ranItsCourse, Action{Kind: Watch, RV: "10"}, Watching), minute)
+	quiet(s.step(minute, ranItsCourse, Action{Kind: Watch, RV: "10"}, Watching), 2*minute)
 	// A bookmark: the server is there; the count starts again.
-	quiet(s.step(minute, Outcome{Opened: true, RV: "11", Frames: 1, Open: minute, Timeout: minute}, Action{Do: Watch, RV: "11"}, Watching), 0)
+	quiet(s.step(minute, Outcome{Opened: true, RV: "11", Frames: 1, Open: minute, Timeout: minute}, Action{Kind: Watch, RV: "11"}, Watching), 0)
 	// Cut after 20 s with nothing: a wait, then a Watch that carries the
 	// 20 s and the wait's 1.6 s.
-	a := s.step(20*time.Second, Outcome{Opened: true, Err: cut, Open: 20 * time.Second, Timeout: minute}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	quiet(s.step(a.Delay, Outcome{}, Action{Do: Watch, RV: "11"}, Watching), 21600*time.Millisecond)
-	quiet(s.step(minute, ranItsCourse, Action{Do: Watch, RV: "11"}, Watching), 81600*time.Millisecond)
+	a := s.step(20*time.Second, Outcome{Opened: true, Err: cut, Open: 20 * time.Second, Timeout: minute}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	quiet(s.step(a.Delay, Outcome{}, Action{Kind: Watch, RV: "11"}, Watching), 21600*time.Millisecond)
+	quiet(s.step(minute, ranItsCourse, Action{Kind: Watch, RV: "11"}, Watching), 81600*time.Millisecond)
 	// The watchdog fires in the next stream, after the 68.4 s left: a
 	// probe, and the Watch after it starts from nothing.
-	probe := s.step(68400*time.Millisecond, Outcome{Opened: true, Err: ErrSilent, Silent: true, Open: 68400 * time.Millisecond, Timeout: minute}, Action{Do: Probe}, Watching)
+	probe := s.step(68400*time.Millisecond, Outcome{Opened: true, Err: ErrSilent, Silent: true, Open: 68400 * time.Millisecond, Timeout: minute}, Action{Kind: Probe}, Watching)
 	if !strings.Contains(probe.Reason, "silent for 2m30s") {
 		t.Errorf("the probe's reason %q does not say the silence was 2m30s in all", probe.Reason)
 	}
-	quiet(s.step(0, Outcome{RV: "11"}, Action{Do: Watch, RV: "11"}, Watching), 0)
+	quiet(s.step(0, Outcome{RV: "11"}, Action{Kind: Watch, RV: "11"}, Watching), 0)
 	// A WATCH that could not open is no silence: a wait and a probe.
-	quiet(s.step(minute, ranItsCourse, Action{Do: Watch, RV: "11"}, Watching), minute)
-	a = s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Probe}, Watching)
-	quiet(s.step(0, Outcome{RV: "11"}, Action{Do: Watch, RV: "11"}, Watching), 0)
+	quiet(s.step(minute, ranItsCourse, Action{Kind: Watch, RV: "11"}, Watching), minute)
+	a = s.step(0, Outcome{Err: errRefused}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Probe}, Watching)
+	quiet(s.step(0, Outcome{RV: "11"}, Action{Kind: Watch, RV: "11"}, Watching), 0)
 }
 
-func TestMachineStops(t *testing.T) {
+func TestMachineStopsWhenItsContextEnds(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(0, Outcome{Err: context.Canceled}, Action{Do: Stop}, Stopped)
-}
-
-// documentedSteps is the schedule the package doc gives: 1.6 s doubling to
-// a 30 s cap.
-var documentedSteps = []time.Duration{1600 * time.Millisecond, 3200 * time.Millisecond, 6400 * time.Millisecond,
-	12800 * time.Millisecond, 25600 * time.Millisecond, 30 * time.Second, 30 * time.Second, 30 * time.Second, 30 * time.Second}
-
-// The steps come from backoff/v4's ExponentialBackOff and are the documented
-// ones, before and after a Reset; Delay and the machine's waits (no jitter)
-// are those steps.
-func TestBackoffScheduleIsTheDocumentedOne(t *testing.T) {
-	var now time.Time
-	s := DefaultBackoff.schedule(clockAt{&now})
-	for round := range 2 {
-		for n, want := range documentedSteps {
-			if got := s.NextBackOff(); got != want {
-				t.Fatalf("round %d: ExponentialBackOff step %d = %v; want %v", round, n, got, want)
-			}
-			if got := DefaultBackoff.Delay(n, 0); got != want {
-				t.Fatalf("Delay(%d, 0) = %v; want %v", n, got, want)
-			}
-		}
-		s.Reset()
-	}
-	m := NewMachine(DefaultBackoff, false, func() float64 { return 0 })
-	m.Start(t0)
-	for n, want := range documentedSteps {
-		if a := m.Step(Outcome{At: t0.Add(time.Duration(n) * time.Second), Err: errRefused}); a.Do != Wait || a.Delay != want {
-			t.Fatalf("trouble %d: %s %v; want a wait of %v", n, a.Do, a.Delay, want)
-		}
-		m.Step(Outcome{At: t0.Add(time.Duration(n) * time.Second)})
-	}
+	s.step(0, Outcome{Err: context.Canceled}, Action{Kind: Stop}, Stopped)
 }
 
 // The machine's schedule reads the machine's time (the outcomes' At), never
 // the wall clock: its elapsed time since the last reset is virtual time.
-func TestMachineScheduleReadsOutcomeTime(t *testing.T) {
+func TestMachineBackoffReadsTheOutcomesTimeNotTheClock(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(time.Minute, listed10, Action{Do: Watch}, Watching)
-	s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	if got := s.m.schedule.GetElapsedTime(); got != time.Minute+time.Second {
+	s.step(time.Minute, listed10, Action{Kind: Watch}, Watching)
+	s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	if got := s.m.pace.schedule.GetElapsedTime(); got != time.Minute+time.Second {
 		t.Fatalf("the schedule's elapsed time is %v; want the 1m1s of virtual time since Start", got)
-	}
-}
-
-// The cap is a true cap and jitter only shortens: every delay is within
-// [(1-Jitter)·d, d] for d = min(Max, Initial·Factorⁿ).
-func TestBackoffDelayIsCapped(t *testing.T) {
-	b := DefaultBackoff
-	for n := range 80 {
-		d := time.Duration(math.Min(float64(b.Max), float64(b.Initial)*math.Pow(b.Factor, float64(n))))
-		for _, r := range []float64{0, 0.25, 0.5, 0.999} {
-			got := b.Delay(n, r)
-			if got > b.Max || got > d || got < time.Duration((1-b.Jitter)*float64(d))-time.Millisecond {
-				t.Fatalf("Delay(%d, %v) = %v; want within [%v, %v]", n, r, got, time.Duration((1-b.Jitter)*float64(d)), d)
-			}
-		}
-	}
-}
-
-// The waits are client-go's Reflector's (800 ms doubling, jitter 1.0: the
-// n-th wait in a row in [0.8 s·2ⁿ, 1.6 s·2ⁿ]) until 1.6 s·2ⁿ passes the 30 s
-// cap: the shortest first wait is 800 ms, not less. From there on these stay
-// in [15 s, 30 s] where client-go's go on to [30 s, 60 s).
-func TestBackoffWaitsAsClientGosReflector(t *testing.T) {
-	const clientGoInit, clientGoMax = 800 * time.Millisecond, 30 * time.Second // reflector.go's defaultBackoffInit, defaultBackoffMax
-	b := DefaultBackoff
-	for n := range 12 {
-		d := time.Duration(float64(clientGoInit) * math.Pow(2, float64(n)))
-		lo, hi := d, 2*d      // client-go's jitter 1.0 lengthens: [d, 2d]
-		if hi > clientGoMax { // ours is capped there: [15 s, 30 s]
-			lo, hi = b.Max/2, b.Max
-		}
-		for _, r := range []float64{0, 0.25, 0.5, 0.75, 0.9999999} {
-			if got := b.Delay(n, r); got < lo-time.Millisecond || got > hi {
-				t.Fatalf("wait %d (r %v) = %v; want within client-go's [%v, %v]", n, r, got, lo, hi)
-			}
-		}
 	}
 }
 
@@ -441,7 +369,7 @@ func TestMachineErrorAfterProgressRewatches(t *testing.T) {
 	s.brokenAfterProgress()
 	// A bookmark at the same resourceVersion is no progress.
 	s.step(time.Second, Outcome{RV: "12", Opened: true, Frames: 1, Err: err500, ErrorEvent: true, Open: time.Second, Timeout: fiveMin},
-		Action{Do: List}, Relisting)
+		Action{Kind: List}, Relisting)
 }
 
 // A WATCH, or a probe, that kube-apiserver answers with its word that it
@@ -453,33 +381,33 @@ func TestMachineStartingServerRelistsWithoutAProbe(t *testing.T) {
 	cacheStarting := apierrors.NewTooManyRequests("storage is (re)initializing", 2)
 	pathsMissing := apierrors.NewServiceUnavailable("the request has been made before all known HTTP paths have been installed, please try again")
 	s, _ := newScript(t, false)
-	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
+	s.step(0, listed10, Action{Kind: Watch, RV: "10"}, Watching)
 	// The apiserver restarts: the stream is cut, the next WATCH hangs until
 	// the new process answers that its watch cache is not ready.
-	a := s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Watch, RV: "10"}, Watching)
-	a = s.step(5*time.Second, Outcome{Err: cacheStarting}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List}, Relisting)
-	s.step(0, Outcome{RV: "30"}, Action{Do: Watch, RV: "30"}, Watching)
+	a := s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Watch, RV: "10"}, Watching)
+	a = s.step(5*time.Second, Outcome{Err: cacheStarting}, Action{Kind: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{RV: "30"}, Action{Kind: Watch, RV: "30"}, Watching)
 	// The cache is still starting: it began before that list, so the WATCH
 	// from the list's resourceVersion is tried again, not another relist.
-	a = s.step(0, Outcome{Err: cacheStarting}, Action{Do: Wait, Delay: 6400 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Watch, RV: "30"}, Watching)
+	a = s.step(0, Outcome{Err: cacheStarting}, Action{Kind: Wait, Delay: 6400 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Watch, RV: "30"}, Watching)
 	// That was the relist after a 410: another before a healthy stream waits.
-	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Do: Wait, Delay: 12800 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List}, Relisting)
-	s.step(0, Outcome{RV: "40"}, Action{Do: Watch, RV: "40"}, Watching)
+	a = s.step(0, Outcome{Err: errGone, Timeout: fiveMin}, Action{Kind: Wait, Delay: 12800 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{RV: "40"}, Action{Kind: Watch, RV: "40"}, Watching)
 	// A list made before the server said it started (this one, after the
 	// 410) is no reason to retry the WATCH: that server may be another.
-	a = s.step(0, Outcome{Err: cacheStarting}, Action{Do: Wait, Delay: 25600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List}, Relisting)
-	s.step(0, Outcome{RV: "45"}, Action{Do: Watch, RV: "45"}, Watching)
+	a = s.step(0, Outcome{Err: cacheStarting}, Action{Kind: Wait, Delay: 25600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{RV: "45"}, Action{Kind: Watch, RV: "45"}, Watching)
 	// A probe answered "paths not installed yet" relists too.
-	s.step(fiveMin, Outcome{Opened: true, Open: fiveMin, Timeout: fiveMin}, Action{Do: Watch, RV: "45"}, Watching)
-	a = s.step(0, Outcome{Err: errRefused}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Probe}, Watching)
-	a = s.step(0, Outcome{Err: pathsMissing}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List}, Relisting)
+	s.step(fiveMin, Outcome{Opened: true, Open: fiveMin, Timeout: fiveMin}, Action{Kind: Watch, RV: "45"}, Watching)
+	a = s.step(0, Outcome{Err: errRefused}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Probe}, Watching)
+	a = s.step(0, Outcome{Err: pathsMissing}, Action{Kind: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List}, Relisting)
 }
 
 // A WATCH from the resourceVersion of the list just made, refused "too large
@@ -490,18 +418,206 @@ func TestMachineStartingServerRelistsWithoutAProbe(t *testing.T) {
 // before, which is what finds a server restored from an older etcd snapshot.
 func TestMachineTooLargeRightAfterAListRewatches(t *testing.T) {
 	s, _ := newScript(t, false)
-	s.step(0, listed10, Action{Do: Watch, RV: "10"}, Watching)
+	s.step(0, listed10, Action{Kind: Watch, RV: "10"}, Watching)
 	// The stream is cut; the WATCH that resumes it is refused too large: relist.
-	a := s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Do: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Watch, RV: "10"}, Watching)
-	s.step(3*time.Second, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Do: List}, Relisting)
-	s.step(0, Outcome{RV: "50"}, Action{Do: Watch, RV: "50"}, Watching)
+	a := s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Watch, RV: "10"}, Watching)
+	s.step(3*time.Second, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{RV: "50"}, Action{Kind: Watch, RV: "50"}, Watching)
 	// The WATCH from that list is refused too large: wait, re-watch from 50.
-	a = s.step(3*time.Second, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Do: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: Watch, RV: "50"}, Watching)
+	a = s.step(3*time.Second, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Kind: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Watch, RV: "50"}, Watching)
 	// Refused again: relist (after the backoff: the relist after the 410-like
 	// refusal was made).
-	a = s.step(3*time.Second, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Do: Wait, Delay: 6400 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Do: List}, Relisting)
-	s.step(0, Outcome{RV: "40"}, Action{Do: Watch, RV: "40"}, Watching)
+	a = s.step(3*time.Second, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Kind: Wait, Delay: 6400 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{RV: "40"}, Action{Kind: Watch, RV: "40"}, Watching)
+}
+
+// A LIST answered, then the WATCH that follows it answered 503 "before all
+// known HTTP paths have been installed": the server that served the LIST
+// had its paths installed, so the one answering has started since, another
+// process (an apiserver restarted on an etcd restored from a snapshot, its
+// resourceVersion behind ours). The first request after the wait reads the
+// server's resourceVersion (a probe, or the relist): a WATCH from ours
+// against a restored watch cache is accepted and silent until the watchdog
+// gives up on it.
+func TestMachineAsksAServerStartedSinceTheListWhereItIs(t *testing.T) {
+	s, _ := newScript(t, false)
+	s.step(time.Second, Outcome{RV: "100"}, Action{Kind: Watch, RV: "100"}, Watching)
+	a := s.m.Step(Outcome{At: s.now.Add(time.Second), Err: pathsMissing})
+	if a.Kind != Wait {
+		t.Fatalf("after a 503 'paths not installed': %s (%s), want a wait", a.Kind, a.Reason)
+	}
+	s.now = s.now.Add(time.Second)
+	next := s.m.Step(Outcome{At: s.now.Add(a.Delay)})
+	if next.Kind == Watch {
+		// What follows against the restored server (at resourceVersion 50,
+		// with a watch cache): the WATCH from 100 is accepted and silent.
+		s.now = s.now.Add(a.Delay)
+		limit := DefaultSilenceLimit
+		probe := s.m.Step(Outcome{At: s.now.Add(limit), Opened: true, Silent: true, Err: ErrSilent, Open: limit, Timeout: fiveMin})
+		t.Fatalf("after the wait: %s from resourceVersion %q (%s), not a request that reads the server's "+
+			"resourceVersion; the server restarted after our list (it served it with its paths installed), so an etcd "+
+			"restore behind it is found only after the WATCH's silence limit (%s), then %s",
+			next.Kind, next.RV, next.Reason, limit, probe.Kind)
+	}
+}
+
+// The same with a WATCH refused first: the server went away after our list
+// (connection refused), so the probe's "paths not installed" is a process
+// started after the list, and the list is not one made since it started:
+// after the wait, a probe or the relist, not a WATCH from the list.
+func TestMachineAsksAServerStartedAfterARefusalWhereItIs(t *testing.T) {
+	s, _ := newScript(t, false)
+	s.step(time.Second, Outcome{RV: "100"}, Action{Kind: Watch, RV: "100"}, Watching)
+	a := s.step(time.Second, Outcome{Err: errRefused}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
+	s.wait(a, Action{Kind: Probe}, Watching)
+	a = s.step(time.Second, Outcome{Err: pathsMissing}, Action{Kind: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
+	s.now = s.now.Add(a.Delay)
+	if next := s.m.Step(Outcome{At: s.now}); next.Kind != Probe && next.Kind != List {
+		t.Fatalf("refused, then a probe answered 'paths not installed' (a server started after our list at 100): "+
+			"after the wait %s rv %q (%s); want a probe or the relist, which read the server's resourceVersion", next.Kind, next.RV, next.Reason)
+	}
+}
+
+// The first ERROR after progress of the streams from a list re-watches; a
+// second relists. A reshard that cuts the re-WATCH after such an ERROR
+// lists, and the streams from that list start afresh: the first of them
+// that ends in an ERROR after an event re-watches, no second list for one
+// broken stream.
+func TestMachineAReshardsListRenewsTheRewatchAfterAnError(t *testing.T) {
+	s, _ := newScript(t, false)
+	s.brokenAfterProgress()
+	// The loop cuts that WATCH for a new shard: a list of it.
+	if r := s.m.Resharded(); r.Kind != List {
+		t.Fatalf("Resharded: %s, want List", r.Kind)
+	}
+	s.step(time.Second, Outcome{RV: "20"}, Action{Kind: Watch, RV: "20"}, Watching)
+	// The first stream from that list ends in an ERROR after an event.
+	s.now = s.now.Add(time.Second)
+	got := s.m.Step(Outcome{At: s.now, RV: "21", Opened: true, Frames: 1, Err: err500, ErrorEvent: true, Open: time.Second, Timeout: fiveMin})
+	if got.Kind != Wait {
+		t.Fatalf("the first stream since a list (made for a reshard) ended in an ERROR after an event: %s (%s); "+
+			"want a wait and a re-watch from 21: the stream before the list set errored and it outlived the list", got.Kind, got.Reason)
+	}
+}
+
+// A healthy stream that ends in an ERROR after progress re-watches, however
+// many in a row: two streams, each open ten minutes and carrying a change a
+// second, each ended by an ERROR (a 500 from an apiserver whose etcd
+// hiccupped), are not a server that ERRORs after every event (which keeps
+// the store a wait behind), and a relist would cost a full LIST for a store
+// one event behind at most.
+func TestMachineHealthyStreamsEndingInAnErrorRewatch(t *testing.T) {
+	s, _ := newScript(t, false)
+	s.step(0, listed10, Action{Kind: Watch, RV: "10"}, Watching)
+	rv := 10
+	for i := range 2 {
+		rv += 600
+		s.now = s.now.Add(10 * time.Minute)
+		o := Outcome{At: s.now, RV: fmt.Sprint(rv), Opened: true, Frames: 600, Err: err500, ErrorEvent: true, Open: 10 * time.Minute, Timeout: 0}
+		if !s.m.Healthy(o) {
+			t.Fatalf("a stream open 10 minutes is not healthy")
+		}
+		a := s.m.Step(o)
+		if a.Kind != Wait {
+			t.Fatalf("stream %d (open 10m, 600 events, then an ERROR): %s (%s), want a wait and a re-watch from %d", i+1, a.Kind, a.Reason, rv)
+		}
+		s.wait(a, Action{Kind: Watch, RV: fmt.Sprint(rv)}, Watching)
+	}
+}
+
+// The request bound (watcher/doc.go: at most 40 requests in any minute;
+// at the cap two LISTs and four WATCHes a minute: each relist's WATCH
+// follows it at once) under a server that
+// sends an ERROR after every event, the LISTs succeeding: the shortest
+// jitter (r close to 1) and none (r = 0).
+func TestMachineHoldsTheRequestBoundUnderAnErrorAfterEveryEvent(t *testing.T) {
+	for _, r := range []float64{0, 0.999} {
+		var at []time.Time // request times
+		var kind []ActionKind
+		driveBrokenStreams(t, r, 20*time.Minute, func(int) bool { return true }, func(d ActionKind, now time.Time) {
+			at, kind = append(at, now), append(kind, d)
+		})
+		most, lists, watches := 0, 0, 0
+		for i := range at {
+			n, l, w := 0, 0, 0
+			for j := i; j < len(at) && at[j].Sub(at[i]) < time.Minute; j++ {
+				n++
+				if kind[j] == List {
+					l++
+				} else {
+					w++
+				}
+			}
+			most = max(most, n)
+			if at[i].Sub(t0) > 10*time.Minute { // the backoff is at its cap
+				lists, watches = max(lists, l), max(watches, w)
+			}
+		}
+		t.Logf("r=%v: %d requests in 20 minutes, at most %d in a minute; at the cap at most %d LISTs and %d WATCHes in a minute", r, len(at), most, lists, watches)
+		if most > 40 || lists > 2 || watches > 4 {
+			t.Errorf("r=%v: %d requests in a minute (bound 40); at the cap %d LISTs and %d WATCHes in a minute, "+
+				"where watcher/doc.go says two LISTs and four WATCHes for streams that carry an event and then an ERROR", r, most, lists, watches)
+		}
+	}
+}
+
+// A stream cut in between does not renew the re-watch after an ERROR: a
+// server whose streams each carry one event and then break, every other one
+// with an ERROR and the others cut (a proxy that flaps both ways), is
+// relisted from; otherwise every stream carries the store one change on,
+// one backoff wait apart, and it falls behind for as long as the fault
+// lasts.
+func TestMachineRelistsUnderAnErrorAfterEveryOtherEvent(t *testing.T) {
+	lists, streams := 0, 0
+	driveBrokenStreams(t, 0, 10*time.Minute, func(n int) bool { return n%2 == 0 }, func(d ActionKind, _ time.Time) {
+		if d == List {
+			lists++
+		} else {
+			streams++
+		}
+	})
+	if lists < 2 {
+		t.Errorf("10 minutes of streams that each carry one event and break, every other one with an ERROR: %d WATCHes, "+
+			"%d LISTs (the first); the store took in one change a stream and never relisted", streams, lists)
+	}
+}
+
+// driveBrokenStreams steps a machine whose jitter draws r for d of streams
+// that each carry one change and end: in an ERROR where errs(n) says (n
+// counts the streams from 1), cut otherwise; every LIST succeeds in 100 ms.
+// request hears of each LIST and WATCH as it is made.
+func driveBrokenStreams(t *testing.T, r float64, d time.Duration, errs func(n int) bool, request func(ActionKind, time.Time)) {
+	t.Helper()
+	m := NewMachine(DefaultBackoff, false, func() float64 { return r })
+	now := t0
+	a := m.Start(now)
+	rv, streams := 10, 0
+	for now.Sub(t0) < d {
+		var o Outcome
+		switch a.Kind {
+		case Wait:
+			now = now.Add(a.Delay)
+		case List:
+			request(List, now)
+			rv++
+			now = now.Add(100 * time.Millisecond)
+			o = Outcome{RV: fmt.Sprint(rv)}
+		case Watch:
+			request(Watch, now)
+			streams++
+			rv++ // the one change the stream carries
+			now = now.Add(100 * time.Millisecond)
+			o = Outcome{RV: fmt.Sprint(rv), Opened: true, Frames: 1, Err: cut, Open: 100 * time.Millisecond, Timeout: fiveMin}
+			if errs(streams) {
+				o.Err, o.ErrorEvent = err500, true
+			}
+		default:
+			t.Fatalf("r=%v: unexpected %s (%s)", r, a.Kind, a.Reason)
+		}
+		o.At = now
+		a = m.Step(o)
+	}
 }

@@ -153,11 +153,11 @@ func TestQuietAdversaryMachineProbesWhenNothingIsLeft(t *testing.T) {
 	step(0, watcher.Outcome{RV: "10"})
 	// Two WATCHes that take 20 s to open and run their minute with nothing.
 	frameless := watcher.Outcome{Opened: true, Open: 80 * time.Second, Timeout: time.Minute}
-	if a := step(80*time.Second, frameless); a.Do != watcher.Watch || a.Quiet != 80*time.Second {
-		t.Fatalf("after one silent stream: %s with Quiet %v, want a watch with 1m20s", a.Do, a.Quiet)
+	if a := step(80*time.Second, frameless); a.Kind != watcher.Watch || a.Quiet != 80*time.Second {
+		t.Fatalf("after one silent stream: %s with Quiet %v, want a watch with 1m20s", a.Kind, a.Quiet)
 	}
-	if a := step(80*time.Second, frameless); a.Do != watcher.Probe {
-		t.Errorf("after 2m40s of silence (limit 2m30s): %s with Quiet %v (%s), want a probe", a.Do, a.Quiet, a.Reason)
+	if a := step(80*time.Second, frameless); a.Kind != watcher.Probe {
+		t.Errorf("after 2m40s of silence (limit 2m30s): %s with Quiet %v (%s), want a probe", a.Kind, a.Quiet, a.Reason)
 	}
 	step(0, watcher.Outcome{RV: "10"}) // the server is there: re-watch
 	// 100 s of silence, then a stream with a bookmark at 40 s, abandoned
@@ -165,8 +165,8 @@ func TestQuietAdversaryMachineProbesWhenNothingIsLeft(t *testing.T) {
 	step(100*time.Second, watcher.Outcome{Opened: true, Err: io.ErrUnexpectedEOF, Open: 100 * time.Second, Timeout: 10 * time.Minute})
 	step(1600*time.Millisecond, watcher.Outcome{}) // the wait
 	a := step(190*time.Second, watcher.Outcome{Opened: true, RV: "11", Frames: 1, Silent: true, Err: watcher.ErrSilent, Open: 190 * time.Second, Timeout: 10 * time.Minute})
-	if a.Do != watcher.Probe || strings.Contains(a.Reason, "silent for") {
-		t.Errorf("a stream silent 150 s after its bookmark: %s (%s), want a probe that does not count the frame's stream as silence", a.Do, a.Reason)
+	if a.Kind != watcher.Probe || strings.Contains(a.Reason, "silent for") {
+		t.Errorf("a stream silent 150 s after its bookmark: %s (%s), want a probe that does not count the frame's stream as silence", a.Kind, a.Reason)
 	}
 }
 
@@ -308,7 +308,7 @@ func TestQuietAdversaryBookmarkBehindTheStreamIsNotProgress(t *testing.T) {
 	m.Start(t0)
 	m.Step(watcher.Outcome{At: t0, RV: "10"})
 	a := m.Step(watcher.Outcome{At: t0.Add(time.Minute), Opened: true, RV: "5", Frames: 1, Open: time.Minute, Timeout: time.Minute})
-	if a.Do == watcher.Watch {
+	if a.Kind == watcher.Watch {
 		t.Errorf("after a stream from 10 that delivered only a bookmark at 5: a watch from %s (%s); want a probe or a relist: the server is behind us", a.RV, a.Reason)
 	}
 }

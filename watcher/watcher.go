@@ -213,25 +213,25 @@ func (w *Watcher[T]) Run(ctx context.Context) {
 	m := NewMachine(w.opts.Backoff, w.opts.WatchList, w.opts.Rand)
 	m.SilenceLimit = w.opts.SilenceLimit
 	act := m.Start(time.Now())
-	for act.Do != Stop {
-		if act.Do != Wait && w.nextShard.Load() != nil && ctx.Err() == nil {
+	for act.Kind != Stop {
+		if act.Kind != Wait && w.nextShard.Load() != nil && ctx.Err() == nil {
 			act = w.applyShard(m)
 		}
 		// A SetShard cuts any action short but a Wait.
 		actx, cancel := context.WithCancel(ctx)
 		var cut atomic.Bool
 		stop := func() {}
-		if act.Do != Wait {
+		if act.Kind != Wait {
 			stop = w.cutOnReshard(actx, func() { cut.Store(true); cancel() })
 		}
 		var o Outcome
-		switch act.Do {
+		switch act.Kind {
 		case List:
 			o = w.list(actx, act.Continue)
 		case Watch, WatchList:
 			o = w.stream(actx, act, func(rv string) {
 				// A WatchList's initial state is in the store; the machine
-				// says to read on (Listing → Watching on the same stream).
+				// says to keep reading (Listing → Watching on the same stream).
 				w.step(m, Outcome{At: time.Now(), Listed: true, RV: rv})
 			})
 		case Probe:
@@ -239,7 +239,7 @@ func (w *Watcher[T]) Run(ctx context.Context) {
 		case Wait:
 			o = w.wait(actx, act.Delay)
 		default:
-			panic(fmt.Sprintf("watcher: the machine asked for %s outside a stream", act.Do))
+			panic(fmt.Sprintf("watcher: the machine asked for %s outside a stream", act.Kind))
 		}
 		stop()
 		cancel()
@@ -318,7 +318,7 @@ func (w *Watcher[T]) step(m *Machine, o Outcome) Action {
 	w.setRV(m.RV)
 	w.logStep(from, m.State, a)
 	report(w, StateChanged{From: from, To: m.State, Reason: a.Reason, TimeTravel: a.TimeTravel})
-	if a.Do == Wait {
+	if a.Kind == Wait {
 		report(w, BackoffStarted{Delay: a.Delay, Class: a.Class})
 	}
 	return a
@@ -340,11 +340,11 @@ func (w *Watcher[T]) wait(ctx context.Context, d time.Duration) Outcome {
 // the default level (they are expensive and rare), everything else at -v=3.
 func (w *Watcher[T]) logStep(from, to State, a Action) {
 	switch {
-	case a.Class == Denied && a.Do == Wait:
+	case a.Class == Denied && a.Kind == Wait:
 		w.log.Error(a.Err, "Access denied: check the credentials and the RBAC rules (this controller needs list and watch); backing off", "after", from, "delay", a.Delay)
-	case a.Do == Wait && a.Err != nil:
+	case a.Kind == Wait && a.Err != nil:
 		w.log.Error(a.Err, "Request failed; backing off", "after", from, "class", a.Class, "delay", a.Delay)
-	case a.Do == Wait:
+	case a.Kind == Wait:
 		w.log.Info("Backing off", "after", from, "reason", a.Reason, "delay", a.Delay)
 	case a.TimeTravel:
 		w.log.Info("Time travel: the server's resourceVersion went backwards", "reason", a.Reason)
@@ -484,7 +484,7 @@ var errNoInitialEventsEnd = errors.New("watch-list stream ended before the initi
 func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv string)) (o Outcome) {
 	opts := metav1.ListOptions{ResourceVersion: act.RV, ShardSelector: w.selector}
 	var repl *store.Replacement[T]
-	if act.Do == WatchList {
+	if act.Kind == WatchList {
 		yes := true
 		opts.ResourceVersionMatch, opts.SendInitialEvents = metav1.ResourceVersionMatchNotOlderThan, &yes
 		repl = w.store.NewReplacement()

@@ -100,6 +100,7 @@ func main() {
 		os.Exit(checkAll(root, sel))
 	}
 
+	fmt.Printf("%d of the %d mutations of %s, each planted alone\n", len(sel), len(all), *catalogue)
 	r := &runner{root: root, out: *out, timeout: *timeout}
 	if err := os.MkdirAll(filepath.Join(*out, "logs"), 0o755); err != nil {
 		fatal(err)

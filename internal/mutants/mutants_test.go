@@ -268,15 +268,7 @@ panic: test timed out after 3m0s
 // The repository's catalogue parses, has at least 30 mutations, and plants
 // each in the loop, the store or the queue.
 func TestTheCatalogueParses(t *testing.T) {
-	f, err := os.Open("catalogue.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	ms, err := Parse(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ms := catalogue(t)
 	if len(ms) < 30 {
 		t.Errorf("%d mutations, want at least 30", len(ms))
 	}
@@ -287,4 +279,35 @@ func TestTheCatalogueParses(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Every mutation of the repository's catalogue applies to today's code:
+// each anchor occurs exactly once in its file (make mutants would call the
+// others stale and plant nothing). A change that moves an anchor fails here,
+// in make unit, not months later in a mutation run.
+func TestEveryAnchorOccursExactlyOnce(t *testing.T) {
+	root := filepath.Join("..", "..")
+	read := func(file string) (string, error) {
+		b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(file)))
+		return string(b), err
+	}
+	for _, m := range catalogue(t) {
+		if _, err := m.Apply(read); err != nil {
+			t.Errorf("catalogue.txt line %d: %v (re-anchor it: plant the same bug in today's code; docs/testing.md, \"Mutation testing\")", m.Line, err)
+		}
+	}
+}
+
+func catalogue(t *testing.T) []Mutation {
+	t.Helper()
+	f, err := os.Open("catalogue.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ms, err := Parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
 }

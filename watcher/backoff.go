@@ -1,0 +1,117 @@
+package watcher
+
+import (
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// Backoff is the retry policy: after the n-th trouble in a row the loop waits
+// d = min(Max, Initial·Factorⁿ), shortened at random by up to Jitter·d so that
+// many clients do not retry in step. Max is a true cap: jitter never
+// lengthens a delay. The count starts again after a trouble-free stretch of
+// ResetAfter.
+//
+// The steps d come from an ExponentialBackOff (github.com/cenkalti/backoff/v4)
+// with its randomization off: its own jitter spreads a step both ways (up to
+// (1+RandomizationFactor)·MaxInterval, past the cap) from the global random
+// source; the machine shortens each step itself, with the rand it was given.
+type Backoff struct {
+	Initial, Max time.Duration
+	Factor       float64
+	Jitter       float64
+	ResetAfter   time.Duration
+}
+
+// DefaultBackoff waits as client-go's Reflector does, with jitter that only
+// shortens: steps of 1.6 s doubling to a 30 s cap, each shortened by up to
+// half, so the n-th wait in a row lies in [0.8 s·2ⁿ, 1.6 s·2ⁿ], which is
+// client-go's (800 ms doubling, jitter 1.0: [d, 2d]) until the cap, where
+// client-go's reach [30 s, 60 s) and these stay in [15 s, 30 s]. Reset after
+// 2 minutes without trouble.
+var DefaultBackoff = Backoff{
+	Initial: 1600 * time.Millisecond, Max: 30 * time.Second, Factor: 2, Jitter: 0.5,
+	ResetAfter: 2 * time.Minute,
+}
+
+// schedule is b's sequence of steps: an ExponentialBackOff that never stops
+// (MaxElapsedTime 0) and reads the time from clock. With MaxElapsedTime 0 the
+// time it reads (in NextBackOff and Reset) decides nothing; the clock is
+// there so that it never reads the wall clock: the machine's is the time of
+// the outcome it applies.
+func (b Backoff) schedule(clock backoff.Clock) *backoff.ExponentialBackOff {
+	s := &backoff.ExponentialBackOff{
+		InitialInterval: b.Initial, Multiplier: b.Factor, MaxInterval: b.Max,
+		RandomizationFactor: 0, MaxElapsedTime: 0, Stop: backoff.Stop, Clock: clock,
+	}
+	s.Reset()
+	return s
+}
+
+// jittered is step d capped at Max (the schedule's first step is Initial,
+// uncapped) and shortened by r·Jitter of itself.
+func (b Backoff) jittered(d time.Duration, r float64) time.Duration {
+	f := float64(min(d, b.Max))
+	return time.Duration(f - r*b.Jitter*f)
+}
+
+// Delay is the wait after n troubles in a row; r in [0, 1) picks the jitter.
+func (b Backoff) Delay(n int, r float64) time.Duration {
+	s := b.schedule(clockAt{new(time.Time)})
+	d := s.NextBackOff()
+	for i := 0; i < n && d < b.Max; i++ {
+		d = s.NextBackOff()
+	}
+	return b.jittered(d, r)
+}
+
+// clockAt is a backoff.Clock that reads *t.
+type clockAt struct{ t *time.Time }
+
+func (c clockAt) Now() time.Time { return *c.t }
+
+// pacer is the machine's bookkeeping of the backoff: the schedule of steps,
+// the last step it gave, and when the current trouble-free stretch began.
+type pacer struct {
+	policy Backoff
+	rand   func() float64
+	// schedule gives the steps: NextBackOff on trouble, Reset after a
+	// trouble-free ResetAfter. step is the last it gave (capped at Max), 0
+	// since the last reset.
+	schedule  *backoff.ExponentialBackOff
+	step      time.Duration
+	calmSince time.Time
+}
+
+// start: the loop begins calm, at the schedule's first step.
+func (p *pacer) start(now time.Time) {
+	p.calmSince = now
+	p.schedule.Reset()
+}
+
+// disturbed ends the trouble-free stretch at now; a stretch of ResetAfter or
+// more resets the backoff.
+func (p *pacer) disturbed(now time.Time) {
+	if now.Sub(p.calmSince) >= p.policy.ResetAfter {
+		p.schedule.Reset()
+		p.step = 0
+	}
+	p.calmSince = now
+}
+
+// backOff counts trouble at now and returns the wait before the next
+// attempt: the next step, jittered, and at least minDelay (a Retry-After).
+func (p *pacer) backOff(now time.Time, minDelay time.Duration) time.Duration {
+	p.disturbed(now)
+	p.step = min(p.schedule.NextBackOff(), p.policy.Max)
+	return max(p.policy.jittered(p.step, p.rand()), minDelay)
+}
+
+// stagger is a random part of the last step, 0 since a reset: how long the
+// first relist after trouble waits. It is not trouble: the step stays.
+func (p *pacer) stagger() time.Duration {
+	if p.step == 0 {
+		return 0
+	}
+	return time.Duration(p.rand() * float64(p.step))
+}
