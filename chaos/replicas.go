@@ -347,20 +347,23 @@ func (m *leaseMeter) busiest(from, to time.Time) int {
 // once and then at each tick of a renew-period ticker, which drops the ticks
 // a slow round misses (so at most ⌊1 min / renew⌋ + 2 rounds start in a
 // minute: the ticks in it, and one that fired just before and waited for a
-// round); each request of a round may be retried by client-go after the
-// 1 s Retry-After it makes up for a GET whose connection was reset (a
-// server's Retry-After never reaches it: ring.NewClient drops it), within
-// the round's timeout of one renew period:
-// at most ⌊renew / 1 s⌋ times; and the three requests of a clean leave
-// (its Lease's GET and UPDATE marking it leaving, then its DELETE a renew
-// period later). With the short run's renew period of 1 s: 62 rounds of at
-// most 6, and a leave, 375; with the default 2 s, 32 rounds of at most 9,
-// and a leave, 291.
+// round); each request may be retried by client-go after the 1 s Retry-After it makes up for a GET
+// whose connection was reset (a server's Retry-After never reaches it:
+// ring.NewClient drops it), within the round's timeout of one renew period:
+// at most ⌊renew / 1 s⌋ times; and the requests of a clean leave
+// (leaveRequests). With the short run's renew period of 1 s: 62 rounds of
+// at most 6, and a leave, 377; with the default 2 s, 32 rounds of at most
+// 9, and a leave, 293.
 func leaseBound(renew time.Duration) int {
 	rounds := int(time.Minute/renew) + 2
 	perRequest := 1 + int(renew/time.Second)
-	return rounds*3*perRequest + 3
+	return rounds*3*perRequest + leaveRequests
 }
+
+// leaveRequests is what a clean leave asks of the Lease API: its Lease's
+// GET and the UPDATE that marks it leaving, a LIST a renew period for up
+// to two more while the slots it gave are not confirmed, the DELETE.
+const leaveRequests = 5
 
 // span is a stretch of time: from, to (zero: on).
 type span struct{ from, to time.Time }

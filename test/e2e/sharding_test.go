@@ -110,7 +110,7 @@ func TestShardedBinariesSurviveAKill(t *testing.T) {
 	if code := procs["p0"].stop(t); code != 0 {
 		t.Errorf("p0 exited %d on SIGTERM", code)
 	}
-	if _, err := kube.CoordinationV1().Leases(testkit.ControllerNamespace).Get(ctx, ringName+"-p0", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := kube.CoordinationV1().Leases(testkit.ControllerNamespace).Get(ctx, ringName+".p0", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("p0 stopped cleanly but its Lease is still there (%v)", err)
 	}
 	testkit.Eventually(t, 10*time.Second, func() bool { return tiled("p2") }, "p2 alone does not claim every slot: %v", claims())
