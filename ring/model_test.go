@@ -760,8 +760,45 @@ func (w *model) list(mm *modelMember) {
 				w.note("   %s sees %s: record %s at %s gone %v leaving %v claims %d", mm.id, name, o.record, o.at.Sub(modelBase)-mm.skew, o.gone, o.leaving, o.claims.Len())
 			}
 		}
+		if ok {
+			w.collect(mm)
+		}
 		w.at(max(w.now, mm.roundStart+m.cfg.RenewPeriod), mm, func() { w.round(mm) })
 	})
+}
+
+// collect is Member.collect with the I/O as events (its requests are the
+// wider inputs' draws: they do not move the other schedules).
+func (w *model) collect(mm *modelMember) {
+	m := mm.m
+	now := m.cfg.Now()
+	name, o := m.collectable(now)
+	if name == "" {
+		return
+	}
+	var got *coordinationv1.Lease
+	if !o.leaving {
+		var err error
+		if got, err = w.get(name); err != nil {
+			return
+		}
+	}
+	rv, marked := collection(o, got)
+	at := w.now + w.xms(time.Millisecond, 300*time.Millisecond)
+	w.seq++
+	heap.Push(&w.q, &modelEvent{at: at, seq: w.seq, run: func() {
+		switch {
+		case marked != nil:
+			if w.put(marked, false) == nil {
+				m.collecting, m.collectingAt = name, now
+				w.note("%s marks %s leaving to collect it", mm.id, name)
+			}
+		case rv != "":
+			if w.del(name, rv) == nil {
+				w.note("%s collects %s", mm.id, name)
+			}
+		}
+	}})
 }
 
 // leave is Member.leave with the I/O as events: quit, the mark (a GET and

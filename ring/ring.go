@@ -34,7 +34,9 @@
 //     named on the mark until their new owners confirm them;
 //   - refuses to share slots with a Lease of another scheme (a rolling
 //     update that changes the hash, the slots or the assignment): while it
-//     lives, nobody claims a free slot.
+//     lives, nobody claims a free slot;
+//   - if it is the first of the live members, deletes the Leases of
+//     members dead for three of their lease durations (collect).
 //
 // The bounds: a member that joins is seen by the others within one
 // RenewPeriod (plus a request); one that leaves cleanly, the same; one that
@@ -379,6 +381,10 @@ type Member struct {
 	// foreignLogged: the Leases of another scheme logged, with it.
 	logMu         sync.Mutex
 	foreignLogged map[string]string
+	// collecting: the dead Lease this member marked leaving to delete it,
+	// and when; collected, when collect last made a request (collect).
+	collecting              string
+	collectingAt, collected time.Time
 	// found is our own Lease as we found it not written by us (before we
 	// ever wrote it, or since a write we do not know: a previous process
 	// of ours, another one with our identity, an etcd restore): adopted
@@ -558,6 +564,9 @@ func (m *Member) round(ctx context.Context, log klog.Logger) {
 		log.Error(lookErr, "Could not list the ring's Leases")
 	}
 	m.lookDone(log, lookErr == nil, renewErr == nil)
+	if m.lookOK {
+		m.collect(ctx, log)
+	}
 }
 
 // renewDone takes in a renewal's outcome: sent then, it failed with err
@@ -590,11 +599,123 @@ func (m *Member) lookDone(log klog.Logger, ok, renewed bool) {
 	m.update(log)
 }
 
+// collectAfter: a Lease whose holder has not renewed it for this many of
+// its lease durations is a dead member's, and collect deletes it.
+const collectAfter = 3
+
+// CollectWithin bounds how long after its holder's last renewal the
+// Lease of a member that died is deleted, in a ring whose live members
+// list every renew period and whose longest lease duration is lease: it
+// is seen dead collectAfter lease durations after a list read its last
+// renewal, marked at the first member's next collection step (one per
+// three renew periods), and deleted a lease duration after the mark, at
+// the next step (plus the lists and requests between).
+func CollectWithin(lease, renew time.Duration) time.Duration {
+	return (collectAfter+1)*written(lease) + 8*renew
+}
+
 // written is a lease duration as a Lease carries it: rounded up to a
 // second. The others judge the member by it (sight), never by less than
 // the duration its fence counts from.
 func written(lease time.Duration) time.Duration {
 	return (lease + time.Second - 1).Truncate(time.Second)
+}
+
+// collect deletes the Lease of a member dead for collectAfter of its lease
+// durations, so that dead members' Leases are not listed for ever. Only
+// the first live member collects (one collector per ring, unless their
+// views differ), one request set per three renew periods at most: it marks
+// the Lease leaving, bound to the holder's last renewal, as read by a GET
+// (a renewal since makes the UPDATE conflict: the holder lives), and
+// deletes it a longest lease duration later (every member's lists read the
+// mark meanwhile: they forget it when it is gone), held to the
+// resourceVersion last listed (a renewal since makes it fail). A member
+// that missed the mark counts the Lease as deleted by hand: it claims
+// every slot, none confirmed, for its lease duration (no free slot is
+// claimed meanwhile: slower, never unsafe). A holder that comes back finds
+// its Lease gone, and re-creates it (errLeaseDeleted). A Lease its holder
+// marked leaving and never deleted is deleted at once.
+func (m *Member) collect(ctx context.Context, log klog.Logger) {
+	now := m.cfg.Now()
+	name, o := m.collectable(now)
+	if name == "" {
+		return
+	}
+	ctx, cancel := m.request(ctx)
+	defer cancel()
+	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
+	var got *coordinationv1.Lease
+	if !o.leaving {
+		var err error
+		if got, err = leases.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return
+		}
+	}
+	switch rv, marked := collection(o, got); {
+	case marked != nil:
+		if _, err := leases.Update(ctx, marked, metav1.UpdateOptions{}); err != nil {
+			if !apierrors.IsConflict(err) {
+				log.Error(err, "Could not mark a dead member's Lease leaving to delete it", "lease", name)
+			}
+			return
+		}
+		m.collecting, m.collectingAt = name, now
+	case rv != "":
+		err := leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+		switch {
+		case err == nil || apierrors.IsNotFound(err):
+			log.Info("Deleted a dead member's Lease", "lease", name, "notRenewedFor", now.Sub(o.at).Round(time.Second))
+		case apierrors.IsConflict(err):
+		default:
+			log.Error(err, "Could not delete a dead member's Lease", "lease", name)
+		}
+	}
+}
+
+// collection is what collect writes to a dead member's Lease, last listed
+// as o and, unless o is marked leaving, read again as got: delete it,
+// held to resourceVersion rv (it is marked, or was never renewed: no mark
+// to bind to it), or update it to marked; or nothing (got nil, or renewed
+// since).
+func collection(o observed, got *coordinationv1.Lease) (rv string, marked *coordinationv1.Lease) {
+	switch {
+	case o.leaving:
+		return o.rv, nil
+	case got == nil || recordOf(got) != o.record:
+		return "", nil
+	case got.Spec.RenewTime == nil:
+		return got.ResourceVersion, nil
+	}
+	if got.Annotations == nil {
+		got.Annotations = map[string]string{}
+	}
+	got.Annotations[AnnotationLeaving] = mark(got.Spec.RenewTime.Time)
+	return "", got
+}
+
+// collectable is the Lease collect works on at now, if any (its name, and
+// what the last list showed of it), and notes that it does.
+func (m *Member) collectable(now time.Time) (name string, o observed) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.members) == 0 || m.members[0] != m.cfg.Identity || now.Sub(m.collected) < 3*m.cfg.RenewPeriod {
+		return "", o
+	}
+	for n, c := range m.seen {
+		if c.gone || now.Sub(c.at) < collectAfter*c.lease {
+			continue
+		}
+		if c.leaving && n == m.collecting && now.Sub(m.collectingAt) < m.longest {
+			continue // marked by us: the others' lists read the mark first
+		}
+		if name == "" || n < name {
+			name, o = n, c
+		}
+	}
+	if name != "" {
+		m.collected = now
+	}
+	return name, o
 }
 
 // afterLook: a renewal, then a list that shows our Lease, confirm the claims
