@@ -368,7 +368,8 @@ type Member struct {
 	// looks counts the successful lists of the ring's Leases.
 	looks int
 	// quietUntil: our Lease was deleted under us; the one re-created
-	// claims nothing until then (lostLease).
+	// claims nothing until then, and only watches the slots given to it
+	// (lostLease).
 	quietUntil time.Time
 	lost       bool // since lostLease, not re-created yet
 	// unseenUntil: until then, a Lease this member never read may be
@@ -388,7 +389,8 @@ type Member struct {
 	// found is our own Lease as we found it not written by us (before we
 	// ever wrote it, or since a write we do not know: a previous process
 	// of ours, another one with our identity, an etcd restore): adopted
-	// only once it has not moved for LeaseDuration.
+	// only once its holder's record has not moved for the lease duration
+	// written on it, or ours if longer (stillFor).
 	found *stillness
 
 	// The handoff (the member's goroutine only, but claims is read by Claims).
