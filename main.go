@@ -108,7 +108,7 @@ func run(args []string) int {
 	fs.DurationVar(&o.freshnessProbe, "freshness-probe", 0, "write a heartbeat this often into the MyResource "+freshness.DefaultName+" and time it through event, store and reconcile (rawwatch_freshness_probe_seconds; 0: off)")
 	fs.StringVar(&o.freshnessNamespace, "freshness-probe-namespace", "", "namespace of the probe's object (default: --namespace, else the pod's own)")
 	fs.BoolVar(&o.sharding, "sharding", false, "run as one of several replicas that divide the objects among themselves by a hash of their UIDs (each lists, watches, caches and reconciles only its part); not with --leader-elect")
-	fs.StringVar(&o.shards.Ring, "sharding-ring", "rawwatch", "name of the ring: the replicas that share it divide the objects (their Leases are named <ring>-<identity>)")
+	fs.StringVar(&o.shards.Ring, "sharding-ring", "rawwatch", "name of the ring: the replicas that share it divide the objects (a DNS label; their Leases are named <ring>.<identity>)")
 	fs.StringVar(&o.shards.Namespace, "sharding-namespace", "", "namespace of the ring's Leases (default: the pod's own namespace)")
 	fs.StringVar(&o.shards.Identity, "sharding-identity", "", "this replica's name in the ring (default: the host name and a random suffix)")
 	fs.DurationVar(&o.shards.LeaseDuration, "sharding-lease-duration", ring.DefaultLeaseDuration, "a replica whose Lease was not renewed for this long is out, and its objects are taken over")

@@ -137,8 +137,10 @@ type Config struct {
 	MaxConvergence time.Duration
 	// Replicas > 1 runs that many replicas with --sharding, dividing the
 	// objects; one is killed at KillAt and another started at RejoinAt
-	// (fractions of Duration; defaults 0.4 and 0.55). RingLease and
-	// RingRenew time their ring (default the ring's defaults).
+	// (fractions of Duration; defaults 0.4 and 0.55), with half again the
+	// others' lease duration and renew period (rejoinLease); others write
+	// to the ring's Leases meanwhile (hands). RingLease and RingRenew time
+	// their ring (default the ring's defaults).
 	Replicas             int
 	KillAt, RejoinAt     float64
 	RingLease, RingRenew time.Duration
@@ -184,6 +186,18 @@ func (c Config) Watch() watcher.Options[app.Object] {
 	b := watcher.DefaultBackoff
 	b.Initial, b.Max, b.ResetAfter = b.Initial/n, b.Max/n, b.ResetAfter/n
 	return watcher.Options[app.Object]{Backoff: b, SilenceLimit: watcher.DefaultSilenceLimit / n}
+}
+
+// rejoinLease and rejoinRenew are the ring's lease duration and renew
+// period of the replica started in the killed one's place: half again the
+// others' (a rolling update that changes --sharding-lease-duration and
+// --sharding-renew-period runs members of both).
+func rejoinLease(c Config) time.Duration {
+	return cmp.Or(c.RingLease, ring.DefaultLeaseDuration) * 3 / 2
+}
+
+func rejoinRenew(c Config) time.Duration {
+	return cmp.Or(c.RingRenew, ring.DefaultRenewPeriod) * 3 / 2
 }
 
 // restartAt is when the apiserver restarts, as a fraction of Duration.
@@ -240,6 +254,9 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 		if sharding != nil {
 			s := *sharding
 			s.Identity = name
+			if next > cfg.Replicas { // the one started in the killed one's place: a rolling update that changed the ring's flags
+				s.LeaseDuration, s.RenewPeriod = rejoinLease(cfg), rejoinRenew(cfg)
+			}
 			sh = &s
 		}
 		r, err := newReplica(cfg, target.ConfigVia(proxy.URL), ns, name, sh, ref)
@@ -278,6 +295,12 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 		victim = replicas[1]
 	}
 	rep.InitialSync = time.Since(started)
+	var h *hands // writes by others to the ring's Leases
+	if cfg.Replicas > 1 {
+		if h, err = newHands(target.Config(), ns, cfg.Logf); err != nil {
+			return nil, err
+		}
+	}
 
 	// Churn and faults, together, for cfg.Duration: the periodic faults, then
 	// the persistent ones in their phases.
@@ -354,6 +377,12 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 		})
 	}
 	if cfg.Replicas > 1 {
+		faults.Go(func() {
+			labels, did := h.run(chaosCtx, cfg.Duration, func() []string { return []string{first.name} })
+			rep.mu.Lock()
+			defer rep.mu.Unlock()
+			rep.HandLabels, rep.Hands = labels, did
+		})
 		// One replica is killed (as by SIGKILL: it neither finishes its
 		// writes nor deletes its Lease), and one started in its place later,
 		// a new member as a restarted pod is.
@@ -424,7 +453,7 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg Config) (*Repor
 		b.leases(replicas, faultsStart, faultsEnd, cmp.Or(cfg.RingRenew, ring.DefaultRenewPeriod))
 	}
 	judge := &judge{list: target.Config(), ns: ns, replicas: replicas, ref: ref, deleted: churn.deletions(), budget: b,
-		sharded: cfg.Replicas > 1, lease: cfg.RingLease, outage: rep.RestartTook}
+		sharded: cfg.Replicas > 1, lease: max(cmp.Or(cfg.RingLease, ring.DefaultLeaseDuration), rejoinLease(cfg)), outage: rep.RestartTook}
 	poll := time.Second + time.Duration(cfg.Objects/5000)*time.Second
 	for {
 		v, err := judge.verdict(ctx)

@@ -347,20 +347,27 @@ func (m *leaseMeter) busiest(from, to time.Time) int {
 // once and then at each tick of a renew-period ticker, which drops the ticks
 // a slow round misses (so at most ⌊1 min / renew⌋ + 2 rounds start in a
 // minute: the ticks in it, and one that fired just before and waited for a
-// round); each request of a round may be retried by client-go after the
-// 1 s Retry-After it makes up for a GET whose connection was reset (a
-// server's Retry-After never reaches it: ring.NewClient drops it), within
-// the round's timeout of one renew period:
-// at most ⌊renew / 1 s⌋ times; and the three requests of a clean leave
-// (its Lease's GET and UPDATE marking it leaving, then its DELETE a renew
-// period later). With the short run's renew period of 1 s: 62 rounds of at
-// most 6, and a leave, 375; with the default 2 s, 32 rounds of at most 9,
-// and a leave, 291.
+// round); the collection of dead members' Leases, at most one step (a GET
+// and an UPDATE, or a DELETE) every three renew periods; each request may
+// be retried by client-go after the 1 s Retry-After it makes up for a GET
+// whose connection was reset (a server's Retry-After never reaches it:
+// ring.NewClient drops it), within the round's timeout of one renew period:
+// at most ⌊renew / 1 s⌋ times; and the requests of a clean leave
+// (leaveRequests). With the short run's renew period of 1 s: 62 rounds of
+// at most 6, 21 collection steps of at most 4, and a leave, 461; with the
+// default 2 s, 32 rounds of at most 9, 11 steps of at most 6, and a leave,
+// 359.
 func leaseBound(renew time.Duration) int {
 	rounds := int(time.Minute/renew) + 2
+	steps := int(time.Minute/(3*renew)) + 1
 	perRequest := 1 + int(renew/time.Second)
-	return rounds*3*perRequest + 3
+	return rounds*3*perRequest + steps*2*perRequest + leaveRequests
 }
+
+// leaveRequests is what a clean leave asks of the Lease API: its Lease's
+// GET and the UPDATE that marks it leaving, a LIST a renew period for up
+// to two more while the slots it gave are not confirmed, the DELETE.
+const leaveRequests = 5
 
 // span is a stretch of time: from, to (zero: on).
 type span struct{ from, to time.Time }

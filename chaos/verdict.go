@@ -360,8 +360,11 @@ type Report struct {
 	Silent      int
 	Phases      []PhaseReport
 	// Sharded runs: the replica killed and the one started in its place,
-	// with when (since the faults began).
+	// with when (since the faults began); the writes by others to the
+	// ring's Leases (hands): labels, and the one-off ones.
 	Killed, Started []string
+	HandLabels      int
+	Hands           []string
 
 	mu sync.Mutex
 }
@@ -437,9 +440,10 @@ func (r *Report) Print(w io.Writer) {
 			wo.Backoff.Initial, wo.Backoff.Max, wo.Backoff.ResetAfter, wo.SilenceLimit)
 	}
 	if c.Replicas > 1 {
-		fmt.Fprintf(w, "\nreplicas: %d with --sharding (ring lease %v, renew period %v); killed %s; started %s",
+		fmt.Fprintf(w, "\nreplicas: %d with --sharding (ring lease %v, renew period %v); killed %s; started %s (lease %v, renew period %v)",
 			c.Replicas, cmp.Or(c.RingLease, ring.DefaultLeaseDuration), cmp.Or(c.RingRenew, ring.DefaultRenewPeriod),
-			strings.Join(r.Killed, ", "), strings.Join(r.Started, ", "))
+			strings.Join(r.Killed, ", "), strings.Join(r.Started, ", "), rejoinLease(c), rejoinRenew(c))
+		fmt.Fprintf(w, "\nhands on the ring's Leases: %d labels; %s", r.HandLabels, strings.Join(r.Hands, ", "))
 	}
 	fmt.Fprintf(w, "\n\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

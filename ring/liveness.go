@@ -13,35 +13,47 @@ import (
 // wrong idea of who is live. So the rules that decide it are here, pure, on
 // the observer's own clock (Config.Now, whose readings carry the monotonic
 // clock), and the model (model_test.go) drives them through pauses, Leases
-// deleted by hand, requests that hang, skewed clocks and clean leaves:
+// deleted by hand, requests that hang, skewed clocks, members of different
+// lease durations, writes by others and clean leaves:
 //
-//   - sight: another member is live while its Lease's resourceVersion was
-//     seen to move within LeaseDuration, on the observer's clock. A Lease
-//     seen for the first time counts as just renewed: no renewTime, written
-//     by another machine's clock, is ever compared with ours (a joiner 25 s
-//     ahead once took a live member's slots on such a comparison). A Lease
-//     that vanishes counts as live for LeaseDuration from the list that
-//     first found it gone (or from the first list after a blind stretch of
-//     LeaseDuration), claiming every slot, unless it was last seen
-//     marked leaving (AnnotationLeaving): deleted by hand, its owner does
-//     not know, goes on working until its own fence, and may have renewed
-//     just before the delete in a write this observer never read. A Lease
-//     marked leaving is not live: its owner admits nothing any more.
+//   - sight: another member is live while its holder's record (recordOf)
+//     was seen to move within the lease duration that holder wrote with it,
+//     on the observer's clock (client-go's leader election judges a Lease
+//     so), or within the observer's own if longer, or the longest it judged
+//     the Lease by before. A write by anyone else (a label, an annotation)
+//     moves the resourceVersion, never the record; a duration written by
+//     hand counts only from the holder's next renewal, and never shortens. A Lease seen for the first time
+//     counts as just renewed: no renewTime, written by another machine's
+//     clock, is ever compared with ours (a joiner 25 s ahead once took a
+//     live member's slots on such a comparison). A Lease that vanishes
+//     counts as live for its lease duration from the list that first found
+//     it gone (or from the first list after a blind stretch of the
+//     observer's own lease duration), claiming every slot, unless it was
+//     last seen marked leaving (AnnotationLeaving): deleted by hand, its
+//     owner does not know, goes on working until its own fence, and may have
+//     renewed just before the delete in a write this observer never read. A
+//     Lease marked leaving by its holder is not live: its owner admits
+//     nothing any more (a mark of another value than its renewTime, written
+//     by hand, counts for nothing). Nor is one of another scheme
+//     (AnnotationScheme), which counts as claiming every slot while it lives.
 //   - unseen: a Lease the observer never read (deleted by hand before its
 //     first list, or while it was blind) may have an owner that works on
-//     until its fence. So for a lease duration after its first list, after
-//     a list that ends a blind stretch, and after its own first write of
-//     its Lease (so that a Lease claims a free slot only once it existed
-//     for a lease duration: an observer whose lists are less than that
-//     apart has read it), a member claims no free slot, as if an unseen
-//     Lease claimed every one. Slots given to it (custody) it still
-//     claims: their old owner confirmed them on the same rules.
+//     until its fence. So for the longest lease duration it has read on the
+//     ring (its own included) after its first list, after a list that ends
+//     a blind stretch, and after its own first write of its Lease (so that a
+//     Lease claims a free slot only once it existed that long: an observer
+//     whose lists are less than its own lease duration apart has read it),
+//     a member claims no free slot, as if an unseen Lease claimed every one.
+//     Slots given to it (custody) it still claims: their old owner
+//     confirmed them on the same rules.
 //   - fenced: a member counts itself out fenceAfter (LeaseDuration −
 //     RenewPeriod) after it sent its last successful renewal, on its own
-//     clock. Run fences it on a timer of its own, whatever the loop is doing,
-//     and the loop fences it before it sends a renewal and before a renewal's
-//     success extends its lease (the rule fenceFirst): a member resumed
-//     from a pause must not renew the claims it lost.
+//     clock; the others count from when they saw that renewal, by the
+//     duration it wrote (LeaseDuration rounded up). Run fences it on a timer
+//     of its own, whatever the loop is doing, and the loop fences it before
+//     it sends a renewal and before a renewal's success extends its lease
+//     (the rule fenceFirst): a member resumed from a pause must not renew
+//     the claims it lost.
 //   - Admits: the gate lets a reconcile in only in a Working slot, and only
 //     before the fence deadline, on the gate's own clock: a worker resumed
 //     from a pause starts nothing before the fence has run.
@@ -59,6 +71,18 @@ var (
 	// vanishedLive: a Lease that vanished unmarked counts as live until a
 	// lease duration after it last moved.
 	vanishedLive = true
+	// byHolder: a Lease is judged by the lease duration its holder wrote,
+	// not by the observer's own.
+	byHolder = true
+	// byRecord: a Lease renews when its holder's record moves, not when
+	// its resourceVersion does (anyone's write).
+	byRecord = true
+	// markBound: a leaving mark counts only with the renewal it was
+	// written with (its value is the renewTime).
+	markBound = true
+	// keepGiven: a member leaving names the slots it gave, on its marked
+	// Lease, until their new owners confirm them (or a bound passes).
+	keepGiven = true
 )
 
 // fenceClock is the clock of a member's own fence. Go's monotonic clock,
@@ -134,9 +158,16 @@ func Admits(c Claims, until, now time.Time, slot int, deletion bool) bool {
 }
 
 // sight records one list of the ring's Leases, made at now on the
-// observer's clock: listed holds the others' Leases as read (rv, claims,
-// leaving; at and renewals are set here). seen is what the observer knew;
-// prev, when its last list before this one succeeded (zero: none).
+// observer's clock: listed holds the others' Leases as read, by name
+// (Member.read; at and renewals are set here). seen is what the observer
+// knew; prev, when its last list before this one succeeded (zero: none);
+// own, the observer's lease duration.
+//
+// A Lease renews when its holder's record moves (recordOf): a write by
+// anyone else moves its resourceVersion, never its record. It is judged by
+// the lease duration its holder wrote with the record (a duration written
+// alone, by hand, counts from the holder's next renewal), never by less
+// than own, nor than it was judged by before.
 //
 // It says whether the list may have missed a Lease (unseen): the
 // observer's first list, or one after a blind stretch. A Lease created and
@@ -146,38 +177,46 @@ func Admits(c Claims, until, now time.Time, slot int, deletion bool) bool {
 //
 // blindFor is how long since the observer's last successful list, on its
 // fence's clock (which counts a suspend, where now and prev do not).
-func sight(seen, listed map[string]observed, now, prev time.Time, blindFor, lease time.Duration) (unseen bool) {
+func sight(seen, listed map[string]observed, now, prev time.Time, blindFor, own time.Duration) (unseen bool) {
 	// Back after a lease duration or more without a list (paused, or its
 	// lists failing): a Lease gone may have come back and gone again
 	// meanwhile, re-created, working, deleted, in writes this observer
 	// never read. Its gone Leases count as freshly gone. (A re-created
 	// Lease claims nothing for a lease duration: renew, errLeaseDeleted; so
 	// an observer whose lists are less than that apart reads it.)
-	blind := !prev.IsZero() && max(now.Sub(prev), blindFor) >= lease
-	for id, l := range listed {
-		o, ok := seen[id]
+	blind := !prev.IsZero() && max(now.Sub(prev), blindFor) >= own
+	for name, l := range listed {
+		o, ok := seen[name]
 		l.at, l.renewals = now, o.renewals
+		// Never less than the observer's own, nor than it judged the
+		// Lease by before: a duration shortened by hand, read with a
+		// renewal whose write was missed, or at first sight, cannot
+		// count a live member out early.
+		l.lease = max(l.lease, own, o.lease)
+		if !byHolder {
+			l.lease = own
+		}
 		switch {
 		case !ok:
-		case o.rv != l.rv:
+		case o.record != l.record, !byRecord && o.rv != l.rv:
 			l.renewals++
 		default:
-			l.at = o.at
+			l.at, l.lease = o.at, o.lease
 		}
-		seen[id] = l
+		seen[name] = l
 	}
-	for id, o := range seen {
-		if _, ok := listed[id]; ok {
+	for name, o := range seen {
+		if _, ok := listed[name]; ok {
 			continue
 		}
 		// Gone. Left cleanly (seen marked leaving): forget it. Else,
 		// deleted by hand: its owner may not know, and works on until its
 		// fence. It may have renewed just before the delete, in a write
-		// we never read: so it stands, as last seen, for a lease duration
-		// from the list that first found it gone (its owner's deadline is
-		// at most that list's instant plus fenceAfter).
+		// we never read: so it stands, as last seen, for its lease
+		// duration from the list that first found it gone (its owner's
+		// deadline is at most that list's instant plus its fenceAfter).
 		if o.leaving || !vanishedLive {
-			delete(seen, id)
+			delete(seen, name)
 			continue
 		}
 		if !o.gone || blind {
@@ -187,18 +226,23 @@ func sight(seen, listed map[string]observed, now, prev time.Time, blindFor, leas
 		// counts as claiming every slot, none of them confirmed (nobody
 		// claims a free slot meanwhile; nobody withdraws one it works).
 		o.claims, o.pending = shard.All(), shard.All()
-		if now.Sub(o.at) >= lease {
-			delete(seen, id)
+		if now.Sub(o.at) >= o.lease {
+			delete(seen, name)
 			continue
 		}
-		seen[id] = o
+		seen[name] = o
 	}
 	return prev.IsZero() || blind
 }
 
-// live tells whether a member last seen as o counts as live at judged.
-func (o observed) live(judged time.Time, lease time.Duration) bool {
-	return !o.leaving && judged.Sub(o.at) < lease
+// current tells whether the lease of a Lease last seen as o runs at
+// judged, on its holder's lease duration.
+func (o observed) current(judged time.Time) bool { return judged.Sub(o.at) < o.lease }
+
+// member tells whether a Lease last seen as o is a live member's at
+// judged: its lease runs, it is of our scheme, and not marked leaving.
+func (o observed) member(judged time.Time) bool {
+	return !o.leaving && !o.foreign && o.current(judged)
 }
 
 // assignSlots is shard.Assign; the model memoizes it (the members of its

@@ -4,39 +4,52 @@
 // Lease keeps being renewed. Package shard turns the members into each one's
 // hash ranges; the same members give every replica the same answer.
 //
-//	Lease <ring>-<identity>   labels: rawwatch.example.com/ring=<ring>
-//	  holderIdentity: <identity>, leaseDurationSeconds, renewTime
-//	  annotations (with the handoff): rawwatch.example.com/slots (claimed),
+//	Lease <ring>.<identity>   labels: rawwatch.example.com/ring=<ring>
+//	  holderIdentity: <identity>, leaseDurationSeconds, acquireTime, renewTime
+//	  annotations: rawwatch.example.com/scheme (how it divides: shard.Scheme);
+//	  with the handoff: rawwatch.example.com/slots (claimed),
 //	    rawwatch.example.com/covers (listed and watched by its cache),
 //	    rawwatch.example.com/covers-since, rawwatch.example.com/synced-to
 //	    (the resourceVersions of that list, and where the cache stands),
 //	    rawwatch.example.com/pending (claimed, not confirmed yet),
 //	    rawwatch.example.com/given (slots let go, by the member named to
-//	    take them: custody, handoff.go)
+//	    take them: custody, handoff.go); rawwatch.example.com/leaving (left
+//	    cleanly: its value is the renewTime written with it)
 //
-// A member:
-//   - creates its Lease, then renews it every RenewPeriod (a write, so its
-//     resourceVersion moves);
+// A Lease is the member its name says (a ring's name has no dot), whatever
+// holder it names. A member:
+//   - creates its Lease, then renews it every RenewPeriod, writing back
+//     whatever a hand changed (its holder, the ring's label, a mark);
 //   - lists the ring's Leases every RenewPeriod, and takes as live every
-//     Lease whose resourceVersion it saw move within LeaseDuration, judged on
-//     its own clock (as client-go's leader election does), its own included
-//     only while its renewals succeed; no clock is ever compared with
-//     another machine's (liveness.go has the rules);
+//     Lease whose holder's record (holder, acquire and renew times,
+//     transitions: only the holder's writes change it, a label by anyone
+//     else does not) it saw move within the lease duration that holder
+//     wrote, judged on its own clock (as client-go's leader election does),
+//     its own included only while its renewals succeed; no clock is ever
+//     compared with another machine's (liveness.go has the rules);
 //   - marks its Lease leaving, then deletes it, when it leaves cleanly, so
-//     the others count it out at their next list instead of a LeaseDuration
-//     later (a Lease that vanishes unmarked was deleted by hand, and counts
-//     as live for a LeaseDuration).
+//     the others count it out at their next list instead of a lease
+//     duration later (a Lease that vanishes unmarked was deleted by hand,
+//     and counts as live for its lease duration); the slots it gave stay
+//     named on the mark until their new owners confirm them;
+//   - refuses to share slots with a Lease of another scheme (a rolling
+//     update that changes the hash, the slots or the assignment): while it
+//     lives, nobody claims a free slot;
+//   - if it is the first of the live members, deletes the Leases of
+//     members dead for three of their lease durations (collect).
 //
 // The bounds: a member that joins is seen by the others within one
 // RenewPeriod (plus a request); one that leaves cleanly, the same; one that
-// dies or is cut off, within LeaseDuration plus a RenewPeriod. A member that
-// cannot renew counts itself out a RenewPeriod before the others can: its
-// lease runs from when it sent its last successful renewal (before the
-// server wrote it, so before anyone saw it), and it stops LeaseDuration
-// minus RenewPeriod after that, on a timer of its own, whatever its loop is
-// doing; its gate admits nothing past that instant (Admits, OnDeadline).
-// So it never goes on believing it owns what the others hand to someone
-// else (the fence the handoff builds on).
+// dies or is cut off, within its lease duration plus the observer's
+// RenewPeriod. A member that cannot renew counts itself out a RenewPeriod
+// before the others can: its lease runs from when it sent its last
+// successful renewal (before the server wrote it, so before anyone saw
+// it), and it stops LeaseDuration minus RenewPeriod after that, on a timer
+// of its own, whatever its loop is doing; its gate admits nothing past that
+// instant (Admits, OnDeadline); the others judge it by the duration it
+// wrote, LeaseDuration rounded up to a second, from when they saw the
+// write. So it never goes on believing it owns what the others hand to
+// someone else (the fence the handoff builds on).
 //
 // With Config.OnClaims, the members also divide the shard slots among
 // themselves, each claiming its slots on its Lease (handoff.go).
@@ -47,9 +60,11 @@
 package ring
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,6 +74,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -101,12 +117,69 @@ const (
 	AnnotationGiven   = "rawwatch.example.com/given"
 )
 
-// AnnotationLeaving ("true") on a member's Lease says that it left
-// cleanly: it admits nothing any more and claims nothing. The others count
-// it out at once, and forget it when the Lease is gone; a Lease that
-// vanishes without it was deleted by hand, and counts as live until its
+// AnnotationLeaving on a member's Lease says that its holder left cleanly:
+// it admits nothing any more and claims nothing; the slots it gave
+// (AnnotationGiven) stay given until their new owners confirm them. Its
+// value is the Lease's renewTime (RFC 3339, microseconds) as the holder
+// wrote both in one write: a mark of any other value (written by hand, or
+// left over from before a renewal) counts for nothing. The others count a
+// marked Lease out at once, and forget it when it is gone; a Lease that
+// vanishes unmarked was deleted by hand, and counts as live until its
 // lease runs out (liveness.go).
 const AnnotationLeaving = "rawwatch.example.com/leaving"
+
+// AnnotationScheme on a member's Lease names how it divides the objects
+// (shard.Scheme: the hash, the number of slots, the assignment). A Lease
+// of another scheme is not a member: while its lease runs, it counts as
+// claiming every slot, none confirmed (nobody claims a free slot, nobody
+// withdraws one it works). A Lease without it is of legacyScheme.
+const AnnotationScheme = "rawwatch.example.com/scheme"
+
+// legacyScheme is the scheme of a Lease that names none: written before
+// the annotation existed, it divided as this one did.
+const legacyScheme = "fnv1a64/256/rendezvous-bounded"
+
+// mark is the value of AnnotationLeaving that marks a Lease renewed at t.
+func mark(t time.Time) string { return t.UTC().Format(metav1.RFC3339Micro) }
+
+// leavingMarked tells whether l carries its holder's leaving mark.
+func leavingMarked(l *coordinationv1.Lease) bool {
+	v, ok := l.Annotations[AnnotationLeaving]
+	if !markBound {
+		return ok
+	}
+	return ok && l.Spec.RenewTime != nil && v == mark(l.Spec.RenewTime.Time)
+}
+
+// recordOf is the holder's record of l, as client-go's leader election
+// compares it: who holds it, since when, when it last renewed it, how many
+// times it changed hands. Only a write of the holder changes it; a label
+// or an annotation written by anyone else does not.
+func recordOf(l *coordinationv1.Lease) string {
+	var b strings.Builder
+	if h := l.Spec.HolderIdentity; h != nil {
+		b.WriteString(strconv.Quote(*h))
+	}
+	for _, t := range []*metav1.MicroTime{l.Spec.AcquireTime, l.Spec.RenewTime} {
+		b.WriteByte('|')
+		if t != nil {
+			b.WriteString(mark(t.Time))
+		}
+	}
+	b.WriteByte('|')
+	if n := l.Spec.LeaseTransitions; n != nil {
+		b.WriteString(strconv.Itoa(int(*n)))
+	}
+	return b.String()
+}
+
+// leaseDurationOf is the lease duration l's holder wrote (0: none).
+func leaseDurationOf(l *coordinationv1.Lease) time.Duration {
+	if s := l.Spec.LeaseDurationSeconds; s != nil && *s > 0 {
+		return time.Duration(*s) * time.Second
+	}
+	return 0
+}
 
 // formatGiven and parseGiven write and read AnnotationGiven.
 func formatGiven(given shard.SlotSet, to *[shard.Slots]string) string {
@@ -146,6 +219,16 @@ func parseGiven(s string) (map[string]shard.SlotSet, error) {
 type Cover struct {
 	Slots         shard.SlotSet
 	Since, Synced uint64
+}
+
+// and is what both c and d say is covered: the slots both cover, since the
+// later list, synced to the earlier position (unknown if either is).
+func (c Cover) and(d Cover) Cover {
+	known := func(rv uint64) bool { return rv != 0 && rv != math.MaxUint64 }
+	if !known(c.Since) || !known(d.Since) || !known(c.Synced) || !known(d.Synced) {
+		return Cover{Slots: c.Slots.And(d.Slots)}
+	}
+	return Cover{Slots: c.Slots.And(d.Slots), Since: max(c.Since, d.Since), Synced: min(c.Synced, d.Synced)}
 }
 
 // Sweeps is the slots swept since Claims.Sweep asked, with, by slot, the
@@ -262,7 +345,8 @@ type Member struct {
 	fence fenceClock
 
 	mu      sync.Mutex
-	seen    map[string]observed // by identity, the other members' Leases
+	seen    map[string]observed // by name, the ring's other Leases
+	longest time.Duration       // the longest lease duration read on any (ours included)
 	renewed time.Time           // when our last successful renewal was sent (fence clock)
 	members []string            // the live members, sorted
 	changed chan struct{}       // closed and replaced when members change
@@ -284,7 +368,8 @@ type Member struct {
 	// looks counts the successful lists of the ring's Leases.
 	looks int
 	// quietUntil: our Lease was deleted under us; the one re-created
-	// claims nothing until then (lostLease).
+	// claims nothing until then, and only watches the slots given to it
+	// (lostLease).
 	quietUntil time.Time
 	lost       bool // since lostLease, not re-created yet
 	// unseenUntil: until then, a Lease this member never read may be
@@ -294,10 +379,18 @@ type Member struct {
 	wroteOnce   bool
 	// ownSeen: the last list showed our own Lease.
 	ownSeen bool
+	// foreignLogged: the Leases of another scheme logged, with it.
+	logMu         sync.Mutex
+	foreignLogged map[string]string
+	// collecting: the dead Lease this member marked leaving to delete it,
+	// and when; collected, when collect last made a request (collect).
+	collecting              string
+	collectingAt, collected time.Time
 	// found is our own Lease as we found it not written by us (before we
 	// ever wrote it, or since a write we do not know: a previous process
 	// of ours, another one with our identity, an etcd restore): adopted
-	// only once it has not moved for LeaseDuration.
+	// only once its holder's record has not moved for the lease duration
+	// written on it, or ours if longer (stillFor).
 	found *stillness
 
 	// The handoff (the member's goroutine only, but claims is read by Claims).
@@ -322,27 +415,46 @@ type Member struct {
 
 type withdrawal struct {
 	slots   shard.SlotSet
-	renewed map[string]int // by identity: observed.renewals then
+	renewed map[string]int // by Lease name: observed.renewals then
 }
 
+// observed is what this member knows of one Lease of the ring (Member.seen
+// holds them by the Lease's name).
 type observed struct {
-	rv       string
-	at       time.Time     // when we saw rv first
-	renewals int           // how many times we saw rv change
+	id     string // the member it is: its name says (identityOf)
+	rv     string // its resourceVersion, as last listed
+	record string // its holder's record (recordOf), as last listed
+	// lease is the lease duration its holder wrote with the record (the
+	// observer's own when it wrote none); at, when we saw the record
+	// first; renewals, how many times we saw it change.
+	lease    time.Duration
+	at       time.Time
+	renewals int
 	claims   shard.SlotSet // the slots its Lease claims
 	pending  shard.SlotSet // of those, the ones not confirmed yet
 	covers   Cover         // what its cache covers
 	// givenMe: the slots it gave this member; givenOthers, to others.
 	givenMe, givenOthers shard.SlotSet
-	// leaving: marked AnnotationLeaving; gone: no longer listed (deleted
-	// by hand), standing as last seen until its lease runs out.
-	leaving, gone bool
+	// leaving: marked AnnotationLeaving by its holder; gone: no longer
+	// listed (deleted by hand), standing as last seen until its lease
+	// runs out; foreign: of another scheme (AnnotationScheme); stray: its
+	// holder is not the member its name says (cleared or changed by hand,
+	// or a copy under another name).
+	leaving, gone, foreign, stray bool
 }
 
 // New returns a member; it joins when Run starts.
 func New(cfg Config) (*Member, error) {
 	if cfg.Client == nil || cfg.Namespace == "" || cfg.Ring == "" || cfg.Identity == "" {
 		return nil, fmt.Errorf("ring: Client, Namespace, Ring and Identity are required")
+	}
+	// The Lease's name, <ring>.<identity>, is read back by splitting at the
+	// first dot: a ring name has none, so no two rings' members share one.
+	if errs := validation.IsDNS1123Label(cfg.Ring); len(errs) > 0 {
+		return nil, fmt.Errorf("ring: ring name %q: %s", cfg.Ring, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1123Subdomain(cfg.Ring + "." + cfg.Identity); len(errs) > 0 {
+		return nil, fmt.Errorf("ring: identity %q (the Lease is named %s.%s): %s", cfg.Identity, cfg.Ring, cfg.Identity, strings.Join(errs, "; "))
 	}
 	if cfg.LeaseDuration <= 0 {
 		cfg.LeaseDuration = DefaultLeaseDuration
@@ -368,7 +480,7 @@ func New(cfg Config) (*Member, error) {
 	if cfg.HandoffTimeout <= 0 {
 		cfg.HandoffTimeout = 4 * cfg.LeaseDuration
 	}
-	return &Member{cfg: cfg, fence: fenceClock{now: cfg.Now, wall: cfg.Wall},
+	return &Member{cfg: cfg, fence: fenceClock{now: cfg.Now, wall: cfg.Wall}, longest: cfg.LeaseDuration,
 		seen: map[string]observed{}, changed: make(chan struct{}), rearm: make(chan struct{}, 1)}, nil
 }
 
@@ -404,7 +516,22 @@ func (m *Member) Changed() <-chan struct{} {
 	return m.changed
 }
 
-func (m *Member) leaseName() string { return m.cfg.Ring + "-" + m.cfg.Identity }
+// leaseName is the name of this member's Lease: <ring>.<identity>.
+func (m *Member) leaseName() string { return m.cfg.Ring + "." + m.cfg.Identity }
+
+// identityOf is the identity of the member whose Lease of ring is named
+// name: <ring>.<identity>, or <ring>-<identity> as Leases were named before
+// the scheme annotation (the ring's label tells the rings apart); else the
+// name itself.
+func identityOf(ring, name string) string {
+	if id, ok := strings.CutPrefix(name, ring+"."); ok && id != "" {
+		return id
+	}
+	if id, ok := strings.CutPrefix(name, ring+"-"); ok && id != "" {
+		return id
+	}
+	return name
+}
 
 // Run holds the membership until ctx ends, then leaves (see leave) and
 // returns. A timer of its own fences the member at its deadline, whatever
@@ -433,29 +560,164 @@ func (m *Member) Run(ctx context.Context) {
 func (m *Member) round(ctx context.Context, log klog.Logger) {
 	m.beforeRenew(log)
 	sent, renewErr := m.renew(ctx)
-	switch {
-	case renewErr == nil:
-		m.extend(log, sent)
-	case ctx.Err() == nil:
-		log.Error(renewErr, "Could not renew the ring's Lease", "lease", m.leaseName())
-	}
-	if errors.Is(renewErr, errLeaseDeleted) {
-		m.lostLease()
-	}
-	if errors.Is(renewErr, errForeignWriter) || errors.Is(renewErr, errLeaseDeleted) {
-		m.setRenewed(time.Time{}) // out now, not at the fence timer
-		m.fenceIfPast(log)
-	}
+	m.renewDone(log, sent, renewErr, ctx.Err() == nil)
 	lookErr := m.look(ctx)
 	if lookErr != nil && ctx.Err() == nil {
 		log.Error(lookErr, "Could not list the ring's Leases")
 	}
-	m.lookOK = lookErr == nil
+	m.lookDone(log, lookErr == nil, renewErr == nil)
 	if m.lookOK {
+		m.collect(ctx, log)
+	}
+}
+
+// renewDone takes in a renewal's outcome: sent then, it failed with err
+// (nil: it succeeded); report: log the failure.
+func (m *Member) renewDone(log klog.Logger, sent time.Time, err error, report bool) {
+	if err == nil {
+		m.extend(log, sent)
+		return
+	}
+	if report {
+		log.Error(err, "Could not renew the ring's Lease", "lease", m.leaseName())
+	}
+	if errors.Is(err, errLeaseDeleted) {
+		m.lostLease()
+	}
+	if errors.Is(err, errForeignWriter) || errors.Is(err, errLeaseDeleted) {
+		m.setRenewed(time.Time{}) // out now, not at the fence timer
+		m.fenceIfPast(log)
+	}
+}
+
+// lookDone takes in a list's outcome (ok: it succeeded, and look recorded
+// it), after a renewal that succeeded or not, and steps.
+func (m *Member) lookDone(log klog.Logger, ok, renewed bool) {
+	m.lookOK = ok
+	if ok {
 		m.looks++
 	}
-	m.afterLook(log, renewErr == nil)
+	m.afterLook(log, renewed)
 	m.update(log)
+}
+
+// collectAfter: a Lease whose holder has not renewed it for this many of
+// its lease durations is a dead member's, and collect deletes it.
+const collectAfter = 3
+
+// CollectWithin bounds how long after its holder's last renewal the
+// Lease of a member that died is deleted, in a ring whose live members
+// list every renew period and whose longest lease duration is lease: it
+// is seen dead collectAfter lease durations after a list read its last
+// renewal, marked at the first member's next collection step (one per
+// three renew periods), and deleted a lease duration after the mark, at
+// the next step (plus the lists and requests between).
+func CollectWithin(lease, renew time.Duration) time.Duration {
+	return (collectAfter+1)*written(lease) + 8*renew
+}
+
+// written is a lease duration as a Lease carries it: rounded up to a
+// second. The others judge the member by it (sight), never by less than
+// the duration its fence counts from.
+func written(lease time.Duration) time.Duration {
+	return (lease + time.Second - 1).Truncate(time.Second)
+}
+
+// collect deletes the Lease of a member dead for collectAfter of its lease
+// durations, so that dead members' Leases are not listed for ever. Only
+// the first live member collects (one collector per ring, unless their
+// views differ), one request set per three renew periods at most: it marks
+// the Lease leaving, bound to the holder's last renewal, as read by a GET
+// (a renewal since makes the UPDATE conflict: the holder lives), and
+// deletes it a longest lease duration later (every member's lists read the
+// mark meanwhile: they forget it when it is gone), held to the
+// resourceVersion last listed (a renewal since makes it fail). A member
+// that missed the mark counts the Lease as deleted by hand: it claims
+// every slot, none confirmed, for its lease duration (no free slot is
+// claimed meanwhile: slower, never unsafe). A holder that comes back finds
+// its Lease gone, and re-creates it (errLeaseDeleted). A Lease its holder
+// marked leaving and never deleted is deleted at once.
+func (m *Member) collect(ctx context.Context, log klog.Logger) {
+	now := m.cfg.Now()
+	name, o := m.collectable(now)
+	if name == "" {
+		return
+	}
+	ctx, cancel := m.request(ctx)
+	defer cancel()
+	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
+	var got *coordinationv1.Lease
+	if !o.leaving {
+		var err error
+		if got, err = leases.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return
+		}
+	}
+	switch rv, marked := collection(o, got); {
+	case marked != nil:
+		if _, err := leases.Update(ctx, marked, metav1.UpdateOptions{}); err != nil {
+			if !apierrors.IsConflict(err) {
+				log.Error(err, "Could not mark a dead member's Lease leaving to delete it", "lease", name)
+			}
+			return
+		}
+		m.collecting, m.collectingAt = name, now
+	case rv != "":
+		err := leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+		switch {
+		case err == nil || apierrors.IsNotFound(err):
+			log.Info("Deleted a dead member's Lease", "lease", name, "notRenewedFor", now.Sub(o.at).Round(time.Second))
+		case apierrors.IsConflict(err):
+		default:
+			log.Error(err, "Could not delete a dead member's Lease", "lease", name)
+		}
+	}
+}
+
+// collection is what collect writes to a dead member's Lease, last listed
+// as o and, unless o is marked leaving, read again as got: delete it,
+// held to resourceVersion rv (it is marked, or was never renewed: no mark
+// to bind to it), or update it to marked; or nothing (got nil, or renewed
+// since).
+func collection(o observed, got *coordinationv1.Lease) (rv string, marked *coordinationv1.Lease) {
+	switch {
+	case o.leaving:
+		return o.rv, nil
+	case got == nil || recordOf(got) != o.record:
+		return "", nil
+	case got.Spec.RenewTime == nil:
+		return got.ResourceVersion, nil
+	}
+	if got.Annotations == nil {
+		got.Annotations = map[string]string{}
+	}
+	got.Annotations[AnnotationLeaving] = mark(got.Spec.RenewTime.Time)
+	return "", got
+}
+
+// collectable is the Lease collect works on at now, if any (its name, and
+// what the last list showed of it), and notes that it does.
+func (m *Member) collectable(now time.Time) (name string, o observed) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.members) == 0 || m.members[0] != m.cfg.Identity || now.Sub(m.collected) < 3*m.cfg.RenewPeriod {
+		return "", o
+	}
+	for n, c := range m.seen {
+		if c.gone || now.Sub(c.at) < collectAfter*c.lease {
+			continue
+		}
+		if c.leaving && n == m.collecting && now.Sub(m.collectingAt) < m.longest {
+			continue // marked by us: the others' lists read the mark first
+		}
+		if name == "" || n < name {
+			name, o = n, c
+		}
+	}
+	if name != "" {
+		m.collected = now
+	}
+	return name, o
 }
 
 // afterLook: a renewal, then a list that shows our Lease, confirm the claims
@@ -474,12 +736,13 @@ func (m *Member) afterLook(log klog.Logger, renewed bool) {
 }
 
 // lostLease: our Lease was deleted under us. The Lease we re-create claims
-// nothing for a lease duration: an observer whose lists are less than that
+// nothing for the longest lease duration we read on the ring (ours or
+// another's): an observer whose lists are less than its own lease duration
 // apart then reads it before it claims anything, and one that could not
 // (blind that long) counts what it saw gone as freshly gone (sight).
 func (m *Member) lostLease() {
 	m.mu.Lock()
-	m.quietUntil = m.cfg.Now().Add(m.cfg.LeaseDuration)
+	m.quietUntil = m.cfg.Now().Add(m.longest)
 	m.lost = true
 	m.mu.Unlock()
 }
@@ -491,12 +754,12 @@ func (m *Member) lostLease() {
 func (m *Member) wroteLease() {
 	m.mu.Lock()
 	if m.lost {
-		m.quietUntil = m.cfg.Now().Add(m.cfg.LeaseDuration)
+		m.quietUntil = m.cfg.Now().Add(m.longest)
 		m.lost = false
 	}
 	if !m.wroteOnce { // a new Lease claims no free slot for a lease duration
 		m.wroteOnce = true
-		m.unseenUntil = later(m.unseenUntil, m.cfg.Now().Add(m.cfg.LeaseDuration))
+		m.unseenUntil = later(m.unseenUntil, m.cfg.Now().Add(m.longest))
 	}
 	m.mu.Unlock()
 }
@@ -505,8 +768,11 @@ func (m *Member) wroteLease() {
 func (m *Member) sighted(listed map[string]observed, now time.Time) {
 	prev, prevF := m.lookedAt, m.lookedAtFence
 	m.lookedAt, m.lookedAtFence = now, m.fence.read()
+	for _, l := range listed {
+		m.longest = max(m.longest, l.lease)
+	}
 	if sight(m.seen, listed, now, prev, m.lookedAtFence.Sub(prevF), m.cfg.LeaseDuration) {
-		m.unseenUntil = later(m.unseenUntil, now.Add(m.cfg.LeaseDuration))
+		m.unseenUntil = later(m.unseenUntil, now.Add(m.longest))
 	}
 }
 
@@ -643,28 +909,57 @@ func (m *Member) renew(ctx context.Context) (time.Time, error) {
 	defer cancel()
 	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
 	sent := m.Now()
+	got, err := leases.Get(ctx, m.leaseName(), metav1.GetOptions{})
+	w, err := m.renewal(got, err)
+	if err != nil {
+		return sent, err
+	}
+	if w.create {
+		_, err = leases.Create(ctx, w.lease, metav1.CreateOptions{})
+	} else {
+		_, err = leases.Update(ctx, w.lease, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return sent, err
+	}
+	m.wroteRenewal(w)
+	return sent, nil // sent before the server wrote it: before anyone saw it
+}
+
+// A renewal is what one renewal of this member's Lease writes.
+type renewal struct {
+	lease   *coordinationv1.Lease // to create, or to update (as read, changed)
+	create  bool
+	stamp   time.Time // its renewTime
+	claimed shard.SlotSet
+	cover   Cover
+}
+
+// renewal decides what a renewal writes, from this member's Lease as a GET
+// read it (lease, or the GET's error err): its claims, over whatever the
+// Lease says (changing lease); or why it writes nothing.
+func (m *Member) renewal(lease *coordinationv1.Lease, err error) (renewal, error) {
 	// The renewTime the Lease says is the wall clock's, for its readers
 	// (the fence's clock runs ahead of it by the suspends and steps it
 	// counted); it is also how this member knows its own writes.
 	stamp := m.fence.wallNow()
 	now := metav1.NewMicroTime(stamp)
 	claims := m.Claims() // the fence timer may drop them meanwhile
-	claimed := claims.Claimed()
-	annotations := map[string]string{AnnotationSlots: claimed.String(),
-		AnnotationPending: claims.Pending.String(), AnnotationGiven: formatGiven(claims.Given, &m.givenTo)}
-	var cover Cover
+	w := renewal{stamp: stamp, claimed: claims.Claimed()}
+	annotations := map[string]string{AnnotationScheme: shard.Scheme}
+	if m.cfg.OnClaims != nil {
+		annotations[AnnotationSlots] = w.claimed.String()
+		annotations[AnnotationPending] = claims.Pending.String()
+		annotations[AnnotationGiven] = formatGiven(claims.Given, &m.givenTo)
+	}
 	if m.cfg.Covers != nil {
-		cover = m.cfg.Covers()
-		annotations[AnnotationCovers] = cover.Slots.String()
-		annotations[AnnotationCoversSince] = strconv.FormatUint(cover.Since, 10)
-		annotations[AnnotationSyncedTo] = strconv.FormatUint(cover.Synced, 10)
+		w.cover = m.cfg.Covers()
+		annotations[AnnotationCovers] = w.cover.Slots.String()
+		annotations[AnnotationCoversSince] = strconv.FormatUint(w.cover.Since, 10)
+		annotations[AnnotationSyncedTo] = strconv.FormatUint(w.cover.Synced, 10)
 	}
-	if m.cfg.OnClaims == nil {
-		annotations = nil
-	}
-	secs := int32((m.cfg.LeaseDuration + time.Second - 1) / time.Second)
+	secs := int32(written(m.cfg.LeaseDuration) / time.Second)
 	id := m.cfg.Identity
-	lease, err := leases.Get(ctx, m.leaseName(), metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err) && (!m.wrote.IsZero() || m.found != nil):
 		// Deleted by hand under us (or under the process of our identity
@@ -674,98 +969,101 @@ func (m *Member) renew(ctx context.Context) (time.Time, error) {
 		// re-created at the next turn, claiming nothing for a lease
 		// duration (lostLease).
 		m.wrote, m.tried, m.found = time.Time{}, m.tried[:0], nil
-		return sent, errLeaseDeleted
+		return w, errLeaseDeleted
 	case apierrors.IsNotFound(err):
-		lease = &coordinationv1.Lease{
+		w.create = true
+		w.lease = &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: m.leaseName(), Namespace: m.cfg.Namespace, Labels: map[string]string{Label: m.cfg.Ring}, Annotations: annotations},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now},
 		}
 		m.try(stamp)
-		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
-	case err == nil:
-		if h := lease.Spec.HolderIdentity; h != nil && *h != id {
-			return sent, fmt.Errorf("lease %s is held by %q, not %q: two members with one identity", m.leaseName(), *h, id)
-		}
-		ownAttempt := lease.Spec.RenewTime != nil && slices.ContainsFunc(m.tried, lease.Spec.RenewTime.Time.Equal)
-		if m.wrote.IsZero() && !ownAttempt {
-			// Ours, but not written by us: a process with our identity
-			// renews it, or did until it died. Adopt it only once it has
-			// stood still for a lease duration, as the others judge a
-			// dead member: two processes never work under one identity.
-			// (A create of ours whose answer was lost holds a renewTime
-			// we tried: ours.)
-			if wait := m.stillFor(lease.ResourceVersion); wait > 0 {
-				return sent, fmt.Errorf("%w: lease %s exists (a previous process with identity %q, or another one running?); taking it over once it has not been renewed for %s, in %s",
-					errForeignWriter, m.leaseName(), id, m.cfg.LeaseDuration, wait.Round(time.Millisecond))
-			}
-		}
-		if !m.wrote.IsZero() && (lease.Spec.RenewTime == nil ||
-			!lease.Spec.RenewTime.Time.Equal(m.wrote) && !slices.ContainsFunc(m.tried, lease.Spec.RenewTime.Time.Equal)) {
-			// Not a renewTime we wrote or tried: another process with our
-			// identity renews it — or a write of ours came back that we
-			// no longer remember (an etcd restore from a snapshot; a
-			// write older than the 64 attempts tried keeps). Which one,
-			// the Lease tells in a lease duration: another process keeps
-			// renewing it; a stale write of ours stands still, and is
-			// ours again then, as a dead member's is the others'.
-			if m.stillFor(lease.ResourceVersion) > 0 {
-				return sent, fmt.Errorf("%w: lease %s was renewed by someone else since our last renewal (two processes with identity %q? give each its own --sharding-identity); taking it back if it stands still for %s",
-					errForeignWriter, m.leaseName(), id, m.cfg.LeaseDuration)
-			}
-		}
-		lease.Spec.RenewTime, lease.Spec.LeaseDurationSeconds = &now, &secs
-		delete(lease.Annotations, AnnotationLeaving) // ours again: a process of ours left it
-		if lease.Labels[Label] != m.cfg.Ring {
-			// Its ring's label taken off (or changed) by hand: the ring's
-			// lists no longer show it, so the others count it gone and this
-			// member its Lease lost; written back, the next list finds it.
-			if lease.Labels == nil {
-				lease.Labels = map[string]string{}
-			}
-			lease.Labels[Label] = m.cfg.Ring
-		}
-		if annotations != nil {
-			if lease.Annotations == nil {
-				lease.Annotations = map[string]string{}
-			}
-			for k, v := range annotations {
-				lease.Annotations[k] = v
-			}
-		}
-		m.try(stamp)
-		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+		return w, nil
+	case err != nil:
+		return w, err
 	}
-	if err != nil {
-		return sent, err
+	// Its holderIdentity is not read: the Lease is ours by its name (one
+	// whose holder was cleared or changed by hand is written back below);
+	// whose write it last was, its renewTime tells.
+	ownAttempt := lease.Spec.RenewTime != nil && slices.ContainsFunc(m.tried, lease.Spec.RenewTime.Time.Equal)
+	if m.wrote.IsZero() && !ownAttempt {
+		// Ours, but not written by us: a process with our identity
+		// renews it, or did until it died. Adopt it only once it has
+		// stood still for a lease duration, as the others judge a
+		// dead member: two processes never work under one identity.
+		// (A create of ours whose answer was lost holds a renewTime
+		// we tried: ours.)
+		if wait := m.stillFor(lease); wait > 0 {
+			return w, fmt.Errorf("%w: lease %s exists (a previous process with identity %q, or another one running?); taking it over once it has not been renewed for %s, in %s",
+				errForeignWriter, m.leaseName(), id, m.cfg.LeaseDuration, wait.Round(time.Millisecond))
+		}
 	}
-	m.wroteLease()
-	m.wrote = stamp.Truncate(time.Microsecond) // as the Lease stores it
-	m.tried = m.tried[:0]
-	m.published = claimed
-	m.withdrawn = m.withdrawn.Union(m.publishedCover.Minus(cover.Slots))
-	m.publishedCover = cover.Slots
-	return sent, nil // sent before the server wrote it: before anyone saw it
+	if !m.wrote.IsZero() && (lease.Spec.RenewTime == nil ||
+		!lease.Spec.RenewTime.Time.Equal(m.wrote) && !slices.ContainsFunc(m.tried, lease.Spec.RenewTime.Time.Equal)) {
+		// Not a renewTime we wrote or tried: another process with our
+		// identity renews it — or a write of ours came back that we
+		// no longer remember (an etcd restore from a snapshot; a
+		// write older than the 64 attempts tried keeps). Which one,
+		// the Lease tells in a lease duration: another process keeps
+		// renewing it; a stale write of ours stands still, and is
+		// ours again then, as a dead member's is the others'.
+		if m.stillFor(lease) > 0 {
+			return w, fmt.Errorf("%w: lease %s was renewed by someone else since our last renewal (two processes with identity %q? give each its own --sharding-identity); taking it back if it stands still for %s",
+				errForeignWriter, m.leaseName(), id, m.cfg.LeaseDuration)
+		}
+	}
+	lease.Spec.HolderIdentity, lease.Spec.RenewTime, lease.Spec.LeaseDurationSeconds = &id, &now, &secs
+	delete(lease.Annotations, AnnotationLeaving) // ours again: a process of ours left it, or a hand wrote it
+	if lease.Labels[Label] != m.cfg.Ring {
+		// Its ring's label taken off (or changed) by hand: the ring's
+		// lists no longer show it, so the others count it gone and this
+		// member its Lease lost; written back, the next list finds it.
+		if lease.Labels == nil {
+			lease.Labels = map[string]string{}
+		}
+		lease.Labels[Label] = m.cfg.Ring
+	}
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	for k, v := range annotations {
+		lease.Annotations[k] = v
+	}
+	m.try(stamp)
+	w.lease = lease
+	return w, nil
 }
 
-// stillness is our own Lease as found not written by us: at resourceVersion
-// rv since since, read so last.
+// wroteRenewal records that the server took w.
+func (m *Member) wroteRenewal(w renewal) {
+	m.wroteLease()
+	m.wrote = w.stamp.Truncate(time.Microsecond) // as the Lease stores it
+	m.tried = m.tried[:0]
+	m.published = w.claimed
+	m.withdrawn = m.withdrawn.Union(m.publishedCover.Minus(w.cover.Slots))
+	m.publishedCover = w.cover.Slots
+}
+
+// stillness is our own Lease as found not written by us: its holder's
+// record (recordOf) since since, read so last.
 type stillness struct {
-	rv          string
+	record      string
 	since, last time.Time
 }
 
-// stillFor notes that our Lease was read at rv, not written by us, and says
-// how long it must still stand still before it is ours (0: it is). It
-// stands still only while read at rv at most two renew periods apart: an
-// rv read again after a gap (an etcd restore brings back one seen long
+// stillFor notes that our Lease was read as l, not written by us, and says
+// how long it must still stand still before it is ours (0: it is): the
+// lease duration its holder wrote, or ours if longer. It stands still
+// while its holder's record does not move (a write by anyone else, a
+// label, is no renewal), read at most two renew periods apart: a record
+// read again after a gap (an etcd restore brings back one seen long
 // before) starts the count anew.
-func (m *Member) stillFor(rv string) time.Duration {
-	now := m.cfg.Now()
-	if m.found == nil || m.found.rv != rv || now.Sub(m.found.last) > 2*m.cfg.RenewPeriod {
-		m.found = &stillness{rv: rv, since: now}
+func (m *Member) stillFor(l *coordinationv1.Lease) time.Duration {
+	now, record := m.cfg.Now(), recordOf(l)
+	if m.found == nil || m.found.record != record || now.Sub(m.found.last) > 2*m.cfg.RenewPeriod {
+		m.found = &stillness{record: record, since: now}
 	}
 	m.found.last = now
-	return max(0, m.cfg.LeaseDuration-now.Sub(m.found.since))
+	return max(0, max(m.cfg.LeaseDuration, leaseDurationOf(l))-now.Sub(m.found.since))
 }
 
 // try notes the renewTime an attempt is about to write (as the Lease stores
@@ -789,68 +1087,170 @@ func (m *Member) look(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	now := m.cfg.Now()
+	m.listed(klog.FromContext(ctx), list.Items, m.cfg.Now())
+	return nil
+}
+
+// listed records a list of the ring's Leases, made at now.
+func (m *Member) listed(log klog.Logger, items []coordinationv1.Lease, now time.Time) {
+	listed, own := m.readAll(log, items)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	listed := map[string]observed{}
-	m.ownSeen = false
-	for _, l := range list.Items {
-		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == m.cfg.Identity && l.Name == m.leaseName() {
-			m.ownSeen = true
-		}
-		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == m.cfg.Identity {
-			continue
-		}
-		id := *l.Spec.HolderIdentity
-		claims, err := shard.ParseSlotSet(l.Annotations[AnnotationSlots])
-		if err != nil {
-			// Not ours to read: take it as claiming everything, which is
-			// safe (nobody takes a slot from it) and loud.
-			klog.FromContext(ctx).Error(err, "A ring Lease claims slots we cannot read: taking it as claiming every slot", "lease", l.Name)
-			for i := range shard.Slots {
-				claims = claims.With(i)
-			}
-		}
-		// Covers that cannot be read cover nothing, and positions that
-		// cannot be read are unknown: the handoff waits (at most
-		// HandoffTimeout) instead of trusting them.
-		var covers Cover
-		covers.Slots, _ = shard.ParseSlotSet(l.Annotations[AnnotationCovers])
-		covers.Since, _ = strconv.ParseUint(l.Annotations[AnnotationCoversSince], 10, 64)
-		covers.Synced, _ = strconv.ParseUint(l.Annotations[AnnotationSyncedTo], 10, 64)
-		// Pending that cannot be read is all pending (nothing taken for
-		// confirmed); given slots that cannot be read are given to
-		// somebody else (nobody claims them), loud.
-		pending, err := shard.ParseSlotSet(l.Annotations[AnnotationPending])
-		if err != nil {
-			pending = claims
-		}
-		var givenMe, givenOthers shard.SlotSet
-		if given, err := parseGiven(l.Annotations[AnnotationGiven]); err != nil {
-			klog.FromContext(ctx).Error(err, "A ring Lease gives slots we cannot read: taking them as given to another member", "lease", l.Name)
-			givenOthers = shard.All()
-		} else {
-			for to, slots := range given {
-				if to == m.cfg.Identity {
-					givenMe = givenMe.Union(slots)
-				} else {
-					givenOthers = givenOthers.Union(slots)
-				}
-			}
-		}
-		listed[id] = observed{rv: l.ResourceVersion, claims: claims, pending: pending,
-			covers: covers, givenMe: givenMe, givenOthers: givenOthers, leaving: l.Annotations[AnnotationLeaving] == "true"}
-	}
+	m.ownSeen = own
 	m.sighted(listed, now)
 	if !m.withdrawn.Empty() { // the cover withdrawn is written: count from now
 		w := withdrawal{slots: m.withdrawn, renewed: map[string]int{}}
-		for id, o := range m.seen {
-			w.renewed[id] = o.renewals
+		for name, o := range m.seen {
+			w.renewed[name] = o.renewals
 		}
 		m.withdrawals = append(m.withdrawals, w)
 		m.withdrawn = shard.SlotSet{}
 	}
-	return nil
+}
+
+// readAll reads a list of the ring's Leases: the others', by name, and
+// whether our own is among them. A Lease is the member its name says,
+// whatever holder it names (a holder may be cleared or changed by hand;
+// two Leases may name one holder).
+func (m *Member) readAll(log klog.Logger, items []coordinationv1.Lease) (listed map[string]observed, own bool) {
+	listed = map[string]observed{}
+	for i := range items {
+		if l := &items[i]; l.Name == m.leaseName() {
+			own = true
+		} else {
+			listed[l.Name] = m.read(log, l)
+		}
+	}
+	return listed, own
+}
+
+// read is what one of the others' Leases says (sight judges it).
+func (m *Member) read(log klog.Logger, l *coordinationv1.Lease) observed {
+	o := observed{id: identityOf(m.cfg.Ring, l.Name), rv: l.ResourceVersion, record: recordOf(l),
+		lease: leaseDurationOf(l), leaving: leavingMarked(l)}
+	o.stray = l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != o.id
+	if scheme := cmp.Or(l.Annotations[AnnotationScheme], legacyScheme); scheme != shard.Scheme {
+		o.foreign = true
+		if m.warned(l.Name, scheme) {
+			log.Error(nil, "A ring Lease divides the objects by another scheme (a rolling update across a change of the hash, the slots or the assignment): not a member; while it lives, nobody claims a free slot",
+				"lease", l.Name, "scheme", scheme, "ours", shard.Scheme)
+		}
+		return o
+	}
+	claims, err := shard.ParseSlotSet(l.Annotations[AnnotationSlots])
+	if err != nil {
+		// Not ours to read: take it as claiming everything, which is
+		// safe (nobody takes a slot from it) and loud.
+		log.Error(err, "A ring Lease claims slots we cannot read: taking it as claiming every slot", "lease", l.Name)
+		claims = shard.All()
+	}
+	o.claims = claims
+	// Covers that cannot be read cover nothing, and positions that
+	// cannot be read are unknown: the handoff waits (at most
+	// HandoffTimeout) instead of trusting them.
+	o.covers.Slots, _ = shard.ParseSlotSet(l.Annotations[AnnotationCovers])
+	o.covers.Since, _ = strconv.ParseUint(l.Annotations[AnnotationCoversSince], 10, 64)
+	o.covers.Synced, _ = strconv.ParseUint(l.Annotations[AnnotationSyncedTo], 10, 64)
+	// Pending that cannot be read is all pending (nothing taken for
+	// confirmed); given slots that cannot be read are given to
+	// somebody else (nobody claims them), loud.
+	if o.pending, err = shard.ParseSlotSet(l.Annotations[AnnotationPending]); err != nil {
+		o.pending = claims
+	}
+	if given, err := parseGiven(l.Annotations[AnnotationGiven]); err != nil {
+		log.Error(err, "A ring Lease gives slots we cannot read: taking them as given to another member", "lease", l.Name)
+		o.givenOthers = shard.All()
+	} else {
+		for to, slots := range given {
+			if to == m.cfg.Identity {
+				o.givenMe = o.givenMe.Union(slots)
+			} else {
+				o.givenOthers = o.givenOthers.Union(slots)
+			}
+		}
+	}
+	return o
+}
+
+// warned tells whether a Lease of another scheme is new to this member's
+// logs (one line per Lease and scheme, not one per list).
+func (m *Member) warned(name, scheme string) bool {
+	m.logMu.Lock()
+	defer m.logMu.Unlock()
+	if m.foreignLogged[name] == scheme {
+		return false
+	}
+	if m.foreignLogged == nil {
+		m.foreignLogged = map[string]string{}
+	}
+	m.foreignLogged[name] = scheme
+	return true
+}
+
+// peers is what the others' Leases say, judged at one instant.
+type peers struct {
+	// live: the members, sorted (this one among them if self).
+	live []string
+	// others: the slots the live members claim, and those they gave to
+	// another member than this one; claimed, of those, the claims alone;
+	// rival, the claims confirmed (not Pending); custody, the slots given
+	// to this member.
+	others, claimed, rival, custody shard.SlotSet
+	// confirmed and covers, by identity: what every live Lease of that
+	// identity claims confirmed and covers (two Leases may name one).
+	confirmed map[string]shard.SlotSet
+	covers    map[string]Cover
+}
+
+// peers judges the others' Leases at judged (m.mu held): members, the
+// leaving whose gifts still stand, and those of another scheme.
+func (m *Member) peers(judged time.Time, self bool) peers {
+	p := peers{confirmed: map[string]shard.SlotSet{}, covers: map[string]Cover{}}
+	if self {
+		p.live = append(p.live, m.cfg.Identity)
+	}
+	for _, o := range m.seen {
+		switch {
+		case !o.current(judged):
+		case o.foreign:
+			// It divides the objects otherwise: which of its objects are in
+			// which of our slots, nobody knows. While it lives, nobody
+			// claims a free slot, and nobody withdraws one it works.
+			p.others = shard.All()
+		case o.leaving:
+			// Left cleanly: not a member. The slots it gave stay given
+			// until their new owners confirm them, or its lease runs out.
+			if keepGiven {
+				p.others = p.others.Union(o.givenOthers)
+				p.custody = p.custody.Union(o.givenMe)
+			}
+		case o.stray:
+			// Its holder is not its name's member: until the owner
+			// writes it back (or, a copy, until its lease runs out), its
+			// claims stand, but it is no member to give slots to, and
+			// what it says it covers or gives is nobody's word.
+			p.others = p.others.Union(o.claims).Union(o.givenOthers)
+			p.claimed = p.claimed.Union(o.claims)
+			p.rival = p.rival.Union(o.claims.Minus(o.pending))
+		default:
+			if !slices.Contains(p.live, o.id) {
+				p.live = append(p.live, o.id)
+			}
+			p.others = p.others.Union(o.claims).Union(o.givenOthers)
+			p.claimed = p.claimed.Union(o.claims)
+			p.custody = p.custody.Union(o.givenMe)
+			confirmed := o.claims.Minus(o.pending)
+			p.rival = p.rival.Union(confirmed)
+			if c, ok := p.confirmed[o.id]; ok { // a second Lease of one identity: what both say
+				p.confirmed[o.id] = c.And(confirmed)
+				p.covers[o.id] = p.covers[o.id].and(o.covers)
+			} else {
+				p.confirmed[o.id], p.covers[o.id] = confirmed, o.covers
+			}
+		}
+	}
+	slices.Sort(p.live)
+	return p
 }
 
 // update recomputes the live members from what was observed, then, with
@@ -874,14 +1274,7 @@ func (m *Member) update(log klog.Logger) {
 	fenceNow := m.Now()
 	now := m.cfg.Now()
 	m.mu.Lock()
-	var live []string
 	self := !fenced(m.renewed, fenceNow, m.fenceAfter())
-	if self {
-		live = append(live, m.cfg.Identity)
-	}
-	var others, custody, rival shard.SlotSet
-	covers := map[string]Cover{}            // the others', by identity
-	confirmed := map[string]shard.SlotSet{} // their claims, not Pending
 	// While we cannot list, the others' Leases cannot be seen to move:
 	// they stand as they stood at the last list that succeeded, not taken
 	// for dead for it (we could not confirm a claim on their slots anyway,
@@ -891,16 +1284,8 @@ func (m *Member) update(log klog.Logger) {
 	if !m.lookOK {
 		judged = m.lookedAt
 	}
-	for id, o := range m.seen {
-		if o.live(judged, m.cfg.LeaseDuration) {
-			live = append(live, id)
-			others = others.Union(o.claims).Union(o.givenOthers)
-			custody = custody.Union(o.givenMe)
-			covers[id] = o.covers
-			confirmed[id] = o.claims.Minus(o.pending)
-			rival = rival.Union(confirmed[id])
-		}
-	}
+	p := m.peers(judged, self)
+	live, others, custody, rival, confirmed, covers := p.live, p.others, p.custody, p.rival, p.confirmed, p.covers
 	// Of the slots we gave, those their new owner confirmed (or that
 	// went to a member no longer live, or to nobody); and, so that a new
 	// owner that never takes a slot cannot keep it from everyone, those
@@ -924,18 +1309,12 @@ func (m *Member) update(log klog.Logger) {
 	// has renewed twice since (so its last decision was made on a list
 	// that showed the withdrawal). A slot given to us meanwhile is ours
 	// to claim (custody).
-	var lingering, claimedByOthers shard.SlotSet
-	for _, o := range m.seen {
-		if o.live(judged, m.cfg.LeaseDuration) {
-			claimedByOthers = claimedByOthers.Union(o.claims)
-		}
-	}
-	lingering = m.publishedCover.Union(m.withdrawn).And(claimedByOthers)
+	lingering := m.publishedCover.Union(m.withdrawn).And(p.claimed)
 	var kept []withdrawal
 	for _, w := range m.withdrawals {
 		var waiting shard.SlotSet
-		for id, o := range m.seen {
-			if o.live(judged, m.cfg.LeaseDuration) && o.renewals < w.renewed[id]+2 {
+		for name, o := range m.seen {
+			if o.member(judged) && o.renewals < w.renewed[name]+2 {
 				waiting = waiting.Union(o.claims.And(w.slots))
 			}
 		}
@@ -945,7 +1324,6 @@ func (m *Member) update(log klog.Logger) {
 		}
 	}
 	m.withdrawals = kept
-	slices.Sort(live)
 	assign := assignSlots(live)
 	if m.cfg.Swept != nil {
 		// A slot counts as covered only by the member it goes to (another
@@ -999,6 +1377,10 @@ func (m *Member) update(log klog.Logger) {
 		target = shard.SlotsOf(assign[m.cfg.Identity]...)
 	}
 	if quiet {
+		// Slots given to it (on the word of a cover of its Lease before
+		// the loss) it claims only once the quiet is over; meanwhile it
+		// keeps watching them (lingering), and the deletions it holds.
+		lingering = lingering.Union(custody)
 		custody = shard.SlotSet{}
 	}
 	if now.Before(m.unseenUntil) { // an unseen Lease may work any free slot
@@ -1059,35 +1441,27 @@ func (m *Member) update(log klog.Logger) {
 // leave stops this member and deletes its Lease, so that the others see
 // it gone now. In this order: it drops its claims and its lease (the gate
 // admits nothing from here on), marks its Lease leaving (AnnotationLeaving,
-// claiming nothing: the others count it out at their next list), waits a
-// RenewPeriod for their lists to read the mark, and deletes the Lease. A
+// claiming nothing, naming the slots it gave: the others count it out at
+// their next list, and the slots it gave stay given), waits a RenewPeriod
+// for their lists to read the mark, and, while a slot it gave is not
+// confirmed by its new owner, lists the ring's Leases every RenewPeriod
+// until it is, LeaveTimeout in all at most; then it deletes the Lease. A
 // Lease that vanishes unmarked counts as live for a lease duration (it may
 // have been deleted by hand under a member still working): so one whose
 // mark could not be written, or that an observer saw vanish without
 // having read the mark, is out a lease duration later instead.
 func (m *Member) leave(log klog.Logger) {
-	m.setRenewed(time.Time{})
-	m.mu.Lock()
-	m.members = nil
-	close(m.changed)
-	m.changed = make(chan struct{})
-	had := m.claims
-	m.claims = Claims{}
-	m.mu.Unlock()
-	if m.cfg.OnClaims != nil && had != (Claims{}) {
-		m.cfg.OnClaims(Claims{})
-		m.observe(ClaimsChanged{Identity: m.cfg.Identity, Before: had})
-	}
-	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
+	given, held := m.quit()
 	// Only a Lease this process holds is marked and deleted: one it never
 	// wrote, or one renewed behind its back, is another process's (of the
 	// same identity), which works under it.
-	if m.wrote.IsZero() && len(m.tried) == 0 {
+	if !held {
 		log.Info("Leaving the ring's Lease in place: this process never held it", "lease", m.leaseName())
 		return
 	}
+	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
 	var del metav1.DeleteOptions
-	switch rv, err := m.markLeaving(); {
+	switch rv, err := m.markLeaving(given); {
 	case errors.Is(err, errForeignWriter):
 		log.Error(err, "Leaving the ring's Lease in place: another process renews it", "lease", m.leaseName())
 		return
@@ -1101,7 +1475,7 @@ func (m *Member) leave(log klog.Logger) {
 	default:
 		// Deleted as marked: not if anyone wrote it since.
 		del.Preconditions = &metav1.Preconditions{ResourceVersion: &rv}
-		<-m.cfg.Clock.After(m.cfg.RenewPeriod)
+		m.waitConfirmed(log, given)
 	}
 	ctx, cancel := m.request(context.Background())
 	defer cancel()
@@ -1111,9 +1485,86 @@ func (m *Member) leave(log klog.Logger) {
 	}
 }
 
-// markLeaving writes AnnotationLeaving on this member's Lease, with no
-// claims, and returns the resourceVersion it wrote.
-func (m *Member) markLeaving() (string, error) {
+// quit drops this member's claims and its lease (its gate admits nothing
+// from here on), and says which slots it gave and whether it ever held
+// its Lease.
+func (m *Member) quit() (given shard.SlotSet, held bool) {
+	m.setRenewed(time.Time{})
+	m.mu.Lock()
+	m.members = nil
+	close(m.changed)
+	m.changed = make(chan struct{})
+	had := m.claims
+	m.claims = Claims{}
+	m.mu.Unlock()
+	if m.cfg.OnClaims != nil && had != (Claims{}) {
+		m.cfg.OnClaims(Claims{})
+		m.observe(ClaimsChanged{Identity: m.cfg.Identity, Before: had})
+	}
+	if keepGiven {
+		given = had.Given
+	}
+	return given, !m.wrote.IsZero() || len(m.tried) > 0
+}
+
+// leaveWait bounds what a clean leave waits after its mark, in renew
+// periods: for the others to read it, and for the new owners of the slots
+// it gave to confirm them (a new owner reads the gift, claims the slot at
+// its next renewal, confirms it at the list after, and writes it confirmed
+// at the renewal after that).
+const leaveWait = 3
+
+// LeaveTimeout bounds a clean leave at renew period renew, from Run's
+// context's end to its return: the mark (a GET and an UPDATE, within a
+// renew period), the wait (leaveWait renew periods, the lists included),
+// the delete (within one).
+func LeaveTimeout(renew time.Duration) time.Duration { return (leaveWait + 2) * renew }
+
+// waitConfirmed waits a renew period after the mark, then, while a slot of
+// given is not confirmed by the member it was given to (and that member is
+// live), lists the ring's Leases every renew period, leaveWait renew
+// periods in all at most. A slot still not confirmed then is dropped with
+// a log line: its deletions since the sweep are its new owner's alone.
+func (m *Member) waitConfirmed(log klog.Logger, given shard.SlotSet) {
+	end := m.cfg.Clock.Now().Add(leaveWait * m.cfg.RenewPeriod)
+	for {
+		left := end.Sub(m.cfg.Clock.Now())
+		<-m.cfg.Clock.After(min(m.cfg.RenewPeriod, max(0, left)))
+		if given.Empty() || !m.cfg.Clock.Now().Before(end) {
+			break
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), min(m.cfg.RenewPeriod, end.Sub(m.cfg.Clock.Now())))
+		err := m.look(ctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		given = m.unconfirmed(given)
+	}
+	if !given.Empty() {
+		log.Info("Leaving the ring with slots given to a member that has not confirmed them: no longer naming it; another may take them, and the deletions it kept may be lost",
+			"slots", given, "waited", leaveWait*m.cfg.RenewPeriod)
+	}
+}
+
+// unconfirmed is the slots of given that, by the last list, the member each
+// was given to has not confirmed, and that member is live.
+func (m *Member) unconfirmed(given shard.SlotSet) shard.SlotSet {
+	m.mu.Lock()
+	confirmed := m.peers(m.cfg.Now(), false).confirmed
+	m.mu.Unlock()
+	for _, i := range given.List() {
+		if to, ok := confirmed[m.givenTo[i]]; !ok || to.Has(i) {
+			given = given.Minus(shard.SlotsOf(i))
+		}
+	}
+	return given
+}
+
+// markLeaving writes AnnotationLeaving on this member's Lease, with a
+// renewal (the mark's value is its renewTime), no claims, and the slots it
+// gave, and returns the resourceVersion it wrote.
+func (m *Member) markLeaving(given shard.SlotSet) (string, error) {
 	ctx, cancel := m.request(context.Background())
 	defer cancel()
 	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
@@ -1121,21 +1572,40 @@ func (m *Member) markLeaving() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if r := lease.Spec.RenewTime; r == nil || !r.Time.Equal(m.wrote) && !slices.ContainsFunc(m.tried, r.Time.Equal) {
-		return "", fmt.Errorf("%w: lease %s; not marking it", errForeignWriter, m.leaseName())
-	}
-	if lease.Annotations == nil {
-		lease.Annotations = map[string]string{}
-	}
-	lease.Annotations[AnnotationLeaving] = "true"
-	for _, k := range []string{AnnotationSlots, AnnotationPending, AnnotationGiven} {
-		if _, ok := lease.Annotations[k]; ok {
-			lease.Annotations[k] = ""
-		}
+	stamp, err := m.leavingMark(lease, given)
+	if err != nil {
+		return "", err
 	}
 	marked, err := leases.Update(ctx, lease, metav1.UpdateOptions{})
 	if err != nil {
 		return "", err
 	}
+	m.wrote = stamp.Truncate(time.Microsecond)
 	return marked.ResourceVersion, nil
+}
+
+// leavingMark changes lease, this member's as read, into its leaving mark
+// (markLeaving), unless another process renews it; it returns the mark's
+// renewTime.
+func (m *Member) leavingMark(lease *coordinationv1.Lease, given shard.SlotSet) (time.Time, error) {
+	if r := lease.Spec.RenewTime; r == nil || !r.Time.Equal(m.wrote) && !slices.ContainsFunc(m.tried, r.Time.Equal) {
+		return time.Time{}, fmt.Errorf("%w: lease %s; not marking it", errForeignWriter, m.leaseName())
+	}
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	stamp := m.fence.wallNow()
+	now, id := metav1.NewMicroTime(stamp), m.cfg.Identity
+	lease.Spec.HolderIdentity, lease.Spec.RenewTime = &id, &now
+	lease.Annotations[AnnotationLeaving] = mark(stamp)
+	for _, k := range []string{AnnotationSlots, AnnotationPending, AnnotationGiven} {
+		if _, ok := lease.Annotations[k]; ok {
+			lease.Annotations[k] = ""
+		}
+	}
+	if !given.Empty() {
+		lease.Annotations[AnnotationGiven] = formatGiven(given, &m.givenTo)
+	}
+	m.try(stamp)
+	return stamp, nil
 }

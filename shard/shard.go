@@ -34,6 +34,13 @@ import (
 // members get shares within a few percent of 1/N for N up to tens.
 const Slots = 256
 
+// Scheme names the way objects are divided: the hash (Hash), the number of
+// slots (Slots) and how slots go to members (Assign). Two replicas divide
+// alike only if their Schemes are equal; a change of any of the three must
+// change it (TestTheSchemeNamesTheHashTheSlotsAndTheAssignment holds
+// fingerprints of all three).
+const Scheme = "fnv1a64/256/rendezvous-bounded"
+
 // Hash is the 64-bit FNV-1a hash of an object's UID: the value the server's
 // shardRange(object.metadata.uid, …) compares.
 func Hash(uid string) uint64 {

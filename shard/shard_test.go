@@ -222,3 +222,35 @@ func TestSlotOfAgreesWithTheRanges(t *testing.T) {
 		}
 	}
 }
+
+// The Scheme the ring's Leases carry must change with the hash, the
+// number of slots or the assignment: replicas of two schemes would divide
+// the objects differently, and refuse each other (package ring). So the
+// fingerprints of all three are pinned here, by scheme: a change of any
+// fails this test until Scheme is changed with it.
+func TestTheSchemeNamesTheHashTheSlotsAndTheAssignment(t *testing.T) {
+	fingerprint := func() string {
+		var b strings.Builder
+		for i := range 64 {
+			fmt.Fprintf(&b, "%d,", SlotOf(fmt.Sprintf("uid-%d", i)))
+		}
+		for _, members := range [][]string{{"a"}, {"a", "b"}, {"a", "b", "c"}, {"r1", "r2", "r3", "r4", "r5"}} {
+			a := Assign(members)
+			for _, m := range members {
+				fmt.Fprintf(&b, "%s=%v;", m, a[m])
+			}
+		}
+		return fmt.Sprintf("%d/%#x", Slots, Hash(b.String()))
+	}
+	pinned := map[string]string{
+		"fnv1a64/256/rendezvous-bounded": "256/0xae78b285900f6bbc",
+	}
+	want, ok := pinned[Scheme]
+	if !ok {
+		t.Fatalf("Scheme %q has no pinned fingerprint: pin %q for it", Scheme, fingerprint())
+	}
+	if got := fingerprint(); got != want {
+		t.Fatalf("the hash, the slots or the assignment changed (fingerprint %s, pinned %s for %q): change Scheme, and pin the new fingerprint under it",
+			got, want, Scheme)
+	}
+}

@@ -59,7 +59,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Compress, "compress", 1, "make the watcher's backoff and watchdog this many times quicker (the test suite's short run: 15)")
 	fs.DurationVar(&cfg.Converge, "converge", 30*time.Minute, "how long the controller has to catch up after the faults")
 	fs.DurationVar(&cfg.MaxConvergence, "max-convergence", chaos.DefaultMaxConvergence, "the verdict fails if the controller takes longer than this to catch up after the faults (negative: no bound)")
-	fs.IntVar(&cfg.Replicas, "replicas", 1, "run this many replicas with --sharding, dividing the objects; one is killed at 40% of --duration and another started at 55%")
+	fs.IntVar(&cfg.Replicas, "replicas", 1, "run this many replicas with --sharding, dividing the objects; one is killed at 40% of --duration and another started at 55% (with half again the ring's lease duration and renew period), while others write to the ring's Leases")
 	fs.DurationVar(&cfg.RingLease, "sharding-lease-duration", 0, "with --replicas: the ring's lease duration (default the binary's, 15s)")
 	fs.DurationVar(&cfg.RingRenew, "sharding-renew-period", 0, "with --replicas: the ring's renew period (default the binary's, 2s)")
 	budget := fs.Bool("budget", false, "measure the request budget instead: the watcher's LISTs and WATCHes a minute under each persistent fault alone, then whether it converged")

@@ -110,7 +110,7 @@ func (l *leaving) deletions() int {
 func leaseGone(t *testing.T, ns string) bool {
 	t.Helper()
 	kube := kubernetes.NewForConfigOrDie(testkit.Shared.Get(t).Config())
-	_, err := kube.CoordinationV1().Leases(ns).Get(context.Background(), "rawwatch-leaver", metav1.GetOptions{})
+	_, err := kube.CoordinationV1().Leases(ns).Get(context.Background(), "rawwatch.leaver", metav1.GetOptions{})
 	return apierrors.IsNotFound(err)
 }
 

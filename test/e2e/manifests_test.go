@@ -290,11 +290,10 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment, svc *corev1.Service, 
 	// The kubelet's SIGKILL must not cut the drain or the Lease's release:
 	// the reconciles in flight (sharded: and the deletions heard of, within
 	// app.DefaultDrainTimeout of the SIGTERM), then the leader's Lease
-	// released or the ring's marked leaving and deleted (a GET and an
-	// UPDATE within a renew period, a renew period's wait, a DELETE within
-	// one: three renew periods).
+	// released or the ring's marked leaving and deleted (ring.LeaveTimeout:
+	// the mark, the wait for the slots it gave to be confirmed, the delete).
 	work := max(reconcile.ReconcileTimeout, app.DefaultDrainTimeout)
-	release := max(leader.ReleaseTimeout, 3*ring.DefaultRenewPeriod)
+	release := max(leader.ReleaseTimeout, ring.LeaveTimeout(ring.DefaultRenewPeriod))
 	if g := pod.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second < work+release+5*time.Second {
 		t.Errorf("terminationGracePeriodSeconds %v: the drain (%s) plus the release (%s) and a margin of 5s need %s",
 			g, work, release, work+release+5*time.Second)
