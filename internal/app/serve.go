@@ -248,6 +248,10 @@ func httpServer(h http.Handler, base context.Context, log klog.Logger, l serverL
 		// not answered 200 by net/http before it.
 		DisableGeneralOptionsHandler: true,
 		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: l.maxStreams,
+			// The frame reader keeps a buffer the size of the largest
+			// frame it read for the connection's life: the protocol's
+			// least, so that an idle connection stays small.
+			MaxReadFrameSize: 16 << 10,
 			// A peer that stops reading, or vanishes, is given up on.
 			WriteByteTimeout: l.write, SendPingTimeout: l.idle, PingTimeout: l.readHeader},
 		BaseContext: func(net.Listener) context.Context { return base },

@@ -61,9 +61,10 @@
 //   - So at most 2×(MaxInFlight+MaxWaiting) requests are held for reviews
 //     (136 by default), whatever arrives, each for at most MaxWait plus
 //     ReviewTimeout. What each holds is its header, of bounded weight (no
-//     body): at most 128 KiB of heap and one goroutine (two over HTTP/1.1,
-//     with its connection's), held by internal/app's
-//     TestAJoinerFloodHoldsALanesWorth.
+//     body, no trailers): at most 128 KiB of heap and three goroutines (the
+//     handler's and its connection's two, over HTTP/2 on a connection of
+//     its own; two over HTTP/1.1), held by internal/app's
+//     TestAJoinerFloodHoldsALanesWorth and held_test.go.
 //   - A new token cannot be told from a made-up one before it is reviewed:
 //     while a flood holds the first lane it gets 429, never 401.
 //   - A failed review is not cached; an Authorization header longer than
@@ -279,13 +280,19 @@ func (g *Guard) check(r *http.Request, routed map[string]bool) (status int, user
 	// A request may wait for a review: it must hold little meanwhile. A
 	// server request has no body exactly when its length is known to be 0
 	// (HTTP/2: it ended with its header; its Body is never http.NoBody).
-	if r.ContentLength != 0 {
+	// Trailers count as a body: declared ones are kept in r.Trailer, and
+	// over HTTP/2 they may follow a header that said Content-Length 0.
+	if r.ContentLength != 0 || r.Trailer != nil {
 		return http.StatusRequestEntityTooLarge, nil
 	}
 	if weight(r) > g.opts.MaxHeaderWeight {
 		return http.StatusRequestHeaderFieldsTooLarge, nil
 	}
-	user, status = g.authenticate(r.Context(), token)
+	// One deadline for both reviews (a new token on a path not yet granted
+	// takes two in turn): the request is held at most MaxWait+ReviewTimeout.
+	ctx, cancel := context.WithTimeout(r.Context(), g.opts.MaxWait+g.opts.ReviewTimeout)
+	defer cancel()
+	user, status = g.authenticate(ctx, token)
 	if status != http.StatusOK {
 		return status, nil
 	}
@@ -295,12 +302,12 @@ func (g *Guard) check(r *http.Request, routed map[string]bool) (status int, user
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return http.StatusMethodNotAllowed, user
 	}
-	return g.authorize(r.Context(), user, r.URL.Path), user
+	return g.authorize(ctx, user, r.URL.Path), user
 }
 
-// weight is what r's target and header fields weigh (Options.MaxHeaderWeight).
+// weight is what r's request line and header fields weigh (Options.MaxHeaderWeight).
 func weight(r *http.Request) int {
-	n := len(r.RequestURI) + len(r.Host)
+	n := len(r.Method) + len(r.RequestURI) + len(r.Host)
 	for k, vs := range r.Header {
 		for _, v := range vs {
 			n += len(k) + len(v) + 32
@@ -441,7 +448,7 @@ func (g *Guard) reviewAccess(ctx context.Context, k key, u *authnv1.UserInfo, pa
 // review was made (its answer is in the cache), 429 when no slot came
 // within MaxWait, 503 when the review failed. The review does not end with
 // the caller that started it (the others wait on it); it is bounded by
-// MaxWait and ReviewTimeout.
+// MaxWait and ReviewTimeout, and by ctx's deadline.
 func (g *Guard) once(ctx context.Context, k key, l *lane, review func(context.Context) error) int {
 	g.mu.Lock()
 	if f, ok := g.flights[k]; ok {
@@ -467,13 +474,23 @@ func (g *Guard) once(ctx context.Context, k key, l *lane, review func(context.Co
 		g.mu.Unlock()
 		close(f.done)
 	}()
+	// The review outlives a caller that hangs up (others may wait on it),
+	// not the caller's deadline: a slot within MaxWait, the review within
+	// ReviewTimeout, both within what the request has left.
+	end, bounded := ctx.Deadline()
+	left := func(d time.Duration) time.Duration {
+		if bounded {
+			return min(d, time.Until(end))
+		}
+		return d
+	}
 	ctx = context.WithoutCancel(ctx)
-	if !l.acquire(ctx, g.opts.MaxWait) {
+	if !l.acquire(ctx, left(g.opts.MaxWait)) {
 		f.status = http.StatusTooManyRequests
 		return f.status
 	}
 	defer l.release()
-	ctx, cancel := context.WithTimeout(ctx, g.opts.ReviewTimeout)
+	ctx, cancel := context.WithTimeout(ctx, left(g.opts.ReviewTimeout))
 	defer cancel()
 	if err := review(ctx); err != nil {
 		g.failed(ctx, err)
