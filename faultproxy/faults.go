@@ -101,15 +101,25 @@ func (p *Proxy) frozen() <-chan struct{} {
 }
 
 // Heal ends every lasting fault: failures, delays, dropped events, a
-// refusal, flapping, a freeze, failing or ending WatchLists, too large
-// resourceVersions and garbled frames. (Cuts and injected
-// frames are one-off: there is nothing to end.)
+// refusal, flapping, a freeze, failing, ending or ignored WatchLists (the
+// streams it answered are cut), too large resourceVersions, compacted
+// ones, throttling and garbled frames. (Cuts, stalls and injected frames
+// are one-off: there is nothing to end.)
 func (p *Proxy) Heal() error {
 	p.mu.Lock()
 	p.failure = nil
 	p.delay = map[Kind]time.Duration{}
 	p.drop = map[string]bool{}
+	for s := range p.streams {
+		if s.ignoring {
+			s.cancel()
+			p.count.cut.Add(1)
+		}
+	}
 	p.mu.Unlock()
+	p.Compacted(false)
+	p.Throttle(false)
+	p.IgnoreSendInitialEvents(false)
 	p.FlapCut(false)
 	p.FlapError(false)
 	p.WatchListFail(false)
