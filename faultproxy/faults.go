@@ -81,15 +81,19 @@ func (p *Proxy) WatchListFail(on bool) { p.watchListFail.Store(on) }
 // and hold the server's frames, which go on, in order, when Freeze(false)
 // thaws them; until then only the client giving up, or a cut, ends a stream.
 // LISTs and other requests pass.
-func (p *Proxy) Freeze(on bool) {
+func (p *Proxy) Freeze(on bool) { p.gate(&p.thaw, on) }
+
+// gate opens *c (a fault is on: its waiters wait) or closes it (the fault
+// is over: they go on).
+func (p *Proxy) gate(c *chan struct{}, on bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
-	case on && p.thaw == nil:
-		p.thaw = make(chan struct{})
-	case !on && p.thaw != nil:
-		close(p.thaw)
-		p.thaw = nil
+	case on && *c == nil:
+		*c = make(chan struct{})
+	case !on && *c != nil:
+		close(*c)
+		*c = nil
 	}
 }
 

@@ -126,17 +126,7 @@ func sendsInitialEvents(r *http.Request) bool {
 // answered 200 and then nothing, until the fault ends: then the server has
 // caught up, and the stream goes on from the resourceVersion asked for (the
 // request passed on). A quorum LIST (from "") passes.
-func (p *Proxy) TooLargeRV(on bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	switch {
-	case on && p.caughtUp == nil:
-		p.caughtUp = make(chan struct{})
-	case !on && p.caughtUp != nil:
-		close(p.caughtUp)
-		p.caughtUp = nil
-	}
-}
+func (p *Proxy) TooLargeRV(on bool) { p.gate(&p.caughtUp, on) }
 
 // TooLargeWait is how long kube-apiserver waits for its watch cache to
 // reach a resourceVersion before it answers "Too large resource version".

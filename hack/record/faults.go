@@ -129,19 +129,24 @@ func (r *recorder) currentRV(s *server) (int64, error) {
 }
 
 func (r *recorder) patch(s *server, name, message string) error {
-	req, err := http.NewRequestWithContext(r.ctx, http.MethodPatch, s.api.URL+namespaced+"/"+name,
-		strings.NewReader(fmt.Sprintf(`{"spec":{"message":%q}}`, message)))
+	return r.send(s, http.MethodPatch, s.api.URL+namespaced+"/"+name, "application/merge-patch+json",
+		fmt.Sprintf(`{"spec":{"message":%q}}`, message), http.StatusOK)
+}
+
+// send makes a write and checks its status.
+func (r *recorder) send(s *server, method, u, contentType, body string, want int) error {
+	req, err := http.NewRequestWithContext(r.ctx, method, u, strings.NewReader(body))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/merge-patch+json")
+	req.Header.Set("Content-Type", contentType)
 	resp, err := s.http.Do(req)
 	if err != nil {
 		return err
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("PATCH %s: %s", name, resp.Status)
+	if resp.StatusCode != want {
+		return fmt.Errorf("%s %s: %s", method, u, resp.Status)
 	}
 	return nil
 }
@@ -371,18 +376,8 @@ var throttledPaths = []string{"/apis/flowcontrol.apiserver.k8s.io/v1/prioritylev
 // answers a flow it sheds).
 func (r *recorder) throttled(cp *controlplane.ControlPlane, cached *server) error {
 	for i, obj := range throttledObjects {
-		req, err := http.NewRequestWithContext(r.ctx, http.MethodPost, cached.api.URL+throttledPaths[i], strings.NewReader(obj))
-		if err != nil {
+		if err := r.send(cached, http.MethodPost, cached.api.URL+throttledPaths[i], "application/json", obj, http.StatusCreated); err != nil {
 			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := cached.http.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusCreated {
-			return fmt.Errorf("POST %s: %s", throttledPaths[i], resp.Status)
 		}
 	}
 	as := http.Header{"Impersonate-User": {throttledUser}}
