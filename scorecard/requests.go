@@ -67,7 +67,9 @@ func countRequests(m *Measure, reqs []request, from, to time.Time) {
 
 // pace sorts the requests begun in [from, to] (reqs by start) into retries
 // and chained requests. A request sent while another was in flight, or
-// after one that succeeded, is chained. One sent after one that failed
+// after one that succeeded, is chained; so is one of another sort sent at
+// once after one that failed (within FallbackGap: a LIST after a WatchList
+// that failed, a relist after a 410). Any other sent after one that failed
 // (the last to end before it began) is a retry, and waited from that end
 // to its start: as asked, if at least the Retry-After its failure carried;
 // else its wait is judged (waits, shortest first).
@@ -80,6 +82,8 @@ func pace(reqs []request, from, to time.Time) (waits []time.Duration, asAsked, c
 			switch {
 			case last == nil || last.End == 0 || last.End > q.At || !last.Failed:
 				chained++ // the first, one beside another in flight, or after a success
+			case q.Sort != last.Sort && time.Duration(q.At-last.End) < FallbackGap:
+				chained++ // the next step after a failure, not the same request again
 			default:
 				w := time.Duration(q.At - last.End)
 				if last.RetryAfter > 0 && w >= time.Duration(last.RetryAfter)*time.Second-100*time.Millisecond {

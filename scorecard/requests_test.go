@@ -38,24 +38,30 @@ func ms(n int64) int64 { return n * int64(time.Millisecond) }
 
 // A request after one that failed is a retry, and waited from that failure
 // to its start, unless it waited the Retry-After asked; one after a success
-// or beside a request in flight is chained. Requests before the window are
-// not counted, but a failure just before it makes the first in it a retry.
+// or beside a request in flight is chained, and so is one of another sort
+// at once after a failure (a LIST after a WatchList that failed). Requests
+// before the window are not counted, but a failure just before it makes
+// the first in it a retry.
 func TestPaceTellsRetriesFromChainedRequests(t *testing.T) {
 	reqs := []request{
-		{ID: 1, At: ms(0), End: ms(100)},                                 // before the window: a WATCH that ends...
-		{ID: 2, At: ms(50), End: ms(900), Failed: true},                  // ...beside a WATCH that fails, before the window too
-		{ID: 3, At: ms(1500), End: ms(1600), Failed: true},               // a retry, 600 ms after 2 ended
-		{ID: 4, At: ms(2600), End: ms(2700), Status: 429, RetryAfter: 1}, // a retry, 1 s after 3
-		{ID: 5, At: ms(3700), End: ms(3800)},                             // waited the second 4 asked: as asked
-		{ID: 6, At: ms(3810)},                                            // after a success: chained (still open)
-		{ID: 7, At: ms(5000), End: ms(5100)},                             // beside 6, open: chained
+		{ID: 1, At: ms(0), End: ms(100), Sort: sortWatch},                                 // before the window: a WATCH that ends...
+		{ID: 2, At: ms(50), End: ms(900), Sort: sortWatch, Failed: true},                  // ...beside a WATCH that fails, before the window too
+		{ID: 3, At: ms(1500), End: ms(1600), Sort: sortWatch, Failed: true},               // a retry, 600 ms after 2 ended
+		{ID: 4, At: ms(2600), End: ms(2700), Sort: sortWatch, Status: 429, RetryAfter: 1}, // a retry, 1 s after 3
+		{ID: 5, At: ms(3700), End: ms(3800), Sort: sortWatch},                             // waited the second 4 asked: as asked
+		{ID: 6, At: ms(3810), End: ms(4000), Sort: sortWatchList, Failed: true},           // after a success: chained; it fails...
+		{ID: 7, At: ms(4001), End: ms(4100), Sort: sortList},                              // ...and the LIST at once: chained
+		{ID: 8, At: ms(4200), End: ms(4300), Sort: sortWatch, Failed: true},               // after a success: chained
+		{ID: 9, At: ms(4301), End: ms(4400), Sort: sortWatch},                             // the same sort at once after a failure: a retry
+		{ID: 10, At: ms(4500), Sort: sortWatch},                                           // after a success: chained, and still open
+		{ID: 11, At: ms(5000), End: ms(5100), Sort: sortList},                             // beside 10: chained
 	}
 	for i := range reqs {
 		reqs[i].Failed = reqs[i].Failed || reqs[i].Status >= 400
 	}
 	waits, asAsked, chained := pace(reqs, time.Unix(0, ms(1000)), time.Unix(0, ms(6000)))
-	if !slices.Equal(waits, []time.Duration{600 * time.Millisecond, time.Second}) || asAsked != 1 || chained != 2 {
-		t.Errorf("waits %v, %d as asked, %d chained; want [600ms 1s], 1, 2", waits, asAsked, chained)
+	if !slices.Equal(waits, []time.Duration{time.Millisecond, 600 * time.Millisecond, time.Second}) || asAsked != 1 || chained != 5 {
+		t.Errorf("waits %v, %d as asked, %d chained; want [1ms 600ms 1s], 1, 5", waits, asAsked, chained)
 	}
 }
 

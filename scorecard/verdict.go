@@ -20,7 +20,9 @@ var Verdicts = []string{Crashed, LostData, Stormed, Stalled, Held}
 
 // The envelope a client's requests are held to, from the fault's start to
 // the end of its recovery (docs/scorecard.md repeats it). A retry is a
-// request sent after one that failed; its wait is the time between the two.
+// request sent after one that failed (but one of another sort sent at once,
+// within FallbackGap: the next step, a LIST after a WatchList that failed);
+// its wait is the time between the two.
 // Any backoff that doubles its wait at least every other retry from 0.4 s,
 // up to 10 s or more, stays inside, whatever its jitter (client-go's
 // reflector and the raw watcher wait 0.8 to 1.6 s, doubling every retry, up
@@ -35,6 +37,9 @@ const (
 	EnvelopeBase       = 400 * time.Millisecond
 	RetriesPerDoubling = 2
 	EnvelopeCap        = 10 * time.Second
+	// FallbackGap: a request of another sort than the one that failed, sent
+	// sooner than this after it, is its next step, not a retry.
+	FallbackGap = 250 * time.Millisecond
 	// A retry that waited at least the Retry-After its failure asked for is
 	// as asked, inside the envelope whatever its wait.
 	//
