@@ -63,9 +63,11 @@ func MaybeClientMain() {
 // request is one request the client sent: when it began and ended (unix
 // ns; End 0: still open), of which sort, how the server answered (Status:
 // 0 if no answer came) and whether it failed: an error status, no answer,
-// a body cut before its end, an ERROR event in a stream (a body the client
-// closes, or cancels, itself has not failed). A request's next one is a
-// retry if it failed, else a chain (a LIST's WATCH).
+// a body cut before its end, an ERROR event in a stream, a stream the
+// client gave up before the server ended it (a frame it could not read,
+// its watchdog; a LIST's body it closes after the last item has not
+// failed). A request's next one is a retry if it failed, else a chain (a
+// LIST's WATCH).
 type request struct {
 	ID         int64 `json:"id"`
 	At         int64 `json:"at"`
@@ -177,17 +179,19 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 		b.q.Failed = true
 	}
 	if err != nil {
-		b.end(!errors.Is(err, io.EOF) && !errors.Is(err, context.Canceled))
+		b.end(!errors.Is(err, io.EOF) && (b.stream() || !errors.Is(err, context.Canceled)))
 	}
 	return n, err
 }
 
-// Close: the client is done with the body (a LIST read to its last item,
-// a stream given up).
+// Close: the client is done with the body: a LIST read to its last item,
+// or a stream given up before its end.
 func (b *trackedBody) Close() error {
-	b.end(false)
+	b.end(b.stream())
 	return b.ReadCloser.Close()
 }
+
+func (b *trackedBody) stream() bool { return b.q.Sort == sortWatch || b.q.Sort == sortWatchList }
 
 func (b *trackedBody) end(failed bool) {
 	b.once.Do(func() {

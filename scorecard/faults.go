@@ -44,8 +44,8 @@ type Fault struct {
 	// (freeze must outlast a watchdog).
 	Duration time.Duration
 	// Together: the clients meet the fault side by side, each with its own
-	// proxy and namespace, instead of one after the other (a fault where
-	// no client sends anything, so that none disturbs another).
+	// proxy and namespace, instead of one after the other (a fault under
+	// which no client sends requests, so that none disturbs another).
 	Together bool
 }
 
@@ -150,7 +150,7 @@ var Faults = []Fault{
 			"A LIST-based client syncs (a LIST is no watch) and then flaps like any watching one; a WatchList client cannot sync at all, its initial events cut after the first, and asks again.",
 		Upstream: []string{"https://github.com/kubernetes/kubernetes/issues/140890"},
 		start:    proxyFault(func(p *faultproxy.Proxy) { p.FlapCut(true) })},
-	{Name: "slow-consumer", What: "every call of the client's event handler blocks for 500 ms (the proxy passes everything)",
+	{Name: "slow-consumer", Together: true, What: "every call of the client's event handler blocks for 500 ms (the proxy passes everything)",
 		Story: "A handler that does its work inline instead of queueing a key: a synchronous call to a slow webhook, a lock held by a long reconcile, a log write to a blocked pipe. " +
 			"Events arrive faster than it returns. Where the backlog waits is the client's design: client-go's informer keeps its store current and buffers every notification for the handler, without bound " +
 			"(processorListener's pendingNotifications); this project's watcher calls the handler on the loop that reads the stream, " +

@@ -29,8 +29,8 @@ a test holds the page to it).
 The clients are the consumers of the comparison harness (` + "`compare.NewConsumer`" + `) that keep a cache: ` + "`raw`" + ` (this
 project's watcher, store and queue: a paginated LIST, then WATCH), ` + "`raw-watchlist`" + ` (the same with WatchList),
 ` + "`informer`" + ` (client-go's SharedIndexInformer and workqueue at client-go's defaults: WatchList on), ` + "`informer-list`" + `
-(the same with client-go's WatchListClient gate off), ` + "`informer-stripped`" + ` (the informer dropping managedFields) and
-` + "`controller-runtime`" + ` (a manager's cache and a controller at its defaults).
+(the same with client-go's WatchListClient gate off) and ` + "`controller-runtime`" + ` (a manager's cache and a controller at its
+defaults); ` + "`informer-stripped`" + ` (the informer dropping managedFields: the same requests) runs when asked for.
 
 ` + "```" + `
 make scorecard                                      # every fault, every client; out/scorecard, and this page
@@ -204,7 +204,7 @@ func togetherFaults(r *Report) string {
 	if len(names) == 0 {
 		return "each client runs alone"
 	}
-	return "each client runs alone, but in " + strings.Join(names, ", ") + " (where no client sends anything for long) the clients meet the fault side by side, each through its own proxy"
+	return "each client runs alone, but in " + strings.Join(names, ", ") + " (where no client sends requests for the fault) the clients meet the fault side by side, each through its own proxy"
 }
 
 func commit(r *Report) string {
