@@ -57,8 +57,9 @@ func (r *Report) Markdown(svg string) string {
 		"%s.\n\n"+
 		"Every request the client sends is counted on its own transport (a refused connection counts) from the fault's start to the end of its "+
 		"recovery: LISTs, further pages, WATCHes in any spelling, WatchLists, GETs and discovery. A request sent after one that failed (an error "+
-		"status, no answer, a stream cut or given up, an ERROR event) is a retry, and waited from that failure to its start; any other is chained.\n",
-		r.Duration, longFaults(r), r.Recover, togetherFaults(r))
+		"status, no answer, a stream cut or given up, an ERROR event) is a retry, and waited from that failure to its start, unless it is of "+
+		"another sort and sent within %v (the next step: a LIST after a WatchList that failed, a relist after a 410); any other is chained.\n",
+		r.Duration, longFaults(r), r.Recover, togetherFaults(r), FallbackGap)
 
 	fmt.Fprintf(&b, "\n## The verdicts\n\nWorst first:\n\n"+
 		"- **crashed**: the client's process ended on its own.\n"+

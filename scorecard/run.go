@@ -37,6 +37,9 @@ type Options struct {
 	// OutDir receives each run's client log, events and requests
 	// (OutDir/FAULT/KIND/).
 	OutDir string
+	// Together runs every fault's clients side by side, as a Together
+	// fault's are (tests of clients that send few requests use it).
+	Together bool
 	// Binary is run as the client process (default: this executable, which
 	// must call MaybeClientMain first thing).
 	Binary string
@@ -169,7 +172,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				}
 				rows[i] = row
 			}
-			if f.Together {
+			if f.Together || o.Together {
 				wg.Go(one)
 			} else {
 				one()
