@@ -167,17 +167,31 @@ type fixedRetry struct {
 	h     *handler
 	every time.Duration
 	burst int
+	kept
+}
 
+// kept is a broken client's store (key → resourceVersion), and what else
+// a client has: no queue, nothing to close.
+type kept struct {
 	mu    sync.Mutex
 	store map[string]string
 }
+
+func (k *kept) Dump() map[string]string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return maps.Clone(k.store)
+}
+
+func (k *kept) Queued() int  { return 0 }
+func (k *kept) Close() error { return nil }
 
 func newFixedRetry(cfg *rest.Config, ns string, h *handler, every time.Duration, burst int) (consumer, error) {
 	c, err := client.New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &fixedRetry{c: c, ns: ns, h: h, every: every, burst: burst, store: map[string]string{}}, nil
+	return &fixedRetry{c: c, ns: ns, h: h, every: every, burst: burst, kept: kept{store: map[string]string{}}}, nil
 }
 
 func (f *fixedRetry) Run(ctx context.Context, synced chan<- struct{}) {
@@ -258,15 +272,6 @@ func (f *fixedRetry) replace(items []v1alpha1.MyResource) {
 	}
 }
 
-func (f *fixedRetry) Dump() map[string]string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return maps.Clone(f.store)
-}
-
-func (f *fixedRetry) Queued() int  { return 0 }
-func (f *fixedRetry) Close() error { return nil }
-
 func pause(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -284,9 +289,7 @@ type stuck struct {
 	c  *client.Client
 	ns string
 	h  *handler
-
-	mu    sync.Mutex
-	store map[string]string
+	kept
 }
 
 func newStuck(cfg *rest.Config, ns string, h *handler) (consumer, error) {
@@ -331,12 +334,3 @@ func (s *stuck) Run(ctx context.Context, synced chan<- struct{}) {
 		pause(ctx, time.Second)
 	}
 }
-
-func (s *stuck) Dump() map[string]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return maps.Clone(s.store)
-}
-
-func (s *stuck) Queued() int  { return 0 }
-func (s *stuck) Close() error { return nil }
