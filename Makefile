@@ -78,7 +78,7 @@ SCORECARD_DURATION ?= 20s
 SCORECARD_ARGS     ?=
 
 scorecard: tools ## the fault scorecard: every named fault against each client (raw, raw-watchlist, informer, ...), SCORECARD_DURATION (20s) each, freeze 3m; out/scorecard, and docs/scorecard.md from the run (its time is on the page)
-	$(GO) build -o bin/scorecard ./cmd/scorecard
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/scorecard ./cmd/scorecard
 	bin/scorecard --duration $(SCORECARD_DURATION) --out out/scorecard $(SCORECARD_ARGS)
 	$(if $(SCORECARD_ARGS),,bin/scorecard --from out/scorecard/scorecard.json --out docs)
 

@@ -89,9 +89,16 @@ func run(duration, recover time.Duration, faults, clients, out, from string) err
 	return nil
 }
 
-// commit is the revision this binary was built from (go build stamps it),
-// "+" if the tree had changes.
+// version is what make stamps into the binary (git describe: the commit,
+// "-dirty" if the tree had changes).
+var version = ""
+
+// commit is the revision this binary was built from: make's stamp, or go
+// build's ("+" if the tree had changes).
 func commit() string {
+	if version != "" {
+		return version
+	}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
 		return ""
