@@ -81,15 +81,19 @@ func (p *Proxy) WatchListFail(on bool) { p.watchListFail.Store(on) }
 // and hold the server's frames, which go on, in order, when Freeze(false)
 // thaws them; until then only the client giving up, or a cut, ends a stream.
 // LISTs and other requests pass.
-func (p *Proxy) Freeze(on bool) {
+func (p *Proxy) Freeze(on bool) { p.gate(&p.thaw, on) }
+
+// gate opens *c (a fault is on: its waiters wait) or closes it (the fault
+// is over: they go on).
+func (p *Proxy) gate(c *chan struct{}, on bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
-	case on && p.thaw == nil:
-		p.thaw = make(chan struct{})
-	case !on && p.thaw != nil:
-		close(p.thaw)
-		p.thaw = nil
+	case on && *c == nil:
+		*c = make(chan struct{})
+	case !on && *c != nil:
+		close(*c)
+		*c = nil
 	}
 }
 
@@ -101,15 +105,25 @@ func (p *Proxy) frozen() <-chan struct{} {
 }
 
 // Heal ends every lasting fault: failures, delays, dropped events, a
-// refusal, flapping, a freeze, failing or ending WatchLists, too large
-// resourceVersions and garbled frames. (Cuts and injected
-// frames are one-off: there is nothing to end.)
+// refusal, flapping, a freeze, failing, ending or ignored WatchLists (the
+// streams it answered are cut), too large resourceVersions, compacted
+// ones, throttling and garbled frames. (Cuts, stalls and injected frames
+// are one-off: there is nothing to end.)
 func (p *Proxy) Heal() error {
 	p.mu.Lock()
 	p.failure = nil
 	p.delay = map[Kind]time.Duration{}
 	p.drop = map[string]bool{}
+	for s := range p.streams {
+		if s.ignoring {
+			s.cancel()
+			p.count.cut.Add(1)
+		}
+	}
 	p.mu.Unlock()
+	p.Compacted(false)
+	p.Throttle(false)
+	p.IgnoreSendInitialEvents(false)
 	p.FlapCut(false)
 	p.FlapError(false)
 	p.WatchListFail(false)

@@ -27,10 +27,14 @@
 //	  after one initial event                     events (too big, too slow, restarting)
 //	every WatchList ends, no     WatchListEnd     an aggregated server that ignores
 //	  bookmark, after one event                   sendInitialEvents
-//	504 "Too large resource      TooLargeRV       an apiserver whose watch cache is behind
-//	  version" from any RV                        the client (HA, after a restore)
 //	every event frame cut in     Garble           a middlebox mangling a long-lived stream
 //	  half
+//	streams open now silent for  StallWatches     a stuck intermediary that lost them
+//	  good
+//
+// and the faults kube-apiserver makes, each held to a recording of what it
+// answered in that situation (recorded.go): Compacted, TooLargeRV, Throttle,
+// IgnoreSendInitialEvents.
 //
 // Faults happen on demand (call the methods; Handler exposes them over HTTP
 // for a demo) or on a schedule (Every). Counts says what the proxy saw and
@@ -86,10 +90,14 @@ type Proxy struct {
 	drop     map[string]bool
 	// thaw is open while the proxy is frozen; Freeze(false) closes it.
 	thaw chan struct{}
+	// caughtUp is open while TooLargeRV is on; TooLargeRV(false) closes it.
+	caughtUp chan struct{}
 
 	flapCut, flapError, watchListFail atomic.Bool
-	// watchListEnd, tooLargeRV, garble: the persistent faults of more.go.
-	watchListEnd, tooLargeRV, garble atomic.Bool
+	// watchListEnd, garble: the persistent faults of more.go.
+	watchListEnd, garble atomic.Bool
+	// The faults as kube-apiserver answers them (recorded.go).
+	compacted, throttled, ignoreInitialEvents atomic.Bool
 
 	meter *Meter
 
@@ -148,6 +156,8 @@ type Counts struct {
 	// UpstreamGone counts the 410s the server itself sent: HTTP 410 responses
 	// and ERROR events with code 410 (etcd compacted the history we asked for).
 	UpstreamGone int64
+	// Stalled counts the streams StallWatches silenced.
+	Stalled int64
 }
 
 // Total is the number of requests that reached the proxy.
@@ -156,7 +166,7 @@ func (c Counts) Total() int64 { return c.Lists + c.Watches + c.Others }
 type counters struct {
 	lists, watches, others, failed, refused atomic.Int64
 	cut, expired, injected, dropped, frames atomic.Int64
-	errorEvents, upstreamGone               atomic.Int64
+	errorEvents, upstreamGone, stalled      atomic.Int64
 }
 
 // New starts a proxy in front of upstream (an https URL), presenting cert and
@@ -249,20 +259,27 @@ func (p *Proxy) handle(w http.ResponseWriter, r *http.Request) {
 	if !p.wait(r.Context(), kind) {
 		return
 	}
+	if p.throttleAnswer(w) {
+		return
+	}
 	if f, ok := p.takeFailure(r, kind); ok {
 		p.count.failed.Add(1)
 		f.write(w)
 		return
 	}
-	if p.tooLarge(r.Context(), w, r, kind) {
+	if p.compactedAnswer(w, r, kind) {
 		return
 	}
+	ignoring := p.ignoringInitialEvents(r)
 	if kind != Watch {
-		p.rp.ServeHTTP(w, r)
+		if answered, _ := p.tooLarge(r.Context(), w, r, kind); !answered {
+			p.rp.ServeHTTP(w, r)
+		}
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
-	s := newStream(ctx, cancel, r.URL.Query().Get("sendInitialEvents") == "true")
+	s := newStream(ctx, cancel, sendsInitialEvents(r))
+	s.ignoring = ignoring
 	p.mu.Lock()
 	p.streams[s] = struct{}{}
 	p.mu.Unlock()
@@ -272,6 +289,13 @@ func (p *Proxy) handle(w http.ResponseWriter, r *http.Request) {
 		p.mu.Unlock()
 		cancel()
 	}()
+	answered, held := p.tooLarge(ctx, w, r, kind)
+	if answered {
+		return
+	}
+	if held {
+		w = headersSent{w}
+	}
 	// modifyResponse finds the stream in the context and frames the body.
 	// When ctx is cancelled the copy of the upstream body fails and the
 	// reverse proxy aborts the response: the client sees its stream cut.
@@ -364,7 +388,7 @@ func (p *Proxy) Counts() Counts {
 		Lists: c.lists.Load(), Watches: c.watches.Load(), Others: c.others.Load(),
 		Failed: c.failed.Load(), Refused: c.refused.Load(),
 		Cut: c.cut.Load(), Expired: c.expired.Load(), ErrorEvents: c.errorEvents.Load(), Injected: c.injected.Load(),
-		Dropped: c.dropped.Load(), Frames: c.frames.Load(), UpstreamGone: c.upstreamGone.Load(),
+		Dropped: c.dropped.Load(), Frames: c.frames.Load(), UpstreamGone: c.upstreamGone.Load(), Stalled: c.stalled.Load(),
 		OpenWatches: p.OpenWatches(),
 	}
 }

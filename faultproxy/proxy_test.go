@@ -29,6 +29,8 @@ type upstream struct {
 	listStatus atomic.Int32
 	// watching is the number of WATCHes the server is serving.
 	watching atomic.Int32
+	// lastQuery is the query of the last request it served.
+	lastQuery atomic.Value
 }
 
 const listPath = "/apis/example.com/v1alpha1/namespaces/ns/myresources"
@@ -37,6 +39,7 @@ func newUpstream(t *testing.T) (*upstream, *Proxy, *http.Client) {
 	t.Helper()
 	u := &upstream{frames: make(chan string)}
 	u.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.lastQuery.Store(r.URL.RawQuery)
 		switch KindOf(r) {
 		case Watch:
 			u.watching.Add(1)

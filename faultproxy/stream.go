@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -22,6 +23,11 @@ type stream struct {
 	// initialEvents: a WatchList (sendInitialEvents=true), whose first
 	// frames are the initial state, up to the initial-events-end bookmark.
 	initialEvents bool
+	// ignoring: a WatchList passed on as a plain WATCH
+	// (IgnoreSendInitialEvents); Heal cuts it.
+	ignoring bool
+	// stalled: nothing more passes, not even the end (StallWatches).
+	stalled atomic.Bool
 }
 
 type injection struct {
@@ -90,6 +96,10 @@ func (b *framedBody) pump() {
 
 func (b *framedBody) Read(out []byte) (int, error) {
 	for len(b.pending) == 0 {
+		if b.s.stalled.Load() { // nothing passes, not even the end
+			<-b.s.ctx.Done()
+			return 0, b.s.ctx.Err()
+		}
 		switch {
 		case b.ending:
 			return 0, io.EOF
@@ -106,11 +116,17 @@ func (b *framedBody) Read(out []byte) (int, error) {
 		}
 		select {
 		case inj := <-b.s.inject:
+			if b.s.stalled.Load() {
+				continue
+			}
 			if err := b.thawed(); err != nil {
 				return 0, err
 			}
 			b.pending, b.ending = inj.frame, inj.end
 		case line, ok := <-b.lines:
+			if b.s.stalled.Load() {
+				continue
+			}
 			if !ok {
 				if err := b.s.ctx.Err(); err != nil {
 					// Cut: the upstream body may end cleanly or not, but

@@ -13,9 +13,9 @@
 #   make demo-flap-error         every watch ended by a 500 ERROR event after its first event
 #   make demo-freeze             watch streams open and silent
 #   make demo-watchlist-end      WatchLists end before their initial-events-end bookmark
-#   make demo-watch-410          every WATCH from a resourceVersion answered 410 Gone
-#   make demo-too-large-rv       "Too large resource version" for every request from a resourceVersion
-#   make demo-429                every request answered 429, Retry-After 5 s
+#   make demo-watch-410          every WATCH from a resourceVersion answered 410, as after a compaction
+#   make demo-too-large-rv       a WATCH from a resourceVersion silent, a LIST from one 504 "Too large resource version"
+#   make demo-429                every request answered 429 by API Priority and Fairness, Retry-After 1 s
 #   make demo-500                every request answered 500
 #   make demo-garble             every event frame cut in half
 #   make demo-apiserver-restart  the apiserver killed and started again
@@ -224,21 +224,21 @@ demo_watchlist_end() {
 }
 
 demo_watch_410() {
-	say "Every WATCH from a resourceVersion answered 410 Gone, for 15 s"
-	explain "Compaction racing the client: every resume is too old. The watcher relists (LIST), tries to watch, gets 410 again, and backs off between rounds instead of relisting in a loop."
-	lasting watch-410 15 'fail?code=410&kinds=watch&from-rv=true' cut
+	say "Every WATCH from a resourceVersion answered 410 as after a compaction, for 15 s"
+	explain "Compaction racing the client: every resume is too old, and kube-apiserver says so as it does, with an ERROR event in a 200 stream. The watcher relists (LIST), tries to watch, gets 410 again, and backs off between rounds instead of relisting in a loop."
+	lasting watch-410 15 compacted cut
 }
 
 demo_too_large_rv() {
-	say "Every LIST and WATCH from a resourceVersion answered \"Too large resource version\", for 15 s"
-	explain "An apiserver whose watch cache is behind the client's resourceVersion (kubernetes/kubernetes#107133): it waits 3 s, then answers 504 with the ResourceVersionTooLarge cause. The watcher backs off; a LIST without a resourceVersion still works."
+	say "An apiserver behind the client's resourceVersion, for 15 s"
+	explain "An apiserver whose watch cache is behind the client's resourceVersion (kubernetes/kubernetes#107133), as kube-apiserver answers: a WATCH from it is established and sends nothing until the cache catches up; a LIST from it waits 3 s, then 504 with the ResourceVersionTooLarge cause. The watcher waits on its silent stream; when the fault ends the stream goes on and the change arrives."
 	lasting too-large-rv 15 too-large-rv cut
 }
 
 demo_429() {
-	say "Every request answered 429 Too Many Requests, Retry-After 5 s, for 15 s"
-	explain "API Priority and Fairness shedding load. The watcher waits at least as long as it is told before each try."
-	lasting 429 15 'fail?code=429&retry-after=5s&kinds=list,watch' cut
+	say "Every request answered 429 Too Many Requests by API Priority and Fairness, Retry-After 1 s, for 15 s"
+	explain "API Priority and Fairness shedding load, as kube-apiserver answers: a plain-text 429, Retry-After 1. The watcher waits at least as long as it is told before each try, and backs off on top."
+	lasting 429 15 throttle cut
 }
 
 demo_500() {

@@ -2,6 +2,7 @@ package scorecard
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,14 +12,18 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"rawwatch/api/v1alpha1"
 	"rawwatch/compare"
 )
 
@@ -55,42 +60,145 @@ func MaybeClientMain() {
 	os.Exit(0)
 }
 
-// request is one request the client sent: when, and of which sort.
+// request is one request the client sent: when it began and ended (unix
+// ns; End 0: still open), of which sort, how the server answered (Status:
+// 0 if no answer came) and whether it failed: an error status, no answer,
+// a body cut before its end, an ERROR event in a stream, a stream the
+// client gave up before the server ended it (a frame it could not read,
+// its watchdog; a LIST's body it closes after the last item has not
+// failed). A request's next one is a retry if it failed, else a chain (a
+// LIST's WATCH).
 type request struct {
-	At   int64 `json:"at"` // unix ns
-	Sort byte  `json:"sort"`
+	ID         int64 `json:"id"`
+	At         int64 `json:"at"`
+	End        int64 `json:"end,omitempty"`
+	Sort       byte  `json:"sort"`
+	Status     int   `json:"status,omitempty"`
+	RetryAfter int   `json:"retryAfter,omitempty"` // seconds, from the Retry-After header
+	Failed     bool  `json:"failed,omitempty"`
 }
 
-// Request sorts.
+// Request sorts: every request the client sends counts.
 const (
 	sortList      = 'L' // a LIST's first page (a one-item probe too)
 	sortPage      = 'P' // a LIST's further page
-	sortWatch     = 'W'
+	sortWatch     = 'W' // a WATCH, spelt watch=true, watch=1 or /watch/ in the path
 	sortWatchList = 'S' // a WATCH with sendInitialEvents
+	sortOther     = 'O' // a GET of one object, discovery, a write
 )
 
-func sortOf(r *http.Request) (byte, bool) {
-	if r.Method != http.MethodGet {
-		return 0, false
-	}
+func sortOf(r *http.Request) byte {
 	q := r.URL.Query()
+	path := strings.TrimSuffix(r.URL.Path, "/")
+	watch := q.Get("watch") == "true" || q.Get("watch") == "1" || strings.Contains(path, "/watch/")
 	switch {
-	case q.Get("watch") == "true" && q.Get("sendInitialEvents") == "true":
-		return sortWatchList, true
-	case q.Get("watch") == "true":
-		return sortWatch, true
+	case r.Method != http.MethodGet:
+		return sortOther
+	case watch && q.Get("sendInitialEvents") == "true":
+		return sortWatchList
+	case watch:
+		return sortWatch
+	case !strings.HasSuffix(path, "/"+v1alpha1.Resource):
+		return sortOther
 	case q.Get("continue") != "":
-		return sortPage, true
-	case strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/myresources"):
-		return sortList, true
+		return sortPage
 	}
-	return 0, false
+	return sortList
 }
 
-// clientResult is what a client process writes when told to stop.
-type clientResult struct {
-	Requests []request `json:"requests"`
-	Samples  []sample  `json:"samples"`
+// requestLog writes every request the client sends to a file as it
+// begins and again as it ends (JSON lines, one per record; the reader
+// keeps the last record of each ID), so that a client that crashes leaves
+// what it did behind.
+type requestLog struct {
+	mu   sync.Mutex
+	next int64
+	w    *bufio.Writer
+	f    *os.File
+}
+
+func newRequestLog(path string) (*requestLog, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	return &requestLog{f: f, w: bufio.NewWriter(f)}, nil
+}
+
+func (l *requestLog) write(q request) {
+	b, _ := json.Marshal(q)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.w.Write(append(b, '\n'))
+}
+
+func (l *requestLog) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.w.Flush()
+}
+
+func (l *requestLog) close() error {
+	l.flush()
+	return l.f.Close()
+}
+
+// roundTrip records r and its answer.
+func (l *requestLog) roundTrip(rt http.RoundTripper, r *http.Request) (*http.Response, error) {
+	l.mu.Lock()
+	l.next++
+	q := request{ID: l.next, At: time.Now().UnixNano(), Sort: sortOf(r)}
+	l.mu.Unlock()
+	l.write(q)
+	resp, err := rt.RoundTrip(r)
+	if err != nil {
+		q.End, q.Failed = time.Now().UnixNano(), true
+		l.write(q)
+		return resp, err
+	}
+	q.Status = resp.StatusCode
+	q.RetryAfter, _ = strconv.Atoi(resp.Header.Get("Retry-After"))
+	q.Failed = resp.StatusCode >= 400
+	resp.Body = &trackedBody{ReadCloser: resp.Body, q: q, log: l}
+	return resp, nil
+}
+
+// trackedBody records when its request ended and whether it failed.
+type trackedBody struct {
+	io.ReadCloser
+	q    request
+	log  *requestLog
+	once sync.Once
+}
+
+var errorFrame = []byte(`"type":"ERROR"`)
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if bytes.Contains(p[:n], errorFrame) {
+		b.q.Failed = true
+	}
+	if err != nil {
+		b.end(!errors.Is(err, io.EOF) && (b.stream() || !errors.Is(err, context.Canceled)))
+	}
+	return n, err
+}
+
+// Close: the client is done with the body: a LIST read to its last item,
+// or a stream given up before its end.
+func (b *trackedBody) Close() error {
+	b.end(b.stream())
+	return b.ReadCloser.Close()
+}
+
+func (b *trackedBody) stream() bool { return b.q.Sort == sortWatch || b.q.Sort == sortWatchList }
+
+func (b *trackedBody) end(failed bool) {
+	b.once.Do(func() {
+		b.q.End = time.Now().UnixNano()
+		b.q.Failed = b.q.Failed || failed
+		b.log.write(b.q)
+	})
 }
 
 // sample is one reading of the client process, every sampleEvery: its heap
@@ -104,22 +212,54 @@ type sample struct {
 const sampleEvery = 250 * time.Millisecond
 
 // handler is what the client adds to its consumer's event handler: it
+// writes every call to the events file as it comes ("T RV AT KEY"),
 // remembers the last resourceVersion heard of each key and, while slow is
 // set, blocks each call that long, on the handler's goroutine: the
-// slow-consumer fault.
+// slow-consumer fault. Synced is set once the consumer made its initial
+// sync (clients broken on purpose read it).
 type handler struct {
-	mu    sync.Mutex
-	heard map[string]string
-	slow  atomic.Int64 // ns
+	mu     sync.Mutex
+	heard  map[string]string
+	events *bufio.Writer
+	slow   atomic.Int64 // ns
+	Synced atomic.Bool
 }
 
-func (h *handler) event(_ byte, rv, key string, _ int64) {
+func (h *handler) event(typ byte, rv, key string, at int64) {
 	h.mu.Lock()
 	h.heard[key] = rv
+	fmt.Fprintf(h.events, "%c %s %d %s\n", typ, rv, at, key)
 	h.mu.Unlock()
 	if d := time.Duration(h.slow.Load()); d > 0 {
 		time.Sleep(d)
 	}
+}
+
+func (h *handler) flush() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.events.Flush()
+}
+
+// consumer is what a client runs: a compare.Consumer, or a client broken
+// on purpose.
+type consumer interface {
+	Run(ctx context.Context, synced chan<- struct{})
+	Dump() map[string]string
+	Queued() int
+	Close() error
+}
+
+// brokenClients are clients broken on purpose, by kind: the scorecard's
+// tests register them (the client processes of a test are its own binary),
+// each to be held to the verdict it deserves.
+var brokenClients = map[string]func(cfg *rest.Config, ns string, h *handler) (consumer, error){}
+
+func newClient(kind string, cfg *rest.Config, ns string, h *handler) (consumer, error) {
+	if broken, ok := brokenClients[kind]; ok {
+		return broken(cfg, ns, h)
+	}
+	return compare.NewConsumer(kind, cfg, ns, compare.ConsumerConfig{OnEvent: h.event})
 }
 
 func clientMain(args []string, stdin io.Reader, stdout io.Writer) error {
@@ -127,8 +267,7 @@ func clientMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	kind := fs.String("kind", "", "consumer kind")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig (through the fault proxy)")
 	ns := fs.String("namespace", "", "namespace")
-	events := fs.String("events", "", "events file")
-	result := fs.String("result", "", "result file")
+	dir := fs.String("dir", "", "directory for the events, requests and result files")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -139,20 +278,21 @@ func clientMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	// As in the comparison harness: limits no client is held back by, so
 	// that what spaces its requests is its own backoff.
 	cfg.QPS, cfg.Burst = 200, 400
-	var mu sync.Mutex
-	var reqs []request
+	reqs, err := newRequestLog(filepath.Join(*dir, requestsFile))
+	if err != nil {
+		return err
+	}
+	defer reqs.close()
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			if s, ok := sortOf(r); ok {
-				mu.Lock()
-				reqs = append(reqs, request{At: time.Now().UnixNano(), Sort: s})
-				mu.Unlock()
-			}
-			return rt.RoundTrip(r)
-		})
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) { return reqs.roundTrip(rt, r) })
 	})
-	ev := &handler{heard: map[string]string{}}
-	c, err := compare.NewConsumer(*kind, cfg, *ns, compare.ConsumerConfig{OnEvent: ev.event, EventsPath: *events})
+	events, err := os.Create(filepath.Join(*dir, eventsFile))
+	if err != nil {
+		return err
+	}
+	defer events.Close()
+	ev := &handler{heard: map[string]string{}, events: bufio.NewWriter(events)}
+	c, err := newClient(*kind, cfg, *ns, ev)
 	if err != nil {
 		return err
 	}
@@ -174,11 +314,15 @@ func clientMain(args []string, stdin io.Reader, stdout io.Writer) error {
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
 			samples = append(samples, sample{At: time.Now().UnixNano(), HeapInuse: ms.HeapInuse, Queued: c.Queued()})
+			// What a crash would leave behind is at most this old.
+			reqs.flush()
+			ev.flush()
 		}
 	}()
 	go func() {
 		select {
 		case <-synced:
+			ev.Synced.Store(true)
 			say("synced")
 		case <-ctx.Done():
 		}
@@ -212,16 +356,27 @@ func clientMain(args []string, stdin io.Reader, stdout io.Writer) error {
 		return errors.New("the consumer did not stop within 10 s")
 	}
 	<-sampled
+	ev.flush()
 	if err := c.Close(); err != nil {
 		return err
 	}
-	mu.Lock()
-	b, err := json.Marshal(clientResult{Requests: reqs, Samples: samples})
-	mu.Unlock()
+	b, err := json.Marshal(clientResult{Samples: samples})
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(*result, b, 0o644)
+	return os.WriteFile(filepath.Join(*dir, resultFile), b, 0o644)
+}
+
+// The files a client writes into its directory.
+const (
+	requestsFile = "requests.jsonl"
+	eventsFile   = "events.txt"
+	resultFile   = "result.json"
+)
+
+// clientResult is what a client process writes when told to stop.
+type clientResult struct {
+	Samples []sample `json:"samples"`
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
@@ -232,8 +387,8 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 type process struct {
 	cmd        *exec.Cmd
 	stdin      io.WriteCloser
+	dir        string
 	stderrPath string
-	resultPath string
 	started    time.Time
 	syncedAt   time.Time // set before synced is closed
 	synced     chan struct{}
@@ -245,10 +400,9 @@ type process struct {
 // startClient starts binary as a client of kind (client-go's WatchListClient
 // on unless kind is informer-list, as in the comparison harness).
 func startClient(binary, kind, kubeconfig, ns, dir string) (*process, error) {
-	p := &process{stderrPath: dir + "/client.log", resultPath: dir + "/result.json", started: time.Now(),
+	p := &process{dir: dir, stderrPath: filepath.Join(dir, "client.log"), started: time.Now(),
 		synced: make(chan struct{}), stores: make(chan map[string]string, 1), heards: make(chan string, 1), done: make(chan struct{})}
-	p.cmd = exec.Command(binary, "--kind", kind, "--kubeconfig", kubeconfig, "--namespace", ns,
-		"--events", dir+"/events.txt", "--result", p.resultPath)
+	p.cmd = exec.Command(binary, "--kind", kind, "--kubeconfig", kubeconfig, "--namespace", ns, "--dir", dir)
 	watchList := "true"
 	if kind == compare.KindInformerList {
 		watchList = "false"
@@ -291,6 +445,17 @@ func startClient(binary, kind, kubeconfig, ns, dir string) (*process, error) {
 	}()
 	go func() { _ = p.cmd.Wait(); stderr.Close(); close(p.done) }()
 	return p, nil
+}
+
+// exited: the client's process has ended (waiting a moment for it: a
+// client that stopped answering may be ending).
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	case <-time.After(time.Second):
+		return false
+	}
 }
 
 // waitSynced waits for the client's initial sync.
@@ -351,7 +516,7 @@ func (p *process) stop() (*clientResult, error) {
 		p.kill()
 		return nil, errors.New("the client did not stop within 30 s")
 	}
-	b, err := os.ReadFile(p.resultPath)
+	b, err := os.ReadFile(filepath.Join(p.dir, resultFile))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", err, tail(p.stderrPath))
 	}

@@ -3,29 +3,34 @@
 // every client (Kinds: the consumers of package compare that keep a cache —
 // the raw watcher, with LIST or with WatchList, client-go's informer, with
 // WatchList and without and stripping managedFields, and a
-// controller-runtime manager's cache), each alone.
+// controller-runtime manager's cache).
 //
 // For each fault and client (Run): a namespace of its own with the same
 // objects; the client, in a process of its own, reaches a local kube-apiserver
-// (watch cache on) through the fault proxy (package faultproxy) and syncs; the
-// fault begins, and for its Duration a writer makes the same writes straight
-// to the apiserver (one create, one update, one delete a second); the fault
-// ends, and the client has Recover to show a store equal to a fresh LIST.
-// An Initial fault begins before the client starts instead, so that its
-// initial sync meets it; slow-consumer makes the client's own handler block.
-// Recorded: the LISTs, further pages, WATCHes and WatchLists the client sent
-// during the fault, counted on its own transport (a refused connection
-// counts), and its busiest minute; the time from the fault's end to an equal
-// store; the keys missing, extra or stale at the end; the deletions the
-// handler never heard of; the events it heard after the fault and how long
-// the canary took to reach the handler; the growth of the client's heap and
-// its workqueue's depth during the fault; what the client logged. Verdict judges it: held, stormed, stalled or lost data, by
-// thresholds written down there (StormPerMinute, Recover) that count
-// requests, so that a slow machine never makes a calm client look stormy.
+// (watch cache on) through a fault proxy of its own (package faultproxy,
+// whose faults answer as kube-apiserver was recorded answering, where it
+// makes them) and syncs; the fault begins, and while it lasts a writer makes
+// the same writes straight to the apiserver (one create, one update, one
+// delete a second); the fault ends, the writer updates the canary, and the
+// client has Recover to recover: a store equal to a fresh LIST and its
+// handler at the canary's resourceVersion. An Initial fault begins before
+// the client starts; slow-consumer makes the client's own handler block;
+// the clients of a Together fault meet it side by side.
 //
-// KindNoBackoff (compare.KindNoBackoff) is a client broken on purpose (it
-// re-watches at once, forever): the scorecard's own test holds the scorecard to calling it
-// stormed, and the raw watcher, under the same fault, held.
+// The client writes every request it sends as it begins and ends (with its
+// answer) and every call of its handler, as they happen, so that a client
+// that crashes leaves them behind. Measured, from the fault's start to the
+// end of recovery: every request, by sort, and how they were spaced
+// (retries after a failure and their waits, chained requests); the store
+// against the server; the handler's last word on every key against the
+// server; the canary; the client's heap and workqueue; what it logged.
+// Verdict judges it: crashed, lost data, stormed (the waits against a
+// backoff envelope, Envelope), stalled or held.
+//
+// Clients broken on purpose hold the judge to its rules: KindNoBackoff
+// (compare.KindNoBackoff) and the test's own (a fixed-interval retry, a
+// deaf or forgetful handler, a ghost re-ADD, a stuck client, a crash), each
+// called what it is while the raw watcher and client-go's kinds hold.
 //
 // cmd/scorecard (make scorecard) runs it and writes the page
 // (docs/scorecard.md), its numbers and a chart of requests a minute.

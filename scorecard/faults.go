@@ -28,6 +28,10 @@ type Fault struct {
 	// Upstream: issues and pull requests where an anchor's behaviour under
 	// the fault is known.
 	Upstream []string
+	// Recorded: the exchanges of testdata/wire the proxy's answers are
+	// held to (faultproxy's tests), recorded from kube-apiserver in the
+	// situation the fault stands for.
+	Recorded []string
 	// prepare runs before the client starts (optional); start begins the
 	// fault (it may block: the writes go on meanwhile); stop ends it
 	// (default: the proxy heals).
@@ -36,6 +40,13 @@ type Fault struct {
 	// its initial sync into it (every other fault meets a client synced
 	// and watching).
 	Initial bool
+	// Duration, if set, is how long the fault lasts whatever the run's
+	// (freeze must outlast a watchdog).
+	Duration time.Duration
+	// Together: the clients meet the fault side by side, each with its own
+	// proxy and namespace, instead of one after the other (a fault under
+	// which no client sends requests, so that none disturbs another).
+	Together bool
 }
 
 // SlowHandler is how long each handler call blocks during slow-consumer:
@@ -52,71 +63,107 @@ func failing(f faultproxy.Failure) func(context.Context, *stage) error {
 	return proxyFault(func(p *faultproxy.Proxy) { p.Fail(f); p.CutWatches() })
 }
 
+// FreezeFor is how long freeze lasts: longer than the raw watcher's
+// silence limit (watcher.DefaultSilenceLimit, 150 s), so that a client
+// without a watchdog of its own is still stuck when the fault ends.
+const FreezeFor = 3 * time.Minute
+
 // Faults are the named faults, in the table's order.
 var Faults = []Fault{
 	{Name: "flap-cut", What: "every WATCH cut after its first frame; the streams open at the start end with 410, so the client relists into it",
 		Story: "A load balancer or NAT in front of the apiserver that drops long-lived connections, or an apiserver crash-looping behind it: " +
-			"every watch opens, delivers a frame (often just a bookmark) and breaks. A client that takes \"it delivered something\" for \"it was healthy\" resets its backoff and re-watches at once, forever.",
+			"every watch opens, delivers a frame (often just a bookmark) and breaks. A client that takes \"it delivered something\" for \"it was healthy\" " +
+			"resets its backoff and re-watches at once, forever. No apiserver answers so: the cut is the middlebox's.",
 		start: proxyFault(func(p *faultproxy.Proxy) { p.FlapCut(true); p.ExpireWatches() })},
 	{Name: "flap-error", What: "every WATCH ended by a 500 ERROR event after its first event; the streams open at the start end with 410, so the client relists into it",
 		Story: "etcd failing under the apiserver, or a watch the apiserver cannot continue (an event with no previous value after a compaction race): " +
-			"the stream carries one event, then an ERROR with a 500, then ends.",
+			"the stream carries one event, then an ERROR with a 500, then ends. The ERROR event is kube-apiserver's shape for an error after a " +
+			"watch began (cacher.go: a watch that cannot go on is answered by an ERROR event, not a status); its cause is not reproduced here.",
 		start: proxyFault(func(p *faultproxy.Proxy) { p.FlapError(true); p.ExpireWatches() })},
-	{Name: "freeze", What: "WATCH streams open, nothing passed on (held frames go on at the end)",
-		Story: "A half-dead TCP connection, a stuck proxy or service mesh sidecar, a node whose network went away without a reset: " +
-			"the stream stays open and silent. The client sees no error; only a watchdog of its own, or the server's watch timeout (minutes), ends it.",
-		start: proxyFault(func(p *faultproxy.Proxy) { p.Freeze(true) })},
+	{Name: "freeze", Duration: FreezeFor, Together: true,
+		What: "the WATCH streams open at the start silent for good (not even their end passes); new ones pass",
+		Story: "A stuck proxy or service-mesh sidecar that lost the streams it carried: the connection stays up (HTTP/2 pings answered), the " +
+			"streams stay open and silent. The client sees no error; only a watchdog of its own, or its own watch timeout (client-go's: 5 to 10 " +
+			"minutes), ends them. The fault lasts longer than the raw watcher's silence limit. A dead TCP connection is another fault: " +
+			"client-go's transport finds it within a minute by its HTTP/2 pings.",
+		start: proxyFault(func(p *faultproxy.Proxy) { p.StallWatches() })},
 	{Name: "watchlist-end", What: "every WatchList ends cleanly after its first initial event, no initial-events-end bookmark; open streams get 410 (a relist is due)",
-		Story: "An aggregated API server (or a proxy in front of one) that does not implement sendInitialEvents: it answers a WatchList as a plain watch and never sends the " +
-			"bookmark that marks the end of the initial events. A WatchList client waits for it, and when the stream ends, asks again.",
+		Story: "The aggregated API server of kubernetes/kubernetes#140890: it accepted a WatchList, sent some initial events and closed the stream " +
+			"without the bookmark that ends them. A WatchList client waits for it, and when the stream ends, asks again. kube-apiserver never " +
+			"answers so: with its watch cache off, etcd serves the WatchList, bookmark and all; without the WatchList feature it refuses it (422), " +
+			"and the client lists.",
 		Upstream: []string{"https://github.com/kubernetes/kubernetes/issues/140890", "https://github.com/kubernetes/kubernetes/pull/140902"},
+		Recorded: []string{"fault-watchlist-uncached.json", "fault-watchlist-gate-off.json"},
 		start:    proxyFault(func(p *faultproxy.Proxy) { p.WatchListEnd(true); p.ExpireWatches() })},
-	{Name: "watch-410", What: "every WATCH from a resourceVersion answered 410 Gone (the open streams cut; a WatchList from \"\" passes)",
-		Story: "Compaction racing the client: etcd compacts its history every 5 minutes, and a client that comes back with an old resourceVersion gets 410; " +
-			"a watch cache that restarted, or an apiserver whose cache window is short under heavy writes, answers every resume this way until the client relists.",
-		start: failing(faultproxy.Failure{Kinds: faultproxy.Watch, Code: http.StatusGone, FromRV: true})},
-	{Name: "too-large-rv", What: "every LIST and WATCH from a resourceVersion answered 504 \"Too large resource version\" after 3 s",
-		Story: "An HA control plane whose apiservers' watch caches are not in step: the client's resourceVersion came from a fresher apiserver than the one it now talks to, " +
-			"or etcd was restored under it. That apiserver waits 3 s for its cache to catch up, then answers 504 with the ResourceVersionTooLarge cause; when nothing is written, it never catches up.",
+	{Name: "watchlist-ignored", What: "every WatchList answered as a plain WATCH from \"\": every object ADDED, no bookmark ending them, the stream open; open streams get 410 (a relist is due)",
+		Story: "A server that ignores sendInitialEvents (an aggregated server that does not implement it, as in cozystack/cozystack#2786) answers " +
+			"a WatchList as a plain watch: every object as ADDED, then the changes, and never the bookmark that ends the initial events. The " +
+			"proxy passes the WatchList on without sendInitialEvents and resourceVersionMatch, so the bytes are kube-apiserver's own answer to " +
+			"that WATCH. A WatchList client waits for the bookmark; when the fault ends the proxy cuts those streams (the server is replaced).",
+		Upstream: []string{"https://github.com/cozystack/cozystack/pull/2786", "https://github.com/kubernetes/kubernetes/issues/140890"},
+		Recorded: []string{"fault-legacy-watch-cached.json"},
+		start:    proxyFault(func(p *faultproxy.Proxy) { p.IgnoreSendInitialEvents(true); p.ExpireWatches() })},
+	{Name: "watch-410", What: "the open streams cut; every WATCH from a resourceVersion answered as after a compaction: 200, an ERROR event 410, the end",
+		Story: "Compaction racing the client: a connection drop makes the client resume, and its resourceVersion is older than the server " +
+			"holds (etcd compacts every 5 minutes; a watch cache keeps a short window under heavy writes, and a restarted one begins at its " +
+			"start): kube-apiserver establishes the watch, sends one ERROR event with 410 and ends it (cacher.go: once the request is accepted, " +
+			"errors are ERROR events), until the client relists. A compaction alone does not end an open watch (recorded).",
+		Recorded: []string{"fault-watch-compacted-cached.json", "fault-watch-compacted-uncached.json", "fault-compaction-under-watch-cached.json"},
+		start:    proxyFault(func(p *faultproxy.Proxy) { p.Compacted(true); p.CutWatches() })},
+	{Name: "too-large-rv", What: "the open streams cut; every WATCH from a resourceVersion established and silent until the fault ends, every LIST and WatchList from one answered 504 \"Too large resource version\" after 3 s",
+		Story: "An HA control plane whose apiservers' watch caches are not in step: after a failover the client's resourceVersion came from a " +
+			"fresher apiserver than the one it now talks to. kube-apiserver establishes a WATCH from a resourceVersion it has not reached and " +
+			"sends nothing until its cache gets there (cacher.go); a LIST or a WatchList waits 3 s for it, then answers 504 with the " +
+			"ResourceVersionTooLarge cause. When the fault ends the cache has caught up and the held WATCHes go on from where they asked.",
 		Upstream: []string{"https://github.com/kubernetes/kubernetes/issues/107133", "https://github.com/kubernetes/kubernetes/pull/92537"},
+		Recorded: []string{"fault-watch-future-cached.json", "fault-list-future-cached.json", "fault-watchlist-future-cached.json"},
 		start:    proxyFault(func(p *faultproxy.Proxy) { p.TooLargeRV(true); p.CutWatches() })},
-	{Name: "429", What: "every request answered 429, Retry-After 5 s (the open streams cut)",
+	{Name: "429", What: "the open streams cut; every request answered as API Priority and Fairness sheds a priority level: 429, Retry-After 1",
 		Story: "API Priority and Fairness rejecting the client's flow because the apiserver is overloaded (often by other clients' relists): " +
-			"429 with Retry-After. A client that retries sooner than asked adds to the overload it is told about.",
-		start: failing(faultproxy.Failure{Code: http.StatusTooManyRequests, RetryAfter: 5 * time.Second})},
+			"429, a plain-text message, Retry-After. A WATCH's initialization is a request like any other; an established watch is left " +
+			"alone, so the proxy cuts them to make the clients come back into it. A client that retries sooner than asked adds to the " +
+			"overload it is told about.",
+		Recorded: []string{"fault-throttled-list.json", "fault-throttled-watch.json"},
+		start:    proxyFault(func(p *faultproxy.Proxy) { p.Throttle(true); p.CutWatches() })},
 	{Name: "500", What: "every request answered 500 (the open streams cut)",
-		Story: "etcd unavailable or out of quorum, a crashing admission or conversion webhook, an apiserver bug: every request fails with 500 until it is fixed.",
+		Story: "etcd unavailable or out of quorum, a crashing admission or conversion webhook, an apiserver bug: every request fails with 500 " +
+			"until it is fixed. Not recorded: what kube-apiserver answers depends on the cause (with its watch cache on it still serves " +
+			"WATCHes and LISTs from \"0\" while etcd is away).",
 		start: failing(faultproxy.Failure{Code: http.StatusInternalServerError})},
 	{Name: "refuse", What: "connections refused",
-		Story: "The apiserver is down: restarting, upgrading, OOM-killed, its node gone, its load balancer with no healthy backend. Every connection is refused at once, so a client without backoff spins as fast as the kernel answers.",
+		Story: "The apiserver is down: restarting, upgrading, OOM-killed, its node gone, its load balancer with no healthy backend. Every " +
+			"connection is refused at once, so a client without backoff spins as fast as the kernel answers.",
 		start: proxyFault(func(p *faultproxy.Proxy) { p.Refuse() })},
 	{Name: "garble", What: "every event frame cut in half (not JSON)",
-		Story: "A middlebox that mangles long-lived HTTP streams, a broken compression layer, a truncated write from a crashing apiserver: frames that do not parse. " +
-			"A client that skips them loses those events; one that re-watches from where it was gets them replayed.",
+		Story: "A middlebox that mangles long-lived HTTP streams, a broken compression layer, a truncated write: frames that do not parse. " +
+			"No apiserver sends them. A client that skips them loses those events; one that re-watches from where it was gets them replayed.",
 		start: proxyFault(func(p *faultproxy.Proxy) { p.Garble(true) })},
 	{Name: "apiserver-restart", What: "the apiserver killed and started again (the writes fail while it is down)",
-		Story: "A rolling upgrade or a crash of the apiserver: every connection drops, and the new process's watch cache starts at the current revision, " +
-			"so a client resuming from an older resourceVersion than the cache holds gets 410 and must relist; every client of every controller does so at once.",
-		start: func(ctx context.Context, s *stage) error { return s.api.Restart(ctx) }},
+		Story: "A rolling upgrade or a crash of the apiserver, the real one: every connection drops, the starting process refuses connections, " +
+			"then answers 503 while it installs its APIs and 429 while a watch cache fills (recorded), and the new watch cache starts at the " +
+			"current revision, so a client resuming from an older resourceVersion than the cache holds gets 410 and must relist; every client " +
+			"of every controller does so at once.",
+		Recorded: []string{"fault-restart-open-watch.json", "fault-restart-resume.json"},
+		start:    func(ctx context.Context, s *stage) error { return s.api.Restart(ctx) }},
 	{Name: "initial-flap-cut", Initial: true, What: "every WATCH cut after its first frame from before the client starts: its initial sync meets the fault",
 		Story: "A controller that starts, or restarts, while the load balancer in front of the apiserver drops long-lived connections (a rollout during an incident, a crash-looping apiserver). " +
-			"A LIST-based client syncs (a LIST is no watch) and then flaps like any watching one; a WatchList client cannot sync at all, its initial events cut after the first, and asks again. " +
-			"The issue's first evidence was this case: through a proxy answering every WATCH with one frame and a cut, client-go's informer made 47,700 WATCH requests in 20 s.",
+			"A LIST-based client syncs (a LIST is no watch) and then flaps like any watching one; a WatchList client cannot sync at all, its initial events cut after the first, and asks again.",
 		Upstream: []string{"https://github.com/kubernetes/kubernetes/issues/140890"},
 		start:    proxyFault(func(p *faultproxy.Proxy) { p.FlapCut(true) })},
-	{Name: "slow-consumer", What: "every call of the client's event handler blocks for 500 ms (the proxy passes everything)",
+	{Name: "slow-consumer", Together: true, What: "every call of the client's event handler blocks for 500 ms (the proxy passes everything)",
 		Story: "A handler that does its work inline instead of queueing a key: a synchronous call to a slow webhook, a lock held by a long reconcile, a log write to a blocked pipe. " +
 			"Events arrive faster than it returns. Where the backlog waits is the client's design: client-go's informer keeps its store current and buffers every notification for the handler, without bound " +
-			"(processorListener's pendingNotifications: a stalled handler grows it until the process runs out of memory); this project's watcher calls the handler on the loop that reads the stream, " +
+			"(processorListener's pendingNotifications); this project's watcher calls the handler on the loop that reads the stream, " +
 			"so the backlog waits in the stream (TCP, the apiserver's buffer for the watch, which it closes when full, and the client resumes from its resourceVersion).",
 		Upstream: []string{"https://github.com/kubernetes/client-go/issues/1326"},
 		start:    func(_ context.Context, s *stage) error { return s.client.slow(SlowHandler) },
 		stop:     func(_ context.Context, s *stage) error { return s.client.slow(0) }},
 	{Name: "etcd-restore", What: "etcd restored from a snapshot taken before the client started (time travel)",
 		Story: "An operator restores etcd from a backup without --bump-revision: the resourceVersion goes back, objects created since the snapshot vanish, deleted ones come back, " +
-			"and a client holding a newer resourceVersion is in the server's future: its resume asks for a revision that does not exist yet. Until writes pass it, an informer that resumes there waits; once they do, " +
+			"and a client holding a newer resourceVersion is in the server's future. Until writes pass it, an informer that resumes there waits; once they do, " +
 			"it is told of the writes above its resourceVersion only, and the objects the restore changed below it stay wrong in its cache. " +
-			"Here the restore restarts the apiserver too (as the etcd documentation asks), so every client's watch ends and the test is what it does on the way back.",
+			"Here the restore restarts the apiserver too (as the etcd documentation asks), so every client's watch ends; the handler must hear every " +
+			"object that vanished deleted and every one that came back added.",
 		Upstream: []string{"https://github.com/kubernetes/kubernetes/issues/107457", "https://github.com/kubernetes/kubernetes/issues/118501"},
 		prepare: func(ctx context.Context, s *stage) error {
 			var err error

@@ -12,8 +12,9 @@ func TestReportPageAndChart(t *testing.T) {
 	rep := &Report{Duration: 20 * time.Second, Recover: time.Minute, Kinds: []string{"raw", "informer"}, Faults: []string{"watchlist-end", "refuse"},
 		Rows: []Row{
 			{Fault: "watchlist-end", Kind: "raw", Measure: Measure{Duration: 20 * time.Second, Lists: 1, Watches: 2, Busiest: 3, Converged: true, ConvergedIn: 300 * time.Millisecond}},
-			{Fault: "watchlist-end", Kind: "informer", Measure: Measure{Duration: 20 * time.Second, WatchLists: 4800, Busiest: 4800, Converged: true}},
+			{Fault: "watchlist-end", Kind: "informer", Measure: Measure{Duration: 20 * time.Second, WatchLists: 4800, Busiest: 4800, Chained: 4800, Converged: true}},
 			{Fault: "refuse", Kind: "raw", Err: "the client did not sync"},
+			{Fault: "refuse", Kind: "informer", Measure: Measure{Duration: 20 * time.Second, Watches: 2, Busiest: 2, Crashed: true, Exit: "panic"}},
 		}}
 	for i := range rep.Rows {
 		if rep.Rows[i].Err == "" {
@@ -23,7 +24,7 @@ func TestReportPageAndChart(t *testing.T) {
 	md := rep.Markdown("scorecard.svg")
 	for _, want := range []string{
 		"| [watchlist-end](#watchlist-end) | **held** 3, 0.3 s | **stormed** 4,800, 0.0 s |",
-		"| [refuse](#refuse) | not measured | – |",
+		"| [refuse](#refuse) | not measured | **crashed** 2, not in 0s |",
 		"[kubernetes/kubernetes#140890](https://github.com/kubernetes/kubernetes/issues/140890)",
 	} {
 		if !strings.Contains(md, want) {
@@ -44,7 +45,10 @@ func TestReportPageAndChart(t *testing.T) {
 			bars++
 		}
 	}
-	if bars != 2 {
-		t.Fatalf("%d bars, want 2 (one per measured row)", bars)
+	if bars != 3 {
+		t.Fatalf("%d bars, want 3 (one per measured row)", bars)
+	}
+	if svg := rep.SVG(); strings.Count(svg, marks[Stormed]) != 2 || strings.Count(svg, marks[Crashed]) != 2 {
+		t.Errorf("the chart marks %d stormed and %d crashed cells, want 1 and 1 (and each in the legend)", strings.Count(svg, marks[Stormed])-1, strings.Count(svg, marks[Crashed])-1)
 	}
 }

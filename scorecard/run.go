@@ -1,14 +1,12 @@
 package scorecard
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,7 +21,6 @@ import (
 	"rawwatch/api/v1alpha1"
 	"rawwatch/client"
 	"rawwatch/compare"
-	"rawwatch/faultproxy"
 	"rawwatch/internal/controlplane"
 	"rawwatch/store"
 )
@@ -40,6 +37,9 @@ type Options struct {
 	// OutDir receives each run's client log, events and requests
 	// (OutDir/FAULT/KIND/).
 	OutDir string
+	// Together runs every fault's clients side by side, as a Together
+	// fault's are (tests of clients that send few requests use it).
+	Together bool
 	// Binary is run as the client process (default: this executable, which
 	// must call MaybeClientMain first thing).
 	Binary string
@@ -49,11 +49,14 @@ type Options struct {
 
 // Kinds are the clients a scorecard runs by default: every consumer kind of
 // package compare that keeps a cache (bare keeps none: nothing to compare
-// with the server), so a kind compare learns joins the table by itself.
+// with the server), so a kind compare learns joins the table by itself;
+// but informer-stripped, which is the informer with a transform (the same
+// reflector, the same requests under every fault; its transform is for
+// memory, which package compare measures): it runs when asked for.
 func Kinds() []string {
 	var out []string
 	for _, k := range compare.AllKinds {
-		if k != compare.KindBare {
+		if k != compare.KindBare && k != compare.KindInformerStripped {
 			out = append(out, k)
 		}
 	}
@@ -76,15 +79,18 @@ type Row struct {
 
 // Report is a scorecard.
 type Report struct {
-	Date              string
+	Date string
+	// Duration is each fault's but those that set their own; Recover, the
+	// recovery window.
 	Duration, Recover time.Duration
-	Objects, Writes   int
 	Kinds             []string
 	Faults            []string
 	Rows              []Row
-	// Took is the whole run's time; Command, what ran it.
+	// Took is the whole run's time; Command, what ran it; Commit, the
+	// source it was built from.
 	Took    time.Duration
 	Command string `json:",omitempty"`
+	Commit  string `json:",omitempty"`
 }
 
 func (o *Options) defaults() error {
@@ -125,7 +131,8 @@ func (o *Options) defaults() error {
 // one object, updates one and deletes one of those there before the fault.
 const writeTick = time.Second
 
-// Run runs every fault against every client, one client at a time.
+// Run runs every fault against every client, one client at a time (the
+// clients of a Together fault side by side).
 func Run(ctx context.Context, o Options) (*Report, error) {
 	start := time.Now()
 	if err := o.defaults(); err != nil {
@@ -143,38 +150,57 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return nil, err
 	}
-	ticks := int(o.Duration / writeTick)
 	rep := &Report{Date: time.Now().UTC().Format(time.RFC3339), Duration: o.Duration, Recover: o.Recover,
-		Objects: 2*ticks + 10, Writes: ticks, Kinds: o.Kinds, Faults: o.Faults}
-	r := &runner{o: o, cp: cp, objects: rep.Objects, ticks: ticks}
+		Kinds: o.Kinds, Faults: o.Faults}
+	r := &runner{o: o, cp: cp}
 	for _, name := range o.Faults {
 		f, _ := faultNamed(name)
-		for _, kind := range o.Kinds {
+		rows := make([]Row, len(o.Kinds))
+		var wg sync.WaitGroup
+		for i, kind := range o.Kinds {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			o.Logf("%s: %s", f.Name, kind)
-			row, err := r.one(ctx, f, kind)
-			if err != nil {
-				row.Err = err.Error()
-				o.Logf("%s: %s: %v", f.Name, kind, err)
-			} else {
-				o.Logf("%s: %s: %s %s", f.Name, kind, row.Verdict, row.Why)
+			one := func() {
+				o.Logf("%s: %s", f.Name, kind)
+				row, err := r.one(ctx, f, kind)
+				if err != nil {
+					row.Err = err.Error()
+					o.Logf("%s: %s: %v", f.Name, kind, err)
+				} else {
+					o.Logf("%s: %s: %s %s", f.Name, kind, row.Verdict, row.Why)
+				}
+				rows[i] = row
 			}
-			rep.Rows = append(rep.Rows, row)
+			if f.Together || o.Together {
+				wg.Go(one)
+			} else {
+				one()
+			}
 		}
+		wg.Wait()
+		rep.Rows = append(rep.Rows, rows...)
 	}
 	rep.Took = time.Since(start)
 	return rep, nil
 }
 
-type runner struct {
-	o       Options
-	cp      *controlplane.ControlPlane
-	objects int
-	ticks   int
-	n       atomic.Int64
+// duration is how long f lasts: its own Duration, or the run's.
+func (r *runner) duration(f Fault) time.Duration {
+	if f.Duration > 0 {
+		return f.Duration
+	}
+	return r.o.Duration
 }
+
+type runner struct {
+	o  Options
+	cp *controlplane.ControlPlane
+}
+
+// cells numbers the cells of the process, whose namespaces are named for
+// them: a namespace of an earlier run may still be being deleted.
+var cells atomic.Int64
 
 // one runs one client under one fault, on a namespace of its own holding
 // the same objects, with the same writes, as every other run.
@@ -208,14 +234,16 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 	if err != nil {
 		return row, err
 	}
-	ns := fmt.Sprintf("sc-%d-%s", r.n.Add(1), f.Name)
+	ns := fmt.Sprintf("sc-%d-%s", cells.Add(1), f.Name)
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		return row, err
 	}
 	defer func() {
 		_ = kube.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), ns, metav1.DeleteOptions{})
 	}()
-	if err := createObjects(ctx, c, ns, r.objects); err != nil {
+	duration := r.duration(f)
+	ticks := int(duration / writeTick)
+	if err := createObjects(ctx, c, ns, 2*ticks+10); err != nil {
 		return row, err
 	}
 	if f.prepare != nil {
@@ -238,6 +266,9 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 	logFrom := 0
 	if !f.Initial {
 		if err := p.waitSynced(2 * time.Minute); err != nil {
+			if p.exited() {
+				return crashedRow(row, p), nil
+			}
 			return row, err
 		}
 		// Every client meets the fault in the same state: synced and watching.
@@ -250,15 +281,15 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 		begin = time.Now()
 	}
 	w := &writer{c: c, ns: ns}
-	wctx, stopWrites := context.WithDeadline(ctx, begin.Add(r.o.Duration))
+	wctx, stopWrites := context.WithDeadline(ctx, begin.Add(duration))
 	var writing sync.WaitGroup
-	writing.Go(func() { w.run(wctx, begin, r.ticks) })
+	writing.Go(func() { w.run(wctx, begin, ticks) })
 	var startErr error
 	if f.start != nil && !f.Initial {
 		startErr = f.start(ctx, st)
 	}
 	writing.Wait()
-	sleepUntil(wctx, begin.Add(r.o.Duration)) // the last tick's writes end before the fault does
+	sleepUntil(wctx, begin.Add(duration)) // the last tick's writes end before the fault does
 	stopWrites()
 	stop := f.stop
 	if stop == nil {
@@ -271,58 +302,103 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 		return row, fmt.Errorf("starting the fault: %w", startErr)
 	}
 	end := time.Now()
-	canary, canaryRV, canaryAt, err := w.canary(ctx, 2*r.ticks)
+	canary, canaryRV, canaryAt, err := w.canary(ctx, 2*ticks)
 	if err != nil {
 		return row, fmt.Errorf("the canary: %w", err)
 	}
 
+	// Recovery: until the store equals a fresh LIST and the handler heard
+	// the canary at its resourceVersion, or the window ends.
 	m := Measure{Duration: end.Sub(begin), Initial: f.Initial}
-	var server, mine map[string]string
+	var server map[string]string
+	var equalSince time.Time
 	for {
 		if server, err = serverState(ctx, c, ns); err != nil {
 			return row, err
 		}
-		if mine, err = p.store(); err != nil {
+		mine, err := p.store()
+		if err != nil {
+			if p.exited() {
+				m.Crashed = true
+				break
+			}
 			return row, err
 		}
 		m.Missing, m.Extra, m.Stale = diff(server, mine)
-		m.ConvergedIn = time.Since(end)
-		if m.Missing+m.Extra+m.Stale == 0 {
-			m.Converged = true
-			break
+		now := time.Now()
+		if m.Missing+m.Extra+m.Stale > 0 {
+			equalSince = time.Time{}
+		} else if equalSince.IsZero() {
+			equalSince = now
 		}
-		if m.ConvergedIn > r.o.Recover {
+		rv, err := p.heard(canary)
+		if err != nil {
+			if p.exited() {
+				m.Crashed = true
+				break
+			}
+			return row, err
+		}
+		if (!equalSince.IsZero() && rv == canaryRV) || now.Sub(end) > r.o.Recover {
 			break
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	// A store can be current while the handler lags (an informer's is
-	// written before its handlers hear of it): what the handler heard is
-	// read once it has caught up with the canary, the last write, or at
-	// the end of the recovery window.
-	for m.Converged && time.Since(end) < r.o.Recover {
-		rv, err := p.heard(canary)
-		if err != nil {
-			return row, err
-		}
-		if rv == canaryRV {
-			break
-		}
-		time.Sleep(250 * time.Millisecond)
+	recovered := time.Now()
+	m.Window = recovered.Sub(begin)
+	if m.Converged = !equalSince.IsZero() && !m.Crashed; m.Converged {
+		m.ConvergedIn = equalSince.Sub(end)
+	} else {
+		m.ConvergedIn = recovered.Sub(end)
 	}
 	select {
 	case <-p.synced:
 		m.Synced, m.SyncedIn = true, p.syncedAt.Sub(p.started)
 	default:
 	}
-	res, err := p.stop()
+	if m.Crashed {
+		m.Exit = tail(p.stderrPath)
+	} else {
+		res, err := p.stop()
+		if err != nil {
+			return row, err
+		}
+		heapAndQueue(&m, res.Samples, begin, end)
+	}
+	reqs, err := readRequests(filepath.Join(dir, requestsFile))
 	if err != nil {
 		return row, err
 	}
-	// The handler's slowness shows in the client: its heap's growth over
-	// its value when the fault began, and the keys waiting in its queue.
+	countRequests(&m, reqs, begin, recovered)
+	ev, err := readEvents(filepath.Join(dir, eventsFile), end, canary, canaryRV)
+	if err != nil {
+		return row, err
+	}
+	m.EventsAfter, m.HeardCanary = ev.after, !ev.canaryAt.IsZero()
+	if m.HeardCanary {
+		m.CanaryIn = ev.canaryAt.Sub(canaryAt)
+	}
+	m.NotHeard, m.HeardStale, m.HeardExtra, m.Ghosts = ev.against(server)
+	row.Measure = m
+	row.Verdict, row.Why = Verdict(m)
+	row.Logged, row.LogSample = logSample(p.stderrPath, logFrom)
+	return row, nil
+}
+
+// crashedRow is the row of a client that ended before the fault began.
+func crashedRow(row Row, p *process) Row {
+	row.Measure = Measure{Crashed: true, Exit: tail(p.stderrPath)}
+	row.Verdict, row.Why = Verdict(row.Measure)
+	row.Logged, row.LogSample = logSample(p.stderrPath, 0)
+	return row
+}
+
+// heapAndQueue: the handler's slowness shows in the client: its heap's
+// growth over its value when the fault began, and the keys waiting in its
+// queue, while the fault lasted.
+func heapAndQueue(m *Measure, samples []sample, begin, end time.Time) {
 	var heapAt uint64
-	for _, smp := range res.Samples {
+	for _, smp := range samples {
 		at := time.Unix(0, smp.At)
 		if at.Before(begin) {
 			heapAt = smp.HeapInuse
@@ -337,39 +413,6 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 		m.HeapGrowth = max(m.HeapGrowth, int64(smp.HeapInuse)-int64(heapAt))
 		m.MostQueued = max(m.MostQueued, smp.Queued)
 	}
-	var listAt []time.Time
-	for _, q := range res.Requests {
-		at := time.Unix(0, q.At)
-		if at.Before(begin) || !at.Before(end) {
-			continue
-		}
-		switch q.Sort {
-		case sortList:
-			m.Lists++
-		case sortPage:
-			m.Pages++
-			continue
-		case sortWatch:
-			m.Watches++
-		case sortWatchList:
-			m.WatchLists++
-		}
-		listAt = append(listAt, at)
-	}
-	m.Busiest = faultproxy.BusiestIn(listAt, time.Minute)
-	ev, err := readEvents(filepath.Join(dir, "events.txt"), end, canary)
-	if err != nil {
-		return row, err
-	}
-	m.EventsAfter, m.HeardCanary = ev.after, !ev.canaryAt.IsZero()
-	if m.HeardCanary {
-		m.CanaryIn = ev.canaryAt.Sub(canaryAt)
-	}
-	m.Undelivered = undelivered(w.deletedKeys(), server, ev)
-	row.Measure = m
-	row.Verdict, row.Why = Verdict(m)
-	row.Logged, row.LogSample = logSample(p.stderrPath, logFrom)
-	return row, nil
 }
 
 func objectName(i int) string { return fmt.Sprintf("obj-%03d", i) }
@@ -401,14 +444,11 @@ func createObjects(ctx context.Context, c *client.Client, ns string, n int) erro
 
 // writer makes the same writes in every run: at tick i (i seconds into the
 // fault), it creates new-i, updates obj-2i and deletes obj-2i+1, straight
-// to the apiserver (not through the proxy), each retried until it succeeds
-// or the fault ends.
+// to the apiserver (not through the proxy), each retried every 200 ms
+// while the fault lasts (the apiserver may be restarting).
 type writer struct {
 	c  *client.Client
 	ns string
-
-	mu      sync.Mutex
-	deleted []string
 }
 
 func (w *writer) run(ctx context.Context, begin time.Time, ticks int) {
@@ -431,10 +471,7 @@ func (w *writer) run(ctx context.Context, begin time.Time, ticks int) {
 			},
 			func() error {
 				err := w.c.Delete(ctx, w.ns, objectName(2*i+1), metav1.DeleteOptions{})
-				if err == nil || apierrors.IsNotFound(err) {
-					w.mu.Lock()
-					w.deleted = append(w.deleted, store.Key(w.ns, objectName(2*i+1)))
-					w.mu.Unlock()
+				if apierrors.IsNotFound(err) {
 					return nil
 				}
 				return err
@@ -462,12 +499,6 @@ func (w *writer) canary(ctx context.Context, i int) (key, rv string, at time.Tim
 		}
 	}
 	return "", "", time.Time{}, err
-}
-
-func (w *writer) deletedKeys() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]string(nil), w.deleted...)
 }
 
 func sleepUntil(ctx context.Context, t time.Time) bool {
@@ -518,56 +549,6 @@ func diff(server, mine map[string]string) (missing, extra, stale int) {
 		}
 	}
 	return missing, extra, stale
-}
-
-// undelivered counts the deletions made (deleted) of objects still gone
-// from the server that the handler knew and never heard deleted. An object
-// the client never heard of (deleted before its initial sync) is owed no
-// deletion.
-func undelivered(deleted []string, server map[string]string, ev events) int {
-	n := 0
-	for _, key := range deleted {
-		if _, there := server[key]; !there && ev.known[key] && !ev.deleted[key] {
-			n++
-		}
-	}
-	return n
-}
-
-// events is what an events file says.
-type events struct {
-	known    map[string]bool // keys the handler heard of at all
-	deleted  map[string]bool // keys whose deletion the handler heard
-	after    int             // events heard at or after the fault's end
-	canaryAt time.Time       // when the canary's key was first among them (zero: never)
-}
-
-// readEvents reads an events file ("T RV AT KEY" lines).
-func readEvents(path string, end time.Time, canary string) (events, error) {
-	ev := events{known: map[string]bool{}, deleted: map[string]bool{}}
-	f, err := os.Open(path)
-	if err != nil {
-		return ev, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) != 4 {
-			continue
-		}
-		ev.known[fields[3]] = true
-		if fields[0] == "D" {
-			ev.deleted[fields[3]] = true
-		}
-		if at, err := strconv.ParseInt(fields[2], 10, 64); err == nil && at >= end.UnixNano() {
-			ev.after++
-			if fields[3] == canary && ev.canaryAt.IsZero() {
-				ev.canaryAt = time.Unix(0, at)
-			}
-		}
-	}
-	return ev, sc.Err()
 }
 
 func lineCount(path string) int {

@@ -1,10 +1,10 @@
 // Command scorecard runs the fault scorecard (package scorecard): every
-// named fault against every client, each alone, on a local control plane
-// behind the fault proxy, and writes the table (OUT/scorecard.md), its
-// numbers (OUT/report.json) and a chart (OUT/scorecard.svg).
+// named fault against every client on a local control plane behind the
+// fault proxy, and writes the page (OUT/scorecard.md, docs/scorecard.md),
+// its numbers (OUT/scorecard.json) and a chart (OUT/scorecard.svg).
 //
 //	scorecard [--duration 20s] [--recover 1m] [--faults a,b] [--clients raw,informer] [--out out/scorecard]
-//	scorecard --from out/scorecard/report.json   (render the page again from the numbers)
+//	scorecard --from out/scorecard/scorecard.json --out docs   (judge again and render the page from the numbers)
 package main
 
 import (
@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -29,7 +30,7 @@ func main() {
 	faults := flag.String("faults", strings.Join(scorecard.FaultNames(), ","), "faults to run")
 	clients := flag.String("clients", strings.Join(scorecard.Kinds(), ","), "clients to run (also: "+scorecard.KindNoBackoff+", broken on purpose)")
 	out := flag.String("out", "out/scorecard", "output directory")
-	from := flag.String("from", "", "judge again and render OUT's page and chart from this report.json instead of running")
+	from := flag.String("from", "", "judge again and render OUT's page, numbers and chart from this scorecard.json instead of running")
 	flag.Parse()
 	if err := run(*duration, *recover, *faults, *clients, *out, *from); err != nil {
 		fmt.Fprintln(os.Stderr, "scorecard:", err)
@@ -66,13 +67,17 @@ func run(duration, recover time.Duration, faults, clients, out, from string) err
 			return err
 		}
 		rep.Command = "scorecard " + strings.Join(os.Args[1:], " ")
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(out, "report.json"), b, 0o644); err != nil {
-			return err
-		}
+		rep.Commit = commit()
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "scorecard.json"), append(b, '\n'), 0o644); err != nil {
+		return err
 	}
 	if err := os.WriteFile(filepath.Join(out, "scorecard.md"), []byte(rep.Markdown("scorecard.svg")), 0o644); err != nil {
 		return err
@@ -82,4 +87,33 @@ func run(duration, recover time.Duration, faults, clients, out, from string) err
 	}
 	fmt.Printf("%s (%s)\n", filepath.Join(out, "scorecard.md"), rep.Took.Round(time.Second))
 	return nil
+}
+
+// version is what make stamps into the binary (git describe: the commit,
+// "-dirty" if the tree had changes).
+var version = ""
+
+// commit is the revision this binary was built from: make's stamp, or go
+// build's ("+" if the tree had changes).
+func commit() string {
+	if version != "" {
+		return version
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	var rev, dirty string
+	for _, s := range info.Settings {
+		switch {
+		case s.Key == "vcs.revision" && len(s.Value) >= 7:
+			rev = s.Value[:7]
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "+"
+		}
+	}
+	if rev == "" {
+		return ""
+	}
+	return rev + dirty
 }

@@ -10,6 +10,10 @@
 // It fails, writing nothing, if an answer is not what the tests rely on (two
 // LIST pages, the WatchList's frames in their order, the 410). Only bodies are
 // written, and the server's version: no token, key or address.
+//
+// It also records the fault exchanges (faults.go): what kube-apiserver, with
+// its watch cache and without, answers in each situation a fault of package
+// faultproxy stands for. -only wire or -only faults records one set.
 package main
 
 //go:generate go run . -out ../../testdata/wire
@@ -41,16 +45,17 @@ const resource = "/apis/example.com/v1alpha1/myresources"
 
 func main() {
 	out := flag.String("out", "testdata/wire", "directory to write the captures to")
+	only := flag.String("only", "", `record only "wire" (the LIST pages and WATCH streams) or "faults" (the fault exchanges); default both`)
 	flag.Parse()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	if err := run(ctx, *out); err != nil {
+	if err := run(ctx, *out, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "record:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, out string) error {
+func run(ctx context.Context, out, only string) error {
 	logf := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "record: "+f+"\n", a...) }
 	cp, err := controlplane.Start(ctx, controlplane.Options{Logf: logf})
 	if err != nil {
@@ -67,17 +72,8 @@ func run(ctx context.Context, out string) error {
 	if err != nil {
 		return err
 	}
-	r := &recorder{ctx: ctx, http: httpc, base: cfg.Host, files: map[string][]byte{}}
+	r := &recorder{ctx: ctx, http: httpc, base: cfg.Host, files: map[string][]byte{}, exchanges: map[string][]byte{}, logf: logf}
 	if err := controlplane.Apply(ctx, cfg, filepath.Join(root, "testdata", "samples", "myresources.yaml")); err != nil {
-		return err
-	}
-	if err := r.lists(); err != nil {
-		return err
-	}
-	if err := r.watchList(); err != nil {
-		return err
-	}
-	if err := r.gone(); err != nil {
 		return err
 	}
 	version, err := r.get("/version")
@@ -88,17 +84,36 @@ func run(ctx context.Context, out string) error {
 	if err := json.Unmarshal(version, &v); err != nil {
 		return err
 	}
-	r.files[wire.Server] = fmt.Appendf(nil, "kube-apiserver %s (%s, %s), etcd from hack/tools/go.mod; recorded by go generate ./hack/record\n\n%s",
-		v.GitVersion, v.GoVersion, v.Platform, strings.Join(r.requests, ""))
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return err
+	r.version = "kube-apiserver " + v.GitVersion
+	if only != "faults" {
+		if err := r.lists(); err != nil {
+			return err
+		}
+		if err := r.watchList(); err != nil {
+			return err
+		}
+		if err := r.gone(); err != nil {
+			return err
+		}
+		r.files[wire.Server] = fmt.Appendf(nil, "kube-apiserver %s (%s, %s), etcd from hack/tools/go.mod; recorded by go generate ./hack/record\n\n%s",
+			v.GitVersion, v.GoVersion, v.Platform, strings.Join(r.requests, ""))
 	}
-	for name, data := range r.files {
-		if err := os.WriteFile(filepath.Join(out, name), data, 0o644); err != nil {
+	if only != "wire" {
+		if err := r.faults(cp); err != nil {
 			return err
 		}
 	}
-	logf("wrote %d files to %s", len(r.files), out)
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	for _, files := range []map[string][]byte{r.files, r.exchanges} {
+		for name, data := range files {
+			if err := os.WriteFile(filepath.Join(out, name), data, 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	logf("wrote %d files to %s", len(r.files)+len(r.exchanges), out)
 	return nil
 }
 
@@ -108,6 +123,10 @@ type recorder struct {
 	base     string
 	files    map[string][]byte
 	requests []string // "file: GET path?query" lines for wire.Server
+	// exchanges are the fault recordings (faults.go), by file name.
+	exchanges map[string][]byte
+	version   string // "kube-apiserver v1.37.2"
+	logf      func(string, ...any)
 }
 
 // open makes a GET and returns the response of a 200.

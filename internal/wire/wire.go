@@ -19,6 +19,14 @@
 //   - WatchGone: WATCH ?resourceVersion=1: one ERROR event, 410 Expired.
 //
 // Server names the kube-apiserver version and the requests.
+//
+// The fault-*.json files are exchanges (Exchange, exchange.go): what
+// kube-apiserver answered in the situations the faults of package
+// faultproxy stand for (a compaction under a WATCH, a resourceVersion from
+// the future, a restart, a WatchList to a server without the feature, an
+// overloaded priority level), status, headers, body and silence, each
+// naming its situation and server; faultproxy's tests hold its faults to
+// them (Same).
 package wire
 
 import (

@@ -1,0 +1,84 @@
+package scorecard
+
+import (
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+// Every request counts, in each of its spellings.
+func TestEveryRequestIsSorted(t *testing.T) {
+	for _, c := range []struct {
+		method, url string
+		want        byte
+	}{
+		{"GET", "/apis/example.com/v1alpha1/namespaces/ns/myresources?limit=500", sortList},
+		{"GET", "/apis/example.com/v1alpha1/namespaces/ns/myresources?limit=500&continue=abc", sortPage},
+		{"GET", "/apis/example.com/v1alpha1/namespaces/ns/myresources?watch=true&resourceVersion=5", sortWatch},
+		{"GET", "/apis/example.com/v1alpha1/namespaces/ns/myresources?watch=1", sortWatch},
+		{"GET", "/apis/example.com/v1alpha1/watch/namespaces/ns/myresources", sortWatch},
+		{"GET", "/apis/example.com/v1alpha1/namespaces/ns/myresources?watch=true&sendInitialEvents=true", sortWatchList},
+		{"GET", "/apis/example.com/v1alpha1/namespaces/ns/myresources/obj-001", sortOther},
+		{"GET", "/apis", sortOther},
+		{"GET", "/version", sortOther},
+		{"PUT", "/apis/example.com/v1alpha1/namespaces/ns/myresources/obj-001", sortOther},
+	} {
+		u, _ := url.Parse(c.url)
+		if got := sortOf(&http.Request{Method: c.method, URL: u}); got != c.want {
+			t.Errorf("%s %s: %c, want %c", c.method, c.url, got, c.want)
+		}
+	}
+}
+
+func ms(n int64) int64 { return n * int64(time.Millisecond) }
+
+// A request after one that failed is a retry, and waited from that failure
+// to its start, unless it waited the Retry-After asked; one after a success
+// or beside a request in flight is chained, and so is one of another sort
+// at once after a failure (a LIST after a WatchList that failed). Requests
+// before the window are not counted, but a failure just before it makes
+// the first in it a retry.
+func TestPaceTellsRetriesFromChainedRequests(t *testing.T) {
+	reqs := []request{
+		{ID: 1, At: ms(0), End: ms(100), Sort: sortWatch},                                 // before the window: a WATCH that ends...
+		{ID: 2, At: ms(50), End: ms(900), Sort: sortWatch, Failed: true},                  // ...beside a WATCH that fails, before the window too
+		{ID: 3, At: ms(1500), End: ms(1600), Sort: sortWatch, Failed: true},               // a retry, 600 ms after 2 ended
+		{ID: 4, At: ms(2600), End: ms(2700), Sort: sortWatch, Status: 429, RetryAfter: 1}, // a retry, 1 s after 3
+		{ID: 5, At: ms(3700), End: ms(3800), Sort: sortWatch},                             // waited the second 4 asked: as asked
+		{ID: 6, At: ms(3810), End: ms(4000), Sort: sortWatchList, Failed: true},           // after a success: chained; it fails...
+		{ID: 7, At: ms(4001), End: ms(4100), Sort: sortList},                              // ...and the LIST at once: chained
+		{ID: 8, At: ms(4200), End: ms(4300), Sort: sortWatch, Failed: true},               // after a success: chained
+		{ID: 9, At: ms(4301), End: ms(4400), Sort: sortWatch},                             // the same sort at once after a failure: a retry
+		{ID: 10, At: ms(4500), Sort: sortWatch},                                           // after a success: chained, and still open
+		{ID: 11, At: ms(5000), End: ms(5100), Sort: sortList},                             // beside 10: chained
+	}
+	for i := range reqs {
+		reqs[i].Failed = reqs[i].Failed || reqs[i].Status >= 400
+	}
+	waits, asAsked, chained := pace(reqs, time.Unix(0, ms(1000)), time.Unix(0, ms(6000)))
+	if !slices.Equal(waits, []time.Duration{time.Millisecond, 600 * time.Millisecond, time.Second}) || asAsked != 1 || chained != 5 {
+		t.Errorf("waits %v, %d as asked, %d chained; want [1ms 600ms 1s], 1, 5", waits, asAsked, chained)
+	}
+}
+
+// The requests file holds each request as it began and again as it
+// ended: the last record wins, and a line cut by a crash is skipped.
+func TestTheRequestsFileKeepsTheLastRecordOfEachRequest(t *testing.T) {
+	path := filepath.Join(t.TempDir(), requestsFile)
+	lines := `{"id":1,"at":100,"sort":76}` + "\n" + `{"id":2,"at":50,"sort":87}` + "\n" +
+		`{"id":1,"at":100,"end":200,"sort":76,"status":200}` + "\n" + `{"id":3,"at":3`
+	if err := os.WriteFile(path, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reqs, err := readRequests(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reqs) != 2 || reqs[0].ID != 2 || reqs[1].End != 200 || reqs[1].Status != 200 {
+		t.Errorf("%+v; want request 2, then 1 ended at 200 with 200", reqs)
+	}
+}
