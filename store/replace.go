@@ -20,6 +20,9 @@ type Replacement[T Object] struct {
 	// item's UID if it could be read: the store keeps what it has for them
 	// rather than reporting them deleted, if it is the same object.
 	keep map[string]types.UID
+	// keepAll: an item whose key could not be read was listed; it may be
+	// any stored object, so none the list lacks is taken for deleted.
+	keepAll bool
 }
 
 // NewReplacement starts a relist. Only one should be open at a time, and the
@@ -53,8 +56,17 @@ func (r *Replacement[T]) Remove(obj T) { delete(r.items, KeyOf(obj)) }
 // watching: the stored object is gone, and must not stay as if current, so
 // Commit reports it Deleted (FinalStateUnknown) and leaves the key out, as
 // for a key the list no longer has, until an event brings the new object in
-// a form that decodes. (The item's skip is the caller's to report.)
-func (r *Replacement[T]) Keep(key string, uid types.UID) { r.keep[key] = uid }
+// a form that decodes. A key "" (unreadable) may be any stored object: then
+// every stored object the list lacks stays, and no deletion is reported
+// for them (the next list that reads every item finds them). (The item's
+// skip is the caller's to report.)
+func (r *Replacement[T]) Keep(key string, uid types.UID) {
+	if key == "" {
+		r.keepAll = true
+		return
+	}
+	r.keep[key] = uid
+}
 
 // Len is the number of objects recorded so far.
 func (r *Replacement[T]) Len() int { return len(r.items) }
@@ -90,7 +102,8 @@ func (r *Replacement[T]) commit() []Delta[T] {
 		if _, listed := r.items[key]; listed {
 			continue
 		}
-		if uid, kept := r.keep[key]; kept && MayBe(uid, old) {
+		uid, kept := r.keep[key]
+		if kept && MayBe(uid, old) || !kept && r.keepAll {
 			r.items[key] = old
 			continue
 		}

@@ -138,24 +138,35 @@ func (c Codec[T]) checked(what string, raw []byte, obj T, err error, prefix stri
 	if prefix != "" {
 		skip.Err = fmt.Errorf("%s%w", prefix, err)
 	}
-	var id identity
-	if unmarshal(raw, &id) == nil && id.Metadata.Name != "" {
-		skip.Key, skip.RV, skip.UID = store.Key(id.Metadata.Namespace, id.Metadata.Name), id.Metadata.ResourceVersion, id.Metadata.UID
-	}
+	skip.Key, skip.RV, skip.UID = identify(raw, unmarshal)
 	return zero, skip
 }
 
-// identity is what a skipped object's metadata must still say: only its
-// name, namespace, resourceVersion and UID are read, so that a wrong type
-// in any other field (the reason it was skipped, perhaps) does not lose
-// them, and with them the key a relist keeps and a DELETED deletes.
-type identity struct {
-	Metadata struct {
-		Name            string    `json:"name"`
-		Namespace       string    `json:"namespace"`
-		ResourceVersion string    `json:"resourceVersion"`
-		UID             types.UID `json:"uid"`
-	} `json:"metadata"`
+// identify reads what a skipped object's metadata still says: its name and
+// namespace (its key), resourceVersion and UID, each on its own, so that a
+// wrong type anywhere else, or in one of them, loses only that one; and
+// with the key, what a relist keeps and a DELETED deletes. Each is the
+// last value given for it, if that is a string; the key needs a name, and
+// a namespace that is a string or absent.
+func identify(raw []byte, unmarshal func([]byte, any) error) (key, rv string, uid types.UID) {
+	var id struct {
+		Metadata struct {
+			Name            any `json:"name"`
+			Namespace       any `json:"namespace"`
+			ResourceVersion any `json:"resourceVersion"`
+			UID             any `json:"uid"`
+		} `json:"metadata"`
+	}
+	_ = unmarshal(raw, &id) // not JSON: nothing is read; a type error: the rest is
+	m := id.Metadata
+	name, _ := m.Name.(string)
+	ns, nsOK := m.Namespace.(string)
+	if name != "" && (nsOK || m.Namespace == nil) {
+		key = store.Key(ns, name)
+	}
+	rv, _ = m.ResourceVersion.(string)
+	u, _ := m.UID.(string)
+	return key, rv, types.UID(u)
 }
 
 // decodeObject decodes raw into a new T: with T's own decoder when it has

@@ -404,9 +404,7 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 				}
 			},
 			func(skip *SkipError) {
-				if skip.Key != "" {
-					repl.Keep(skip.Key, skip.UID)
-				}
+				repl.Keep(skip.Key, skip.UID) // listed, but unreadable: not a deletion
 				w.skipped(skip)
 			})
 		if err != nil {
@@ -526,9 +524,9 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 		case skip != nil:
 			w.skipped(skip)
 			switch {
-			case skip.Key == "":
 			case repl != nil:
 				repl.Keep(skip.Key, skip.UID) // listed, but unreadable: keep what we have, if it is the same object
+			case skip.Key == "":
 			case ev.Type == Deleted:
 				// We cannot read the final state, but we know the key is gone.
 				if d, known := w.store.DeleteKey(skip.Key, *new(T)); known {
