@@ -87,7 +87,7 @@ var onePassTakes = map[string]bool{
 	"generation -0": true, "a very long string": true, "a very long namespace": true,
 	"deep nesting in an unknown member": true, "deep nesting in the object": true, "wrong kind, type after": true,
 	"managedFields time null and others": true, "managedFields time escaped": true, "metadata null": true,
-	"whitespace everywhere": true,
+	"whitespace everywhere": true, "type in other case after": true, "OBJECT in other case after": true,
 }
 
 // Nothing an event hands out refers to the frame's bytes or the reused
