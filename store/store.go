@@ -1,8 +1,10 @@
 package store
 
 import (
+	"reflect"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -43,6 +45,9 @@ type Store[T Object] struct {
 	keepsLabels bool
 	// labels shares equal label maps between the objects taken.
 	labels labelSets
+	// reused: the server may have reused resourceVersions
+	// (ResourceVersionsReused).
+	reused atomic.Bool
 }
 
 // New returns an empty store.
@@ -132,15 +137,16 @@ func (s *Store[T]) eachLabels(yield func(map[string]string)) {
 }
 
 // Upsert stores obj (a watch ADDED or MODIFIED event) and says what changed.
-// changed is false when the stored object already has obj's resourceVersion:
-// a duplicate delivery, which needs no reaction.
+// changed is false when the stored object is obj as it was: the same
+// resourceVersion and content (a duplicate delivery, which needs no
+// reaction; see same).
 func (s *Store[T]) Upsert(obj T) (d Delta[T], changed bool) {
 	s.take(obj)
 	key := KeyOf(obj)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, existed := s.items[key]
-	if existed && old.GetResourceVersion() == obj.GetResourceVersion() {
+	if existed && old.GetResourceVersion() == obj.GetResourceVersion() && same(old, obj) {
 		return Delta[T]{}, false
 	}
 	s.put(key, obj)
@@ -179,6 +185,24 @@ func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
 	}
 	return Delta[T]{Type: Deleted, Key: key, Object: final}, true
 }
+
+// same tells whether two objects taken by the store (take) at one key and
+// resourceVersion hold the same content. A resourceVersion names one
+// content only within one history of the server: after an etcd restore
+// without --bump-revision the server gives old ones out again, to other
+// content. Upsert asks at an equal resourceVersion (a duplicate delivery:
+// rare); a relist once resourceVersions may have been reused
+// (ResourceVersionsReused, Replacement.CompareContent). Objects decoded
+// alike compare equal; any other difference only makes a change of it.
+func same[T Object](a, b T) bool { return a == b || reflect.DeepEqual(a, b) }
+
+// ResourceVersionsReused says the server's history went back (it listed at
+// a resourceVersion older than one it gave before: an etcd restore without
+// --bump-revision), so it may give resourceVersions out again to other
+// content. From then on a relist compares each listed object with the
+// stored one of the same UID and resourceVersion, and takes it if it
+// differs, instead of keeping the stored one unseen.
+func (s *Store[T]) ResourceVersionsReused() { s.reused.Store(true) }
 
 // put and remove write items. Callers hold mu.
 func (s *Store[T]) put(key string, obj T) { s.items[key] = obj }

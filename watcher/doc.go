@@ -92,9 +92,9 @@
 //     CompareResourceVersion (both well-formed integers, as every
 //     kube-apiserver's are), a server behind us means relist: the loop logs
 //     the time travel, and the replacement of the store reports every object
-//     that exists only in the store as Deleted, with its UID. Measured on
-//     the local control plane (TestTimeTravelAfterAnEtcdRestore): converged
-//     7 to 10 s after the restore began, most of it the apiserver's restart.
+//     that exists only in the store as Deleted, with its UID, and takes one
+//     written again at a reused resourceVersion (store.ResourceVersionsReused).
+//     TestTimeTravelAfterAnEtcdRestore: converged 7 to 10 s after the restore.
 //     A restore stays invisible to a client that reconnects only after new
 //     writes carried the restored server past the version it had: nothing
 //     on the wire tells the two histories apart. etcd's documented restore

@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,7 +43,9 @@ import (
 // etcd documents for Kubernetes (--bump-revision), rollbacks (a plain etcd
 // restore to older data, the resourceVersion going back, while the control
 // plane is down, or while it stays up and nothing is written until the
-// loop lists: see rollbackMin), and, without a watch cache, a deletion
+// loop lists: see rollbackMin; an object the loop saw written since is
+// written again at the resourceVersion it had, with other content), and,
+// without a watch cache, a deletion
 // whose previous state etcd compacted (every WATCH from just before it is
 // answered with an ERROR). The objects carry managedFields (two managers),
 // as kube-apiserver writes them. The handler's deltas go,
@@ -60,7 +63,8 @@ import (
 //   - no request asks for resourceVersion "0" (a watch cache's answer,
 //     possibly older than what the store had);
 //   - liveness: within livenessBound of the faults stopping, the store
-//     equals the server's objects (same keys, UIDs, resourceVersions);
+//     equals the server's objects (same keys, UIDs, resourceVersions,
+//     content);
 //   - safety: the handler's deltas, followed per UID, are a valid life —
 //     Added, then Updated while present, then Deleted — and every object
 //     gone from the server at the end had its Deleted delta, with its UID;
@@ -75,7 +79,7 @@ import (
 //     no longer holds the old object after the list;
 //   - the deltas: every delta carries an object, without managedFields
 //     (the store drops them); an Updated delta is a change (its old and
-//     new resourceVersions differ); a DELETED event's delta carries the
+//     new objects differ); a DELETED event's delta carries the
 //     event's final state, not marked FinalStateUnknown (only a relist's
 //     and a garbled DELETED's are);
 //   - the write time the loop reports for an event (Received.Written) is
@@ -93,7 +97,8 @@ import (
 //     first request the server answers is a LIST (a probe or a relist) or
 //     a WatchList, never a WATCH from the resourceVersion the loop had, and
 //     the loop
-//     lists before it applies any event of a WATCH made since;
+//     lists before it applies any event of a WATCH made since, and that
+//     list takes the content written again at a reused resourceVersion;
 //   - the queue (see consumer): a key waits in it at most once; a deletion
 //     reaches a worker before the changes that were waiting when it was
 //     queued; one worker per key; retries spaced as the rate limiter says;
@@ -358,6 +363,37 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		done := make(chan struct{})
 		go func() { w.Run(ctx); close(done) }()
 
+		// rewrite writes again, after a rollback, an object the store holds
+		// as written since the data restored (the same UID, a newer
+		// resourceVersion), with other content, at the very resourceVersion
+		// the store holds it at: the restored server gives that
+		// resourceVersion out again (writes to other resources bring it
+		// there). Only if the server then stays margin behind the loop, for
+		// the loop to find the rollback.
+		rewrites := 0
+		rewrite := func(margin int64) {
+			loop, restored := rvNumber(w.ResourceVersion()), srv.Objects()
+			for _, name := range names {
+				o := restored["ns/"+name]
+				got, ok := st.Get("ns/" + name)
+				if o == nil || !ok || got.UID != o.UID {
+					continue
+				}
+				at := rvNumber(got.ResourceVersion)
+				if at <= rvNumber(srv.ResourceVersion()) || loop-at < margin {
+					continue
+				}
+				for rvNumber(srv.ResourceVersion()) < at-1 {
+					srv.WriteOther()
+				}
+				rewrites++
+				msg := fmt.Sprintf("written again after rollback %d", rewrites)
+				put(name, msg)
+				lives.rewrote("ns/"+name, got.ResourceVersion, msg)
+				return
+			}
+		}
+
 		// Faults and churn until s.end; other resources are written
 		// about every 5 s (Lease renewals and the like).
 		saved := srv.Save()
@@ -378,6 +414,7 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 					highest = max(highest, rvNumber(srv.ResourceVersion()))
 					srv.Restore(origin, 0)
 					lives.restored(srv.ResourceVersion())
+					rewrite(rollbackMin) // the writes after the outage must not reach the loop's
 					rollbacks = append(rollbacks, time.Now())
 					lives.rolledBack()
 				}
@@ -385,6 +422,7 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 					highest = max(highest, rvNumber(srv.ResourceVersion()))
 					srv.Restore(origin, 0)
 					lives.restored(srv.ResourceVersion())
+					rewrite(1) // nothing else is written until the loop lists
 					lives.rolledBack()
 					quietRollback = true
 				}
@@ -748,11 +786,34 @@ type lifeChecker struct {
 	// rollback: the server was restored to older data and the loop has
 	// not listed since; rollbackStream: a WATCH was made since then.
 	rollback, rollbackStream, rollbackList atomic.Bool
+	// rewritten: objects written again after a rollback at a
+	// resourceVersion the store held them at, with their new message, by
+	// key (under mu).
+	rewritten map[string]rewrite
 }
 
+// rewrite is an object written again at a reused resourceVersion.
+type rewrite struct{ rv, message string }
+
+// rewrote records that key was written again at rv, a resourceVersion
+// the store holds it at, with message.
+func (l *lifeChecker) rewrote(key, rv, message string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.rewritten == nil {
+		l.rewritten = map[string]rewrite{}
+	}
+	l.rewritten[key] = rewrite{rv, message}
+}
+
+// restored records that the server's data was restored at rv: what was
+// written again before is gone.
 func (l *lifeChecker) restored(rv string) {
 	l.restoredAt.Store(rvNumber(rv))
 	l.restores.Add(1)
+	l.mu.Lock()
+	l.rewritten = nil
+	l.mu.Unlock()
 }
 
 func (l *lifeChecker) rolledBack() {
@@ -842,6 +903,15 @@ func (l *lifeChecker) Observe(e observe.Event) {
 		l.kept, l.page, l.initial = nil, nil, false
 		if l.rollbackList.Load() {
 			l.rollback.Store(false)
+			l.mu.Lock()
+			for key, re := range l.rewritten {
+				if got, ok := l.store.Get(key); ok && got.ResourceVersion == re.rv && got.Spec.Message != re.message {
+					l.fail("a relist after a rollback takes what the server lists: %s was written again at resourceVersion %s (a rollback gave it out again) with %q, and the store still holds %q after the list at resourceVersion %s (at %v)",
+						key, re.rv, re.message, got.Spec.Message, e.RV, at)
+				}
+			}
+			l.rewritten = nil
+			l.mu.Unlock()
 		}
 		if n := l.restores.Load(); n > l.afresh && rvNumber(e.RV) >= l.restoredAt.Load() {
 			l.afresh = n
@@ -931,8 +1001,8 @@ func (l *lifeChecker) handle(d store.Delta[*v1alpha1.MyResource]) {
 	if len(d.Object.ManagedFields) > 0 {
 		l.fail("the store drops managedFields: a %s delta of %s at %v carries %d entries", d.Type, d.Key, at, len(d.Object.ManagedFields))
 	}
-	if d.Type == store.Updated && d.Old != nil && d.Old.ResourceVersion == d.Object.ResourceVersion {
-		l.fail("an Updated delta is a change: %s at %v was handed as updated from resourceVersion %s to the same", d.Key, at, d.Object.ResourceVersion)
+	if d.Type == store.Updated && d.Old != nil && d.Old.ResourceVersion == d.Object.ResourceVersion && reflect.DeepEqual(d.Old, d.Object) {
+		l.fail("an Updated delta is a change: %s at %v was handed as updated from resourceVersion %s to the same, with the same content", d.Key, at, d.Object.ResourceVersion)
 	}
 	if d.Type == store.Deleted && d.FinalStateUnknown && l.event.Type == Deleted && l.event.Key == d.Key {
 		l.fail("a DELETED event's delta carries the server's final state: %s at %v was deleted at resourceVersion %s, and its delta carries resourceVersion %s, marked FinalStateUnknown",
@@ -976,7 +1046,7 @@ func storeEqualsServer(st *store.Store[*v1alpha1.MyResource], srv *fakeapi.Serve
 	}
 	for key, o := range objs {
 		got, ok := st.Get(key)
-		if !ok || got.UID != o.UID || got.ResourceVersion != o.ResourceVersion {
+		if !ok || got.UID != o.UID || got.ResourceVersion != o.ResourceVersion || got.Spec.Message != o.Spec.Message {
 			return false
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/klog/v2"
 
 	"rawwatch/observe"
@@ -395,12 +396,11 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 	for {
 		w.partial.pages++
 		page := w.partial.pages
-		items := 0
+		var items []T
 		meta, err := w.readList(ctx, opts,
 			func(obj T) {
 				if w.inShard(obj) {
-					items++
-					repl.Add(obj)
+					items = append(items, obj)
 				}
 			},
 			func(skip *SkipError) {
@@ -408,11 +408,13 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 				w.skipped(skip)
 			})
 		if err != nil {
-			// A page cut half-way: what it delivered is added again when the
-			// page is read again (Add replaces), so resuming is safe.
 			return failed(err)
 		}
-		report(w, ListPage{Page: page, Items: items, Continue: meta.Continue, RV: meta.ResourceVersion})
+		w.behind(meta.ResourceVersion)
+		for _, obj := range items {
+			repl.Add(obj)
+		}
+		report(w, ListPage{Page: page, Items: len(items), Continue: meta.Continue, RV: meta.ResourceVersion})
 		if meta.Continue == "" {
 			rv = meta.ResourceVersion
 			break
@@ -422,6 +424,17 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 	w.partial = nil
 	w.commit(repl, rv)
 	return Outcome{At: time.Now(), RV: rv}
+}
+
+// behind tells the store when the server lists at rv, older than where the
+// store stands: the server's history went back, and it may give out again
+// the resourceVersions the store holds, to other content (an etcd restore
+// without --bump-revision). The store then compares content where it
+// compared resourceVersions (store.ResourceVersionsReused).
+func (w *Watcher[T]) behind(rv string) {
+	if c, err := resourceversion.CompareResourceVersion(rv, w.ResourceVersion()); err == nil && c < 0 {
+		w.store.ResourceVersionsReused()
+	}
 }
 
 // probe lists one item, for the list's resourceVersion: where the server is.
@@ -486,6 +499,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 		yes := true
 		opts.ResourceVersionMatch, opts.SendInitialEvents = metav1.ResourceVersionMatchNotOlderThan, &yes
 		repl = w.store.NewReplacement()
+		repl.CompareContent() // its resourceVersion, maybe older than ours, comes last
 	}
 	timeout := w.watchTimeout()
 	secs := int64(timeout / time.Second)
@@ -556,6 +570,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 			o.Err, o.ErrorEvent = ev.Err, true
 			return o
 		case repl != nil && ev.Type == Bookmark && ev.InitialEventsEnd:
+			w.behind(ev.RV)
 			w.commit(repl, ev.RV)
 			repl = nil
 			listed(ev.RV)
