@@ -135,6 +135,9 @@ func (r *Replacement[T]) commit() []Delta[T] {
 		}
 	}
 
+	if s.detector != nil {
+		s.detector.replaced(s.items, r.items)
+	}
 	s.items = r.items
 	r.items, r.keep = nil, nil
 	return deltas

@@ -65,14 +65,24 @@ type played struct {
 
 // play runs a watcher on s in virtual time until the answers run out
 // (every goroutine waits: the last stream is silent, or a backoff runs),
-// and returns what it did. opts.Codec, Handler and Observer are set here.
-func play(t *testing.T, s *answers, opts Options[*v1alpha1.MyResource]) played {
+// and returns what it did. opts.Codec and Observer are set here; opts.Handler
+// is called after the delta is recorded; setup, if given, sets up the store.
+func play(t *testing.T, s *answers, opts Options[*v1alpha1.MyResource], setup ...func(*store.Store[*v1alpha1.MyResource])) played {
 	t.Helper()
 	var p played
 	synctest.Test(t, func(t *testing.T) {
 		p.store = store.New[*v1alpha1.MyResource]()
+		for _, f := range setup {
+			f(p.store)
+		}
 		opts.Codec = codec
-		opts.Handler = func(d store.Delta[*v1alpha1.MyResource]) { p.deltas = append(p.deltas, d) }
+		handler := opts.Handler
+		opts.Handler = func(d store.Delta[*v1alpha1.MyResource]) {
+			p.deltas = append(p.deltas, d)
+			if handler != nil {
+				handler(d)
+			}
+		}
 		opts.Observer = observe.Func(func(e observe.Event) {
 			if e, ok := e.(StateChanged); ok {
 				p.states = append(p.states, e)
