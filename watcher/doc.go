@@ -216,8 +216,9 @@
 // restart, restarts that end every stream cleanly or that the client meets
 // at its next WATCH; without one, no bookmarks and etcd's compaction; frames
 // the client cannot decode, DELETEDs and list items among them; frames
-// cut in half (not JSON); managedFields of two managers; rollbacks (etcd restored without
-// --bump-revision while the control plane is down); a deletion whose
+// cut in half (not JSON), or spelled as Kubernetes reads alike (escapes, keys
+// in another case or twice: held to Kubernetes' decoding); rollbacks (etcd
+// restored without --bump-revision, resourceVersions reused); a deletion whose
 // previous state etcd compacted (every WATCH from just before it gets an
 // ERROR 500). What it cannot show: a
 // cache whose WATCHes lag, or that drops a busy resource's history;

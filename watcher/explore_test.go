@@ -37,7 +37,8 @@ import (
 // renewals: the global resourceVersion moves without an event of ours), and
 // faults come and go: every persistent fault of fakeapi.Modes (garbled
 // frames and list items among them, frames cut in half, frames with one bit
-// flipped), and one-off cuts, compactions (410s), restarts of the watch
+// flipped, frames and pages spelled as no apiserver writes them but as
+// Kubernetes' decoding reads alike), and one-off cuts, compactions (410s), restarts of the watch
 // cache, restarts of the apiserver (503s, then 429s to WATCHes while its
 // watch cache initializes), restores of an older copy of the data the way
 // etcd documents for Kubernetes (--bump-revision), rollbacks (a plain etcd
@@ -71,6 +72,12 @@ import (
 //     no UID comes back after its Deleted, and no object's resourceVersion
 //     goes backwards (outside a restore: the first list after one starts
 //     the count afresh);
+//   - the decoders read what Kubernetes' decoding reads: every WATCH stream
+//     and LIST page served under a fault that sends what an apiserver does
+//     not (respelled, garbled, cut or corrupted frames) is decoded again,
+//     as far as the loop read it, by the watcher's decoders and Kubernetes'
+//     (metav1.WatchEvent and the object through sigs.k8s.io/json), which
+//     must agree (decode_ref_test.go);
 //   - a garbled DELETED (its object undecodable, its name readable) still
 //     deletes its key: the store no longer holds it once the loop moves on;
 //   - a garbled list item (undecodable, its metadata readable) keeps its
@@ -98,7 +105,8 @@ import (
 //     a WatchList, never a WATCH from the resourceVersion the loop had, and
 //     the loop
 //     lists before it applies any event of a WATCH made since, and that
-//     list takes the content written again at a reused resourceVersion;
+//     list takes the content written again at a reused resourceVersion
+//     (unless it listed it undecodable: then it keeps the stored object);
 //   - the queue (see consumer): a key waits in it at most once; a deletion
 //     reaches a worker before the changes that were waiting when it was
 //     queued; one worker per key; retries spaced as the rate limiter says;
@@ -358,6 +366,15 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		if s.wrap != nil {
 			src = s.wrap(srv)
 		}
+		src = decodedAsKubernetes{Source: src, fail: lives.fail, when: func() bool {
+			// The faults that send what a kube-apiserver does not (the
+			// recorded streams hold the rest: TestTheEventDecoderAgreesWithKubernetes).
+			switch srv.Fault() {
+			case fakeapi.Respell, fakeapi.Garble, fakeapi.CutFrames, fakeapi.CorruptFrames:
+				return true
+			}
+			return false
+		}}
 		w := New(src, st, opts)
 		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), exploreLogger()))
 		done := make(chan struct{})
@@ -872,7 +889,8 @@ func (l *lifeChecker) Observe(e observe.Event) {
 		if !ok {
 			return
 		}
-		if c, err := resourceversion.CompareResourceVersion(got.ResourceVersion, e.Err.RV); err == nil && c < 0 {
+		// (its resourceVersion unreadable: it is the stored object's deletion all the same)
+		if c, err := resourceversion.CompareResourceVersion(got.ResourceVersion, e.Err.RV); err == nil && c < 0 || e.Err.RV == "" {
 			l.garbled, l.uid, l.rvOf = e.Err.Key, got.UID, e.Err.RV
 		}
 	case ListPage:
@@ -900,11 +918,15 @@ func (l *lifeChecker) Observe(e observe.Event) {
 					key, item.stored, e.RV, at)
 			}
 		}
+		garbled := l.kept
 		l.kept, l.page, l.initial = nil, nil, false
 		if l.rollbackList.Load() {
 			l.rollback.Store(false)
 			l.mu.Lock()
 			for key, re := range l.rewritten {
+				if _, unread := garbled[key]; unread {
+					continue // listed undecodable: its stored object is kept, unseen
+				}
 				if got, ok := l.store.Get(key); ok && got.ResourceVersion == re.rv && got.Spec.Message != re.message {
 					l.fail("a relist after a rollback takes what the server lists: %s was written again at resourceVersion %s (a rollback gave it out again) with %q, and the store still holds %q after the list at resourceVersion %s (at %v)",
 						key, re.rv, re.message, got.Spec.Message, e.RV, at)
@@ -1170,6 +1192,54 @@ func TestExplorerCatchesListsFromTheWatchCache(t *testing.T) {
 			t.Errorf("300 schedules with every list at resourceVersion \"0\", and the explorer never said %q", rule)
 		}
 	}
+}
+
+// decodedAsKubernetes is a Source whose every body opened when asked (a
+// WATCH stream or a LIST page) is decoded again once the loop closes it, as
+// far as the loop read it, by the watcher's decoders and by Kubernetes'
+// (streamsDiffer, listsDiffer), which must read it alike.
+type decodedAsKubernetes struct {
+	Source
+	fail func(string, ...any)
+	when func() bool
+}
+
+func (d decodedAsKubernetes) List(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
+	body, err := d.Source.List(ctx, opts)
+	if err != nil || !d.when() {
+		return body, err
+	}
+	return &recorded{ReadCloser: body, what: "LIST page", differ: listsDiffer, fail: d.fail}, nil
+}
+
+func (d decodedAsKubernetes) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
+	body, err := d.Source.Watch(ctx, opts)
+	if err != nil || !d.when() {
+		return body, err
+	}
+	return &recorded{ReadCloser: body, what: "WATCH stream", differ: streamsDiffer, fail: d.fail}, nil
+}
+
+// recorded keeps what is read from a body, and compares it when closed.
+type recorded struct {
+	io.ReadCloser
+	data   []byte
+	what   string
+	differ func([]byte) string
+	fail   func(string, ...any)
+}
+
+func (r *recorded) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	r.data = append(r.data, p[:n]...)
+	return n, err
+}
+
+func (r *recorded) Close() error {
+	if d := r.differ(r.data); d != "" {
+		r.fail("the watcher decodes as Kubernetes does: a %s read otherwise: %s", r.what, d)
+	}
+	return r.ReadCloser.Close()
 }
 
 // listsAtZero asks for resourceVersion "0" on every first page of a list

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -97,17 +98,38 @@ func FuzzDecodeList(f *testing.F) {
 		if (err == nil) != (lerr == nil) || !reflect.DeepEqual(items, litems) || !reflect.DeepEqual(skips, lskips) {
 			t.Fatalf("with the labels' cache: %d items, skips %+v (%v); without: %d items, skips %+v (%v)", len(litems), lskips, lerr, len(items), skips, err)
 		}
-		kmeta, kitems, kskips, ok := kubernetesList(data)
-		switch {
-		case ok != (err == nil):
-			t.Fatalf("decodeList: %v; Kubernetes reads the page: %v", err, ok)
-		case !ok:
-		case !reflect.DeepEqual(meta, kmeta):
-			t.Fatalf("metadata %+v, Kubernetes reads %+v", meta, kmeta)
-		case !reflect.DeepEqual(items, kitems) || !reflect.DeepEqual(skips, kskips):
-			t.Fatalf("items %d, skips %+v; Kubernetes reads %d items, skips %+v", len(items), skips, len(kitems), kskips)
+		if d := pageDiffers(data, meta, items, skips, err); d != "" {
+			t.Fatal(d)
 		}
 	})
+}
+
+// listsDiffer decodes a LIST page with decodeList and as Kubernetes does
+// (kubernetesList), and says how they disagree ("" if they do not).
+func listsDiffer(data []byte) string {
+	var items []*v1alpha1.MyResource
+	var skips []SkipError
+	meta, err := decodeList(bytes.NewReader(data), codec,
+		func(obj *v1alpha1.MyResource) { items = append(items, obj) },
+		func(skip *SkipError) {
+			skips = append(skips, SkipError{What: skip.What, Key: skip.Key, RV: skip.RV, UID: skip.UID})
+		})
+	return pageDiffers(data, meta, items, skips, err)
+}
+
+// pageDiffers compares what decodeList made of data with kubernetesList.
+func pageDiffers(data []byte, meta metav1.ListMeta, items []*v1alpha1.MyResource, skips []SkipError, err error) string {
+	kmeta, kitems, kskips, ok := kubernetesList(data)
+	switch {
+	case ok != (err == nil):
+		return fmt.Sprintf("decodeList: %v; Kubernetes reads the page: %v", err, ok)
+	case !ok:
+	case !reflect.DeepEqual(meta, kmeta):
+		return fmt.Sprintf("metadata %+v, Kubernetes reads %+v", meta, kmeta)
+	case !reflect.DeepEqual(items, kitems) || !reflect.DeepEqual(skips, kskips):
+		return fmt.Sprintf("items %d, skips %+v; Kubernetes reads %d items, skips %+v", len(items), skips, len(kitems), kskips)
+	}
+	return ""
 }
 
 // kubernetesList reads a LIST page as Kubernetes does, through
