@@ -372,7 +372,7 @@ func (d *eventDecoder[T]) next() (Event[T], error) {
 // usual one (a key of the envelope twice, an escaped key, another event
 // type, anything the decoder declines). Then
 // Next decodes the frame as before, envelope and object apart, and that
-// decodes it exactly as the plain way (FuzzFastDecoder); so does onePass,
+// decodes it exactly as Kubernetes does (FuzzFastDecoder); so does onePass,
 // when it decodes at all.
 func (d *eventDecoder[T]) onePass(frame []byte) (ev Event[T], ok bool, err error) {
 	obj, own := fresh[T]()

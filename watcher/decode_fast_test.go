@@ -81,7 +81,7 @@ func TestCodecUsesTheTypesDecoder(t *testing.T) {
 // onePass takes the usual frame of an object event in one pass, its two
 // members in either order, and leaves every other frame to the envelope walk
 // and the object's decode (ok false), which FuzzFastDecoder holds equal to
-// the plain way.
+// Kubernetes' decoding.
 func TestOnePassTakesTheUsualFramesOnly(t *testing.T) {
 	const object = `{` + objHead + `,"metadata":{"name":"a","namespace":"ns","resourceVersion":"5","managedFields":[{"manager":"m","time":"2026-12-01T10:00:00Z","fieldsV1":{"f:spec":{}}}]},"spec":{"message":"hi"}}`
 	for frame, want := range map[string]bool{

@@ -27,9 +27,9 @@ import (
 // bytes (withoutManagedFields) before the plain decoder (metajson.Plain)
 // reads them. Anything unusual in the envelope (an escaped key, a type that
 // is not a plain string) or in managedFields (entries that are not objects,
-// invalid times) takes the plain path, so the result is what the plain way
-// gives, minus managedFields; decode_ref_test.go checks that on fixtures and
-// in a fuzz target.
+// members of another type, invalid JSON) takes the plain path, so the result
+// is what Kubernetes' decoding gives, minus managedFields; decode_ref_test.go
+// checks that on fixtures and in a fuzz target.
 
 // envelope finds a valid frame's type and object. ok is false when the
 // frame is not the usual shape; the caller then decodes it the plain way.
