@@ -78,23 +78,18 @@ func FuzzDecodeList(f *testing.F) {
 		item(`"name":"b","resourceVersion":5`) + `,null,1],"Items":[]} `))
 	f.Add([]byte(`{"items":5,"items":[],"metadata":{"resourceVersion":"1"},"metadata":{"continue":"c"}}{}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var items []*v1alpha1.MyResource
-		var skips []SkipError
-		meta, err := decodeList(bytes.NewReader(data), codec,
-			func(obj *v1alpha1.MyResource) { items = append(items, obj); checkObject(t, obj) },
-			func(skip *SkipError) {
-				checkSkip(t, skip)
-				skips = append(skips, SkipError{What: skip.What, Key: skip.Key, RV: skip.RV, UID: skip.UID})
-			})
+		meta, items, skipped, err := decodePage(data, codec)
+		for _, obj := range items {
+			checkObject(t, obj)
+		}
+		for _, skip := range skipped {
+			checkSkip(t, skip)
+		}
+		skips := identities(skipped)
 		labelled := codec
 		labelled.labels = new(metajson.LabelCache)
-		var litems []*v1alpha1.MyResource
-		var lskips []SkipError
-		_, lerr := decodeList(bytes.NewReader(data), labelled,
-			func(obj *v1alpha1.MyResource) { litems = append(litems, obj) },
-			func(skip *SkipError) {
-				lskips = append(lskips, SkipError{What: skip.What, Key: skip.Key, RV: skip.RV, UID: skip.UID})
-			})
+		_, litems, lskipped, lerr := decodePage(data, labelled)
+		lskips := identities(lskipped)
 		if (err == nil) != (lerr == nil) || !reflect.DeepEqual(items, litems) || !reflect.DeepEqual(skips, lskips) {
 			t.Fatalf("with the labels' cache: %d items, skips %+v (%v); without: %d items, skips %+v (%v)", len(litems), lskips, lerr, len(items), skips, err)
 		}
@@ -104,17 +99,30 @@ func FuzzDecodeList(f *testing.F) {
 	})
 }
 
+// decodePage is decodeList's result for data.
+func decodePage(data []byte, c Codec[*v1alpha1.MyResource]) (metav1.ListMeta, []*v1alpha1.MyResource, []*SkipError, error) {
+	var items []*v1alpha1.MyResource
+	var skips []*SkipError
+	meta, err := decodeList(bytes.NewReader(data), c,
+		func(obj *v1alpha1.MyResource) { items = append(items, obj) },
+		func(skip *SkipError) { skips = append(skips, skip) })
+	return meta, items, skips, err
+}
+
+// identities are skips reduced to what must agree (their Err apart).
+func identities(skips []*SkipError) []SkipError {
+	var out []SkipError
+	for _, s := range skips {
+		out = append(out, SkipError{What: s.What, Key: s.Key, RV: s.RV, UID: s.UID})
+	}
+	return out
+}
+
 // listsDiffer decodes a LIST page with decodeList and as Kubernetes does
 // (kubernetesList), and says how they disagree ("" if they do not).
 func listsDiffer(data []byte) string {
-	var items []*v1alpha1.MyResource
-	var skips []SkipError
-	meta, err := decodeList(bytes.NewReader(data), codec,
-		func(obj *v1alpha1.MyResource) { items = append(items, obj) },
-		func(skip *SkipError) {
-			skips = append(skips, SkipError{What: skip.What, Key: skip.Key, RV: skip.RV, UID: skip.UID})
-		})
-	return pageDiffers(data, meta, items, skips, err)
+	meta, items, skips, err := decodePage(data, codec)
+	return pageDiffers(data, meta, items, identities(skips), err)
 }
 
 // pageDiffers compares what decodeList made of data with kubernetesList.

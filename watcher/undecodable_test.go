@@ -42,16 +42,7 @@ func TestAnUndecodableListItemKeepsItsKey(t *testing.T) {
 				},
 				watches: []string{expired},
 			}
-			p := play(t, s, Options[*v1alpha1.MyResource]{})
-			if s.listed != 2 {
-				t.Fatalf("%d lists, want 2 (the 410 relists)", s.listed)
-			}
-			if _, ok := p.store.Get("ns/a"); !ok {
-				t.Error("ns/a is gone from the store after a relist that listed it undecodable")
-			}
-			if d := p.deleted("ns/a"); len(d) > 0 {
-				t.Errorf("the relist reported ns/a deleted: %+v", d)
-			}
+			keptAfterTheRelist(t, s, "a relist that listed it undecodable")
 		})
 	}
 }
@@ -67,14 +58,21 @@ func TestAListItemWithoutAReadableKeyTakesNothingForDeleted(t *testing.T) {
 		},
 		watches: []string{expired},
 	}
+	keptAfterTheRelist(t, s, "a relist with an item whose name it could not read")
+}
+
+// keptAfterTheRelist plays s, whose second list (after a 410) is the
+// relist, and requires ns/a in the store after it, not reported deleted.
+func keptAfterTheRelist(t *testing.T, s *answers, after string) {
+	t.Helper()
 	p := play(t, s, Options[*v1alpha1.MyResource]{})
 	if s.listed != 2 {
 		t.Fatalf("%d lists, want 2 (the 410 relists)", s.listed)
 	}
 	if _, ok := p.store.Get("ns/a"); !ok {
-		t.Error("ns/a is gone from the store after a relist with an item whose name it could not read")
+		t.Errorf("ns/a is gone from the store after %s", after)
 	}
 	if d := p.deleted("ns/a"); len(d) > 0 {
-		t.Errorf("the relist reported ns/a deleted: %+v", d)
+		t.Errorf("%s reported ns/a deleted: %+v", after, d)
 	}
 }
