@@ -8,9 +8,9 @@
 // under one lock; keys that vanished come back as Deleted deltas carrying the
 // last object we knew, the equivalent of client-go's DeletedFinalStateUnknown,
 // and so does the old object of a key re-created meanwhile (listed with
-// another UID). A listed object of the stored UID and resourceVersion is the
-// stored one, unless the server's history went back (ResourceVersionsReused):
-// then its content decides.
+// another UID). A listed object of the stored UID, resourceVersion and
+// content is the stored one (a resourceVersion alone is not enough: an etcd
+// restore without --bump-revision gives old ones out again).
 //
 // The store keeps objects small for as long as it holds them: managedFields
 // go. With Share (an option, off by default) it also keeps one copy of what

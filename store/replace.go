@@ -9,12 +9,11 @@ import (
 // page, and swaps it in with Commit: readers see the old contents or the new,
 // never a half-built mix.
 //
-// To keep a relist's memory peak low, an item that is the stored object (same
-// UID and resourceVersion) is not kept: the stored object is reused and the
-// freshly decoded copy becomes garbage at once. Only objects that really
-// changed are held twice while the relist runs. Once the server may have
-// reused resourceVersions (Store.ResourceVersionsReused, CompareContent),
-// the content must be the same too.
+// To keep a relist's memory peak low, an item that is the stored object as
+// it was (same UID, resourceVersion and content: see same) is not kept: the
+// stored object is reused and the freshly decoded copy becomes garbage at
+// once. Only objects that really changed are held twice while the relist
+// runs.
 type Replacement[T Object] struct {
 	s     *Store[T]
 	items map[string]T
@@ -25,8 +24,6 @@ type Replacement[T Object] struct {
 	// keepAll: an item whose key could not be read was listed; it may be
 	// any stored object, so none the list lacks is taken for deleted.
 	keepAll bool
-	// compare: an equal UID and resourceVersion is not enough (CompareContent).
-	compare bool
 }
 
 // NewReplacement starts a relist. Only one should be open at a time, and the
@@ -42,19 +39,11 @@ func (r *Replacement[T]) Add(obj T) {
 	// The stored object is kept only if it is the same one: after an etcd
 	// restore without a revision bump, another object of the key, or other
 	// content, may come back at a resourceVersion the store already holds.
-	if old, ok := r.s.Get(key); ok && old.GetResourceVersion() == obj.GetResourceVersion() && old.GetUID() == obj.GetUID() &&
-		(!r.compare && !r.s.reused.Load() || same(old, obj)) {
+	if old, ok := r.s.Get(key); ok && old.GetResourceVersion() == obj.GetResourceVersion() && old.GetUID() == obj.GetUID() && same(old, obj) {
 		obj = old
 	}
 	r.items[key] = obj
 }
-
-// CompareContent makes this relist compare each listed object with the
-// stored one of the same UID and resourceVersion, as after
-// Store.ResourceVersionsReused: for a list whose resourceVersion is known
-// only at its end (a WatchList's), which may turn out older than the
-// store's. Call it before the first Add.
-func (r *Replacement[T]) CompareContent() { r.compare = true }
 
 // Remove drops a recorded object (a WatchList's initial events may, in
 // principle, delete what they added).

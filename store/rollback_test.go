@@ -8,36 +8,28 @@ import (
 
 // After an etcd restore without --bump-revision the server gives out
 // resourceVersions again, to other content: an equal resourceVersion (and
-// UID) does not make an object the one stored. An event, and a relist once
-// the store knows the server's history went back (ResourceVersionsReused,
-// or CompareContent for one relist), take an object whose content differs
-// from the stored one's; an equal one (a duplicate delivery, an unchanged
-// listed object) changes nothing.
+// UID) does not make an object the one stored. A relist and an event take
+// an object whose content differs from the stored one's; an equal one (a
+// duplicate delivery, an unchanged listed object) changes nothing.
 
 func TestARelistTakesAnObjectOfTheStoredResourceVersionWithOtherContent(t *testing.T) {
-	for name, reused := range map[string]func(*Store[*v1alpha1.MyResource], *Replacement[*v1alpha1.MyResource]){
-		"the store told":  func(s *Store[*v1alpha1.MyResource], _ *Replacement[*v1alpha1.MyResource]) { s.ResourceVersionsReused() },
-		"the relist told": func(_ *Store[*v1alpha1.MyResource], r *Replacement[*v1alpha1.MyResource]) { r.CompareContent() },
-	} {
-		s := New[*v1alpha1.MyResource]()
-		before := obj("ns", "x", "101")
-		before.Spec.Message = "written before the restore"
-		s.Upsert(before)
-		same := obj("ns", "y", "90")
-		s.Upsert(same)
-		r := s.NewReplacement()
-		reused(s, r)
-		again := obj("ns", "x", "101")
-		again.Spec.Message = "written again after it"
-		r.Add(again)
-		r.Add(obj("ns", "y", "90"))
-		deltas := r.Commit()
-		if got, _ := s.Get("ns/x"); got.Spec.Message != "written again after it" || len(deltas) != 1 || deltas[0].Type != Updated || deltas[0].Old != before {
-			t.Errorf("%s: a relist listed ns/x at the stored resourceVersion 101 with other content: the store holds %q, deltas %+v; want the listed content, one Updated delta", name, got.Spec.Message, deltas)
-		}
-		if got, _ := s.Get("ns/y"); got != same {
-			t.Errorf("%s: a relist replaced an unchanged object (same resourceVersion, same content) with its listed copy", name)
-		}
+	s := New[*v1alpha1.MyResource]()
+	before := obj("ns", "x", "101")
+	before.Spec.Message = "written before the restore"
+	s.Upsert(before)
+	same := obj("ns", "y", "90")
+	s.Upsert(same)
+	r := s.NewReplacement()
+	again := obj("ns", "x", "101")
+	again.Spec.Message = "written again after it"
+	r.Add(again)
+	r.Add(obj("ns", "y", "90"))
+	deltas := r.Commit()
+	if got, _ := s.Get("ns/x"); got.Spec.Message != "written again after it" || len(deltas) != 1 || deltas[0].Type != Updated || deltas[0].Old != before {
+		t.Errorf("a relist listed ns/x at the stored resourceVersion 101 with other content: the store holds %q, deltas %+v; want the listed content, one Updated delta", got.Spec.Message, deltas)
+	}
+	if got, _ := s.Get("ns/y"); got != same {
+		t.Error("a relist replaced an unchanged object (same resourceVersion, same content) with its listed copy")
 	}
 }
 

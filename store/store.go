@@ -4,7 +4,6 @@ import (
 	"reflect"
 	"sort"
 	"sync"
-	"sync/atomic"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -50,9 +49,6 @@ type Store[T Object] struct {
 	labels labelSets
 	// detector, when on, holds a copy of every stored object (mutation.go).
 	detector *detector[T]
-	// reused: the server may have reused resourceVersions
-	// (ResourceVersionsReused).
-	reused atomic.Bool
 }
 
 // New returns an empty store.
@@ -212,19 +208,12 @@ func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
 // resourceVersion hold the same content. A resourceVersion names one
 // content only within one history of the server: after an etcd restore
 // without --bump-revision the server gives old ones out again, to other
-// content. Upsert asks at an equal resourceVersion (a duplicate delivery:
-// rare); a relist once resourceVersions may have been reused
-// (ResourceVersionsReused, Replacement.CompareContent). Objects decoded
-// alike compare equal; any other difference only makes a change of it.
+// content, and a client need not see the history go back (a later restore
+// with --bump-revision hides it). Asked only at an equal resourceVersion: a
+// duplicate delivery (Upsert), an object a relist lists unchanged
+// (Replacement.Add). Objects decoded alike compare equal; any other
+// difference only makes a change of it.
 func same[T Object](a, b T) bool { return a == b || reflect.DeepEqual(a, b) }
-
-// ResourceVersionsReused says the server's history went back (it listed at
-// a resourceVersion older than one it gave before: an etcd restore without
-// --bump-revision), so it may give resourceVersions out again to other
-// content. From then on a relist compares each listed object with the
-// stored one of the same UID and resourceVersion, and takes it if it
-// differs, instead of keeping the stored one unseen.
-func (s *Store[T]) ResourceVersionsReused() { s.reused.Store(true) }
 
 // put and remove write items (and tell the mutation detector). Callers
 // hold mu.

@@ -93,7 +93,7 @@
 //     kube-apiserver's are), a server behind us means relist: the loop logs
 //     the time travel, and the replacement of the store reports every object
 //     that exists only in the store as Deleted, with its UID, and takes one
-//     written again at a reused resourceVersion (store.ResourceVersionsReused).
+//     written again at a reused resourceVersion (store.Replacement.Add).
 //     TestTimeTravelAfterAnEtcdRestore: converged 7 to 10 s after the restore.
 //     A restore stays invisible to a client that reconnects only after new
 //     writes carried the restored server past the version it had: nothing

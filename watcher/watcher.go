@@ -11,7 +11,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/klog/v2"
 
 	"rawwatch/observe"
@@ -396,11 +395,12 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 	for {
 		w.partial.pages++
 		page := w.partial.pages
-		var items []T
+		items := 0
 		meta, err := w.readList(ctx, opts,
 			func(obj T) {
 				if w.inShard(obj) {
-					items = append(items, obj)
+					items++
+					repl.Add(obj)
 				}
 			},
 			func(skip *SkipError) {
@@ -408,13 +408,11 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 				w.skipped(skip)
 			})
 		if err != nil {
+			// A page cut half-way delivered nothing (decodeList hands a
+			// page's items over once it is read whole).
 			return failed(err)
 		}
-		w.behind(meta.ResourceVersion)
-		for _, obj := range items {
-			repl.Add(obj)
-		}
-		report(w, ListPage{Page: page, Items: len(items), Continue: meta.Continue, RV: meta.ResourceVersion})
+		report(w, ListPage{Page: page, Items: items, Continue: meta.Continue, RV: meta.ResourceVersion})
 		if meta.Continue == "" {
 			rv = meta.ResourceVersion
 			break
@@ -424,17 +422,6 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 	w.partial = nil
 	w.commit(repl, rv)
 	return Outcome{At: time.Now(), RV: rv}
-}
-
-// behind tells the store when the server lists at rv, older than where the
-// store stands: the server's history went back, and it may give out again
-// the resourceVersions the store holds, to other content (an etcd restore
-// without --bump-revision). The store then compares content where it
-// compared resourceVersions (store.ResourceVersionsReused).
-func (w *Watcher[T]) behind(rv string) {
-	if c, err := resourceversion.CompareResourceVersion(rv, w.ResourceVersion()); err == nil && c < 0 {
-		w.store.ResourceVersionsReused()
-	}
 }
 
 // probe lists one item, for the list's resourceVersion: where the server is.
@@ -499,7 +486,6 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 		yes := true
 		opts.ResourceVersionMatch, opts.SendInitialEvents = metav1.ResourceVersionMatchNotOlderThan, &yes
 		repl = w.store.NewReplacement()
-		repl.CompareContent() // its resourceVersion, maybe older than ours, comes last
 	}
 	timeout := w.watchTimeout()
 	secs := int64(timeout / time.Second)
@@ -570,7 +556,6 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 			o.Err, o.ErrorEvent = ev.Err, true
 			return o
 		case repl != nil && ev.Type == Bookmark && ev.InitialEventsEnd:
-			w.behind(ev.RV)
 			w.commit(repl, ev.RV)
 			repl = nil
 			listed(ev.RV)
