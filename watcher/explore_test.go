@@ -332,12 +332,16 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		// the stored object deleted. The new object then stays out
 		// until an event of it decodes, which nothing may bring (no
 		// client can tell): the explorer writes each such object again
-		// once the faults stop (hidden).
+		// once the faults stop (hidden); and each written again after a
+		// rollback at the resourceVersion the store holds, whose stored
+		// copy the loop keeps unseen.
 		var hiddenMu sync.Mutex
 		hidden := map[string]bool{}
 		srv.GarbleItem = func(o *v1alpha1.MyResource) bool {
 			got, ok := st.Get(o.Namespace + "/" + o.Name)
-			if ok && got.UID != o.UID {
+			// (the same UID and resourceVersion, other content: written
+			// again after a rollback; the stored object is kept unseen)
+			if ok && (got.UID != o.UID || got.ResourceVersion == o.ResourceVersion && got.Spec.Message != o.Spec.Message) {
 				hiddenMu.Lock()
 				hidden[o.Name] = true
 				hiddenMu.Unlock()
@@ -386,7 +390,7 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		// the store holds it at: the restored server gives that
 		// resourceVersion out again (writes to other resources bring it
 		// there). Only if the server then stays margin behind the loop, for
-		// the loop to find the rollback.
+		// the loop to find the rollback (see rollbackMin).
 		rewrites := 0
 		rewrite := func(margin int64) {
 			loop, restored := rvNumber(w.ResourceVersion()), srv.Objects()
@@ -439,7 +443,7 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 					highest = max(highest, rvNumber(srv.ResourceVersion()))
 					srv.Restore(origin, 0)
 					lives.restored(srv.ResourceVersion())
-					rewrite(1) // nothing else is written until the loop lists
+					rewrite(rollbackMin) // (after the faults, the liveness check's writes)
 					lives.rolledBack()
 					quietRollback = true
 				}
