@@ -99,11 +99,11 @@ type Options struct {
 	// CacheDropAnnotations are deleted from every object the store takes
 	// (store.DropAnnotations): annotations the reconciler never reads.
 	CacheDropAnnotations []string
-	// CacheMutationDetector runs the store's mutation detector
+	// DetectMutations runs the store's mutation detector
 	// (store.DetectMutations; also on with RAWWATCH_CACHE_MUTATION_DETECTOR
 	// and in tests): every cached object is compared with a copy of it
 	// every second, and a difference panics.
-	CacheMutationDetector bool
+	DetectMutations bool
 	// Watch tunes the watcher (its Handler, Observer and Codec are set by
 	// New).
 	Watch watcher.Options[Object]
@@ -224,7 +224,7 @@ func New(opts Options) (_ *App, err error) {
 	// to a cached object (the reconciler DeepCopies before it writes; the
 	// mutation detector would say otherwise).
 	a.Store.Share()
-	if opts.CacheMutationDetector {
+	if opts.DetectMutations {
 		a.Store.DetectMutations()
 	}
 	if len(opts.CacheDropAnnotations) > 0 {
