@@ -30,6 +30,7 @@ import (
 	"rawwatch/queue"
 	"rawwatch/reconcile"
 	"rawwatch/ring"
+	"rawwatch/store"
 	"rawwatch/watcher"
 )
 
@@ -44,6 +45,7 @@ type options struct {
 	watchList                   bool
 	wire                        watcher.Wire
 	cacheDropAnnotations        string
+	cacheMutationDetector       bool
 	qps                         float64
 	events                      reconcile.EventPolicy
 	burst                       int
@@ -87,6 +89,8 @@ func run(args []string) int {
 	wire := fs.String("wire", string(watcher.WireJSON), "encoding to ask the API server for: json, or cbor (KEP-4222; served for custom resources only with kube-apiserver's alpha feature gate CBORServingAndStorage; otherwise the server answers JSON and the watcher uses JSON, with one log line)")
 	fs.StringVar(&o.cacheDropAnnotations, "cache-drop-annotations", strings.Join(reconcile.UnreadAnnotations, ","),
 		`annotations the cache does not keep, comma-separated: ones the reconciler never reads ("": keep every annotation)`)
+	fs.BoolVar(&o.cacheMutationDetector, "cache-mutation-detector", false,
+		"keep a copy of every cached object and compare them every second: a cached object changed in place (a reconciler bug) panics; doubles the cache's memory (also on with "+store.EnvMutationDetector+"=true)")
 	fs.Float64Var(&o.qps, "kube-api-qps", app.DefaultQPS, "client-side limit of requests per second to the API server")
 	fs.IntVar(&o.burst, "kube-api-burst", app.DefaultBurst, "client-side burst of requests to the API server")
 	events := fs.String("events", string(app.DefaultEvents), "which status writes get an Event: all (a Normal Processed or a Warning ReconcileFailed), warnings (failures only; a success shows in the status), none")
@@ -263,6 +267,7 @@ func runController(ctx context.Context, o options) error {
 		Workers:              o.workers,
 		Events:               o.events,
 		CacheDropAnnotations: flaglist.Split(o.cacheDropAnnotations),
+		DetectMutations:      o.cacheMutationDetector,
 		PageSize:             o.pageSize,
 		Watch:                watcher.Options[app.Object]{WatchTimeoutMin: o.minWatchTimeout, SilenceLimit: o.silenceLimit, WatchList: o.watchList, Wire: o.wire},
 		RetryBase:            o.retryBase,

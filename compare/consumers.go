@@ -98,6 +98,7 @@ func newRaw(cfg *rest.Config, ns string, rec *recorder, watchList bool, dropEver
 		return nil, err
 	}
 	r := &rawConsumer{store: store.New[object]()}
+	r.store.Share() // as the controller's store: its reconciler writes to no cached object
 	if len(drop) > 0 {
 		r.store.SetTransformKeepingLabels(store.DropAnnotations[object](drop...))
 	}

@@ -14,8 +14,15 @@ import (
 // a spec message, the one managedFields entry of a create), decoded as the
 // watcher decodes them and upserted, then the live heap after a GC over the
 // heap before, per object (heap-B/object). It counts the objects, the
-// store's map and keys, and whatever the store shares between objects.
+// store's map and keys, and whatever the store shares between objects: in
+// a store that shares (Share) and in one that does not.
 func BenchmarkHeapPerObject(b *testing.B) {
+	for _, share := range []bool{true, false} {
+		b.Run(map[bool]string{true: "shared", false: "unshared"}[share], func(b *testing.B) { heapPerObject(b, share) })
+	}
+}
+
+func heapPerObject(b *testing.B, share bool) {
 	const n = 10000
 	frames := make([][]byte, n)
 	for i := range frames {
@@ -27,6 +34,9 @@ func BenchmarkHeapPerObject(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		s := New[*v1alpha1.MyResource]()
+		if share {
+			s.Share()
+		}
 		for _, f := range frames {
 			obj := new(v1alpha1.MyResource)
 			if err := obj.DecodeJSON(f, metajson.Options{NewestWriteOnly: true}); err != nil {

@@ -19,7 +19,7 @@ func labelled(name, rv string, labels map[string]string) *v1alpha1.MyResource {
 // came in (event, relist, deletion); other labels, and no labels, stay as
 // they were given.
 func TestEqualLabelsShareOneMap(t *testing.T) {
-	s := New[*v1alpha1.MyResource]()
+	s := shared()
 	s.Upsert(labelled("a", "1", map[string]string{"app": "x", "tier": "web"}))
 	s.Upsert(labelled("b", "1", map[string]string{"tier": "web", "app": "x"}))
 	s.Upsert(labelled("c", "1", map[string]string{"app": "y", "tier": "web"}))
@@ -52,7 +52,7 @@ func TestEqualLabelsShareOneMap(t *testing.T) {
 // The labels are shared after the transform, which changes each object in
 // place: one object's transform never reaches another object.
 func TestLabelsAreSharedAfterTheTransform(t *testing.T) {
-	s := New[*v1alpha1.MyResource]()
+	s := shared()
 	s.SetTransform(func(o *v1alpha1.MyResource) {
 		delete(o.Labels, "drop")
 		if o.Name == "b" {
@@ -75,7 +75,7 @@ func TestLabelsAreSharedAfterTheTransform(t *testing.T) {
 
 // Two label sets of one hash are not shared: the second keeps its own map.
 func TestLabelsOfOneHashButUnequalAreNotShared(t *testing.T) {
-	s := New[*v1alpha1.MyResource]()
+	s := shared()
 	first := map[string]string{"app": "x"}
 	s.labels.share(first, s, true)
 	other := map[string]string{"app": "y"}
@@ -104,7 +104,7 @@ func unheld(s *Store[*v1alpha1.MyResource]) int {
 // update to other labels, a deletion, a relist or Retain; and every object
 // keeps the labels it was given across the rebuilds of the table.
 func TestLabelSetsAreBounded(t *testing.T) {
-	s := New[*v1alpha1.MyResource]()
+	s := shared()
 	const objects = 150
 	most := 0
 	check := func(when string) {
@@ -152,7 +152,7 @@ func TestLabelSetsAreBounded(t *testing.T) {
 // Readers read stored labels while the writer shares maps and rebuilds the
 // table (run with -race: a stored object is never written).
 func TestLabelsSharedUnderConcurrentReaders(t *testing.T) {
-	s := New[*v1alpha1.MyResource]()
+	s := shared()
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for i := range 3000 {
@@ -181,7 +181,7 @@ func TestLabelsSharedUnderConcurrentReaders(t *testing.T) {
 // exactly when the other's object has its table's, across rebuilds (which
 // forget the last map given), deletions and two sets in turn.
 func TestOneMapGivenAgainIsSharedAsAFreshOne(t *testing.T) {
-	same, fresh := New[*v1alpha1.MyResource](), New[*v1alpha1.MyResource]()
+	same, fresh := shared(), shared()
 	sets := []map[string]string{{"app": "x", "tier": "web"}, {"app": "y"}}
 	tabled := func(s *Store[*v1alpha1.MyResource], key string) (map[string]string, bool) {
 		o, _ := s.Get(key)
@@ -231,7 +231,7 @@ func TestOneMapGivenAgainIsSharedAsAFreshOne(t *testing.T) {
 // A table rebuilt forgets the last map given: one that got a map the table
 // no longer has gets the table's own again, as a fresh map would.
 func TestRebuildForgetsTheLastMapGiven(t *testing.T) {
-	s := New[*v1alpha1.MyResource]()
+	s := shared()
 	for i := range 70 { // more than 64 sets: the table may be rebuilt
 		s.Upsert(labelled(fmt.Sprint("u", i), "1", map[string]string{"i": fmt.Sprint(i)}))
 	}
@@ -258,7 +258,7 @@ func TestRebuildForgetsTheLastMapGiven(t *testing.T) {
 // the store never keeps, its labels always equal to an object's): it is
 // shared as what it holds now.
 func TestOneMapChangedByTheTransformIsHashedAgain(t *testing.T) {
-	s := New[*v1alpha1.MyResource]()
+	s := shared()
 	mine := map[string]string{}
 	s.SetTransform(func(o *v1alpha1.MyResource) {
 		if o.Name >= "c" {
@@ -283,4 +283,11 @@ func TestOneMapChangedByTheTransformIsHashedAgain(t *testing.T) {
 	if !s.SharesLabels() {
 		t.Fatal("not SharesLabels with a transform that keeps labels")
 	}
+}
+
+// shared is a store that shares what its objects repeat (Share).
+func shared() *Store[*v1alpha1.MyResource] {
+	s := New[*v1alpha1.MyResource]()
+	s.Share()
+	return s
 }

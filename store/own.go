@@ -13,11 +13,15 @@ import (
 //
 //   - managedFields go: server-side-apply bookkeeping, often the largest part
 //     of an object, which a controller never reads;
-//   - the strings every object of a namespace and type repeats (namespace,
-//     apiVersion, kind) are replaced by one shared copy each (package
-//     unique), instead of one copy per object as the JSON decoder made them.
-func own[T Object](obj T) {
+//   - with share (Store.Share), the strings every object of a namespace and
+//     type repeats (namespace, apiVersion, kind) are replaced by one shared
+//     copy each (package unique), instead of one copy per object as the
+//     JSON decoder made them.
+func own[T Object](obj T, share bool) {
 	obj.SetManagedFields(nil)
+	if !share {
+		return
+	}
 	obj.SetNamespace(lastNamespace.intern(obj.GetNamespace()))
 	if k, ok := any(obj).(interface{ GetObjectKind() schema.ObjectKind }); ok {
 		if tm, ok := k.GetObjectKind().(*metav1.TypeMeta); ok {

@@ -16,7 +16,7 @@ func TestOwnLastStringAcrossStoresAtOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	res := make([]*Store[*v1alpha1.MyResource], stores)
 	for s := range stores {
-		res[s] = New[*v1alpha1.MyResource]()
+		res[s] = shared()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

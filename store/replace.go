@@ -9,10 +9,11 @@ import (
 // page, and swaps it in with Commit: readers see the old contents or the new,
 // never a half-built mix.
 //
-// To keep a relist's memory peak low, an item whose resourceVersion matches the
-// stored object is not kept: the stored object is reused and the freshly
-// decoded copy becomes garbage at once. Only objects that really changed are
-// held twice while the relist runs.
+// To keep a relist's memory peak low, an item that is the stored object as
+// it was (same UID, resourceVersion and content: see same) is not kept: the
+// stored object is reused and the freshly decoded copy becomes garbage at
+// once. Only objects that really changed are held twice while the relist
+// runs.
 type Replacement[T Object] struct {
 	s     *Store[T]
 	items map[string]T
@@ -20,6 +21,9 @@ type Replacement[T Object] struct {
 	// item's UID if it could be read: the store keeps what it has for them
 	// rather than reporting them deleted, if it is the same object.
 	keep map[string]types.UID
+	// keepAll: an item whose key could not be read was listed; it may be
+	// any stored object, so none the list lacks is taken for deleted.
+	keepAll bool
 }
 
 // NewReplacement starts a relist. Only one should be open at a time, and the
@@ -33,9 +37,9 @@ func (r *Replacement[T]) Add(obj T) {
 	r.s.take(obj)
 	key := KeyOf(obj)
 	// The stored object is kept only if it is the same one: after an etcd
-	// restore without a revision bump, another object of the key may come
-	// back at a resourceVersion the store already holds.
-	if old, ok := r.s.Get(key); ok && old.GetResourceVersion() == obj.GetResourceVersion() && old.GetUID() == obj.GetUID() {
+	// restore without a revision bump, another object of the key, or other
+	// content, may come back at a resourceVersion the store already holds.
+	if old, ok := r.s.Get(key); ok && old.GetResourceVersion() == obj.GetResourceVersion() && old.GetUID() == obj.GetUID() && same(old, obj) {
 		obj = old
 	}
 	r.items[key] = obj
@@ -53,8 +57,17 @@ func (r *Replacement[T]) Remove(obj T) { delete(r.items, KeyOf(obj)) }
 // watching: the stored object is gone, and must not stay as if current, so
 // Commit reports it Deleted (FinalStateUnknown) and leaves the key out, as
 // for a key the list no longer has, until an event brings the new object in
-// a form that decodes. (The item's skip is the caller's to report.)
-func (r *Replacement[T]) Keep(key string, uid types.UID) { r.keep[key] = uid }
+// a form that decodes. A key "" (unreadable) may be any stored object: then
+// every stored object the list lacks stays, and no deletion is reported
+// for them (the next list that reads every item finds them). (The item's
+// skip is the caller's to report.)
+func (r *Replacement[T]) Keep(key string, uid types.UID) {
+	if key == "" {
+		r.keepAll = true
+		return
+	}
+	r.keep[key] = uid
+}
 
 // Len is the number of objects recorded so far.
 func (r *Replacement[T]) Len() int { return len(r.items) }
@@ -90,7 +103,8 @@ func (r *Replacement[T]) commit() []Delta[T] {
 		if _, listed := r.items[key]; listed {
 			continue
 		}
-		if uid, kept := r.keep[key]; kept && MayBe(uid, old) {
+		uid, kept := r.keep[key]
+		if kept && MayBe(uid, old) || !kept && r.keepAll {
 			r.items[key] = old
 			continue
 		}
@@ -110,6 +124,9 @@ func (r *Replacement[T]) commit() []Delta[T] {
 		}
 	}
 
+	if s.detector != nil {
+		s.detector.replaced(s.items, r.items)
+	}
 	s.items = r.items
 	r.items, r.keep = nil, nil
 	return deltas

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"reflect"
 	"sort"
 	"sync"
 
@@ -31,9 +32,10 @@ func Key(namespace, name string) string {
 // zero value is not usable; call New.
 //
 // The store takes ownership of the objects given to it, their labels maps
-// included (the giver changes neither after): it slims them (see own: no
-// managedFields, shared copies of repeated strings; labelSets: one map for
-// equal labels) and shares them with readers.
+// included (the giver changes neither after): it drops their managedFields
+// and shares them with readers, who must not change them (DeepCopy first;
+// the mutation detector, mutation.go, catches a reader that does). With
+// Share it also keeps one copy of what its objects repeat.
 type Store[T Object] struct {
 	mu    sync.RWMutex
 	items map[string]T
@@ -41,14 +43,31 @@ type Store[T Object] struct {
 	// keepsLabels says it never changes labels (SetTransformKeepingLabels).
 	transform   func(T)
 	keepsLabels bool
-	// labels shares equal label maps between the objects taken.
+	// share: equal label maps and repeated strings are shared (Share);
+	// labels is the table of shared label maps.
+	share  bool
 	labels labelSets
+	// detector, when on, holds a copy of every stored object (mutation.go).
+	detector *detector[T]
 }
 
 // New returns an empty store.
 func New[T Object]() *Store[T] {
-	return &Store[T]{items: map[string]T{}}
+	return &Store[T]{items: map[string]T{}, detector: newDetector[T](detecting())}
 }
+
+// Share makes the store keep one copy of what its objects repeat: objects
+// whose labels are equal hold one map between them (labelSets), the
+// namespace, apiVersion and kind strings are interned (own), and the
+// watcher's decoder gives the objects of one stream or page whose labels
+// are written alike one map (SharesLabels). It saves memory and time on a
+// large cache (docs/benchmarks.md), and asks more of every reader: a label
+// map belongs to many objects, so a handler that changes one object's
+// labels in place changes every object with those labels (and what the
+// stream decodes after them). Off by default; turn it on only where no
+// reader writes to a cached object (the controller's reconciler DeepCopies
+// first). Call it before the store is first written.
+func (s *Store[T]) Share() { s.share = true }
 
 // Get returns the object stored under key.
 func (s *Store[T]) Get(key string) (T, bool) {
@@ -105,17 +124,21 @@ func (s *Store[T]) SetTransformKeepingLabels(f func(T)) { s.transform, s.keepsLa
 // SharesLabels tells whether objects given to the store may hold a labels
 // map that objects given to it before hold too, as a watch stream's
 // decoder gives every object whose labels are written alike
-// (metajson.LabelCache): unless a transform that may change labels is set
-// (SetTransform). Such maps, as every map the store holds, must never be
-// changed; the store hashes them once, not once per object (labelSets).
-func (s *Store[T]) SharesLabels() bool { return s.transform == nil || s.keepsLabels }
+// (metajson.LabelCache): with Share, unless a transform that may change
+// labels is set (SetTransform). Such maps, as every map the store holds,
+// must never be changed; the store hashes them once, not once per object
+// (labelSets).
+func (s *Store[T]) SharesLabels() bool { return s.share && (s.transform == nil || s.keepsLabels) }
 
 // take prepares an object the store is given: own, then the transform,
-// then its labels shared with the stored objects' (labelSets).
+// then, with Share, its labels shared with the stored objects' (labelSets).
 func (s *Store[T]) take(obj T) {
-	own(obj)
+	own(obj, s.share)
 	if s.transform != nil {
 		s.transform(obj)
+	}
+	if !s.share {
+		return
 	}
 	if l := s.labels.share(obj.GetLabels(), s, s.SharesLabels()); l != nil {
 		obj.SetLabels(l)
@@ -132,15 +155,16 @@ func (s *Store[T]) eachLabels(yield func(map[string]string)) {
 }
 
 // Upsert stores obj (a watch ADDED or MODIFIED event) and says what changed.
-// changed is false when the stored object already has obj's resourceVersion:
-// a duplicate delivery, which needs no reaction.
+// changed is false when the stored object is obj as it was: the same
+// resourceVersion and content (a duplicate delivery, which needs no
+// reaction; see same).
 func (s *Store[T]) Upsert(obj T) (d Delta[T], changed bool) {
 	s.take(obj)
 	key := KeyOf(obj)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, existed := s.items[key]
-	if existed && old.GetResourceVersion() == obj.GetResourceVersion() {
+	if existed && old.GetResourceVersion() == obj.GetResourceVersion() && same(old, obj) {
 		return Delta[T]{}, false
 	}
 	s.put(key, obj)
@@ -180,10 +204,38 @@ func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
 	return Delta[T]{Type: Deleted, Key: key, Object: final}, true
 }
 
-// put and remove write items. Callers hold mu.
-func (s *Store[T]) put(key string, obj T) { s.items[key] = obj }
+// same tells whether two objects taken by the store (take) at one key and
+// resourceVersion hold the same content. A resourceVersion names one
+// content only within one history of the server: after an etcd restore
+// without --bump-revision the server gives old ones out again, to other
+// content, and a client need not see the history go back (a later restore
+// with --bump-revision hides it). Asked only at an equal resourceVersion: a
+// duplicate delivery (Upsert), an object a relist lists unchanged
+// (Replacement.Add). Objects decoded alike compare equal; any other
+// difference only makes a change of it.
+func same[T Object](a, b T) bool { return a == b || reflect.DeepEqual(a, b) }
 
-func (s *Store[T]) remove(key string, _ T) { delete(s.items, key) }
+// put and remove write items (and tell the mutation detector). Callers
+// hold mu.
+func (s *Store[T]) put(key string, obj T) {
+	if s.detector != nil {
+		s.detector.stored(key, obj, s.items)
+	}
+	s.items[key] = obj
+	if s.detector != nil {
+		s.detector.wrote(s.items)
+	}
+}
+
+func (s *Store[T]) remove(key string, old T) {
+	if s.detector != nil {
+		s.detector.removed(key, old)
+	}
+	delete(s.items, key)
+	if s.detector != nil {
+		s.detector.wrote(s.items)
+	}
+}
 
 // Retain keeps only the objects keep accepts and drops the rest without a
 // delta: they did not leave the cluster, they left this store's part of it

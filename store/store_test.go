@@ -46,15 +46,23 @@ func TestUpsertDeleteAndIndex(t *testing.T) {
 	if got, _ := s.Get("a/x"); got.ManagedFields != nil {
 		t.Fatal("managedFields must be stripped before storing")
 	}
-	// Repeated strings are shared: two objects of one namespace hold the
-	// same bytes for it, not two copies.
+	// Repeated strings are shared with Share only: two objects of one
+	// namespace hold the same bytes for it, not two copies.
 	s.Upsert(obj(string([]byte("a")), "y2", "1"))
 	x, _ := s.Get("a/x")
 	y, _ := s.Get("a/y2")
-	if unsafe.StringData(x.Namespace) != unsafe.StringData(y.Namespace) {
-		t.Error("namespace strings are not interned")
+	if unsafe.StringData(x.Namespace) == unsafe.StringData(y.Namespace) {
+		t.Error("namespace strings are interned in a store that does not Share")
 	}
 	s.Delete(y)
+	sh := shared()
+	sh.Upsert(obj("a", "x", "1"))
+	sh.Upsert(obj(string([]byte("a")), "y2", "1"))
+	x, _ = sh.Get("a/x")
+	y, _ = sh.Get("a/y2")
+	if unsafe.StringData(x.Namespace) != unsafe.StringData(y.Namespace) {
+		t.Error("namespace strings are not interned in a store that does Share")
+	}
 	if _, changed := s.Upsert(obj("a", "x", "1")); changed {
 		t.Fatal("same resourceVersion again must be a no-op")
 	}

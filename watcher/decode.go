@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"reflect"
-	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -138,24 +137,35 @@ func (c Codec[T]) checked(what string, raw []byte, obj T, err error, prefix stri
 	if prefix != "" {
 		skip.Err = fmt.Errorf("%s%w", prefix, err)
 	}
-	var id identity
-	if unmarshal(raw, &id) == nil && id.Metadata.Name != "" {
-		skip.Key, skip.RV, skip.UID = store.Key(id.Metadata.Namespace, id.Metadata.Name), id.Metadata.ResourceVersion, id.Metadata.UID
-	}
+	skip.Key, skip.RV, skip.UID = identify(raw, unmarshal)
 	return zero, skip
 }
 
-// identity is what a skipped object's metadata must still say: only its
-// name, namespace, resourceVersion and UID are read, so that a wrong type
-// in any other field (the reason it was skipped, perhaps) does not lose
-// them, and with them the key a relist keeps and a DELETED deletes.
-type identity struct {
-	Metadata struct {
-		Name            string    `json:"name"`
-		Namespace       string    `json:"namespace"`
-		ResourceVersion string    `json:"resourceVersion"`
-		UID             types.UID `json:"uid"`
-	} `json:"metadata"`
+// identify reads what a skipped object's metadata still says: its name and
+// namespace (its key), resourceVersion and UID, each on its own, so that a
+// wrong type anywhere else, or in one of them, loses only that one; and
+// with the key, what a relist keeps and a DELETED deletes. Each is the
+// last value given for it, if that is a string; the key needs a name, and
+// a namespace that is a string or absent.
+func identify(raw []byte, unmarshal func([]byte, any) error) (key, rv string, uid types.UID) {
+	var id struct {
+		Metadata struct {
+			Name            any `json:"name"`
+			Namespace       any `json:"namespace"`
+			ResourceVersion any `json:"resourceVersion"`
+			UID             any `json:"uid"`
+		} `json:"metadata"`
+	}
+	_ = unmarshal(raw, &id) // not JSON: nothing is read; a type error: the rest is
+	m := id.Metadata
+	name, _ := m.Name.(string)
+	ns, nsOK := m.Namespace.(string)
+	if name != "" && (nsOK || m.Namespace == nil) {
+		key = store.Key(ns, name)
+	}
+	rv, _ = m.ResourceVersion.(string)
+	u, _ := m.UID.(string)
+	return key, rv, types.UID(u)
 }
 
 // decodeObject decodes raw into a new T: with T's own decoder when it has
@@ -197,14 +207,19 @@ func decodePlain[T Object](raw []byte, newestWrite bool) (T, error) {
 }
 
 // decodeList reads a LIST response, handing each item to add and each item it
-// cannot decode to bad, and returns the list's metadata. A malformed response
-// (not a list at all) is an error.
+// cannot decode to bad, and returns the list's metadata. It reads the page
+// as Kubernetes would: one JSON value (anything after it but white space is
+// an error), keys matched case-sensitively, of a key given twice the last
+// (items are handed over once the page has been read, the last "items"
+// array's). A malformed response (not a list at all) is an error; an item
+// that does not decode is skipped (Kubernetes would fail the whole page).
 func decodeList[T Object](r io.Reader, c Codec[T], add func(T), bad func(*SkipError)) (metav1.ListMeta, error) {
 	var meta metav1.ListMeta
 	dec := json.NewDecoder(r)
 	if err := expectDelim(dec, '{'); err != nil {
 		return meta, fmt.Errorf("decoding list: %w", err)
 	}
+	var items []listed[T]
 	sawItems := false
 	for dec.More() {
 		tok, err := dec.Token()
@@ -213,10 +228,13 @@ func decodeList[T Object](r io.Reader, c Codec[T], add func(T), bad func(*SkipEr
 		}
 		switch tok {
 		case "metadata":
-			err = dec.Decode(&meta)
+			var raw json.RawMessage
+			if err = dec.Decode(&raw); err == nil {
+				err = metajson.Plain(raw, &meta)
+			}
 		case "items":
 			sawItems = true
-			err = decodeItems(dec, c, add, bad)
+			items, err = decodeItems(dec, c, items[:0])
 		default: // apiVersion, kind, anything new
 			var skip json.RawMessage
 			err = dec.Decode(&skip)
@@ -228,34 +246,51 @@ func decodeList[T Object](r io.Reader, c Codec[T], add func(T), bad func(*SkipEr
 	if _, err := dec.Token(); err != nil {
 		return meta, fmt.Errorf("decoding list: %w", err)
 	}
+	if _, err := dec.Token(); err != io.EOF {
+		return meta, fmt.Errorf("decoding list: more after the list's end (%v)", err)
+	}
 	if !sawItems && meta.ResourceVersion == "" {
 		return meta, errors.New("decoding list: response has neither items nor metadata")
+	}
+	for _, it := range items {
+		if it.skip != nil {
+			bad(it.skip)
+		} else {
+			add(it.obj)
+		}
 	}
 	return meta, nil
 }
 
-func decodeItems[T Object](dec *json.Decoder, c Codec[T], add func(T), bad func(*SkipError)) error {
+// listed is one item of a LIST page: its object, or why it was skipped.
+type listed[T Object] struct {
+	obj  T
+	skip *SkipError
+}
+
+// decodeItems reads an items array, appending its items to items.
+func decodeItems[T Object](dec *json.Decoder, c Codec[T], items []listed[T]) ([]listed[T], error) {
 	if tok, err := dec.Token(); err != nil {
-		return err
+		return items, err
 	} else if tok == nil {
-		return nil // "items": null
+		return items, nil // "items": null
 	} else if tok != json.Delim('[') {
-		return fmt.Errorf("items is %v, not an array", tok)
+		return items, fmt.Errorf("items is %v, not an array", tok)
 	}
 	for dec.More() {
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return err
+			return items, err
 		}
 		obj, err := c.Decode("list item", raw)
 		if err != nil {
-			bad(err.(*SkipError))
+			items = append(items, listed[T]{skip: err.(*SkipError)})
 			continue
 		}
-		add(obj)
+		items = append(items, listed[T]{obj: obj})
 	}
 	_, err := dec.Token() // ']'
-	return err
+	return items, err
 }
 
 func expectDelim(dec *json.Decoder, want json.Delim) error {
@@ -278,11 +313,6 @@ type eventDecoder[T Object] struct {
 
 func newEventDecoder[T Object](r io.Reader, c Codec[T]) *eventDecoder[T] {
 	return &eventDecoder[T]{frames: NewFrameReader(r, 0), codec: c}
-}
-
-type frame struct {
-	Type   string          `json:"type"`
-	Object json.RawMessage `json:"object"`
 }
 
 // Next returns the next event. io.EOF means the server closed the stream
@@ -313,17 +343,16 @@ func (d *eventDecoder[T]) next() (Event[T], error) {
 		return ev, err
 	}
 	typ, object, fast := envelope(raw)
-	if !fast { // the plain way (walk.go), which also reports a broken frame
-		var f frame
-		if err := json.Unmarshal(raw, &f); err != nil {
-			var typeErr *json.UnmarshalTypeError
-			if errors.As(err, &typeErr) {
-				// Well-formed JSON of the wrong shape: the frame is consumed.
-				return Event[T]{}, &SkipError{What: "watch frame", Err: err}
+	if !fast { // the plain way, Kubernetes' own, which also reports a broken frame
+		var f metav1.WatchEvent
+		if err := metajson.Plain(raw, &f); err != nil {
+			if metajson.IsSyntaxError(err) {
+				return Event[T]{}, fmt.Errorf("malformed watch frame: %w", err)
 			}
-			return Event[T]{}, err
+			// Well-formed JSON of the wrong shape: the frame is consumed.
+			return Event[T]{}, &SkipError{What: "watch frame", Err: err}
 		}
-		typ, object = f.Type, f.Object
+		typ, object = f.Type, f.Object.Raw
 	}
 	return eventOf(typ, object, func(what string, raw []byte) (T, error) {
 		obj, err := d.codec.decode(what, raw, true)
@@ -333,17 +362,17 @@ func (d *eventDecoder[T]) next() (Event[T], error) {
 			return obj, fmt.Errorf("malformed watch frame: %w", skip.Err)
 		}
 		return obj, err
-	}, json.Unmarshal, snippet)
+	}, metajson.Plain, snippet)
 }
 
 // onePass decodes the usual frame of an object event, {"type":…,"object":{…}}
 // (its two members in either order, others skipped), in one pass over the
 // frame with T's own decoder, which reads the object where it stands. ok is
 // false when it cannot: T has no decoder of its own, or the frame is not the
-// usual one (a key of the envelope in another case or twice, an escaped or
-// non-ASCII key, another event type, anything the decoder declines). Then
+// usual one (a key of the envelope twice, an escaped key, another event
+// type, anything the decoder declines). Then
 // Next decodes the frame as before, envelope and object apart, and that
-// decodes it exactly as the plain way (FuzzFastDecoder); so does onePass,
+// decodes it exactly as Kubernetes does (FuzzFastDecoder); so does onePass,
 // when it decodes at all.
 func (d *eventDecoder[T]) onePass(frame []byte) (ev Event[T], ok bool, err error) {
 	obj, own := fresh[T]()
@@ -382,15 +411,7 @@ func (d *eventDecoder[T]) onePass(frame []byte) (ev Event[T], ok bool, err error
 			end = dec.Offset()
 			return nil
 		}
-		for _, c := range key { // encoding/json matches the envelope's keys in any case
-			if c >= utf8.RuneSelf {
-				return metajson.ErrDecline
-			}
-		}
-		if bytes.EqualFold(key, []byte("type")) || bytes.EqualFold(key, []byte("object")) {
-			return metajson.ErrDecline
-		}
-		_, err := dec.Skip()
+		_, err := dec.Skip() // (keys match case-sensitively, as in metav1.WatchEvent)
 		return err
 	}) != nil || seen != 3 {
 		return ev, false, nil
@@ -427,6 +448,9 @@ func eventOf[T Object](typ string, raw []byte, object func(what string, raw []by
 	unmarshal func([]byte, any) error, show func([]byte) string) (Event[T], error) {
 	switch typ {
 	case Added, Modified, Deleted:
+		if len(raw) == 0 { // absent, or null (runtime.RawExtension's)
+			return Event[T]{Type: typ}, &SkipError{What: eventWhat(typ), Err: errors.New("event without an object")}
+		}
 		obj, err := object(eventWhat(typ), raw)
 		if err != nil {
 			return Event[T]{Type: typ}, err
@@ -440,8 +464,11 @@ func eventOf[T Object](typ string, raw []byte, object func(what string, raw []by
 		return Event[T]{Type: Bookmark, RV: tm.Metadata.ResourceVersion,
 			InitialEventsEnd: tm.Metadata.Annotations[initialEventsEnd] == "true"}, nil
 	case Error:
+		// A Status is the server's word, whatever of it is set (client-go
+		// decodes it by its kind, then apierrors.FromObject); anything
+		// else is an error of its own.
 		var status metav1.Status
-		if err := unmarshal(raw, &status); err != nil || status.Status == "" {
+		if err := unmarshal(raw, &status); err != nil || status.Kind != "Status" {
 			return Event[T]{Type: Error, Err: fmt.Errorf("watch ERROR event: %s", show(raw))}, nil
 		}
 		return Event[T]{Type: Error, Err: apierrors.FromObject(&status)}, nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,59 +13,121 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kjson "sigs.k8s.io/json"
+
 	"rawwatch/api/v1alpha1"
 	"rawwatch/internal/metajson"
 	"rawwatch/internal/wire"
+	"rawwatch/store"
 )
 
-// The event decoder's fast paths (frames.go, onePass in decode.go, walk.go)
-// against the plain one they replaced: a json.Decoder reading each frame
-// into a type and a raw object, then the whole object decoded. On every stream both must agree,
-// event by event: the same objects (their managedFields reduced on both sides
-// to one entry with the newest time, which is all the fast path keeps), the
-// same skipped frames, the stream broken at the same frame. One deviation is
-// allowed, and documented in walk.go: the fast path does not look inside
-// managedFields beyond their structure and times, so an object the plain way
-// refuses for something malformed in there may be kept. And a bare number,
-// true, false or null where a frame should be (never sent by a server)
-// breaks the stream instead of being skipped: no event is lost either way.
-// So does a newline inside a frame, once the stream showed itself
-// line-framed (frames.go): a cut, after which the plain way may still parse
-// the next frame as part of the cut one.
+// The event decoder against Kubernetes' own decoding of a WATCH stream,
+// client-go's: the stream split into frames by its JSON framer
+// (k8s.io/apimachinery/pkg/util/framer: a json.Decoder reading one
+// json.RawMessage after another), each frame read as a metav1.WatchEvent
+// and its object through sigs.k8s.io/json (the JSON serializer's
+// UnmarshalCaseSensitivePreserveInts), with the event types client-go's
+// watch decoder accepts. On every stream both must agree, event by event:
+// the same objects (their managedFields reduced on both sides to one entry
+// with the newest time, which is all the watcher keeps), the same errors
+// (by their class), the same frames skipped with the same identity, the
+// stream broken at the same frame. Where they differ by design:
+//
+//   - client-go ends the stream at a frame it cannot decode; the watcher
+//     skips it and reads on (kubernetesDecoder reports it skipped, with the
+//     identity its metadata gives through the same decoder: see identify);
+//   - a bookmark: the watcher reads its metadata only (what a Reflector
+//     reads of it), client-go the whole object;
+//   - a bare number, true, false or null where a frame should be (never sent
+//     by a server) breaks the stream instead of being skipped: no event is
+//     lost either way; so does a newline inside a frame, once the stream
+//     showed itself line-framed (frames.go): a cut, after which client-go
+//     may still parse the next frame as part of the cut one.
 
-// referenceDecoder is the plain way, as the watcher decoded before.
-type referenceDecoder struct {
-	dec   *json.Decoder
-	codec Codec[*v1alpha1.MyResource]
+// kubernetesDecoder decodes a WATCH stream as client-go does (see above).
+type kubernetesDecoder struct {
+	frames *json.Decoder
 }
 
-func (d *referenceDecoder) Next() (Event[*v1alpha1.MyResource], error) {
-	var f frame
-	if err := d.dec.Decode(&f); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) {
-			return Event[*v1alpha1.MyResource]{}, &SkipError{What: "watch frame", Err: err}
-		}
+func (d *kubernetesDecoder) Next() (Event[*v1alpha1.MyResource], error) {
+	var raw json.RawMessage
+	if err := d.frames.Decode(&raw); err != nil {
 		return Event[*v1alpha1.MyResource]{}, err
 	}
+	var f metav1.WatchEvent
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &f); err != nil {
+		return Event[*v1alpha1.MyResource]{}, &SkipError{What: "watch frame", Err: err}
+	}
+	ev := Event[*v1alpha1.MyResource]{Type: f.Type}
+	object := f.Object.Raw
 	switch f.Type {
 	case Added, Modified, Deleted:
-		obj, err := d.codec.Decode(f.Type+" event", f.Object)
-		if err != nil {
-			return Event[*v1alpha1.MyResource]{Type: f.Type}, err
+		what := f.Type + " event"
+		if object == nil {
+			return ev, &SkipError{What: what, Err: errors.New("no object")}
 		}
-		return Event[*v1alpha1.MyResource]{Type: f.Type, Object: obj, RV: obj.GetResourceVersion()}, nil
+		var obj *v1alpha1.MyResource
+		err := kjson.UnmarshalCaseSensitivePreserveInts(object, &obj)
+		if err == nil && obj == nil {
+			err = errors.New("object is null")
+		}
+		if err == nil && obj.GroupVersionKind() != v1alpha1.GroupVersionKind {
+			err = errors.New("another kind")
+		}
+		if err != nil {
+			key, rv, uid := referenceIdentity(object)
+			return ev, &SkipError{What: what, Key: key, RV: rv, UID: uid, Err: err}
+		}
+		ev.Object, ev.RV = obj, obj.ResourceVersion
+	case Bookmark:
+		var tm struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		}
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(object, &tm); err != nil || tm.Metadata.ResourceVersion == "" {
+			return ev, &SkipError{What: "BOOKMARK", Err: errors.New("no resourceVersion")}
+		}
+		ev.RV, ev.InitialEventsEnd = tm.Metadata.ResourceVersion, tm.Metadata.Annotations[metav1.InitialEventsAnnotationKey] == "true"
+	case Error:
+		var status metav1.Status
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(object, &status); err != nil || status.Kind != "Status" {
+			ev.Err = errors.New("not a Status")
+		} else {
+			ev.Err = apierrors.FromObject(&status)
+		}
+	default:
+		return ev, &SkipError{What: "watch frame", Err: errors.New("unknown event type")}
 	}
-	// Bookmarks, errors and unknown types take the same code on both sides.
-	raw, _ := json.Marshal(f)
-	return newEventDecoder(bytes.NewReader(raw), d.codec).Next()
+	return ev, nil
+}
+
+// referenceIdentity is what a skipped object's metadata says of its name,
+// namespace, resourceVersion and UID, read as a map through Kubernetes'
+// decoder: each the last value given for it, if a string (SkipError).
+func referenceIdentity(object []byte) (key, rv string, uid types.UID) {
+	var id struct {
+		Metadata map[string]any `json:"metadata"`
+	}
+	_ = kjson.UnmarshalCaseSensitivePreserveInts(object, &id)
+	name, _ := id.Metadata["name"].(string)
+	ns, isString := id.Metadata["namespace"].(string)
+	if name != "" && (isString || id.Metadata["namespace"] == nil) {
+		key = store.Key(ns, name)
+	}
+	rv, _ = id.Metadata["resourceVersion"].(string)
+	u, _ := id.Metadata["uid"].(string)
+	return key, rv, types.UID(u)
 }
 
 // outcome is one Next's result, reduced to what must agree.
 type outcome struct {
 	kind string // "event", "skip", "end" (io.EOF), "broken"
 	ev   Event[*v1alpha1.MyResource]
-	skip SkipError // a skip's identity (its Err apart): what a DELETED deletes, a relist keeps
+	// class is an ERROR's (Classify)
+	class ErrorClass
+	skip  SkipError // a skip's identity (its Err apart): what a DELETED deletes, a relist keeps
 }
 
 func outcomeOf(ev Event[*v1alpha1.MyResource], err error) outcome {
@@ -74,8 +137,9 @@ func outcomeOf(ev Event[*v1alpha1.MyResource], err error) outcome {
 		if ev.Object != nil {
 			ev.Object.ManagedFields = metajson.NewestWrite(ev.Object.ManagedFields)
 		}
-		ev.Err = nil // compared by presence below
-		return outcome{kind: "event", ev: ev}
+		class, _ := Classify(ev.Err)
+		ev.Err = nil // compared by its class
+		return outcome{kind: "event", ev: ev, class: class}
 	case errors.As(err, &skip):
 		return outcome{kind: "skip", ev: Event[*v1alpha1.MyResource]{Type: ev.Type},
 			skip: SkipError{What: skip.What, Key: skip.Key, RV: skip.RV, UID: skip.UID}}
@@ -85,42 +149,47 @@ func outcomeOf(ev Event[*v1alpha1.MyResource], err error) outcome {
 	return outcome{kind: "broken"}
 }
 
-// compareStreams decodes data both ways and reports the first disagreement.
+// compareStreams decodes data both ways and fails at the first disagreement.
 func compareStreams(t *testing.T, data []byte) {
 	t.Helper()
+	if d := streamsDiffer(data); d != "" {
+		t.Fatal(d)
+	}
+}
+
+// streamsDiffer decodes data with the watcher's event decoder and with
+// Kubernetes' (kubernetesDecoder) and says where they first disagree ("" if
+// they do not).
+func streamsDiffer(data []byte) string {
 	labelled := codec
 	labelled.labels = new(metajson.LabelCache) // as a watcher's store without a transform has it
 	fast := newEventDecoder(bytes.NewReader(data), labelled)
-	ref := &referenceDecoder{dec: json.NewDecoder(bytes.NewReader(data)), codec: codec}
+	ref := &kubernetesDecoder{frames: json.NewDecoder(bytes.NewReader(data))}
 	for i := 0; i <= len(data)+1; i++ {
 		fe, ferr := fast.Next()
 		re, rerr := ref.Next()
 		f, r := outcomeOf(fe, ferr), outcomeOf(re, rerr)
-		lenience := map[string]int{"broken": 0, "skip": 1, "event": 2}
-		deviation := lenience[f.kind] > lenience[r.kind] && r.kind != "end" && bytes.Contains(bytes.ToLower(data), []byte("managedfields"))
 		bare := r.kind == "skip" && errors.Is(ferr, ErrBareWord)
 		lined := errors.Is(ferr, ErrBrokenFrame) && strings.Contains(ferr.Error(), newlineInside)
 		switch {
-		case deviation:
-			return // managedFields malformed in a way only the plain way looks at
 		case bare:
-			return // a bare word: the plain way skips it, the fast way breaks the stream
+			return "" // a bare word: Kubernetes' framer takes it, the watcher breaks the stream
 		case lined:
-			return // a newline inside a frame of a line-framed stream: a cut the plain way may read on past
+			return "" // a newline inside a frame of a line-framed stream: a cut Kubernetes may read on past
 		case f.kind != r.kind:
-			t.Fatalf("frame %d: fast %s (%v), plain %s (%v)", i, f.kind, ferr, r.kind, rerr)
+			return fmt.Sprintf("frame %d: the watcher's %s (%v), Kubernetes' %s (%v)", i, f.kind, ferr, r.kind, rerr)
 		case f.kind == "skip" && (f.skip != r.skip || (f.ev.Type == Deleted) != (r.ev.Type == Deleted)):
 			// (a skip's type counts only as DELETED or not: an unknown one
-			// in invalid UTF-8 keeps its bytes on the walk, as before)
-			t.Fatalf("frame %d skipped otherwise:\nfast  %+v %q\nplain %+v %q", i, f.skip, f.ev.Type, r.skip, r.ev.Type)
-		case f.kind == "event" && (!reflect.DeepEqual(f.ev, r.ev) || (fe.Err == nil) != (re.Err == nil)):
-			t.Fatalf("frame %d differs:\nfast  %+v\nplain %+v", i, f.ev, r.ev)
+			// in invalid UTF-8 keeps its bytes on the walk)
+			return fmt.Sprintf("frame %d skipped otherwise:\nthe watcher %+v %q (%v)\nKubernetes  %+v %q (%v)", i, f.skip, f.ev.Type, ferr, r.skip, r.ev.Type, rerr)
+		case f.kind == "event" && (!reflect.DeepEqual(f.ev, r.ev) || f.class != r.class):
+			return fmt.Sprintf("frame %d differs:\nthe watcher %+v %v\nKubernetes  %+v %v", i, f.ev, f.class, r.ev, r.class)
 		}
 		if f.kind == "end" || f.kind == "broken" {
-			return
+			return ""
 		}
 	}
-	t.Fatal("no end after more calls than bytes")
+	return "no end after more calls than bytes"
 }
 
 // compareLines decodes data with Next, which takes a line-framed stream's
@@ -135,7 +204,7 @@ func compareLines(t *testing.T, data []byte) {
 	compareLinesIn(t, "the stream", string(data), max(1, len(data)), 0)
 }
 
-func TestFastDecoderAgreesWithThePlainOne(t *testing.T) {
+func TestTheEventDecoderAgreesWithKubernetes(t *testing.T) {
 	for _, name := range []string{wire.WatchList, wire.WatchGone} {
 		data := capture(t, name)
 		t.Run(name, func(t *testing.T) { compareStreams(t, data); compareLines(t, data) })
@@ -245,7 +314,8 @@ var fastPathCases = map[string]string{
 	"frames back to back": strings.TrimSpace(ev("ADDED", `"name":"a","resourceVersion":"25"`, ``)) + strings.TrimSpace(ev("ADDED", `"name":"b","resourceVersion":"26"`, ``)),
 }
 
-// FuzzFastDecoder searches for a stream the two ways decode differently:
+// FuzzFastDecoder searches for a stream the watcher decodes otherwise than
+// Kubernetes does:
 //
 //	go test ./watcher -run '^$' -fuzz FuzzFastDecoder -fuzztime 5m
 func FuzzFastDecoder(f *testing.F) {

@@ -177,9 +177,9 @@
 //     CompareResourceVersion (both well-formed integers, as every
 //     kube-apiserver's are), a server behind us means relist: the loop logs
 //     the time travel, and the replacement of the store reports every object
-//     that exists only in the store as Deleted, with its UID. Measured on
-//     the local control plane (TestTimeTravelAfterAnEtcdRestore): converged
-//     7 to 10 s after the restore began, most of it the apiserver's restart.
+//     that exists only in the store as Deleted, with its UID, and takes one
+//     written again at a reused resourceVersion (store.Replacement.Add).
+//     TestTimeTravelAfterAnEtcdRestore: converged 7 to 10 s after the restore.
 //     A restore stays invisible to a client that reconnects only after new
 //     writes carried the restored server past the version it had: nothing
 //     on the wire tells the two histories apart. etcd's documented restore
@@ -301,8 +301,9 @@
 // restart, restarts that end every stream cleanly or that the client meets
 // at its next WATCH; without one, no bookmarks and etcd's compaction; frames
 // the client cannot decode, DELETEDs and list items among them; frames
-// cut in half (not JSON); managedFields of two managers; rollbacks (etcd restored without
-// --bump-revision while the control plane is down); a deletion whose
+// cut in half (not JSON), or spelled as Kubernetes reads alike (escapes, keys
+// in another case or twice: held to Kubernetes' decoding); rollbacks (etcd
+// restored without --bump-revision, resourceVersions reused); a deletion whose
 // previous state etcd compacted (every WATCH from just before it gets an
 // ERROR 500). What it cannot show: a
 // cache whose WATCHes lag, or that drops a busy resource's history;
@@ -332,21 +333,20 @@
 // Both are decoded incrementally, so neither a long page nor a stream is held
 // whole in memory, and one object that does not decode costs that object
 // only: it is logged and skipped, a skipped list item is not taken for a
-// deletion, and a DELETED event whose object is garbled still deletes its key.
-// Objects decode as Kubernetes decodes them (sigs.k8s.io/json: keys match
-// case-sensitively; a key in another case is an unknown field), by the
-// type's own decoder when it has one (JSONDecoder; MyResource's reads the
-// bytes once, without reflection, and declines anything unusual to the plain
-// decoder: see package internal/metajson). A watch frame of the usual shape
-// is read in one pass, its envelope and object together (onePass in
-// decode.go); any other takes the envelope walk of walk.go, then the object.
-//
-// A skipped item carries its UID if its metadata reads (SkipError.UID): a
-// listed item of another UID than the stored object's says the key was
-// deleted and created again while we were not watching, so the relist hands
-// the stored object's Deleted delta (FinalStateUnknown) and leaves the key
-// out until an event brings the new object in a form that decodes; the
-// stored object is never kept as if current (store.Replacement.Keep).
+// deletion, and a DELETED event whose object is garbled still deletes its key
+// (SkipError: its name, namespace, resourceVersion and UID are each read on
+// its own). A listed item of another UID than the stored object's says the
+// key was deleted and created again: the relist hands the stored object's
+// Deleted delta; an item whose key cannot be read keeps every stored object
+// the list lacks (store.Replacement.Keep). Frames, pages and objects decode
+// as Kubernetes decodes them (metav1.WatchEvent and the object through
+// sigs.k8s.io/json: keys match case-sensitively, of a key given twice the
+// last counts; a page is one JSON value), by the type's own decoder when it
+// has one (JSONDecoder; MyResource's reads the bytes once, without
+// reflection, and declines anything unusual to the plain decoder: see
+// package internal/metajson). A watch frame of the usual shape is read in
+// one pass (onePass in decode.go); any other takes the envelope walk of
+// walk.go, then the object.
 //
 // A frame that is not JSON breaks the stream, and the loop re-watches from
 // its last resourceVersion after the backoff, as after any broken stream

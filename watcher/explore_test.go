@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,13 +37,16 @@ import (
 // renewals: the global resourceVersion moves without an event of ours), and
 // faults come and go: every persistent fault of fakeapi.Modes (garbled
 // frames and list items among them, frames cut in half, frames with one bit
-// flipped), and one-off cuts, compactions (410s), restarts of the watch
+// flipped, frames and pages spelled as no apiserver writes them but as
+// Kubernetes' decoding reads alike), and one-off cuts, compactions (410s), restarts of the watch
 // cache, restarts of the apiserver (503s, then 429s to WATCHes while its
 // watch cache initializes), restores of an older copy of the data the way
 // etcd documents for Kubernetes (--bump-revision), rollbacks (a plain etcd
 // restore to older data, the resourceVersion going back, while the control
 // plane is down, or while it stays up and nothing is written until the
-// loop lists: see rollbackMin), and, without a watch cache, a deletion
+// loop lists: see rollbackMin; an object the loop saw written since is
+// written again at the resourceVersion it had, with other content), and,
+// without a watch cache, a deletion
 // whose previous state etcd compacted (every WATCH from just before it is
 // answered with an ERROR). The objects carry managedFields (two managers),
 // as kube-apiserver writes them. The handler's deltas go,
@@ -60,13 +64,20 @@ import (
 //   - no request asks for resourceVersion "0" (a watch cache's answer,
 //     possibly older than what the store had);
 //   - liveness: within livenessBound of the faults stopping, the store
-//     equals the server's objects (same keys, UIDs, resourceVersions);
+//     equals the server's objects (same keys, UIDs, resourceVersions,
+//     content);
 //   - safety: the handler's deltas, followed per UID, are a valid life —
 //     Added, then Updated while present, then Deleted — and every object
 //     gone from the server at the end had its Deleted delta, with its UID;
 //     no UID comes back after its Deleted, and no object's resourceVersion
 //     goes backwards (outside a restore: the first list after one starts
 //     the count afresh);
+//   - the decoders read what Kubernetes' decoding reads: every WATCH stream
+//     and LIST page served under a fault that sends what an apiserver does
+//     not (respelled, garbled, cut or corrupted frames) is decoded again,
+//     as far as the loop read it, by the watcher's decoders and Kubernetes'
+//     (metav1.WatchEvent and the object through sigs.k8s.io/json), which
+//     must agree (decode_ref_test.go);
 //   - a garbled DELETED (its object undecodable, its name readable) still
 //     deletes its key: the store no longer holds it once the loop moves on;
 //   - a garbled list item (undecodable, its metadata readable) keeps its
@@ -75,7 +86,7 @@ import (
 //     no longer holds the old object after the list;
 //   - the deltas: every delta carries an object, without managedFields
 //     (the store drops them); an Updated delta is a change (its old and
-//     new resourceVersions differ); a DELETED event's delta carries the
+//     new objects differ); a DELETED event's delta carries the
 //     event's final state, not marked FinalStateUnknown (only a relist's
 //     and a garbled DELETED's are);
 //   - the write time the loop reports for an event (Received.Written) is
@@ -93,7 +104,9 @@ import (
 //     first request the server answers is a LIST (a probe or a relist) or
 //     a WatchList, never a WATCH from the resourceVersion the loop had, and
 //     the loop
-//     lists before it applies any event of a WATCH made since;
+//     lists before it applies any event of a WATCH made since, and that
+//     list takes the content written again at a reused resourceVersion
+//     (unless it listed it undecodable: then it keeps the stored object);
 //   - the queue (see consumer): a key waits in it at most once; a deletion
 //     reaches a worker before the changes that were waiting when it was
 //     queued; one worker per key; retries spaced as the rate limiter says;
@@ -319,12 +332,16 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		// the stored object deleted. The new object then stays out
 		// until an event of it decodes, which nothing may bring (no
 		// client can tell): the explorer writes each such object again
-		// once the faults stop (hidden).
+		// once the faults stop (hidden); and each written again after a
+		// rollback at the resourceVersion the store holds, whose stored
+		// copy the loop keeps unseen.
 		var hiddenMu sync.Mutex
 		hidden := map[string]bool{}
 		srv.GarbleItem = func(o *v1alpha1.MyResource) bool {
 			got, ok := st.Get(o.Namespace + "/" + o.Name)
-			if ok && got.UID != o.UID {
+			// (the same UID and resourceVersion, other content: written
+			// again after a rollback; the stored object is kept unseen)
+			if ok && (got.UID != o.UID || got.ResourceVersion == o.ResourceVersion && got.Spec.Message != o.Spec.Message) {
 				hiddenMu.Lock()
 				hidden[o.Name] = true
 				hiddenMu.Unlock()
@@ -353,10 +370,50 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		if s.wrap != nil {
 			src = s.wrap(srv)
 		}
+		src = decodedAsKubernetes{Source: src, fail: lives.fail, when: func() bool {
+			// The faults that send what a kube-apiserver does not (the
+			// recorded streams hold the rest: TestTheEventDecoderAgreesWithKubernetes).
+			switch srv.Fault() {
+			case fakeapi.Respell, fakeapi.Garble, fakeapi.CutFrames, fakeapi.CorruptFrames:
+				return true
+			}
+			return false
+		}}
 		w := New(src, st, opts)
 		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), exploreLogger()))
 		done := make(chan struct{})
 		go func() { w.Run(ctx); close(done) }()
+
+		// rewrite writes again, after a rollback, an object the store holds
+		// as written since the data restored (the same UID, a newer
+		// resourceVersion), with other content, at the very resourceVersion
+		// the store holds it at: the restored server gives that
+		// resourceVersion out again (writes to other resources bring it
+		// there). Only if the server then stays margin behind the loop, for
+		// the loop to find the rollback (see rollbackMin).
+		rewrites := 0
+		rewrite := func(margin int64) {
+			loop, restored := rvNumber(w.ResourceVersion()), srv.Objects()
+			for _, name := range names {
+				o := restored["ns/"+name]
+				got, ok := st.Get("ns/" + name)
+				if o == nil || !ok || got.UID != o.UID {
+					continue
+				}
+				at := rvNumber(got.ResourceVersion)
+				if at <= rvNumber(srv.ResourceVersion()) || loop-at < margin {
+					continue
+				}
+				for rvNumber(srv.ResourceVersion()) < at-1 {
+					srv.WriteOther()
+				}
+				rewrites++
+				msg := fmt.Sprintf("written again after rollback %d", rewrites)
+				put(name, msg)
+				lives.rewrote("ns/"+name, got.ResourceVersion, msg)
+				return
+			}
+		}
 
 		// Faults and churn until s.end; other resources are written
 		// about every 5 s (Lease renewals and the like).
@@ -378,6 +435,7 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 					highest = max(highest, rvNumber(srv.ResourceVersion()))
 					srv.Restore(origin, 0)
 					lives.restored(srv.ResourceVersion())
+					rewrite(rollbackMin) // the writes after the outage must not reach the loop's
 					rollbacks = append(rollbacks, time.Now())
 					lives.rolledBack()
 				}
@@ -385,6 +443,7 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 					highest = max(highest, rvNumber(srv.ResourceVersion()))
 					srv.Restore(origin, 0)
 					lives.restored(srv.ResourceVersion())
+					rewrite(rollbackMin) // (after the faults, the liveness check's writes)
 					lives.rolledBack()
 					quietRollback = true
 				}
@@ -748,11 +807,34 @@ type lifeChecker struct {
 	// rollback: the server was restored to older data and the loop has
 	// not listed since; rollbackStream: a WATCH was made since then.
 	rollback, rollbackStream, rollbackList atomic.Bool
+	// rewritten: objects written again after a rollback at a
+	// resourceVersion the store held them at, with their new message, by
+	// key (under mu).
+	rewritten map[string]rewrite
 }
 
+// rewrite is an object written again at a reused resourceVersion.
+type rewrite struct{ rv, message string }
+
+// rewrote records that key was written again at rv, a resourceVersion
+// the store holds it at, with message.
+func (l *lifeChecker) rewrote(key, rv, message string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.rewritten == nil {
+		l.rewritten = map[string]rewrite{}
+	}
+	l.rewritten[key] = rewrite{rv, message}
+}
+
+// restored records that the server's data was restored at rv: what was
+// written again before is gone.
 func (l *lifeChecker) restored(rv string) {
 	l.restoredAt.Store(rvNumber(rv))
 	l.restores.Add(1)
+	l.mu.Lock()
+	l.rewritten = nil
+	l.mu.Unlock()
 }
 
 func (l *lifeChecker) rolledBack() {
@@ -811,7 +893,8 @@ func (l *lifeChecker) Observe(e observe.Event) {
 		if !ok {
 			return
 		}
-		if c, err := resourceversion.CompareResourceVersion(got.ResourceVersion, e.Err.RV); err == nil && c < 0 {
+		// (its resourceVersion unreadable: it is the stored object's deletion all the same)
+		if c, err := resourceversion.CompareResourceVersion(got.ResourceVersion, e.Err.RV); err == nil && c < 0 || e.Err.RV == "" {
 			l.garbled, l.uid, l.rvOf = e.Err.Key, got.UID, e.Err.RV
 		}
 	case ListPage:
@@ -839,9 +922,22 @@ func (l *lifeChecker) Observe(e observe.Event) {
 					key, item.stored, e.RV, at)
 			}
 		}
+		garbled := l.kept
 		l.kept, l.page, l.initial = nil, nil, false
 		if l.rollbackList.Load() {
 			l.rollback.Store(false)
+			l.mu.Lock()
+			for key, re := range l.rewritten {
+				if _, unread := garbled[key]; unread {
+					continue // listed undecodable: its stored object is kept, unseen
+				}
+				if got, ok := l.store.Get(key); ok && got.ResourceVersion == re.rv && got.Spec.Message != re.message {
+					l.fail("a relist after a rollback takes what the server lists: %s was written again at resourceVersion %s (a rollback gave it out again) with %q, and the store still holds %q after the list at resourceVersion %s (at %v)",
+						key, re.rv, re.message, got.Spec.Message, e.RV, at)
+				}
+			}
+			l.rewritten = nil
+			l.mu.Unlock()
 		}
 		if n := l.restores.Load(); n > l.afresh && rvNumber(e.RV) >= l.restoredAt.Load() {
 			l.afresh = n
@@ -931,8 +1027,8 @@ func (l *lifeChecker) handle(d store.Delta[*v1alpha1.MyResource]) {
 	if len(d.Object.ManagedFields) > 0 {
 		l.fail("the store drops managedFields: a %s delta of %s at %v carries %d entries", d.Type, d.Key, at, len(d.Object.ManagedFields))
 	}
-	if d.Type == store.Updated && d.Old != nil && d.Old.ResourceVersion == d.Object.ResourceVersion {
-		l.fail("an Updated delta is a change: %s at %v was handed as updated from resourceVersion %s to the same", d.Key, at, d.Object.ResourceVersion)
+	if d.Type == store.Updated && d.Old != nil && d.Old.ResourceVersion == d.Object.ResourceVersion && reflect.DeepEqual(d.Old, d.Object) {
+		l.fail("an Updated delta is a change: %s at %v was handed as updated from resourceVersion %s to the same, with the same content", d.Key, at, d.Object.ResourceVersion)
 	}
 	if d.Type == store.Deleted && d.FinalStateUnknown && l.event.Type == Deleted && l.event.Key == d.Key {
 		l.fail("a DELETED event's delta carries the server's final state: %s at %v was deleted at resourceVersion %s, and its delta carries resourceVersion %s, marked FinalStateUnknown",
@@ -976,7 +1072,7 @@ func storeEqualsServer(st *store.Store[*v1alpha1.MyResource], srv *fakeapi.Serve
 	}
 	for key, o := range objs {
 		got, ok := st.Get(key)
-		if !ok || got.UID != o.UID || got.ResourceVersion != o.ResourceVersion {
+		if !ok || got.UID != o.UID || got.ResourceVersion != o.ResourceVersion || got.Spec.Message != o.Spec.Message {
 			return false
 		}
 	}
@@ -1100,6 +1196,54 @@ func TestExplorerCatchesListsFromTheWatchCache(t *testing.T) {
 			t.Errorf("300 schedules with every list at resourceVersion \"0\", and the explorer never said %q", rule)
 		}
 	}
+}
+
+// decodedAsKubernetes is a Source whose every body opened when asked (a
+// WATCH stream or a LIST page) is decoded again once the loop closes it, as
+// far as the loop read it, by the watcher's decoders and by Kubernetes'
+// (streamsDiffer, listsDiffer), which must read it alike.
+type decodedAsKubernetes struct {
+	Source
+	fail func(string, ...any)
+	when func() bool
+}
+
+func (d decodedAsKubernetes) List(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
+	body, err := d.Source.List(ctx, opts)
+	if err != nil || !d.when() {
+		return body, err
+	}
+	return &recorded{ReadCloser: body, what: "LIST page", differ: listsDiffer, fail: d.fail}, nil
+}
+
+func (d decodedAsKubernetes) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
+	body, err := d.Source.Watch(ctx, opts)
+	if err != nil || !d.when() {
+		return body, err
+	}
+	return &recorded{ReadCloser: body, what: "WATCH stream", differ: streamsDiffer, fail: d.fail}, nil
+}
+
+// recorded keeps what is read from a body, and compares it when closed.
+type recorded struct {
+	io.ReadCloser
+	data   []byte
+	what   string
+	differ func([]byte) string
+	fail   func(string, ...any)
+}
+
+func (r *recorded) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	r.data = append(r.data, p[:n]...)
+	return n, err
+}
+
+func (r *recorded) Close() error {
+	if d := r.differ(r.data); d != "" {
+		r.fail("the watcher decodes as Kubernetes does: a %s read otherwise: %s", r.what, d)
+	}
+	return r.ReadCloser.Close()
 }
 
 // listsAtZero asks for resourceVersion "0" on every first page of a list

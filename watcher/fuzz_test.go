@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kjson "sigs.k8s.io/json"
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/internal/metajson"
@@ -58,9 +62,10 @@ func FuzzEventDecoder(f *testing.F) {
 	})
 }
 
-// FuzzDecodeList also decodes every page a second time as a watcher does,
-// its items' labels through one LabelCache (Watcher.codec), and requires
-// the same items and skips: the cache only shares maps.
+// FuzzDecodeList holds decodeList to Kubernetes' decoding of a LIST page
+// (kubernetesList), and decodes every page a second time as a watcher does,
+// its items' labels through one LabelCache (Watcher.codec), requiring the
+// same items and skips: the cache only shares maps.
 func FuzzDecodeList(f *testing.F) {
 	f.Add(capture(f, wire.ListPage1))
 	f.Add(capture(f, wire.ListPage2))
@@ -69,36 +74,105 @@ func FuzzDecodeList(f *testing.F) {
 		item(`"name":"a","labels":{"app":"x"}`), item(`"name":"b","labels":{"app":"x"},"generation":"1"`),
 		item(`"name":"c","labels":{"app":"x"},"name":"c2"`), item(`"name":"d","labels":{"app":"x"}`),
 		item(`"name":"e","labels":{"app":"x\u0041"}`), item(`"name":"f","labels":{"app":"x\u0041"}`), item(`"name":"g","labels":{"app":"y"}`)}, ",") + `]}`))
+	f.Add([]byte(`{"metadata":{"resourceVersion":"9","ResourceVersion":"8","Continue":"x"},"items":[` + item(`"name":"a","uid":7`) + `],"items":[` +
+		item(`"name":"b","resourceVersion":5`) + `,null,1],"Items":[]} `))
+	f.Add([]byte(`{"items":5,"items":[],"metadata":{"resourceVersion":"1"},"metadata":{"continue":"c"}}{}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var items []*v1alpha1.MyResource
-		var skips []SkipError
-		_, err := decodeList(bytes.NewReader(data), codec,
-			func(obj *v1alpha1.MyResource) { items = append(items, obj); checkObject(t, obj) },
-			func(skip *SkipError) {
-				checkSkip(t, skip)
-				skips = append(skips, SkipError{What: skip.What, Key: skip.Key, RV: skip.RV, UID: skip.UID})
-			})
+		meta, items, skipped, err := decodePage(data, codec)
+		for _, obj := range items {
+			checkObject(t, obj)
+		}
+		for _, skip := range skipped {
+			checkSkip(t, skip)
+		}
+		skips := identities(skipped)
 		labelled := codec
 		labelled.labels = new(metajson.LabelCache)
-		var litems []*v1alpha1.MyResource
-		var lskips []SkipError
-		_, lerr := decodeList(bytes.NewReader(data), labelled,
-			func(obj *v1alpha1.MyResource) { litems = append(litems, obj) },
-			func(skip *SkipError) {
-				lskips = append(lskips, SkipError{What: skip.What, Key: skip.Key, RV: skip.RV, UID: skip.UID})
-			})
+		_, litems, lskipped, lerr := decodePage(data, labelled)
+		lskips := identities(lskipped)
 		if (err == nil) != (lerr == nil) || !reflect.DeepEqual(items, litems) || !reflect.DeepEqual(skips, lskips) {
 			t.Fatalf("with the labels' cache: %d items, skips %+v (%v); without: %d items, skips %+v (%v)", len(litems), lskips, lerr, len(items), skips, err)
 		}
-		if err != nil {
-			return
-		}
-		// A list that decoded was one well-formed JSON object.
-		var first json.RawMessage
-		if err := json.NewDecoder(bytes.NewReader(data)).Decode(&first); err != nil || first[0] != '{' {
-			t.Fatalf("decodeList accepted %q, which does not start with a JSON object (%v)", data, err)
+		if d := pageDiffers(data, meta, items, skips, err); d != "" {
+			t.Fatal(d)
 		}
 	})
+}
+
+// decodePage is decodeList's result for data.
+func decodePage(data []byte, c Codec[*v1alpha1.MyResource]) (metav1.ListMeta, []*v1alpha1.MyResource, []*SkipError, error) {
+	var items []*v1alpha1.MyResource
+	var skips []*SkipError
+	meta, err := decodeList(bytes.NewReader(data), c,
+		func(obj *v1alpha1.MyResource) { items = append(items, obj) },
+		func(skip *SkipError) { skips = append(skips, skip) })
+	return meta, items, skips, err
+}
+
+// identities are skips reduced to what must agree (their Err apart).
+func identities(skips []*SkipError) []SkipError {
+	var out []SkipError
+	for _, s := range skips {
+		out = append(out, SkipError{What: s.What, Key: s.Key, RV: s.RV, UID: s.UID})
+	}
+	return out
+}
+
+// listsDiffer decodes a LIST page with decodeList and as Kubernetes does
+// (kubernetesList), and says how they disagree ("" if they do not).
+func listsDiffer(data []byte) string {
+	meta, items, skips, err := decodePage(data, codec)
+	return pageDiffers(data, meta, items, identities(skips), err)
+}
+
+// pageDiffers compares what decodeList made of data with kubernetesList.
+func pageDiffers(data []byte, meta metav1.ListMeta, items []*v1alpha1.MyResource, skips []SkipError, err error) string {
+	kmeta, kitems, kskips, ok := kubernetesList(data)
+	switch {
+	case ok != (err == nil):
+		return fmt.Sprintf("decodeList: %v; Kubernetes reads the page: %v", err, ok)
+	case !ok:
+	case !reflect.DeepEqual(meta, kmeta):
+		return fmt.Sprintf("metadata %+v, Kubernetes reads %+v", meta, kmeta)
+	case !reflect.DeepEqual(items, kitems) || !reflect.DeepEqual(skips, kskips):
+		return fmt.Sprintf("items %d, skips %+v; Kubernetes reads %d items, skips %+v", len(items), skips, len(kitems), kskips)
+	}
+	return ""
+}
+
+// kubernetesList reads a LIST page as Kubernetes does, through
+// sigs.k8s.io/json, and then its items one by one: ok is false when
+// Kubernetes refuses the page for anything but an item (not one JSON
+// object, a member of the wrong type), or when it is no list at all
+// (neither items nor a resourceVersion: decodeList's rule). An item
+// Kubernetes cannot decode (it would fail the page) is a skip, with the
+// identity its metadata gives (referenceIdentity).
+func kubernetesList(data []byte) (meta metav1.ListMeta, items []*v1alpha1.MyResource, skips []SkipError, ok bool) {
+	var l struct {
+		Metadata metav1.ListMeta   `json:"metadata"`
+		Items    []json.RawMessage `json:"items"`
+	}
+	var members map[string]json.RawMessage
+	if kjson.UnmarshalCaseSensitivePreserveInts(data, &l) != nil || kjson.UnmarshalCaseSensitivePreserveInts(data, &members) != nil || members == nil {
+		return meta, nil, nil, false
+	}
+	if _, listed := members["items"]; !listed && l.Metadata.ResourceVersion == "" {
+		return meta, nil, nil, false
+	}
+	for _, raw := range l.Items {
+		var obj *v1alpha1.MyResource
+		err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &obj)
+		if err == nil && (obj == nil || obj.GroupVersionKind() != v1alpha1.GroupVersionKind) {
+			err = errors.New("null, or another kind")
+		}
+		if err != nil {
+			key, rv, uid := referenceIdentity(raw)
+			skips = append(skips, SkipError{What: "list item", Key: key, RV: rv, UID: uid})
+			continue
+		}
+		items = append(items, obj)
+	}
+	return l.Metadata, items, skips, true
 }
 
 func checkObject(t *testing.T, obj *v1alpha1.MyResource) {

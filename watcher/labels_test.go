@@ -18,12 +18,10 @@ import (
 )
 
 // A watch stream's objects whose labels are written alike get one map from
-// the decoder (the store would otherwise drop each equal map for the one it
-// holds), unless the store's transform may change labels in place: then a
-// transform that does never reaches another object. On the code before the
-// decoder shared maps, the first case failed with:
-//
-//	no transform: the stream's equal labels decoded into 3 maps, want one
+// the decoder when the store shares (store.Share: it would otherwise drop
+// each equal map for the one it holds), unless the store's transform may
+// change labels in place: then a transform that does never reaches another
+// object. A store that does not share gets one map per object.
 func TestStreamLabelsShareOneMapUnlessTheTransformMayChangeThem(t *testing.T) {
 	stream := strings.Join([]string{
 		ev(Added, `"name":"a","namespace":"ns","resourceVersion":"1","labels":{"app":"x","tier":"web"}`, ``),
@@ -37,11 +35,14 @@ func TestStreamLabelsShareOneMapUnlessTheTransformMayChangeThem(t *testing.T) {
 		shared  bool
 		changed bool // the transform adds mine=<name>
 	}{
-		{"no transform", func(*store.Store[*v1alpha1.MyResource]) {}, true, false},
+		{"no sharing", func(*store.Store[*v1alpha1.MyResource]) {}, false, false},
+		{"no transform", func(s *store.Store[*v1alpha1.MyResource]) { s.Share() }, true, false},
 		{"a transform keeping labels", func(s *store.Store[*v1alpha1.MyResource]) {
+			s.Share()
 			s.SetTransformKeepingLabels(store.DropAnnotations[*v1alpha1.MyResource]("x"))
 		}, true, false},
 		{"a transform changing labels in place", func(s *store.Store[*v1alpha1.MyResource]) {
+			s.Share()
 			s.SetTransform(func(o *v1alpha1.MyResource) { o.Labels["mine"] = o.Name })
 		}, false, true},
 	} {
@@ -79,9 +80,9 @@ func TestStreamLabelsShareOneMapUnlessTheTransformMayChangeThem(t *testing.T) {
 	}
 }
 
-// A LIST page's items whose labels are written alike get one map too, and
-// every item is what it is decoded without (the recorded pages, and a page
-// of labels alike, escaped, repeated and not).
+// A LIST page's items whose labels are written alike get one map too (the
+// store shares), and every item is what it is decoded without (the
+// recorded pages, and a page of labels alike, escaped, repeated and not).
 func TestListLabelsShareOneMap(t *testing.T) {
 	item := func(name, labels string) string {
 		return `{` + objHead + `,"metadata":{"name":"` + name + `","namespace":"ns","resourceVersion":"1","labels":` + labels + `}}`
@@ -90,7 +91,9 @@ func TestListLabelsShareOneMap(t *testing.T) {
 		item("a", `{"app":"x"}`), item("b", `{"app":"x"}`), item("c", `{"app":"x"}`), item("d", `{"app":"x\u0041"}`),
 		item("e", `{"app":"x\u0041"}`), item("f", `{"app":"x","app":"y"}`), item("g", `{"app":"x","app":"y"}`), item("h", `{}`),
 	}, ",") + `]}`)
-	w := New(nil, store.New[*v1alpha1.MyResource](), Options[*v1alpha1.MyResource]{Codec: codec})
+	st := store.New[*v1alpha1.MyResource]()
+	st.Share()
+	w := New(nil, st, Options[*v1alpha1.MyResource]{Codec: codec})
 	for name, data := range map[string][]byte{"page": page, wire.ListPage1: capture(t, wire.ListPage1), wire.ListPage2: capture(t, wire.ListPage2)} {
 		var alike, apart []*v1alpha1.MyResource
 		labelled := w.codec()
@@ -120,8 +123,8 @@ func TestListLabelsShareOneMap(t *testing.T) {
 }
 
 // The watch loop's work per event on BenchmarkDelivery's stream (decode,
-// store, observers), with the stream's labels in one map and, as before,
-// one map each (a transform that may change labels turns the sharing off):
+// store, observers), with the stream's labels in one map (store.Share) and
+// one map each (the store's default):
 //
 //	go test -run '^$' -bench LabelsPerEvent ./watcher
 func BenchmarkLabelsPerEvent(b *testing.B) {
@@ -134,8 +137,8 @@ func BenchmarkLabelsPerEvent(b *testing.B) {
 	for _, shared := range []bool{true, false} {
 		b.Run(fmt.Sprintf("shared=%v", shared), func(b *testing.B) {
 			st := store.New[*v1alpha1.MyResource]()
-			if !shared {
-				st.SetTransform(func(*v1alpha1.MyResource) {})
+			if shared {
+				st.Share()
 			}
 			w := New(nil, st, Options[*v1alpha1.MyResource]{Codec: codec})
 			b.ReportAllocs()
@@ -173,6 +176,7 @@ func TestListedLabelsChangedByATransformStayTheirOwn(t *testing.T) {
 	}
 	page := `{"metadata":{"resourceVersion":"9"},"items":[` + item("a") + `,` + item("b") + `,` + item("c") + `]}`
 	st := store.New[*v1alpha1.MyResource]()
+	st.Share()
 	st.SetTransform(func(o *v1alpha1.MyResource) { o.Labels["mine"] = o.Name })
 	w := New(pageSource{page: page}, st, Options[*v1alpha1.MyResource]{Codec: codec, Handler: func(store.Delta[*v1alpha1.MyResource]) {}})
 	if o := w.list(context.Background(), ""); o.Err != nil {

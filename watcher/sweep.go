@@ -67,9 +67,7 @@ func (w *Watcher[T]) Sweep(ctx context.Context, slots shard.SlotSet) (res SweepR
 				}
 			},
 			func(skip *SkipError) {
-				if skip.Key != "" {
-					kept[skip.Key] = skip.UID
-				}
+				kept[skip.Key] = skip.UID // "": an item that may be any stored object
 			})
 		body.Close()
 		cancel()
@@ -81,6 +79,9 @@ func (w *Watcher[T]) Sweep(ctx context.Context, slots shard.SlotSet) (res SweepR
 			break
 		}
 		opts = metav1.ListOptions{Limit: w.opts.PageSize, Continue: meta.Continue, ShardSelector: set.Selector()}
+	}
+	if _, unknown := kept[""]; unknown {
+		return res, nil // an item it could not name may be any of them: none is known deleted
 	}
 	for key, obj := range stored {
 		if uid, ok := present[key]; ok && uid == obj.GetUID() {

@@ -27,15 +27,16 @@ import (
 // bytes (withoutManagedFields) before the plain decoder (metajson.Plain)
 // reads them. Anything unusual in the envelope (an escaped key, a type that
 // is not a plain string) or in managedFields (entries that are not objects,
-// invalid times) takes the plain path, so the result is what the plain way
-// gives, minus managedFields; decode_ref_test.go checks that on fixtures and
-// in a fuzz target.
+// members of another type, invalid JSON) takes the plain path, so the result
+// is what Kubernetes' decoding gives, minus managedFields; decode_ref_test.go
+// checks that on fixtures and in a fuzz target.
 
 // envelope finds a valid frame's type and object. ok is false when the
 // frame is not the usual shape; the caller then decodes it the plain way.
-// The envelope's keys match case-insensitively and the last wins, as in
-// encoding/json, which decodes it on the plain way (the object's keys match
-// case-sensitively, as Kubernetes decodes objects).
+// It reads what metav1.WatchEvent through sigs.k8s.io/json reads: keys
+// match case-sensitively (another case is an unknown member), of a key
+// given twice the last counts, and an "object" that is null leaves the
+// one before (runtime.RawExtension's rule); an object absent or null is nil.
 func envelope(frame []byte) (typ string, object []byte, ok bool) {
 	i := skipSpace(frame, 0)
 	if i >= len(frame) || frame[i] != '{' {
@@ -46,18 +47,20 @@ func envelope(frame []byte) (typ string, object []byte, ok bool) {
 		switch {
 		case !plain(key):
 			ok = false
-		case bytes.EqualFold(key, []byte("type")):
+		case string(key) == "type":
 			v := frame[vs:ve]
 			if len(v) < 2 || v[0] != '"' || !plain(v[1:len(v)-1]) {
 				ok = false
 				break
 			}
 			typ = eventType(v[1 : len(v)-1])
-		case bytes.EqualFold(key, []byte("object")):
-			if object != nil { // one before: only the last is decoded
-				ok = json.Valid(object)
+		case string(key) == "object":
+			if v := frame[vs:ve]; string(v) != "null" {
+				if object != nil { // one before: only the last is decoded
+					ok = json.Valid(object)
+				}
+				object = v // checked when it is decoded
 			}
-			object = frame[vs:ve] // checked when it is decoded
 		default: // anything else must still be valid JSON
 			ok = json.Valid(frame[vs:ve])
 		}
@@ -93,8 +96,10 @@ func eventType(t []byte) string {
 // metadata.managedFields replaced by one entry holding only the newest
 // time (none if no entry has one). It returns obj itself when it cannot do
 // so exactly: no metadata or managedFields, or either appearing twice, an
-// escaped key, entries that are not objects, a time the decoder would
-// refuse. Keys match case-sensitively, as the object's decoder matches them.
+// escaped key, entries that are not objects, or managedFields the decoder
+// would refuse (not JSON, a string or time member of another type, a time
+// it cannot parse): then the decoder reads them, and says so. Keys match
+// case-sensitively, as the object's decoder matches them.
 func withoutManagedFields(obj []byte) []byte {
 	start := skipSpace(obj, 0)
 	if start >= len(obj) || obj[start] != '{' {
@@ -105,7 +110,7 @@ func withoutManagedFields(obj []byte) []byte {
 		return obj
 	}
 	mf, ok := onlyMember(obj, meta[0], "managedFields")
-	if !ok || obj[mf[0]] != '[' {
+	if !ok || obj[mf[0]] != '[' || !json.Valid(obj[mf[0]:mf[1]]) {
 		return obj
 	}
 	var newestLit []byte
@@ -117,34 +122,25 @@ func withoutManagedFields(obj []byte) []byte {
 		}
 		var lit []byte
 		fine = eachMember(obj, es, func(key []byte, vs, ve int) bool {
-			if bytes.IndexByte(key, '\\') >= 0 {
-				fine = false
-				return false
-			}
-			if string(key) == "time" { // keys match case-sensitively in the object
+			if fine = entryMember(key, obj[vs:ve]); fine && string(key) == "time" {
 				lit = obj[vs:ve] // the last one wins, as in encoding/json
 			}
-			return true
+			return fine
 		}) && fine
 		if !fine || lit == nil || string(lit) == "null" {
 			return fine
 		}
 		if utcSeconds(lit) && (newestLit == nil || utcSeconds(newestLit)) {
-			// What the apiserver writes: such times order as their text
-			// (the one kept is checked when the object is decoded).
+			// What the apiserver writes: such times order as their text.
 			if newestLit == nil || bytes.Compare(lit, newestLit) > 0 {
 				newestLit = lit
 			}
 			return true
 		}
 		var t, was metav1.Time
-		if lit[0] != '"' || t.UnmarshalJSON(lit) != nil {
-			fine = false
-			return false
-		}
 		if newestLit == nil {
 			newestLit = lit
-		} else if was.UnmarshalJSON(newestLit) == nil && t.After(was.Time) {
+		} else if t.UnmarshalJSON(lit) == nil && was.UnmarshalJSON(newestLit) == nil && t.After(was.Time) {
 			newestLit = lit
 		}
 		return true
@@ -162,6 +158,21 @@ func withoutManagedFields(obj []byte) []byte {
 		out = append(out, "[]"...)
 	}
 	return append(out, obj[mf[1]:]...)
+}
+
+// entryMember tells whether a member of a managedFields entry (valid JSON)
+// is one metav1.ManagedFieldsEntry takes: its strings strings, its time a
+// time, each or null; any other member anything. An escaped key may be any
+// of them: not taken here.
+func entryMember(key, v []byte) bool {
+	switch string(key) {
+	case "time":
+		var t metav1.Time
+		return string(v) == "null" || utcSeconds(v) || v[0] == '"' && t.UnmarshalJSON(v) == nil
+	case "manager", "operation", "apiVersion", "fieldsType", "subresource":
+		return v[0] == '"' || string(v) == "null"
+	}
+	return bytes.IndexByte(key, '\\') < 0
 }
 
 // plain tells whether the inside of a JSON string needs no more checking:

@@ -404,14 +404,12 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 				}
 			},
 			func(skip *SkipError) {
-				if skip.Key != "" {
-					repl.Keep(skip.Key, skip.UID)
-				}
+				repl.Keep(skip.Key, skip.UID) // listed, but unreadable: not a deletion
 				w.skipped(skip)
 			})
 		if err != nil {
-			// A page cut half-way: what it delivered is added again when the
-			// page is read again (Add replaces), so resuming is safe.
+			// A page cut half-way delivered nothing (decodeList hands a
+			// page's items over once it is read whole).
 			return failed(err)
 		}
 		report(w, ListPage{Page: page, Items: items, Continue: meta.Continue, RV: meta.ResourceVersion})
@@ -526,9 +524,9 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 		case skip != nil:
 			w.skipped(skip)
 			switch {
-			case skip.Key == "":
 			case repl != nil:
 				repl.Keep(skip.Key, skip.UID) // listed, but unreadable: keep what we have, if it is the same object
+			case skip.Key == "":
 			case ev.Type == Deleted:
 				// We cannot read the final state, but we know the key is gone.
 				if d, known := w.store.DeleteKey(skip.Key, *new(T)); known {

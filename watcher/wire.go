@@ -169,12 +169,12 @@ func (s *sniffingEvents[T]) Next() (Event[T], error) {
 	return s.dec.Next()
 }
 
-// codec is the Codec for one JSON LIST page or WATCH stream. Its objects
-// whose labels are written alike, one after another, get one map
-// (metajson.LabelCache: the objects of a stream or a page mostly carry the
-// same labels, and the store would drop an equal map for the one it
-// holds), unless the store's transform may change labels in place
-// (store.SharesLabels): then each gets its own.
+// codec is the Codec for one JSON LIST page or WATCH stream. When the store
+// shares label maps (store.SharesLabels: Share, and no transform that may
+// change labels in place), its objects whose labels are written alike, one
+// after another, get one map (metajson.LabelCache: the objects of a stream
+// or a page mostly carry the same labels, and the store would drop an equal
+// map for the one it holds); otherwise each gets its own.
 func (w *Watcher[T]) codec() Codec[T] {
 	c := w.opts.Codec
 	if w.store.SharesLabels() {

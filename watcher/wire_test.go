@@ -87,7 +87,7 @@ func TestCBORWatchStreamDecodesAndSkipsBadFrames(t *testing.T) {
 		cborEvent(t, Deleted, otherKind), // skip: another kind
 		cborEvent(t, Bookmark, map[string]any{"metadata": map[string]any{"resourceVersion": "15",
 			"annotations": map[string]any{initialEventsEnd: "true"}}}),
-		cborEvent(t, Error, &metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired, Message: "too old"}),
+		cborEvent(t, Error, &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired, Message: "too old"}),
 		cborEvent(t, Modified, sample("a", "16")),
 	} {
 		stream.Write(f)

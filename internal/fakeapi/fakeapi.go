@@ -116,9 +116,10 @@ const (
 	// paginated list meets an outage between any two of its pages.
 	EveryOtherListFails
 	// Garble: every DELETED event carries a final state the client cannot
-	// decode (a field of another type: a newer schema), its metadata
-	// intact, and every event follows a frame of an unknown type; so do
-	// the list items (LIST pages, a WatchList's initial events) that
+	// decode (a field of another type: a newer schema), its name, namespace
+	// and UID intact (in turn its spec, then its resourceVersion, a number),
+	// and every event follows a frame of an unknown type; so do the list
+	// items (LIST pages, a WatchList's initial events) that
 	// Server.GarbleItem picks.
 	Garble
 	// CutFrames: every event frame (ADDED, MODIFIED, DELETED, a WatchList's
@@ -131,6 +132,17 @@ const (
 	// checksum let through. The frame keeps its shape (the frame reader
 	// leaves escapes to the decoder); its JSON is broken.
 	CorruptFrames
+	// Respell: every frame and LIST page is written as no kube-apiserver
+	// writes it, but as Kubernetes' decoding (metav1.WatchEvent and the
+	// object through sigs.k8s.io/json) reads it the same: keys and strings
+	// with escapes, members reordered and spaced, members Kubernetes
+	// ignores (keys in another case, after the real ones: "Type", "Object",
+	// a metadata's "ResourceVersion", a page's "Continue"), a "type" given
+	// twice (the last counts), an "object":null after the object (it
+	// keeps the object), an ERROR's Status without "status", a page whose
+	// "items" come twice (the last array counts; the first holds an
+	// object the server does not have). See respell.
+	Respell
 	nModes
 )
 
@@ -145,7 +157,7 @@ func Modes() []Mode {
 
 func (m Mode) String() string {
 	return [...]string{"healthy", "cut-after-first-frame", "error-after-first-event", "freeze", "refuse",
-		"500", "429", "watch-410", "watch-list-fails", "continue-expires", "slow-frames", "every-other-list-fails", "garble", "cut-frames", "corrupt-frames"}[m]
+		"500", "429", "watch-410", "watch-list-fails", "continue-expires", "slow-frames", "every-other-list-fails", "garble", "cut-frames", "corrupt-frames", "respell"}[m]
 }
 
 // Request is one request the server answered.
@@ -272,6 +284,13 @@ func (s *Server) SetFault(m Mode) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.mode = m
+}
+
+// Fault is the persistent fault on now.
+func (s *Server) Fault() Mode {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mode
 }
 
 // Requests returns every request so far.
@@ -640,6 +659,7 @@ func (s *Server) List(ctx context.Context, opts metav1.ListOptions) (io.ReadClos
 	if s.mode == Garble && s.GarbleItem != nil {
 		garble = s.GarbleItem
 	}
+	respelled := s.mode == Respell
 	var snap *listSnap
 	id, offset := 0, 0
 	if opts.Continue != "" {
@@ -660,7 +680,7 @@ func (s *Server) List(ctx context.Context, opts metav1.ListOptions) (io.ReadClos
 			// From the watch cache: whole, whatever the limit, and as old
 			// as the cache is.
 			c := s.cachedLocked()
-			return listBody(c.rv, c.items, "", garble)
+			return listBody(c.rv, c.items, "", garble, respelled)
 		}
 		s.nextSnap++
 		id, snap = s.nextSnap, &listSnap{rv: s.rv, items: s.sortedLocked()}
@@ -676,7 +696,7 @@ func (s *Server) List(ctx context.Context, opts metav1.ListOptions) (io.ReadClos
 	} else {
 		delete(s.snaps, id)
 	}
-	return listBody(snap.rv, snap.items[offset:end], cont, garble)
+	return listBody(snap.rv, snap.items[offset:end], cont, garble, respelled)
 }
 
 // refusedLocked records in the log why request req was refused, and
@@ -694,8 +714,9 @@ func (s *Server) refusedLocked(req int, err error) error {
 	return err
 }
 
-// listBody is a LIST page of items, those garble picks undecodable.
-func listBody(rv int64, items []*v1alpha1.MyResource, cont string, garble func(*v1alpha1.MyResource) bool) (io.ReadCloser, error) {
+// listBody is a LIST page of items, those garble picks undecodable; with
+// respelled, as Respell writes it.
+func listBody(rv int64, items []*v1alpha1.MyResource, cont string, garble func(*v1alpha1.MyResource) bool, respelled bool) (io.ReadCloser, error) {
 	list := struct {
 		metav1.TypeMeta `json:",inline"`
 		metav1.ListMeta `json:"metadata"`
@@ -704,9 +725,9 @@ func listBody(rv int64, items []*v1alpha1.MyResource, cont string, garble func(*
 	list.ResourceVersion = strconv.FormatInt(rv, 10)
 	list.Continue = cont
 	list.Items = []any{}
-	for _, o := range items {
+	for i, o := range items {
 		if garble(o) {
-			list.Items = append(list.Items, garbledObject(o))
+			list.Items = append(list.Items, garbledObject(o, i))
 		} else {
 			list.Items = append(list.Items, o)
 		}
@@ -714,6 +735,9 @@ func listBody(rv int64, items []*v1alpha1.MyResource, cont string, garble func(*
 	raw, err := json.Marshal(list)
 	if err != nil {
 		return nil, err
+	}
+	if respelled {
+		raw = respellPage(raw, rv)
 	}
 	return io.NopCloser(bytes.NewReader(raw)), nil
 }
@@ -1103,6 +1127,9 @@ func (st *stream) send(ctx context.Context, f []byte) error {
 			return ctx.Err()
 		}
 	}
+	if st.mode == Respell {
+		f = respell(f, st.frames)
+	}
 	if st.mode == CutFrames && isEvent(f) {
 		f = append(bytes.Clone(f[:len(f)/2]), '\n')
 	}
@@ -1186,20 +1213,110 @@ func corrupt(f []byte) ([]byte, string) {
 	return f, ev.Object.Metadata.ResourceVersion
 }
 
-// garbled is an event whose object has its metadata intact and a spec of
-// another shape: a client cannot decode it, but can tell which object it is.
+// garbled is an event whose object a client cannot decode, but can tell
+// which object it is (garbledObject).
 func garbled(typ string, obj *v1alpha1.MyResource) []byte {
-	raw, _ := json.Marshal(wireEvent{Type: typ, Object: garbledObject(obj)})
+	raw, _ := json.Marshal(wireEvent{Type: typ, Object: garbledObject(obj, int(obj.Generation))})
 	return append(raw, '\n')
 }
 
-// garbledObject is obj with its metadata intact and a spec of another shape.
-func garbledObject(obj *v1alpha1.MyResource) map[string]any {
+// garbledObject is obj with its name, namespace and UID intact and a field
+// of another type: its spec (n even) or its resourceVersion, a number.
+func garbledObject(obj *v1alpha1.MyResource, n int) map[string]any {
 	raw, _ := json.Marshal(obj)
 	var m map[string]any
 	json.Unmarshal(raw, &m)
-	m["spec"] = map[string]any{"message": 42}
+	if n%2 == 0 {
+		m["spec"] = map[string]any{"message": 42}
+	} else {
+		rv, _ := strconv.ParseInt(obj.ResourceVersion, 10, 64)
+		m["metadata"].(map[string]any)["resourceVersion"] = rv
+	}
 	return m
+}
+
+// respell writes frame f (one event and its newline, as frame writes it)
+// in the n-th of Respell's spellings (they take turns): the same event to
+// Kubernetes' decoding.
+func respell(f []byte, n int) []byte {
+	var ev struct {
+		Type   string          `json:"type"`
+		Object json.RawMessage `json:"object"`
+	}
+	if json.Unmarshal(f, &ev) != nil || ev.Object == nil {
+		return f
+	}
+	obj := []byte(ev.Object)
+	// A key in another case after the real one: a case-insensitive decoder
+	// would take its value.
+	obj = bytes.Replace(obj, []byte(`"resourceVersion":"`), []byte(`"ResourceVersion":"0","resourceVersion":"`), 1)
+	if i := bytes.Index(obj, []byte(`"ResourceVersion":"0","resourceVersion":"`)); i >= 0 {
+		// (before the real one, above; now after it too)
+		j := i + len(`"ResourceVersion":"0","resourceVersion":"`)
+		if k := bytes.IndexByte(obj[j:], '"'); k >= 0 {
+			obj = slices.Concat(obj[:j+k+1], []byte(`,"ResourceVersion":"1"`), obj[j+k+1:])
+		}
+	}
+	if ev.Type == "ERROR" {
+		obj = bytes.Replace(obj, []byte(`"status":"Failure",`), nil, 1)
+	}
+	typ := strconv.Quote(ev.Type)
+	var out []byte
+	switch n % 5 {
+	case 0:
+		out = fmt.Appendf(nil, `{"type":%s,"object":%s}`, typ, escapeLetters(obj))
+	case 1:
+		out = fmt.Appendf(nil, `{"Type":"DELETED","OBJECT":{},"type":%s,"object":%s,"Object":null,"TYPE":"BOOKMARK"}`, typ, obj)
+	case 2:
+		out = fmt.Appendf(nil, `{"type":"ERROR","object":%s,"type":%s,"object":null}`, obj, typ)
+	case 3:
+		out = fmt.Appendf(nil, " {\t\"object\" :\r %s , \"kind\" : \"WatchEvent\" ,\"type\"\t:\t%s } ", obj, typ) // (no newline inside: a frame is a line)
+	case 4:
+		out = fmt.Appendf(nil, `{"typ\u0065":%s,"\u006fbject":%s}`, escapeLetters([]byte(typ)), obj)
+	}
+	return append(out, '\n')
+}
+
+// respellPage writes a LIST page (as listBody marshals it) as Respell does:
+// its metadata's keys in another case after the real ones, a first "items"
+// holding an object the server does not have, the real one after it, and
+// (every other resourceVersion) every string escaped in part.
+func respellPage(raw []byte, rv int64) []byte {
+	raw = bytes.Replace(raw, []byte(`"metadata":{`), []byte(`"items":[{"apiVersion":"example.com/v1alpha1","kind":"MyResource",`+
+		`"metadata":{"name":"phantom","namespace":"ns","uid":"phantom","resourceVersion":"1"}}],"metadata":{"ResourceVersion":"0",`), 1)
+	// The list's metadata ends before its (last) items: a key in another
+	// case after the real ones there.
+	if i := bytes.LastIndex(raw, []byte(`},"items":[`)); i >= 0 {
+		raw = slices.Concat(raw[:i], []byte(`,"Continue":"not-a-token","ResourceVersion":"1"`), raw[i:])
+	}
+	if rv%2 == 0 {
+		raw = escapeLetters(raw)
+	}
+	return raw
+}
+
+// escapeLetters writes every "a" and "e" inside the JSON strings of b
+// (keys and values) as a \u escape: the same JSON to a decoder.
+func escapeLetters(b []byte) []byte {
+	out := make([]byte, 0, len(b)+len(b)/4)
+	in, esc := false, false
+	for _, c := range b {
+		switch {
+		case !in:
+			in = c == '"'
+		case esc:
+			esc = false
+		case c == '\\':
+			esc = true
+		case c == '"':
+			in = false
+		case c == 'a' || c == 'e':
+			out = fmt.Appendf(out, `\u%04x`, c)
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // garbleItem: GarbleItem, with the server's lock (from a stream's goroutine).
