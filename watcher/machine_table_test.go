@@ -135,15 +135,15 @@ var requestOutcomes = append([]namedOutcome{
 	{"behind RV", func(rv string) Outcome { return Outcome{RV: "3"} }},
 	{"410", failed(errExpired)},
 	{"cut", failed(cut)},
-}, answers(failed)...)
+}, errorAnswers(failed)...)
 
 func failed(err error) func(string) Outcome {
 	return func(string) Outcome { return Outcome{Err: err, Continue: "page-3"} }
 }
 
-// answers are the error answers a request, or a WATCH that does not open,
+// errorAnswers are the error answers a request, or a WATCH that does not open,
 // can meet, made outcomes by of.
-func answers(of func(error) func(string) Outcome) []namedOutcome {
+func errorAnswers(of func(error) func(string) Outcome) []namedOutcome {
 	var out []namedOutcome
 	for _, a := range []struct {
 		name string
@@ -183,7 +183,7 @@ var streamOutcomes = append([]namedOutcome{
 	{"ERROR after progress", func(rv string) Outcome {
 		return Outcome{Opened: true, Frames: 1, RV: next(rv), Err: err500, ErrorEvent: true, Open: time.Second, Timeout: fiveMin}
 	}},
-}, answers(refusedWith)...)
+}, errorAnswers(refusedWith)...)
 
 func refusedWith(err error) func(string) Outcome {
 	return func(string) Outcome { return Outcome{Err: err, Timeout: fiveMin} }
