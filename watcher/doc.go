@@ -80,8 +80,6 @@
 //	  ERROR after progress                      back off, then watch from RV    BackingOff, +errored
 //	  starting, paths missing                   back off, then list             BackingOff, +relisted, +forStart
 //	  any other                                 back off, then probe            BackingOff
-//	Watching: watch, first (as Watching: watch, but:)
-//	  too large RV                              back off, then watch from RV    BackingOff
 //	Watching: keep reading (as Watching: watch)
 //	Watching: watch, after trouble (as Watching: watch, but:)
 //	  410, ERROR before progress, too large RV  stagger, then list              Relisting, +relisted
@@ -165,15 +163,9 @@
 //     would, two requests sooner; a WATCH from that list answered in the
 //     same words tries again); and after a silent
 //     stream (a watch cache accepts a WATCH from the future and sends
-//     nothing until it gets there). A WATCH answered "Too large resource
-//     version" (504) relists too, unless it was the first WATCH from the
-//     list just made: that list was a consistent read, so the server's
-//     history has reached its resourceVersion, and the apiserver answering
-//     the WATCH lags the one that listed (an HA control plane whose watch
-//     caches are not in step); another list would move our resourceVersion
-//     further ahead of it, so the loop waits and re-watches from there,
-//     once (the next refusal relists, which finds a restore made in
-//     between; TestLaggingServerStillFindsARestore). Compared by apimachinery's
+//     nothing until it gets there: an HA apiserver whose cache lags the one
+//     that listed does so too, and is waited out while it catches up within
+//     the silence limit; TestALaggingWatchCacheIsWaitedOut). Compared by apimachinery's
 //     CompareResourceVersion (both well-formed integers, as every
 //     kube-apiserver's are), a server behind us means relist: the loop logs
 //     the time travel, and the replacement of the store reports every object

@@ -171,8 +171,6 @@ type listing struct {
 
 // watching is what the streams from one list carry, until the next list.
 type watching struct {
-	// first: the WATCH in flight is the first from the list.
-	first bool
 	// fresh: the list was for a server that had just started, and no
 	// stream has opened since.
 	fresh bool
@@ -291,7 +289,7 @@ func (m *Machine) listed(o Outcome, next ActionKind) Action {
 		a.Reason = fmt.Sprintf("listed at resourceVersion %s, older than the %s we had: the server's history went back (an etcd restore?); the store now holds the server's state", o.RV, m.RV)
 	}
 	m.RV = o.RV
-	m.watch = watching{first: next == Watch, fresh: m.list.forStart}
+	m.watch = watching{fresh: m.list.forStart}
 	m.list = listing{}
 	m.State = Watching
 	return m.do(a)
@@ -336,8 +334,7 @@ func (m *Machine) probed(e end) Action {
 
 // streamEnded: a WATCH (or a WatchList read on) ended, or could not open.
 func (m *Machine) streamEnded(e end) Action {
-	from, first := m.RV, m.watch.first
-	m.watch.first = false
+	from := m.RV
 	silence := m.countSilence(e.Outcome)
 	if e.RV != "" {
 		m.RV = e.RV
@@ -365,14 +362,6 @@ func (m *Machine) streamEnded(e end) Action {
 		m.watch.errored = true
 	}
 	switch {
-	case e.class == TooLargeRV && first && !e.Opened:
-		// The list was a consistent read, so the server's history has
-		// reached its resourceVersion: the apiserver answering the WATCH
-		// lags the one that listed (HA watch caches not in step), and
-		// another list would only move us further ahead of it. Wait and
-		// re-watch, once: the next refusal relists.
-		return m.trouble(e, e.retryAfter, Action{Kind: Watch, RV: m.RV},
-			fmt.Sprintf("watch from resourceVersion %s, just listed, refused (%v): the server answering it lags; re-watch", m.RV, e.Err))
 	case e.class == Expired, e.class == TooLargeRV, stuck:
 		return m.relistAfterGone(e)
 	case e.Silent:

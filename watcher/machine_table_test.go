@@ -226,7 +226,6 @@ var situations = []situation{
 	{"Relisting: list", "Listing: list", func() *Machine { return reach(false, listed10, gone) }},
 	{"Listing: watch-list", "", func() *Machine { return reach(true) }},
 	{"Watching: watch", "", func() *Machine { return reach(false, listed10, ran) }},
-	{"Watching: watch, first", "Watching: watch", func() *Machine { return reach(false, listed10) }},
 	{"Watching: keep reading", "Watching: watch", func() *Machine { return reach(true, Outcome{RV: "10", Listed: true}) }},
 	{"Watching: watch, after trouble", "Watching: watch", func() *Machine { return reach(false, listed10, broke, waited) }},
 	{"Watching: watch, relisted", "Watching: watch, after trouble", func() *Machine {

@@ -410,30 +410,6 @@ func TestMachineStartingServerRelistsWithoutAProbe(t *testing.T) {
 	s.wait(a, Action{Kind: List}, Relisting)
 }
 
-// A WATCH from the resourceVersion of the list just made, refused "too large
-// resource version", meets an apiserver that lags the one that listed (the
-// list is a consistent read: the server's history has reached it): the loop
-// waits and re-watches from there, without another list. Once: a WATCH that
-// is not the first from a list (or the next refusal of that one) relists as
-// before, which is what finds a server restored from an older etcd snapshot.
-func TestMachineTooLargeRightAfterAListRewatches(t *testing.T) {
-	s, _ := newScript(t, false)
-	s.step(0, listed10, Action{Kind: Watch, RV: "10"}, Watching)
-	// The stream is cut; the WATCH that resumes it is refused too large: relist.
-	a := s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Kind: Watch, RV: "10"}, Watching)
-	s.step(3*time.Second, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Kind: List}, Relisting)
-	s.step(0, Outcome{RV: "50"}, Action{Kind: Watch, RV: "50"}, Watching)
-	// The WATCH from that list is refused too large: wait, re-watch from 50.
-	a = s.step(3*time.Second, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Kind: Wait, Delay: 3200 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Kind: Watch, RV: "50"}, Watching)
-	// Refused again: relist (after the backoff: the relist after the 410-like
-	// refusal was made).
-	a = s.step(3*time.Second, Outcome{Err: errTooLrg, Timeout: fiveMin}, Action{Kind: Wait, Delay: 6400 * time.Millisecond}, BackingOff)
-	s.wait(a, Action{Kind: List}, Relisting)
-	s.step(0, Outcome{RV: "40"}, Action{Kind: Watch, RV: "40"}, Watching)
-}
-
 // A LIST answered, then the WATCH that follows it answered 503 "before all
 // known HTTP paths have been installed": the server that served the LIST
 // had its paths installed, so the one answering has started since, another

@@ -700,67 +700,60 @@ func TestAdversaryErrorAfterEachEventKeepsUp(t *testing.T) {
 // lagging is a Source behind which the apiserver that serves WATCHes lags
 // the one that serves LISTs (an HA control plane whose watch caches are not
 // in step; the scorecard's too-large-rv): while on, a WATCH from a
-// resourceVersion is held 3 s, as kube-apiserver waits for its cache, and
-// then refused 504 "Too large resource version". A LIST from "" (a
+// resourceVersion is answered as kube-apiserver's watch cache answers one
+// from a resourceVersion it has not reached: the stream opens and sends
+// nothing until the lag ends, then goes on from there. A LIST from "" (a
 // consistent read) and a WatchList pass.
 type lagging struct {
 	watcher.Source
 	mu sync.Mutex
 	on bool
-	// refused counts the WATCHes refused since it was last set on (they
-	// never reach the server's request log).
-	refused int
 }
 
 func (l *lagging) set(on bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if on && !l.on {
-		l.refused = 0
-	}
 	l.on = on
 }
 
-func (l *lagging) refusals() int {
+func (l *lagging) lags() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.refused
+	return l.on
 }
 
 func (l *lagging) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
-	l.mu.Lock()
-	on := l.on && opts.ResourceVersion != "" && opts.ResourceVersion != "0" && (opts.SendInitialEvents == nil || !*opts.SendInitialEvents)
-	if on {
-		l.refused++
+	if !l.lags() || opts.ResourceVersion == "" || opts.ResourceVersion == "0" || opts.SendInitialEvents != nil && *opts.SendInitialEvents {
+		return l.Source.Watch(ctx, opts)
 	}
-	l.mu.Unlock()
-	if on {
-		select {
-		case <-time.After(3 * time.Second):
-		case <-ctx.Done():
-			return nil, ctx.Err()
+	r, w := io.Pipe()
+	go func() {
+		for l.lags() {
+			select {
+			case <-ctx.Done():
+				w.CloseWithError(ctx.Err())
+				return
+			case <-time.After(time.Second):
+			}
 		}
-		return nil, &apierrors.StatusError{ErrStatus: metav1.Status{
-			Status: metav1.StatusFailure, Code: 504, Reason: metav1.StatusReasonTimeout,
-			Message: "Too large resource version: " + opts.ResourceVersion + ", current: 1",
-			Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge, Message: "Too large resource version"}}},
-		}}
-	}
-	return l.Source.Watch(ctx, opts)
+		body, err := l.Source.Watch(ctx, opts)
+		if err != nil {
+			w.CloseWithError(err)
+			return
+		}
+		defer body.Close()
+		_, err = io.Copy(w, body)
+		w.CloseWithError(err)
+	}()
+	return r, nil
 }
 
 // The scorecard's too-large-rv in virtual time: for two minutes the
 // apiserver that answers WATCHes lags (lagging), while objects change once
-// a second. A list is a consistent read, at or past every resourceVersion
-// the loop holds, so relisting after a WATCH from the list just made is
-// refused only moves the resourceVersion on, further from the lagging
-// server: the loop re-watches from its list once before it relists, and
-// makes at most one LIST for every two WATCHes (relisting after every
-// refusal made one for each, and more requests than client-go's reflector,
-// whose every attempt holds the server twice). The relists that remain are
-// what finds an etcd restore (TestLaggingServerStillFindsARestore). Once the
-// lag ends, the store catches up within a backoff cap.
-func TestLaggingServerRewatchesFromItsList(t *testing.T) {
+// a second. The WATCH after the cut is accepted and sent nothing until the
+// lag ends (shorter than the silence limit), then every change since: a
+// request or two in the whole lag, and the store in step at once after it.
+func TestALaggingWatchCacheIsWaitedOut(t *testing.T) {
 	l := &lagging{}
 	runSimVia(t, 3, watcher.Options[object]{}, func(src watcher.Source) watcher.Source { l.Source = src; return l }, func(s *sim) {
 		if !s.waitSynced(time.Minute) {
@@ -768,29 +761,30 @@ func TestLaggingServerRewatchesFromItsList(t *testing.T) {
 		}
 		l.set(true)
 		s.srv.Cut()
-		from := time.Now()
+		from := time.Now().Add(time.Nanosecond) // (virtual time: the sync's requests came at this instant)
 		for i := range 120 {
 			s.srv.Put("ns", fmt.Sprintf("obj-%d", i%3), fmt.Sprintf("write %d", i))
 			s.sleep(time.Second)
 		}
-		lists, watches := s.count("LIST", from, time.Now()), s.count("WATCH", from, time.Now())+l.refusals()
-		if watches < 4 || 2*lists > watches+1 {
-			s.t.Errorf("%d LISTs and %d WATCHes in 2 minutes of a lagging watch cache; want at least 4 WATCHes and at most one LIST for every two", lists, watches)
+		if lists, watches := s.count("LIST", from, time.Now()), s.count("WATCH", from, time.Now()); lists > 0 || watches > 2 {
+			s.t.Errorf("%d LISTs and %d WATCHes in 2 minutes of a lagging watch cache; want no LIST and at most 2 WATCHes", lists, watches)
 		}
 		l.set(false)
-		s.sleep(watcher.DefaultBackoff.Max + 5*time.Second)
+		s.sleep(5 * time.Second)
 		if !equalToServer(s) {
-			s.t.Errorf("%v after the lag ended, the store (%d objects at %s) differs from the server's (%d at %s)",
-				watcher.DefaultBackoff.Max+5*time.Second, s.store.Len(), s.w.ResourceVersion(), len(s.srv.Objects()), s.srv.ResourceVersion())
+			s.t.Errorf("5s after the lag ended, the store (%d objects at %s) differs from the server's (%d at %s)",
+				s.store.Len(), s.w.ResourceVersion(), len(s.srv.Objects()), s.srv.ResourceVersion())
 		}
 	})
 }
 
 // While the apiserver that answers WATCHes lags, etcd is restored from a
 // snapshot taken before the lag (the resourceVersion goes back, the objects
-// created since vanish): the loop still relists within two attempts and
-// its store becomes the restored server's while the lag lasts.
-func TestLaggingServerStillFindsARestore(t *testing.T) {
+// created since vanish): the WATCH from ahead of the restored server sends
+// nothing, the watchdog gives it up at the silence limit, the probe finds
+// the server behind, and the store becomes the restored server's while the
+// lag lasts.
+func TestALaggingWatchCacheStillFindsARestore(t *testing.T) {
 	l := &lagging{}
 	runSimVia(t, 3, watcher.Options[object]{}, func(src watcher.Source) watcher.Source { l.Source = src; return l }, func(s *sim) {
 		if !s.waitSynced(time.Minute) {
@@ -804,10 +798,11 @@ func TestLaggingServerStillFindsARestore(t *testing.T) {
 			s.sleep(time.Second)
 		}
 		s.srv.Restore(saved, 0)
-		s.sleep(2*watcher.DefaultBackoff.Max + 10*time.Second)
+		bound := watcher.DefaultSilenceLimit + watcher.DefaultBackoff.Max + 10*time.Second
+		s.sleep(bound)
 		if !equalToServer(s) {
 			s.t.Errorf("%v after the restore, with the lag on, the store (%d objects at %s) differs from the restored server's (%d at %s)",
-				2*watcher.DefaultBackoff.Max+10*time.Second, s.store.Len(), s.w.ResourceVersion(), len(s.srv.Objects()), s.srv.ResourceVersion())
+				bound, s.store.Len(), s.w.ResourceVersion(), len(s.srv.Objects()), s.srv.ResourceVersion())
 		}
 		l.set(false)
 	})
