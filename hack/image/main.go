@@ -1,10 +1,12 @@
 // Command image writes, without a registry or a container engine, the
 // container images the single-node cluster runs (make image): the
-// controller's, as the Dockerfile's final stage describes it, and the pod
-// sandbox's ("pause"). Each is a tarball that `ctr images import` reads.
+// controller's, as the Dockerfile's final stage describes it, the pod
+// sandbox's ("pause"), and a scraper's for the tests ("fetch": GET a URL with
+// the pod's token). Each is a tarball that `ctr images import` reads.
 //
 //	image controller -dockerfile Dockerfile -binary bin/image/rawwatch -tag rawwatch:v1 -o rawwatch.tar
 //	image pause -binary bin/image/pause -tag rawwatch-pause:1 -o pause.tar
+//	image fetch -binary bin/image/fetch -tag rawwatch-fetch:1 -o fetch.tar
 //
 // The controller image holds the binary at the path the Dockerfile copies it
 // to, runs as the Dockerfile's USER and starts with its ENTRYPOINT: those are
@@ -38,8 +40,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) < 2 || (os.Args[1] != "controller" && os.Args[1] != "pause") {
-		fmt.Fprintln(os.Stderr, "usage: image controller|pause -binary FILE -tag NAME:TAG -o FILE.tar [-dockerfile Dockerfile]")
+	if len(os.Args) < 2 || (os.Args[1] != "controller" && os.Args[1] != "pause" && os.Args[1] != "fetch") {
+		fmt.Fprintln(os.Stderr, "usage: image controller|pause|fetch -binary FILE -tag NAME:TAG -o FILE.tar [-dockerfile Dockerfile]")
 		os.Exit(2)
 	}
 	kind := os.Args[1]
@@ -65,6 +67,8 @@ func main() {
 		}
 	case "pause":
 		spec = Stage{Path: "/pause", User: "65535:65535", Entrypoint: []string{"/pause"}}
+	case "fetch":
+		spec = Stage{Path: "/fetch", User: "65534:65534", Entrypoint: []string{"/fetch"}}
 	}
 	if err := write(spec, *binary, *tag, *out); err != nil {
 		fail(err)
