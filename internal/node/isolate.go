@@ -133,17 +133,23 @@ func Name(pid int) string { return fmt.Sprintf("%s-%d", namePrefix, pid) }
 const namePrefix = "rawwatch-node"
 
 // teardownStale tears down the nodes whose process is gone without its
-// teardown (killed): each left a network namespace named by its pid.
+// teardown (killed): each left a network namespace named by its pid. Then
+// it removes the directories (logs) of earlier nodes under parent: a node's
+// logs stay until the next one starts.
 func teardownStale(parent string) error {
-	entries, _ := os.ReadDir("/run/netns")
 	var errs []error
-	for _, e := range entries {
-		pid, err := strconv.Atoi(strings.TrimPrefix(e.Name(), namePrefix+"-"))
-		if err != nil || !strings.HasPrefix(e.Name(), namePrefix+"-") || syscall.Kill(pid, 0) == nil {
-			continue
-		}
-		if err := teardown(e.Name(), filepath.Join(parent, e.Name()), nil, nil); err != nil {
-			errs = append(errs, fmt.Errorf("tearing down the stale %s: %w", e.Name(), err))
+	for _, dir := range []string{"/run/netns", parent} {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			pid, err := strconv.Atoi(strings.TrimPrefix(e.Name(), namePrefix+"-"))
+			if err != nil || !strings.HasPrefix(e.Name(), namePrefix+"-") || syscall.Kill(pid, 0) == nil {
+				continue
+			}
+			if dir == parent {
+				errs = append(errs, os.RemoveAll(filepath.Join(parent, e.Name())))
+			} else if err := teardown(e.Name(), filepath.Join(parent, e.Name()), nil, nil); err != nil {
+				errs = append(errs, fmt.Errorf("tearing down the stale %s: %w", e.Name(), err))
+			}
 		}
 	}
 	return errors.Join(errs...)
