@@ -13,28 +13,38 @@ import (
 	"time"
 )
 
+// mountinfo calls f with the fields of each line of this process's
+// /proc/self/mountinfo: ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS ... - FSTYPE
+// SOURCE SUPEROPTS.
+func mountinfo(f func(fields []string)) error {
+	file, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	defer file.Close()
+	sc := bufio.NewScanner(file)
+	for sc.Scan() {
+		if fields := strings.Fields(sc.Text()); len(fields) >= 5 {
+			f(fields)
+		}
+	}
+	return sc.Err()
+}
+
 // cgroupMounts are the mount points of this machine's cgroup hierarchies,
 // v1 controllers and the cgroup2 one alike.
 func cgroupMounts() ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	var mounts []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS ... - FSTYPE SOURCE SUPEROPTS
-		fields := strings.Fields(sc.Text())
+	err := mountinfo(func(fields []string) {
 		sep := slices.Index(fields, "-")
-		if sep < 0 || sep+1 >= len(fields) || len(fields) < 5 {
-			continue
+		if sep < 0 || sep+1 >= len(fields) {
+			return
 		}
 		if t := fields[sep+1]; t == "cgroup" || t == "cgroup2" {
 			mounts = append(mounts, fields[4])
 		}
-	}
-	return mounts, sc.Err()
+	})
+	return mounts, err
 }
 
 // makeCgroups makes the cgroup name in every hierarchy: the kubelet's
@@ -155,25 +165,14 @@ func removeCgroup(dir string) error {
 
 // mountsUnder are the mount points at or below dir, deepest first.
 func mountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	var mounts []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		p := unescapeMount(fields[4])
-		if p == dir || strings.HasPrefix(p, dir+"/") {
+	err := mountinfo(func(fields []string) {
+		if p := unescapeMount(fields[4]); p == dir || strings.HasPrefix(p, dir+"/") {
 			mounts = append(mounts, p)
 		}
-	}
+	})
 	slices.SortFunc(mounts, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
-	return slices.Compact(mounts), sc.Err()
+	return slices.Compact(mounts), err
 }
 
 // unescapeMount undoes mountinfo's octal escapes (\040 for a space).

@@ -37,10 +37,7 @@ func leader(t *testing.T) (pod, identity string) {
 func TestDeletingTheLeaderHandsOverWithinTheLease(t *testing.T) {
 	needNode(t)
 	deploy(t, "config/default", tagA)
-	ns := testkit.Namespace(t, cluster.Config())
-	writes := watchStatusWrites(t, ns)
-	testkit.Objects(t, mr, ns, "before", 200)
-	waitProcessed(t, ns, 200, 2*time.Minute)
+	ns, writes := processedObjects(t, 200)
 
 	var old, oldID string
 	waitUntil(t, time.Minute, func() (bool, string) {

@@ -41,10 +41,7 @@ func readyPods(t *testing.T) int {
 func TestARollingUpdateKeepsThePDB(t *testing.T) {
 	needNode(t)
 	deploy(t, "config/default", tagA)
-	ns := testkit.Namespace(t, cluster.Config())
-	writes := watchStatusWrites(t, ns)
-	testkit.Objects(t, mr, ns, "before", 100)
-	waitProcessed(t, ns, 100, 2*time.Minute)
+	ns, writes := processedObjects(t, 100)
 
 	var mu sync.Mutex
 	minReady, samples := 2, 0

@@ -7,12 +7,15 @@ import (
 	"sort"
 	"sync"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+
+	"rawwatch/internal/testkit"
 )
 
 var myresources = schema.GroupVersionResource{Group: "example.com", Version: "v1alpha1", Resource: "myresources"}
@@ -95,4 +98,16 @@ func (s *statusWrites) twice(t *testing.T) (twice []string, generations int) {
 	}
 	sort.Strings(twice)
 	return twice, len(s.writes)
+}
+
+// processedObjects makes a namespace, starts counting its status writes, and
+// creates n MyResources (before-0...) there, waiting until each is
+// reconciled.
+func processedObjects(t *testing.T, n int) (string, *statusWrites) {
+	t.Helper()
+	ns := testkit.Namespace(t, cluster.Config())
+	writes := watchStatusWrites(t, ns)
+	testkit.Objects(t, mr, ns, "before", n)
+	waitProcessed(t, ns, n, 2*time.Minute)
+	return ns, writes
 }
