@@ -69,9 +69,12 @@ func TestTheDeploymentBecomesAvailable(t *testing.T) {
 		if opts := rootMountOptions(t, pid); !strings.HasPrefix(opts, "ro,") && opts != "ro" {
 			t.Errorf("pod %s: the container's root is mounted %q, want read-only", p.Name, opts)
 		}
-		if cmdline := readProc(t, pid, "cmdline"); !strings.HasPrefix(cmdline, "/rawwatch\x00--leader-elect") {
+		cmdline := readProc(t, pid, "cmdline")
+		if !strings.HasPrefix(cmdline, "/rawwatch\x00--leader-elect") {
 			t.Errorf("pod %s: process %d runs %q", p.Name, pid, cmdline)
 		}
+		t.Logf("pod %s: process %d (%s) as the kernel sees it: %s, %s, / mounted %s", p.Name, pid,
+			strings.ReplaceAll(strings.TrimSpace(cmdline), "\x00", " "), procLine(status, "Uid:"), procLine(status, "CapEff:"), rootMountOptions(t, pid))
 		log := podLog(t, p.Name)
 		if !strings.Contains(log, `"Authenticated" user="system:serviceaccount:rawwatch-system:rawwatch"`) {
 			t.Errorf("pod %s did not authenticate with its ServiceAccount's projected token:\n%s", p.Name, log)
@@ -152,4 +155,14 @@ func rootMountOptions(t *testing.T, pid int) string {
 	}
 	t.Fatalf("process %d has no / in its mountinfo", pid)
 	return ""
+}
+
+// procLine is the line of a /proc status file that starts with key.
+func procLine(status, key string) string {
+	for _, l := range strings.Split(status, "\n") {
+		if strings.HasPrefix(l, key) {
+			return strings.Join(strings.Fields(l), " ")
+		}
+	}
+	return key + " (none)"
 }
