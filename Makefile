@@ -33,9 +33,9 @@ image-binary: ## the binary the Dockerfile builds, built here by its own go buil
 tools: ## etcd, kube-apiserver, kubectl and controller-gen into bin/
 	$(TOOLS) etcd kube-apiserver kubectl controller-gen
 
-node-tools: tools ## the single-node cluster's programs: kubelet, kube-controller-manager, kube-scheduler, kube-proxy into bin/ (cached like kube-apiserver), Debian's containerd, runc, CNI plugins, iptables, conntrack when root
-	$(TOOLS) kubelet kube-controller-manager kube-scheduler kube-proxy
-	./hack/ensure-node.sh
+node-tools: tools ## as root, the single-node cluster's programs: kubelet, kube-controller-manager, kube-scheduler, kube-proxy into bin/ (cached like kube-apiserver), Debian's containerd, runc, CNI plugins, iptables, conntrack
+	@if [ "$$(id -u)" = 0 ]; then set -x; $(TOOLS) kubelet kube-controller-manager kube-scheduler kube-proxy && ./hack/ensure-node.sh; \
+	else echo "node-tools: not root: no single-node cluster here (test/node skips its tests on it)"; fi
 
 image: ## the controller's image (rawwatch:$(VERSION)) and the pod sandbox's, built without a registry into bin/image/*.tar
 	VERSION=$(VERSION) ./hack/image.sh
