@@ -123,14 +123,18 @@ func TestTheProjectedTokenRotatesAndTheControllerKeepsWorking(t *testing.T) {
 	testkit.Create(t, mr, ns, "after-rotation", "still working")
 	waitProcessed(t, ns, 1, time.Minute)
 	var old, fresh int
-	for _, e := range requestsOf(t, pod, reread) {
-		switch credential(e) {
-		case "JTI=" + before:
-			old++
-		case "JTI=" + after:
-			fresh++
+	waitUntil(t, time.Minute, func() (bool, string) { // a few of its requests, each client's Lease renewals among them
+		old, fresh = 0, 0
+		for _, e := range requestsOf(t, pod, reread) {
+			switch credential(e) {
+			case "JTI=" + before:
+				old++
+			case "JTI=" + after:
+				fresh++
+			}
 		}
-	}
+		return old+fresh >= 5, fmt.Sprintf("%d requests of %s since %s", old+fresh, pod, reread.Format("15:04:05"))
+	})
 	t.Logf("token %s replaced by %s %s after the kubelet's restart; the controller's first request with it %s after the file changed; from %s after that, %d requests with the new token, %d with the old",
 		before, after, changed.Sub(start).Round(time.Second), first.Sub(changed).Round(time.Second), tokenReread, fresh, old)
 	if old > 0 || fresh == 0 {
