@@ -8,7 +8,7 @@ SHELL := /bin/bash
 GO    ?= go
 TOOLS := ./hack/ensure-tools.sh
 
-.PHONY: all help build browser test unit vet manifests verify-manifests tools demo demo-410 demo-drop demo-refuse demo-garbage demo-storm demo-faults demo-flap-cut demo-flap-error demo-freeze demo-watchlist-end demo-watch-410 demo-too-large-rv demo-429 demo-500 demo-garble demo-apiserver-restart demo-etcd-restore demo-slow-consumer demo-initial-flap-cut cluster run chaos clean bench bench-storm bench-converge image-binary deploy undeploy mutants scorecard
+.PHONY: all help build browser test unit vet manifests verify-manifests tools demo demo-410 demo-drop demo-refuse demo-garbage demo-storm demo-faults demo-flap-cut demo-flap-error demo-freeze demo-watchlist-end demo-watch-410 demo-too-large-rv demo-429 demo-500 demo-garble demo-apiserver-restart demo-etcd-restore demo-slow-consumer demo-initial-flap-cut cluster node node-tools image run chaos clean bench bench-storm bench-converge image-binary deploy undeploy mutants scorecard
 
 # The version stamped into binaries and the image tag `make deploy` uses.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -33,6 +33,13 @@ image-binary: ## the binary the Dockerfile builds, built here by its own go buil
 tools: ## etcd, kube-apiserver, kubectl and controller-gen into bin/
 	$(TOOLS) etcd kube-apiserver kubectl controller-gen
 
+node-tools: tools ## as root, the single-node cluster's programs: kubelet, kube-controller-manager, kube-scheduler, kube-proxy into bin/ (cached like kube-apiserver), Debian's containerd, runc, CNI plugins, iptables, conntrack
+	@if [ "$$(id -u)" = 0 ]; then set -x; $(TOOLS) kubelet kube-controller-manager kube-scheduler kube-proxy && ./hack/ensure-node.sh; \
+	else echo "node-tools: not root: no single-node cluster here (test/node skips its tests on it)"; fi
+
+image: ## the controller's image (rawwatch:$(VERSION)) and the pod sandbox's, built without a registry into bin/image/*.tar
+	VERSION=$(VERSION) ./hack/image.sh
+
 manifests: ## regenerate DeepCopy code and the CRD from api/v1alpha1
 	$(TOOLS) controller-gen
 	bin/controller-gen object paths=./api/...
@@ -50,7 +57,7 @@ vet: ## go vet ./...
 browser: ## Debian's chromium for the live page's browser test, when missing and this user may install it
 	./hack/ensure-chromium.sh
 
-test: tools browser verify-manifests vet image-binary ## everything CI runs
+test: tools node-tools browser verify-manifests vet image-binary ## everything CI runs (test/node on a real single-node cluster when root)
 	$(GO) test -race -timeout 30m ./...
 
 unit: ## every test that needs no control plane: go test -race -short ./... (under a minute once built)
@@ -70,6 +77,10 @@ demo-faults: tools build ## every fault demo, one after the other
 
 cluster: tools ## keep a local control plane running (kubeconfig: out/kubeconfig)
 	$(GO) run ./cmd/controlplane --kubeconfig out/kubeconfig
+
+node: node-tools image ## keep a real single-node cluster running (root): kubelet on containerd in a network namespace of its own, the images imported; it prints how to make deploy on it
+	$(GO) build -o bin/node ./cmd/node
+	bin/node
 
 # How long each fault of the scorecard lasts (but freeze, which outlasts the
 # watchdog), and anything else for it (SCORECARD_ARGS="--faults flap-cut,refuse

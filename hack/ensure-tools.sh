@@ -4,7 +4,9 @@
 # Each program is built from the pinned tools module in hack/tools and cached twice:
 # in the repository's ignored bin/ folder, and in the user cache dir under a key that
 # names the program's version, so a fresh clone (CI's, say) reuses an earlier build.
-# kube-apiserver takes about 5 minutes to build on two cores; everything else is quick.
+# kube-apiserver takes about 5 minutes to build on two cores; everything else is quick
+# once it is built (the node's kubelet, kube-controller-manager, kube-scheduler and
+# kube-proxy share most of its packages, all built with cgo off like the rest).
 # The versions are written in one place, hack/tools/go.mod; this script reads them.
 set -euo pipefail
 
@@ -32,8 +34,8 @@ goversion=$(go env GOVERSION)
 
 for name in "$@"; do
 	case "$name" in
-	kube-apiserver) pkg=k8s.io/kubernetes/cmd/kube-apiserver version=$k8s_version ;;
-	kubectl)        pkg=k8s.io/kubernetes/cmd/kubectl        version=$k8s_version ;;
+	kube-apiserver|kubectl|kubelet|kube-controller-manager|kube-scheduler|kube-proxy)
+	                pkg=k8s.io/kubernetes/cmd/$name version=$k8s_version ;;
 	etcd)           pkg=go.etcd.io/etcd/server/v3            version=$etcd_version ;;
 	controller-gen) pkg=sigs.k8s.io/controller-tools/cmd/controller-gen version=$controller_tools_version ;;
 	*) echo "ensure-tools: unknown tool $name" >&2; exit 2 ;;

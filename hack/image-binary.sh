@@ -3,8 +3,8 @@
 # and check it. The Dockerfile's `RUN ... go build ...` line is read from the
 # Dockerfile and run here with the same build arguments (VERSION, TARGETOS,
 # TARGETARCH) and an empty GOFLAGS, as in the image; only the output moves,
-# from /out/ to bin/image/. Then the result is checked for what each flag is
-# for: the build settings recorded in the binary say CGO_ENABLED=0 (a static
+# from /out/ to $IMAGE_DIR (default bin/image/). Then the result is checked
+# for what each flag is for: the build settings recorded in the binary say CGO_ENABLED=0 (a static
 # binary, which distroless/static needs) and -trimpath; -s left no symbol
 # table, -w no DWARF sections; -X main.version shows in --version. (Go does
 # not record -ldflags in a -trimpath build, so their effects are checked.)
@@ -16,7 +16,8 @@ lines=$(grep -cE '^RUN .*go build' Dockerfile || true)
 [ "$lines" = 1 ] || die "want exactly one 'RUN ... go build' line in the Dockerfile, found $lines"
 cmd=$(grep -E '^RUN .*go build' Dockerfile)
 cmd=${cmd#RUN }
-cmd=${cmd//\/out\//bin/image/}
+out=${IMAGE_DIR:-bin/image}
+cmd=${cmd//\/out\//$out/}
 
 builder=$(sed -nE 's/^FROM golang:([^ ]+) AS build$/\1/p' Dockerfile)
 local_go=$(go env GOVERSION)
@@ -27,11 +28,11 @@ fi
 export VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
 export TARGETOS=${TARGETOS:-$(go env GOOS)} TARGETARCH=${TARGETARCH:-$(go env GOARCH)}
 export GOFLAGS=
-mkdir -p bin/image
+mkdir -p "$out"
 echo "image-binary: $cmd   (VERSION=$VERSION TARGETOS=$TARGETOS TARGETARCH=$TARGETARCH)"
 eval "$cmd"
 
-bin=bin/image/rawwatch
+bin=$out/rawwatch
 settings=$(go version -m "$bin")
 for want in $'\tbuild\tCGO_ENABLED=0' $'\tbuild\t-trimpath=true'; do
 	grep -qF -- "$want" <<<"$settings" || die "$bin lacks build setting ${want#$'\t'build$'\t'}; go version -m says:"$'\n'"$settings"

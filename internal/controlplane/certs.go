@@ -23,8 +23,8 @@ type certs struct {
 	saKey, saPub            string
 }
 
-// writeCerts makes a CA, a serving certificate for 127.0.0.1 and localhost
-// signed by it, and an RSA key pair for signing service-account tokens.
+// writeCerts makes a CA, a serving certificate for 127.0.0.1, localhost and
+// the kubernetes Service signed by it, and an RSA key pair for signing service-account tokens.
 func writeCerts(dir string) (*certs, error) {
 	c := &certs{
 		caFile:      filepath.Join(dir, "ca.crt"),
@@ -50,7 +50,9 @@ func writeCerts(dir string) (*certs, error) {
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(7 * 24 * time.Hour),
 		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		// 10.0.0.1 is the kubernetes Service's ClusterIP (the first address of
+		// --service-cluster-ip-range), which in-cluster clients dial.
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")},
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
 	}, caCert, caKey)
 	if err != nil {

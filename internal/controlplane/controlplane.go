@@ -49,6 +49,11 @@ type Options struct {
 	DisableWatchCache bool
 	// APIServerArgs are extra kube-apiserver flags.
 	APIServerArgs []string
+	// ServiceAccountAdmission keeps the ServiceAccount admission plugin on
+	// (off by default: with no controller manager, no ServiceAccount would
+	// exist for it to find): it gives each pod its ServiceAccount's
+	// projected token, which a cluster with a kubelet needs (internal/node).
+	ServiceAccountAdmission bool
 	// NoShardSelectors starts the apiservers without the ShardedListAndWatch
 	// feature gate (on by default): they drop LIST and WATCH's shardSelector
 	// and send every object, as an older server would.
@@ -241,7 +246,7 @@ func (cp *ControlPlane) AddAPIServer(ctx context.Context, name string, extraArgs
 		"--service-account-key-file", cp.certs.saPub,
 		"--service-account-signing-key-file", cp.certs.saKey,
 		"--service-cluster-ip-range", "10.0.0.0/24",
-		"--disable-admission-plugins", "ServiceAccount",
+		"--disable-admission-plugins", disabledAdmission(cp.opts.ServiceAccountAdmission),
 		"--profiling=false",
 		// Server-side shard selectors (KEP-5866, alpha): package shard.
 		// CBOR (KEP-4222, alpha): Options.CBOR.
@@ -255,6 +260,15 @@ func (cp *ControlPlane) AddAPIServer(ctx context.Context, name string, extraArgs
 	cp.apiservers = append(cp.apiservers, a)
 	cp.mu.Unlock()
 	return a, nil
+}
+
+// disabledAdmission is the --disable-admission-plugins list (a repeated
+// flag adds to it: it cannot be emptied by APIServerArgs).
+func disabledAdmission(serviceAccounts bool) string {
+	if serviceAccounts {
+		return ""
+	}
+	return "ServiceAccount"
 }
 
 func (a *APIServer) start(ctx context.Context) error {

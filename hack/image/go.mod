@@ -1,0 +1,13 @@
+// Image builder module: writes the controller's and the pause image without
+// a registry, with go-containerregistry, kept out of the project's go.mod.
+module rawwatch/hack/image
+
+go 1.26.0
+
+require github.com/google/go-containerregistry v0.22.1
+
+require (
+	github.com/klauspost/compress v1.19.2 // indirect
+	github.com/opencontainers/go-digest v1.0.0 // indirect
+	github.com/opencontainers/image-spec v1.1.1 // indirect
+)

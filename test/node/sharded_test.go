@@ -1,0 +1,483 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"rawwatch/internal/testkit"
+	"rawwatch/ring"
+	"rawwatch/shard"
+)
+
+// config/sharded runs three replicas that divide the objects: each object's
+// status is written by one pod, the three pods each write some, and their
+// ring Leases claim disjoint slots that together cover all of them.
+func TestShardedReplicasDivideTheObjects(t *testing.T) {
+	needNode(t)
+	deploy(t, "config/sharded", deployedTagOr(tagA))
+	if n := len(controllerPods(t)); n != 3 {
+		t.Fatalf("%d sharded replicas, want 3", n)
+	}
+	ns := testkit.Namespace(t, cluster.Config())
+	start := time.Now()
+	testkit.Objects(t, mr, ns, "obj", 300)
+	waitProcessed(t, ns, 300, 2*time.Minute)
+
+	byPod := map[string]int{}
+	writers := map[string][]string{}
+	for _, e := range statusUpdates(t, ns, start) {
+		byPod[e.pod]++
+		if !slices.Contains(writers[e.name], e.pod) {
+			writers[e.name] = append(writers[e.name], e.pod)
+		}
+	}
+	for name, pods := range writers {
+		if len(pods) > 1 {
+			t.Errorf("%s's status was written by %d pods: %v", name, len(pods), pods)
+		}
+	}
+	t.Logf("status writes by pod: %v", byPod)
+	if len(byPod) != 3 || len(writers) != 300 {
+		t.Errorf("the statuses of %d objects were written by %d pods, want 300 by 3", len(writers), len(byPod))
+	}
+	waitUntil(t, time.Minute, func() (bool, string) {
+		leases := ringLeases(t)
+		var all shard.SlotSet
+		overlap := 0
+		for _, l := range leases {
+			overlap += all.And(l.working).Len()
+			all = all.Union(l.working)
+		}
+		return len(leases) == 3 && overlap == 0 && all.Len() == shard.Slots,
+			fmt.Sprintf("%d ring Leases working %d of %d slots, %d claimed twice", len(leases), all.Len(), shard.Slots, overlap)
+	})
+}
+
+// A rolling update of config/sharded to a new image tag, with objects
+// deleted and created all through it, judged from the real pods' logs and
+// ring Leases (every version of every Lease, from one watch) by the rules
+// docs/sharding.md states for a clean leave:
+//   - a deletion is handled when a pod logs "MyResource deleted" with its UID;
+//   - one not handled is excused only if, when it was made, every Lease
+//     claiming its slot was a terminating pod's (between that pod's SIGTERM
+//     and the slot's next owner's claim: the clean leave's documented
+//     window, after its sweep's list), and the window closed within
+//     leaveBound; any other is lost, and fails the test;
+//   - no Lease version shows a slot worked (claimed, not pending) by two
+//     pods at once.
+//
+// Deletions handled twice (the old owner's sweep and the new owner that
+// held it, a few seconds apart) are counted, not failed: handling a
+// deletion is idempotent, and the claims never overlap.
+func TestAShardedRollingUpdateLosesNoDeletion(t *testing.T) {
+	needNode(t)
+	deploy(t, "config/sharded", tagA)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ns := testkit.Namespace(t, cluster.Config())
+	testkit.Objects(t, mr, ns, "obj", 300)
+	waitProcessed(t, ns, 300, 2*time.Minute)
+
+	logs := followControllerLogs(ctx, t)
+	claims := watchRing(ctx, t)
+
+	// Churn: delete the first 200 objects one by one and create as many,
+	// spread over the rollout.
+	type deletion struct {
+		uid string
+		at  time.Time
+	}
+	churned := make(chan []deletion)
+	go func() {
+		var ds []deletion
+		for i := range 200 {
+			o, err := mr.Get(ctx, ns, fmt.Sprintf("obj-%d", i))
+			if err == nil {
+				err = mr.Delete(ctx, ns, o.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &o.UID}})
+			}
+			if err == nil {
+				ds = append(ds, deletion{string(o.UID), time.Now()})
+				_, err = mr.Create(ctx, testkit.New(ns, fmt.Sprintf("new-%d", i), "created during the rollout"))
+			}
+			if err != nil {
+				t.Errorf("churn: %v", err)
+				break
+			}
+			time.Sleep(150 * time.Millisecond)
+		}
+		churned <- ds
+	}()
+	start := time.Now()
+	deploy(t, "config/sharded", tagB)
+	took := time.Since(start)
+	deleted := <-churned
+	waitProcessed(t, ns, 300, 3*time.Minute)
+
+	// Wait for the handling to settle: every deletion handled, or none more
+	// for 15 s.
+	handled := func() map[string][]string {
+		by := map[string][]string{}
+		for pod, log := range logs.snapshot() {
+			for _, l := range strings.Split(log, "\n") {
+				if i := strings.Index(l, `"MyResource deleted"`); i >= 0 {
+					if _, rest, ok := strings.Cut(l[i:], ` uid="`); ok {
+						uid, _, _ := strings.Cut(rest, `"`)
+						by[uid] = append(by[uid], pod)
+					}
+				}
+			}
+		}
+		return by
+	}
+	var by map[string][]string
+	count := func() int {
+		n := 0
+		for _, d := range deleted {
+			if len(by[d.uid]) > 0 {
+				n++
+			}
+		}
+		return n
+	}
+	last, lastChange := -1, time.Now()
+	for {
+		by = handled()
+		if n := count(); n != last {
+			last, lastChange = n, time.Now()
+		}
+		if last == len(deleted) || time.Since(lastChange) > 15*time.Second {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+
+	var lost, excused, twice []string
+	var longest time.Duration
+	for _, d := range deleted {
+		switch pods := by[d.uid]; {
+		case len(pods) > 1:
+			twice = append(twice, d.uid)
+		case len(pods) == 0:
+			slot := shard.SlotOf(d.uid)
+			window, why := claims.leaveWindow(slot, d.at, logs.terminating)
+			if why != "" {
+				lost = append(lost, fmt.Sprintf("%s (slot %d, deleted at %s): %s", d.uid, slot, d.at.Format("15:04:05.000"), why))
+				continue
+			}
+			excused = append(excused, d.uid)
+			longest = max(longest, window)
+		}
+	}
+	versions, worked := claims.verdict()
+	t.Logf("sharded rolling update rawwatch:%s -> rawwatch:%s in %s, %d deletions during it: %d handled (%d by two pods), %d in a clean leave's window (longest window %s, bound %s), %d lost; %d ring Lease versions, %d show a slot worked by two pods",
+		tagA, tagB, took.Round(time.Second), len(deleted), len(deleted)-len(lost)-len(excused), len(twice), len(excused),
+		longest.Round(10*time.Millisecond), leaveBound, len(lost), versions, len(worked))
+	if len(lost) > 0 || len(worked) > 0 {
+		logs.save(t)
+	}
+	for _, l := range lost {
+		t.Errorf("deletion lost: %s", l)
+	}
+	if len(worked) > 0 {
+		t.Errorf("slots worked by two pods at once: %v", worked)
+	}
+}
+
+// leaveBound bounds a clean leave's window (docs/sharding.md): the drain
+// (at most Sharding.DrainTimeout, 30 s, from the SIGTERM), the Lease's mark
+// and deletion (at most three renew periods of 2 s), the others' next list
+// and their list of the slot (a renew period, a request).
+const leaveBound = 30*time.Second + 4*2*time.Second + 2*time.Second
+
+// ringLease is one ring member's Lease as the test reads it: the slots it
+// works (claimed, not pending).
+type ringLease struct {
+	name    string
+	working shard.SlotSet
+}
+
+func parseRingLease(t *testing.T, l *coordinationv1.Lease) ringLease {
+	slots, err1 := shard.ParseSlotSet(l.Annotations[ring.AnnotationSlots])
+	pending, err2 := shard.ParseSlotSet(l.Annotations[ring.AnnotationPending])
+	if err1 != nil || err2 != nil {
+		t.Errorf("Lease %s: slots %q pending %q: %v %v", l.Name, l.Annotations[ring.AnnotationSlots], l.Annotations[ring.AnnotationPending], err1, err2)
+	}
+	return ringLease{name: l.Name, working: slots.Minus(pending)}
+}
+
+func ringLeases(t *testing.T) []ringLease {
+	list, err := kube.CoordinationV1().Leases(systemNS).List(context.Background(), metav1.ListOptions{LabelSelector: ring.Label + "=rawwatch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []ringLease
+	for i := range list.Items {
+		out = append(out, parseRingLease(t, &list.Items[i]))
+	}
+	return out
+}
+
+// ringHistory holds every version of the ring's Leases, in the order etcd
+// wrote them (one watch), when the test saw each, and checks each state they
+// add up to.
+type ringHistory struct {
+	mu       sync.Mutex
+	t        *testing.T
+	current  map[string]shard.SlotSet // Lease: working slots
+	states   []ringState
+	versions int
+	worked   []string
+}
+
+// ringState is the slots each Lease claimed (pending included) from at on.
+type ringState struct {
+	at     time.Time
+	claims map[string]shard.SlotSet // holder identity: claimed slots
+}
+
+func watchRing(ctx context.Context, t *testing.T) *ringHistory {
+	h := &ringHistory{t: t, current: map[string]shard.SlotSet{}}
+	list, err := kube.CoordinationV1().Leases(systemNS).List(ctx, metav1.ListOptions{LabelSelector: ring.Label + "=rawwatch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.states = append(h.states, ringState{at: time.Now(), claims: map[string]shard.SlotSet{}})
+	for i := range list.Items {
+		h.apply(watch.Added, &list.Items[i])
+	}
+	w, err := kube.CoordinationV1().Leases(systemNS).Watch(ctx, metav1.ListOptions{LabelSelector: ring.Label + "=rawwatch", ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for ev := range w.ResultChan() {
+			if l, ok := ev.Object.(*coordinationv1.Lease); ok {
+				h.apply(ev.Type, l)
+			} else if ev.Type == watch.Error {
+				h.mu.Lock()
+				h.worked = append(h.worked, fmt.Sprintf("the Lease watch broke: %v", ev.Object))
+				h.mu.Unlock()
+			}
+		}
+	}()
+	return h
+}
+
+func (h *ringHistory) apply(typ watch.EventType, l *coordinationv1.Lease) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.versions++
+	holder := ""
+	if l.Spec.HolderIdentity != nil {
+		holder = *l.Spec.HolderIdentity
+	}
+	claims := maps.Clone(h.states[len(h.states)-1].claims)
+	if typ == watch.Deleted {
+		delete(h.current, l.Name)
+		delete(claims, holder)
+		h.states = append(h.states, ringState{at: time.Now(), claims: claims})
+		return
+	}
+	h.current[l.Name] = parseRingLease(h.t, l).working
+	claimed, _ := shard.ParseSlotSet(l.Annotations[ring.AnnotationSlots])
+	claims[holder] = claimed
+	h.states = append(h.states, ringState{at: time.Now(), claims: claims})
+	var names []string
+	for n := range h.current {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for i, a := range names {
+		for _, b := range names[i+1:] {
+			if both := h.current[a].And(h.current[b]); !both.Empty() {
+				h.worked = append(h.worked, fmt.Sprintf("at resourceVersion %s: slots %s worked by %s and %s", l.ResourceVersion, both, a, b))
+			}
+		}
+	}
+}
+
+// leaveWindow judges a deletion of slot at at that no pod handled: it is in
+// a clean leave's window if every Lease claiming the slot then was a
+// terminating pod's (terminating gives when a pod got its SIGTERM) and a
+// pod that was not terminating claimed the slot within leaveBound of the
+// first SIGTERM among them (or of the deletion, if none claimed it). It returns the window's length, or why the
+// deletion is lost.
+func (h *ringHistory) leaveWindow(slot int, at time.Time, terminating func(pod string) (time.Time, bool)) (time.Duration, string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	i := sort.Search(len(h.states), func(i int) bool { return h.states[i].at.After(at) }) - 1
+	if i < 0 {
+		return 0, "deleted before the ring was watched"
+	}
+	var from time.Time
+	for holder, c := range h.states[i].claims {
+		if !c.Has(slot) {
+			continue
+		}
+		pod := podOf(holder)
+		sigterm, ok := terminating(pod)
+		if !ok || sigterm.After(at) {
+			return 0, fmt.Sprintf("claimed by %s, which was not terminating", pod)
+		}
+		if from.IsZero() || sigterm.Before(from) {
+			from = sigterm
+		}
+	}
+	for _, st := range h.states[i+1:] {
+		for holder, c := range st.claims {
+			if sig, term := terminating(podOf(holder)); c.Has(slot) && (!term || sig.After(st.at)) {
+				if from.IsZero() { // unclaimed from before the deletion: from the last claim's end
+					from = at
+				}
+				if w := st.at.Sub(from); w > leaveBound {
+					return w, fmt.Sprintf("the slot had no live owner for %s, more than %s", w, leaveBound)
+				}
+				return st.at.Sub(from), ""
+			}
+		}
+	}
+	return 0, "no pod claimed the slot again"
+}
+
+// podOf is the pod of a ring member's identity (the pod's name and a random
+// suffix: app.DefaultIdentity).
+func podOf(identity string) string {
+	if i := strings.LastIndex(identity, "-"); i > 0 {
+		return identity[:i]
+	}
+	return identity
+}
+
+func (h *ringHistory) verdict() (versions int, worked []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.versions, slices.Clone(h.worked)
+}
+
+// podLogs follows the log of every controller pod, old and new, from its
+// start until it ends: a deleted pod's log is gone from the API with it.
+type podLogs struct {
+	mu   sync.Mutex
+	logs map[string]*strings.Builder
+	// sigterm: when each pod that is being deleted got its SIGTERM (its
+	// deletionTimestamp less its grace period).
+	sigterm map[string]time.Time
+}
+
+// terminating says when pod got its SIGTERM, if it did.
+func (l *podLogs) terminating(pod string) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at, ok := l.sigterm[pod]
+	return at, ok
+}
+
+func (l *podLogs) snapshot() map[string]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]string{}
+	for k, v := range l.logs {
+		out[k] = v.String()
+	}
+	return out
+}
+
+// save writes every followed log to the node's directory, for a failed
+// test's reader.
+func (l *podLogs) save(t *testing.T) {
+	dir := filepath.Join(cluster.Dir, "followed-logs")
+	_ = os.MkdirAll(dir, 0o755)
+	for pod, log := range l.snapshot() {
+		_ = os.WriteFile(filepath.Join(dir, pod+".log"), []byte(log), 0o644)
+	}
+	t.Logf("the controller pods' logs are in %s", dir)
+}
+
+func followControllerLogs(ctx context.Context, t *testing.T) *podLogs {
+	l := &podLogs{logs: map[string]*strings.Builder{}, sigterm: map[string]time.Time{}}
+	w, err := kube.CoreV1().Pods(systemNS).Watch(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=rawwatch,app.kubernetes.io/component=controller"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			if p.DeletionTimestamp != nil && p.DeletionGracePeriodSeconds != nil {
+				l.mu.Lock()
+				if _, seen := l.sigterm[p.Name]; !seen {
+					l.sigterm[p.Name] = p.DeletionTimestamp.Add(-time.Duration(*p.DeletionGracePeriodSeconds) * time.Second)
+				}
+				l.mu.Unlock()
+			}
+			if len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Waiting != nil {
+				continue
+			}
+			l.mu.Lock()
+			_, following := l.logs[p.Name]
+			if !following {
+				l.logs[p.Name] = &strings.Builder{}
+			}
+			l.mu.Unlock()
+			if !following {
+				go l.follow(ctx, p.Name)
+			}
+		}
+	}()
+	return l
+}
+
+func (l *podLogs) follow(ctx context.Context, pod string) {
+	r, err := kube.CoreV1().Pods(systemNS).GetLogs(pod, &corev1.PodLogOptions{Container: "rawwatch", Follow: true}).Stream(ctx)
+	if err != nil {
+		return
+	}
+	defer r.Close()
+	br := bufio.NewReader(r)
+	for {
+		line, err := br.ReadString('\n')
+		l.mu.Lock()
+		l.logs[pod].WriteString(line)
+		l.mu.Unlock()
+		if err == io.EOF || err != nil {
+			return
+		}
+	}
+}
+
+// statusUpdate is one status write the audit log recorded.
+type statusUpdate struct{ pod, name string }
+
+// statusUpdates are the controller's status writes of ns's MyResources
+// since since, from the apiserver's audit log.
+func statusUpdates(t *testing.T, ns string, since time.Time) []statusUpdate {
+	t.Helper()
+	var out []statusUpdate
+	for _, e := range auditEvents(t, since) {
+		if e.ObjectRef.Resource == "myresources" && e.ObjectRef.Subresource == "status" && e.ObjectRef.Namespace == ns &&
+			(e.Verb == "update" || e.Verb == "patch") && e.ResponseStatus.Code < 300 {
+			if p := e.User.Extra["authentication.kubernetes.io/pod-name"]; len(p) == 1 {
+				out = append(out, statusUpdate{pod: p[0], name: e.ObjectRef.Name})
+			}
+		}
+	}
+	return out
+}
