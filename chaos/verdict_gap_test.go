@@ -3,6 +3,12 @@ package chaos
 import (
 	"testing"
 	"time"
+
+	"rawwatch/internal/app"
+	"rawwatch/ring"
+	"rawwatch/shard"
+	"rawwatch/store"
+	"rawwatch/watcher"
 )
 
 // Adversarial review of d8a0ae0 (a relist or handoff gap is refused only
@@ -14,6 +20,22 @@ import (
 func (s *scene) hadAt(name string, at time.Duration) *scene {
 	s.by[name].rec.had(s.d.incarnation, s.at(at))
 	return s
+}
+
+// One controller (no sharding): a relist gap excuses a deletion of an
+// object it never had, created inside the gap; one created outside it is
+// lost.
+func TestRelistGapOfOneController(t *testing.T) {
+	for _, c := range []struct {
+		gap  [2]int64
+		want int
+	}{{[2]int64{100, 200}, 0}, {[2]int64{160, 200}, 1}} {
+		s := newScene("only").gap("only", c.gap[0], c.gap[1])
+		s.j.sharded = false
+		if v := s.verdict(); len(v.UnseenDeletions) != c.want || v.Invisible != 1-c.want {
+			t.Errorf("gap %v: %d lost, %d in a relist gap; want %d lost", c.gap, len(v.UnseenDeletions), v.Invisible, c.want)
+		}
+	}
 }
 
 // custody measured the replica's hold on the object from the first time
@@ -123,5 +145,121 @@ func TestAdversaryTheReplicaGivenTheSlotDropsTheDeletionItHeld(t *testing.T) {
 		if got := excused(c.scene.verdict()); got != c.want {
 			t.Errorf("%s: %s, want %s", c.name, got, c.want)
 		}
+	}
+}
+
+// Claim (docs/sharding.md's table, "handoff gap": excused when "nobody ever
+// had the object; its claimant let the slot go with its watch before the
+// object's creation; the next claimant's list of the slot, made after the
+// creation, did not have it" — "the old owner's watch never reached it, the
+// new owner listed after it was gone").
+//
+// The rule asks for a claimant at the deletion. A deletion made in the
+// window between the old owner's let-go and the new owner's claim (nobody
+// claims a slot there: Pending is not counted, and the new owner confirms a
+// renew period or two later) is of the same kind, with less reason to be
+// anyone's: a let the slot go at 99 s with its watch at 140, the object was
+// created at 150 and deleted at 100 s, b's list of the slot at 100.5 s
+// (resourceVersion 160) did not have it, b claimed at 101 s. No replica
+// could have seen it; the verdict fails the run ("let go", no rule applies).
+// The same records with the deletion at 98.5 s, while a still claimed, are
+// excused as a handoff gap. (It happens when a lets go at its
+// HandoffTimeout, before b covers the slot: ring.Config.HandoffTimeout says
+// "a deletion made between that sweep and the new owner's list is then
+// seen by neither".) A false failure.
+//
+// Fails with:
+//
+//	deleted at 98.5 s (a still claimed): handoff gap 1, lost 0; deleted at 100 s (between a's let-go and b's claim): handoff gap 0, lost 1
+func TestAdversaryAHandoffGapBetweenTheLetGoAndTheClaimFails(t *testing.T) {
+	run := func(at time.Duration) Verdict {
+		s := newScene("a", "b").claims("a", 0, true, false, 10).
+			claims("a", 99*time.Second, false, false, 140).
+			list("b", 100500*time.Millisecond, 160).claims("b", 101*time.Second, true, false, 160)
+		s.d.At = s.at(at)
+		s.j.deleted = []deletion{s.d}
+		return s.verdict()
+	}
+	before, between := run(98500*time.Millisecond), run(100*time.Second)
+	if before.HandoffGap != 1 || len(between.UnseenDeletions) != 0 {
+		t.Errorf("deleted at 98.5 s (a still claimed): handoff gap %d, lost %d; deleted at 100 s (between a's let-go and b's claim): handoff gap %d, lost %d",
+			before.HandoffGap, len(before.UnseenDeletions), between.HandoffGap, len(between.UnseenDeletions))
+	}
+}
+
+// Claim (docs/sharding.md's table, "handoff gap": "the old owner's watch
+// never reached it, the new owner listed after it was gone"; verdict.go,
+// newOwnerListedAfter: "the replica that next claimed the slot after f's
+// claimant let it go").
+//
+// The next claimant is looked for among the other replicas only, however
+// late; the old owner claiming the slot again, its watch going on past the
+// creation, does not count. Here a claims the slot at the deletion (100 s),
+// lets it go at 101 s with its watch at 140, claims it again at 102 s, and
+// follows it without a gap (none recorded) until it lets it go at 499.5 s
+// with its watch at 1000; b lists the slot at 499 s and claims it at 500 s.
+// a's watch passed the object's creation (150) while a claimed the slot: it
+// brought the object, or a's watcher lost it — a never had it, a real loss.
+// The verdict excuses it as a handoff gap, on b's list 400 s later. (Without
+// a's second claim — b listing at 102 s and claiming at 103 s — the gap is
+// real, and excused as the control in TestEveryExcuseHasAControl is.)
+//
+// Fails with:
+//
+//	a claimed the slot again and watched it past the creation: handoff gap 1, lost 0; want lost
+func TestAdversaryAHandoffGapIgnoresTheOldOwnerClaimingAgain(t *testing.T) {
+	v := newScene("a", "b").claims("a", 0, true, false, 10).claims("a", 101*time.Second, false, false, 140).
+		claims("a", 102*time.Second, true, false, 140).claims("a", 499500*time.Millisecond, false, false, 1000).
+		list("b", 499*time.Second, 900).claims("b", 500*time.Second, true, false, 900).verdict()
+	if len(v.UnseenDeletions) == 0 {
+		t.Errorf("a claimed the slot again and watched it past the creation: handoff gap %d, lost %d; want lost", v.HandoffGap, len(v.UnseenDeletions))
+	}
+}
+
+// From the review of 1d55fe6 (a deletion in a slot nobody claimed is a
+// relist gap when it lies inside a gap of every watch of the slot).
+//
+// A replica's watch of a slot ends at a SetShard (the ring moved its
+// target: onClaims calls Watcher.SetShard, which drops the slot's objects,
+// narrows Covered at once and relists the new shard), not at its next
+// list. The recorder marked a watch only by its lists, so from the SetShard
+// until the relist was in, watchedAt still said the replica watched the
+// slot it left, and the relist's gap covered it: an object of the slot
+// created and deleted in that window, nobody claiming the slot and nobody
+// watching it, was excused as a relist gap ("relist gap 1, lost 0; want
+// lost"). The recorder now marks reshards too. Driven through
+// recorder.Observe with the events a replica reports, in their order.
+func TestAWatcherThatLeftTheSlotNoLongerCountsAsItsWatcher(t *testing.T) {
+	run := func(leaves bool) Verdict {
+		s := newScene("a", "b")
+		rec := s.by["a"].rec
+		rec.store = store.New[app.Object]()
+		other := (s.slot + 1) % shard.Slots
+		cover := shard.SlotsOf(s.slot, other)
+		rec.coverage = func() shard.SlotSet { return cover }
+		tick := func() { time.Sleep(2 * time.Millisecond) } // lists are stamped time.Now()
+		rec.Observe(watcher.Replaced{RV: "120"})            // a lists both slots
+		tick()
+		if leaves {
+			// The ring gives a another target: its onClaims calls
+			// SetShard; the watcher cuts its stream, drops the slot
+			// (Covered shrinks at once) and relists.
+			rec.Observe(ring.ClaimsChanged{Claims: ring.Claims{Target: shard.SlotsOf(other)}})
+			cover = shard.SlotsOf(other) // (before it reports Resharded)
+			rec.Observe(watcher.Resharded{Share: 1.0 / shard.Slots})
+		}
+		tick()
+		d := s.d
+		d.At = time.Now() // created at 150, after a's position (120)
+		s.d, s.j.deleted = d, []deletion{d}
+		tick()
+		rec.Observe(watcher.Replaced{RV: "200"}) // the relist is in
+		return s.verdict()
+	}
+	if v := run(false); v.Invisible != 1 {
+		t.Fatalf("the control, a kept the slot (its relist at 200 listed it and had no such object): not a relist gap: %+v", v)
+	}
+	if v := run(true); len(v.UnseenDeletions) != 1 {
+		t.Errorf("a left the slot (SetShard) at its relist's start, the object lived and died before that relist was in, nobody else watched the slot: relist gap %d, lost %d; want lost (as nobody watching)", v.Invisible, len(v.UnseenDeletions))
 	}
 }

@@ -1,10 +1,16 @@
 package chaos
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"rawwatch/api/v1alpha1"
+	"rawwatch/internal/app"
 	"rawwatch/shard"
+	"rawwatch/store"
 )
 
 // Adversarial review of 120059e (the killed first claimant of a forming
@@ -15,6 +21,42 @@ import (
 // had it lived, nor whether another replica held it and worked the slot
 // after. Each scene below is lost on the code before 120059e and excused
 // by it.
+
+// The ring forming: nobody claims a slot yet when the object is deleted at
+// 100 s; k, which knew the object, claims the slot first at 103 s and holds
+// it to its kill at 110 s, its watch broken all along (it never hears of
+// the deletion: its relists kept failing). Nobody else could have handled
+// it: the next owner listed after the deletion. A full sharded chaos run
+// failed on 7 such deletions ("claimed by no replica: never claimed yet";
+// r1's watch broke 2 s after the churn began, its relists failed until its
+// kill 70 s later). The controls: a live replica claims the slot first; k
+// lets it go to a live one before its kill; k heard of it and dropped it.
+func TestAKilledFirstClaimantOfAFormingRingDiesWithTheDeletion(t *testing.T) {
+	start := func() *scene {
+		return newScene("k", "b").knew("k").list("k", 90*time.Second, 140)
+	}
+	excused := start().claims("k", 103*time.Second, true, false, 140).kill("k", 110*time.Second).
+		list("b", 118*time.Second, 200).claims("b", 119*time.Second, true, false, 200).verdict()
+	if len(excused.UnseenDeletions) != 0 || len(excused.WithKilled) != 1 {
+		t.Errorf("k claimed the slot first after the deletion and held it to its kill: lost %v, died with %v; want died with k", excused.UnseenDeletions, excused.WithKilled)
+	}
+	controls := map[string]*scene{
+		"a live replica claimed it first": start().list("b", 101*time.Second, 160).claims("b", 102*time.Second, true, false, 160).
+			claims("k", 103*time.Second, true, false, 140).kill("k", 110*time.Second),
+		"k let it go to a live replica before its kill": start().claims("k", 103*time.Second, true, false, 140).
+			claims("k", 105*time.Second, false, false, 140).list("b", 105*time.Second, 160).claims("b", 106*time.Second, true, false, 160).
+			kill("k", 110*time.Second),
+		"k heard of it and dropped it": start().heard("k").dropped("k", 104*time.Second).claims("k", 103*time.Second, true, false, 140).
+			kill("k", 110*time.Second).list("b", 118*time.Second, 200).claims("b", 119*time.Second, true, false, 200),
+		"killed after the bound": start().claims("k", 103*time.Second, true, false, 140).kill("k", 200*time.Second).
+			list("b", 208*time.Second, 300).claims("b", 209*time.Second, true, false, 300),
+	}
+	for name, s := range controls {
+		if v := s.verdict(); len(v.UnseenDeletions) != 1 {
+			t.Errorf("%s: excused (died with %v, unclaimed %v), want lost", name, v.WithKilled, v.Unclaimed)
+		}
+	}
+}
 
 // A live replica heard of the deletion, kept it, and worked the slot
 // after the kill. b watched the slot too (the forming ring's views
@@ -121,5 +163,83 @@ func TestAKilledFirstClaimantStillDiesWithWhatOnlyItCouldHandle(t *testing.T) {
 		if len(v.WithKilled) != 1 {
 			t.Errorf("%s: lost %v; want died with k", name, v.UnseenDeletions)
 		}
+	}
+}
+
+// deletedOnly is a reconciler whose Deleted needs no API server, as
+// reconcile.MyResourceReconciler's does not (it logs).
+type deletedOnly struct{}
+
+func (deletedOnly) Reconcile(context.Context, string) error                { return nil }
+func (deletedOnly) Deleted(context.Context, store.Delta[app.Object]) error { return nil }
+
+// Claim (verdict.go, facts; docs/sharding.md's table, "killed"): a deletion
+// the killed replica held is excused only if it was made at most the bound
+// (24 s here) before the kill; one held longer "should have been handled by
+// then: its loss is not the kill's", and fails the run.
+//
+// It does not hold. replica.kill() sets r.to, then calls r.stop(), which
+// cancels the app's context: app.drain (internal/app/sharding.go) then hands
+// every queued deletion to Deleted, which needs no API server (the dead
+// transport does not stop it), and the recorder marks it seenDeleted, with no
+// time. facts() counts seenDeleted from every replica, the killed one
+// included, whenever it was set: a deletion k sat on for 40 s (past the
+// bound: the control "killed, claiming the slot, 40 s after the deletion" in
+// TestEveryExcuseHasAControl is "lost") and "handled" by k only after its
+// SIGKILL stand-in is counted seen. A real SIGKILL handles nothing; the loss
+// is hidden (and, within the bound, the killed replica's deletions are
+// counted "seen" instead of "killed").
+//
+// Fails with:
+//
+//	a deletion k held 40 s and handled only after its kill (by the stop's drain) is not lost: Verdict{UnseenDeletions:[] ... WithKilled:[] ...}
+func TestAdversaryAKilledReplicasPosthumousDrainHidesALoss(t *testing.T) {
+	s := newScene("a", "k").claims("k", 0, true, false, 10).kill("k", 140*time.Second)
+	k := s.by["k"]
+	k.rec.who = "k"
+	k.rec.wrap(deletedOnly{})
+	// After the kill (r.to is set), the stop's drain hands k's queued
+	// deletion to Deleted, as app.drain does.
+	obj := &v1alpha1.MyResource{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "obj", UID: s.d.UID}}
+	if err := k.rec.Deleted(context.Background(), store.Delta[app.Object]{Type: store.Deleted, Key: s.d.Key, Object: obj}); err != nil {
+		t.Fatal(err)
+	}
+	if v := s.verdict(); len(v.UnseenDeletions) == 0 {
+		t.Errorf("a deletion k held 40 s and handled only after its kill (by the stop's drain) is not lost: %+v", v)
+	}
+}
+
+// Claim (verdict.go, diedWith: the killed replica "heard of the deletion and
+// held it, not dropped, while no live replica claimed the slot (nobody did,
+// or the claimant had let it go, to it, before the kill)"; the table:
+// "killed ... or heard of the deletion and held it (not dropped) while no
+// live replica claimed the slot").
+//
+// handedOn checks only that the claimant at the deletion let the slot go
+// before the kill — not to whom, nor that nobody live claimed it after. Here
+// a claims the slot when the object is deleted at 100 s, lets it go at 102 s
+// (a handoff: a had to handle the deletion, or sweep it, before letting go),
+// and b claims it from 103 s on, alive to the end; k merely watched the
+// slot, heard the deletion, and is killed at 110 s. The verdict blames the
+// kill; the loss is a's, a replica that let a deletion go (the table's
+// "one a replica let go of" fails the run). Without k's hearing it, the same
+// records are "lost".
+//
+// Fails with:
+//
+//	a let the slot go to b (live) after the deletion: excused as died with k ([ns/obj (uid uid-1, deleted 10s before k was killed)]), want lost
+func TestAdversaryAKillExcusesADeletionTheClaimantLetGoToALiveReplica(t *testing.T) {
+	s := newScene("a", "b", "k").claims("a", 0, true, false, 10).knew("a").
+		claims("a", 102*time.Second, false, false, 160).list("b", 102*time.Second, 160).
+		claims("b", 103*time.Second, true, false, 160).
+		heard("k").kill("k", 110*time.Second)
+	if v := s.verdict(); len(v.UnseenDeletions) == 0 {
+		t.Errorf("a let the slot go to b (live) after the deletion: excused as died with k (%v), want lost", v.WithKilled)
+	}
+	control := newScene("a", "b", "k").claims("a", 0, true, false, 10).knew("a").
+		claims("a", 102*time.Second, false, false, 160).list("b", 102*time.Second, 160).
+		claims("b", 103*time.Second, true, false, 160).kill("k", 110*time.Second)
+	if v := control.verdict(); len(v.UnseenDeletions) != 1 {
+		t.Fatalf("the control (k never heard of it) is not lost: %+v", v)
 	}
 }
