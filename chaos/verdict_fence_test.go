@@ -6,109 +6,20 @@ import (
 	"time"
 )
 
-// Second adversarial review of this session's verdict changes (6a3ea46c's
-// handoff gap and 6a95647's fence excuse). Each test fails on the current
-// code; RAWWATCH_OPEN_FINDINGS=1 runs it.
+// A fence excuses a deletion no replica saw when the slot's claimant (or
+// the replica that held the deletion while nobody claimed the slot) fenced
+// itself within the bound, and no replica that kept the deletion, or had
+// the object, worked the slot again after the fence.
 
-// Claim broken (docs/sharding.md's table, "fenced": "no replica that heard
-// of it and kept it worked the slot again after the fence ... — a claim
-// again that a fence or a kill ended within the bound does not count: a
-// queue behind a backlog may not reach the replayed deletion first"; commit
-// 6a95647: "a re-claim worked longer than the bound is still a loss").
-//
-// Each re-claim is judged alone. a, fenced 5 s after the deletion with it
-// held, claims the slot again five times, 20 s each (bound 24 s), each
-// ended by a fence: it works the slot 100 s in all, the deletion replayed
-// to its queue five times, never handled — excused as "fenced", 158 s
-// after the deletion. One re-claim of 25 s is a loss. (After a fence the
-// queue holds what its workers reach, so a backlog that a re-claim of 20 s
-// could not get through is gone by the next: the excuse's reason does not
-// add up over re-claims, yet the excuse does.)
-//
-// Failure printed:
-//
-//	verdict_adv2_test.go:52: a worked the slot again 5 times for 20s each
-//	(100s in all, bound 24s), the deletion held and replayed each time:
-//	excused (unclaimed map[fenced:1]), want lost
-//
-// Severity: wrong verdict (a loss excused).
-func TestAdversaryManyShortReClaimsAddUpPastTheBoundAndStillExcuse(t *testing.T) {
-	run := func(n int, each time.Duration) Verdict {
-		s := newScene("a", "b").claims("a", 0, true, false, 10).heard("a").knew("a").
-			claims("a", 105*time.Second, false, true, 100)
-		at := 108 * time.Second
-		for i := range n {
-			s.claims("a", at, true, false, int64(200+2*i)).claims("a", at+each, false, true, int64(201+2*i))
-			at += each + 2*time.Second
-		}
-		return s.verdict()
-	}
-	if v := run(1, 25*time.Second); len(v.UnseenDeletions) != 1 {
-		t.Fatalf("the control, one re-claim of 25 s (over the bound), is not lost: %+v", v)
-	}
-	if v := run(5, 20*time.Second); len(v.UnseenDeletions) != 1 {
-		t.Errorf("a worked the slot again 5 times for 20s each (100s in all, bound %v), the deletion held and replayed each time: excused (unclaimed %v), want lost", v.Bound, v.UnclaimedWhy)
-	}
-}
-
-// Claim broken (verdict.go, keptAndWorkedAgain: "a replica that heard of
-// deletion d, kept it (did not drop it), and claimed its slot again after
-// fence ... so that one should have been handled; the fence is no
-// excuse"; the table: "no replica that heard of it and kept it worked the
-// slot again after the fence").
-//
-// "Kept" is read as "never dropped, at any time": a drop after the
-// replica worked the slot again clears it. a, fenced 5 s after the
-// deletion with it held, claims the slot again at 108 s and works it 62 s
-// (bound 24 s): the deletion is replayed to its queue and not handled. At
-// 170 s a is fenced again, and its held deletion is dropped at 175 s (the
-// slot left its watch). The verdict: "fenced" — the excuse for a replica
-// that dropped the deletion with its slot at the fence, not 62 s of work
-// later. Without the drop, the same records are lost.
-//
-// Failure printed:
-//
-//	verdict_adv2_test.go:89: a worked the slot again 62s (bound 24s) with the
-//	deletion replayed, and dropped it only after: excused (unclaimed
-//	map[fenced:1]), want lost
-//
-// Severity: wrong verdict (a loss excused).
-func TestAdversaryADropAfterWorkingTheSlotAgainRestoresTheFenceExcuse(t *testing.T) {
-	scene := func() *scene {
-		return newScene("a", "b").claims("a", 0, true, false, 10).heard("a").knew("a").
-			claims("a", 105*time.Second, false, true, 100).claims("a", 108*time.Second, true, false, 200).
-			claims("a", 170*time.Second, false, true, 300)
-	}
-	if v := scene().verdict(); len(v.UnseenDeletions) != 1 {
-		t.Fatalf("the control (no drop) is not lost: %+v", v)
-	}
-	if v := scene().dropped("a", 175*time.Second).verdict(); len(v.UnseenDeletions) != 1 {
-		t.Errorf("a worked the slot again 62s (bound %v) with the deletion replayed, and dropped it only after: excused (unclaimed %v), want lost", v.Bound, v.UnclaimedWhy)
-	}
-}
-
-// Claim (docs/sharding.md, "A fence keeps its deletions": a replica that
-// fences itself keeps the deletions it had heard of, "held while its watcher
-// watches their slot, and handled when it works the slot again. After an
-// outage of the API server longer than the fence ... the ring comes back as
-// it was, and nothing is lost"; the verdict's table: "fenced" excuses a
-// deletion whose claimant fenced itself within the bound).
-//
-// The fence rules never ask whether the fenced replica heard the deletion,
-// kept it, and worked the slot again: a fence within the bound excuses the
-// loss whatever came after. Here a claims the slot, hears the deletion at
-// 100 s (not dropped), fences itself (at 105 s after the deletion; or at
-// 90 s, before it, the slot then unclaimed), and claims the slot again at
-// 108 s until the end of the run: it held the deletion and worked the slot,
-// and never handled it — the regression the doc's 120 deletions lost at a
-// fence were (fixed by keeping them). The verdict counts it "fenced", the
-// run passes. Without the fence, the same records are "lost".
-//
-// Fails with:
-//
-//	fenced after the deletion, heard and kept it, worked the slot again from 108 s: excused (unclaimed [a claimed the slot, and fenced itself 5s later]), want lost
-//	fenced before the deletion, heard and kept it, worked the slot again from 108 s: excused (unclaimed [a, its owner, fenced itself 10s before]), want lost
-func TestAdversaryAFenceExcusesADeletionItsReplicaKeptAndNeverHandled(t *testing.T) {
+// A fence keeps its deletions: the replica holds those it heard of while
+// its watcher watches their slot, and handles them when it works the slot
+// again. So a fence within the bound is no excuse for a deletion its
+// replica kept and then worked the slot again: a claims the slot, hears the
+// deletion at 100 s and keeps it, fences itself (5 s after the deletion, or
+// 10 s before it, the slot then unclaimed), and claims the slot again from
+// 108 s to the end of the run. Lost, as it is without the fence (the
+// control).
+func TestAFenceDoesNotExcuseADeletionItsReplicaKeptAndWorkedTheSlotAgain(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		fence time.Duration
@@ -133,10 +44,8 @@ func TestAdversaryAFenceExcusesADeletionItsReplicaKeptAndNeverHandled(t *testing
 // A replica that works the slot again after its fence replays what it held,
 // but its queue, behind a backlog (an API server's restart hands every
 // replica its whole shard again), may not reach the deletion before the next
-// fence holds it again: a second fence within the bound still excuses it (a
-// short sharded chaos run failed on that: 20 deletions "held; replayed;
-// held", each re-claim fenced 6 s later); a re-claim worked for longer than
-// the bound does not.
+// fence holds it again: a second fence within the bound still excuses it; a
+// re-claim worked for longer than the bound does not.
 func TestAFenceAgainSoonAfterWorkingTheSlotAgainStillExcuses(t *testing.T) {
 	run := func(again time.Duration) Verdict {
 		return newScene("a", "b").claims("a", 0, true, false, 10).heard("a").knew("a").
@@ -148,6 +57,51 @@ func TestAFenceAgainSoonAfterWorkingTheSlotAgainStillExcuses(t *testing.T) {
 	}
 	if v := run(40 * time.Second); len(v.UnseenDeletions) != 1 {
 		t.Errorf("fenced again 40 s after working the slot again (bound %v): excused, want lost", v.Bound)
+	}
+}
+
+// The re-claims a replica works between fences add up against the bound:
+// after a fence the queue holds what its workers reach, so a backlog one
+// re-claim could not get through is gone by the next. a, fenced 5 s after
+// the deletion with it held, claims the slot again five times, 20 s each
+// (bound 24 s), each ended by a fence: 100 s of work, the deletion replayed
+// each time and never handled. Lost, as one re-claim of 25 s is (the
+// control).
+func TestReClaimsEndedByFencesAddUpAgainstTheBound(t *testing.T) {
+	run := func(n int, each time.Duration) Verdict {
+		s := newScene("a", "b").claims("a", 0, true, false, 10).heard("a").knew("a").
+			claims("a", 105*time.Second, false, true, 100)
+		at := 108 * time.Second
+		for i := range n {
+			s.claims("a", at, true, false, int64(200+2*i)).claims("a", at+each, false, true, int64(201+2*i))
+			at += each + 2*time.Second
+		}
+		return s.verdict()
+	}
+	if v := run(1, 25*time.Second); len(v.UnseenDeletions) != 1 {
+		t.Fatalf("the control, one re-claim of 25 s (over the bound), is not lost: %+v", v)
+	}
+	if v := run(5, 20*time.Second); len(v.UnseenDeletions) != 1 {
+		t.Errorf("a worked the slot again 5 times for 20s each (100s in all, bound %v), the deletion held and replayed each time: excused (unclaimed %v), want lost", v.Bound, v.UnclaimedWhy)
+	}
+}
+
+// "Kept" is judged while the replica works the slot again: a drop after
+// that is no excuse. a, fenced 5 s after the deletion with it held, works
+// the slot again from 108 s for 62 s (bound 24 s), the deletion replayed
+// and not handled; fenced again at 170 s, it drops the deletion at 175 s
+// (the slot left its watch). Lost, as it is without the drop (the control).
+func TestADropAfterWorkingTheSlotAgainDoesNotRestoreTheFenceExcuse(t *testing.T) {
+	scene := func() *scene {
+		return newScene("a", "b").claims("a", 0, true, false, 10).heard("a").knew("a").
+			claims("a", 105*time.Second, false, true, 100).claims("a", 108*time.Second, true, false, 200).
+			claims("a", 170*time.Second, false, true, 300)
+	}
+	if v := scene().verdict(); len(v.UnseenDeletions) != 1 {
+		t.Fatalf("the control (no drop) is not lost: %+v", v)
+	}
+	if v := scene().dropped("a", 175*time.Second).verdict(); len(v.UnseenDeletions) != 1 {
+		t.Errorf("a worked the slot again 62s (bound %v) with the deletion replayed, and dropped it only after: excused (unclaimed %v), want lost", v.Bound, v.UnclaimedWhy)
 	}
 }
 

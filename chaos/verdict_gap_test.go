@@ -11,9 +11,11 @@ import (
 	"rawwatch/watcher"
 )
 
-// Adversarial review of d8a0ae0 (a relist or handoff gap is refused only
-// when a replica had the object while it claimed its slot:
-// recorder.custody).
+// A relist gap or a handoff gap excuses a deletion no replica could have
+// seen: the object lived inside a gap of every watch that should have seen
+// it, or between the old owner's watch and the new owner's list. Neither
+// excuses it when a replica had the object while it claimed the slot, or
+// was given the slot (recorder.custody).
 
 // hadAt: replica name's store held the object at offset at, as its
 // recorder is told (Replaced and EventReceived call had).
@@ -25,7 +27,7 @@ func (s *scene) hadAt(name string, at time.Duration) *scene {
 // One controller (no sharding): a relist gap excuses a deletion of an
 // object it never had, created inside the gap; one created outside it is
 // lost.
-func TestRelistGapOfOneController(t *testing.T) {
+func TestOneControllersRelistGapExcusesOnlyWhatWasCreatedInsideIt(t *testing.T) {
 	for _, c := range []struct {
 		gap  [2]int64
 		want int
@@ -38,12 +40,10 @@ func TestRelistGapOfOneController(t *testing.T) {
 	}
 }
 
-// custody measured the replica's hold on the object from the first time
-// its store had it to the first time its watch left the slot, and no
-// further; but a watch that leaves a slot may come back to it (the ring's
-// target flaps: SetShard away, SetShard back), and its relist brings the
-// object back into the store. recorder.known keeps only the first time, so
-// the second stretch was invisible to custody.
+// A replica holds the object for custody over every stretch its store had
+// it, not only the first: a watch that leaves a slot may come back to it
+// (the ring's target flaps: SetShard away, SetShard back), and its relist
+// brings the object back into the store.
 //
 // b is a joiner watching the slot as its target: it lists at 90 s (rv 140)
 // and hears the object created (rv 150) at 95 s; its target flaps away at
@@ -53,10 +53,10 @@ func TestRelistGapOfOneController(t *testing.T) {
 // was in a watch gap over the whole life of the object (100 → 200); it
 // lets the slot go at 102 s, and b claims it at 103 s: the gate replays the
 // held deletion to b's workers. b had the object, and its deletion, while
-// it claimed the slot: the deletion was b's to handle, and unseen it is a
-// loss, as when b never left the slot (the existing control "a watcher
-// had the object, then claimed the slot").
-func TestAdversaryAWatchThatCameBackToTheSlotStillHadTheObject(t *testing.T) {
+// it claimed the slot: unseen, it is a loss, as when b never left the slot
+// (the control "a watcher had the object, then claimed the slot" of
+// TestEveryExcuseHasAControl).
+func TestAWatchThatCameBackToTheSlotStillHadTheObject(t *testing.T) {
 	scene := func(back bool) *scene {
 		s := newScene("a", "b").claims("a", 0, true, false, 10).gap("a", 100, 200).
 			list("b", 90*time.Second, 140).hadAt("b", 95*time.Second).unwatch("b", 96*time.Second)
@@ -78,17 +78,14 @@ func TestAdversaryAWatchThatCameBackToTheSlotStillHadTheObject(t *testing.T) {
 	}
 }
 
-// A slot let go is given, by name, to a member that covers it (ring:
-// "the new owner"), and that member keeps its deletions and claims the
-// slot whatever its target (Claims.Custody): docs/sharding.md's custody,
-// added for "one lost when the new owner's target moved on before it
-// claimed the slot". custody asks only whether a replica claimed the slot
-// while it had the object; the replica a slot was given to has not
-// claimed it yet (Pending, or not even that), so a regression of that
-// very loss is excused: the old owner lets the slot go to k, the only
-// replica that watched it then, which had the object (and holds, or will
-// hold, its deletion); k's target moves on and it drops the deletion with
-// the slot; b, which listed the slot only after the deletion, claims it.
+// A slot let go is given, by name, to a member that covers it (ring: "the
+// new owner"), and that member keeps its deletions and claims the slot
+// whatever its target (Claims.Custody). So the replica a slot was given to
+// owes the deletions it held, though it has not claimed the slot yet: the
+// old owner lets the slot go to k, the only replica that watched it then,
+// which had the object (and holds, or will hold, its deletion); k's target
+// moves on and it drops the deletion with the slot; b, which listed the
+// slot only after the deletion, claims it. Lost.
 //
 // Two forms: the deletion after the let-go (the old owner's watch was
 // behind the creation: a handoff gap), and before it (the object lived in
@@ -96,8 +93,8 @@ func TestAdversaryAWatchThatCameBackToTheSlotStillHadTheObject(t *testing.T) {
 // replica, c, covered the slot at the let-go without ever having the
 // object (its own watch's gap, or its list after the deletion): the slot
 // may have gone to c, and k (watching by a view of the ring that c's
-// arrival had not reached yet) owed it nobody. Excused, as before.
-func TestAdversaryTheReplicaGivenTheSlotDropsTheDeletionItHeld(t *testing.T) {
+// arrival had not reached yet) owed it nobody. Excused.
+func TestTheReplicaGivenTheSlotOwesTheDeletionItHeld(t *testing.T) {
 	// k watches the slot from 90 s (rv 140) and hears the object created
 	// (rv 150) at 95 s.
 	k := func(s *scene) *scene { return s.list("k", 90*time.Second, 140).hadAt("k", 95*time.Second) }
@@ -148,30 +145,17 @@ func TestAdversaryTheReplicaGivenTheSlotDropsTheDeletionItHeld(t *testing.T) {
 	}
 }
 
-// Claim (docs/sharding.md's table, "handoff gap": excused when "nobody ever
-// had the object; its claimant let the slot go with its watch before the
-// object's creation; the next claimant's list of the slot, made after the
-// creation, did not have it" — "the old owner's watch never reached it, the
-// new owner listed after it was gone").
-//
-// The rule asks for a claimant at the deletion. A deletion made in the
-// window between the old owner's let-go and the new owner's claim (nobody
-// claims a slot there: Pending is not counted, and the new owner confirms a
-// renew period or two later) is of the same kind, with less reason to be
-// anyone's: a let the slot go at 99 s with its watch at 140, the object was
-// created at 150 and deleted at 100 s, b's list of the slot at 100.5 s
-// (resourceVersion 160) did not have it, b claimed at 101 s. No replica
-// could have seen it; the verdict fails the run ("let go", no rule applies).
-// The same records with the deletion at 98.5 s, while a still claimed, are
-// excused as a handoff gap. (It happens when a lets go at its
-// HandoffTimeout, before b covers the slot: ring.Config.HandoffTimeout says
-// "a deletion made between that sweep and the new owner's list is then
-// seen by neither".) A false failure.
-//
-// Fails with:
-//
-//	deleted at 98.5 s (a still claimed): handoff gap 1, lost 0; deleted at 100 s (between a's let-go and b's claim): handoff gap 0, lost 1
-func TestAdversaryAHandoffGapBetweenTheLetGoAndTheClaimFails(t *testing.T) {
+// A handoff gap (docs/sharding.md's table: the old owner's watch never
+// reached the object, the new owner listed after it was gone) also covers
+// a deletion made between the old owner's let-go and the new owner's claim,
+// when nobody claims the slot (Pending is not counted): a lets the slot go
+// at 99 s with its watch at 140, the object was created at 150 and deleted
+// at 100 s, b's list of the slot at 100.5 s (resourceVersion 160) did not
+// have it, b claims at 101 s. No replica could have seen it: excused, as
+// the same records with the deletion at 98.5 s, while a still claimed, are.
+// (A replica that lets go at its HandoffTimeout, before the new owner
+// covers the slot, leaves such a window.)
+func TestADeletionBetweenTheLetGoAndTheNextClaimIsAHandoffGap(t *testing.T) {
 	run := func(at time.Duration) Verdict {
 		s := newScene("a", "b").claims("a", 0, true, false, 10).
 			claims("a", 99*time.Second, false, false, 140).
@@ -187,27 +171,15 @@ func TestAdversaryAHandoffGapBetweenTheLetGoAndTheClaimFails(t *testing.T) {
 	}
 }
 
-// Claim (docs/sharding.md's table, "handoff gap": "the old owner's watch
-// never reached it, the new owner listed after it was gone"; verdict.go,
-// newOwnerListedAfter: "the replica that next claimed the slot after f's
-// claimant let it go").
-//
-// The next claimant is looked for among the other replicas only, however
-// late; the old owner claiming the slot again, its watch going on past the
-// creation, does not count. Here a claims the slot at the deletion (100 s),
-// lets it go at 101 s with its watch at 140, claims it again at 102 s, and
-// follows it without a gap (none recorded) until it lets it go at 499.5 s
-// with its watch at 1000; b lists the slot at 499 s and claims it at 500 s.
-// a's watch passed the object's creation (150) while a claimed the slot: it
-// brought the object, or a's watcher lost it — a never had it, a real loss.
-// The verdict excuses it as a handoff gap, on b's list 400 s later. (Without
-// a's second claim — b listing at 102 s and claiming at 103 s — the gap is
-// real, and excused as the control in TestEveryExcuseHasAControl is.)
-//
-// Fails with:
-//
-//	a claimed the slot again and watched it past the creation: handoff gap 1, lost 0; want lost
-func TestAdversaryAHandoffGapIgnoresTheOldOwnerClaimingAgain(t *testing.T) {
+// The next claimant after a let-go may be the old owner itself: a claims
+// the slot at the deletion (100 s), lets it go at 101 s with its watch at
+// 140, claims it again at 102 s, and follows it without a gap until it lets
+// it go at 499.5 s with its watch at 1000; b lists the slot at 499 s and
+// claims it at 500 s. a's watch passed the object's creation (150) while a
+// claimed the slot: it brought the object, or a's watcher lost it. Lost,
+// not a handoff gap on b's list 400 s later. (Without a's second claim the
+// gap is real: the control in TestEveryExcuseHasAControl.)
+func TestTheOldOwnerClaimingAgainPastTheCreationIsNoHandoffGap(t *testing.T) {
 	v := newScene("a", "b").claims("a", 0, true, false, 10).claims("a", 101*time.Second, false, false, 140).
 		claims("a", 102*time.Second, true, false, 140).claims("a", 499500*time.Millisecond, false, false, 1000).
 		list("b", 499*time.Second, 900).claims("b", 500*time.Second, true, false, 900).verdict()
@@ -216,18 +188,12 @@ func TestAdversaryAHandoffGapIgnoresTheOldOwnerClaimingAgain(t *testing.T) {
 	}
 }
 
-// From the review of 1d55fe6 (a deletion in a slot nobody claimed is a
-// relist gap when it lies inside a gap of every watch of the slot).
-//
 // A replica's watch of a slot ends at a SetShard (the ring moved its
 // target: onClaims calls Watcher.SetShard, which drops the slot's objects,
 // narrows Covered at once and relists the new shard), not at its next
-// list. The recorder marked a watch only by its lists, so from the SetShard
-// until the relist was in, watchedAt still said the replica watched the
-// slot it left, and the relist's gap covered it: an object of the slot
-// created and deleted in that window, nobody claiming the slot and nobody
-// watching it, was excused as a relist gap ("relist gap 1, lost 0; want
-// lost"). The recorder now marks reshards too. Driven through
+// list. An object of the slot created and deleted between that SetShard
+// and the relist's end, nobody claiming the slot and nobody else watching
+// it, is lost, not a relist gap of that watch. Driven through
 // recorder.Observe with the events a replica reports, in their order.
 func TestAWatcherThatLeftTheSlotNoLongerCountsAsItsWatcher(t *testing.T) {
 	run := func(leaves bool) Verdict {

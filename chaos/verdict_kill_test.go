@@ -13,24 +13,20 @@ import (
 	"rawwatch/store"
 )
 
-// Adversarial review of 120059e (the killed first claimant of a forming
-// ring dies with a deletion made while nobody claimed its slot). The rule
-// asks only about k: that it claimed first after the deletion, held the
-// claim to its kill, nobody else claimed in between, and it did not drop
-// the deletion. It does not ask whether k could have handled the deletion
-// had it lived, nor whether another replica held it and worked the slot
-// after. Each scene below is lost on the code before 120059e and excused
-// by it.
+// A deletion no replica saw dies with a killed replica k only when k alone
+// could have handled it, within the bound before its kill: not when k could
+// never have handled it alive (it never had the object, or listed the slot
+// after the deletion), nor when a live replica heard of it, kept it, and
+// worked the slot after the kill.
 
-// The ring forming: nobody claims a slot yet when the object is deleted at
+// The ring forming: nobody claims the slot when the object is deleted at
 // 100 s; k, which knew the object, claims the slot first at 103 s and holds
 // it to its kill at 110 s, its watch broken all along (it never hears of
-// the deletion: its relists kept failing). Nobody else could have handled
-// it: the next owner listed after the deletion. A full sharded chaos run
-// failed on 7 such deletions ("claimed by no replica: never claimed yet";
-// r1's watch broke 2 s after the churn began, its relists failed until its
-// kill 70 s later). The controls: a live replica claims the slot first; k
-// lets it go to a live one before its kill; k heard of it and dropped it.
+// the deletion: its relists keep failing). Nobody else could have handled
+// it (the next owner listed after the deletion): it died with k. The
+// controls are lost: a live replica claims the slot first; k lets it go to
+// a live one before its kill; k heard of it and dropped it; k is killed
+// after the bound.
 func TestAKilledFirstClaimantOfAFormingRingDiesWithTheDeletion(t *testing.T) {
 	start := func() *scene {
 		return newScene("k", "b").knew("k").list("k", 90*time.Second, 140)
@@ -64,7 +60,7 @@ func TestAKilledFirstClaimantOfAFormingRingDiesWithTheDeletion(t *testing.T) {
 // k claimed first and died; b claimed the slot at 119 s and works it to
 // the end of the run: the gate hands a held deletion to the workers when
 // the slot is worked. b should have handled it; its loss is b's.
-func TestAdversaryAKilledFirstClaimantExcusesADeletionALiveReplicaKeptAndWorked(t *testing.T) {
+func TestAKilledFirstClaimantDoesNotHideALiveReplicaThatKeptTheDeletionAndWorkedTheSlot(t *testing.T) {
 	v := newScene("k", "b").knew("k").list("k", 90*time.Second, 140).
 		knew("b").list("b", 90*time.Second, 140).heard("b").
 		claims("k", 103*time.Second, true, false, 140).kill("k", 110*time.Second).
@@ -76,9 +72,10 @@ func TestAdversaryAKilledFirstClaimantExcusesADeletionALiveReplicaKeptAndWorked(
 
 // "Nobody claimed" is not "never claimed yet": b worked the slot, fenced
 // itself 5 s before the deletion, heard of it and kept it (a fence keeps
-// its deletions), and worked the slot again after k's kill. The fence
-// rule would find b (keptAndWorkedAgain); the new rule is tried first.
-func TestAdversaryAKilledFirstClaimantHidesAFencedReplicaThatWorkedTheSlotAgain(t *testing.T) {
+// its deletions), and worked the slot again after k's kill. The fence rule
+// finds b (keptAndWorkedAgain); the kill's rule, tried first, must not hide
+// it.
+func TestAKilledFirstClaimantDoesNotHideAFencedReplicaThatWorkedTheSlotAgain(t *testing.T) {
 	v := newScene("k", "b").claims("b", 0, true, false, 10).claims("b", 95*time.Second, false, true, 100).
 		knew("b").heard("b").knew("k").list("k", 90*time.Second, 140).
 		claims("k", 103*time.Second, true, false, 140).kill("k", 110*time.Second).
@@ -92,7 +89,7 @@ func TestAdversaryAKilledFirstClaimantHidesAFencedReplicaThatWorkedTheSlotAgain(
 // the deletion (never had the object), while b, which watched the slot
 // and had the object, heard of the deletion and dropped it (the slot
 // left its watch). The deletion was lost by b's drop, not by k's death.
-func TestAdversaryAKilledFirstClaimantThatListedAfterTheDeletionExcusesIt(t *testing.T) {
+func TestAKilledFirstClaimantThatListedAfterTheDeletionIsNoExcuse(t *testing.T) {
 	v := newScene("k", "b").knew("b").list("b", 90*time.Second, 140).heard("b").dropped("b", 101*time.Second).
 		list("k", 102*time.Second, 160).claims("k", 103*time.Second, true, false, 160).kill("k", 110*time.Second).verdict()
 	if len(v.UnseenDeletions) != 1 {
@@ -104,7 +101,7 @@ func TestAdversaryAKilledFirstClaimantThatListedAfterTheDeletionExcusesIt(t *tes
 // stood at 140, the object was created at 150, after it broke); b had
 // it, heard of the deletion and dropped it. Alive, k's relist would not
 // have had the object either: it would never have heard of it.
-func TestAdversaryAKilledFirstClaimantThatNeverHadTheObjectExcusesIt(t *testing.T) {
+func TestAKilledFirstClaimantThatNeverHadTheObjectIsNoExcuse(t *testing.T) {
 	v := newScene("k", "b").list("k", 90*time.Second, 140).
 		knew("b").list("b", 90*time.Second, 140).heard("b").dropped("b", 101*time.Second).
 		claims("k", 103*time.Second, true, false, 140).kill("k", 110*time.Second).verdict()
@@ -117,7 +114,7 @@ func TestAdversaryAKilledFirstClaimantThatNeverHadTheObjectExcusesIt(t *testing.
 // (SetShard: its store drops the slot's objects without a deletion) and
 // came back by a list 2 s after the deletion, which did not have it: k
 // would never have heard of it, alive or not.
-func TestAdversaryAKilledFirstClaimantThatLeftTheSlotAfterTheDeletionExcusesIt(t *testing.T) {
+func TestAKilledFirstClaimantThatLeftTheSlotAfterTheDeletionIsNoExcuse(t *testing.T) {
 	s := newScene("k", "b").knew("k").list("k", 90*time.Second, 140)
 	rec := s.by["k"].rec
 	rec.watching = append(rec.watching, listed{at: s.at(101 * time.Second), rv: 140, slots: shard.SlotsOf((s.slot + 1) % shard.Slots)})
@@ -127,11 +124,11 @@ func TestAdversaryAKilledFirstClaimantThatLeftTheSlotAfterTheDeletionExcusesIt(t
 	}
 }
 
-// The same hole in the older branches of the kill's rule: k claimed the
-// slot at the deletion to its death, or heard of it and held it while
-// nobody claimed the slot; b heard of it too, kept it, and worked the
-// slot from 9 s after the kill on. b should have handled it.
-func TestAdversaryAKillExcusesADeletionALiveReplicaKeptAndWorkedAfter(t *testing.T) {
+// As for a first claimant, so for a replica killed claiming the slot at the
+// deletion, or holding it while nobody claimed the slot: b heard of it too,
+// kept it, and worked the slot from 9 s after the kill on. b should have
+// handled it; its loss is b's.
+func TestAKillDoesNotHideALiveReplicaThatKeptTheDeletionAndWorkedTheSlot(t *testing.T) {
 	for name, s := range map[string]*scene{
 		"k claimed the slot at the deletion": newScene("k", "b").claims("k", 0, true, false, 10),
 		"k heard of it and held it":          newScene("k", "b").knew("k").heard("k").list("k", 90*time.Second, 140),
@@ -173,27 +170,10 @@ type deletedOnly struct{}
 func (deletedOnly) Reconcile(context.Context, string) error                { return nil }
 func (deletedOnly) Deleted(context.Context, store.Delta[app.Object]) error { return nil }
 
-// Claim (verdict.go, facts; docs/sharding.md's table, "killed"): a deletion
-// the killed replica held is excused only if it was made at most the bound
-// (24 s here) before the kill; one held longer "should have been handled by
-// then: its loss is not the kill's", and fails the run.
-//
-// It does not hold. replica.kill() sets r.to, then calls r.stop(), which
-// cancels the app's context: app.drain (internal/app/sharding.go) then hands
-// every queued deletion to Deleted, which needs no API server (the dead
-// transport does not stop it), and the recorder marks it seenDeleted, with no
-// time. facts() counts seenDeleted from every replica, the killed one
-// included, whenever it was set: a deletion k sat on for 40 s (past the
-// bound: the control "killed, claiming the slot, 40 s after the deletion" in
-// TestEveryExcuseHasAControl is "lost") and "handled" by k only after its
-// SIGKILL stand-in is counted seen. A real SIGKILL handles nothing; the loss
-// is hidden (and, within the bound, the killed replica's deletions are
-// counted "seen" instead of "killed").
-//
-// Fails with:
-//
-//	a deletion k held 40 s and handled only after its kill (by the stop's drain) is not lost: Verdict{UnseenDeletions:[] ... WithKilled:[] ...}
-func TestAdversaryAKilledReplicasPosthumousDrainHidesALoss(t *testing.T) {
+// A killed replica handles nothing after its kill (the run's kill stands in
+// for a SIGKILL): a deletion k held 40 s, past the bound, and handed to
+// Deleted only by its stop's drain after the kill is lost, not seen.
+func TestAKilledReplicasPosthumousDrainDoesNotHideALoss(t *testing.T) {
 	s := newScene("a", "k").claims("k", 0, true, false, 10).kill("k", 140*time.Second)
 	k := s.by["k"]
 	k.rec.who = "k"
@@ -209,26 +189,13 @@ func TestAdversaryAKilledReplicasPosthumousDrainHidesALoss(t *testing.T) {
 	}
 }
 
-// Claim (verdict.go, diedWith: the killed replica "heard of the deletion and
-// held it, not dropped, while no live replica claimed the slot (nobody did,
-// or the claimant had let it go, to it, before the kill)"; the table:
-// "killed ... or heard of the deletion and held it (not dropped) while no
-// live replica claimed the slot").
-//
-// handedOn checks only that the claimant at the deletion let the slot go
-// before the kill — not to whom, nor that nobody live claimed it after. Here
-// a claims the slot when the object is deleted at 100 s, lets it go at 102 s
-// (a handoff: a had to handle the deletion, or sweep it, before letting go),
-// and b claims it from 103 s on, alive to the end; k merely watched the
-// slot, heard the deletion, and is killed at 110 s. The verdict blames the
-// kill; the loss is a's, a replica that let a deletion go (the table's
-// "one a replica let go of" fails the run). Without k's hearing it, the same
-// records are "lost".
-//
-// Fails with:
-//
-//	a let the slot go to b (live) after the deletion: excused as died with k ([ns/obj (uid uid-1, deleted 10s before k was killed)]), want lost
-func TestAdversaryAKillExcusesADeletionTheClaimantLetGoToALiveReplica(t *testing.T) {
+// A deletion whose claimant let the slot go to a live replica is not the
+// kill's: a claims the slot when the object is deleted at 100 s and lets it
+// go at 102 s (it had to handle the deletion, or sweep it, first); b claims
+// it from 103 s on, alive to the end; k merely watched the slot, heard the
+// deletion, and is killed at 110 s. Lost, as it is without k's hearing it
+// (the control).
+func TestAKillDoesNotExcuseADeletionTheClaimantLetGoToALiveReplica(t *testing.T) {
 	s := newScene("a", "b", "k").claims("a", 0, true, false, 10).knew("a").
 		claims("a", 102*time.Second, false, false, 160).list("b", 102*time.Second, 160).
 		claims("b", 103*time.Second, true, false, 160).

@@ -28,7 +28,10 @@ func failsUntil(done *atomic.Bool, why string) func() error {
 	}
 }
 
-func TestChecks(t *testing.T) {
+// A probe is ok when every check passes (or the failing ones are excluded);
+// otherwise it fails, listing each check and why the failing ones fail. A
+// check may be probed alone by its name; an unknown name is a 404.
+func TestAProbeIsOKOnlyWhenEveryCheckIs(t *testing.T) {
 	var synced atomic.Bool
 	var c Checks
 	c.Add("ping", func() error { return nil })
@@ -64,7 +67,7 @@ func TestChecks(t *testing.T) {
 
 // Checks added while being served are picked up (the leader check is added
 // once leader election is set up).
-func TestAddWhileServing(t *testing.T) {
+func TestACheckAddedWhileServingIsProbed(t *testing.T) {
 	var c Checks
 	mux := http.NewServeMux()
 	c.Mount(mux, "healthz")
@@ -96,23 +99,13 @@ func TestCheckSaysOkOrWhyNot(t *testing.T) {
 	}
 }
 
-// Breaks docs/operations.md ("Probes. /healthz, /readyz and /leaderz stay
-// plain HTTP with no token ... and they say only "ok" or why not"): a passing
-// check with info (internal/app/serve.go registers the sharded replica's
-// "shard" check so: its slots, how many objects its store holds, the member
-// pods' names) tells it to anyone who can reach the probe port, with no
-// token, on /leaderz/shard or /leaderz?verbose. The store's size is the
-// guarded metric rawwatch_store_objects.
-//
-// Failure printed: GET /leaderz/shard with no token: 200 "ok: works slots
-// [0,4), 1234 objects in its store; members [rawwatch-0 rawwatch-1]\n", want
-// only "ok" (and the same for /leaderz?verbose)
-//
-// Checks no longer carry info: a passing check says "ok" and nothing else.
-// The test now registers the shard check as internal/app/serve.go does,
-// with a failure that names why not, and asserts that once it passes the
-// probes say exactly "ok" (and "[+]shard ok" with ?verbose).
-func TestAdversaryProbesSayMoreThanOK(t *testing.T) {
+// The probes are plain HTTP with no token (docs/operations.md), so a
+// passing check tells anyone who reaches the port nothing but "ok": the
+// sharded replica's shard check (as internal/app/serve.go registers it)
+// says why not while it fails, and once it passes /leaderz, /leaderz/shard
+// and /leaderz?verbose say only that it is ok, not its slots, the store's
+// size or the members' names.
+func TestAPassingProbeSaysOnlyOKToAnyCaller(t *testing.T) {
 	var c Checks
 	var working atomic.Bool
 	c.Add("shard", failsUntil(&working, "works no slot yet (members [rawwatch-0 rawwatch-1])"))
