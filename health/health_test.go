@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 )
@@ -27,7 +28,10 @@ func failsUntil(done *atomic.Bool, why string) func() error {
 	}
 }
 
-func TestChecks(t *testing.T) {
+// A probe is ok when every check passes (or the failing ones are excluded);
+// otherwise it fails, listing each check and why the failing ones fail. A
+// check may be probed alone by its name; an unknown name is a 404.
+func TestAProbeIsOKOnlyWhenEveryCheckIs(t *testing.T) {
 	var synced atomic.Bool
 	var c Checks
 	c.Add("ping", func() error { return nil })
@@ -63,7 +67,7 @@ func TestChecks(t *testing.T) {
 
 // Checks added while being served are picked up (the leader check is added
 // once leader election is set up).
-func TestAddWhileServing(t *testing.T) {
+func TestACheckAddedWhileServingIsProbed(t *testing.T) {
 	var c Checks
 	mux := http.NewServeMux()
 	c.Mount(mux, "healthz")
@@ -92,5 +96,28 @@ func TestCheckSaysOkOrWhyNot(t *testing.T) {
 	}
 	if code, body := get(t, mux, "/leaderz/shard"); code != 200 || body != "ok\n" {
 		t.Errorf("the one check: %d %q", code, body)
+	}
+}
+
+// The probes are plain HTTP with no token (docs/operations.md), so a
+// passing check tells anyone who reaches the port nothing but "ok": the
+// sharded replica's shard check (as internal/app/serve.go registers it)
+// says why not while it fails, and once it passes /leaderz, /leaderz/shard
+// and /leaderz?verbose say only that it is ok, not its slots, the store's
+// size or the members' names.
+func TestAPassingProbeSaysOnlyOKToAnyCaller(t *testing.T) {
+	var c Checks
+	var working atomic.Bool
+	c.Add("shard", failsUntil(&working, "works no slot yet (members [rawwatch-0 rawwatch-1])"))
+	mux := http.NewServeMux()
+	c.Mount(mux, "leaderz")
+	if code, body := get(t, mux, "/leaderz/shard"); code != http.StatusServiceUnavailable || !strings.Contains(body, "works no slot yet") {
+		t.Errorf("GET /leaderz/shard, not working: %d %q, want 503 saying why not", code, body)
+	}
+	working.Store(true)
+	for path, want := range map[string]string{"/leaderz/shard": "ok\n", "/leaderz?verbose": "[+]shard ok\nleaderz check passed\n", "/leaderz": "ok\n"} {
+		if code, body := get(t, mux, path); code != http.StatusOK || body != want {
+			t.Errorf("GET %s with no token: %d %q, want only %q", path, code, body, want)
+		}
 	}
 }

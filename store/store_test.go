@@ -28,7 +28,7 @@ func names(objs []*v1alpha1.MyResource) []string {
 	return out
 }
 
-func TestKeys(t *testing.T) {
+func TestAKeyIsNamespaceSlashNameOrTheNameAlone(t *testing.T) {
 	if k := KeyOf(obj("ns", "a", "")); k != "ns/a" {
 		t.Fatal(k)
 	}
@@ -128,7 +128,9 @@ func TestReplaceProducesDeltasAndKeepsUnchangedObjects(t *testing.T) {
 	}
 }
 
-func TestConcurrentReadersAndWriter(t *testing.T) {
+// Readers and a writer (events and relists) may use the store at once (run
+// with -race): a reader never sees more objects than were written.
+func TestReadersAndAWriterMayUseTheStoreAtOnce(t *testing.T) {
 	s := New[*v1alpha1.MyResource]()
 	var wg sync.WaitGroup
 	wg.Go(func() {

@@ -150,10 +150,8 @@ func TestALeaveReportsTheDeletionsItAbandons(t *testing.T) {
 // A replica that comes to work slots it watched replays the deletions it
 // held there before it resyncs the keys it took over: the resync queues
 // every stored key of the slots (thousands, at a replica's share of a big
-// store), and a deletion queued behind them waited for all of them. In the
-// full chaos run, deletions held while no replica claimed yet (a lease
-// duration after the ring's first lists) waited 57 s in a replica's queue,
-// and died with it when it was killed.
+// store), and a deletion queued behind them would wait for all of them,
+// and die with the replica if it were killed meanwhile.
 func TestTakenOverSlotsReplayTheirDeletionsBeforeTheResync(t *testing.T) {
 	stored := []string{"doomed"}
 	for i := range 50 {

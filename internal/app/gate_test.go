@@ -36,9 +36,7 @@ func tombstoneIn(t *testing.T, slot int) store.Delta[Object] {
 // server, from every replica at once), and the ring comes back as it was.
 // The deletions still queued when it struck must not be lost with the
 // claims: the gate holds them while the watcher still watches their slot,
-// and hands them back when the replica works the slot again. (They were
-// dropped: a 10 s restart of the API server in the sharded chaos run lost
-// over a hundred deletions, queued behind the startup's backlog.)
+// and hands them back when the replica works the slot again.
 func TestAFenceKeepsTheDeletionsStillQueued(t *testing.T) {
 	g := newGate(store.New[Object](), observe.Func(func(observe.Event) {}))
 	g.setDeadline(time.Now().Add(time.Hour))

@@ -118,7 +118,7 @@ func churn(t *testing.T, c *client.Client, ns string, objects int, pause time.Du
 	return func() { cancel(); wg.Wait() }
 }
 
-// Issue 8, item 6, on the real apiserver: two replicas with leader election,
+// On the real apiserver: two replicas with leader election,
 // the leader reaching the server through the fault proxy, the objects
 // changing all the time. The proxy starts answering every write of the
 // leader with 500 (its Lease renewals among them) for longer than the renew

@@ -132,13 +132,11 @@ func deleteObjects(t *testing.T, l *leaving, ns string, names ...string) []types
 	return uids
 }
 
-// Issue 19, finding 6: a replica that leaves its ring cleanly (SIGTERM: a
-// rolling update, a scale-down) handles the deletions it heard of before it
-// deletes its Lease: those queued when its context ended, and one made
-// while it drains them. Its slots' next owner lists them after those
-// deletions and never hears of them. On the old code the queue shut down
-// with them, and the watcher stopped with the context: it handled 2 of 6,
-// the two its workers held.
+// A replica that leaves its ring cleanly (SIGTERM: a rolling update, a
+// scale-down) handles the deletions it heard of before it deletes its
+// Lease: those queued when its context ended, and one made while it drains
+// them. Its slots' next owner lists them after those deletions and never
+// hears of them.
 func TestACleanLeaveHandlesTheDeletionsItHeardOf(t *testing.T) {
 	_, ns, c := testkit.Parallel(t)
 	testkit.Objects(t, c, ns, "obj", 20)

@@ -65,8 +65,8 @@ func reviewServer(t *testing.T, good string, delay time.Duration) (*rest.Config,
 // gets 200. make test runs a count-bounded version (400 requests);
 // RAWWATCH_LOAD=60s runs it for that long and logs the heap every 5 s:
 //
-//	RAWWATCH_LOAD=60s go test -count=1 -v -run TestUnauthenticatedLoad ./internal/app/
-func TestUnauthenticatedLoad(t *testing.T) {
+//	RAWWATCH_LOAD=60s go test -count=1 -v -run TestUnauthenticatedLoadKeepsTheHeapFlatAndEveryScrapeServed ./internal/app/
+func TestUnauthenticatedLoadKeepsTheHeapFlatAndEveryScrapeServed(t *testing.T) {
 	duration, _ := time.ParseDuration(os.Getenv("RAWWATCH_LOAD"))
 	requests := int64(400)
 	opts := authz.Options{MaxWait: 10 * time.Millisecond}

@@ -146,7 +146,7 @@ func moved(before, after map[string]string) int {
 	return n
 }
 
-// Issue 10 on the real apiserver, with its shard selectors: three replicas
+// On the real apiserver, with its shard selectors: three replicas
 // split 3,000 objects, each reconciled by exactly one of them, the stores
 // tiling the objects; a fourth joins (about a quarter of the keys move), one
 // is cut off from the server (the others take its slots once its Lease

@@ -19,7 +19,7 @@ import (
 	"rawwatch/store"
 )
 
-// Issue 19, item 5, on the real apiserver: what fences a replica that was
+// On the real apiserver: what fences a replica that was
 // paused in the middle of a reconcile while its slot moved to another. Its
 // status write carries the resourceVersion of the object it read before
 // the pause; the new owner has since read the object changed (generation 2)

@@ -13,33 +13,15 @@ import (
 	"rawwatch/ring"
 )
 
-// Claim (leaseBound, chaos/replicas.go; docs/sharding.md, "What it costs":
-// "each request retried by client-go after a Retry-After at most ⌊renew
-// period / 1 s⌋ times within its round's timeout" — 373 a minute at a 1 s
-// renew period, at most 3·(1+1) = 6 requests a round; and "a failing Lease
-// API is retried at the same period, never faster").
-//
-// It does not hold for a server (or a proxy, a load balancer in front of
-// it) that answers 500 or 429 with "Retry-After: 0": client-go's
-// checkWait/retryAfterSeconds (rest/with_retry.go) take 0 as a wait of 0 s,
-// and retry at once, up to the request's maxRetries, 10. Every GET and LIST
-// of a round is then 11 requests within milliseconds, not 2: a ring member
-// whose Lease API answers so makes 22 requests a round (its GET fails, so
-// no UPDATE, then its LIST), 1,320 in a minute of ticks — 3.5 times the
-// bound. (The production client's QPS 200, burst 400, as here, does not
-// space them.) The chaos run's proxy answers with no Retry-After or a 1 s
-// one, so its runs never met this; the bound is a fact about client-go's
-// retries that is false at Retry-After: 0.
-//
-// Failed with (one round of a member renewing every 1 s, counted as the
-// chaos run's leaseMeter counts; its client then kubernetes.NewForConfig):
-//
-//	one round made 22 requests on Leases (get 11, list 11): 60 rounds a minute make 1320, over leaseBound(1s) = 373
-//
-// The ring's client is now ring.NewClient, as internal/app's newMember
-// builds it: it drops every response's Retry-After, so client-go does not
-// retry, and the ring retries at its renew period (a round: GET, LIST).
-func TestAdversaryRetryAfterZeroStormsTheLeaseBudget(t *testing.T) {
+// A ring member's requests on Leases stay within leaseBound when its server
+// (or a proxy, a load balancer in front of it) answers 500 with
+// "Retry-After: 0": client-go takes that for a wait of 0 s and retries at
+// once, up to a request's maxRetries (10), which would make every GET and
+// LIST of a round 11 requests. The ring's client (ring.NewClient, as
+// internal/app's newMember builds it) drops every response's Retry-After,
+// so the ring retries at its renew period: one round here is a GET and a
+// LIST.
+func TestRetryAfterZeroDoesNotStormTheLeaseBudget(t *testing.T) {
 	url, served := testkit.FailingAPI(t, http.StatusInternalServerError)
 
 	const renew = time.Second

@@ -11,38 +11,15 @@ import (
 	"rawwatch/shard"
 )
 
-// Claims broken (docs/sharding.md, "A clean leave drains"): "every deletion
-// heard of and not handled — queued, or failed and waiting for its retry —
-// is handed to Deleted ... Steps 1–3 end at most DrainTimeout after the
-// signal ... Whatever is still not handled at the bound ... is lost: a log
-// line says so ..., and each is reported as a DeletionRouted 'abandoned'".
-//
-// A replica leaves while its ring is fenced (its Lease API failed for L − R
-// around the SIGTERM, or its fence fired during the drain: the ring still
-// runs while it drains). Its gate refuses every deletion; gatedReconciler
-// then returns nil, so DrainDeletions counts the deletion handled (it goes
-// to "held"), and the sweep lists nothing (it sweeps the claimed slots:
-// none). The drain returns at once, well
-// within DrainTimeout (which could have waited for the ring to come back),
-// says it drained, and reports nothing abandoned; at the leave the held
-// deletions vanish (leave calls no OnClaims when the claims are already
-// empty), and the next owner lists the slot after them. Here: one deletion
-// queued, one the watch had not brought (the store has it, a LIST does
-// not): neither handled nor reported.
-//
-// Failure printed:
-//
-//	drain_adversary_test.go:73: a leave while fenced: handled [], routes
-//	[uid-queued held]; want each deletion handled, or reported abandoned
-//	when the drain's time is up
-//
-// Severity: lost deletions, unreported (the loss class "a fenced replica's
-// deletions" is documented; the drain's claim and its report are not true).
-func TestAdversaryALeaveWhileFencedLosesItsDeletionsUnreported(t *testing.T) {
-	// Fixed: a fenced drain sweeps the watched slots (what it finds is
-	// held too), waits within DrainTimeout for the ring to claim its slots
-	// again (they are replayed and handled then), and reports what is still
-	// held at the end as abandoned.
+// A replica may leave while its ring is fenced (its Lease API failed around
+// the SIGTERM, or its fence fired during the drain), its gate refusing every
+// deletion. Its drain still sweeps the watched slots, waits within
+// DrainTimeout for the ring to claim its slots again (the held deletions are
+// replayed and handled then), and reports what is still held at the end as
+// abandoned: each deletion, the one queued and the one the watch had not
+// brought, is handled or reported (docs/sharding.md, "A clean leave
+// drains").
+func TestALeaveWhileFencedHandlesOrReportsEveryDeletion(t *testing.T) {
 	for _, back := range []bool{false, true} {
 		rec := &deleter{}
 		var log routeLog
@@ -85,5 +62,29 @@ func TestAdversaryALeaveWhileFencedLosesItsDeletionsUnreported(t *testing.T) {
 			t.Errorf("a leave while fenced: handled %v, routes %v; want each deletion handled, or reported abandoned when the drain's time is up",
 				handled, routes)
 		}
+	}
+}
+
+// A joiner stopped while its claims are still Pending (a scale-up undone at
+// once), its lease fresh, is not fenced: its drain reports the deletion it
+// held for a Pending slot abandoned at once, and does not wait its
+// DrainTimeout for the ring to confirm slots it is leaving.
+func TestALeaveWithPendingClaimsIsNotTakenForFenced(t *testing.T) {
+	rec := &deleter{}
+	var log routeLog
+	a := leavingApp([]string{"pending"}, []string{}, rec, &log)
+	a.gate.set(ring.Claims{Pending: shard.All(), Target: shard.All()}) // joining: nothing confirmed yet
+	obj, _ := a.Store.Get("ns/pending")
+	d, _ := a.Store.Delete(obj)
+	if a.gate.admit(d) {
+		t.Fatal("a deletion in a Pending slot was let in")
+	}
+	stopped := make(chan struct{})
+	close(stopped)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // DrainTimeout
+	defer cancel()
+	a.drain(ctx, func() {}, stopped)
+	if ctx.Err() != nil {
+		t.Fatalf("a joiner leaving with its claims Pending (not fenced: its lease fresh), one deletion held: the drain waited its whole DrainTimeout (2s) for the ring to confirm slots it is leaving; routes %v; want the held deletion reported abandoned at once", log.routes())
 	}
 }

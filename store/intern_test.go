@@ -11,7 +11,7 @@ import (
 // own's last-string check is shared by every store in the process (sharded
 // replicas, the comparison harness): stores upserting objects of different
 // namespaces at once each keep their own objects' namespaces (run with -race).
-func TestOwnLastStringAcrossStoresAtOnce(t *testing.T) {
+func TestStoresInterningAtOnceEachKeepTheirObjectsNamespaces(t *testing.T) {
 	const stores, objects = 4, 500
 	var wg sync.WaitGroup
 	res := make([]*Store[*v1alpha1.MyResource], stores)

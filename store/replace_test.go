@@ -8,19 +8,12 @@ import (
 	"rawwatch/api/v1alpha1"
 )
 
-// Replacement.Add reuses the stored object when the listed one has the same
-// resourceVersion, without comparing UIDs. After a plain etcd restore to older
-// data (no --bump-revision: the explorer's rollback), revisions are issued
-// again, so a key can come back as another object (a new UID) at the very
-// resourceVersion the store holds for the old one. The relist that follows the
-// time travel then keeps the old object: the store disagrees with the server
-// for good, and no Deleted/Added is handed. The explorer finds it at seed 61824
-// (beyond make test's 1..10,000): obj-8 was listed at resourceVersion 67 before
-// the rollback (at 5m49s) and is uid-48 at resourceVersion 67 after it; the run
-// fails with ("liveness: the
-// store still differs from the server 3m31s after the faults stopped; safety:
-// UID uid-4 present in the deltas true, on the server false").
-func TestAdversaryRelistKeepsAnotherObjectAtTheSameResourceVersion(t *testing.T) {
+// A relist that lists a key as another object (another UID) at the very
+// resourceVersion the store holds for the old one replaces it, handing
+// Deleted for the old and Added for the new: after a plain etcd restore to
+// older data (no --bump-revision) resourceVersions are issued again, so a
+// key can come back so.
+func TestARelistReplacesAnotherObjectAtTheStoredResourceVersion(t *testing.T) {
 	s := New[*v1alpha1.MyResource]()
 	old := obj("ns", "obj-8", "67")
 	old.UID = types.UID("uid-4")
@@ -38,18 +31,11 @@ func TestAdversaryRelistKeepsAnotherObjectAtTheSameResourceVersion(t *testing.T)
 	}
 }
 
-// Issue 20: an undecodable list item said only its key and resourceVersion,
-// and the relist kept the stored object for it. After a delete and re-create
-// of the key while the loop was not watching, that kept the old object, with
-// its old UID, as if current, and the consumer never heard of its deletion.
-// Keep now takes the item's UID: another UID means the stored object is gone
-// (Deleted, FinalStateUnknown; the key left out until an event brings the
-// new object decodable); the same UID, or an unreadable one, keeps it. On
-// the old code (Keep without a UID) it failed with:
-//
-//	the relist listed ns/obj-1 undecodable as UID uid-new over the stored
-//	uid-old: the store holds uid-old, deltas [] (want it gone, and Deleted
-//	uid-old marked FinalStateUnknown)
+// An undecodable list item of another UID than the stored object's means
+// the key was deleted and created again while the loop was not watching:
+// the relist deletes the stored object (Deleted, FinalStateUnknown; the key
+// left out until an event brings the new object decodable). The same UID,
+// or an unreadable one, keeps it.
 func TestRelistOfAnUndecodableItemOfAnotherUIDDeletesTheStoredObject(t *testing.T) {
 	s := New[*v1alpha1.MyResource]()
 	for _, o := range []*v1alpha1.MyResource{obj("ns", "obj-1", "5"), obj("ns", "obj-2", "6"), obj("ns", "obj-3", "7")} {
