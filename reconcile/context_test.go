@@ -32,6 +32,18 @@ func (b blockingReconciler) Reconcile(ctx context.Context, key string) error {
 	return nil
 }
 
+// began returns the context of the first Reconcile, once it has begun.
+func (b blockingReconciler) began(t *testing.T) context.Context {
+	t.Helper()
+	select {
+	case ctx := <-b.ctxs:
+		return ctx
+	case <-time.After(30 * time.Second):
+		t.Fatal("no reconcile began")
+		return nil
+	}
+}
+
 // A reconcile in flight when Run's ctx ends runs on (its context is not
 // cancelled; Run waits for it), and one in flight when abort ends is
 // cancelled at once; each carries the logger with its key.
@@ -45,12 +57,7 @@ func TestRunEndsAReconcileOnlyWhenAborted(t *testing.T) {
 		done := make(chan struct{})
 		go func() { c.Run(ctx, abort, 2); close(done) }()
 		c.Queue.Add("ns/a")
-		var rctx context.Context
-		select {
-		case rctx = <-rec.ctxs:
-		case <-time.After(30 * time.Second):
-			t.Fatal("no reconcile began")
-		}
+		rctx := rec.began(t)
 		if lines := logs.Grep("Blocking"); len(lines) != 1 || !strings.Contains(lines[0], `"key"="ns/a"`) {
 			t.Errorf("the reconcile's log lines %q, want one with the key ns/a", lines)
 		}
@@ -93,12 +100,7 @@ func TestAReconcileHasReconcileTimeoutAsItsDeadline(t *testing.T) {
 	before := time.Now()
 	go func() { c.Run(ctx, context.Background(), 1); close(done) }()
 	c.Queue.Add("ns/a")
-	var rctx context.Context
-	select {
-	case rctx = <-rec.ctxs:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no reconcile began")
-	}
+	rctx := rec.began(t)
 	after := time.Now()
 	deadline, ok := rctx.Deadline()
 	if !ok || deadline.Before(before.Add(ReconcileTimeout)) || deadline.After(after.Add(ReconcileTimeout)) {

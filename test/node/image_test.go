@@ -116,20 +116,8 @@ func readImage(t *testing.T, path string) *image {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		entries[h.Name] = b
+	if err := eachEntry(f, func(h *tar.Header, b []byte) { entries[h.Name] = b }); err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
 	var manifest []struct {
 		Config   string
@@ -151,21 +139,33 @@ func readImage(t *testing.T, path string) *image {
 		if zr, err := gzip.NewReader(bytes.NewReader(entries[l])); err == nil {
 			r = zr
 		}
-		lr := tar.NewReader(r)
-		for {
-			h, err := lr.Next()
-			if err == io.EOF {
-				break
+		err := eachEntry(r, func(h *tar.Header, b []byte) {
+			if h.Typeflag == tar.TypeReg {
+				img.files[strings.TrimPrefix(h.Name, "./")] = imageFile{mode: h.Mode, sum: sha256.Sum256(b), data: b}
 			}
-			if err != nil {
-				t.Fatalf("%s: layer %s: %v", path, l, err)
-			}
-			if h.Typeflag != tar.TypeReg {
-				continue
-			}
-			b, _ := io.ReadAll(lr)
-			img.files[strings.TrimPrefix(h.Name, "./")] = imageFile{mode: h.Mode, sum: sha256.Sum256(b), data: b}
+		})
+		if err != nil {
+			t.Fatalf("%s: layer %s: %v", path, l, err)
 		}
 	}
 	return img
+}
+
+// eachEntry calls fn with each entry of the tar stream r and its content.
+func eachEntry(r io.Reader, fn func(*tar.Header, []byte)) error {
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			return err
+		}
+		fn(h, b)
+	}
 }
