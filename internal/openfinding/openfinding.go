@@ -5,7 +5,7 @@
 // open keeps its test too, failing, but out of make test's way: the test
 // calls Skip, which skips it unless RAWWATCH_OPEN_FINDINGS=1 is set. So
 //
-//	RAWWATCH_OPEN_FINDINGS=1 go test -run TestAdversary ./...
+//	RAWWATCH_OPEN_FINDINGS=1 go test -short ./...
 //
 // lists what is still broken (each test fails with the broken claim), and a
 // fix turns its test into an ordinary one by deleting the Skip call.
