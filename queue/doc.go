@@ -32,11 +32,9 @@
 //   - shutdown: ShutDown makes every Get return at once; keys in process stay
 //     valid until their Done; delayed adds are dropped.
 //
-// Where it differs: metrics come from the Queue's own Observer (its events,
-// Added and Got, in package observe's style) instead of a process-wide
-// MetricsProvider, so two queues in one process keep apart; the queue measures how long each key waited under
-// its own lock. Maps and slices that a burst (more than 64 keys) grew are
-// dropped when the queue drains, so a queue that once held every key of a
-// 10,000-object list does not keep that memory; smaller ones are kept, so
+// Where it differs: metrics come from the Queue's own Observer (Added, Got,
+// the wait measured under the queue's lock) instead of a process-wide
+// MetricsProvider, so two queues in one process keep apart. Maps and slices
+// that a burst grew are dropped when the queue drains; small ones are kept, so
 // that a queue taking one key at a time allocates nothing for it.
 package queue

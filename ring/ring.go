@@ -1,8 +1,10 @@
 // Package ring keeps the membership of a sharded controller's replicas on
-// Kubernetes' own primitive for it, Leases: each replica holds one Lease in
+// Leases, Kubernetes' own primitive for it: each replica holds one Lease in
 // the ring's namespace and renews it; the live members are the replicas whose
 // Lease keeps being renewed. Package shard turns the members into each one's
-// hash ranges; the same members give every replica the same answer.
+// slots; the same members give every replica the same answer. With
+// Config.OnClaims the members also claim their slots on their Leases and hand
+// them over, fenced (handoff.go).
 //
 //	Lease <ring>.<identity>   labels: rawwatch.example.com/ring=<ring>
 //	  holderIdentity: <identity>, leaseDurationSeconds, acquireTime, renewTime
@@ -17,46 +19,34 @@
 //	    cleanly: its value is the renewTime written with it)
 //
 // A Lease is the member its name says (a ring's name has no dot), whatever
-// holder it names. A member:
-//   - creates its Lease, then renews it every RenewPeriod, writing back
-//     whatever a hand changed (its holder, the ring's label, a mark);
-//   - lists the ring's Leases every RenewPeriod, and takes as live every
-//     Lease whose holder's record (holder, acquire and renew times,
-//     transitions: only the holder's writes change it, a label by anyone
-//     else does not) it saw move within the lease duration that holder
-//     wrote, judged on its own clock (as client-go's leader election does),
-//     its own included only while its renewals succeed; no clock is ever
+// holder it names. A member, every RenewPeriod:
+//   - renews its Lease, writing back whatever a hand changed;
+//   - lists the ring's Leases, and takes as live every Lease whose holder's
+//     record (holder, acquire and renew times, transitions) it saw move within
+//     the lease duration that holder wrote, on its own clock; no clock is
 //     compared with another machine's (liveness.go has the rules);
-//   - marks its Lease leaving, then deletes it, when it leaves cleanly, so
-//     the others count it out at their next list instead of a lease
-//     duration later (a Lease that vanishes unmarked was deleted by hand,
-//     and counts as live for its lease duration); the slots it gave stay
-//     named on the mark until their new owners confirm them;
-//   - refuses to share slots with a Lease of another scheme (a rolling
-//     update that changes the hash, the slots or the assignment): while it
-//     lives, nobody claims a free slot;
-//   - if it is the first of the live members, deletes the Leases of
-//     members dead for three of their lease durations (collect).
+//   - if it is the first live member, collects the Leases of members dead for
+//     three of their lease durations.
 //
-// The bounds: a member that joins is seen by the others within one
-// RenewPeriod (plus a request); one that leaves cleanly, the same; one that
-// dies or is cut off, within its lease duration plus the observer's
-// RenewPeriod. A member that cannot renew counts itself out a RenewPeriod
-// before the others can: its lease runs from when it sent its last
-// successful renewal (before the server wrote it, so before anyone saw
-// it), and it stops LeaseDuration minus RenewPeriod after that, on a timer
-// of its own, whatever its loop is doing; its gate admits nothing past that
-// instant (Admits, OnDeadline); the others judge it by the duration it
-// wrote, LeaseDuration rounded up to a second, from when they saw the
-// write. So it never goes on believing it owns what the others hand to
-// someone else (the fence the handoff builds on).
+// A member that leaves cleanly marks its Lease leaving, then deletes it, so
+// the others count it out at their next list; the slots it gave stay named on
+// the mark until their new owners confirm them.
 //
-// With Config.OnClaims, the members also divide the shard slots among
-// themselves, each claiming its slots on its Lease (handoff.go).
+// The fence: a member that cannot renew counts itself out LeaseDuration minus
+// RenewPeriod after it sent its last successful renewal, on a timer of its
+// own, whatever its loop is doing, and its gate admits nothing past that
+// instant (Admits, OnDeadline); the others count it out only LeaseDuration
+// (rounded up to a second) after they saw that renewal. So it never goes on
+// believing it owns what the others hand to someone else. A join or a clean
+// leave is seen within a RenewPeriod and a request; a death within the lease
+// duration plus a RenewPeriod.
 //
-// The Lease API failing (500s, timeouts) is a member that cannot renew or
-// cannot see: its view stays as it was until a Lease expires, and it retries
-// every RenewPeriod; nothing is retried faster.
+// Rare cases: a Lease that vanishes unmarked was deleted by hand, and counts
+// as live for its lease duration; while a Lease of another scheme (a rolling
+// update that changes the hash, the slots or the assignment) lives, nobody
+// claims a free slot; a failing Lease API leaves the view as it was, retried
+// every RenewPeriod, never faster. docs/sharding.md has the bounds, and
+// model_test.go the model that holds them.
 package ring
 
 import (

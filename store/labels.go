@@ -8,40 +8,22 @@ import (
 )
 
 // labelSets lets the objects of a store whose labels are equal hold one map
-// between them instead of one each. Labels repeat: the objects one
-// controller watches usually carry the same few (app, tier, part-of), and a
-// map of one label costs about 340 bytes (its header and a group of eight
-// slots), a third of a small object's memory.
+// between them instead of one each: the objects a controller watches usually
+// carry the same few labels, and a map costs about a third of a small
+// object's memory. The table maps a hash of a label set to the first map
+// seen with it; an object taken by the store (after the transform, before
+// anyone sees it) whose labels equal that map's gets the map. Stored objects
+// are never changed.
 //
-// The table maps a hash of a label set to the first map seen with it. An
-// object taken by the store (after the transform, before anyone else sees
-// it) whose labels equal that map's gets the map; a hash shared by unequal
-// sets keeps the object's own map. Stored objects are never changed: a map
-// is shared only as a fresh object comes in.
+// The bound: maps no stored object holds any more are at most a quarter of
+// the objects stored at the last rebuild, plus 64; past that (and above 64
+// sets) the table is rebuilt from the stored objects, a constant number of
+// hashes per object taken or dropped, amortized.
 //
-// The bound: a map in the table that no stored object holds any more (its
-// objects were updated to other labels, or deleted) got there, or lost its
-// last object, by one object taken or dropped since the table was last
-// rebuilt from the stored objects' maps. Once those reach a quarter of the
-// objects stored at that rebuild, plus 64, and the table holds more than 64
-// sets, it is rebuilt. So it keeps at most that many maps no stored object
-// holds, and a rebuild, which hashes every stored object's labels, comes
-// after as many objects taken or dropped: a constant number of hashes per
-// object, amortized. A table of 64 sets or fewer is never rebuilt.
-//
-// A watch stream's decoder gives every object whose labels are written
-// alike one map (metajson.LabelCache), so the store is given the same map
-// object after object: share remembers the last map it was given and what
-// it returned for it, and gives that again for the very same map without
-// hashing it, as long as the table is not rebuilt (which forgets the pair).
-// That returns what hashing would: the table's map for that hash is still
-// the one returned, and the map given, never changed (the store's objects
-// are its own, labels included), still equal to it. Only a store whose
-// transform may change labels in place (SetTransform) hashes every map, as
-// such a transform could give it one map changed since. The pair holds at
-// most one map beyond the table's bound: the last one given, when it was
-// not the one returned (a stream's decoder holds it anyway); held, its
-// address cannot go to another map.
+// A stream's decoder gives the store the same map object after object
+// (metajson.LabelCache), so share returns again what it returned for the very
+// map it was given last, without hashing, until a rebuild; only a store whose
+// transform may change labels in place (SetTransform) hashes every map.
 type labelSets struct {
 	mu   sync.Mutex
 	seed maphash.Seed

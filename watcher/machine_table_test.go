@@ -13,9 +13,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
-var updateDoc = flag.Bool("update-doc", false, "rewrite the package doc's table of decisions from Machine.Step")
+var updateDoc = flag.Bool("update-doc", false, "rewrite Machine's table of decisions from Machine.Step")
 
-// The package doc's table of decisions is Machine.Step's: every situation
+// tableFile holds Machine's doc comment, which ends with the table.
+const tableFile = "machine.go"
+
+// Machine's table of decisions (go doc -all) is Machine.Step's: every situation
 // the table names (a state, what is in flight, the data it carries), with
 // every outcome it can meet, steps a machine to the action, the state and
 // the data the table gives. A change to Step changes the table, and this
@@ -23,14 +26,14 @@ var updateDoc = flag.Bool("update-doc", false, "rewrite the package doc's table 
 // TestTheDocTableIsTheMachine -update-doc rewrites it; read the diff).
 func TestTheDocTableIsTheMachine(t *testing.T) {
 	want := decisionTable(t)
-	src, err := os.ReadFile("doc.go")
+	src, err := os.ReadFile(tableFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	doc := string(src)
 	start := strings.Index(doc, tableHeading)
 	if start < 0 {
-		t.Fatalf("doc.go has no %q", tableHeading)
+		t.Fatalf("%s has no %q", tableFile, tableHeading)
 	}
 	start += len(tableHeading)
 	end := start
@@ -47,10 +50,10 @@ func TestTheDocTableIsTheMachine(t *testing.T) {
 		return
 	}
 	if *updateDoc {
-		if err := os.WriteFile("doc.go", []byte(doc[:start]+want+doc[end:]), 0o644); err != nil {
+		if err := os.WriteFile(tableFile, []byte(doc[:start]+want+doc[end:]), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		t.Log("doc.go: the table of decisions rewritten from Machine.Step")
+		t.Log(tableFile + ": the table of decisions rewritten from Machine.Step")
 		return
 	}
 	// The first row that differs, spaces apart (a wider row moves every
@@ -66,15 +69,15 @@ func TestTheDocTableIsTheMachine(t *testing.T) {
 			w = wl[i]
 		}
 		if strings.Join(strings.Fields(g), " ") != strings.Join(strings.Fields(w), " ") {
-			t.Errorf("doc.go's table of decisions is not Machine.Step's; first difference, under %q:\n doc:  %s\n Step: %s",
-				strings.TrimPrefix(under, "//\t"), g, w)
+			t.Errorf("%s's table of decisions is not Machine.Step's; first difference, under %q:\n doc:  %s\n Step: %s",
+				tableFile, strings.TrimPrefix(under, "//\t"), g, w)
 			break
 		}
 		if !strings.HasPrefix(w, "//\t ") {
 			under = w
 		}
 	}
-	t.Errorf("Step decides:\n%s\n(go test ./watcher -run TestTheDocTableIsTheMachine -update-doc rewrites doc.go; read the diff)", want)
+	t.Errorf("Step decides:\n%s\n(go test ./watcher -run TestTheDocTableIsTheMachine -update-doc rewrites %s; read the diff)", want, tableFile)
 }
 
 // The package doc's picture draws every state but Stopped, which it names.
@@ -84,11 +87,14 @@ func TestTheDocPictureDrawsEveryState(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := string(src)
-	start, end := strings.Index(doc, "// # The picture\n"), strings.Index(doc, tableHeading)
-	if start < 0 || end < start {
-		t.Fatal("doc.go has no picture before its table")
+	start := strings.Index(doc, "// # The picture\n")
+	if start < 0 {
+		t.Fatal("doc.go has no picture")
 	}
-	picture := doc[start:end]
+	picture := doc[start+1:]
+	if end := strings.Index(picture, "\n// #"); end >= 0 {
+		picture = picture[:end]
+	}
 	for s := Listing; s <= Stopped; s++ {
 		if !strings.Contains(picture, "│ "+s.String()) && !(s == Stopped && strings.Contains(picture, s.String())) {
 			t.Errorf("the package doc's picture does not draw the state %s", s)
@@ -96,7 +102,7 @@ func TestTheDocPictureDrawsEveryState(t *testing.T) {
 	}
 }
 
-// tableHeading is the line of doc.go that the table follows.
+// tableHeading is the line of Machine's doc that the table follows.
 const tableHeading = "// Every decision of Machine.Step (machine_table_test.go holds this table to it):\n//\n"
 
 // A situation is a machine reached through Step, named as the table names
@@ -323,7 +329,7 @@ func phrase(m *Machine, a Action) string {
 	return a.Kind.String()
 }
 
-// decisionTable is the table of every situation and outcome, as doc.go
+// decisionTable is the table of every situation and outcome, as Machine's doc
 // shows it: under each situation a row per decision, with the outcomes that
 // lead to it (the most of them as "any other"); a situation like another
 // shows only where they differ.
