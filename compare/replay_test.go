@@ -15,7 +15,8 @@ import (
 // The objects are shaped as kube-apiserver writes a custom resource that a
 // chart created and a controller keeps the status of (replayObject), with
 // the encoding of the recorded answers in testdata/wire: keys in sorted
-// order (the server encodes a custom resource as a map), times to the
+// order (the server encodes a custom resource as a map) inside a
+// WatchEvent's envelope ("type" first), times to the
 // second, managedFields with fieldsV1 as the server builds them.
 func replayData(n, m int) (list []byte, frames [][]byte) {
 	items := make([]any, n)
@@ -30,7 +31,12 @@ func replayData(n, m int) (list []byte, frames [][]byte) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	for e := range m {
-		if err := enc.Encode(map[string]any{"type": "MODIFIED", "object": replayObject(e%n, e+2, e/n+1)}); err != nil {
+		// The envelope is metav1.WatchEvent's (type first), the object a map.
+		ev := struct {
+			Type   string         `json:"type"`
+			Object map[string]any `json:"object"`
+		}{"MODIFIED", replayObject(e%n, e+2, e/n+1)}
+		if err := enc.Encode(ev); err != nil {
 			panic(err)
 		}
 	}
