@@ -167,21 +167,40 @@ func RenderDelivery(out []byte) (string, error) {
 }
 
 // RenderDeliveryWire renders BenchmarkDeliveryWire's output: a row per case
-// (consumer/wire), medians over the runs.
+// (consumer/asked[-gzip][-json-server]), medians over the runs, with what
+// the consumer read by its cbor-share; a case that asked for CBOR and read
+// anything else is in bold (a fallback to JSON).
 func RenderDeliveryWire(out []byte) (string, error) {
 	rows, err := ParseBench(bytes.NewReader(out), "DeliveryWire")
 	if err != nil {
 		return "", err
 	}
 	var b strings.Builder
-	b.WriteString("| consumer/wire | events/s | CPU µs/event | wire B/event | allocs/event |\n|---|---:|---:|---:|---:|\n")
+	b.WriteString("| consumer/asked | read | events/s | CPU µs/event | wire B/event | allocs/event |\n|---|---|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		if len(r.Metrics["events/s"]) == 0 {
 			continue // skipped
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %.2f | %.0f | %.1f |\n", r.Name, r.Median("events/s"), r.Median("cpu-µs/event"),
+		fmt.Fprintf(&b, "| %s | %s | %.0f | %.2f | %.0f | %.1f |\n", r.Name, wireRead(r), r.Median("events/s"), r.Median("cpu-µs/event"),
 			r.Median("wire-B/event"), r.Median("allocs/event"))
 	}
 	fmt.Fprintf(&b, "\nMedians of %d runs; load average %s during them.\n", runs(rows), loadRange(rows))
 	return b.String(), nil
+}
+
+// wireRead is what a wire case read, by its cbor-share: in bold, and said
+// so, when it asked for CBOR and read anything else.
+func wireRead(r BenchResult) string {
+	read := "cbor+json"
+	switch share := r.Median("cbor-share"); {
+	case share >= 0.999:
+		read = "cbor"
+	case share <= 0.001:
+		read = "json"
+	}
+	_, asked, _ := strings.Cut(r.Name, "/")
+	if strings.HasPrefix(asked, "cbor") && read != "cbor" {
+		return "**" + read + "**: asked for cbor"
+	}
+	return read
 }
