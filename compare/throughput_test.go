@@ -3,6 +3,7 @@ package compare
 import (
 	"bufio"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 )
 
 // The update phase of a harness run is bounded by how fast the apiserver
@@ -38,6 +40,7 @@ import (
 // lines and nothing else, the ceiling; the others are consumers.
 // RenderDelivery turns its output into the table of docs/benchmarks.md.
 func BenchmarkDelivery(b *testing.B) {
+	quiet(b)
 	const objects, events = 1000, 20000
 	list, frames := replayData(objects, events)
 	for _, kind := range DeliveryRows {
@@ -63,6 +66,15 @@ func BenchmarkDelivery(b *testing.B) {
 			m.report(b, events*b.N)
 		})
 	}
+}
+
+// quiet discards klog's output for b: go test prints the benchmark's lines
+// and its stderr to one stream, where controller-runtime's log lines would
+// cut them.
+func quiet(b *testing.B) {
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
+	b.Cleanup(func() { klog.LogToStderr(true) })
 }
 
 // measured adds up a benchmark's windows: wall time, the process's CPU
@@ -120,6 +132,7 @@ func readLines(b *testing.B, url string, events int) {
 }
 
 func BenchmarkDeliveryLatency(b *testing.B) {
+	quiet(b)
 	const objects, events = 1000, 4000
 	const every = 500 * time.Microsecond
 	list, frames := replayData(objects, events)

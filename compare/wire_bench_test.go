@@ -49,6 +49,7 @@ import (
 //
 //	KUBE_FEATURE_ClientsAllowCBOR=true go test -run '^$' -bench DeliveryWire -benchtime 4x ./compare
 func BenchmarkDeliveryWire(b *testing.B) {
+	quiet(b)
 	const objects, events = 1000, 20000
 	jsonList, jsonFrames := replayData(objects, events)
 	cborList, cborFrames := cborReplayData(b, jsonList, jsonFrames)
