@@ -204,3 +204,21 @@ func wireRead(r BenchResult) string {
 	}
 	return read
 }
+
+// RenderDeliveryLatency renders BenchmarkDeliveryLatency's output: p50 and
+// p99 per consumer, medians over the runs.
+func RenderDeliveryLatency(out []byte) (string, error) {
+	rows, err := ParseBench(bytes.NewReader(out), "DeliveryLatency")
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString("| consumer | p50 µs | p99 µs |\n|---|---:|---:|\n")
+	n := 0
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f |\n", r.Name, r.Median("p50-µs"), r.Median("p99-µs"))
+		n = max(n, len(r.Metrics["p99-µs"]))
+	}
+	fmt.Fprintf(&b, "\nMedians of %d runs; load average %s during them.\n", n, loadRange(rows))
+	return b.String(), nil
+}

@@ -41,7 +41,7 @@ var BenchSections = []BenchSection{
 		}
 		return r.Markdown(), nil
 	}},
-	{"storm", "storm.json", "storm/storm.json", func(p string) (string, error) {
+	{"storm", "storm.json", "storm/payload-2k/storm.json", func(p string) (string, error) {
 		r, err := ReadStormReport(p)
 		if err != nil {
 			return "", err
@@ -49,6 +49,7 @@ var BenchSections = []BenchSection{
 		return r.Markdown(), nil
 	}},
 	{"delivery", "delivery.txt", "compare/delivery.txt", renderFile(RenderDelivery)},
+	{"latency", "latency.txt", "compare/latency.txt", renderFile(RenderDeliveryLatency)},
 	{"wire", "wire.txt", "compare/wire.txt", renderFile(RenderDeliveryWire)},
 }
 

@@ -136,7 +136,7 @@ func BenchmarkDeliveryLatency(b *testing.B) {
 	const objects, events = 1000, 4000
 	const every = 500 * time.Microsecond
 	list, frames := replayData(objects, events)
-	for _, kind := range []string{KindRaw, KindInformerList, KindInformerStripped, KindControllerRuntime, KindBare} {
+	for _, kind := range []string{KindRaw, KindInformerFastDecode, KindInformerStripped, KindInformerList, KindControllerRuntime, KindBare} {
 		b.Run(kind, func(b *testing.B) {
 			var all []float64
 			for b.Loop() {
@@ -160,6 +160,7 @@ func BenchmarkDeliveryLatency(b *testing.B) {
 			s := stats(all)
 			b.ReportMetric(s.P50, "p50-µs")
 			b.ReportMetric(s.P99, "p99-µs")
+			b.ReportMetric(loadAverage(), "load")
 			b.ReportMetric(0, "ns/op")
 		})
 	}
