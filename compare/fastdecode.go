@@ -56,7 +56,9 @@ func (f fastNegotiator) SupportedMediaTypes() []runtime.SerializerInfo { return 
 // fastJSON decodes a MyResource with its own decoder (as the raw watcher's
 // watch path does: managedFields reduced to the newest write, which
 // informer-fastdecode's transform drops anyway) and anything else, or what
-// that decoder declines, with the generic JSON serializer it wraps.
+// that decoder declines, with the generic JSON serializer it wraps (a LIST
+// page, decoded with no object to decode into, is scanned once before it
+// goes there: it is no MyResource).
 type fastJSON struct{ runtime.Serializer }
 
 func (s fastJSON) Decode(data []byte, def *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
