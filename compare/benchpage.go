@@ -25,6 +25,9 @@ var BenchSections = []BenchSection{
 		if err != nil {
 			return "", err
 		}
+		// The side-by-side tables; the apiserver's cost per consumer,
+		// two wide tables, stays in the run's report.md (and the JSON).
+		r.APIServerCosts = nil
 		return r.Markdown(), nil
 	}},
 	{"sizes", "sizes.json", "compare/sizes/sizes.json", func(p string) (string, error) {
