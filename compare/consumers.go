@@ -66,7 +66,8 @@ const (
 // AllKinds is every consumer, in report order.
 var AllKinds = []string{KindRaw, KindRawWatchList, KindInformer, KindInformerList, KindInformerStripped, KindControllerRuntime, KindBare}
 
-// Kinds is every consumer kind NewConsumer builds, in report order.
+// Kinds is every consumer kind the harness runs, in report order (NewConsumer
+// builds BenchKinds and KindNoBackoff too).
 func Kinds() []string { return slices.Clone(AllKinds) }
 
 // BenchKinds are the delivery benchmark's own kinds, which NewConsumer
