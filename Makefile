@@ -114,19 +114,16 @@ clean: ## remove bin/ and out/ (the tool cache in the user cache dir stays)
 # bench runs: 2,000 keeps it near a minute; the docs' figures are at 10,000.
 SIZES_OBJECTS ?= 2000
 
-bench: tools ## the comparison harness (default scenario, the apiserver's cost per consumer), heap per object against payload, convergence of 1,000 creates at the default flags, and the delivery benchmark: one report, out/compare/bench.md
+bench: tools ## the comparison harness (default scenario, the apiserver's cost per consumer), heap per object against payload, convergence of 1,000 creates at the default flags, and the delivery benchmarks: reports in out/compare, and docs/benchmarks.md's tables rendered from them (the storm's, from make bench-storm's out/storm/payload-2k)
 	$(GO) build -o bin/compare ./cmd/compare
 	bin/compare --out out/compare
 	bin/compare sizes --objects $(SIZES_OBJECTS) --out out/compare/sizes
 	bin/compare converge --objects 1000 --runs 1 --settings defaults,200/400/2/none --out out/compare/converge
-	$(GO) test -run '^$$' -bench 'Delivery(Latency)?$$' -benchtime 5x ./compare | tee out/compare/delivery.txt
-	KUBE_FEATURE_ClientsAllowCBOR=true $(GO) test -run '^$$' -bench 'DeliveryWire$$' -benchtime 4x ./compare | tee out/compare/wire.txt
-	{ cat out/compare/report.md; echo '![latency, heap, apiserver](report.svg)'; echo; \
-	  cat out/compare/sizes/sizes.md; echo '![heap per object against payload](sizes/sizes.svg)'; echo; \
-	  cat out/compare/converge/convergence.md; echo '![convergence](converge/convergence.svg)'; echo; \
-	  echo '### BenchmarkDelivery'; echo; echo '```'; cat out/compare/delivery.txt; echo '```'; echo; \
-	  echo '### BenchmarkDeliveryWire (JSON against CBOR)'; echo; echo '```'; cat out/compare/wire.txt; echo '```'; } > out/compare/bench.md
-	@echo "report: out/compare/bench.md"
+	$(GO) test -run '^$$' -bench 'Delivery$$' -count 3 -benchtime 4x ./compare | tee out/compare/delivery.txt
+	$(GO) test -run '^$$' -bench 'DeliveryLatency$$' -count 3 -benchtime 2x ./compare | tee out/compare/latency.txt
+	KUBE_FEATURE_ClientsAllowCBOR=true $(GO) test -run '^$$' -bench 'DeliveryWire$$' -count 3 -benchtime 4x ./compare | tee out/compare/wire.txt
+	$(GO) run ./hack/benchdoc --from out
+	@echo "reports: out/compare; tables: docs/benchmarks.md"
 
 # The relist storm's clients per payload. 50 informers of 10,000 16 KiB
 # objects are about 8 GB of cache in one process, twice that while they
@@ -135,11 +132,12 @@ bench: tools ## the comparison harness (default scenario, the apiserver's cost p
 STORM_CLIENTS     ?= 50
 STORM_CLIENTS_16K ?= 10
 
-bench-storm: tools ## relist storm: STORM_CLIENTS (50) clients of each kind relist 10,000 objects at once after an apiserver restart, payloads 0, 2 and 16 KiB (16 KiB with STORM_CLIENTS_16K = 10), into out/storm
+bench-storm: tools ## relist storm: STORM_CLIENTS (50) clients of each kind relist 10,000 objects at once after an apiserver restart, payloads 0, 2 and 16 KiB (16 KiB with STORM_CLIENTS_16K = 10), into out/storm, and docs/benchmarks.md's storm table (payload-2k)
 	$(GO) build -o bin/compare ./cmd/compare
 	bin/compare storm --clients $(STORM_CLIENTS) --payload 0 --out out/storm/payload-0
 	bin/compare storm --clients $(STORM_CLIENTS) --payload 2048 --out out/storm/payload-2k
 	bin/compare storm --clients $(STORM_CLIENTS_16K) --payload 16384 --out out/storm/payload-16k
+	$(GO) run ./hack/benchdoc --from out
 
 # Whole-controller convergence: each setting is QPS/burst/workers/events (all,
 # warnings or none); "defaults" is rawwatch with no flags (the informer

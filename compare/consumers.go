@@ -42,6 +42,19 @@ const (
 	// KindControllerRuntime is a controller-runtime manager's cache and a
 	// controller at controller-runtime's defaults (crconsumer.go).
 	KindControllerRuntime = "controller-runtime"
+	// The delivery benchmark's own kinds (BenchmarkDelivery), not in
+	// AllKinds: each changes one thing of a kind above, to tell what that
+	// one thing costs.
+	//
+	// KindRawGeneric is raw decoding every object with the generic decoder
+	// (metajson.Plain, encoding/json's rules), without MyResource's own.
+	KindRawGeneric = "raw-generic"
+	// KindInformerFastDecode is informer-stripped decoding MyResources with
+	// MyResource's own decoder, through a runtime.Serializer (fastdecode.go).
+	KindInformerFastDecode = "informer-fastdecode"
+	// KindControllerRuntimeStripped is controller-runtime with its cache's
+	// DefaultTransform dropping managedFields.
+	KindControllerRuntimeStripped = "controller-runtime-stripped"
 	// KindNoBackoff is a consumer broken on purpose, not in AllKinds: bare
 	// with a store of its own and no pause at all: whenever a request fails
 	// or a WATCH ends, it asks again at once (LISTs again at once on a
@@ -53,8 +66,13 @@ const (
 // AllKinds is every consumer, in report order.
 var AllKinds = []string{KindRaw, KindRawWatchList, KindInformer, KindInformerList, KindInformerStripped, KindControllerRuntime, KindBare}
 
-// Kinds is every consumer kind NewConsumer builds, in report order.
+// Kinds is every consumer kind the harness runs, in report order (NewConsumer
+// builds BenchKinds and KindNoBackoff too).
 func Kinds() []string { return slices.Clone(AllKinds) }
+
+// BenchKinds are the delivery benchmark's own kinds, which NewConsumer
+// builds too.
+var BenchKinds = []string{KindRawGeneric, KindInformerFastDecode, KindControllerRuntimeStripped}
 
 // consumer is one way of keeping up with the MyResources of a namespace.
 type consumer interface {
@@ -75,43 +93,51 @@ type object = *v1alpha1.MyResource
 
 // ---- raw: this project's watcher + store + queue ----
 
-type rawConsumer struct {
-	store *store.Store[object]
-	w     *watcher.Watcher[object]
-	ctrl  *reconcile.Controller[object]
+// rawConsumer is raw for T, *v1alpha1.MyResource (the binary's) or
+// *genericResource (raw-generic).
+type rawConsumer[T watcher.Object] struct {
+	store *store.Store[T]
+	w     *watcher.Watcher[T]
+	ctrl  *reconcile.Controller[T]
 }
+
+// genericResource is MyResource without its own decoder (a defined type
+// keeps the fields, and the methods of the embedded TypeMeta and
+// ObjectMeta, but not MyResource's DecodeJSONFrom): the watcher decodes
+// it with the generic decoder, metajson.Plain.
+type genericResource v1alpha1.MyResource
 
 // noopReconciler reads the object from the cache, as a reconciler would, and
 // does nothing else: the harness times the machinery, not a reconcile.
-type noopReconciler struct{ store *store.Store[object] }
+type noopReconciler[T watcher.Object] struct{ store *store.Store[T] }
 
-func (n noopReconciler) Reconcile(_ context.Context, key string) error {
+func (n noopReconciler[T]) Reconcile(_ context.Context, key string) error {
 	n.store.Get(key)
 	return nil
 }
 
-func (noopReconciler) Deleted(context.Context, store.Delta[object]) error { return nil }
+func (noopReconciler[T]) Deleted(context.Context, store.Delta[T]) error { return nil }
 
-func newRaw(cfg *rest.Config, ns string, rec *recorder, watchList bool, dropEvery int, drop []string, wire watcher.Wire) (consumer, error) {
+func newRaw[T watcher.Object](cfg *rest.Config, ns string, rec *recorder, watchList bool, dropEvery int, drop []string, wire watcher.Wire) (consumer, error) {
 	c, err := client.New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	r := &rawConsumer{store: store.New[object]()}
+	r := &rawConsumer[T]{store: store.New[T]()}
 	r.store.Share() // as the controller's store: its reconciler writes to no cached object
 	if len(drop) > 0 {
-		r.store.SetTransformKeepingLabels(store.DropAnnotations[object](drop...))
+		r.store.SetTransformKeepingLabels(store.DropAnnotations[T](drop...))
 	}
-	r.ctrl = &reconcile.Controller[object]{Queue: queue.New(nil), Reconciler: noopReconciler{r.store}}
+	r.ctrl = &reconcile.Controller[T]{Queue: queue.New(nil), Reconciler: noopReconciler[T]{r.store}}
 	var src watcher.Source = watcher.RESTSource{Client: c.REST(), Resource: v1alpha1.Resource, Namespace: ns}
 	if dropEvery > 0 {
 		src = droppingSource{Source: src, every: dropEvery}
 	}
-	r.w = watcher.New(src, r.store, watcher.Options[object]{
+	r.w = watcher.New(src, r.store, watcher.Options[T]{
 		WatchList: watchList,
 		Wire:      wire,
-		Codec:     watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind},
-		Handler: func(d store.Delta[object]) {
+		Codec:     watcher.Codec[T]{GVK: v1alpha1.GroupVersionKind},
+		Handler: func(d store.Delta[T]) {
 			typ := byte(EvAdd)
 			switch d.Type {
 			case store.Updated:
@@ -119,14 +145,14 @@ func newRaw(cfg *rest.Config, ns string, rec *recorder, watchList bool, dropEver
 			case store.Deleted:
 				typ = EvDelete
 			}
-			rec.event(typ, d.Object.ResourceVersion, d.Key)
+			rec.event(typ, d.Object.GetResourceVersion(), d.Key)
 			r.ctrl.OnDelta(d)
 		},
 	})
 	return r, nil
 }
 
-func (r *rawConsumer) run(ctx context.Context, synced chan<- struct{}) {
+func (r *rawConsumer[T]) run(ctx context.Context, synced chan<- struct{}) {
 	var wg sync.WaitGroup
 	wg.Go(func() { r.w.Run(ctx) })
 	select {
@@ -138,14 +164,14 @@ func (r *rawConsumer) run(ctx context.Context, synced chan<- struct{}) {
 	wg.Wait()
 }
 
-func (r *rawConsumer) storeLen() int { return r.store.Len() }
-func (r *rawConsumer) queued() int   { return r.ctrl.Queue.Len() }
-func (r *rawConsumer) lists() int64  { return r.w.Stats().Lists }
+func (r *rawConsumer[T]) storeLen() int { return r.store.Len() }
+func (r *rawConsumer[T]) queued() int   { return r.ctrl.Queue.Len() }
+func (r *rawConsumer[T]) lists() int64  { return r.w.Stats().Lists }
 
-func (r *rawConsumer) dump() map[string]string {
+func (r *rawConsumer[T]) dump() map[string]string {
 	out := map[string]string{}
 	for _, o := range r.store.List() {
-		out[store.KeyOf(o)] = o.ResourceVersion
+		out[store.KeyOf(o)] = o.GetResourceVersion()
 	}
 	return out
 }
@@ -158,13 +184,14 @@ type informerConsumer struct {
 }
 
 // newInformer builds the informer consumer; strip drops every object's
-// managedFields before it is cached (informer-stripped).
-func newInformer(cfg *rest.Config, ns string, rec *recorder, drop []string, strip bool) (consumer, error) {
-	c, err := client.New(cfg)
+// managedFields before it is cached (informer-stripped), fast decodes
+// MyResources with their own decoder (informer-fastdecode).
+func newInformer(cfg *rest.Config, ns string, rec *recorder, drop []string, strip, fast bool) (consumer, error) {
+	c, err := newInformerClient(cfg, fast)
 	if err != nil {
 		return nil, err
 	}
-	lw := cache.NewListWatchFromClient(c.REST(), v1alpha1.Resource, ns, fields.Everything())
+	lw := cache.NewListWatchFromClient(c, v1alpha1.Resource, ns, fields.Everything())
 	inf := cache.NewSharedIndexInformer(lw, &v1alpha1.MyResource{}, 0,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	if t := cacheTransform(drop, strip); t != nil {
@@ -477,17 +504,23 @@ func newConsumer(kind string, cfg *rest.Config, ns string, rec *recorder, dropEv
 	}
 	switch kind {
 	case KindRaw:
-		return newRaw(cfg, ns, rec, false, dropEvery, drop, wire)
+		return newRaw[object](cfg, ns, rec, false, dropEvery, drop, wire)
 	case KindRawWatchList:
-		return newRaw(cfg, ns, rec, true, dropEvery, drop, wire)
+		return newRaw[object](cfg, ns, rec, true, dropEvery, drop, wire)
+	case KindRawGeneric:
+		return newRaw[*genericResource](cfg, ns, rec, false, dropEvery, drop, wire)
 	case KindInformer, KindInformerList:
 		// informer-list runs with KUBE_FEATURE_WatchListClient=false in its
 		// environment (client-go reads its feature gates from there).
-		return newInformer(cfg, ns, rec, drop, false)
+		return newInformer(cfg, ns, rec, drop, false, false)
 	case KindInformerStripped:
-		return newInformer(cfg, ns, rec, drop, true)
+		return newInformer(cfg, ns, rec, drop, true, false)
+	case KindInformerFastDecode:
+		return newInformer(cfg, ns, rec, drop, true, true)
 	case KindControllerRuntime:
-		return newControllerRuntime(cfg, ns, rec, drop)
+		return newControllerRuntime(cfg, ns, rec, drop, false)
+	case KindControllerRuntimeStripped:
+		return newControllerRuntime(cfg, ns, rec, drop, true)
 	case KindBare:
 		return newBare(cfg, ns, rec, time.Second, false)
 	case KindNoBackoff:
@@ -505,7 +538,7 @@ func CanAsk(kind string, wire watcher.Wire) bool {
 		return true
 	}
 	switch kind {
-	case KindRaw, KindRawWatchList, KindInformer, KindInformerList, KindInformerStripped:
+	case KindRaw, KindRawWatchList, KindRawGeneric, KindInformer, KindInformerList, KindInformerStripped:
 		return true
 	}
 	return false

@@ -18,11 +18,11 @@ import (
 	"rawwatch/api/v1alpha1"
 )
 
-// Every kind Kinds lists, built by NewConsumer against the replay server,
-// syncs, hears every replayed event and ends holding each object at its
-// last resourceVersion. The informers' caches are read as they are:
-// informer-stripped holds no managedFields, the plain informer and
-// controller-runtime at its defaults hold what the server sent.
+// Every kind Kinds and BenchKinds list, built by NewConsumer against the
+// replay server, syncs, hears every replayed event and ends holding each
+// object at its last resourceVersion. The informers' caches are read as
+// they are: the stripped kinds hold no managedFields, the plain informer
+// and controller-runtime at its defaults hold what the server sent.
 func TestEveryKindDeliversTheReplayedStream(t *testing.T) {
 	const objects, events = 50, 400
 	list, frames := replayData(objects, events)
@@ -34,7 +34,7 @@ func TestEveryKindDeliversTheReplayedStream(t *testing.T) {
 		t.Fatalf("Kinds() = %v", Kinds())
 	}
 	// nobackoff too: broken on purpose in its backoff only.
-	for _, kind := range append(Kinds(), KindNoBackoff) {
+	for _, kind := range append(append(Kinds(), KindNoBackoff), BenchKinds...) {
 		t.Run(kind, func(t *testing.T) {
 			g := &gate{}
 			srv := httptest.NewServer(replayServer(list, frames, 0, nil, g))
@@ -74,7 +74,7 @@ func TestEveryKindDeliversTheReplayedStream(t *testing.T) {
 					withFields++
 				}
 			}
-			if strip := kind == KindInformerStripped; strip && withFields != 0 || !strip && withFields != objects {
+			if strip := slices.Contains([]string{KindInformerStripped, KindInformerFastDecode, KindControllerRuntimeStripped}, kind); strip && withFields != 0 || !strip && withFields != objects {
 				t.Errorf("%d of %d cached objects hold managedFields", withFields, len(cached))
 			}
 		})

@@ -124,10 +124,12 @@ func crRun(ctx context.Context, mgr manager.Manager, src *syncedSource, synced c
 	return <-ended
 }
 
-func newControllerRuntime(cfg *rest.Config, ns string, rec *recorder, drop []string) (consumer, error) {
+// newControllerRuntime builds the controller-runtime consumer; strip drops
+// managedFields in the cache's DefaultTransform (controller-runtime-stripped).
+func newControllerRuntime(cfg *rest.Config, ns string, rec *recorder, drop []string, strip bool) (consumer, error) {
 	opts := crManagerOptions(ns)
 	// The raw store's annotation trim, when asked for (Transform all).
-	opts.Cache.DefaultTransform = cacheTransform(drop, false)
+	opts.Cache.DefaultTransform = cacheTransform(drop, strip)
 	c := &crConsumer{ns: ns}
 	// The cache's default informer constructor, wrapped to keep the
 	// informer: its store is what storeLen and dump read (the cache's own

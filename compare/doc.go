@@ -59,7 +59,15 @@
 // short harness run per payload size and place).
 //
 // NewConsumer builds any of these consumers (Kinds) for a caller outside the
-// package, the same code the harness runs in its consumer processes.
+// package, the same code the harness runs in its consumer processes, and the
+// delivery benchmark's own variants (BenchKinds: raw-generic,
+// informer-fastdecode, controller-runtime-stripped), each of which changes
+// one thing of a consumer above to tell what that one thing costs.
+//
+// The delivery benchmarks (BenchmarkDelivery and its neighbours) measure the
+// consumers alone against a fake apiserver replaying a WATCH. The tables of
+// docs/benchmarks.md are every harness's own report rendered
+// (RenderBenchPage, BenchSections; go run ./hack/benchdoc).
 //
 // This is the only package of the project that imports client-go's informer
 // machinery (tools/cache, util/workqueue) and controller-runtime: they are

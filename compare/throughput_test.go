@@ -2,10 +2,7 @@ package compare
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,12 +13,8 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-
-	"rawwatch/api/v1alpha1"
-	"rawwatch/watcher"
+	"k8s.io/klog/v2"
 )
 
 // The update phase of a harness run is bounded by how fast the apiserver
@@ -29,114 +22,121 @@ import (
 // every consumer keeps up and their events/s are equal; and its delivery
 // latencies are mostly the apiserver's and the scheduler's. These
 // benchmarks measure the consumers alone, against a fake apiserver that
-// replays a pre-encoded WATCH stream of MODIFIED events:
+// replays a pre-encoded WATCH stream of MODIFIED events (replayData: objects
+// shaped as a real server sends them):
 //
-//   - BenchmarkDelivery: as fast as the consumer reads it; the clock runs
-//     from the first byte to the last handler call (events/s);
+//   - BenchmarkDelivery: as fast as the consumer reads it, from the moment
+//     the WATCH's frames go out to the last handler call: events/s, the
+//     process's CPU time per event (the replay server's writes included,
+//     the same for every row) and its allocations per event;
 //
 //   - BenchmarkDeliveryLatency: one event every 500 µs; each event's latency
 //     runs from the moment its frame was written to the moment the
 //     consumer's handler was called (p50 and p99, µs).
 //
-//     go test -run '^$' -bench Delivery -benchtime 4x ./compare
+//     go test -run '^$' -bench 'Delivery$' -benchtime 4x ./compare
 //
-// The frames consumer is the ceiling: it reads the same WATCH stream with the
-// raw watcher's FrameReader, finding where each frame ends and decoding
-// nothing. Every consumer's of-frames is its events/s over the frames
-// consumer's, measured in the same run. The lines consumer splits the stream
-// at its newlines and checks nothing, the wire's own speed: since the raw
-// watcher takes a line its decoder reads whole without the frame reader's
-// check, of-lines says how far it is from a ceiling that skips the check too.
+// BenchmarkDelivery's rows are DeliveryRows: "lines" reads the WATCH's
+// lines and nothing else, the ceiling; the others are consumers.
+// RenderDelivery turns its output into the table of docs/benchmarks.md.
 func BenchmarkDelivery(b *testing.B) {
+	quiet(b)
 	const objects, events = 1000, 20000
 	list, frames := replayData(objects, events)
-	var ceiling, wire float64
-	for _, kind := range []string{"lines", "frames", KindRaw, KindInformerList, KindInformerStripped, KindControllerRuntime, KindBare} {
+	for _, kind := range DeliveryRows {
 		b.Run(kind, func(b *testing.B) {
 			g := &gate{}
 			srv := httptest.NewServer(replayServer(list, frames, 0, nil, g))
 			defer srv.Close()
 			cfg := &rest.Config{Host: srv.URL, QPS: -1}
-			var total time.Duration
-			var mallocs uint64
-			var ms runtime.MemStats
+			var m measured
 			for b.Loop() {
-				runtime.ReadMemStats(&ms)
-				before := ms.Mallocs
-				switch kind {
-				case "lines":
-					total += readLines(b, srv.URL, events)
-				case "frames":
-					total += readFrames(b, srv.URL, events)
-				default:
-					total += deliver(b, kind, cfg, g, events)
+				if kind == "lines" {
+					w := m.begin(time.Now())
+					readLines(b, srv.URL, events)
+					m.end(w)
+					continue
 				}
-				runtime.ReadMemStats(&ms)
-				mallocs += ms.Mallocs - before
+				c, start, stop := replayTo(b, kind, cfg, g, ConsumerConfig{})
+				w := m.begin(start)
+				waitUpdates(b, c, start, events, kind)
+				m.end(w)
+				stop()
 			}
-			rate := float64(events*b.N) / total.Seconds()
-			switch kind {
-			case "lines":
-				wire = rate
-			case "frames":
-				ceiling = rate
-			}
-			b.ReportMetric(rate, "events/s")
-			// The whole process's allocations (the consumer's initial
-			// LIST and start-up included, and the replay server's few)
-			// over the events: comparable between consumers.
-			b.ReportMetric(float64(mallocs)/float64(events*b.N), "allocs/event")
-			if ceiling > 0 {
-				b.ReportMetric(rate/ceiling, "of-frames")
-			}
-			if wire > 0 && kind != "lines" {
-				b.ReportMetric(rate/wire, "of-lines")
-			}
-			b.ReportMetric(0, "ns/op")
+			m.report(b, events*b.N)
 		})
 	}
 }
 
-// readFrames opens the WATCH and splits it into frames until it has events
-// of them, decoding nothing; it returns the time from the request to the last.
-func readFrames(b *testing.B, url string, events int) time.Duration {
-	return readWatch(b, url, events, func(body io.Reader) func() error {
-		fr := watcher.NewFrameReader(body, 0)
-		return func() error { _, err := fr.Next(); return err }
-	})
+// quiet discards klog's output for b: go test prints the benchmark's lines
+// and its stderr to one stream, where controller-runtime's log lines would
+// cut them.
+func quiet(b *testing.B) {
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
+	b.Cleanup(func() { klog.LogToStderr(true) })
 }
 
-// readLines is readFrames splitting at the newlines, checking nothing.
-func readLines(b *testing.B, url string, events int) time.Duration {
-	return readWatch(b, url, events, func(body io.Reader) func() error {
-		r := bufio.NewReaderSize(body, 64<<10)
-		return func() error { _, err := r.ReadSlice('\n'); return err }
-	})
+// measured adds up a benchmark's windows: wall time, the process's CPU
+// time and its allocations.
+type measured struct {
+	wall    time.Duration
+	cpu     float64 // s
+	mallocs uint64
 }
 
-// readWatch opens the WATCH and calls the next split of its body events
-// times; it returns the time from the request to the last.
-func readWatch(b *testing.B, url string, events int, split func(io.Reader) func() error) time.Duration {
-	start := time.Now()
+type span struct {
+	start   time.Time
+	cpu     float64
+	mallocs uint64
+}
+
+func (m *measured) begin(start time.Time) span {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return span{start: start, cpu: processCPU(), mallocs: ms.Mallocs}
+}
+
+func (m *measured) end(w span) {
+	m.wall += time.Since(w.start)
+	m.cpu += processCPU() - w.cpu
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m.mallocs += ms.Mallocs - w.mallocs
+}
+
+// report reports events/s, cpu-µs/event, allocs/event and the load
+// average at the end (the machine's, not the benchmark's).
+func (m *measured) report(b *testing.B, events int) {
+	n := float64(events)
+	b.ReportMetric(n/m.wall.Seconds(), "events/s")
+	b.ReportMetric(m.cpu/n*1e6, "cpu-µs/event")
+	b.ReportMetric(float64(m.mallocs)/n, "allocs/event")
+	b.ReportMetric(loadAverage(), "load")
+	b.ReportMetric(0, "ns/op")
+}
+
+// readLines opens the WATCH and reads events lines of it, checking nothing.
+func readLines(b *testing.B, url string, events int) {
 	resp, err := http.Get(url + "/apis/example.com/v1alpha1/namespaces/bench/myresources?watch=true")
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer resp.Body.Close()
-	next := split(resp.Body)
+	r := bufio.NewReaderSize(resp.Body, 64<<10)
 	for n := 0; n < events; n++ {
-		if err := next(); err != nil {
-			b.Fatalf("frame %d: %v", n, err)
+		if _, err := r.ReadSlice('\n'); err != nil {
+			b.Fatalf("line %d: %v", n, err)
 		}
 	}
-	return time.Since(start)
 }
 
 func BenchmarkDeliveryLatency(b *testing.B) {
+	quiet(b)
 	const objects, events = 1000, 4000
 	const every = 500 * time.Microsecond
 	list, frames := replayData(objects, events)
-	for _, kind := range []string{KindRaw, KindInformerList, KindInformerStripped, KindControllerRuntime, KindBare} {
+	for _, kind := range []string{KindRaw, KindInformerFastDecode, KindInformerStripped, KindInformerList, KindControllerRuntime, KindBare} {
 		b.Run(kind, func(b *testing.B) {
 			var all []float64
 			for b.Loop() {
@@ -160,6 +160,7 @@ func BenchmarkDeliveryLatency(b *testing.B) {
 			s := stats(all)
 			b.ReportMetric(s.P50, "p50-µs")
 			b.ReportMetric(s.P99, "p99-µs")
+			b.ReportMetric(loadAverage(), "load")
 			b.ReportMetric(0, "ns/op")
 		})
 	}
@@ -213,43 +214,6 @@ func replayTo(tb testing.TB, kind string, cfg *rest.Config, g *gate, cc Consumer
 	start = time.Now()
 	g.open()
 	return c, start, stop
-}
-
-// replayData builds a LIST body of n objects at resourceVersion 1, and a
-// WATCH body of m MODIFIED events, round-robin over them, at RVs 2, 3, ...,
-// split into its frames.
-// The objects look like what kube-apiserver sends for the harness's objects:
-// labels, a managedFields entry, a status.
-func replayData(n, m int) (list []byte, frames [][]byte) {
-	now := metav1.NewTime(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
-	obj := func(i, rv int) *v1alpha1.MyResource {
-		return &v1alpha1.MyResource{
-			TypeMeta: metav1.TypeMeta{APIVersion: "example.com/v1alpha1", Kind: "MyResource"},
-			ObjectMeta: metav1.ObjectMeta{
-				Name: fmt.Sprintf("obj-%06d", i), Namespace: "bench", UID: types.UID(fmt.Sprintf("6f1e9a1c-0000-4000-8000-%012d", i)),
-				ResourceVersion: strconv.Itoa(rv), Generation: int64(rv), CreationTimestamp: now,
-				Labels: map[string]string{"app": "compare"},
-				ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "compare", Operation: metav1.ManagedFieldsOperationUpdate,
-					APIVersion: "example.com/v1alpha1", Time: &now, FieldsType: "FieldsV1",
-					FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{".":{},"f:app":{}}},"f:spec":{".":{},"f:message":{}}}`)}}},
-			},
-			Spec:   v1alpha1.MyResourceSpec{Message: fmt.Sprintf("update %d", rv)},
-			Status: v1alpha1.MyResourceStatus{Phase: v1alpha1.PhaseProcessed, Message: "processed", ObservedGeneration: int64(rv)},
-		}
-	}
-	items := make([]v1alpha1.MyResource, n)
-	for i := range items {
-		items[i] = *obj(i, 1)
-	}
-	l := v1alpha1.MyResourceList{TypeMeta: metav1.TypeMeta{APIVersion: "example.com/v1alpha1", Kind: "MyResourceList"},
-		ListMeta: metav1.ListMeta{ResourceVersion: "1"}, Items: items}
-	list, _ = json.Marshal(l)
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	for e := range m {
-		_ = enc.Encode(map[string]any{"type": "MODIFIED", "object": obj(e%n, e+2)})
-	}
-	return list, bytes.SplitAfter(buf.Bytes(), []byte("\n"))
 }
 
 // replayServer answers LISTs with list, refuses WatchList (the consumers

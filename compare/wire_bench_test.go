@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"mime"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"runtime"
+	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
@@ -29,7 +29,13 @@ import (
 // every item behind the self-described tag), and, gzipped, compressed
 // ahead of time flush by flush (every 64 KiB of the stream, as
 // WatchListCompression does per flush), so that the server's CPU is the
-// same small write loop in every case. Per event, over the WATCH only:
+// same small write loop in every case. It answers as kube-apiserver
+// negotiates (negotiating): CBOR only to a request whose Accept prefers it,
+// and only where it serves CBOR at all; JSON otherwise. A case's name is
+// the consumer, what it asks for and, "-json-server", a server that serves
+// JSON only: the consumer must fall back, and the cbor-share metric (the
+// response-body bytes read as CBOR) says what it really read. Per event,
+// over the WATCH only:
 //
 //   - events/s, from the gate's opening to the last handler call;
 //   - cpu-µs/event: the process's CPU time (user + system) over that
@@ -43,60 +49,134 @@ import (
 //
 //	KUBE_FEATURE_ClientsAllowCBOR=true go test -run '^$' -bench DeliveryWire -benchtime 4x ./compare
 func BenchmarkDeliveryWire(b *testing.B) {
+	quiet(b)
 	const objects, events = 1000, 20000
 	jsonList, jsonFrames := replayData(objects, events)
 	cborList, cborFrames := cborReplayData(b, jsonList, jsonFrames)
+	type wireCase struct {
+		kind       string
+		ask        watcher.Wire
+		gz, noCBOR bool
+	}
+	var cases []wireCase
 	for _, kind := range []string{KindRaw, KindInformerList} {
-		for _, wire := range []watcher.Wire{watcher.WireJSON, watcher.WireCBOR} {
+		for _, ask := range []watcher.Wire{watcher.WireJSON, watcher.WireCBOR} {
 			for _, gz := range []bool{false, true} {
-				name := kind + "/" + string(wire)
-				if gz {
-					name += "-gzip"
-				}
-				b.Run(name, func(b *testing.B) {
-					if kind != KindRaw && wire == watcher.WireCBOR && os.Getenv("KUBE_FEATURE_ClientsAllowCBOR") != "true" {
-						b.Skip("client-go asks for CBOR only with KUBE_FEATURE_ClientsAllowCBOR=true")
-					}
-					list, frames, types := jsonList, jsonFrames, [2]string{"application/json", "application/json"}
-					if wire == watcher.WireCBOR {
-						list, frames, types = cborList, cborFrames, [2]string{"application/cbor", "application/cbor-seq"}
-					}
-					if gz {
-						list, frames = bytes.Join(gzipped(b, [][]byte{list}), nil), gzipped(b, frames)
-					}
-					g := &gate{}
-					srv := httptest.NewServer(encodedAs(types, gz, replayServer(list, frames, 0, nil, g)))
-					defer srv.Close()
-					cfg := &rest.Config{Host: srv.URL, QPS: -1}
-					var bc ByteCounter
-					bc.Install(cfg)
-					var total time.Duration
-					var cpu float64
-					var mallocs, read int64
-					var ms runtime.MemStats
-					for b.Loop() {
-						c, start, stop := replayTo(b, kind, cfg, g, ConsumerConfig{Wire: wire})
-						runtime.ReadMemStats(&ms)
-						before, wireBefore, cpuBefore := ms.Mallocs, bc.Wire(), processCPU()
-						waitUpdates(b, c, start, events, name)
-						total += time.Since(start)
-						cpu += processCPU() - cpuBefore
-						runtime.ReadMemStats(&ms)
-						mallocs += int64(ms.Mallocs - before)
-						read += bc.Wire() - wireBefore
-						stop()
-					}
-					n := float64(events * b.N)
-					b.ReportMetric(n/total.Seconds(), "events/s")
-					b.ReportMetric(cpu/n*1e6, "cpu-µs/event")
-					b.ReportMetric(float64(read)/n, "wire-B/event")
-					b.ReportMetric(float64(mallocs)/n, "allocs/event")
-					b.ReportMetric(loadAverage(), "load")
-					b.ReportMetric(0, "ns/op")
-				})
+				cases = append(cases, wireCase{kind, ask, gz, false})
 			}
 		}
 	}
+	cases = append(cases, wireCase{KindRaw, watcher.WireCBOR, false, true})
+	for _, tc := range cases {
+		name := tc.kind + "/" + string(tc.ask)
+		if tc.gz {
+			name += "-gzip"
+		}
+		if tc.noCBOR {
+			name += "-json-server"
+		}
+		b.Run(name, func(b *testing.B) {
+			if tc.kind != KindRaw && tc.ask == watcher.WireCBOR && os.Getenv("KUBE_FEATURE_ClientsAllowCBOR") != "true" {
+				b.Skip("client-go asks for CBOR only with KUBE_FEATURE_ClientsAllowCBOR=true")
+			}
+			g := &gate{}
+			asJSON := replayEncoding{jsonList, jsonFrames, [2]string{"application/json", "application/json"}}
+			asCBOR := &replayEncoding{cborList, cborFrames, [2]string{"application/cbor", "application/cbor-seq"}}
+			if tc.noCBOR {
+				asCBOR = nil
+			}
+			srv := httptest.NewServer(negotiating(b, asJSON, asCBOR, tc.gz, g))
+			defer srv.Close()
+			cfg := &rest.Config{Host: srv.URL, QPS: -1}
+			var bc ByteCounter
+			bc.Install(cfg)
+			var m measured
+			var read int64
+			var bodies WireBytes
+			for b.Loop() {
+				before := bc.Bodies()
+				c, start, stop := replayTo(b, tc.kind, cfg, g, ConsumerConfig{Wire: tc.ask})
+				w, wireBefore := m.begin(start), bc.Wire()
+				waitUpdates(b, c, start, events, name)
+				m.end(w)
+				read += bc.Wire() - wireBefore
+				stop()
+				after := bc.Bodies()
+				bodies.CBOR += after.CBOR - before.CBOR
+				bodies.JSON += after.JSON - before.JSON
+			}
+			b.ReportMetric(float64(read)/float64(events*b.N), "wire-B/event")
+			b.ReportMetric(float64(bodies.CBOR)/float64(max(bodies.CBOR+bodies.JSON, 1)), "cbor-share")
+			m.report(b, events*b.N)
+		})
+	}
+}
+
+// replayEncoding is the replay in one encoding: the LIST body, the WATCH
+// frames, and their Content-Types (LIST, WATCH).
+type replayEncoding struct {
+	list   []byte
+	frames [][]byte
+	types  [2]string
+}
+
+// negotiating serves the replay in JSON, or in CBOR (cbor, nil for a server
+// that serves JSON only) to a request whose Accept header prefers CBOR to
+// JSON: what kube-apiserver does for a custom resource, with its
+// CBORServingAndStorage gate on or off. With gz, both are served gzipped
+// (compressed ahead of time), and a request that does not accept gzip is
+// refused. Discovery and errors go out as replayServer writes them.
+func negotiating(tb testing.TB, json replayEncoding, cbor *replayEncoding, gz bool, g *gate) http.Handler {
+	serve := func(e replayEncoding) http.Handler {
+		list, frames := e.list, e.frames
+		if gz {
+			list, frames = bytes.Join(gzipped(tb, [][]byte{list}), nil), gzipped(tb, frames)
+		}
+		return encodedAs(e.types, gz, replayServer(list, frames, 0, nil, g))
+	}
+	asJSON, asCBOR := serve(json), http.Handler(nil)
+	if cbor != nil {
+		asCBOR = serve(*cbor)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if asCBOR != nil && prefersCBOR(r.Header.Get("Accept")) {
+			asCBOR.ServeHTTP(w, r)
+			return
+		}
+		asJSON.ServeHTTP(w, r)
+	})
+}
+
+// prefersCBOR tells whether an Accept header ranks application/cbor (or
+// cbor-seq) first of what the server serves, as kube-apiserver negotiates:
+// the highest q (an absent q is 1), of equal q the one the header lists
+// first; */* and application/* are JSON here.
+func prefersCBOR(accept string) bool {
+	best, cbor := 0.0, false
+	for _, part := range strings.Split(accept, ",") {
+		media, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		q := 1.0
+		if s, ok := params["q"]; ok {
+			if q, err = strconv.ParseFloat(s, 64); err != nil {
+				continue
+			}
+		}
+		var isCBOR bool
+		switch media {
+		case "application/cbor", "application/cbor-seq":
+			isCBOR = true
+		case "application/json", "*/*", "application/*":
+		default:
+			continue
+		}
+		if q > best {
+			best, cbor = q, isCBOR
+		}
+	}
+	return cbor
 }
 
 // cborReplayData re-encodes replayData's LIST and WATCH frames as
