@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"rawwatch/faultproxy"
 )
 
 // Every request counts, in each of its spellings.
@@ -20,6 +22,9 @@ func TestEveryRequestIsSorted(t *testing.T) {
 		{"GET", "/apis/example.com/v1alpha1/namespaces/ns/myresources?limit=500&continue=abc", sortPage},
 		{"GET", "/apis/example.com/v1alpha1/namespaces/ns/myresources?watch=true&resourceVersion=5", sortWatch},
 		{"GET", "/apis/example.com/v1alpha1/namespaces/ns/myresources?watch=1", sortWatch},
+		{"GET", "/apis/example.com/v1alpha1/namespaces/ns/myresources?watch=True", sortWatch},
+		{"GET", "/apis/example.com/v1alpha1/namespaces/ns/myresources?watch=false", sortList},
+		{"GET", "/apis/example.com/v1alpha1/watch/namespaces/ns/myresources?sendInitialEvents=true", sortWatchList},
 		{"GET", "/apis/example.com/v1alpha1/watch/namespaces/ns/myresources", sortWatch},
 		{"GET", "/apis/example.com/v1alpha1/namespaces/ns/myresources?watch=true&sendInitialEvents=true", sortWatchList},
 		{"GET", "/apis/example.com/v1alpha1/namespaces/ns/myresources/obj-001", sortOther},
@@ -28,8 +33,14 @@ func TestEveryRequestIsSorted(t *testing.T) {
 		{"PUT", "/apis/example.com/v1alpha1/namespaces/ns/myresources/obj-001", sortOther},
 	} {
 		u, _ := url.Parse(c.url)
-		if got := sortOf(&http.Request{Method: c.method, URL: u}); got != c.want {
+		r := &http.Request{Method: c.method, URL: u}
+		if got := sortOf(r); got != c.want {
 			t.Errorf("%s %s: %c, want %c", c.method, c.url, got, c.want)
+		}
+		// The proxy sorts it the same way.
+		if want := map[byte]faultproxy.Kind{sortList: faultproxy.List, sortPage: faultproxy.List, sortWatch: faultproxy.Watch,
+			sortWatchList: faultproxy.Watch, sortOther: faultproxy.Other}[c.want]; faultproxy.KindOf(r) != want {
+			t.Errorf("%s %s: the proxy sorts it %s, want %s", c.method, c.url, faultproxy.KindOf(r), want)
 		}
 	}
 }
