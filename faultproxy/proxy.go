@@ -226,23 +226,55 @@ func (p *Proxy) serve(ln net.Listener) {
 	go func() { _ = srv.Serve(tlsLn) }()
 }
 
-// KindOf sorts a request into a Kind.
+// KindOf sorts a request into a Kind as kube-apiserver does (its
+// RequestInfoFactory): a GET under the /watch/ prefix, or of a collection
+// whose watch parameter is anything but "0" or "false" (in any case), is a
+// Watch; any other GET of a collection is a List (a page of one too);
+// everything else, a GET of one object, discovery, a write, is Other. The
+// scorecard's request log sorts with it too, so that the proxy and the
+// client count the same requests the same way.
 func KindOf(r *http.Request) Kind {
-	if w := r.URL.Query().Get("watch"); w == "true" || w == "1" {
+	if r.Method != http.MethodGet {
+		return Other
+	}
+	parts, ok := resourceParts(r.URL.Path)
+	if !ok {
+		return Other
+	}
+	if len(parts) > 0 && parts[0] == "watch" {
 		return Watch
 	}
-	if r.Method == http.MethodGet && !isNamedObject(r) {
-		return List
+	if parts[0] == "namespaces" && len(parts) >= 3 {
+		parts = parts[2:] // namespaces/NS/RESOURCE/...
 	}
-	return Other
+	if len(parts) != 1 {
+		return Other // a named object, its subresource, a namespace
+	}
+	if IsTrue(r.URL.Query(), "watch") {
+		return Watch
+	}
+	return List
 }
 
-// isNamedObject tells GET .../myresources/NAME (a read of one object) from
-// GET .../myresources (a LIST), by the path's segment count under the group.
-func isNamedObject(r *http.Request) bool {
-	n := strings.Count(r.URL.Path, "/")
-	// /apis/G/V/R = 4, /apis/G/V/namespaces/NS/R = 6; one more is a name.
-	return n == 5 || n >= 7
+// IsTrue reads a boolean query parameter as kube-apiserver does: present,
+// and neither "0" nor "false" in any case.
+func IsTrue(q url.Values, name string) bool {
+	v, ok := q[name]
+	return ok && len(v) > 0 && v[0] != "0" && !strings.EqualFold(v[0], "false")
+}
+
+// resourceParts is what follows the version in a resource request's path
+// (/api/V/... or /apis/G/V/...); false for any other path (discovery,
+// /version, /openapi).
+func resourceParts(path string) ([]string, bool) {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) >= 3 && parts[0] == "api":
+		return parts[2:], true
+	case len(parts) >= 4 && parts[0] == "apis":
+		return parts[3:], true
+	}
+	return nil, false
 }
 
 func (p *Proxy) handle(w http.ResponseWriter, r *http.Request) {

@@ -112,9 +112,7 @@ func (p *Proxy) ignoringInitialEvents(r *http.Request) bool {
 	return true
 }
 
-func sendsInitialEvents(r *http.Request) bool {
-	return r.URL.Query().Get("sendInitialEvents") == "true"
-}
+func sendsInitialEvents(r *http.Request) bool { return IsTrue(r.URL.Query(), "sendInitialEvents") }
 
 // TooLargeRV, while on, answers every LIST and WATCH from a resourceVersion
 // (but "0") the way kube-apiserver with its watch cache on answers one from

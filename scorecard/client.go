@@ -23,8 +23,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"rawwatch/api/v1alpha1"
 	"rawwatch/compare"
+	"rawwatch/faultproxy"
 )
 
 // A client runs in a process of its own, so that client-go's feature gates
@@ -82,28 +82,26 @@ type request struct {
 const (
 	sortList      = 'L' // a LIST's first page (a one-item probe too)
 	sortPage      = 'P' // a LIST's further page
-	sortWatch     = 'W' // a WATCH, spelt watch=true, watch=1 or /watch/ in the path
+	sortWatch     = 'W' // a WATCH, in any spelling kube-apiserver takes (faultproxy.KindOf)
 	sortWatchList = 'S' // a WATCH with sendInitialEvents
 	sortOther     = 'O' // a GET of one object, discovery, a write
 )
 
 func sortOf(r *http.Request) byte {
 	q := r.URL.Query()
-	path := strings.TrimSuffix(r.URL.Path, "/")
-	watch := q.Get("watch") == "true" || q.Get("watch") == "1" || strings.Contains(path, "/watch/")
-	switch {
-	case r.Method != http.MethodGet:
-		return sortOther
-	case watch && q.Get("sendInitialEvents") == "true":
-		return sortWatchList
-	case watch:
+	switch faultproxy.KindOf(r) {
+	case faultproxy.Watch:
+		if faultproxy.IsTrue(q, "sendInitialEvents") {
+			return sortWatchList
+		}
 		return sortWatch
-	case !strings.HasSuffix(path, "/"+v1alpha1.Resource):
-		return sortOther
-	case q.Get("continue") != "":
-		return sortPage
+	case faultproxy.List:
+		if q.Get("continue") != "" {
+			return sortPage
+		}
+		return sortList
 	}
-	return sortList
+	return sortOther
 }
 
 // requestLog writes every request the client sends to a file as it
