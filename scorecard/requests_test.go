@@ -1,6 +1,7 @@
 package scorecard
 
 import (
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -91,5 +92,83 @@ func TestTheRequestsFileKeepsTheLastRecordOfEachRequest(t *testing.T) {
 	}
 	if len(reqs) != 2 || reqs[0].ID != 2 || reqs[1].End != 200 || reqs[1].Status != 200 {
 		t.Errorf("%+v; want request 2, then 1 ended at 200 with 200", reqs)
+	}
+}
+
+// chunked is a body read in the given pieces, one a Read.
+type chunked struct{ pieces []string }
+
+func (c *chunked) Read(p []byte) (int, error) {
+	if len(c.pieces) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, c.pieces[0])
+	if c.pieces[0] = c.pieces[0][n:]; c.pieces[0] == "" {
+		c.pieces = c.pieces[1:]
+	}
+	return n, nil
+}
+
+func (c *chunked) Close() error { return nil }
+
+// logged is the request the log kept of one WATCH whose body is read in
+// pieces to its end.
+func logged(t *testing.T, pieces ...string) request {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), requestsFile)
+	l, err := newRequestLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse("https://apiserver/apis/example.com/v1alpha1/namespaces/ns/myresources?watch=true&resourceVersion=5")
+	resp, err := l.roundTrip(roundTripFunc(func(*http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: &chunked{pieces: pieces}}, nil
+	}), &http.Request{Method: http.MethodGet, URL: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if err := l.close(); err != nil {
+		t.Fatal(err)
+	}
+	reqs, err := readRequests(path)
+	if err != nil || len(reqs) != 1 {
+		t.Fatalf("%v, %v; want one request", reqs, err)
+	}
+	return reqs[0]
+}
+
+const (
+	addedFrame = `{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"6"}}}` + "\n"
+	// tooLargeFrame is kube-apiserver's answer to a WatchList from a
+	// resourceVersion it has not reached (fault-watchlist-future-cached.json):
+	// its Retry-After is in the Status only.
+	tooLargeFrame = `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Timeout: Too large resource version: 9, current: 8",` +
+		`"reason":"Timeout","details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}],"retryAfterSeconds":3},"code":504}}` + "\n"
+)
+
+// An ERROR event fails its stream, wherever the reads cut it, and the
+// Retry-After its Status carries (details.retryAfterSeconds) is the
+// request's: a client that waits it out waited as asked.
+func TestAnErrorEventFailsItsStreamWithItsRetryAfterWhereverTheReadsCutIt(t *testing.T) {
+	stream := addedFrame + tooLargeFrame
+	var notFailed, noRetryAfter []int
+	for cut := 1; cut < len(stream); cut++ {
+		q := logged(t, stream[:cut], stream[cut:])
+		if !q.Failed {
+			notFailed = append(notFailed, cut)
+		}
+		if q.RetryAfter != 3 {
+			noRetryAfter = append(noRetryAfter, cut)
+		}
+	}
+	if len(notFailed)+len(noRetryAfter) > 0 {
+		t.Errorf("of %d cuts of %q: not failed at %v; Retry-After not 3 at %d cuts", len(stream)-1, stream, notFailed, len(noRetryAfter))
+	}
+	if q := logged(t, addedFrame, `{"type":"MODIFIED","object":{"metadata":{"name":"ERROR","resourceVersion":"7"}}}`+"\n"); q.Failed || q.RetryAfter != 0 {
+		t.Errorf("a stream of events only: failed %v, Retry-After %d; want neither", q.Failed, q.RetryAfter)
 	}
 }
