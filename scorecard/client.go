@@ -161,25 +161,79 @@ func (l *requestLog) roundTrip(rt http.RoundTripper, r *http.Request) (*http.Res
 	return resp, nil
 }
 
-// trackedBody records when its request ended and whether it failed.
+// trackedBody records when its request ended and whether it failed: a
+// stream fails at an ERROR event, whose Status's retryAfterSeconds is its
+// Retry-After (a WatchList's "Too large resource version" carries it there
+// only). It reads the stream's lines as they complete, however the reads
+// cut them.
 type trackedBody struct {
 	io.ReadCloser
 	q    request
 	log  *requestLog
 	once sync.Once
+
+	line     []byte // the stream's line so far
+	skipping bool   // the line outgrew maxErrorFrame: no ERROR event
 }
 
-var errorFrame = []byte(`"type":"ERROR"`)
+// maxErrorFrame: a longer line is an object, not an ERROR event's Status.
+const maxErrorFrame = 64 << 10
 
 func (b *trackedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if bytes.Contains(p[:n], errorFrame) {
-		b.q.Failed = true
+	if b.stream() {
+		b.scan(p[:n], err != nil)
 	}
 	if err != nil {
 		b.end(!errors.Is(err, io.EOF) && (b.stream() || !errors.Is(err, context.Canceled)))
 	}
 	return n, err
+}
+
+// scan takes in the bytes read; last: the stream ended after them.
+func (b *trackedBody) scan(p []byte, last bool) {
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			if !b.skipping {
+				b.line = append(b.line, p...)
+			}
+			break
+		}
+		if !b.skipping {
+			b.frame(append(b.line, p[:i]...))
+		}
+		b.line, b.skipping, p = b.line[:0], false, p[i+1:]
+	}
+	if len(b.line) > maxErrorFrame {
+		b.line, b.skipping = b.line[:0], true
+	}
+	if last && len(b.line) > 0 {
+		b.frame(b.line)
+		b.line = b.line[:0]
+	}
+}
+
+// frame looks at one line of the stream: an ERROR event fails it.
+func (b *trackedBody) frame(line []byte) {
+	if !bytes.Contains(line, []byte(`"ERROR"`)) {
+		return
+	}
+	var ev struct {
+		Type   string `json:"type"`
+		Object struct {
+			Details struct {
+				RetryAfterSeconds int `json:"retryAfterSeconds"`
+			} `json:"details"`
+		} `json:"object"`
+	}
+	if json.Unmarshal(line, &ev) != nil || ev.Type != "ERROR" {
+		return
+	}
+	b.q.Failed = true
+	if s := ev.Object.Details.RetryAfterSeconds; s > 0 {
+		b.q.RetryAfter = s
+	}
 }
 
 // Close: the client is done with the body: a LIST read to its last item,
