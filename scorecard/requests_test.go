@@ -172,3 +172,47 @@ func TestAnErrorEventFailsItsStreamWithItsRetryAfterWhereverTheReadsCutIt(t *tes
 		t.Errorf("a stream of events only: failed %v, Retry-After %d; want neither", q.Failed, q.RetryAfter)
 	}
 }
+
+// calmThenBurst is a client that backs off calmly through a long fault (a
+// WATCH that fails, retried at 0.8 s doubling to 10 s), lists once the
+// server answers, and then lists burst times more at once, each LIST right
+// after the one before succeeded.
+func calmThenBurst(retries, burst int) []request {
+	var reqs []request
+	at, wait := ms(0), 800*time.Millisecond
+	add := func(sort byte, took time.Duration, failed bool) {
+		reqs = append(reqs, request{ID: int64(len(reqs) + 1), At: at, End: at + int64(took), Sort: sort, Failed: failed})
+		at += int64(took)
+	}
+	for range retries {
+		add(sortWatch, 10*time.Millisecond, true)
+		at += int64(wait)
+		wait = min(2*wait, 10*time.Second)
+	}
+	add(sortList, 20*time.Millisecond, false)
+	for range burst {
+		at += int64(time.Millisecond)
+		add(sortList, 20*time.Millisecond, false)
+	}
+	at += int64(time.Millisecond)
+	reqs = append(reqs, request{ID: int64(len(reqs) + 1), At: at, Sort: sortWatch}) // the WATCH, open
+	return reqs
+}
+
+// The spacing of consecutive requests is judged, not their average: a
+// burst of LISTs asked again at once, each after the one before succeeded,
+// storms however calm the retries before it were; the same calm backoff
+// without the burst holds.
+func TestABurstAfterACalmBackoffIsStormedWhateverItsAverage(t *testing.T) {
+	for _, c := range []struct {
+		burst int
+		want  string
+	}{{0, Held}, {1, Held}, {40, Stormed}} {
+		reqs := calmThenBurst(12, c.burst)
+		m := Measure{Converged: true, HeardCanary: true}
+		m.Waits, m.AsAsked, m.Chained = pace(reqs, time.Unix(0, 0), time.Unix(0, reqs[len(reqs)-1].At))
+		if got, why := Verdict(m); got != c.want {
+			t.Errorf("12 calm retries, then %d LISTs at once: %s (%s; waits %v, %d chained), want %s", c.burst, got, why, m.Waits, m.Chained, c.want)
+		}
+	}
+}
