@@ -58,7 +58,10 @@ func (r *Report) Markdown(svg string) string {
 		"Every request the client sends is counted on its own transport (a refused connection counts) from the fault's start to the end of its "+
 		"recovery: LISTs, further pages, WATCHes in any spelling, WatchLists, GETs and discovery. A request sent after one that failed (an error "+
 		"status, no answer, a stream cut or given up, an ERROR event) is a retry, and waited from that failure to its start, unless it is of "+
-		"another sort and sent within %v (the next step: a LIST after a WatchList that failed, a relist after a 410); any other is chained.\n",
+		"another sort and sent within %v (the next step: a LIST after a WatchList that failed, a relist after a 410). A request of the same "+
+		"sort as the one sent before it, which did not fail, is that request asked again, and waited from that one's start (a WatchList asked "+
+		"again whenever it ends, a burst of LISTs): each such wait is judged as a retry's, so a burst storms however calm the retries around it. "+
+		"Any other request is chained (a LIST's WATCH); a LIST's further pages are the LIST's.\n",
 		r.Duration, longFaults(r), r.Recover, togetherFaults(r), FallbackGap)
 
 	fmt.Fprintf(&b, "\n## The verdicts\n\nWorst first:\n\n"+

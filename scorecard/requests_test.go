@@ -49,9 +49,11 @@ func TestEveryRequestIsSorted(t *testing.T) {
 func ms(n int64) int64 { return n * int64(time.Millisecond) }
 
 // A request after one that failed is a retry, and waited from that failure
-// to its start, unless it waited the Retry-After asked; one after a success
-// or beside a request in flight is chained, and so is one of another sort
-// at once after a failure (a LIST after a WatchList that failed). Requests
+// to its start, unless it waited the Retry-After asked; one of the same sort
+// as the one before, which did not fail, is that one asked again, and waited
+// from its start; one after a success or beside a request in flight is
+// chained, and so is one of another sort at once after a failure (a LIST
+// after a WatchList that failed). Requests
 // before the window are not counted, but a failure just before it makes
 // the first in it a retry.
 func TestPaceTellsRetriesFromChainedRequests(t *testing.T) {
@@ -65,15 +67,15 @@ func TestPaceTellsRetriesFromChainedRequests(t *testing.T) {
 		{ID: 7, At: ms(4001), End: ms(4100), Sort: sortList},                              // ...and the LIST at once: chained
 		{ID: 8, At: ms(4200), End: ms(4300), Sort: sortWatch, Failed: true},               // after a success: chained
 		{ID: 9, At: ms(4301), End: ms(4400), Sort: sortWatch},                             // the same sort at once after a failure: a retry
-		{ID: 10, At: ms(4500), Sort: sortWatch},                                           // after a success: chained, and still open
+		{ID: 10, At: ms(4500), Sort: sortWatch},                                           // the same WATCH again after 9 succeeded: 200 ms after 9 began, and still open
 		{ID: 11, At: ms(5000), End: ms(5100), Sort: sortList},                             // beside 10: chained
 	}
 	for i := range reqs {
 		reqs[i].Failed = reqs[i].Failed || reqs[i].Status >= 400
 	}
 	waits, asAsked, chained := pace(reqs, time.Unix(0, ms(1000)), time.Unix(0, ms(6000)))
-	if !slices.Equal(waits, []time.Duration{time.Millisecond, 600 * time.Millisecond, time.Second}) || asAsked != 1 || chained != 5 {
-		t.Errorf("waits %v, %d as asked, %d chained; want [1ms 600ms 1s], 1, 5", waits, asAsked, chained)
+	if !slices.Equal(waits, []time.Duration{time.Millisecond, 199 * time.Millisecond, 600 * time.Millisecond, time.Second}) || asAsked != 1 || chained != 4 {
+		t.Errorf("waits %v, %d as asked, %d chained; want [1ms 199ms 600ms 1s], 1, 4", waits, asAsked, chained)
 	}
 }
 

@@ -22,7 +22,10 @@ var Verdicts = []string{Crashed, LostData, Stormed, Stalled, Held}
 // the end of its recovery (docs/scorecard.md repeats it). A retry is a
 // request sent after one that failed (but one of another sort sent at once,
 // within FallbackGap: the next step, a LIST after a WatchList that failed);
-// its wait is the time between the two.
+// its wait is the time between the two. A request of the same sort as the
+// one sent before it, which did not fail, is that request asked again: its
+// wait, from that one's start, is judged as a retry's (pace), so that a
+// burst is judged by its own spacing, never by an average over the window.
 // Any backoff that doubles its wait at least every other retry from 0.4 s,
 // up to 10 s or more, stays inside, whatever its jitter (client-go's
 // reflector and the raw watcher wait 0.8 to 1.6 s, doubling every retry, up
@@ -81,9 +84,9 @@ type Measure struct {
 	// Busiest, the most in any minute of it.
 	Lists, Pages, Watches, WatchLists, Others int
 	Busiest                                   int
-	// How they were spaced (pace): the waits before the retries the
-	// envelope judges, shortest first; the retries that waited as their
-	// Retry-After asked; the chained requests.
+	// How they were spaced (pace): the waits the envelope judges (before
+	// a retry, or a request asked again), shortest first; the retries that
+	// waited as their Retry-After asked; the chained requests.
 	Waits   []time.Duration
 	AsAsked int
 	Chained int
