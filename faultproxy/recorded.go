@@ -28,6 +28,16 @@ import (
 //	                                                     WATCH without it, to kube-apiserver
 //	                                                     without its WatchList feature)
 
+// Replays names, for each of these faults, the recordings of testdata/wire
+// its answers are held to: recorded_test.go asks the proxy what each asked
+// kube-apiserver and compares the answers.
+var Replays = map[string][]string{
+	"Compacted":               {"fault-watch-compacted-cached.json"},
+	"TooLargeRV":              {"fault-watch-future-cached.json", "fault-list-future-cached.json", "fault-watchlist-future-cached.json"},
+	"Throttle":                {"fault-throttled-list.json", "fault-throttled-watch.json"},
+	"IgnoreSendInitialEvents": {"fault-legacy-watch-gate-off.json"},
+}
+
 // apiserverHeaders are the headers kube-apiserver sets on the answers the
 // proxy makes itself (its API Priority and Fairness headers carry the UIDs
 // of the flow schema and priority level that served the request; any UID

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -164,4 +165,23 @@ func TestIgnoreSendInitialEventsAnswersAsKubeAPIServerDid(t *testing.T) {
 	want.Request = "GET /apis/example.com/v1alpha1/namespaces/default/myresources?allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&sendInitialEvents=true&watch=true"
 	got := ask(t, cp, p, want, 0)
 	same(t, "fault-legacy-watch-gate-off.json", want, got)
+}
+
+// Every recording a fault replays (Replays) is compared with the proxy's
+// answer by a test of this file.
+func TestEveryReplayIsComparedWithItsRecording(t *testing.T) {
+	src, err := os.ReadFile("recorded_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for method, files := range faultproxy.Replays {
+		for _, file := range files {
+			if !strings.Contains(string(src), `"`+file+`"`) {
+				t.Errorf("%s replays %s, which no test of recorded_test.go compares", method, file)
+			}
+			if _, err := wire.ReadExchange(file); err != nil {
+				t.Errorf("%s: %v", method, err)
+			}
+		}
+	}
 }

@@ -29,9 +29,13 @@ type Fault struct {
 	// the fault is known.
 	Upstream []string
 	// Recorded: the exchanges of testdata/wire the proxy's answers are
-	// held to (faultproxy's tests), recorded from kube-apiserver in the
-	// situation the fault stands for.
+	// held to (faultproxy.Replays, compared by faultproxy's tests),
+	// recorded from kube-apiserver in the situation the fault stands for.
 	Recorded []string
+	// Contrast: exchanges of testdata/wire recorded from kube-apiserver
+	// that the proxy does not replay: what it answers instead of the
+	// fault, or the real server making the fault itself.
+	Contrast []string
 	// prepare runs before the client starts (optional); start begins the
 	// fault (it may block: the writes go on meanwhile); stop ends it
 	// (default: the proxy heals).
