@@ -97,7 +97,7 @@ var Faults = []Fault{
 			"answers so: with its watch cache off, etcd serves the WatchList, bookmark and all; without the WatchList feature it refuses it (422), " +
 			"and the client lists.",
 		Upstream: []string{"https://github.com/kubernetes/kubernetes/issues/140890", "https://github.com/kubernetes/kubernetes/pull/140902"},
-		Recorded: []string{"fault-watchlist-uncached.json", "fault-watchlist-gate-off.json"},
+		Contrast: []string{"fault-watchlist-uncached.json", "fault-watchlist-gate-off.json"},
 		start:    proxyFault(func(p *faultproxy.Proxy) { p.WatchListEnd(true); p.ExpireWatches() })},
 	{Name: "watchlist-ignored", What: "every WatchList answered as a plain WATCH from \"\": every object ADDED, no bookmark ending them, the stream open; open streams get 410 (a relist is due)",
 		Story: "A server that ignores sendInitialEvents (an aggregated server that does not implement it, as in cozystack/cozystack#2786) answers " +
@@ -105,14 +105,16 @@ var Faults = []Fault{
 			"proxy passes the WatchList on without sendInitialEvents and resourceVersionMatch, so the bytes are kube-apiserver's own answer to " +
 			"that WATCH. A WatchList client waits for the bookmark; when the fault ends the proxy cuts those streams (the server is replaced).",
 		Upstream: []string{"https://github.com/cozystack/cozystack/pull/2786", "https://github.com/kubernetes/kubernetes/issues/140890"},
-		Recorded: []string{"fault-legacy-watch-cached.json"},
+		Recorded: []string{"fault-legacy-watch-gate-off.json"},
+		Contrast: []string{"fault-legacy-watch-cached.json"},
 		start:    proxyFault(func(p *faultproxy.Proxy) { p.IgnoreSendInitialEvents(true); p.ExpireWatches() })},
 	{Name: "watch-410", What: "the open streams cut; every WATCH from a resourceVersion answered as after a compaction: 200, an ERROR event 410, the end",
 		Story: "Compaction racing the client: a connection drop makes the client resume, and its resourceVersion is older than the server " +
 			"holds (etcd compacts every 5 minutes; a watch cache keeps a short window under heavy writes, and a restarted one begins at its " +
 			"start): kube-apiserver establishes the watch, sends one ERROR event with 410 and ends it (cacher.go: once the request is accepted, " +
 			"errors are ERROR events), until the client relists. A compaction alone does not end an open watch (recorded).",
-		Recorded: []string{"fault-watch-compacted-cached.json", "fault-watch-compacted-uncached.json", "fault-compaction-under-watch-cached.json"},
+		Recorded: []string{"fault-watch-compacted-cached.json"},
+		Contrast: []string{"fault-watch-compacted-uncached.json", "fault-compaction-under-watch-cached.json"},
 		start:    proxyFault(func(p *faultproxy.Proxy) { p.Compacted(true); p.CutWatches() })},
 	{Name: "too-large-rv", What: "the open streams cut; every WATCH from a resourceVersion established and silent until the fault ends, every LIST and WatchList from one answered 504 \"Too large resource version\" after 3 s",
 		Story: "An HA control plane whose apiservers' watch caches are not in step: after a failover the client's resourceVersion came from a " +
@@ -147,7 +149,7 @@ var Faults = []Fault{
 			"then answers 503 while it installs its APIs and 429 while a watch cache fills (recorded), and the new watch cache starts at the " +
 			"current revision, so a client resuming from an older resourceVersion than the cache holds gets 410 and must relist; every client " +
 			"of every controller does so at once.",
-		Recorded: []string{"fault-restart-open-watch.json", "fault-restart-resume.json"},
+		Contrast: []string{"fault-restart-open-watch.json", "fault-restart-resume.json"},
 		start:    func(ctx context.Context, s *stage) error { return s.api.Restart(ctx) }},
 	{Name: "initial-flap-cut", Initial: true, What: "every WATCH cut after its first frame from before the client starts: its initial sync meets the fault",
 		Story: "A controller that starts, or restarts, while the load balancer in front of the apiserver drops long-lived connections (a rollout during an incident, a crash-looping apiserver). " +

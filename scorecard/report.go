@@ -153,12 +153,18 @@ func (r *Report) Markdown(svg string) string {
 			continue
 		}
 		fmt.Fprintf(&b, "\n### %s\n\n*%s.* %s\n", f.Name, f.What, f.Story)
-		if len(f.Recorded) > 0 {
+		for _, rec := range []struct {
+			files []string
+			what  string
+		}{{f.Recorded, "The proxy answers as kube-apiserver was recorded answering"}, {f.Contrast, "Recorded from kube-apiserver, not replayed"}} {
+			if len(rec.files) == 0 {
+				continue
+			}
 			var links []string
-			for _, file := range f.Recorded {
+			for _, file := range rec.files {
 				links = append(links, fmt.Sprintf("[%s](../testdata/wire/%s)", file, file))
 			}
-			fmt.Fprintf(&b, "Recorded from kube-apiserver: %s.\n", strings.Join(links, ", "))
+			fmt.Fprintf(&b, "%s: %s.\n", rec.what, strings.Join(links, ", "))
 		}
 		if len(f.Upstream) > 0 {
 			var links []string
