@@ -33,7 +33,7 @@
 //	  good
 //
 // and the faults kube-apiserver makes, each held to a recording of what it
-// answered in that situation (recorded.go): Compacted, TooLargeRV, Throttle,
+// answered in that situation (recorded.go): CompactedAt, TooLargeRV, Throttle,
 // IgnoreSendInitialEvents.
 //
 // Faults happen on demand (call the methods; Handler exposes them over HTTP
@@ -97,7 +97,8 @@ type Proxy struct {
 	// watchListEnd, garble: the persistent faults of more.go.
 	watchListEnd, garble atomic.Bool
 	// The faults as kube-apiserver answers them (recorded.go).
-	compacted, throttled, ignoreInitialEvents atomic.Bool
+	throttled, ignoreInitialEvents atomic.Bool
+	compactedAt                    atomic.Int64
 
 	meter *Meter
 

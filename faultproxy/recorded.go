@@ -17,7 +17,7 @@ import (
 //
 //	fault                       method                   the situation recorded
 //	────────────────────────────────────────────────────────────────────────────────────────
-//	410 inside a 200 stream     Compacted                a WATCH from a resourceVersion older
+//	410 inside a 200 stream     CompactedAt              a WATCH from a resourceVersion older
 //	                                                     than the watch cache's window
 //	silence, or 504 after 3 s   TooLargeRV               a WATCH, or a LIST, from a
 //	                                                     resourceVersion the server has not reached
@@ -32,7 +32,7 @@ import (
 // its answers are held to: recorded_test.go asks the proxy what each asked
 // kube-apiserver and compares the answers.
 var Replays = map[string][]string{
-	"Compacted":               {"fault-watch-compacted-cached.json"},
+	"CompactedAt":             {"fault-watch-compacted-cached.json"},
 	"TooLargeRV":              {"fault-watch-future-cached.json", "fault-list-future-cached.json", "fault-watchlist-future-cached.json"},
 	"Throttle":                {"fault-throttled-list.json", "fault-throttled-watch.json"},
 	"IgnoreSendInitialEvents": {"fault-legacy-watch-gate-off.json"},
@@ -48,18 +48,19 @@ func apiserverHeaders(h http.Header) {
 	h.Set("X-Kubernetes-Pf-Prioritylevel-Uid", "2f1d9d05-5b7e-46c1-9b79-4f3a4f2c7e22")
 }
 
-// Compacted, while on, answers every WATCH from a resourceVersion (but "0")
-// the way kube-apiserver answers one from a resourceVersion its watch cache
-// no longer holds (compacted away, or before the cache started): 200, one
-// ERROR event carrying 410 Expired "too old resource version: RV (OLDEST)",
-// the end of the stream. A WatchList, a LIST, a WATCH from "" pass. Streams
-// already open go on, as they do across a compaction: cut them to make the
-// client resume.
-func (p *Proxy) Compacted(on bool) { p.compacted.Store(on) }
+// CompactedAt, while rv > 0, answers every WATCH from a resourceVersion
+// (but "0") the way kube-apiserver answers one from a resourceVersion its
+// watch cache no longer holds (compacted away, or before the cache
+// started): 200, one ERROR event carrying 410 Expired "too old resource
+// version: RV (OLDEST)", the end of the stream. A WatchList, a LIST, a
+// WATCH from "" pass. Streams already open go on, as they do across a
+// compaction: cut them to make the client resume. CompactedAt(0) ends it.
+func (p *Proxy) CompactedAt(rv int64) { p.compactedAt.Store(rv) }
 
-// compactedAnswer answers r, a WATCH from a resourceVersion, if Compacted is on.
+// compactedAnswer answers r, a WATCH from a resourceVersion, if CompactedAt is on.
 func (p *Proxy) compactedAnswer(w http.ResponseWriter, r *http.Request, k Kind) bool {
-	if !p.compacted.Load() || k != Watch || !fromRV(r) || sendsInitialEvents(r) {
+	at := p.compactedAt.Load()
+	if at <= 0 || k != Watch || !fromRV(r) || sendsInitialEvents(r) {
 		return false
 	}
 	p.count.failed.Add(1)

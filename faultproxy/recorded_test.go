@@ -107,7 +107,7 @@ func currentRV(t *testing.T, cp *controlplane.ControlPlane) int64 {
 func TestCompactedAnswersAsKubeAPIServerDid(t *testing.T) {
 	cp := shared.Get(t)
 	p := proxyFor(t, cp)
-	p.Compacted(true)
+	p.CompactedAt(1 << 62)
 	want, got := through(t, cp, p, "fault-watch-compacted-cached.json", 2)
 	same(t, "fault-watch-compacted-cached.json", want, got)
 }

@@ -115,7 +115,7 @@ var Faults = []Fault{
 			"errors are ERROR events), until the client relists. A compaction alone does not end an open watch (recorded).",
 		Recorded: []string{"fault-watch-compacted-cached.json"},
 		Contrast: []string{"fault-watch-compacted-uncached.json", "fault-compaction-under-watch-cached.json"},
-		start:    proxyFault(func(p *faultproxy.Proxy) { p.Compacted(true); p.CutWatches() })},
+		start:    proxyFault(func(p *faultproxy.Proxy) { p.CompactedAt(1 << 62); p.CutWatches() })},
 	{Name: "too-large-rv", What: "the open streams cut; every WATCH from a resourceVersion established and silent until the fault ends, every LIST and WatchList from one answered 504 \"Too large resource version\" after 3 s",
 		Story: "An HA control plane whose apiservers' watch caches are not in step: after a failover the client's resourceVersion came from a " +
 			"fresher apiserver than the one it now talks to. kube-apiserver establishes a WATCH from a resourceVersion it has not reached and " +
