@@ -2,8 +2,14 @@ package scorecard
 
 import (
 	"context"
+	"math"
 	"net/http"
+	"strconv"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"rawwatch/faultproxy"
 	"rawwatch/internal/controlplane"
@@ -19,6 +25,9 @@ type stage struct {
 	snapshot string
 	// client is the client's process (slow-consumer makes its handler slow).
 	client *process
+	// kube reaches the apiserver straight; ns is the client's namespace.
+	kube kubernetes.Interface
+	ns   string
 }
 
 // Fault is one named fault: what it does, and what in a real cluster
@@ -67,6 +76,28 @@ func failing(f faultproxy.Failure) func(context.Context, *stage) error {
 	return proxyFault(func(p *faultproxy.Proxy) { p.Fail(f); p.CutWatches() })
 }
 
+// compactBehindTheClient cuts the client's streams and makes the proxy
+// answer as kube-apiserver whose watch cache's window begins after every
+// resourceVersion the client saw: its resume is too old; a WATCH from a
+// relist's resourceVersion is served. The point is a write made after the
+// cut (a ConfigMap beside the client's objects, which it does not watch),
+// so that the server has reached it; until it is made, every resume is too
+// old, as it is.
+func compactBehindTheClient(ctx context.Context, s *stage) error {
+	s.proxy.CompactedAt(math.MaxInt64)
+	s.proxy.CutWatches()
+	cm, err := s.kube.CoreV1().ConfigMaps(s.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "compaction-point"}}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	point, err := strconv.ParseInt(cm.ResourceVersion, 10, 64)
+	if err != nil {
+		return err
+	}
+	s.proxy.CompactedAt(point)
+	return nil
+}
+
 // FreezeFor is how long freeze lasts: longer than the raw watcher's
 // silence limit (watcher.DefaultSilenceLimit, 150 s), so that a client
 // without a watchdog of its own is still stuck when the fault ends.
@@ -108,14 +139,14 @@ var Faults = []Fault{
 		Recorded: []string{"fault-legacy-watch-gate-off.json"},
 		Contrast: []string{"fault-legacy-watch-cached.json"},
 		start:    proxyFault(func(p *faultproxy.Proxy) { p.IgnoreSendInitialEvents(true); p.ExpireWatches() })},
-	{Name: "watch-410", What: "the open streams cut; every WATCH from a resourceVersion answered as after a compaction: 200, an ERROR event 410, the end",
+	{Name: "watch-410", What: "the open streams cut; every WATCH from a resourceVersion before the cut answered as after a compaction: 200, an ERROR event 410, the end; a WATCH from a relist's resourceVersion served",
 		Story: "Compaction racing the client: a connection drop makes the client resume, and its resourceVersion is older than the server " +
 			"holds (etcd compacts every 5 minutes; a watch cache keeps a short window under heavy writes, and a restarted one begins at its " +
 			"start): kube-apiserver establishes the watch, sends one ERROR event with 410 and ends it (cacher.go: once the request is accepted, " +
 			"errors are ERROR events), until the client relists. A compaction alone does not end an open watch (recorded).",
 		Recorded: []string{"fault-watch-compacted-cached.json"},
 		Contrast: []string{"fault-watch-compacted-uncached.json", "fault-compaction-under-watch-cached.json"},
-		start:    proxyFault(func(p *faultproxy.Proxy) { p.CompactedAt(1 << 62); p.CutWatches() })},
+		start:    compactBehindTheClient},
 	{Name: "too-large-rv", What: "the open streams cut; every WATCH from a resourceVersion established and silent until the fault ends, every LIST and WatchList from one answered 504 \"Too large resource version\" after 3 s",
 		Story: "An HA control plane whose apiservers' watch caches are not in step: after a failover the client's resourceVersion came from a " +
 			"fresher apiserver than the one it now talks to. kube-apiserver establishes a WATCH from a resourceVersion it has not reached and " +

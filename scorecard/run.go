@@ -241,6 +241,7 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 	defer func() {
 		_ = kube.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), ns, metav1.DeleteOptions{})
 	}()
+	st.kube, st.ns = kube, ns
 	duration := r.duration(f)
 	ticks := int(duration / writeTick)
 	if err := createObjects(ctx, c, ns, 2*ticks+10); err != nil {
