@@ -144,8 +144,8 @@ var Faults = []Fault{
 			"holds (etcd compacts every 5 minutes; a watch cache keeps a short window under heavy writes, and a restarted one begins at its " +
 			"start): kube-apiserver establishes the watch, sends one ERROR event with 410 and ends it (cacher.go: once the request is accepted, " +
 			"errors are ERROR events), until the client relists. A compaction alone does not end an open watch (recorded).",
-		Recorded: []string{"fault-watch-compacted-cached.json"},
-		Contrast: []string{"fault-watch-compacted-uncached.json", "fault-compaction-under-watch-cached.json"},
+		Recorded: []string{"fault-watch-compacted-cached.json", "fault-compaction-under-watch-cached.json"},
+		Contrast: []string{"fault-watch-compacted-uncached.json"},
 		start:    compactBehindTheClient},
 	{Name: "too-large-rv", What: "the open streams cut; every WATCH from a resourceVersion established and silent until the fault ends, every LIST and WatchList from one answered 504 \"Too large resource version\" after 3 s",
 		Story: "An HA control plane whose apiservers' watch caches are not in step: after a failover the client's resourceVersion came from a " +
