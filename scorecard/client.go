@@ -435,6 +435,11 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
+// AnswerTimeout is how long the scorecard waits for the client's process
+// to answer (its store, what its handler heard, its stop) before it calls
+// it hung.
+const AnswerTimeout = 30 * time.Second
+
 // process is a running client process, as the scorecard sees it.
 type process struct {
 	cmd        *exec.Cmd
@@ -539,8 +544,8 @@ func (p *process) heard(key string) (string, error) {
 		return rv, nil
 	case <-p.done:
 		return "", fmt.Errorf("the client exited: %s", tail(p.stderrPath))
-	case <-time.After(30 * time.Second):
-		return "", errors.New("the client did not answer heard within 30 s")
+	case <-time.After(AnswerTimeout):
+		return "", fmt.Errorf("the client did not answer heard within %v", AnswerTimeout)
 	}
 }
 
@@ -554,8 +559,8 @@ func (p *process) store() (map[string]string, error) {
 		return m, nil
 	case <-p.done:
 		return nil, fmt.Errorf("the client exited: %s", tail(p.stderrPath))
-	case <-time.After(30 * time.Second):
-		return nil, errors.New("the client did not answer dump within 30 s")
+	case <-time.After(AnswerTimeout):
+		return nil, fmt.Errorf("the client did not answer dump within %v", AnswerTimeout)
 	}
 }
 
@@ -564,9 +569,9 @@ func (p *process) stop() (*clientResult, error) {
 	fmt.Fprintln(p.stdin, "stop")
 	select {
 	case <-p.done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(AnswerTimeout):
 		p.kill()
-		return nil, errors.New("the client did not stop within 30 s")
+		return nil, fmt.Errorf("the client did not stop within %v", AnswerTimeout)
 	}
 	b, err := os.ReadFile(filepath.Join(p.dir, resultFile))
 	if err != nil {

@@ -131,6 +131,9 @@ type Measure struct {
 	// Exit is what it said last.
 	Crashed bool
 	Exit    string `json:",omitempty"`
+	// Hung: the client's process stopped answering (for AnswerTimeout)
+	// without ending.
+	Hung bool `json:",omitempty"`
 }
 
 // Requests is every request counted.
