@@ -54,18 +54,18 @@ func (r *Report) Markdown(svg string) string {
 		"deletes one a second, each write retried every 200 ms until the fault ends. Then the writer updates one object nothing else touches (the "+
 		"canary), and the client has %v to recover: its store equal to a fresh LIST (every key at the server's resourceVersion) and its handler at "+
 		"the canary's resourceVersion. `initial-flap-cut` begins before the client starts; `slow-consumer` makes the client's handler block; "+
-		"%s.\n\n"+
-		"Every request the client sends is counted on its own transport (a refused connection counts) from the fault's start to the end of its "+
-		"recovery: LISTs, further pages, WATCHes in any spelling, WatchLists, GETs and discovery. A request sent after one that failed (an error "+
+		"%s. After its recovery the client is watched %v more: what it does then counts (its requests, a crash), and it must still answer.\n\n"+
+		"Every request the client sends is counted on its own transport (a refused connection counts) from the fault's start to %v after "+
+		"the end of its recovery: LISTs, further pages, WATCHes in any spelling, WatchLists, GETs and discovery. A request sent after one that failed (an error "+
 		"status, no answer, a stream cut or given up, an ERROR event) is a retry, and waited from that failure to its start, unless it is of "+
 		"another sort and sent within %v (the next step: a LIST after a WatchList that failed, a relist after a 410). A request of the same "+
 		"sort as the one sent before it, which did not fail, is that request asked again, and waited from that one's start (a WatchList asked "+
 		"again whenever it ends, a burst of LISTs): each such wait is judged as a retry's, so a burst storms however calm the retries around it. "+
 		"Any other request is chained (a LIST's WATCH); a LIST's further pages are the LIST's.\n",
-		r.Duration, longFaults(r), r.Recover, togetherFaults(r), FallbackGap)
+		r.Duration, longFaults(r), r.Recover, togetherFaults(r), Grace, Grace, FallbackGap)
 
 	fmt.Fprintf(&b, "\n## The verdicts\n\nWorst first:\n\n"+
-		"- **crashed**: the client's process ended on its own.\n"+
+		"- **crashed**: the client's process ended on its own, before it was told to stop (after its recovery too).\n"+
 		"- **lost data**: the client follows the server again (its store converged, or its handler heard the canary) and yet its store, or "+
 		"its handler's last word on some key, differs from the server: a create, update or delete never heard, heard at another "+
 		"resourceVersion, a deleted key added again (a ghost), an object that vanished or came back in a restore.\n"+
@@ -73,9 +73,9 @@ func (r *Report) Markdown(svg string) string {
 		"up to %v (the first %d are free; a retry that waited its Retry-After is as asked); and it may chain %d requests per retry and %d "+
 		"more. Any backoff that doubles from 0.8 s (client-go's reflector, the raw watcher) stays inside; a fixed-interval retry leaves it "+
 		"within a few retries. A slow machine makes waits longer, never a calm client stormier.\n"+
-		"- **stalled**: not following again within the recovery window.\n"+
+		"- **stalled**: not following again within the recovery window, or hung: its process there and answering nothing for %v.\n"+
 		"- **held**: none of these.\n\n"+
-		"Times are reported, not judged.\n", EnvelopeBase, RetriesPerDoubling, EnvelopeCap, FreeRetries, ChainsPerRetry, ChainSlack)
+		"Times are reported, not judged.\n", EnvelopeBase, RetriesPerDoubling, EnvelopeCap, FreeRetries, ChainsPerRetry, ChainSlack, AnswerTimeout)
 
 	fmt.Fprintf(&b, "\n## The run\n\n%s: `%s`, %s for %d faults × %d clients%s.\n\n",
 		r.Date, r.Command, r.Took.Round(time.Second), len(r.Faults), len(r.Kinds), commit(r))

@@ -55,6 +55,9 @@ const (
 	// DefaultRecover is how long after a fault's end a client has to show a
 	// store equal to the server's and its handler the canary.
 	DefaultRecover = time.Minute
+	// Grace: the client is watched this long after its recovery (its
+	// requests counted, a crash seen), and must still answer at its end.
+	Grace = 10 * time.Second
 )
 
 // Envelope is the shortest wait the n-th shortest retry (from 1) may have.
@@ -73,10 +76,10 @@ func Envelope(n int) time.Duration {
 type Measure struct {
 	// Fault lasted Duration (as set: the verdict does not read clocks).
 	Duration time.Duration
-	// Window is the time from the fault's start to the end of the client's
-	// recovery (its store equal to the server's and its handler at the
-	// canary's resourceVersion, or the recovery window's end): the requests
-	// are counted over it.
+	// Window is the time from the fault's start to Grace after the end of
+	// the client's recovery (its store equal to the server's and its
+	// handler at the canary's resourceVersion, or the recovery window's
+	// end): the requests are counted over it.
 	Window time.Duration
 	// Every request the client sent in Window, by sort: LISTs (first
 	// pages), further pages, WATCHes, WatchLists (WATCHes with
@@ -128,7 +131,7 @@ type Measure struct {
 	Synced   bool
 	SyncedIn time.Duration
 	// Crashed: the client's process ended before it was told to stop;
-	// Exit is what it said last.
+	// Exit is what it said last (or, Hung, what it failed to answer).
 	Crashed bool
 	Exit    string `json:",omitempty"`
 	// Hung: the client's process stopped answering (for AnswerTimeout)
@@ -158,7 +161,9 @@ func (m Measure) Following() bool { return m.Converged || m.HeardCanary }
 //     Envelope allows, or it chained more requests than ChainsPerRetry
 //     per retry and ChainSlack. It judges the spacing, not the rate: a
 //     slow machine makes waits longer, never a calm client stormier;
-//   - stalled: not following within the recovery window;
+//   - stalled: not following within the recovery window, or hung: its
+//     process there and answering nothing (its store, its handler, its
+//     stop) for AnswerTimeout;
 //   - held: none of these.
 func Verdict(m Measure) (string, string) {
 	switch {
@@ -171,6 +176,9 @@ func Verdict(m Measure) (string, string) {
 	}
 	if why, ok := stormed(m); ok {
 		return Stormed, why
+	}
+	if m.Hung {
+		return Stalled, "stopped answering, its process still there: " + m.Exit
 	}
 	if !m.Following() {
 		return Stalled, fmt.Sprintf("never heard the canary at its resourceVersion; store: %d missing, %d extra, %d stale", m.Missing, m.Extra, m.Stale)
