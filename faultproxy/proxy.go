@@ -113,13 +113,13 @@ type Proxy struct {
 	closeOnce sync.Once
 }
 
-// Kind sorts requests the way the watcher's Source does.
+// Kind sorts requests as kube-apiserver does (KindOf).
 type Kind int
 
 const (
 	// List is a GET of a collection (a LIST, or one page of it).
 	List Kind = 1 << iota
-	// Watch is a GET with watch=true: a long-lived stream of events.
+	// Watch is a WATCH, in any spelling: a long-lived stream of events.
 	Watch
 	// Other is everything else: GET of one object, writes, discovery.
 	Other
@@ -150,7 +150,8 @@ type Counts struct {
 	Lists, Watches, Others int64
 	// Failed counts requests the proxy answered itself with an error (Fail).
 	Failed int64
-	// Refused counts Refuse periods.
+	// Refused counts Refuse periods (not the times the apiserver was
+	// down, when the proxy refuses connections too).
 	Refused int64
 	// Cut counts WATCH streams cut mid-way (by CutWatches or FlapCut);
 	// Expired, streams ended with an injected 410 ERROR event; ErrorEvents,
