@@ -79,7 +79,7 @@ func (r *Report) Markdown(svg string) string {
 
 	fmt.Fprintf(&b, "\n## The run\n\n%s: `%s`, %s for %d faults × %d clients%s.\n\n",
 		r.Date, r.Command, r.Took.Round(time.Second), len(r.Faults), len(r.Kinds), commit(r))
-	b.WriteString("Each cell: verdict, requests in the busiest minute from the fault's start to the end of recovery, time from the fault's end " +
+	b.WriteString("Each cell: verdict, requests in the busiest minute from the fault's start to the end of the grace after recovery, time from the fault's end " +
 		"to a store equal to the server's.\n\n")
 	b.WriteString("| fault |")
 	for _, k := range r.Kinds {
@@ -108,7 +108,7 @@ func (r *Report) Markdown(svg string) string {
 	fmt.Fprintf(&b, "\n![requests in the busiest minute of each cell, per client, and the verdicts that are not held](%s)\n", svg)
 
 	b.WriteString("\n## The numbers\n\n" +
-		"Requests from the fault's start to the end of recovery (LISTs / further pages / WATCHes / WatchLists / others) and their busiest minute; " +
+		"Requests from the fault's start to the end of the grace after recovery (LISTs / further pages / WATCHes / WatchLists / others) and their busiest minute; " +
 		"retries (as their Retry-After asked among them), chained requests, the three shortest waits before a retry; the time from the fault's end " +
 		"to an equal store; the store at the end against the server (missing / extra / stale); the handler's last word against the server " +
 		"(never heard / stale / deletion never heard, ghosts among them); events heard after the fault, and the canary's time from its write " +
@@ -275,7 +275,7 @@ var colors = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8
 var marks = map[string]string{Crashed: "✕", LostData: "!", Stormed: "▲", Stalled: "‖"}
 
 // SVG draws, per fault, one bar per client: its requests in the busiest
-// minute from the fault's start to the end of its recovery, on a log
+// minute from the fault's start to the end of the grace after its recovery, on a log
 // scale, with a mark above each cell that did not hold.
 func (r *Report) SVG() string {
 	const pad, h, barW, gap = 60, 260, 12, 18
@@ -289,7 +289,7 @@ func (r *Report) SVG() string {
 	y := func(v float64) float64 { return float64(h) - math.Log10(1+v)/decades*float64(h-30) }
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="10">`+"\n", w, h+130)
-	fmt.Fprintf(&b, `<text x="%d" y="12" font-size="12">Requests in the busiest minute, from the fault's start to the end of recovery (log scale)</text>`+"\n", pad)
+	fmt.Fprintf(&b, `<text x="%d" y="12" font-size="12">Requests in the busiest minute, from the fault's start to the grace's end after recovery (log scale)</text>`+"\n", pad)
 	for d := 0.0; d <= decades; d++ {
 		v := math.Pow(10, d)
 		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n",
