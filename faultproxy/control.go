@@ -97,13 +97,23 @@ var commands = map[string]command{
 		p.Drop(types...)
 		return fmt.Sprintf("dropping events of types %v", types), nil
 	}},
-	"flap-cut":              switchCommand("flap-cut", "cut every WATCH stream after its first frame", (*Proxy).FlapCut),
-	"flap-error":            switchCommand("flap-error", "end every WATCH stream with a 500 ERROR event after its first event", (*Proxy).FlapError),
-	"freeze":                switchCommand("freeze", "pass nothing on any WATCH stream (on=false: thaw)", (*Proxy).Freeze),
-	"watchlist-fail":        switchCommand("watchlist-fail", "end every WatchList with a 500 ERROR event after its first initial event", (*Proxy).WatchListFail),
-	"watchlist-end":         switchCommand("watchlist-end", "end every WatchList cleanly after its first initial event, with no initial-events-end bookmark", (*Proxy).WatchListEnd),
-	"too-large-rv":          switchCommand("too-large-rv", "as kube-apiserver behind the resourceVersion asked: a WATCH from one silent until switched off, a LIST or WatchList from one 504 \"Too large resource version\" after 3 s", (*Proxy).TooLargeRV),
-	"compacted":             switchCommand("compacted", "as kube-apiserver to a WATCH from a resourceVersion it no longer holds: 200, an ERROR event 410, the end", (*Proxy).Compacted),
+	"flap-cut":       switchCommand("flap-cut", "cut every WATCH stream after its first frame", (*Proxy).FlapCut),
+	"flap-error":     switchCommand("flap-error", "end every WATCH stream with a 500 ERROR event after its first event", (*Proxy).FlapError),
+	"freeze":         switchCommand("freeze", "pass nothing on any WATCH stream (on=false: thaw)", (*Proxy).Freeze),
+	"watchlist-fail": switchCommand("watchlist-fail", "end every WatchList with a 500 ERROR event after its first initial event", (*Proxy).WatchListFail),
+	"watchlist-end":  switchCommand("watchlist-end", "end every WatchList cleanly after its first initial event, with no initial-events-end bookmark", (*Proxy).WatchListEnd),
+	"too-large-rv":   switchCommand("too-large-rv", "as kube-apiserver behind the resourceVersion asked: a WATCH from one silent until switched off, a LIST or WatchList from one 504 \"Too large resource version\" after 3 s", (*Proxy).TooLargeRV),
+	"compacted": {"rv=N", "as kube-apiserver compacted at resourceVersion N (0: no more) to a WATCH from an older one: 200, an ERROR event 410, the end", func(p *Proxy, q url.Values) (string, error) {
+		rv, err := arg(q, "rv", int64(0), func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) })
+		if err != nil {
+			return "", err
+		}
+		p.CompactedAt(rv)
+		if rv <= 0 {
+			return "compacted off", nil
+		}
+		return fmt.Sprintf("compacted at resourceVersion %d", rv), nil
+	}},
 	"throttle":              switchCommand("throttle", "as API Priority and Fairness shedding the client: every request 429, Retry-After 1", (*Proxy).Throttle),
 	"ignore-initial-events": switchCommand("ignore-initial-events", "pass every WatchList on as a plain WATCH from \"\" (a server that ignores sendInitialEvents: no bookmark ends the initial events)", (*Proxy).IgnoreSendInitialEvents),
 	"stall": {"", "silence every WATCH stream open now, for good (not even its end passes)", func(p *Proxy, _ url.Values) (string, error) {

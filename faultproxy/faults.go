@@ -121,7 +121,7 @@ func (p *Proxy) Heal() error {
 		}
 	}
 	p.mu.Unlock()
-	p.Compacted(false)
+	p.CompactedAt(0)
 	p.Throttle(false)
 	p.IgnoreSendInitialEvents(false)
 	p.FlapCut(false)

@@ -113,21 +113,23 @@ func TestProxyTooLargeRVAnswersRequestsFromAResourceVersion(t *testing.T) {
 	}
 }
 
-// Compacted answers a WATCH from a resourceVersion as kube-apiserver answers
-// one from before its history: 200, one ERROR event with 410, the end; a
-// WATCH from "", a WatchList and a LIST pass, and so do the streams open.
-func TestProxyCompactedAnswersAResumeWithA410InTheStream(t *testing.T) {
+// CompactedAt answers a WATCH from a resourceVersion older than the
+// compaction point as kube-apiserver answers one from before its history:
+// 200, one ERROR event with 410 naming the point, the end; a WATCH from
+// the point or after it, from "", a WatchList and a LIST pass, and so do
+// the streams open.
+func TestProxyCompactedAtAnswersAResumeFromBeforeItWithA410InTheStream(t *testing.T) {
 	u, p, c := newUpstream(t)
 	open, stop := watch(t, p, c)
 	defer stop()
-	p.Compacted(true)
-	r, stopResume := watchQuery(t, p, c, "watch=true&resourceVersion=42")
+	p.CompactedAt(42)
+	r, stopResume := watchQuery(t, p, c, "watch=true&resourceVersion=41")
 	defer stopResume()
-	if err := errorEvent(t, r); !apierrors.IsResourceExpired(err) || !strings.Contains(err.Error(), "too old resource version: 42 (43)") {
+	if err := errorEvent(t, r); !apierrors.IsResourceExpired(err) || !strings.Contains(err.Error(), "too old resource version: 41 (42)") {
 		t.Fatalf("the resume: %v", err)
 	}
 	endsCleanly(t, r)
-	for _, q := range []string{"", "?resourceVersion=42"} {
+	for _, q := range []string{"", "?resourceVersion=41"} {
 		if resp, _ := get(t, c, p.URL+listPath+q); resp.StatusCode != http.StatusOK {
 			t.Fatalf("LIST%s: %s", q, resp.Status)
 		}
@@ -135,6 +137,25 @@ func TestProxyCompactedAnswersAResumeWithA410InTheStream(t *testing.T) {
 	u.frames <- added
 	if l := readLine(t, open); l != added {
 		t.Fatalf("the stream open before: %q, want %q", l, added)
+	}
+	stop()
+	u.closed(t, p)
+	for _, rv := range []string{"42", "50"} {
+		resp, err := c.Get(p.URL + listPath + "?watch=true&resourceVersion=" + rv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case u.frames <- modified: // the server serves it
+			if l := readLine(t, bufio.NewReader(resp.Body)); l != modified {
+				t.Errorf("a WATCH from %s: %q, want the server's %q", rv, l, modified)
+			}
+		case <-time.After(2 * time.Second):
+			b, _ := io.ReadAll(resp.Body)
+			t.Errorf("a WATCH from %s, not older than the compaction point, never reached the server; the proxy answered %q", rv, b)
+		}
+		resp.Body.Close()
+		u.closed(t, p)
 	}
 	if c := p.Counts(); c.Failed != 1 {
 		t.Fatalf("counts %+v", c)

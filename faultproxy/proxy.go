@@ -11,6 +11,8 @@
 //	500 / 429 with Retry-After   Fail(...)        an overloaded server, priority and fairness
 //	slow responses               Delay            a busy server, a far-away one
 //	connection refused           Refuse/RefuseFor the apiserver is down or restarting
+//	                                              (and whenever the real one is: the proxy
+//	                                              then refuses too, never answers 502)
 //	an event nobody can decode   InjectFrame      a buggy conversion webhook, a version skew
 //	lost events                  Drop             a buggy watch cache (a controller cannot
 //	                                              notice; only a relist repairs it)
@@ -33,7 +35,7 @@
 //	  good
 //
 // and the faults kube-apiserver makes, each held to a recording of what it
-// answered in that situation (recorded.go): Compacted, TooLargeRV, Throttle,
+// answered in that situation (recorded.go): CompactedAt, TooLargeRV, Throttle,
 // IgnoreSendInitialEvents.
 //
 // Faults happen on demand (call the methods; Handler exposes them over HTTP
@@ -85,9 +87,15 @@ type Proxy struct {
 	streams  map[*stream]struct{}
 	refusing bool
 	closed   bool
-	failure  *Failure
-	delay    map[Kind]time.Duration
-	drop     map[string]bool
+	// listening: srv serves ln; not while refusing, or while the
+	// apiserver is down (upstreamDown: it refused a connection, and the
+	// proxy refuses them too until it listens again on upstreamHost).
+	listening    bool
+	upstreamDown bool
+	upstreamHost string
+	failure      *Failure
+	delay        map[Kind]time.Duration
+	drop         map[string]bool
 	// thaw is open while the proxy is frozen; Freeze(false) closes it.
 	thaw chan struct{}
 	// caughtUp is open while TooLargeRV is on; TooLargeRV(false) closes it.
@@ -97,20 +105,21 @@ type Proxy struct {
 	// watchListEnd, garble: the persistent faults of more.go.
 	watchListEnd, garble atomic.Bool
 	// The faults as kube-apiserver answers them (recorded.go).
-	compacted, throttled, ignoreInitialEvents atomic.Bool
+	throttled, ignoreInitialEvents atomic.Bool
+	compactedAt                    atomic.Int64
 
 	meter *Meter
 
 	closeOnce sync.Once
 }
 
-// Kind sorts requests the way the watcher's Source does.
+// Kind sorts requests as kube-apiserver does (KindOf).
 type Kind int
 
 const (
 	// List is a GET of a collection (a LIST, or one page of it).
 	List Kind = 1 << iota
-	// Watch is a GET with watch=true: a long-lived stream of events.
+	// Watch is a WATCH, in any spelling: a long-lived stream of events.
 	Watch
 	// Other is everything else: GET of one object, writes, discovery.
 	Other
@@ -141,7 +150,8 @@ type Counts struct {
 	Lists, Watches, Others int64
 	// Failed counts requests the proxy answered itself with an error (Fail).
 	Failed int64
-	// Refused counts Refuse periods.
+	// Refused counts Refuse periods (not the times the apiserver was
+	// down, when the proxy refuses connections too).
 	Refused int64
 	// Cut counts WATCH streams cut mid-way (by CutWatches or FlapCut);
 	// Expired, streams ended with an injected 410 ERROR event; ErrorEvents,
@@ -177,7 +187,10 @@ func New(upstream string, cert tls.Certificate, upstreamCAs *x509.CertPool) (*Pr
 		return nil, err
 	}
 	p := &Proxy{cert: cert, conns: map[net.Conn]struct{}{}, streams: map[*stream]struct{}{},
-		delay: map[Kind]time.Duration{}, drop: map[string]bool{}, meter: NewMeter()}
+		delay: map[Kind]time.Duration{}, drop: map[string]bool{}, meter: NewMeter(), upstreamHost: target.Host}
+	if target.Port() == "" {
+		p.upstreamHost = net.JoinHostPort(target.Hostname(), "443")
+	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(target)
@@ -189,6 +202,7 @@ func New(upstream string, cert tls.Certificate, upstreamCAs *x509.CertPool) (*Pr
 			}
 		},
 		ModifyResponse: p.modifyResponse,
+		ErrorHandler:   p.upstreamError,
 		FlushInterval:  -1, // pass every watch frame on at once
 		Transport: &http.Transport{
 			TLSClientConfig:   &tls.Config{RootCAs: upstreamCAs},
@@ -221,28 +235,60 @@ func (p *Proxy) serve(ln net.Listener) {
 			}
 		},
 	}
-	p.srv, p.ln = srv, ln
+	p.srv, p.ln, p.listening = srv, ln, true
 	tlsLn := tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{p.cert}, NextProtos: []string{"h2", "http/1.1"}})
 	go func() { _ = srv.Serve(tlsLn) }()
 }
 
-// KindOf sorts a request into a Kind.
+// KindOf sorts a request into a Kind as kube-apiserver does (its
+// RequestInfoFactory): a GET under the /watch/ prefix, or of a collection
+// whose watch parameter is anything but "0" or "false" (in any case), is a
+// Watch; any other GET of a collection is a List (a page of one too);
+// everything else, a GET of one object, discovery, a write, is Other. The
+// scorecard's request log sorts with it too, so that the proxy and the
+// client count the same requests the same way.
 func KindOf(r *http.Request) Kind {
-	if w := r.URL.Query().Get("watch"); w == "true" || w == "1" {
+	if r.Method != http.MethodGet {
+		return Other
+	}
+	parts, ok := resourceParts(r.URL.Path)
+	if !ok {
+		return Other
+	}
+	if len(parts) > 0 && parts[0] == "watch" {
 		return Watch
 	}
-	if r.Method == http.MethodGet && !isNamedObject(r) {
-		return List
+	if parts[0] == "namespaces" && len(parts) >= 3 {
+		parts = parts[2:] // namespaces/NS/RESOURCE/...
 	}
-	return Other
+	if len(parts) != 1 {
+		return Other // a named object, its subresource, a namespace
+	}
+	if IsTrue(r.URL.Query(), "watch") {
+		return Watch
+	}
+	return List
 }
 
-// isNamedObject tells GET .../myresources/NAME (a read of one object) from
-// GET .../myresources (a LIST), by the path's segment count under the group.
-func isNamedObject(r *http.Request) bool {
-	n := strings.Count(r.URL.Path, "/")
-	// /apis/G/V/R = 4, /apis/G/V/namespaces/NS/R = 6; one more is a name.
-	return n == 5 || n >= 7
+// IsTrue reads a boolean query parameter as kube-apiserver does: present,
+// and neither "0" nor "false" in any case.
+func IsTrue(q url.Values, name string) bool {
+	v, ok := q[name]
+	return ok && len(v) > 0 && v[0] != "0" && !strings.EqualFold(v[0], "false")
+}
+
+// resourceParts is what follows the version in a resource request's path
+// (/api/V/... or /apis/G/V/...); false for any other path (discovery,
+// /version, /openapi).
+func resourceParts(path string) ([]string, bool) {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) >= 3 && parts[0] == "api":
+		return parts[2:], true
+	case len(parts) >= 4 && parts[0] == "apis":
+		return parts[3:], true
+	}
+	return nil, false
 }
 
 func (p *Proxy) handle(w http.ResponseWriter, r *http.Request) {
@@ -342,10 +388,28 @@ func (p *Proxy) Refuse() {
 	}
 	p.refusing = true
 	p.count.refused.Add(1)
-	srv, ln := p.srv, p.ln
+	srv, ln := p.deafenLocked()
 	p.mu.Unlock()
-	// Close the socket ourselves: the server may not have started serving
-	// it yet, and a connection queued meanwhile would be reset, not refused.
+	stopServing(srv, ln)
+}
+
+// deafenLocked stops listening, if the proxy listens, and returns what
+// stopServing must close.
+func (p *Proxy) deafenLocked() (*http.Server, net.Listener) {
+	if !p.listening {
+		return nil, nil
+	}
+	p.listening = false
+	return p.srv, p.ln
+}
+
+// stopServing closes the socket (the server may not have started serving
+// it yet, and a connection queued meanwhile would be reset, not refused)
+// and every connection.
+func stopServing(srv *http.Server, ln net.Listener) {
+	if srv == nil {
+		return
+	}
 	_ = ln.Close()
 	_ = srv.Close()
 }
@@ -360,21 +424,86 @@ func (p *Proxy) RefuseFor(d time.Duration) {
 	})
 }
 
-// Accept listens again, on the same address, after Refuse.
+// Accept listens again, on the same address, after Refuse (once the
+// apiserver listens, if it is down).
 func (p *Proxy) Accept() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.refusing || p.closed {
 		return nil
 	}
+	p.refusing = false
+	if err := p.listenLocked(); err != nil {
+		p.refusing = true
+		return err
+	}
+	return nil
+}
+
+// listenLocked listens on the proxy's address unless it listens already,
+// refuses, is closed or its apiserver is down.
+func (p *Proxy) listenLocked() error {
+	if p.listening || p.refusing || p.upstreamDown || p.closed {
+		return nil
+	}
 	ln, err := net.Listen("tcp", p.addr)
 	if err != nil {
 		return err
 	}
-	p.refusing = false
 	p.serve(ln)
 	return nil
 }
+
+// upstreamError answers a request the apiserver could not be asked: as a
+// dead server answers, with nothing. The request's connection is closed
+// (reverse proxies answer 502; no kube-apiserver does). An apiserver that
+// refused the connection (killed, restarting) makes the proxy refuse
+// them too, every open one closed, until it listens again.
+func (p *Proxy) upstreamError(_ http.ResponseWriter, r *http.Request, err error) {
+	var op *net.OpError
+	if r.Context().Err() == nil && errors.As(err, &op) && op.Op == "dial" {
+		p.upstreamGone()
+	}
+	panic(http.ErrAbortHandler)
+}
+
+// upstreamGone stops listening until the apiserver accepts a connection
+// again (tried every UpstreamProbe).
+func (p *Proxy) upstreamGone() {
+	p.mu.Lock()
+	if p.upstreamDown || p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.upstreamDown = true
+	srv, ln := p.deafenLocked()
+	p.mu.Unlock()
+	stopServing(srv, ln)
+	go func() {
+		for {
+			time.Sleep(UpstreamProbe)
+			c, err := net.DialTimeout("tcp", p.upstreamHost, time.Second)
+			p.mu.Lock()
+			if p.closed {
+				p.mu.Unlock()
+				return
+			}
+			if err == nil {
+				c.Close()
+				p.upstreamDown = false
+				if err := p.listenLocked(); err != nil {
+					log.Printf("faultproxy: listening again on %s: %v", p.addr, err)
+				}
+				p.mu.Unlock()
+				return
+			}
+			p.mu.Unlock()
+		}
+	}()
+}
+
+// UpstreamProbe is how often a proxy whose apiserver is down tries it.
+const UpstreamProbe = 100 * time.Millisecond
 
 // Meter is the proxy's request meter: every LIST and WATCH that reached it,
 // with its time. (A refusing proxy sees nothing: meter the client for that,

@@ -25,6 +25,9 @@ import (
 type upstream struct {
 	srv    *httptest.Server
 	frames chan string
+	// chunks are written to the open WATCH as they are, each flushed on
+	// its own: a frame split across writes.
+	chunks chan string
 	// listStatus, when set, is the status LISTs answer with.
 	listStatus atomic.Int32
 	// watching is the number of WATCHes the server is serving.
@@ -37,7 +40,7 @@ const listPath = "/apis/example.com/v1alpha1/namespaces/ns/myresources"
 
 func newUpstream(t *testing.T) (*upstream, *Proxy, *http.Client) {
 	t.Helper()
-	u := &upstream{frames: make(chan string)}
+	u := &upstream{frames: make(chan string), chunks: make(chan string)}
 	u.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.lastQuery.Store(r.URL.RawQuery)
 		switch KindOf(r) {
@@ -51,6 +54,9 @@ func newUpstream(t *testing.T) (*upstream, *Proxy, *http.Client) {
 				select {
 				case f := <-u.frames:
 					io.WriteString(w, f+"\n")
+					w.(http.Flusher).Flush()
+				case c := <-u.chunks:
+					io.WriteString(w, c)
 					w.(http.Flusher).Flush()
 				case <-r.Context().Done():
 					return
@@ -549,6 +555,24 @@ func TestProxyUpstreamGoneIsCounted(t *testing.T) {
 	}
 	if c := p.Counts(); c.UpstreamGone != 2 {
 		t.Fatalf("counts %+v", c)
+	}
+}
+
+// An ERROR frame the server writes in two pieces, flushed apart, passes
+// as one frame and is counted as the server's 410; the stream then ends
+// cleanly when the server ends it.
+func TestProxyAnErrorFrameSplitAcrossWritesIsOneFrame(t *testing.T) {
+	u, p, r := watching(t)
+	frame := `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 1 (2)","reason":"Expired","code":410}}`
+	half := strings.Index(frame, "ERROR") + 2
+	u.chunks <- frame[:half]
+	time.Sleep(50 * time.Millisecond) // the first piece reaches the proxy alone
+	u.chunks <- frame[half:] + "\n"
+	if got := readLine(t, r); got != frame {
+		t.Fatalf("got %q, want the frame whole", got)
+	}
+	if c := p.Counts(); c.UpstreamGone != 1 || c.Frames != 1 {
+		t.Fatalf("counts %+v; want the server's 410 counted once, one frame", c)
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 //
 //	fault                       method                   the situation recorded
 //	────────────────────────────────────────────────────────────────────────────────────────
-//	410 inside a 200 stream     Compacted                a WATCH from a resourceVersion older
+//	410 inside a 200 stream     CompactedAt              a WATCH from a resourceVersion older
 //	                                                     than the watch cache's window
 //	silence, or 504 after 3 s   TooLargeRV               a WATCH, or a LIST, from a
 //	                                                     resourceVersion the server has not reached
@@ -27,6 +27,16 @@ import (
 //	  no bookmark ending them                            implement it (the recording: the same
 //	                                                     WATCH without it, to kube-apiserver
 //	                                                     without its WatchList feature)
+
+// Replays names, for each of these faults, the recordings of testdata/wire
+// its answers are held to: recorded_test.go asks the proxy what each asked
+// kube-apiserver and compares the answers.
+var Replays = map[string][]string{
+	"CompactedAt":             {"fault-watch-compacted-cached.json", "fault-compaction-under-watch-cached.json"},
+	"TooLargeRV":              {"fault-watch-future-cached.json", "fault-list-future-cached.json", "fault-watchlist-future-cached.json"},
+	"Throttle":                {"fault-throttled-list.json", "fault-throttled-watch.json"},
+	"IgnoreSendInitialEvents": {"fault-legacy-watch-gate-off.json"},
+}
 
 // apiserverHeaders are the headers kube-apiserver sets on the answers the
 // proxy makes itself (its API Priority and Fairness headers carry the UIDs
@@ -38,26 +48,35 @@ func apiserverHeaders(h http.Header) {
 	h.Set("X-Kubernetes-Pf-Prioritylevel-Uid", "2f1d9d05-5b7e-46c1-9b79-4f3a4f2c7e22")
 }
 
-// Compacted, while on, answers every WATCH from a resourceVersion (but "0")
-// the way kube-apiserver answers one from a resourceVersion its watch cache
-// no longer holds (compacted away, or before the cache started): 200, one
-// ERROR event carrying 410 Expired "too old resource version: RV (OLDEST)",
-// the end of the stream. A WatchList, a LIST, a WATCH from "" pass. Streams
-// already open go on, as they do across a compaction: cut them to make the
-// client resume.
-func (p *Proxy) Compacted(on bool) { p.compacted.Store(on) }
+// CompactedAt, while rv > 0, answers every WATCH from a resourceVersion
+// older than rv the way kube-apiserver answers one from before its watch
+// cache's window (compacted away, or before the cache started): 200, one
+// ERROR event carrying 410 Expired "too old resource version: RV (rv)", the
+// end of the stream. A WATCH from rv or after it passes, as the server
+// serves it (fault-compaction-under-watch-cached.json: a WATCH from the
+// compaction point is served); so do a WatchList, a LIST, a WATCH from ""
+// or "0". Streams already open go on, as they do across a compaction: cut
+// them to make the client resume. rv should be one the server has reached
+// (a LIST answers no older one): a client's relist then watches on.
+// CompactedAt(0) ends it.
+func (p *Proxy) CompactedAt(rv int64) { p.compactedAt.Store(rv) }
 
-// compactedAnswer answers r, a WATCH from a resourceVersion, if Compacted is on.
+// compactedAnswer answers r, a WATCH from a resourceVersion older than the
+// compaction point, if CompactedAt is on.
 func (p *Proxy) compactedAnswer(w http.ResponseWriter, r *http.Request, k Kind) bool {
-	if !p.compacted.Load() || k != Watch || !fromRV(r) || sendsInitialEvents(r) {
+	at := p.compactedAt.Load()
+	if at <= 0 || k != Watch || !fromRV(r) || sendsInitialEvents(r) {
+		return false
+	}
+	rv, err := strconv.ParseInt(r.URL.Query().Get("resourceVersion"), 10, 64)
+	if err != nil || rv >= at {
 		return false
 	}
 	p.count.failed.Add(1)
-	rv, _ := strconv.ParseInt(r.URL.Query().Get("resourceVersion"), 10, 64)
 	apiserverHeaders(w.Header())
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	fmt.Fprintf(w, `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: %d (%d)","reason":"Expired","code":410}}`+"\n", rv, rv+1)
+	fmt.Fprintf(w, `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: %d (%d)","reason":"Expired","code":410}}`+"\n", rv, at)
 	return true
 }
 
@@ -112,9 +131,7 @@ func (p *Proxy) ignoringInitialEvents(r *http.Request) bool {
 	return true
 }
 
-func sendsInitialEvents(r *http.Request) bool {
-	return r.URL.Query().Get("sendInitialEvents") == "true"
-}
+func sendsInitialEvents(r *http.Request) bool { return IsTrue(r.URL.Query(), "sendInitialEvents") }
 
 // TooLargeRV, while on, answers every LIST and WATCH from a resourceVersion
 // (but "0") the way kube-apiserver with its watch cache on answers one from

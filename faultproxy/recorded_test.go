@@ -2,8 +2,10 @@ package faultproxy_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -101,14 +103,65 @@ func currentRV(t *testing.T, cp *controlplane.ControlPlane) int64 {
 	return rv
 }
 
-// Compacted answers a WATCH from a resourceVersion as kube-apiserver with
-// its watch cache answers one from before the cache's window.
-func TestCompactedAnswersAsKubeAPIServerDid(t *testing.T) {
+// CompactedAt answers a WATCH from before the compaction point as
+// kube-apiserver with its watch cache answers one from before the cache's
+// window, and passes one from the point on, which the server serves: the
+// change made meanwhile arrives, the stream stays open.
+func TestCompactedAtAnswersAsKubeAPIServerDid(t *testing.T) {
 	cp := shared.Get(t)
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := controlplane.Apply(context.Background(), cp.Config(), filepath.Join(root, "testdata", "samples", "myresources.yaml")); err != nil {
+		t.Fatal(err)
+	}
 	p := proxyFor(t, cp)
-	p.Compacted(true)
+	point := currentRV(t, cp)
+	p.CompactedAt(point)
 	want, got := through(t, cp, p, "fault-watch-compacted-cached.json", 2)
 	same(t, "fault-watch-compacted-cached.json", want, got)
+
+	want, err = wire.ReadExchange("fault-compaction-under-watch-cached.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := make(chan error, 1)
+	go func() {
+		time.Sleep(time.Second)
+		changed <- patchHello(cp, "changed after a compaction watch cache on")
+	}()
+	got = ask(t, cp, p, want, point)
+	if err := <-changed; err != nil {
+		t.Fatal(err)
+	}
+	same(t, "fault-compaction-under-watch-cached.json", want, got)
+}
+
+// patchHello changes the sample hello's message, straight to the
+// apiserver, as the recorder did (a plain Go client: the field manager is
+// Go-http-client).
+func patchHello(cp *controlplane.ControlPlane, message string) error {
+	c, err := rest.HTTPClientFor(cp.Config())
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequest(http.MethodPatch, cp.APIServer.URL+"/apis/example.com/v1alpha1/namespaces/default/myresources/hello",
+		strings.NewReader(fmt.Sprintf(`{"spec":{"message":%q}}`, message)))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/merge-patch+json")
+	req.Header.Set("User-Agent", "Go-http-client/2.0")
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("PATCH hello: %s", resp.Status)
+	}
+	return nil
 }
 
 // TooLargeRV answers a WATCH, a LIST and a WatchList from a resourceVersion
@@ -164,4 +217,23 @@ func TestIgnoreSendInitialEventsAnswersAsKubeAPIServerDid(t *testing.T) {
 	want.Request = "GET /apis/example.com/v1alpha1/namespaces/default/myresources?allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&sendInitialEvents=true&watch=true"
 	got := ask(t, cp, p, want, 0)
 	same(t, "fault-legacy-watch-gate-off.json", want, got)
+}
+
+// Every recording a fault replays (Replays) is compared with the proxy's
+// answer by a test of this file.
+func TestEveryReplayIsComparedWithItsRecording(t *testing.T) {
+	src, err := os.ReadFile("recorded_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for method, files := range faultproxy.Replays {
+		for _, file := range files {
+			if !strings.Contains(string(src), `"`+file+`"`) {
+				t.Errorf("%s replays %s, which no test of recorded_test.go compares", method, file)
+			}
+			if _, err := wire.ReadExchange(file); err != nil {
+				t.Errorf("%s: %v", method, err)
+			}
+		}
+	}
 }

@@ -13,7 +13,7 @@
 #   make demo-flap-error         every watch ended by a 500 ERROR event after its first event
 #   make demo-freeze             watch streams open and silent
 #   make demo-watchlist-end      WatchLists end before their initial-events-end bookmark
-#   make demo-watch-410          every WATCH from a resourceVersion answered 410, as after a compaction
+#   make demo-watch-410          every WATCH from before a change answered 410, as after a compaction
 #   make demo-too-large-rv       a WATCH from a resourceVersion silent, a LIST from one 504 "Too large resource version"
 #   make demo-429                every request answered 429 by API Priority and Fairness, Retry-After 1 s
 #   make demo-500                every request answered 500
@@ -224,9 +224,9 @@ demo_watchlist_end() {
 }
 
 demo_watch_410() {
-	say "Every WATCH from a resourceVersion answered 410 as after a compaction, for 15 s"
-	explain "Compaction racing the client: every resume is too old, and kube-apiserver says so as it does, with an ERROR event in a 200 stream. The watcher relists (LIST), tries to watch, gets 410 again, and backs off between rounds instead of relisting in a loop."
-	lasting watch-410 15 compacted cut
+	say "Every WATCH from before the change below answered 410 as after a compaction, for 15 s"
+	explain "Compaction racing the client: its resume is older than the server holds, and kube-apiserver says so as it does, with an ERROR event in a 200 stream. The compaction point is the change made right after the cut; the watcher relists (LIST) and watches from the list's resourceVersion, which the server serves."
+	lasting watch-410 15 "compacted?rv=$(($(k get myresources -o jsonpath='{.metadata.resourceVersion}') + 1))" cut
 }
 
 demo_too_large_rv() {

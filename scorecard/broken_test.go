@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,6 +36,9 @@ const (
 	kindGhost         = "broken-ghost"          // the raw watcher, its handler hearing every deletion followed by a re-ADD
 	kindStuck         = "broken-stuck"          // lists once, then only re-reports what it listed, every second
 	kindCrasher       = "broken-crasher"        // the raw watcher, its process exiting at its first failed request
+	kindLateCrasher   = "broken-late-crasher"   // the raw watcher, its process exiting 2 s after it hears again from the server
+	kindLateStorm     = "broken-late-storm"     // the raw watcher, listing 40 times at once 1 s after it hears again from the server
+	kindHanger        = "broken-hanger"         // the raw watcher, its process stuck (answering nothing, never exiting) from its first failed request
 )
 
 // runCells runs faults against kinds for d (side by side if together) and
@@ -97,6 +101,23 @@ func TestWhatTheHandlerMissedIsLostDataAndACrashIsCrashed(t *testing.T) {
 	}
 }
 
+// What a client does right after its recovery counts: one whose process
+// ends two seconds after it hears from the server again (after the canary,
+// which comes with the catch-up) is crashed, and one that lists 40 times at
+// once a second after it is stormed; a client stuck from the fault's start,
+// its process answering nothing and never ending, is stalled (never
+// following), not left unmeasured.
+func TestWhatAClientDoesAfterItsRecoveryCountsAndAStuckOneIsStalled(t *testing.T) {
+	rows := runCells(t, []string{"refuse"}, []string{kindLateCrasher, kindLateStorm, kindHanger}, 6*time.Second, true)
+	expect(t, rows, map[string]string{kindLateCrasher: Crashed, kindLateStorm: Stormed, kindHanger: Stalled})
+	if m := rows[kindLateCrasher].Measure; !m.Converged {
+		t.Errorf("the late crasher crashed before its recovery, not after: %+v", m)
+	}
+	if m := rows[kindHanger].Measure; !m.Hung {
+		t.Errorf("the stuck client is not called hung: %+v", m)
+	}
+}
+
 // After an etcd restore, the objects created since the snapshot vanish:
 // a handler deaf to deletions never hears them go, and lost data; the raw
 // watcher is held.
@@ -141,6 +162,29 @@ func init() {
 		}})
 	}
 	brokenClients[kindStuck] = newStuck
+	brokenClients[kindLateCrasher] = func(cfg *rest.Config, ns string, h *handler) (consumer, error) {
+		return afterFailure(cfg, ns, h, 2*time.Second, func(*rest.Config) {
+			fmt.Fprintln(os.Stderr, "crashing on purpose 2 s after hearing from the server again")
+			os.Exit(3)
+		}, nil)
+	}
+	brokenClients[kindLateStorm] = func(cfg *rest.Config, ns string, h *handler) (consumer, error) {
+		return afterFailure(cfg, ns, h, time.Second, func(cfg *rest.Config) {
+			c, err := client.New(cfg)
+			if err != nil {
+				return
+			}
+			for range 40 {
+				_, _ = c.List(context.Background(), ns, metav1.ListOptions{})
+			}
+		}, nil)
+	}
+	brokenClients[kindHanger] = func(cfg *rest.Config, ns string, h *handler) (consumer, error) {
+		s := &stuckForGood{stuck: make(chan struct{})}
+		c, err := afterFailure(cfg, ns, h, 0, nil, s.hang)
+		s.consumer = c
+		return s, err
+	}
 	brokenClients[kindCrasher] = func(cfg *rest.Config, ns string, h *handler) (consumer, error) {
 		cfg = rest.CopyConfig(cfg)
 		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
@@ -154,6 +198,53 @@ func init() {
 			})
 		})
 		return compare.NewConsumer(compare.KindRaw, cfg, ns, compare.ConsumerConfig{OnEvent: h.event})
+	}
+}
+
+// afterFailure is the raw watcher with its handler, whose transport notes
+// a failed request once it synced: then, the first time its handler hears
+// an event after one, it runs then after wait (once); or at that failure,
+// stuck(), if set.
+func afterFailure(cfg *rest.Config, ns string, h *handler, wait time.Duration, then func(cfg *rest.Config), stuck func()) (consumer, error) {
+	var failed, done atomic.Bool
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(r)
+			if h.Synced.Load() && (err != nil || resp.StatusCode >= 400) {
+				failed.Store(true)
+				if stuck != nil {
+					stuck()
+				}
+			}
+			return resp, err
+		})
+	})
+	return compare.NewConsumer(compare.KindRaw, cfg, ns, compare.ConsumerConfig{OnEvent: func(typ byte, rv, key string, at int64) {
+		h.event(typ, rv, key, at)
+		if then != nil && failed.Load() && done.CompareAndSwap(false, true) {
+			time.AfterFunc(wait, func() { then(cfg) })
+		}
+	}})
+}
+
+// stuckForGood, once hang is called, blocks every Dump for good: the
+// client's process answers nothing more (its command loop waits on it) and
+// never ends, as a deadlocked one.
+type stuckForGood struct {
+	consumer
+	stuck chan struct{}
+	once  sync.Once
+}
+
+func (s *stuckForGood) hang() { s.once.Do(func() { close(s.stuck) }) }
+
+func (s *stuckForGood) Dump() map[string]string {
+	select {
+	case <-s.stuck:
+		select {} // the process answers nothing more, and never ends
+	default:
+		return s.consumer.Dump()
 	}
 }
 

@@ -23,8 +23,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"rawwatch/api/v1alpha1"
 	"rawwatch/compare"
+	"rawwatch/faultproxy"
 )
 
 // A client runs in a process of its own, so that client-go's feature gates
@@ -82,28 +82,26 @@ type request struct {
 const (
 	sortList      = 'L' // a LIST's first page (a one-item probe too)
 	sortPage      = 'P' // a LIST's further page
-	sortWatch     = 'W' // a WATCH, spelt watch=true, watch=1 or /watch/ in the path
+	sortWatch     = 'W' // a WATCH, in any spelling kube-apiserver takes (faultproxy.KindOf)
 	sortWatchList = 'S' // a WATCH with sendInitialEvents
 	sortOther     = 'O' // a GET of one object, discovery, a write
 )
 
 func sortOf(r *http.Request) byte {
 	q := r.URL.Query()
-	path := strings.TrimSuffix(r.URL.Path, "/")
-	watch := q.Get("watch") == "true" || q.Get("watch") == "1" || strings.Contains(path, "/watch/")
-	switch {
-	case r.Method != http.MethodGet:
-		return sortOther
-	case watch && q.Get("sendInitialEvents") == "true":
-		return sortWatchList
-	case watch:
+	switch faultproxy.KindOf(r) {
+	case faultproxy.Watch:
+		if faultproxy.IsTrue(q, "sendInitialEvents") {
+			return sortWatchList
+		}
 		return sortWatch
-	case !strings.HasSuffix(path, "/"+v1alpha1.Resource):
-		return sortOther
-	case q.Get("continue") != "":
-		return sortPage
+	case faultproxy.List:
+		if q.Get("continue") != "" {
+			return sortPage
+		}
+		return sortList
 	}
-	return sortList
+	return sortOther
 }
 
 // requestLog writes every request the client sends to a file as it
@@ -163,25 +161,79 @@ func (l *requestLog) roundTrip(rt http.RoundTripper, r *http.Request) (*http.Res
 	return resp, nil
 }
 
-// trackedBody records when its request ended and whether it failed.
+// trackedBody records when its request ended and whether it failed: a
+// stream fails at an ERROR event, whose Status's retryAfterSeconds is its
+// Retry-After (a WatchList's "Too large resource version" carries it there
+// only). It reads the stream's lines as they complete, however the reads
+// cut them.
 type trackedBody struct {
 	io.ReadCloser
 	q    request
 	log  *requestLog
 	once sync.Once
+
+	line     []byte // the stream's line so far
+	skipping bool   // the line outgrew maxErrorFrame: no ERROR event
 }
 
-var errorFrame = []byte(`"type":"ERROR"`)
+// maxErrorFrame: a longer line is an object, not an ERROR event's Status.
+const maxErrorFrame = 64 << 10
 
 func (b *trackedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if bytes.Contains(p[:n], errorFrame) {
-		b.q.Failed = true
+	if b.stream() {
+		b.scan(p[:n], err != nil)
 	}
 	if err != nil {
 		b.end(!errors.Is(err, io.EOF) && (b.stream() || !errors.Is(err, context.Canceled)))
 	}
 	return n, err
+}
+
+// scan takes in the bytes read; last: the stream ended after them.
+func (b *trackedBody) scan(p []byte, last bool) {
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			if !b.skipping {
+				b.line = append(b.line, p...)
+			}
+			break
+		}
+		if !b.skipping {
+			b.frame(append(b.line, p[:i]...))
+		}
+		b.line, b.skipping, p = b.line[:0], false, p[i+1:]
+	}
+	if len(b.line) > maxErrorFrame {
+		b.line, b.skipping = b.line[:0], true
+	}
+	if last && len(b.line) > 0 {
+		b.frame(b.line)
+		b.line = b.line[:0]
+	}
+}
+
+// frame looks at one line of the stream: an ERROR event fails it.
+func (b *trackedBody) frame(line []byte) {
+	if !bytes.Contains(line, []byte(`"ERROR"`)) {
+		return
+	}
+	var ev struct {
+		Type   string `json:"type"`
+		Object struct {
+			Details struct {
+				RetryAfterSeconds int `json:"retryAfterSeconds"`
+			} `json:"details"`
+		} `json:"object"`
+	}
+	if json.Unmarshal(line, &ev) != nil || ev.Type != "ERROR" {
+		return
+	}
+	b.q.Failed = true
+	if s := ev.Object.Details.RetryAfterSeconds; s > 0 {
+		b.q.RetryAfter = s
+	}
 }
 
 // Close: the client is done with the body: a LIST read to its last item,
@@ -383,6 +435,11 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
+// AnswerTimeout is how long the scorecard waits for the client's process
+// to answer (its store, what its handler heard, its stop) before it calls
+// it hung.
+const AnswerTimeout = 30 * time.Second
+
 // process is a running client process, as the scorecard sees it.
 type process struct {
 	cmd        *exec.Cmd
@@ -487,8 +544,8 @@ func (p *process) heard(key string) (string, error) {
 		return rv, nil
 	case <-p.done:
 		return "", fmt.Errorf("the client exited: %s", tail(p.stderrPath))
-	case <-time.After(30 * time.Second):
-		return "", errors.New("the client did not answer heard within 30 s")
+	case <-time.After(AnswerTimeout):
+		return "", fmt.Errorf("the client did not answer heard within %v", AnswerTimeout)
 	}
 }
 
@@ -502,8 +559,8 @@ func (p *process) store() (map[string]string, error) {
 		return m, nil
 	case <-p.done:
 		return nil, fmt.Errorf("the client exited: %s", tail(p.stderrPath))
-	case <-time.After(30 * time.Second):
-		return nil, errors.New("the client did not answer dump within 30 s")
+	case <-time.After(AnswerTimeout):
+		return nil, fmt.Errorf("the client did not answer dump within %v", AnswerTimeout)
 	}
 }
 
@@ -512,9 +569,9 @@ func (p *process) stop() (*clientResult, error) {
 	fmt.Fprintln(p.stdin, "stop")
 	select {
 	case <-p.done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(AnswerTimeout):
 		p.kill()
-		return nil, errors.New("the client did not stop within 30 s")
+		return nil, fmt.Errorf("the client did not stop within %v", AnswerTimeout)
 	}
 	b, err := os.ReadFile(filepath.Join(p.dir, resultFile))
 	if err != nil {

@@ -19,17 +19,20 @@
 //
 // The client writes every request it sends as it begins and ends (with its
 // answer) and every call of its handler, as they happen, so that a client
-// that crashes leaves them behind. Measured, from the fault's start to the
-// end of recovery: every request, by sort, and how they were spaced
-// (retries after a failure and their waits, chained requests); the store
+// that crashes leaves them behind. Measured, from the fault's start to
+// Grace after the end of recovery: every request, by sort, and how they
+// were spaced (retries after a failure and their waits, requests asked
+// again and theirs, chained requests); the store
 // against the server; the handler's last word on every key against the
 // server; the canary; the client's heap and workqueue; what it logged.
-// Verdict judges it: crashed, lost data, stormed (the waits against a
-// backoff envelope, Envelope), stalled or held.
+// Verdict judges it: crashed (after its recovery too), lost data, stormed
+// (the waits against a backoff envelope, Envelope), stalled (or hung: its
+// process answering nothing) or held.
 //
 // Clients broken on purpose hold the judge to its rules: KindNoBackoff
 // (compare.KindNoBackoff) and the test's own (a fixed-interval retry, a
-// deaf or forgetful handler, a ghost re-ADD, a stuck client, a crash), each
+// deaf or forgetful handler, a ghost re-ADD, a stuck client, a crash, a
+// crash or a burst of LISTs right after recovery, a hung process), each
 // called what it is while the raw watcher and client-go's kinds hold.
 //
 // cmd/scorecard (make scorecard) runs it and writes the page

@@ -74,3 +74,46 @@ func TestACutEventsLineIsSkipped(t *testing.T) {
 		t.Errorf("%d keys heard, want 1: %v", len(ev.last), ev.last)
 	}
 }
+
+// A key the server holds, whose last word the handler heard is a deletion
+// (the client told its handler the object was deleted, and it was not), is
+// never heard as the server holds it: lost data, once the client follows.
+func TestADeletionHeardOfALiveObjectIsLostData(t *testing.T) {
+	path := writeEvents(t, "A 10 50000000000 ns/a\nD 10 120000000000 ns/a\nU 21 150000000000 ns/canary\n")
+	ev, err := readEvents(path, time.Unix(100, 0), "ns/canary", "21")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := Measure{Converged: true, HeardCanary: !ev.canaryAt.IsZero()}
+	m.NotHeard, m.HeardStale, m.HeardExtra, m.Ghosts = ev.against(map[string]string{"ns/a": "10", "ns/canary": "21"})
+	if m.NotHeard != 1 {
+		t.Errorf("%d never heard, want 1 (ns/a, heard deleted while live)", m.NotHeard)
+	}
+	if v, why := Verdict(m); v != LostData {
+		t.Errorf("%s (%s), want %s", v, why, LostData)
+	}
+}
+
+// What the handler heard before the fault began satisfies no check of a
+// write made during it: a handler deaf from the fault's start is counted
+// on each (the create never heard, the update heard at the resourceVersion
+// from before, the deletion never heard), and the canary's key heard
+// before the fault's end, even at the canary's resourceVersion, is not the
+// canary heard.
+func TestWhatTheHandlerHeardBeforeTheFaultSatisfiesNoWriteMadeInIt(t *testing.T) {
+	// Heard before the fault (at 50 s): ns/a at 10, ns/b at 11, the
+	// canary's key at 12. During the fault (60 to 100 s): ns/c created at 20,
+	// ns/a updated to 21, ns/b deleted; the canary written at 30 after it.
+	path := writeEvents(t, "A 10 50000000000 ns/a\nA 11 50000000000 ns/b\nA 12 50000000000 ns/canary\nU 30 90000000000 ns/canary\n")
+	ev, err := readEvents(path, time.Unix(100, 0), "ns/canary", "30")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ev.canaryAt.IsZero() || ev.after != 0 {
+		t.Errorf("the canary heard at %v, %d events after the end; want never, 0", ev.canaryAt, ev.after)
+	}
+	notHeard, stale, extra, _ := ev.against(map[string]string{"ns/a": "21", "ns/c": "20", "ns/canary": "30"})
+	if notHeard != 1 || stale != 1 || extra != 1 {
+		t.Errorf("%d never heard, %d stale, %d deletions never heard; want 1 (ns/c), 1 (ns/a), 1 (ns/b)", notHeard, stale, extra)
+	}
+}

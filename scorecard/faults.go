@@ -2,8 +2,14 @@ package scorecard
 
 import (
 	"context"
+	"math"
 	"net/http"
+	"strconv"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"rawwatch/faultproxy"
 	"rawwatch/internal/controlplane"
@@ -19,6 +25,9 @@ type stage struct {
 	snapshot string
 	// client is the client's process (slow-consumer makes its handler slow).
 	client *process
+	// kube reaches the apiserver straight; ns is the client's namespace.
+	kube kubernetes.Interface
+	ns   string
 }
 
 // Fault is one named fault: what it does, and what in a real cluster
@@ -29,9 +38,13 @@ type Fault struct {
 	// the fault is known.
 	Upstream []string
 	// Recorded: the exchanges of testdata/wire the proxy's answers are
-	// held to (faultproxy's tests), recorded from kube-apiserver in the
-	// situation the fault stands for.
+	// held to (faultproxy.Replays, compared by faultproxy's tests),
+	// recorded from kube-apiserver in the situation the fault stands for.
 	Recorded []string
+	// Contrast: exchanges of testdata/wire recorded from kube-apiserver
+	// that the proxy does not replay: what it answers instead of the
+	// fault, or the real server making the fault itself.
+	Contrast []string
 	// prepare runs before the client starts (optional); start begins the
 	// fault (it may block: the writes go on meanwhile); stop ends it
 	// (default: the proxy heals).
@@ -61,6 +74,28 @@ func proxyFault(on func(*faultproxy.Proxy)) func(context.Context, *stage) error 
 // would carry on as if nothing happened.
 func failing(f faultproxy.Failure) func(context.Context, *stage) error {
 	return proxyFault(func(p *faultproxy.Proxy) { p.Fail(f); p.CutWatches() })
+}
+
+// compactBehindTheClient cuts the client's streams and makes the proxy
+// answer as kube-apiserver whose watch cache's window begins after every
+// resourceVersion the client saw: its resume is too old; a WATCH from a
+// relist's resourceVersion is served. The point is a write made after the
+// cut (a ConfigMap beside the client's objects, which it does not watch),
+// so that the server has reached it; until it is made, every resume is too
+// old, as it is.
+func compactBehindTheClient(ctx context.Context, s *stage) error {
+	s.proxy.CompactedAt(math.MaxInt64)
+	s.proxy.CutWatches()
+	cm, err := s.kube.CoreV1().ConfigMaps(s.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "compaction-point"}}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	point, err := strconv.ParseInt(cm.ResourceVersion, 10, 64)
+	if err != nil {
+		return err
+	}
+	s.proxy.CompactedAt(point)
+	return nil
 }
 
 // FreezeFor is how long freeze lasts: longer than the raw watcher's
@@ -93,7 +128,7 @@ var Faults = []Fault{
 			"answers so: with its watch cache off, etcd serves the WatchList, bookmark and all; without the WatchList feature it refuses it (422), " +
 			"and the client lists.",
 		Upstream: []string{"https://github.com/kubernetes/kubernetes/issues/140890", "https://github.com/kubernetes/kubernetes/pull/140902"},
-		Recorded: []string{"fault-watchlist-uncached.json", "fault-watchlist-gate-off.json"},
+		Contrast: []string{"fault-watchlist-uncached.json", "fault-watchlist-gate-off.json"},
 		start:    proxyFault(func(p *faultproxy.Proxy) { p.WatchListEnd(true); p.ExpireWatches() })},
 	{Name: "watchlist-ignored", What: "every WatchList answered as a plain WATCH from \"\": every object ADDED, no bookmark ending them, the stream open; open streams get 410 (a relist is due)",
 		Story: "A server that ignores sendInitialEvents (an aggregated server that does not implement it, as in cozystack/cozystack#2786) answers " +
@@ -101,15 +136,17 @@ var Faults = []Fault{
 			"proxy passes the WatchList on without sendInitialEvents and resourceVersionMatch, so the bytes are kube-apiserver's own answer to " +
 			"that WATCH. A WatchList client waits for the bookmark; when the fault ends the proxy cuts those streams (the server is replaced).",
 		Upstream: []string{"https://github.com/cozystack/cozystack/pull/2786", "https://github.com/kubernetes/kubernetes/issues/140890"},
-		Recorded: []string{"fault-legacy-watch-cached.json"},
+		Recorded: []string{"fault-legacy-watch-gate-off.json"},
+		Contrast: []string{"fault-legacy-watch-cached.json"},
 		start:    proxyFault(func(p *faultproxy.Proxy) { p.IgnoreSendInitialEvents(true); p.ExpireWatches() })},
-	{Name: "watch-410", What: "the open streams cut; every WATCH from a resourceVersion answered as after a compaction: 200, an ERROR event 410, the end",
+	{Name: "watch-410", What: "the open streams cut; every WATCH from a resourceVersion before the cut answered as after a compaction: 200, an ERROR event 410, the end; a WATCH from a relist's resourceVersion served",
 		Story: "Compaction racing the client: a connection drop makes the client resume, and its resourceVersion is older than the server " +
 			"holds (etcd compacts every 5 minutes; a watch cache keeps a short window under heavy writes, and a restarted one begins at its " +
 			"start): kube-apiserver establishes the watch, sends one ERROR event with 410 and ends it (cacher.go: once the request is accepted, " +
 			"errors are ERROR events), until the client relists. A compaction alone does not end an open watch (recorded).",
-		Recorded: []string{"fault-watch-compacted-cached.json", "fault-watch-compacted-uncached.json", "fault-compaction-under-watch-cached.json"},
-		start:    proxyFault(func(p *faultproxy.Proxy) { p.Compacted(true); p.CutWatches() })},
+		Recorded: []string{"fault-watch-compacted-cached.json", "fault-compaction-under-watch-cached.json"},
+		Contrast: []string{"fault-watch-compacted-uncached.json"},
+		start:    compactBehindTheClient},
 	{Name: "too-large-rv", What: "the open streams cut; every WATCH from a resourceVersion established and silent until the fault ends, every LIST and WatchList from one answered 504 \"Too large resource version\" after 3 s",
 		Story: "An HA control plane whose apiservers' watch caches are not in step: after a failover the client's resourceVersion came from a " +
 			"fresher apiserver than the one it now talks to. kube-apiserver establishes a WATCH from a resourceVersion it has not reached and " +
@@ -143,7 +180,7 @@ var Faults = []Fault{
 			"then answers 503 while it installs its APIs and 429 while a watch cache fills (recorded), and the new watch cache starts at the " +
 			"current revision, so a client resuming from an older resourceVersion than the cache holds gets 410 and must relist; every client " +
 			"of every controller does so at once.",
-		Recorded: []string{"fault-restart-open-watch.json", "fault-restart-resume.json"},
+		Contrast: []string{"fault-restart-open-watch.json", "fault-restart-resume.json"},
 		start:    func(ctx context.Context, s *stage) error { return s.api.Restart(ctx) }},
 	{Name: "initial-flap-cut", Initial: true, What: "every WATCH cut after its first frame from before the client starts: its initial sync meets the fault",
 		Story: "A controller that starts, or restarts, while the load balancer in front of the apiserver drops long-lived connections (a rollout during an incident, a crash-looping apiserver). " +

@@ -54,15 +54,18 @@ func (r *Report) Markdown(svg string) string {
 		"deletes one a second, each write retried every 200 ms until the fault ends. Then the writer updates one object nothing else touches (the "+
 		"canary), and the client has %v to recover: its store equal to a fresh LIST (every key at the server's resourceVersion) and its handler at "+
 		"the canary's resourceVersion. `initial-flap-cut` begins before the client starts; `slow-consumer` makes the client's handler block; "+
-		"%s.\n\n"+
-		"Every request the client sends is counted on its own transport (a refused connection counts) from the fault's start to the end of its "+
-		"recovery: LISTs, further pages, WATCHes in any spelling, WatchLists, GETs and discovery. A request sent after one that failed (an error "+
+		"%s. After its recovery the client is watched %v more: what it does then counts (its requests, a crash), and it must still answer.\n\n"+
+		"Every request the client sends is counted on its own transport (a refused connection counts) from the fault's start to %v after "+
+		"the end of its recovery: LISTs, further pages, WATCHes in any spelling, WatchLists, GETs and discovery. A request sent after one that failed (an error "+
 		"status, no answer, a stream cut or given up, an ERROR event) is a retry, and waited from that failure to its start, unless it is of "+
-		"another sort and sent within %v (the next step: a LIST after a WatchList that failed, a relist after a 410); any other is chained.\n",
-		r.Duration, longFaults(r), r.Recover, togetherFaults(r), FallbackGap)
+		"another sort and sent within %v (the next step: a LIST after a WatchList that failed, a relist after a 410). A request of the same "+
+		"sort as the one sent before it, which did not fail, is that request asked again, and waited from that one's start (a WatchList asked "+
+		"again whenever it ends, a burst of LISTs): each such wait is judged as a retry's, so a burst storms however calm the retries around it. "+
+		"Any other request is chained (a LIST's WATCH); a LIST's further pages are the LIST's.\n",
+		r.Duration, longFaults(r), r.Recover, togetherFaults(r), Grace, Grace, FallbackGap)
 
 	fmt.Fprintf(&b, "\n## The verdicts\n\nWorst first:\n\n"+
-		"- **crashed**: the client's process ended on its own.\n"+
+		"- **crashed**: the client's process ended on its own, before it was told to stop (after its recovery too).\n"+
 		"- **lost data**: the client follows the server again (its store converged, or its handler heard the canary) and yet its store, or "+
 		"its handler's last word on some key, differs from the server: a create, update or delete never heard, heard at another "+
 		"resourceVersion, a deleted key added again (a ghost), an object that vanished or came back in a restore.\n"+
@@ -70,13 +73,13 @@ func (r *Report) Markdown(svg string) string {
 		"up to %v (the first %d are free; a retry that waited its Retry-After is as asked); and it may chain %d requests per retry and %d "+
 		"more. Any backoff that doubles from 0.8 s (client-go's reflector, the raw watcher) stays inside; a fixed-interval retry leaves it "+
 		"within a few retries. A slow machine makes waits longer, never a calm client stormier.\n"+
-		"- **stalled**: not following again within the recovery window.\n"+
+		"- **stalled**: not following again within the recovery window, or hung: its process there and answering nothing for %v.\n"+
 		"- **held**: none of these.\n\n"+
-		"Times are reported, not judged.\n", EnvelopeBase, RetriesPerDoubling, EnvelopeCap, FreeRetries, ChainsPerRetry, ChainSlack)
+		"Times are reported, not judged.\n", EnvelopeBase, RetriesPerDoubling, EnvelopeCap, FreeRetries, ChainsPerRetry, ChainSlack, AnswerTimeout)
 
 	fmt.Fprintf(&b, "\n## The run\n\n%s: `%s`, %s for %d faults × %d clients%s.\n\n",
 		r.Date, r.Command, r.Took.Round(time.Second), len(r.Faults), len(r.Kinds), commit(r))
-	b.WriteString("Each cell: verdict, requests in the busiest minute from the fault's start to the end of recovery, time from the fault's end " +
+	b.WriteString("Each cell: verdict, requests in the busiest minute from the fault's start to the end of the grace after recovery, time from the fault's end " +
 		"to a store equal to the server's.\n\n")
 	b.WriteString("| fault |")
 	for _, k := range r.Kinds {
@@ -105,7 +108,7 @@ func (r *Report) Markdown(svg string) string {
 	fmt.Fprintf(&b, "\n![requests in the busiest minute of each cell, per client, and the verdicts that are not held](%s)\n", svg)
 
 	b.WriteString("\n## The numbers\n\n" +
-		"Requests from the fault's start to the end of recovery (LISTs / further pages / WATCHes / WatchLists / others) and their busiest minute; " +
+		"Requests from the fault's start to the end of the grace after recovery (LISTs / further pages / WATCHes / WatchLists / others) and their busiest minute; " +
 		"retries (as their Retry-After asked among them), chained requests, the three shortest waits before a retry; the time from the fault's end " +
 		"to an equal store; the store at the end against the server (missing / extra / stale); the handler's last word against the server " +
 		"(never heard / stale / deletion never heard, ghosts among them); events heard after the fault, and the canary's time from its write " +
@@ -150,12 +153,18 @@ func (r *Report) Markdown(svg string) string {
 			continue
 		}
 		fmt.Fprintf(&b, "\n### %s\n\n*%s.* %s\n", f.Name, f.What, f.Story)
-		if len(f.Recorded) > 0 {
+		for _, rec := range []struct {
+			files []string
+			what  string
+		}{{f.Recorded, "The proxy answers as kube-apiserver was recorded answering"}, {f.Contrast, "Recorded from kube-apiserver, not replayed"}} {
+			if len(rec.files) == 0 {
+				continue
+			}
 			var links []string
-			for _, file := range f.Recorded {
+			for _, file := range rec.files {
 				links = append(links, fmt.Sprintf("[%s](../testdata/wire/%s)", file, file))
 			}
-			fmt.Fprintf(&b, "Recorded from kube-apiserver: %s.\n", strings.Join(links, ", "))
+			fmt.Fprintf(&b, "%s: %s.\n", rec.what, strings.Join(links, ", "))
 		}
 		if len(f.Upstream) > 0 {
 			var links []string
@@ -266,7 +275,7 @@ var colors = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8
 var marks = map[string]string{Crashed: "✕", LostData: "!", Stormed: "▲", Stalled: "‖"}
 
 // SVG draws, per fault, one bar per client: its requests in the busiest
-// minute from the fault's start to the end of its recovery, on a log
+// minute from the fault's start to the end of the grace after its recovery, on a log
 // scale, with a mark above each cell that did not hold.
 func (r *Report) SVG() string {
 	const pad, h, barW, gap = 60, 260, 12, 18
@@ -280,7 +289,7 @@ func (r *Report) SVG() string {
 	y := func(v float64) float64 { return float64(h) - math.Log10(1+v)/decades*float64(h-30) }
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="10">`+"\n", w, h+130)
-	fmt.Fprintf(&b, `<text x="%d" y="12" font-size="12">Requests in the busiest minute, from the fault's start to the end of recovery (log scale)</text>`+"\n", pad)
+	fmt.Fprintf(&b, `<text x="%d" y="12" font-size="12">Requests in the busiest minute, from the fault's start to the grace's end after recovery (log scale)</text>`+"\n", pad)
 	for d := 0.0; d <= decades; d++ {
 		v := math.Pow(10, d)
 		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n",

@@ -65,21 +65,34 @@ func countRequests(m *Measure, reqs []request, from, to time.Time) {
 	m.Waits, m.AsAsked, m.Chained = pace(reqs, from, to)
 }
 
-// pace sorts the requests begun in [from, to] (reqs by start) into retries
-// and chained requests. A request sent while another was in flight, or
-// after one that succeeded, is chained; so is one of another sort sent at
-// once after one that failed (within FallbackGap: a LIST after a WatchList
-// that failed, a relist after a 410). Any other sent after one that failed
-// (the last to end before it began) is a retry, and waited from that end
-// to its start: as asked, if at least the Retry-After its failure carried;
-// else its wait is judged (waits, shortest first).
+// pace sorts the requests begun in [from, to] (reqs by start) into judged
+// waits and chained requests, judging the spacing of each request from the
+// one before it (a LIST's further pages aside: they are the LIST's).
+//
+// A request of the same sort as the request begun before it, which has not
+// failed (it succeeded, or is still open), is that request asked again: its
+// wait, judged, is from that one's start (a WatchList asked again whenever
+// it ends cleanly, a burst of LISTs, however calm the retries before).
+// Otherwise, after a failure (the last request to end before it began
+// failed), one of another sort sent at once (within FallbackGap: a LIST
+// after a WatchList that failed, a relist after a 410) is chained, and any
+// other is a retry, whose wait is from that end to its start: as asked, if
+// at least the Retry-After its failure carried, else judged. The rest, sent
+// after a success or beside a request in flight, are chained (a LIST's
+// WATCH). Judged waits come shortest first.
 func pace(reqs []request, from, to time.Time) (waits []time.Duration, asAsked, chained int) {
 	var last *request // of the requests begun before, the one that ends last (End 0: still open)
+	var prev *request // the request begun before, pages aside
 	for i := range reqs {
 		q := &reqs[i]
+		if q.Sort == sortPage {
+			continue
+		}
 		t := time.Unix(0, q.At)
 		if !t.Before(from) && !t.After(to) {
 			switch {
+			case prev != nil && q.Sort == prev.Sort && !(prev.Failed && prev.End != 0 && prev.End <= q.At):
+				waits = append(waits, time.Duration(q.At-prev.At)) // the same request again
 			case last == nil || last.End == 0 || last.End > q.At || !last.Failed:
 				chained++ // the first, one beside another in flight, or after a success
 			case q.Sort != last.Sort && time.Duration(q.At-last.End) < FallbackGap:
@@ -93,6 +106,7 @@ func pace(reqs []request, from, to time.Time) (waits []time.Duration, asAsked, c
 				}
 			}
 		}
+		prev = q
 		if last == nil || last.End != 0 && (q.End == 0 || q.End > last.End) {
 			last = q
 		}

@@ -241,6 +241,7 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 	defer func() {
 		_ = kube.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), ns, metav1.DeleteOptions{})
 	}()
+	st.kube, st.ns = kube, ns
 	duration := r.duration(f)
 	ticks := int(duration / writeTick)
 	if err := createObjects(ctx, c, ns, 2*ticks+10); err != nil {
@@ -318,11 +319,8 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 		}
 		mine, err := p.store()
 		if err != nil {
-			if p.exited() {
-				m.Crashed = true
-				break
-			}
-			return row, err
+			p.lost(&m, err)
+			break
 		}
 		m.Missing, m.Extra, m.Stale = diff(server, mine)
 		now := time.Now()
@@ -333,11 +331,8 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 		}
 		rv, err := p.heard(canary)
 		if err != nil {
-			if p.exited() {
-				m.Crashed = true
-				break
-			}
-			return row, err
+			p.lost(&m, err)
+			break
 		}
 		if (!equalSince.IsZero() && rv == canaryRV) || now.Sub(end) > r.o.Recover {
 			break
@@ -345,12 +340,25 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	recovered := time.Now()
-	m.Window = recovered.Sub(begin)
-	if m.Converged = !equalSince.IsZero() && !m.Crashed; m.Converged {
+	if m.Converged = !equalSince.IsZero() && !m.Crashed && !m.Hung; m.Converged {
 		m.ConvergedIn = equalSince.Sub(end)
 	} else {
 		m.ConvergedIn = recovered.Sub(end)
 	}
+	// What the client does right after its recovery counts too: its
+	// requests, a crash; and it must still answer at the end.
+	if !m.Crashed && !m.Hung {
+		select {
+		case <-p.done:
+			m.Crashed = true
+		case <-time.After(Grace):
+			if _, err := p.store(); err != nil {
+				p.lost(&m, err)
+			}
+		}
+	}
+	counted := time.Now()
+	m.Window = counted.Sub(begin)
 	select {
 	case <-p.synced:
 		m.Synced, m.SyncedIn = true, p.syncedAt.Sub(p.started)
@@ -358,18 +366,18 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 	}
 	if m.Crashed {
 		m.Exit = tail(p.stderrPath)
-	} else {
-		res, err := p.stop()
-		if err != nil {
-			return row, err
+	} else if !m.Hung {
+		if res, err := p.stop(); err != nil {
+			m.Hung, m.Exit = true, "told to stop: "+err.Error()
+		} else {
+			heapAndQueue(&m, res.Samples, begin, end)
 		}
-		heapAndQueue(&m, res.Samples, begin, end)
 	}
 	reqs, err := readRequests(filepath.Join(dir, requestsFile))
 	if err != nil {
 		return row, err
 	}
-	countRequests(&m, reqs, begin, recovered)
+	countRequests(&m, reqs, begin, counted)
 	ev, err := readEvents(filepath.Join(dir, eventsFile), end, canary, canaryRV)
 	if err != nil {
 		return row, err
@@ -383,6 +391,16 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 	row.Verdict, row.Why = Verdict(m)
 	row.Logged, row.LogSample = logSample(p.stderrPath, logFrom)
 	return row, nil
+}
+
+// lost: the client did not answer (err): its process ended (crashed), or
+// is there and answers nothing (hung).
+func (p *process) lost(m *Measure, err error) {
+	if p.exited() {
+		m.Crashed = true
+		return
+	}
+	m.Hung, m.Exit = true, err.Error()
 }
 
 // crashedRow is the row of a client that ended before the fault began.

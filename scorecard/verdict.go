@@ -22,7 +22,10 @@ var Verdicts = []string{Crashed, LostData, Stormed, Stalled, Held}
 // the end of its recovery (docs/scorecard.md repeats it). A retry is a
 // request sent after one that failed (but one of another sort sent at once,
 // within FallbackGap: the next step, a LIST after a WatchList that failed);
-// its wait is the time between the two.
+// its wait is the time between the two. A request of the same sort as the
+// one sent before it, which did not fail, is that request asked again: its
+// wait, from that one's start, is judged as a retry's (pace), so that a
+// burst is judged by its own spacing, never by an average over the window.
 // Any backoff that doubles its wait at least every other retry from 0.4 s,
 // up to 10 s or more, stays inside, whatever its jitter (client-go's
 // reflector and the raw watcher wait 0.8 to 1.6 s, doubling every retry, up
@@ -52,6 +55,9 @@ const (
 	// DefaultRecover is how long after a fault's end a client has to show a
 	// store equal to the server's and its handler the canary.
 	DefaultRecover = time.Minute
+	// Grace: the client is watched this long after its recovery (its
+	// requests counted, a crash seen), and must still answer at its end.
+	Grace = 10 * time.Second
 )
 
 // Envelope is the shortest wait the n-th shortest retry (from 1) may have.
@@ -70,10 +76,10 @@ func Envelope(n int) time.Duration {
 type Measure struct {
 	// Fault lasted Duration (as set: the verdict does not read clocks).
 	Duration time.Duration
-	// Window is the time from the fault's start to the end of the client's
-	// recovery (its store equal to the server's and its handler at the
-	// canary's resourceVersion, or the recovery window's end): the requests
-	// are counted over it.
+	// Window is the time from the fault's start to Grace after the end of
+	// the client's recovery (its store equal to the server's and its
+	// handler at the canary's resourceVersion, or the recovery window's
+	// end): the requests are counted over it.
 	Window time.Duration
 	// Every request the client sent in Window, by sort: LISTs (first
 	// pages), further pages, WATCHes, WatchLists (WATCHes with
@@ -81,9 +87,9 @@ type Measure struct {
 	// Busiest, the most in any minute of it.
 	Lists, Pages, Watches, WatchLists, Others int
 	Busiest                                   int
-	// How they were spaced (pace): the waits before the retries the
-	// envelope judges, shortest first; the retries that waited as their
-	// Retry-After asked; the chained requests.
+	// How they were spaced (pace): the waits the envelope judges (before
+	// a retry, or a request asked again), shortest first; the retries that
+	// waited as their Retry-After asked; the chained requests.
 	Waits   []time.Duration
 	AsAsked int
 	Chained int
@@ -125,9 +131,12 @@ type Measure struct {
 	Synced   bool
 	SyncedIn time.Duration
 	// Crashed: the client's process ended before it was told to stop;
-	// Exit is what it said last.
+	// Exit is what it said last (or, Hung, what it failed to answer).
 	Crashed bool
 	Exit    string `json:",omitempty"`
+	// Hung: the client's process stopped answering (for AnswerTimeout)
+	// without ending.
+	Hung bool `json:",omitempty"`
 }
 
 // Requests is every request counted.
@@ -152,7 +161,9 @@ func (m Measure) Following() bool { return m.Converged || m.HeardCanary }
 //     Envelope allows, or it chained more requests than ChainsPerRetry
 //     per retry and ChainSlack. It judges the spacing, not the rate: a
 //     slow machine makes waits longer, never a calm client stormier;
-//   - stalled: not following within the recovery window;
+//   - stalled: not following within the recovery window, or hung: its
+//     process there and answering nothing (its store, its handler, its
+//     stop) for AnswerTimeout;
 //   - held: none of these.
 func Verdict(m Measure) (string, string) {
 	switch {
@@ -165,6 +176,9 @@ func Verdict(m Measure) (string, string) {
 	}
 	if why, ok := stormed(m); ok {
 		return Stormed, why
+	}
+	if m.Hung {
+		return Stalled, "stopped answering, its process still there: " + m.Exit
 	}
 	if !m.Following() {
 		return Stalled, fmt.Sprintf("never heard the canary at its resourceVersion; store: %d missing, %d extra, %d stale", m.Missing, m.Extra, m.Stale)
