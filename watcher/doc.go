@@ -378,14 +378,13 @@
 // DeletedFinalStateUnknown), and a key listed under another UID comes out as
 // Deleted then Added, never as an update of one object into another.
 //
-// # A shard of the objects
+// # A part of the objects
 //
-// With Options.Shard (package shard), every LIST page and WATCH carries
-// shardSelector=shardRange(object.metadata.uid, START, END) || …, and a
-// kube-apiserver with the ShardedListAndWatch gate sends only the objects
-// whose UID hashes into those ranges: the watcher holds, and pays for, its
-// share alone. A server without the gate drops the parameter silently; the
-// first object outside the ranges says so (logged once, counted as
-// OutOfShard), and from then on the watcher leaves such objects out itself:
-// the store is the same, but every object is still received and decoded.
+// Three hooks let a layer above (package sharding) narrow the watcher to a
+// shard of the objects without a cost to a watcher of all of them:
+// Options.ListOptions adds the shard selector to every LIST page and WATCH,
+// Options.Filter leaves out what a server that ignores the selector sends
+// anyway, and Relist cuts the request in flight short to list again after
+// a change of either (the Machine's Resharded). Position says where the
+// store stands and since which list, read in one step.
 package watcher

@@ -21,7 +21,7 @@
 //
 // With sharding (sharding.go) every replica works, each on its part of the
 // objects: it joins a ring of Leases (package ring), watches the slots it
-// claims or should own (watcher.SetShard), and a gate lets a reconcile start
+// claims or should own (sharding.Watcher.SetShard), and a gate lets a reconcile start
 // only in a slot it works. A slot changes hands only once the old owner has
 // no reconcile of it in flight; a key that moved is dropped from the old
 // owner's store without a deletion, and the new owner reconciles every key
@@ -64,6 +64,7 @@ import (
 	"rawwatch/reconcile"
 	"rawwatch/ring"
 	"rawwatch/shard"
+	"rawwatch/sharding"
 	"rawwatch/store"
 	"rawwatch/ui"
 	"rawwatch/watcher"
@@ -160,9 +161,12 @@ type Options struct {
 
 // App is an assembled controller.
 type App struct {
-	Store      *store.Store[Object]
-	Queue      *queue.Queue
-	Watcher    *watcher.Watcher[Object]
+	Store   *store.Store[Object]
+	Queue   *queue.Queue
+	Watcher *watcher.Watcher[Object]
+	// Sharded is Watcher limited to this replica's shard; nil without
+	// sharding.
+	Sharded    *sharding.Watcher[Object]
 	Controller *reconcile.Controller[Object]
 	Client     *client.Client
 	Metrics    *metrics.Metrics
@@ -296,7 +300,12 @@ func New(opts Options) (_ *App, err error) {
 	}
 	wopts.Codec = watcher.Codec[Object]{GVK: v1alpha1.GroupVersionKind}
 	src := watcher.RESTSource{Client: myClient.REST(), Resource: v1alpha1.Resource, Namespace: opts.Namespace}
-	a.Watcher = watcher.New(src, a.Store, wopts)
+	if opts.Sharding != nil {
+		a.Sharded = sharding.NewWatcher(src, a.Store, wopts, nil) // the first claims say what to watch
+		a.Watcher = a.Sharded.Watcher
+	} else {
+		a.Watcher = watcher.New(src, a.Store, wopts)
+	}
 	if a.UI != nil {
 		a.UI.SetResourceVersion(a.Watcher.ResourceVersion)
 	}
@@ -373,7 +382,7 @@ func (a *App) Run(ctx context.Context) error {
 			defer close(watcherDone)
 			select { // the first claims say what to watch
 			case <-a.watcherStart:
-				a.Watcher.Run(watcherCtx)
+				a.Sharded.Run(watcherCtx)
 			case <-watcherCtx.Done():
 			}
 		})
