@@ -20,9 +20,9 @@
 //
 // When Run's context ends, the workers finish the keys they hold and stop;
 // what is still queued is dropped (updates are level-triggered: whoever works
-// the keys next reconciles them). Deletions are not: DrainDeletions hands
-// the ones still queued to Deleted, bounded by its context, for a sharded
-// replica that leaves its ring cleanly.
+// the keys next reconciles them). Deletions stay recorded (Deletions,
+// HandleDeletions): a sharded replica that leaves its ring cleanly hands
+// them to Deleted before it goes (package sharding's Drain).
 //
 // Each reconcile's context carries a logger (klog.FromContext) with the
 // worker and the key, as controller-runtime's does.

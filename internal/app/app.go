@@ -243,7 +243,14 @@ func New(opts Options) (_ *App, err error) {
 	a.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	recorder := a.events.NewRecorder(client.Scheme, corev1.EventSource{Component: "rawwatch"})
 
-	a.Queue = queue.New(queue.NewRateLimiter(opts.RetryBase, opts.RetryMax))
+	limiter := queue.NewRateLimiter(opts.RetryBase, opts.RetryMax)
+	if opts.Sharding != nil {
+		// A deletion waits behind no backlog: the slot may move before a
+		// worker reaches it, and no other replica hears of it.
+		a.Queue = queue.NewOrdered(limiter, sharding.NewDeletionsFirst(func(key string) bool { return a.Controller.HasDeletions(key) }))
+	} else {
+		a.Queue = queue.New(limiter)
+	}
 	a.Metrics = metrics.New(metrics.Options{Version: opts.Version,
 		QueueDepth: a.Queue.Len, QueueDelayed: a.Queue.Pending, StoreObjects: a.Store.Len})
 	// One fan-out for every part: the metrics, the narration, the probe,

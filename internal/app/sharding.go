@@ -486,7 +486,7 @@ func (a *App) sweep(ctx context.Context, renew, lease time.Duration) {
 func (a *App) drain(ctx context.Context, stopWatcher func(), watcherDone <-chan struct{}) {
 	log := klog.FromContext(ctx).WithName("sharding")
 	start := time.Now()
-	a.Controller.DrainDeletions(ctx, a.opts.Workers)
+	sharding.Drain(ctx, a.Controller, a.opts.Workers)
 	swept := 0
 	// Fenced (it claims nothing): what it hears of is held, not handled.
 	// A sweep of the watched slots holds what the watch had not brought
@@ -500,12 +500,12 @@ func (a *App) drain(ctx context.Context, stopWatcher func(), watcherDone <-chan 
 		case <-ctx.Done():
 		case <-time.After(50 * time.Millisecond):
 		}
-		a.Controller.DrainDeletions(ctx, a.opts.Workers)
+		sharding.Drain(ctx, a.Controller, a.opts.Workers)
 	}
 	stopWatcher()
 	<-watcherDone
 	swept += a.sweepBeforeLeaving(ctx, log, a.gate.claimed())
-	left := a.Controller.DrainDeletions(ctx, a.opts.Workers)
+	left := sharding.Drain(ctx, a.Controller, a.opts.Workers)
 	// Held for slots it does not work (fenced, or not confirmed yet): their
 	// owners handle them only if they heard of them too.
 	left = append(left, a.gate.takeHeld()...)
