@@ -20,7 +20,7 @@ import (
 // A replica leaves while its ring is fenced (its Lease API failed for L − R
 // around the SIGTERM, or its fence fired during the drain: the ring still
 // runs while it drains). Its gate refuses every deletion; gatedReconciler
-// then returns nil, so DrainDeletions counts the deletion handled (it goes
+// then returns nil, so the drain (sharding.Drain) counts the deletion handled (it goes
 // to "held"), and the sweep lists nothing (it sweeps the claimed slots:
 // none). The drain returns at once, well
 // within DrainTimeout (which could have waited for the ring to come back),
