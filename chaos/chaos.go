@@ -89,6 +89,7 @@ import (
 	"rawwatch/reconcile"
 	"rawwatch/ring"
 	"rawwatch/shard"
+	"rawwatch/sharding"
 	"rawwatch/store"
 	"rawwatch/watcher"
 )
@@ -702,7 +703,7 @@ func (r *recorder) Observe(e observe.Event) {
 		r.BookmarkReceived(e.RV, e.InitialEventsEnd)
 	case watcher.Replaced:
 		r.Replaced(e.RV, e.Size, e.Added, e.Updated, e.Deleted)
-	case watcher.Resharded:
+	case sharding.Resharded:
 		r.resharded()
 	case reconcile.Finished:
 		r.Finished(e.Worker, e.Key, e.Took, e.Err, e.RetryIn)

@@ -80,7 +80,9 @@ func newReplica(cfg Config, base *rest.Config, ns, name string, sharding *app.Sh
 	}
 	r.app = a
 	r.rec.store = a.Store
-	r.rec.coverage = a.Watcher.Covered
+	if a.Sharded != nil {
+		r.rec.coverage = a.Sharded.Covered
+	}
 	return r, nil
 }
 

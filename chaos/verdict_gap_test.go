@@ -7,6 +7,7 @@ import (
 	"rawwatch/internal/app"
 	"rawwatch/ring"
 	"rawwatch/shard"
+	"rawwatch/sharding"
 	"rawwatch/store"
 	"rawwatch/watcher"
 )
@@ -212,7 +213,7 @@ func TestAWatcherThatLeftTheSlotNoLongerCountsAsItsWatcher(t *testing.T) {
 			// (Covered shrinks at once) and relists.
 			rec.Observe(ring.ClaimsChanged{Claims: ring.Claims{Target: shard.SlotsOf(other)}})
 			cover = shard.SlotsOf(other) // (before it reports Resharded)
-			rec.Observe(watcher.Resharded{Share: 1.0 / shard.Slots})
+			rec.Observe(sharding.Resharded{Share: 1.0 / shard.Slots})
 		}
 		tick()
 		d := s.d

@@ -40,6 +40,7 @@ import (
 	"rawwatch/reconcile"
 	"rawwatch/ring"
 	"rawwatch/shard"
+	"rawwatch/sharding"
 	"rawwatch/store"
 	"rawwatch/watcher"
 )
@@ -269,13 +270,13 @@ func (n *Narrator) Observe(e observe.Event) {
 		n.leading(e.Identity, e.Leading)
 	case leader.NewLeader:
 		n.newLeader(e.Identity)
-	case watcher.Swept:
+	case sharding.Swept:
 		if e.Err != nil {
 			n.line("SWEEP", "listing the slots being handed over failed (%v): tried again; the slots stay claimed until it succeeds", e.Err)
 			break
 		}
 		n.line("SWEEP", "the slots being handed over (%.1f%% of the hash space) were listed again before letting them go: %d objects there, %d in the store no longer on the server — deletions the watch had not brought yet, handled now (the new owner hears only of those after its own list)", 100*e.Share, e.Listed, e.Deleted)
-	case watcher.Resharded:
+	case sharding.Resharded:
 		n.line("RESHARD", "the watcher now asks for %.1f%% of the hash space: %d objects whose slots moved to other replicas leave the store (no deletion: they still exist), then the new shard is listed", 100*e.Share, e.Dropped)
 	case ring.MembersChanged:
 		n.line("RING", "%s sees the members %v (before: %v): the %d slots are divided among them again", e.Identity, e.Members, e.Before, shard.Slots)

@@ -16,6 +16,7 @@ import (
 	"rawwatch/reconcile"
 	"rawwatch/ring"
 	"rawwatch/shard"
+	"rawwatch/sharding"
 	"rawwatch/store"
 	"rawwatch/watcher"
 )
@@ -267,8 +268,8 @@ func TestNarrationOfTheHandoff(t *testing.T) {
 	n.Observe(ring.ClaimsChanged{Identity: "c", Claims: ring.Claims{Pending: four, Custody: four}})
 	n.Observe(ring.ClaimsChanged{Identity: "c", Before: ring.Claims{Pending: four, Custody: four}, Claims: ring.Claims{Releasing: four}})
 	n.Observe(ring.ClaimsChanged{Identity: "c", Before: ring.Claims{Releasing: four}, Claims: ring.Claims{Lingering: four}})
-	n.Observe(watcher.Resharded{Share: 0.5, Dropped: 12})
-	n.Observe(watcher.Swept{Share: 0.25, Listed: 40, Deleted: 3})
+	n.Observe(sharding.Resharded{Share: 0.5, Dropped: 12})
+	n.Observe(sharding.Swept{Share: 0.25, Listed: 40, Deleted: 3})
 	n.Observe(ring.ClaimsChanged{Identity: "b", Before: ring.Claims{Working: shard.SlotsOf(2, 3)}, Fenced: true})
 	got := out.String()
 	for _, want := range []string{

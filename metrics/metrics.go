@@ -38,6 +38,7 @@ import (
 	"rawwatch/queue"
 	"rawwatch/reconcile"
 	"rawwatch/ring"
+	"rawwatch/sharding"
 	"rawwatch/watcher"
 )
 
@@ -278,16 +279,16 @@ func (m *Metrics) Observe(e observe.Event) {
 		m.backoffs.WithLabelValues(e.Class.String()).Inc()
 	case watcher.Skipped:
 		m.skipped.Inc()
-	case watcher.OutOfShard:
+	case sharding.OutOfShard:
 		m.outOfShard.Inc()
-	case watcher.Swept:
+	case sharding.Swept:
 		if e.Err != nil {
 			m.sweeps.WithLabelValues("error").Inc()
 		} else {
 			m.sweeps.WithLabelValues("ok").Inc()
 			m.sweptDeletions.Add(float64(e.Deleted))
 		}
-	case watcher.Resharded:
+	case sharding.Resharded:
 		m.reshards.Inc()
 		m.dropped.Add(float64(e.Dropped))
 	case ring.MembersChanged:

@@ -17,11 +17,10 @@
 //   - exclusivity (the processing set): between Get and Done a key belongs to
 //     one worker; an Add meanwhile marks it dirty, and Done puts it back for
 //     exactly one more run;
-//   - fairness: keys come out in the order they became dirty, except that
-//     keys added by AddFirst (a controller's deletions) come out before the
-//     others — not in client-go's workqueue; controller-runtime's priority
-//     queue orders by priority the same way (it puts the initial list's
-//     and resyncs' items last);
+//   - fairness: keys come out in the order they became dirty, or in the
+//     order an Order gives them (NewOrdered; client-go's workqueue takes a
+//     Queue the same way): a sharded controller's hands out the keys with a
+//     deletion first (package sharding's DeletionsFirst);
 //   - retries (the rate limiter): AddRateLimited re-adds a key after the
 //     delay its RateLimiter gives — DefaultRateLimiter is client-go's
 //     DefaultControllerRateLimiter: per-key exponential 5 ms doubling to

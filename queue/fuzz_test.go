@@ -2,7 +2,6 @@ package queue
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 )
 
@@ -16,68 +15,52 @@ import (
 // The queue, single-threaded, against a model of its rules: a key waits at
 // most once; a key being processed is never handed out; a key added while
 // processed comes back exactly once after Done; keys come out in the order
-// they became dirty, those added by AddFirst before all others.
+// they became dirty.
 func FuzzQueue(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		q := New(nil)
-		var first, order []string // model: dirty keys waiting, in order
-		dirty, processing, urgent := map[string]bool{}, map[string]bool{}, map[string]bool{}
+		var order []string // model: dirty keys waiting, in order
+		dirty, processing := map[string]bool{}, map[string]bool{}
 		for _, op := range data {
 			key := fmt.Sprint("k", op/4%6)
 			switch op % 4 {
-			case 0: // Add
-				q.Add(key)
+			case 0, 1: // Add, or AddAfter without a delay (an Add)
+				if op%4 == 0 {
+					q.Add(key)
+				} else {
+					q.AddAfter(key, 0)
+				}
 				if !dirty[key] {
 					dirty[key] = true
 					if !processing[key] {
 						order = append(order, key)
 					}
 				}
-			case 1: // AddFirst
-				q.AddFirst(key)
-				if urgent[key] {
-					break
-				}
-				urgent[key] = true
-				if dirty[key] && !processing[key] {
-					order = slices.DeleteFunc(order, func(k string) bool { return k == key })
-				}
-				if !processing[key] {
-					first = append(first, key)
-				}
-				dirty[key] = true
 			case 2: // Get, when the model says one is ready (Get would block otherwise)
-				if len(first)+len(order) == 0 {
+				if len(order) == 0 {
 					continue
 				}
-				want := &order
-				if len(first) > 0 {
-					want = &first
-				}
 				got, shutdown := q.Get()
-				if shutdown || got != (*want)[0] {
-					t.Fatalf("Get = %q (shutdown %v), model says %q (first %v, then %v)", got, shutdown, (*want)[0], first, order)
+				if shutdown || got != order[0] {
+					t.Fatalf("Get = %q (shutdown %v), model says %q (of %v)", got, shutdown, order[0], order)
 				}
 				if processing[got] {
 					t.Fatalf("%s handed out while being processed", got)
 				}
-				*want = (*want)[1:]
-				processing[got], dirty[got], urgent[got] = true, false, false
+				order = order[1:]
+				processing[got], dirty[got] = true, false
 			case 3: // Done, for the key the byte names if it is being processed
 				if !processing[key] {
 					continue
 				}
 				q.Done(key)
 				delete(processing, key)
-				switch {
-				case urgent[key]:
-					first = append(first, key)
-				case dirty[key]:
+				if dirty[key] {
 					order = append(order, key)
 				}
 			}
-			if q.Len() != len(first)+len(order) {
-				t.Fatalf("queue length %d, model %d (%v, then %v)", q.Len(), len(first)+len(order), first, order)
+			if q.Len() != len(order) {
+				t.Fatalf("queue length %d, model %d (%v)", q.Len(), len(order), order)
 			}
 		}
 		q.ShutDown()
@@ -87,7 +70,6 @@ func FuzzQueue(f *testing.F) {
 		before := q.Len()
 		for key := range processing {
 			q.Add(key)
-			q.AddFirst(key)
 			q.Done(key)
 		}
 		if q.Len() != before {

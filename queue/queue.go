@@ -2,6 +2,7 @@ package queue
 
 import (
 	"container/heap"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -31,8 +32,8 @@ func (Got) Component() string   { return "queue" }
 //   - dedup: a key waiting in the queue is there once, however often it is added;
 //   - exclusivity: between Get and Done a key belongs to one worker; adding it
 //     meanwhile marks it dirty, and Done puts it back for exactly one more run;
-//   - fairness: keys come out in the order they first became dirty, those
-//     added by AddFirst (deletions) before all others;
+//   - fairness: keys come out in the order they first became dirty (or in
+//     the order an Order gives them: NewOrdered);
 //   - retries: AddRateLimited re-adds a key after its RateLimiter delay, and
 //     Forget resets that delay once the key succeeds;
 //   - shutdown: ShutDown makes Get return shutdown=true at once; workers finish
@@ -51,21 +52,11 @@ type Queue struct {
 	mu sync.Mutex
 	// ready wakes workers blocked in Get.
 	ready *sync.Cond
-	// order holds the dirty keys Add queued that are not being processed,
-	// oldest first; first, those AddFirst queued, handed out before order's.
-	order, first lane
+	// order holds the dirty keys that are not being processed: ready.
+	order Order
 	// dirty: keys that need processing (waiting, or being processed and to
-	// be re-queued by Done); the value is the sequence number of the key's
-	// entry in order, 0 if it has none (in first, or being processed): an
-	// entry of order whose number is not its key's is stale (AddFirst moved
-	// the key) and skipped.
-	dirty map[string]uint64
-	seq   uint64
-	// inOrder is how many of order's entries are not stale.
-	inOrder int
-	// urgent: the dirty keys added by AddFirst (in first, or being
-	// processed: Done puts them in first).
-	urgent map[string]struct{}
+	// be re-queued by Done).
+	dirty map[string]struct{}
 	// processing: keys handed out by Get and not yet Done.
 	processing map[string]struct{}
 	// waiting: keys scheduled by AddAfter, with the timer that will add
@@ -91,8 +82,7 @@ type delayed struct {
 	key   string
 	at    time.Time
 	timer *time.Timer
-	first bool // added by AddFirst when due
-	index int  // in due
+	index int // in due
 }
 
 // byDue orders delayed keys soonest first, as a heap.Interface.
@@ -146,51 +136,67 @@ func (h dueHeap) soonest(max int) []DelayedKey {
 	return out
 }
 
-// lane is a line of keys: Get takes them from its front; buf is the whole
-// backing array, for reuse once the lane drains.
-type lane struct {
-	keys []entry
-	buf  []entry
+// Order is the line the ready keys wait in, under the queue's lock (as
+// client-go's workqueue.Queue): Push a key that became ready, Touch one
+// that is added again while it waits (an Order that ranks keys may move
+// it), Pop the next one (only when Len > 0). Peek is the at most max keys
+// Pop would hand out next, in that order, read in about that many steps
+// (Snapshot). The default is FIFO: oldest first, Touch a no-op.
+type Order interface {
+	Push(key string)
+	Touch(key string)
+	Pop() string
+	Len() int
+	Peek(max int) []string
 }
 
-type entry struct {
-	key string
-	seq uint64 // in order: the key's number in dirty when queued
+// FIFO is the default Order: keys in the order they became ready. Its
+// array, once a burst (burstKeys) grew it, is dropped when it drains.
+type FIFO struct {
+	keys []string
+	buf  []string // the whole backing array, for reuse once drained
 }
 
-func (l *lane) push(e entry) {
-	n := cap(l.keys)
-	l.keys = append(l.keys, e)
-	if cap(l.keys) != n { // a new array
-		l.buf = l.keys
+func (f *FIFO) Push(key string) {
+	n := cap(f.keys)
+	f.keys = append(f.keys, key)
+	if cap(f.keys) != n { // a new array
+		f.buf = f.keys
 	}
 }
 
-func (l *lane) pop() entry {
-	e := l.keys[0]
-	l.keys[0] = entry{}
-	l.keys = l.keys[1:]
-	return e
-}
+func (f *FIFO) Touch(string) {}
 
-// reset empties the lane; after a burst (burstKeys) it drops its array.
-func (l *lane) reset() {
-	if cap(l.buf) > burstKeys {
-		l.buf = nil
+func (f *FIFO) Pop() string {
+	key := f.keys[0]
+	f.keys[0] = ""
+	f.keys = f.keys[1:]
+	if len(f.keys) == 0 {
+		if cap(f.buf) > burstKeys {
+			f.buf = nil
+		}
+		f.keys = f.buf[:0]
 	}
-	clear(l.keys)
-	l.keys = l.buf[:0]
+	return key
 }
 
-// New returns a queue whose retries follow limiter (DefaultRateLimiter if nil).
-func New(limiter RateLimiter) *Queue {
+func (f *FIFO) Len() int { return len(f.keys) }
+
+func (f *FIFO) Peek(max int) []string { return slices.Clone(f.keys[:min(max, len(f.keys))]) }
+
+// New returns a FIFO queue whose retries follow limiter (DefaultRateLimiter
+// if nil).
+func New(limiter RateLimiter) *Queue { return NewOrdered(limiter, &FIFO{}) }
+
+// NewOrdered is New with the ready keys in order.
+func NewOrdered(limiter RateLimiter, order Order) *Queue {
 	if limiter == nil {
 		limiter = DefaultRateLimiter()
 	}
 	q := &Queue{
 		limiter:    limiter,
-		dirty:      map[string]uint64{},
-		urgent:     map[string]struct{}{},
+		order:      order,
+		dirty:      map[string]struct{}{},
 		processing: map[string]struct{}{},
 		waiting:    map[string]*delayed{},
 		dirtySince: map[string]time.Time{},
@@ -200,17 +206,9 @@ func New(limiter RateLimiter) *Queue {
 }
 
 // Add marks key as needing processing. It is a no-op after ShutDown.
-func (q *Queue) Add(key string) { q.add(key, false) }
-
-// add is Add, or with first AddFirst.
-func (q *Queue) add(key string, first bool) {
+func (q *Queue) Add(key string) {
 	q.mu.Lock()
-	var deduped bool
-	if first {
-		deduped = q.addFirstLocked(key)
-	} else {
-		deduped = q.addLocked(key)
-	}
+	deduped := q.addLocked(key)
 	q.mu.Unlock()
 	if q.Observer != nil {
 		q.Observer.Observe(Added{Key: key, Deduped: deduped})
@@ -222,102 +220,36 @@ func (q *Queue) addLocked(key string) (deduped bool) {
 	if q.shutdown {
 		return true
 	}
+	_, busy := q.processing[key]
 	if _, ok := q.dirty[key]; ok {
+		if !busy {
+			q.order.Touch(key)
+		}
 		return true
 	}
-	q.markDirty(key)
-	if _, busy := q.processing[key]; busy {
+	q.dirty[key] = struct{}{}
+	q.dirtyPeak = max(q.dirtyPeak, len(q.dirty))
+	if q.Observer != nil {
+		q.dirtySince[key] = time.Now()
+	}
+	if busy {
 		return false // Done will queue it
 	}
 	q.push(key)
 	return false
 }
 
-func (q *Queue) markDirty(key string) {
-	q.dirty[key] = 0
-	q.dirtyPeak = max(q.dirtyPeak, len(q.dirty))
-	if q.Observer != nil {
-		q.dirtySince[key] = time.Now()
-	}
-}
-
-// push puts key at the end of its line (first if urgent, else order) and
-// wakes a worker.
+// push makes key ready and wakes a worker.
 func (q *Queue) push(key string) {
-	if _, ok := q.urgent[key]; ok {
-		q.first.push(entry{key: key})
-	} else {
-		q.seq++
-		q.dirty[key] = q.seq
-		q.order.push(entry{key: key, seq: q.seq})
-		q.inOrder++
-	}
+	q.order.Push(key)
 	q.ready.Signal()
-}
-
-// AddFirst marks key as needing processing ahead of every key Add queued:
-// behind the keys AddFirst queued before it, before all others (moved there
-// if Add had queued it: in constant time, its entry in order left stale). A
-// controller gives it the deletions: a change a worker reaches late is
-// still read from the store, but a deletion a sharded replica does not
-// reach before its slot moves (a fence, a handoff) is heard of by no
-// replica. A key Add queued waits behind at most the AddFirst keys added
-// while it waits, and those being processed when it was queued (they come
-// back first after Done). A no-op after ShutDown.
-func (q *Queue) AddFirst(key string) { q.add(key, true) }
-
-func (q *Queue) addFirstLocked(key string) (deduped bool) {
-	if q.shutdown {
-		return true
-	}
-	if _, ok := q.urgent[key]; ok {
-		return true
-	}
-	q.urgent[key] = struct{}{}
-	seq, dirty := q.dirty[key]
-	if !dirty {
-		q.markDirty(key)
-	}
-	if _, busy := q.processing[key]; busy {
-		return dirty // Done will queue it, first
-	}
-	if seq != 0 { // waiting in order: its entry there goes stale
-		q.dirty[key] = 0
-		q.inOrder--
-		if len(q.order.keys) > 2*q.inOrder+burstKeys {
-			q.compactOrder()
-		}
-	}
-	q.push(key)
-	return dirty
-}
-
-// compactOrder drops order's stale entries, keeping the live ones in their
-// order: called once they outnumber the live ones (and a burst's worth),
-// so that order holds at most about twice the keys waiting in it, however
-// many AddFirst moved, at a cost spread over the moves.
-func (q *Queue) compactOrder() {
-	live := q.order.keys[:0]
-	for _, e := range q.order.keys {
-		if e.seq != 0 && q.dirty[e.key] == e.seq {
-			live = append(live, e)
-		}
-	}
-	clear(q.order.keys[len(live):])
-	q.order.keys = live
 }
 
 // AddAfter adds key once d has passed. If key is already scheduled, the
 // earlier of the two times wins.
-func (q *Queue) AddAfter(key string, d time.Duration) { q.addAfter(key, d, false) }
-
-// AddFirstAfter adds key by AddFirst once d has passed (a failed deletion's
-// retry), as AddAfter does; scheduled both ways, the key is added first.
-func (q *Queue) AddFirstAfter(key string, d time.Duration) { q.addAfter(key, d, true) }
-
-func (q *Queue) addAfter(key string, d time.Duration, first bool) {
+func (q *Queue) AddAfter(key string, d time.Duration) {
 	if d <= 0 {
-		q.add(key, first)
+		q.Add(key)
 		return
 	}
 	q.mu.Lock()
@@ -327,15 +259,13 @@ func (q *Queue) addAfter(key string, d time.Duration, first bool) {
 	}
 	at := time.Now().Add(d)
 	if w, ok := q.waiting[key]; ok {
-		first = first || w.first
 		if !w.at.After(at) {
-			w.first = first
 			return
 		}
 		w.timer.Stop()
 		heap.Remove(&q.due, w.index)
 	}
-	w := &delayed{key: key, at: at, first: first}
+	w := &delayed{key: key, at: at}
 	w.timer = time.AfterFunc(d, func() {
 		q.mu.Lock()
 		if q.waiting[key] != w { // replaced by an earlier AddAfter, or shut down
@@ -343,9 +273,8 @@ func (q *Queue) addAfter(key string, d time.Duration, first bool) {
 			return
 		}
 		q.undelay(w)
-		first := w.first
 		q.mu.Unlock()
-		q.add(key, first)
+		q.Add(key)
 	})
 	q.waiting[key] = w
 	heap.Push(&q.due, w)
@@ -369,13 +298,6 @@ func (q *Queue) AddRateLimited(key string) time.Duration {
 	return d
 }
 
-// AddFirstRateLimited is AddRateLimited by AddFirst (AddFirstAfter).
-func (q *Queue) AddFirstRateLimited(key string) time.Duration {
-	d := q.limiter.When(key)
-	q.AddFirstAfter(key, d)
-	return d
-}
-
 // Forget clears key's retry history (call it when key succeeded).
 func (q *Queue) Forget(key string) { q.limiter.Forget(key) }
 
@@ -387,25 +309,14 @@ func (q *Queue) Retries(key string) int { return q.limiter.Retries(key) }
 // caller should stop.
 func (q *Queue) Get() (key string, shutdown bool) {
 	q.mu.Lock()
-	for len(q.first.keys)+q.inOrder == 0 && !q.shutdown {
+	for q.order.Len() == 0 && !q.shutdown {
 		q.ready.Wait()
 	}
 	if q.shutdown {
 		q.mu.Unlock()
 		return "", true
 	}
-	if len(q.first.keys) > 0 {
-		key = q.first.pop().key
-		delete(q.urgent, key)
-	} else {
-		for {
-			if e := q.order.pop(); e.seq != 0 && q.dirty[e.key] == e.seq { // not stale
-				key = e.key
-				q.inOrder--
-				break
-			}
-		}
-	}
+	key = q.order.Pop()
 	q.processing[key] = struct{}{}
 	q.processingPeak = max(q.processingPeak, len(q.processing))
 	delete(q.dirty, key)
@@ -413,15 +324,10 @@ func (q *Queue) Get() (key string, shutdown bool) {
 	delete(q.dirtySince, key)
 	// Go maps and slices keep their size after a burst: a queue that once
 	// held every key of a 10,000-object list would keep that memory for
-	// ever. Start afresh when the queue drains after a burst (burstKeys).
-	if q.inOrder == 0 { // (stale entries go too)
-		q.order.reset()
-	}
-	if len(q.first.keys) == 0 {
-		q.first.reset()
-	}
+	// ever. Start afresh when the queue drains after a burst (burstKeys;
+	// the Order does the same with its own).
 	if len(q.dirty) == 0 && q.dirtyPeak > burstKeys {
-		q.dirty, q.dirtySince, q.urgent, q.dirtyPeak = map[string]uint64{}, map[string]time.Time{}, map[string]struct{}{}, 0
+		q.dirty, q.dirtySince, q.dirtyPeak = map[string]struct{}{}, map[string]time.Time{}, 0
 	}
 	q.mu.Unlock()
 	if timed && q.Observer != nil {
@@ -468,7 +374,7 @@ func (q *Queue) ShutDown() {
 func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.first.keys) + q.inOrder
+	return q.order.Len()
 }
 
 // Pending is the number of keys scheduled by AddAfter and not yet added.
@@ -502,26 +408,13 @@ type DelayedKey struct {
 // Snapshot copies at most max keys of each kind. Under the queue's lock (the
 // lock Add, Get and Done take) it reads about 2·max entries of each kind and
 // the counts, however many keys the queue holds: a view that calls it
-// often does not slow the workers. Ready may show fewer than max keys when
-// AddFirst moved many keys queued before them (their stale entries are
-// read too, at most 2·max+64 entries of order).
+// often does not slow the workers (Order.Peek).
 func (q *Queue) Snapshot(max int) Snapshot {
 	if max < 0 {
 		max = 0
 	}
 	q.mu.Lock()
-	s := Snapshot{ReadyLen: len(q.first.keys) + q.inOrder, DelayedLen: len(q.waiting)}
-	for _, e := range q.first.keys[:min(max, len(q.first.keys))] {
-		s.Ready = append(s.Ready, e.key)
-	}
-	for _, e := range q.order.keys[:min(2*max+burstKeys, len(q.order.keys))] {
-		if len(s.Ready) >= max {
-			break
-		}
-		if q.dirty[e.key] == e.seq && e.seq != 0 {
-			s.Ready = append(s.Ready, e.key)
-		}
-	}
+	s := Snapshot{ReadyLen: q.order.Len(), DelayedLen: len(q.waiting), Ready: q.order.Peek(max)}
 	s.Delayed = q.due.soonest(max)
 	for key := range q.processing {
 		if len(s.Processing) >= max {

@@ -3,7 +3,6 @@ package queue
 import (
 	"fmt"
 	"reflect"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -245,7 +244,7 @@ func TestQueueDropsOnlyWhatABurstGrew(t *testing.T) {
 	type parts struct{ dirty, since, processing, order uintptr }
 	of := func() parts {
 		return parts{reflect.ValueOf(q.dirty).Pointer(), reflect.ValueOf(q.dirtySince).Pointer(),
-			reflect.ValueOf(q.processing).Pointer(), reflect.ValueOf(q.order.buf).Pointer()}
+			reflect.ValueOf(q.processing).Pointer(), reflect.ValueOf(q.order.(*FIFO).buf).Pointer()}
 	}
 	one := func(key string) {
 		q.Add(key)
@@ -299,31 +298,6 @@ func TestDelayedKeysDropWhatABurstGrew(t *testing.T) {
 	}
 }
 
-// AddFirst puts a key before every key Add queued, behind the AddFirst
-// keys before it; a key already waiting moves; a key being processed comes
-// back first after Done.
-func TestAddFirstGoesBeforeTheKeysAddQueued(t *testing.T) {
-	q := New(nil)
-	for _, k := range []string{"a", "b", "c", "d"} {
-		q.Add(k)
-	}
-	busy, _ := q.Get() // "a"
-	q.AddFirst("x")
-	q.AddFirst("c") // waiting: moves
-	q.AddFirst(busy)
-	q.Done(busy)
-	q.Add("x") // already first: stays
-	var got []string
-	for q.Len() > 0 {
-		k, _ := q.Get()
-		got = append(got, k)
-		q.Done(k)
-	}
-	if want := "x,c,a,b,d"; strings.Join(got, ",") != want {
-		t.Errorf("keys handed out %s, want %s", strings.Join(got, ","), want)
-	}
-}
-
 // Done twice for one Get (a worker's bug, or a deferred Done plus an
 // explicit one) while the key was re-added queues it once: Len counts it
 // once, and the next Get finds it (client-go's Done pushes whatever is
@@ -337,6 +311,6 @@ func TestDoneTwiceDoesNotQueueTheKeyTwice(t *testing.T) {
 	q.Done(k) // the second Done
 	if q.Len() != 1 {
 		t.Fatalf("Done twice after a re-add: Len %d, want 1 (one dirty key, a); a second Get would panic "+
-			"(inOrder %d counts entries that are not there)", q.Len(), q.inOrder)
+			"(the order holds %d entries)", q.Len(), q.order.Len())
 	}
 }

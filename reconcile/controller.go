@@ -91,7 +91,6 @@ type Controller[T store.Object] struct {
 	tombstones map[string][]store.Delta[T]
 	handling   map[string][]store.Delta[T] // taken by a worker, not yet handled
 	failed     map[string]bool             // keys whose Deleted failed, until their deletions are handled
-	arrived    chan struct{}               // a deletion was recorded (DrainDeletions waits on it)
 	abort      context.Context
 	pause      pause
 }
@@ -101,11 +100,9 @@ type Controller[T store.Object] struct {
 const DefaultConflictRetry = 10 * time.Second
 
 // OnDelta is the watcher's handler: it enqueues the key of every change and
-// remembers deletions for the reconciler. A deletion's key goes to the
-// front of the queue (Queue.AddFirst): behind a backlog (a resync, a
-// relist's thousand changes) a sharded replica could otherwise lose its
-// slot to a fence or a handoff before it reached the deletion, which no
-// other replica hears of; a change reached late is still read from the store.
+// remembers deletions for the reconciler (HasDeletions says which keys have
+// some: a queue.Order may hand those out first, as a sharded controller's
+// does).
 func (c *Controller[T]) OnDelta(d store.Delta[T]) {
 	if d.Type == store.Deleted {
 		c.mu.Lock()
@@ -115,23 +112,9 @@ func (c *Controller[T]) OnDelta(d store.Delta[T]) {
 		// Keep every deletion: the key is queued once, but each of them
 		// was another object, and the reconciler must hear of each.
 		c.tombstones[d.Key] = append(c.tombstones[d.Key], d)
-		select {
-		case c.arrivedLocked() <- struct{}{}:
-		default:
-		}
 		c.mu.Unlock()
-		c.Queue.AddFirst(d.Key)
-		return
 	}
 	c.Queue.Add(d.Key)
-}
-
-// arrivedLocked is the channel OnDelta signals (c.mu held).
-func (c *Controller[T]) arrivedLocked() chan struct{} {
-	if c.arrived == nil {
-		c.arrived = make(chan struct{}, 1)
-	}
-	return c.arrived
 }
 
 // Resync queues every key: the level-triggered resync a controller does when
@@ -145,10 +128,13 @@ func (c *Controller[T]) Resync(keys []string) {
 	}
 }
 
-// deletions hands key's tombstones to the Reconciler, oldest first. The
-// first that fails goes back, with those after it, before any deletion that
-// arrived meanwhile; the ones handled are gone for good.
-func (c *Controller[T]) deletions(ctx context.Context, key string) error {
+// HandleDeletions hands key's tombstones to the Reconciler, oldest first.
+// The first that fails goes back, with those after it, before any deletion
+// that arrived meanwhile; the ones handled are gone for good. A worker
+// calls it before it reconciles a key; a caller that has stopped the
+// workers (package sharding's drain) may call it alone, one key never in
+// two calls at once.
+func (c *Controller[T]) HandleDeletions(ctx context.Context, key string) error {
 	c.mu.Lock()
 	ds := c.tombstones[key]
 	delete(c.tombstones, key)
@@ -184,8 +170,8 @@ func (c *Controller[T]) deletions(ctx context.Context, key string) error {
 	return nil
 }
 
-// hasDeletions: key has deletions not yet handled, queued for its worker.
-func (c *Controller[T]) hasDeletions(key string) bool {
+// HasDeletions: key has deletions not yet handled, queued for its worker.
+func (c *Controller[T]) HasDeletions(key string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.tombstones[key]) > 0
@@ -240,89 +226,6 @@ func (c *Controller[T]) Run(ctx, abort context.Context, workers int) {
 	wg.Wait()
 }
 
-// DrainDeletions handles the deletions not handled yet, once Run has
-// returned (its workers stopped, its queue shut down): the first half of a
-// sharded replica's clean leave, whose slots' next owner never hears of a
-// deletion made before it listed them. Deleted only, no Reconcile (an update
-// is the next owner's: it reconciles every key it takes over), up to workers
-// keys at a time, until none is left or ctx ends. A deletion recorded
-// meanwhile is handled too (OnDelta still records deletions once the queue
-// has shut down). One whose Deleted fails is tried again after its key's
-// backoff (the queue's rate limiter), as a worker would. Each Deleted gets
-// ctx, bounded by ReconcileTimeout as a worker's would be; a Deleted that
-// ignores its context holds the drain up as it would hold up Run.
-//
-// It returns the deletions left when ctx ended, not handled: what the
-// caller loses, unless it hands them over.
-func (c *Controller[T]) DrainDeletions(ctx context.Context, workers int) (left []store.Delta[T]) {
-	logger := klog.LoggerWithValues(klog.LoggerWithName(klog.FromContext(ctx), "reconciler"), "draining", true)
-	retryAt := map[string]time.Time{}
-	for {
-		c.mu.Lock()
-		now := time.Now()
-		var ready []string
-		var wake time.Time
-		for key := range c.tombstones {
-			if at := retryAt[key]; at.After(now) {
-				if wake.IsZero() || at.Before(wake) {
-					wake = at
-				}
-				continue
-			}
-			ready = append(ready, key)
-		}
-		arrived := c.arrivedLocked()
-		c.mu.Unlock()
-		switch {
-		case len(ready) == 0 && wake.IsZero():
-			return nil
-		case ctx.Err() != nil:
-			c.Deletions(func(d store.Delta[T], _ bool) { left = append(left, d) })
-			return left
-		case len(ready) == 0: // every one waits for its retry
-			timer := time.NewTimer(wake.Sub(now))
-			select {
-			case <-ctx.Done():
-			case <-timer.C:
-			case <-arrived:
-			}
-			timer.Stop()
-			continue
-		}
-		keys := make(chan string, len(ready))
-		for _, key := range ready {
-			keys <- key
-		}
-		close(keys)
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		for range min(max(workers, 1), len(ready)) {
-			wg.Go(func() {
-				for key := range keys {
-					rctx, cancel := keyContext(ctx, logger, key)
-					err := c.deletions(rctx, key)
-					cancel()
-					if err == nil {
-						c.Queue.Forget(key)
-						mu.Lock()
-						delete(retryAt, key)
-						mu.Unlock()
-						continue
-					}
-					// The queue shut down: AddRateLimited adds nothing, it
-					// only says when the key's backoff ends.
-					in := c.Queue.AddRateLimited(key)
-					klog.FromContext(rctx).Error(err, "Handling a deletion failed while draining, will retry", "retryIn", in)
-					mu.Lock()
-					retryAt[key] = time.Now().Add(in)
-					mu.Unlock()
-				}
-			})
-		}
-		wg.Wait()
-	}
-}
-
 // workContext is what a worker's reconciles run in (see Run): ctx's values
 // but not its end, so that a reconcile in flight when ctx ends runs to
 // completion, and cancelled when c.abort ends. Made once per worker rather
@@ -357,7 +260,7 @@ func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, wo
 	if c.Observer != nil {
 		c.Observer.Observe(Started{Worker: worker, Key: key})
 	}
-	err := c.deletions(rctx, key)
+	err := c.HandleDeletions(rctx, key)
 	if err == nil {
 		err = c.Reconciler.Reconcile(rctx, key)
 	}
@@ -365,12 +268,6 @@ func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, wo
 	log.V(4).Info("Reconciled", "duration", d, "ok", err == nil)
 	var retryIn time.Duration
 	away, retryAfter := ServerAway(err)
-	// How the key comes back: a key with deletions left (one failed)
-	// keeps its place before the changes.
-	add, addAfter, addRateLimited, failed := c.Queue.Add, c.Queue.AddAfter, c.Queue.AddRateLimited, "Reconcile failed, will retry"
-	if err != nil && c.hasDeletions(key) {
-		add, addAfter, addRateLimited, failed = c.Queue.AddFirst, c.Queue.AddFirstAfter, c.Queue.AddFirstRateLimited, "Handling a deletion failed, will retry first"
-	}
 	switch {
 	case err == nil:
 		c.Queue.Forget(key)
@@ -381,20 +278,20 @@ func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, wo
 		// safety net, and the key's retry history does not grow: a conflict
 		// says nothing is wrong with the object.
 		retryIn = c.ConflictRetry
-		addAfter(key, retryIn)
+		c.Queue.AddAfter(key, retryIn)
 		log.V(2).Info("Conflict writing, will retry", "retryIn", retryIn)
 	case away:
 		// The server, not the object: every worker pauses, the key goes back
 		// to the queue as it was (see pause).
 		pauseFor := c.pause.failed(time.Now(), start, retryAfter)
-		add(key)
+		c.Queue.Add(key)
 		log.V(2).Info("Server away; workers pause", "err", err, "pause", pauseFor)
 		if c.Observer != nil {
 			c.Observer.Observe(Paused{Key: key, For: pauseFor, Err: err})
 		}
 	default:
-		retryIn = addRateLimited(key)
-		log.Error(err, failed, "retries", c.Queue.Retries(key), "retryIn", retryIn)
+		retryIn = c.Queue.AddRateLimited(key)
+		log.Error(err, "Reconcile failed, will retry", "retries", c.Queue.Retries(key), "retryIn", retryIn)
 	}
 	if c.Observer != nil {
 		c.Observer.Observe(Finished{Worker: worker, Key: key, Took: d, Err: err, RetryIn: retryIn})

@@ -27,7 +27,7 @@
 //
 // When Run's context ends, the workers finish the keys they hold and stop;
 // what is still queued is dropped (updates are level-triggered: whoever works
-// the keys next reconciles them). Deletions are not: DrainDeletions hands the
-// ones still queued to Deleted, bounded by its context, for a sharded replica
-// that leaves its ring cleanly.
+// the keys next reconciles them). Deletions are not: they stay recorded
+// (Deletions, HandleDeletions), so a sharded replica that leaves its ring
+// cleanly hands them to Deleted before it goes (package sharding's Drain).
 package reconcile

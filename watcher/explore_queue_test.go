@@ -14,20 +14,16 @@ import (
 )
 
 // consumer is the explorer's controller: the handler's deltas go, by key,
-// into the real work queue (package queue, with its default rate limiter),
-// a deletion's first (Queue.AddFirst, as reconcile.Controller.OnDelta
-// queues it), and two workers reconcile them. A reconcile reads the store, takes
+// into the real work queue (package queue, with its default rate limiter,
+// in order: a sharded controller's deletions-first order is package
+// sharding's, and held there), and two workers reconcile them. A reconcile reads the store, takes
 // reconcileTime, and fails (the key is retried with AddRateLimited) or
 // succeeds (Forget; one in five asks to be requeued after requeueAfter, a
 // periodic resync): which, from a hash of the key, the resourceVersion it
 // read and the try, so that a key fails at most 3 times in a row. It holds
 // the queue to these rules:
 //
-//   - a key waits in the queue at most once (adds of a waiting key merge,
-//     and a deletion's AddFirst moves a waiting key, it does not copy it);
-//   - a deletion reaches a worker before every key that was waiting when it
-//     was queued (among those never queued first: they wait in the line of
-//     changes, behind any deletion);
+//   - a key waits in the queue at most once (adds of a waiting key merge);
 //   - one worker per key: a key is never handed out while a worker holds it;
 //   - retries are spaced as the rate limiter says: after a key's n-th
 //     failure in a row the retry waits base·2ⁿ⁻¹ (the history of a key that
@@ -56,11 +52,6 @@ type consumer struct {
 	due      map[string]time.Time
 	tries    map[string]int
 	ok       map[string]string
-	// first: keys ever queued by AddFirst; ahead: for each deletion
-	// waiting in the queue, the changes that were waiting when it was
-	// queued (never queued first), which must not reach a worker before it.
-	first map[string]bool
-	ahead map[string]map[string]bool
 }
 
 const (
@@ -72,8 +63,7 @@ const (
 func newConsumer(st *store.Store[*v1alpha1.MyResource], start time.Time, fail func(string, ...any)) *consumer {
 	c := &consumer{store: st, start: start, fail: fail,
 		adds: map[string]int{}, holding: map[string]bool{}, waited: map[string]time.Duration{},
-		failures: map[string]int{}, due: map[string]time.Time{}, tries: map[string]int{}, ok: map[string]string{},
-		first: map[string]bool{}, ahead: map[string]map[string]bool{}}
+		failures: map[string]int{}, due: map[string]time.Time{}, tries: map[string]int{}, ok: map[string]string{}}
 	c.q = queue.New(queue.DefaultRateLimiter())
 	c.q.Observer = observe.Func(func(e observe.Event) {
 		if g, ok := e.(queue.Got); ok {
@@ -102,31 +92,6 @@ func (c *consumer) add(key string) {
 	c.waitsOnce(c.q.Snapshot(100).Ready)
 }
 
-// addFirst is the handler's: a deletion of key, queued first. It notes
-// the changes waiting both before and after the AddFirst (the handler is
-// their only adder, and virtual time stands still meanwhile: none was
-// handed out and queued again between), if key still waits then.
-func (c *consumer) addFirst(key string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.adds[key]++
-	c.first[key] = true
-	before := c.q.Snapshot(100).Ready
-	c.q.AddFirst(key)
-	after := c.q.Snapshot(100).Ready
-	c.waitsOnce(after)
-	if !slices.Contains(after, key) || c.ahead[key] != nil {
-		return // handed out already; or waiting since an earlier deletion
-	}
-	waiting := map[string]bool{}
-	for _, k := range before {
-		if k != key && !c.first[k] && slices.Contains(after, k) {
-			waiting[k] = true
-		}
-	}
-	c.ahead[key] = waiting
-}
-
 // waitsOnce holds a snapshot of the waiting keys to "a key waits in the
 // queue at most once".
 func (c *consumer) waitsOnce(ready []string) {
@@ -136,25 +101,6 @@ func (c *consumer) waitsOnce(ready []string) {
 			c.fail("a key waits in the queue at most once: %s waits twice at %v", s[j], c.at())
 			break
 		}
-	}
-}
-
-// handedOut holds the key a worker just got to "a deletion reaches a
-// worker before every key that was waiting when it was queued" (c.mu
-// held). A deletion still waiting now was waiting when the key was handed
-// out (time stands still while this worker runs: it cannot have been
-// handed out and queued again).
-func (c *consumer) handedOut(key string) {
-	delete(c.ahead, key)
-	for del, waiting := range c.ahead {
-		if !waiting[key] {
-			continue
-		}
-		if slices.Contains(c.q.Snapshot(100).Ready, del) {
-			c.fail("a deletion reaches a worker before the keys that were waiting when it was queued: %s was handed out at %v, while the deletion of %s, queued after it, still waits",
-				key, c.at(), del)
-		}
-		delete(c.ahead, del)
 	}
 }
 
@@ -172,7 +118,6 @@ func (c *consumer) work() bool {
 		c.fail("one worker per key: %s was handed to a second worker at %v", key, c.at())
 	}
 	c.holding[key] = true
-	c.handedOut(key)
 	if due, ok := c.due[key]; ok {
 		// Back after a failure: the add that brought it back (a new
 		// delta's, or the retry's) came by the time the retry was due.

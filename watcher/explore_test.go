@@ -50,7 +50,7 @@ import (
 // whose previous state etcd compacted (every WATCH from just before it is
 // answered with an ERROR). The objects carry managedFields (two managers),
 // as kube-apiserver writes them. The handler's deltas go,
-// by key, into the real work queue (a deletion's first), which two workers
+// by key, into the real work queue, which two workers
 // drain (consumer). Three schedules in four run against a server
 // shaped like kube-apiserver with its watch cache (bookmarks every minute
 // and 2 s before a stream ends, "0" LISTs served whole from a cache up to a
@@ -358,11 +358,7 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 			Handler: func(d store.Delta[*v1alpha1.MyResource]) {
 				deltas = append(deltas, d)
 				lives.handle(d)
-				if d.Type == store.Deleted {
-					work.addFirst(d.Key)
-				} else {
-					work.add(d.Key)
-				}
+				work.add(d.Key)
 			},
 			Observer: lives,
 		}

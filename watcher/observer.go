@@ -83,22 +83,6 @@ type (
 	}
 	// Skipped: an event or list item could not be decoded and was left out.
 	Skipped struct{ Err *SkipError }
-	// OutOfShard: the server sent an object outside Options.Shard (it
-	// dropped the shard selector), and the watcher left it out.
-	OutOfShard struct{ Key string }
-	// Resharded: SetShard's shard is in effect; the store dropped the
-	// objects outside it (Dropped, not deletions), a relist follows.
-	Resharded struct {
-		Share   float64 // of the hash space; 0 for every object
-		Dropped int
-	}
-	// Swept: Sweep listed Share of the hash space (Listed objects) and
-	// found Deleted stored objects gone from the server, or failed (Err).
-	Swept struct {
-		Share           float64
-		Listed, Deleted int
-		Err             error
-	}
 	// Handed: a change went to the Handler (after the store was updated).
 	Handed struct {
 		Type              store.DeltaType
@@ -117,9 +101,6 @@ func (BookmarkReceived) Component() string { return "watcher" }
 func (WatchEnded) Component() string       { return "watcher" }
 func (BackoffStarted) Component() string   { return "watcher" }
 func (Skipped) Component() string          { return "watcher" }
-func (OutOfShard) Component() string       { return "watcher" }
-func (Resharded) Component() string        { return "watcher" }
-func (Swept) Component() string            { return "watcher" }
 func (Handed) Component() string           { return "watcher" }
 
 // Stats counts what the loop did. Every Watcher keeps one (see Watcher.Stats).
@@ -129,7 +110,6 @@ type Stats struct {
 	received                   [len(receivedTypes)]atomic.Int64 // by type, as receivedTypes
 	goneDeletes, skipped       atomic.Int64
 	backoffs, probes           atomic.Int64
-	outOfShard                 atomic.Int64
 	mu                         sync.Mutex
 	lastBookmarkRV             string
 }
@@ -157,8 +137,6 @@ type StatsSnapshot struct {
 	Backoffs int64
 	// Probes counts the one-item LISTs that asked where the server is.
 	Probes int64
-	// OutOfShard counts objects the server sent outside Options.Shard.
-	OutOfShard int64
 	// LastBookmarkRV is the resourceVersion of the last bookmark.
 	LastBookmarkRV string
 }
@@ -191,8 +169,6 @@ func (s *Stats) Observe(e observe.Event) {
 		s.probes.Add(1)
 	case Skipped:
 		s.skipped.Add(1)
-	case OutOfShard:
-		s.outOfShard.Add(1)
 	}
 }
 
@@ -206,7 +182,7 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		Watches: s.watches.Load(), Events: s.events.Load(),
 		Added: s.received[0].Load(), Modified: s.received[1].Load(), Deleted: s.received[2].Load(),
 		Bookmarks: s.bookmarks.Load(), GoneDeletes: s.goneDeletes.Load(),
-		Skipped: s.skipped.Load(), Backoffs: s.backoffs.Load(), Probes: s.probes.Load(), OutOfShard: s.outOfShard.Load(), LastBookmarkRV: rv,
+		Skipped: s.skipped.Load(), Backoffs: s.backoffs.Load(), Probes: s.probes.Load(), LastBookmarkRV: rv,
 	}
 }
 

@@ -19,13 +19,13 @@ func TestStatsCountEveryEvent(t *testing.T) {
 		Received{Type: Added}, Received{Type: Added}, Received{Type: Modified},
 		Received{Type: Deleted}, Received{Type: Deleted}, Received{Type: Deleted},
 		BookmarkReceived{RV: "7"},
-		BackoffStarted{}, Probed{}, Skipped{}, OutOfShard{},
+		BackoffStarted{}, Probed{}, Skipped{},
 		StateChanged{},
 	} {
 		s.Observe(e)
 	}
 	want := StatsSnapshot{ListPages: 3, Lists: 2, Relists: 1, Watches: 1, Events: 6, Added: 2, Modified: 1, Deleted: 3,
-		Bookmarks: 1, GoneDeletes: 1, Skipped: 1, Backoffs: 1, Probes: 1, OutOfShard: 1, LastBookmarkRV: "7"}
+		Bookmarks: 1, GoneDeletes: 1, Skipped: 1, Backoffs: 1, Probes: 1, LastBookmarkRV: "7"}
 	if got := s.Snapshot(); got != want {
 		t.Errorf("snapshot\n got %+v\nwant %+v", got, want)
 	}

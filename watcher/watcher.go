@@ -14,7 +14,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"rawwatch/observe"
-	"rawwatch/shard"
 	"rawwatch/store"
 )
 
@@ -66,14 +65,14 @@ type Options[T Object] struct {
 	// live events. If the server refuses it, the watcher uses LIST for good;
 	// if one fails on the way, that one list is made with LIST.
 	WatchList bool
-	// Shard, when not empty, limits the watcher to the objects whose UID
-	// hashes into it (package shard): LISTs and WATCHes carry it as their
-	// shardSelector, so that the server sends only those (kube-apiserver
-	// with ShardedListAndWatch). A server that drops the parameter sends
-	// everything: the objects outside the shard are then left out here, with
-	// a log line and OutOfShard events saying no bandwidth is saved.
-	// SetShard changes it while the watcher runs.
-	Shard shard.Set
+	// ListOptions, when set, adjusts the options of every LIST page and
+	// WATCH the loop makes (not the probe's): a shard selector (package
+	// sharding). It is called on the loop's goroutine.
+	ListOptions func(*metav1.ListOptions)
+	// Filter, when set, leaves out of the store every listed or watched
+	// object it refuses (a server may ignore what ListOptions asked for).
+	// It is called on the loop's goroutine.
+	Filter func(T) bool
 	// Wire is the encoding to ask for: WireJSON (default) or WireCBOR
 	// (wire.go). With CBOR the source must be an AcceptSource (RESTSource
 	// is); a server that answers JSON or 406 makes the watcher use JSON
@@ -100,24 +99,21 @@ type Watcher[T Object] struct {
 	// partial is a paginated list that failed on the way, kept for the
 	// List that resumes it (the loop's goroutine only).
 	partial *partialList[T]
-	// shard and selector (the shard as the shardSelector parameter) are the
-	// loop's; ignored is set once the server sent an object outside them.
-	shard    shard.Set
-	selector string
-	ignored  atomic.Bool
-	// nextShard is a shard SetShard asked for, not yet in effect; reshard
-	// wakes the loop for it.
-	nextShard atomic.Pointer[shard.Set]
-	reshard   chan struct{}
+	// relists: a Relist asked for and not in effect yet (its prepare), and
+	// the cancel of the request in flight, which a Relist cuts short.
+	relists struct {
+		sync.Mutex
+		prepare func() bool
+		cut     context.CancelFunc
+	}
 }
 
 // position is where the store stands: rv, the last resourceVersion it is
-// synced to; slots, those of the shard it was last listed with, while that
-// shard is in effect; since, that list's resourceVersion (see Coverage).
+// synced to; since, the last list's; lists, how many lists it took (see
+// Position).
 type position struct {
-	rv    string
-	slots shard.SlotSet
-	since string
+	rv, since string
+	lists     uint64
 }
 
 // partialList is what a paginated list read before it failed.
@@ -149,8 +145,10 @@ func New[T Object](src Source, s *store.Store[T], opts Options[T]) *Watcher[T] {
 	if opts.Handler == nil {
 		opts.Handler = func(store.Delta[T]) {}
 	}
-	w := &Watcher[T]{source: src, wire: newEncoding(src, opts.Wire), store: s, opts: opts, synced: make(chan struct{}),
-		shard: opts.Shard, selector: opts.Shard.Selector(), reshard: make(chan struct{}, 1)}
+	if opts.ListOptions == nil {
+		opts.ListOptions = func(*metav1.ListOptions) {}
+	}
+	w := &Watcher[T]{source: src, wire: newEncoding(src, opts.Wire), store: s, opts: opts, synced: make(chan struct{})}
 	w.pos.Store(&position{})
 	return w
 }
@@ -164,41 +162,34 @@ func (w *Watcher[T]) ResourceVersion() string { return w.pos.Load().rv }
 // Stats returns the loop's counters.
 func (w *Watcher[T]) Stats() StatsSnapshot { return w.stats.Snapshot() }
 
-// Covered is the slots (package shard) whose every object the store holds
-// since a list of them, watched since: every deletion in them from now on
-// reaches the Handler, as a DELETED event or, if the watch is down, as a
-// relist's FinalStateUnknown delta. It is empty before the first list; a
-// shard change (SetShard) keeps the slots of both shards, and adds the new
-// ones once their list is in; every slot, for a watcher without a shard,
-// once synced. A sharded controller hands a slot
-// over only once its new owner covers it (package ring).
-func (w *Watcher[T]) Covered() shard.SlotSet { return w.pos.Load().slots }
-
-// Coverage is Covered with two resourceVersions: since, the last list's
-// (the store has followed every event of those slots since, without a
-// gap), and at, where the store stands now; all three read in one step
-// (a relist replaces them together). Every
-// object of the slots whose last change is at or before at, and that lived
-// at since or was created after it, the store has held: its deletion
-// reaches the Handler whenever it comes. A sharded controller publishes
-// this, for the replica handing it a slot to know when nothing it had can
-// be lost in the new owner's relist gap (package ring).
-func (w *Watcher[T]) Coverage() (slots shard.SlotSet, since, at string) {
-	p := w.pos.Load()
-	return p.slots, p.since, p.rv
+// Position is where the store stands, read in one step (a list replaces
+// all three together): At, the last resourceVersion it is synced to;
+// Since, the last list's (the store has followed every event since,
+// without a gap; "" before the first list); Lists, how many lists it took.
+type Position struct {
+	Since, At string
+	Lists     uint64
 }
 
-// SetShard makes the watcher list and watch s from now on (nil: every
-// object). The request or stream in flight is cut short; the objects the
-// store holds outside s are dropped from it without a delta (they moved to
-// another replica, they were not deleted); then the watcher relists, with
-// s as its selector, which hands out the objects new to the store as Added.
-// A backoff under way is waited out first. Safe to call from any goroutine.
-func (w *Watcher[T]) SetShard(s shard.Set) {
-	w.nextShard.Store(&s)
-	select {
-	case w.reshard <- struct{}{}:
-	default:
+// Position is where the store stands now.
+func (w *Watcher[T]) Position() Position {
+	p := w.pos.Load()
+	return Position{Since: p.since, At: p.rv, Lists: p.lists}
+}
+
+// Relist cuts the request in flight short (a backoff under way is waited
+// out first) and makes the loop list again, the machine's Resharded.
+// Before the list, on the loop's goroutine, it calls prepare, which may
+// change what ListOptions and Filter say and drop from the store what
+// Filter now refuses; prepare returning false withdraws the request (the
+// action cut short is made again). Of several Relists before the loop
+// takes one, the last prepare is called, once. Safe from any goroutine.
+func (w *Watcher[T]) Relist(prepare func() bool) {
+	w.relists.Lock()
+	defer w.relists.Unlock()
+	w.relists.prepare = prepare
+	if w.relists.cut != nil {
+		w.relists.cut()
 	}
 }
 
@@ -214,15 +205,13 @@ func (w *Watcher[T]) Run(ctx context.Context) {
 	m.SilenceLimit = w.opts.SilenceLimit
 	act := m.Start(time.Now())
 	for act.Kind != Stop {
-		if act.Kind != Wait && w.nextShard.Load() != nil && ctx.Err() == nil {
-			act = w.applyShard(m)
+		if act.Kind != Wait && ctx.Err() == nil {
+			act = w.relist(m, act)
 		}
-		// A SetShard cuts any action short but a Wait.
+		// A Relist cuts any action short but a Wait.
 		actx, cancel := context.WithCancel(ctx)
-		var cut atomic.Bool
-		stop := func() {}
 		if act.Kind != Wait {
-			stop = w.cutOnReshard(actx, func() { cut.Store(true); cancel() })
+			w.armCut(cancel)
 		}
 		var o Outcome
 		switch act.Kind {
@@ -241,70 +230,50 @@ func (w *Watcher[T]) Run(ctx context.Context) {
 		default:
 			panic(fmt.Sprintf("watcher: the machine asked for %s outside a stream", act.Kind))
 		}
-		stop()
+		cut := act.Kind != Wait && w.disarmCut()
 		cancel()
 		switch {
 		case ctx.Err() != nil:
 			o.Err = context.Canceled
-		case cut.Load():
-			// Cut short for a new shard: what the action would have led to
+		case cut:
+			// Cut short for a Relist: what the action would have led to
 			// no longer matters; the relist does.
-			act = w.applyShard(m)
 			continue
 		}
 		act = w.step(m, o)
 	}
 }
 
-// cutOnReshard calls cut when a SetShard arrives before ctx ends; stop
-// ends the wait.
-func (w *Watcher[T]) cutOnReshard(ctx context.Context, cut func()) (stop func()) {
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-w.reshard:
-				if w.nextShard.Load() != nil {
-					cut()
-					return
-				}
-			case <-ctx.Done():
-				return
-			case <-done:
-				return
-			}
-		}
-	}()
-	return func() { close(done) }
+// armCut lets a Relist cancel the action about to start (at once if one
+// is waiting already).
+func (w *Watcher[T]) armCut(cancel context.CancelFunc) {
+	w.relists.Lock()
+	defer w.relists.Unlock()
+	w.relists.cut = cancel
+	if w.relists.prepare != nil {
+		cancel()
+	}
 }
 
-// applyShard puts the shard SetShard asked for in effect: the store keeps
-// only its objects, and the machine relists.
-func (w *Watcher[T]) applyShard(m *Machine) Action {
-	next := w.nextShard.Swap(nil)
-	select { // a signal for the shard taken now
-	case <-w.reshard:
-	default:
+// disarmCut ends what armCut began, and tells whether a Relist is waiting.
+func (w *Watcher[T]) disarmCut() bool {
+	w.relists.Lock()
+	defer w.relists.Unlock()
+	w.relists.cut = nil
+	return w.relists.prepare != nil
+}
+
+// relist puts a Relist in effect, if one is waiting: its prepare, then the
+// machine relists. Otherwise act goes on.
+func (w *Watcher[T]) relist(m *Machine, act Action) Action {
+	w.relists.Lock()
+	prepare := w.relists.prepare
+	w.relists.prepare = nil
+	w.relists.Unlock()
+	if prepare == nil || !prepare() {
+		return act
 	}
-	if next == nil {
-		return m.doing
-	}
-	w.shard, w.selector = *next, next.Selector()
 	w.partial = nil
-	// The slots of both shards stay covered (their objects stay in the
-	// store, and the relist's deletions reach the handler); the new ones
-	// are, once the relist is in.
-	p := *w.pos.Load()
-	if len(w.shard) > 0 {
-		p.slots = p.slots.And(w.shard.Slots())
-	}
-	w.pos.Store(&p)
-	dropped := 0
-	if len(w.shard) > 0 {
-		dropped = w.store.Retain(func(obj T) bool { return w.shard.Contains(string(obj.GetUID())) })
-	}
-	report(w, Resharded{Share: w.shard.Fraction(), Dropped: dropped})
-	w.log.Info("Shard changed: relisting", "share", w.shard.Fraction(), "dropped", dropped, "kept", w.store.Len())
 	from := m.State
 	a := m.Resharded()
 	report(w, StateChanged{From: from, To: m.State, Reason: a.Reason})
@@ -387,7 +356,8 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 		w.partial = &partialList[T]{repl: w.store.NewReplacement()}
 	}
 	repl := w.partial.repl
-	opts := metav1.ListOptions{Limit: w.opts.PageSize, Continue: cont, ShardSelector: w.selector}
+	opts := metav1.ListOptions{Limit: w.opts.PageSize, Continue: cont}
+	w.opts.ListOptions(&opts)
 	failed := func(err error) Outcome {
 		return Outcome{At: time.Now(), Err: err, Continue: opts.Continue}
 	}
@@ -398,7 +368,7 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 		items := 0
 		meta, err := w.readList(ctx, opts,
 			func(obj T) {
-				if w.inShard(obj) {
+				if w.keep(obj) {
 					items++
 					repl.Add(obj)
 				}
@@ -417,7 +387,8 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 			rv = meta.ResourceVersion
 			break
 		}
-		opts = metav1.ListOptions{Limit: w.opts.PageSize, Continue: meta.Continue, ShardSelector: w.selector}
+		opts = metav1.ListOptions{Limit: w.opts.PageSize, Continue: meta.Continue}
+		w.opts.ListOptions(&opts)
 	}
 	w.partial = nil
 	w.commit(repl, rv)
@@ -452,11 +423,7 @@ func (w *Watcher[T]) commit(repl *store.Replacement[T], rv string) {
 	// The store now holds the list: where it stands and what it covers
 	// change together, before anyone hears of the list (its deltas, and
 	// deletions after them, reach the handler from here on).
-	listed := shard.All()
-	if len(w.shard) > 0 {
-		listed = w.shard.Slots()
-	}
-	w.pos.Store(&position{rv: rv, slots: listed, since: rv})
+	w.pos.Store(&position{rv: rv, since: rv, lists: w.pos.Load().lists + 1})
 	report(w, Replaced{RV: rv, Size: size, Added: added, Updated: updated, Deleted: deleted})
 	for _, d := range deltas {
 		w.hand(d)
@@ -480,7 +447,8 @@ var errNoInitialEventsEnd = errors.New("watch-list stream ended before the initi
 // reported Silent. The stream's own deadline (its timeout
 // plus a minute) is a backstop for a server that never closes it.
 func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv string)) (o Outcome) {
-	opts := metav1.ListOptions{ResourceVersion: act.RV, ShardSelector: w.selector}
+	opts := metav1.ListOptions{ResourceVersion: act.RV}
+	w.opts.ListOptions(&opts)
 	var repl *store.Replacement[T]
 	if act.Kind == WatchList {
 		yes := true
@@ -543,7 +511,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 			o.Err = err
 			return o
 		}
-		if ev.Type != Error && ev.Type != Bookmark && !w.inShard(ev.Object) {
+		if ev.Type != Error && ev.Type != Bookmark && !w.keep(ev.Object) {
 			if repl == nil { // a live event: its resourceVersion counts
 				o.Frames++
 				o.RV = ev.RV
@@ -613,19 +581,8 @@ func (w *Watcher[T]) hand(d store.Delta[T]) {
 	w.opts.Handler(d)
 }
 
-// inShard tells whether obj belongs to the watcher's shard; one that does
-// not means the server dropped the shard selector.
-func (w *Watcher[T]) inShard(obj T) bool {
-	if len(w.shard) == 0 || w.shard.Contains(string(obj.GetUID())) {
-		return true
-	}
-	if !w.ignored.Swap(true) {
-		w.log.Info("The server ignores shard selectors (is its ShardedListAndWatch feature gate off?): filtering on the client, so every object is still received and decoded",
-			"selector", w.selector, "share", w.shard.Fraction())
-	}
-	report(w, OutOfShard{Key: store.KeyOf(obj)})
-	return false
-}
+// keep tells whether obj passes Options.Filter.
+func (w *Watcher[T]) keep(obj T) bool { return w.opts.Filter == nil || w.opts.Filter(obj) }
 
 func (w *Watcher[T]) skipped(err *SkipError) {
 	w.log.Error(err, "Skipping an object that cannot be decoded")

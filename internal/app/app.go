@@ -21,7 +21,7 @@
 //
 // With sharding (sharding.go) every replica works, each on its part of the
 // objects: it joins a ring of Leases (package ring), watches the slots it
-// claims or should own (watcher.SetShard), and a gate lets a reconcile start
+// claims or should own (sharding.Watcher.SetShard), and a gate lets a reconcile start
 // only in a slot it works. A slot changes hands only once the old owner has
 // no reconcile of it in flight; a key that moved is dropped from the old
 // owner's store without a deletion, and the new owner reconciles every key
@@ -64,6 +64,7 @@ import (
 	"rawwatch/reconcile"
 	"rawwatch/ring"
 	"rawwatch/shard"
+	"rawwatch/sharding"
 	"rawwatch/store"
 	"rawwatch/ui"
 	"rawwatch/watcher"
@@ -160,9 +161,12 @@ type Options struct {
 
 // App is an assembled controller.
 type App struct {
-	Store      *store.Store[Object]
-	Queue      *queue.Queue
-	Watcher    *watcher.Watcher[Object]
+	Store   *store.Store[Object]
+	Queue   *queue.Queue
+	Watcher *watcher.Watcher[Object]
+	// Sharded is Watcher limited to this replica's shard; nil without
+	// sharding.
+	Sharded    *sharding.Watcher[Object]
 	Controller *reconcile.Controller[Object]
 	Client     *client.Client
 	Metrics    *metrics.Metrics
@@ -239,7 +243,14 @@ func New(opts Options) (_ *App, err error) {
 	a.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	recorder := a.events.NewRecorder(client.Scheme, corev1.EventSource{Component: "rawwatch"})
 
-	a.Queue = queue.New(queue.NewRateLimiter(opts.RetryBase, opts.RetryMax))
+	limiter := queue.NewRateLimiter(opts.RetryBase, opts.RetryMax)
+	if opts.Sharding != nil {
+		// A deletion waits behind no backlog: the slot may move before a
+		// worker reaches it, and no other replica hears of it.
+		a.Queue = queue.NewOrdered(limiter, sharding.NewDeletionsFirst(func(key string) bool { return a.Controller.HasDeletions(key) }))
+	} else {
+		a.Queue = queue.New(limiter)
+	}
 	a.Metrics = metrics.New(metrics.Options{Version: opts.Version,
 		QueueDepth: a.Queue.Len, QueueDelayed: a.Queue.Pending, StoreObjects: a.Store.Len})
 	// One fan-out for every part: the metrics, the narration, the probe,
@@ -296,7 +307,12 @@ func New(opts Options) (_ *App, err error) {
 	}
 	wopts.Codec = watcher.Codec[Object]{GVK: v1alpha1.GroupVersionKind}
 	src := watcher.RESTSource{Client: myClient.REST(), Resource: v1alpha1.Resource, Namespace: opts.Namespace}
-	a.Watcher = watcher.New(src, a.Store, wopts)
+	if opts.Sharding != nil {
+		a.Sharded = sharding.NewWatcher(src, a.Store, wopts, nil) // the first claims say what to watch
+		a.Watcher = a.Sharded.Watcher
+	} else {
+		a.Watcher = watcher.New(src, a.Store, wopts)
+	}
 	if a.UI != nil {
 		a.UI.SetResourceVersion(a.Watcher.ResourceVersion)
 	}
@@ -373,7 +389,7 @@ func (a *App) Run(ctx context.Context) error {
 			defer close(watcherDone)
 			select { // the first claims say what to watch
 			case <-a.watcherStart:
-				a.Watcher.Run(watcherCtx)
+				a.Sharded.Run(watcherCtx)
 			case <-watcherCtx.Done():
 			}
 		})

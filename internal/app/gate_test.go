@@ -16,6 +16,7 @@ import (
 	"rawwatch/observe"
 	"rawwatch/ring"
 	"rawwatch/shard"
+	"rawwatch/sharding"
 	"rawwatch/store"
 	"rawwatch/watcher"
 )
@@ -93,7 +94,7 @@ func TestAFailingSweepIsRetriedAtABoundedRate(t *testing.T) {
 	const renew, lease, run = 10 * time.Millisecond, 80 * time.Millisecond, time.Second
 	src := &failingSource{}
 	s := store.New[Object]()
-	a := &App{Store: s, Watcher: watcher.New[Object](src, s, watcher.Options[Object]{}),
+	a := &App{Store: s, Sharded: sharding.NewWatcher[Object](src, s, watcher.Options[Object]{}, nil),
 		gate: newGate(s, observe.Func(func(observe.Event) {}))}
 	five := shard.SlotsOf(5)
 	a.gate.set(ring.Claims{Releasing: five, Sweep: five})

@@ -17,8 +17,8 @@ import (
 	"rawwatch/reconcile"
 	"rawwatch/ring"
 	"rawwatch/shard"
+	"rawwatch/sharding"
 	"rawwatch/store"
-	"rawwatch/watcher"
 )
 
 // Sharding makes this process one replica of a sharded controller: the
@@ -417,14 +417,14 @@ func (a *App) busy() (busy, failing shard.SlotSet) {
 // watcher and still watched), and where its cache stands (the ring's
 // goroutine, as onClaims).
 func (a *App) covers() ring.Cover {
-	slots, since, at := a.Watcher.Coverage()
+	slots, since, at := a.Sharded.Coverage()
 	// What only lingers is not published: the others must stop counting
 	// on it (it is watched only until they have seen that).
-	return ring.Cover{Slots: slots.And(a.watched).Minus(a.gate.lingering()), Since: watcher.ParseRV(since), Synced: watcher.ParseRV(at)}
+	return ring.Cover{Slots: slots.And(a.watched).Minus(a.gate.lingering()), Since: sharding.ParseRV(since), Synced: sharding.ParseRV(at)}
 }
 
 // sweep sweeps the slots the ring asks to, until ctx ends: it finds the
-// deletions the watch has not brought yet (watcher.Sweep), hands them to the
+// deletions the watch has not brought yet (sharding.Watcher.Sweep), hands them to the
 // workers, then tells the ring (which lets the slot go once they are
 // handled). A failed sweep is tried again after a pause, doubling from a
 // renew period up to a lease duration; nothing else retries it.
@@ -438,7 +438,7 @@ func (a *App) sweep(ctx context.Context, renew, lease time.Duration) {
 		case <-a.gate.kick:
 		}
 		for slots := a.gate.toSweep(); !slots.Empty(); slots = a.gate.toSweep() {
-			res, err := a.Watcher.Sweep(ctx, slots)
+			res, err := a.Sharded.Sweep(ctx, slots)
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -475,7 +475,7 @@ func (a *App) sweep(ctx context.Context, renew, lease time.Duration) {
 //  1. every deletion heard of and not handled (queued, or failed and
 //     waiting for a retry) is handed to Deleted, and those the watcher
 //     brings meanwhile;
-//  2. the watcher stops, and a sweep of the claimed slots (watcher.Sweep)
+//  2. the watcher stops, and a sweep of the claimed slots (sharding.Watcher.Sweep)
 //     finds the deletions its watch had not brought yet (it lags, or was
 //     down): handled the same way.
 //
@@ -486,7 +486,7 @@ func (a *App) sweep(ctx context.Context, renew, lease time.Duration) {
 func (a *App) drain(ctx context.Context, stopWatcher func(), watcherDone <-chan struct{}) {
 	log := klog.FromContext(ctx).WithName("sharding")
 	start := time.Now()
-	a.Controller.DrainDeletions(ctx, a.opts.Workers)
+	sharding.Drain(ctx, a.Controller, a.opts.Workers)
 	swept := 0
 	// Fenced (it claims nothing): what it hears of is held, not handled.
 	// A sweep of the watched slots holds what the watch had not brought
@@ -500,12 +500,12 @@ func (a *App) drain(ctx context.Context, stopWatcher func(), watcherDone <-chan 
 		case <-ctx.Done():
 		case <-time.After(50 * time.Millisecond):
 		}
-		a.Controller.DrainDeletions(ctx, a.opts.Workers)
+		sharding.Drain(ctx, a.Controller, a.opts.Workers)
 	}
 	stopWatcher()
 	<-watcherDone
 	swept += a.sweepBeforeLeaving(ctx, log, a.gate.claimed())
-	left := a.Controller.DrainDeletions(ctx, a.opts.Workers)
+	left := sharding.Drain(ctx, a.Controller, a.opts.Workers)
 	// Held for slots it does not work (fenced, or not confirmed yet): their
 	// owners handle them only if they heard of them too.
 	left = append(left, a.gate.takeHeld()...)
@@ -523,14 +523,14 @@ func (a *App) drain(ctx context.Context, stopWatcher func(), watcherDone <-chan 
 	log.V(1).Info("Drained the deletions before leaving the ring", "swept", swept, "took", time.Since(start))
 }
 
-// sweepBeforeLeaving sweeps slots (watcher.Sweep) and lets the deletions
+// sweepBeforeLeaving sweeps slots (sharding.Watcher.Sweep) and lets the deletions
 // it finds in as any other (the gate holds those of slots not claimed),
 // and says how many it let in.
 func (a *App) sweepBeforeLeaving(ctx context.Context, log klog.Logger, slots shard.SlotSet) (admitted int) {
 	if slots.Empty() || ctx.Err() != nil {
 		return 0
 	}
-	res, err := a.Watcher.Sweep(ctx, slots)
+	res, err := a.Sharded.Sweep(ctx, slots)
 	if err != nil {
 		log.Error(err, "Could not sweep the slots before leaving: a deletion the watch had not brought yet is lost", "slots", slots)
 	}
@@ -556,7 +556,7 @@ func (a *App) onClaims(c ring.Claims) {
 	// watcher has listed it.
 	if !watched.Empty() && watched != a.watched {
 		a.watched = watched
-		a.Watcher.SetShard(watched.Set())
+		a.Sharded.SetShard(watched.Set())
 		a.startWatcher()
 	}
 	// The deletions it heard of before it worked their slots (the old

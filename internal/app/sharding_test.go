@@ -205,9 +205,8 @@ func shardedRun(t *testing.T, cp *controlplane.ControlPlane, server *controlplan
 	counts := fmt.Sprint(ref.count)
 	ref.mu.Unlock()
 	for _, r := range []*replica{a, b, x} {
-		st := r.a.Watcher.Stats()
 		t.Logf("%s: works %.3f of the slots, holds %d objects, filtered %d on the client",
-			r.name, r.a.Member.Claims().Working.Set().Fraction(), r.a.Store.Len(), st.OutOfShard)
+			r.name, r.a.Member.Claims().Working.Set().Fraction(), r.a.Store.Len(), r.a.Sharded.OutOfShard())
 	}
 	t.Logf("reconciles per replica: %s", counts)
 	// Each replica's metrics and probe agree with its claims. On a busy
@@ -279,7 +278,7 @@ func shardedRun(t *testing.T, cp *controlplane.ControlPlane, server *controlplan
 		for _, r := range []*replica{a, b, d} {
 			c := r.a.Member.Claims()
 			all, targets = all.Union(c.Working), targets.Union(c.Target)
-			listed = listed && c.Target.Minus(r.a.Watcher.Covered()).Empty()
+			listed = listed && c.Target.Minus(r.a.Sharded.Covered()).Empty()
 		}
 		if targeted.IsZero() && targets.Len() == shard.Slots {
 			targeted = time.Now()

@@ -1,4 +1,4 @@
-package watcher
+package sharding_test
 
 import (
 	"context"
@@ -6,12 +6,14 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 
-	"rawwatch/api/v1alpha1"
 	"rawwatch/internal/fakeapi"
 	"rawwatch/shard"
+	"rawwatch/sharding"
 	"rawwatch/store"
+	"rawwatch/watcher"
 )
 
 // The bound on resharding (SetShard), in virtual time: a ring that changes
@@ -28,9 +30,8 @@ func TestReshardsCostAtMostOneListEach(t *testing.T) {
 				for _, name := range []string{"a", "b", "c", "d", "e", "f"} {
 					srv.Put("ns", name, "v0")
 				}
-				opts := Options[*v1alpha1.MyResource]{Codec: Codec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind}}
-				w := New(srv, store.New[*v1alpha1.MyResource](), opts)
-				ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), exploreLogger()))
+				w := sharding.NewWatcher(srv, store.New[object](), watcher.Options[object]{Codec: codec}, nil)
+				ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logr.Discard()))
 				done := make(chan struct{})
 				go func() { w.Run(ctx); close(done) }()
 				<-w.Synced()
@@ -54,10 +55,10 @@ func TestReshardsCostAtMostOneListEach(t *testing.T) {
 				}
 				bound := changes // healthy: one LIST and one WATCH per change
 				if fault != fakeapi.Healthy {
-					bound = budget(DefaultBackoff)
+					bound = budget(watcher.DefaultBackoff)
 				}
 				t.Logf("%d shard changes in a minute, the server %s: %d LISTs, %d WATCHes (bound %d each, healthy; %d together, failing)",
-					changes, fault, lists, watches, changes, budget(DefaultBackoff))
+					changes, fault, lists, watches, changes, budget(watcher.DefaultBackoff))
 				switch {
 				case fault == fakeapi.Healthy && (lists > bound || watches > bound+1):
 					t.Errorf("%d LISTs and %d WATCHes for %d shard changes: more than one each", lists, watches, changes)
@@ -69,4 +70,19 @@ func TestReshardsCostAtMostOneListEach(t *testing.T) {
 			})
 		})
 	}
+}
+
+// budget is how many requests a loop failing for a minute may make with
+// backoff b: five for each wait the backoff allows in a minute, and one
+// more (the watcher's explore tests bound a failing server the same way).
+func budget(b watcher.Backoff) int {
+	waits, sum := 0, time.Duration(0)
+	for n := 0; ; n++ {
+		sum += b.Delay(n, 0.9999999)
+		if sum > time.Minute {
+			break
+		}
+		waits++
+	}
+	return 5 * (waits + 1)
 }

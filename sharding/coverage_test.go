@@ -1,4 +1,4 @@
-package watcher
+package sharding_test
 
 import (
 	"context"
@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 
-	"rawwatch/api/v1alpha1"
 	"rawwatch/internal/fakeapi"
+	"rawwatch/sharding"
 	"rawwatch/store"
+	"rawwatch/watcher"
 )
 
 // Coverage is one position, read in one step: a relist never shows its new
@@ -36,7 +38,7 @@ func TestCoverageIsNeverReadTornByARelist(t *testing.T) {
 	}
 	srv.SetFault(fakeapi.WatchGone)
 	var (
-		w         *Watcher[*v1alpha1.MyResource]
+		w         *sharding.Watcher[object]
 		mu        sync.Mutex
 		torn      []string
 		tornAt    = map[string]int{}
@@ -54,16 +56,16 @@ func TestCoverageIsNeverReadTornByARelist(t *testing.T) {
 			mu.Unlock()
 		}
 	}
-	tiny := Backoff{Initial: time.Microsecond, Max: 2 * time.Microsecond, Factor: 2, ResetAfter: time.Hour}
-	w = New(srv, store.New[*v1alpha1.MyResource](), Options[*v1alpha1.MyResource]{
-		Codec: Codec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind}, Backoff: tiny,
-		Handler: func(store.Delta[*v1alpha1.MyResource]) {
+	tiny := watcher.Backoff{Initial: time.Microsecond, Max: 2 * time.Microsecond, Factor: 2, ResetAfter: time.Hour}
+	w = sharding.NewWatcher(srv, store.New[object](), watcher.Options[object]{
+		Codec: codec, Backoff: tiny,
+		Handler: func(store.Delta[object]) {
 			inHandler.Add(1)
 			check("in the handler, between a relist's deltas")
 			time.Sleep(20 * time.Microsecond) // the handler's work: the window a reader may fall in
 		},
-	})
-	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), exploreLogger()))
+	}, nil)
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logr.Discard()))
 	defer cancel()
 	done := make(chan struct{})
 	go func() { w.Run(ctx); close(done) }()

@@ -1,4 +1,4 @@
-package watcher_test
+package sharding_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"rawwatch/compare"
 	"rawwatch/internal/testkit"
 	"rawwatch/shard"
+	"rawwatch/sharding"
 	"rawwatch/store"
 	"rawwatch/watcher"
 )
@@ -35,7 +36,7 @@ func shardsOf(t *testing.T, cfg *rest.Config, ns string) (map[string]*running, m
 	for _, m := range members {
 		bytes[m] = &compare.ByteCounter{}
 		sets[m] = shard.Of(owners[m])
-		runs[m] = start(t, metered(cfg, bytes[m]), ns, watcher.Options[object]{PageSize: 50, Shard: sets[m]})
+		runs[m] = start(t, metered(cfg, bytes[m]), ns, sets[m], watcher.Options[object]{PageSize: 50})
 	}
 	return runs, bytes, sets
 }
@@ -71,7 +72,7 @@ func TestShardSelectorsSplitTheObjectsOnTheServer(t *testing.T) {
 	ctx := context.Background()
 	testkit.Objects(t, c, ns, "obj", 300)
 	var whole compare.ByteCounter
-	single := start(t, metered(cp.Config(), &whole), ns, watcher.Options[object]{PageSize: 50})
+	single := start(t, metered(cp.Config(), &whole), ns, nil, watcher.Options[object]{PageSize: 50})
 	runs, bytes, sets := shardsOf(t, cp.Config(), ns)
 	checkPartition(t, runs, sets, 300)
 
@@ -93,9 +94,8 @@ func TestShardSelectorsSplitTheObjectsOnTheServer(t *testing.T) {
 	checkPartition(t, runs, sets, 320)
 	var sum int64
 	for m, r := range runs {
-		st := r.w.Stats()
-		if st.OutOfShard != 0 {
-			t.Errorf("%s filtered %d objects on the client: the server ignored its selector", m, st.OutOfShard)
+		if n := r.w.OutOfShard(); n != 0 {
+			t.Errorf("%s filtered %d objects on the client: the server ignored its selector", m, n)
 		}
 		share := float64(bytes[m].Read()) / float64(whole.Read())
 		t.Logf("%s: %.3f of the ranges, %d objects, %d bytes read (%.2f of one unsharded watcher's %d)",
@@ -121,7 +121,7 @@ func TestShardsFallBackToClientFilteringWhenTheServerDropsTheSelector(t *testing
 	runs, sets := map[string]*running{}, map[string]shard.Set{}
 	for _, m := range members {
 		sets[m] = shard.Of(owners[m])
-		runs[m] = startLogging(t, old.Config(), ns, watcher.Options[object]{PageSize: 50, Shard: sets[m]}, logs.Logger(0))
+		runs[m] = startLogging(t, old.Config(), ns, sets[m], watcher.Options[object]{PageSize: 50}, logs.Logger(0))
 	}
 	checkPartition(t, runs, sets, 120)
 	testkit.Objects(t, c, ns, "late", 12)
@@ -134,8 +134,8 @@ func TestShardsFallBackToClientFilteringWhenTheServerDropsTheSelector(t *testing
 	}, "the live creates did not reach their shards")
 	checkPartition(t, runs, sets, 132)
 	for m, r := range runs {
-		if st := r.w.Stats(); st.OutOfShard < 120-int64(r.store.Len()) {
-			t.Errorf("%s filtered %d objects on the client, want at least the %d of the others", m, st.OutOfShard, 120-r.store.Len())
+		if n := r.w.OutOfShard(); n < 120-int64(r.store.Len()) {
+			t.Errorf("%s filtered %d objects on the client, want at least the %d of the others", m, n, 120-r.store.Len())
 		}
 	}
 	if n := logs.Count("The server ignores shard selectors"); n != 3 {
@@ -165,7 +165,7 @@ func TestSetShardMovesWithoutDeletions(t *testing.T) {
 	}
 	a, b := shard.Of(slotsA), shard.Of(slotsB)
 	for name, cfg := range map[string]*rest.Config{"gate on": cp.Config(), "gate off": old.Config()} {
-		r := start(t, cfg, ns, watcher.Options[object]{PageSize: 30, Shard: a})
+		r := start(t, cfg, ns, a, watcher.Options[object]{PageSize: 30})
 		inA := r.store.Len()
 		before := r.rec.len()
 		r.w.SetShard(b)
@@ -250,8 +250,8 @@ func TestSweepFindsTheDeletionsTheWatchHasNotBrought(t *testing.T) {
 		for i := range list.Items {
 			s.Upsert(&list.Items[i])
 		}
-		w := watcher.New(watcher.RESTSource{Client: testkit.Client(t, cfg).REST(), Resource: v1alpha1.Resource, Namespace: ns}, s,
-			watcher.Options[object]{PageSize: 25, Codec: watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind}})
+		w := sharding.NewWatcher(watcher.RESTSource{Client: testkit.Client(t, cfg).REST(), Resource: v1alpha1.Resource, Namespace: ns}, s,
+			watcher.Options[object]{PageSize: 25, Codec: codec}, slots.Set())
 		if !w.Covered().Empty() {
 			t.Errorf("%s: a watcher that never listed covers %v", name, w.Covered())
 		}
@@ -290,10 +290,10 @@ func TestSweepFindsTheDeletionsTheWatchHasNotBrought(t *testing.T) {
 		var newest [shard.Slots]uint64
 		for _, o := range after.Items {
 			if i := shard.SlotOf(string(o.UID)); slots.Has(i) {
-				newest[i] = max(newest[i], watcher.ParseRV(o.ResourceVersion))
+				newest[i] = max(newest[i], sharding.ParseRV(o.ResourceVersion))
 			}
 		}
-		if res.RV == 0 || res.RV > watcher.ParseRV(after.ResourceVersion) {
+		if res.RV == 0 || res.RV > sharding.ParseRV(after.ResourceVersion) {
 			t.Errorf("%s: swept at resourceVersion %d; the LIST after it was at %s", name, res.RV, after.ResourceVersion)
 		}
 		if res.Newest != newest {
@@ -333,11 +333,11 @@ func TestSweepFindsTheDeletionsTheWatchHasNotBrought(t *testing.T) {
 func TestCoveredFollowsTheListedShard(t *testing.T) {
 	cp, ns, _ := testkit.Parallel(t)
 	a, b := shard.SlotsOf(0, 1, 2, 3), shard.SlotsOf(2, 3, 4, 5, 6)
-	r := start(t, cp.Config(), ns, watcher.Options[object]{Shard: a.Set()})
+	r := start(t, cp.Config(), ns, a.Set(), watcher.Options[object]{})
 	if got := r.w.Covered(); got != a {
 		t.Fatalf("synced on slots %v: covers %v", a, got)
 	}
-	if got, since, at := r.w.Coverage(); got != a || since == "" || watcher.ParseRV(at) < watcher.ParseRV(since) {
+	if got, since, at := r.w.Coverage(); got != a || since == "" || sharding.ParseRV(at) < sharding.ParseRV(since) {
 		t.Fatalf("synced on slots %v: coverage %v since %q, at %q; want since the list, at or after it", a, got, since, at)
 	}
 	_, since, _ := r.w.Coverage()
@@ -351,10 +351,10 @@ func TestCoveredFollowsTheListedShard(t *testing.T) {
 		}
 		return got == b
 	}, "after SetShard, covers %v, want %v", r.w.Covered(), b)
-	if _, after, _ := r.w.Coverage(); watcher.ParseRV(after) <= watcher.ParseRV(since) {
+	if _, after, _ := r.w.Coverage(); sharding.ParseRV(after) <= sharding.ParseRV(since) {
 		t.Errorf("after a shard change, covered since %q; before it, since %q: want the relist's, later", after, since)
 	}
-	all := start(t, cp.Config(), ns, watcher.Options[object]{})
+	all := start(t, cp.Config(), ns, nil, watcher.Options[object]{})
 	if got := all.w.Covered(); got != shard.All() {
 		t.Errorf("a watcher of every object covers %v", got)
 	}

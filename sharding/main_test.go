@@ -1,0 +1,108 @@
+package sharding_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"rawwatch/api/v1alpha1"
+	"rawwatch/internal/controlplane"
+	"rawwatch/internal/testkit"
+	"rawwatch/shard"
+	"rawwatch/sharding"
+	"rawwatch/store"
+	"rawwatch/watcher"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+type object = *v1alpha1.MyResource
+
+var codec = watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind}
+
+// recorder keeps the deltas a watcher handed out.
+type recorder struct {
+	mu     sync.Mutex
+	deltas []store.Delta[object]
+}
+
+func (r *recorder) handle(d store.Delta[object]) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.deltas = append(r.deltas, d)
+}
+
+func (r *recorder) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.deltas)
+}
+
+// since returns the deltas from the n-th on.
+func (r *recorder) since(n int) []store.Delta[object] {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]store.Delta[object](nil), r.deltas[n:]...)
+}
+
+// find returns the last delta of key with type t.
+func (r *recorder) find(key string, t store.DeltaType) (store.Delta[object], bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.deltas) - 1; i >= 0; i-- {
+		if d := r.deltas[i]; d.Key == key && d.Type == t {
+			return d, true
+		}
+	}
+	return store.Delta[object]{}, false
+}
+
+type running struct {
+	w     *sharding.Watcher[object]
+	store *store.Store[object]
+	rec   *recorder
+}
+
+// extraAPIServer starts another kube-apiserver on cp's etcd, with args,
+// stopped when the test ends.
+func extraAPIServer(t *testing.T, cp *controlplane.ControlPlane, name string, args ...string) *controlplane.APIServer {
+	t.Helper()
+	a, err := cp.AddAPIServer(context.Background(), name, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	return a
+}
+
+// start runs a watcher of set on one namespace through cfg until the test
+// ends, and waits for its first list.
+func start(t *testing.T, cfg *rest.Config, ns string, set shard.Set, opts watcher.Options[object]) *running {
+	t.Helper()
+	return startLogging(t, cfg, ns, set, opts, klog.Background())
+}
+
+// startLogging is start with the watcher's log going to logger.
+func startLogging(t *testing.T, cfg *rest.Config, ns string, set shard.Set, opts watcher.Options[object], logger klog.Logger) *running {
+	t.Helper()
+	c := testkit.Client(t, cfg)
+	r := &running{store: store.New[object](), rec: &recorder{}}
+	opts.Handler = r.rec.handle
+	opts.Codec = codec
+	opts.Backoff = watcher.Backoff{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, ResetAfter: 2 * time.Minute}
+	r.w = sharding.NewWatcher(watcher.RESTSource{Client: c.REST(), Resource: v1alpha1.Resource, Namespace: ns}, r.store, opts, set)
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+	done := make(chan struct{})
+	go func() { r.w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-r.w.Synced():
+	case <-time.After(time.Minute):
+		t.Fatal("watcher did not sync within a minute")
+	}
+	return r
+}
