@@ -283,6 +283,18 @@ func TestQueueDropsOnlyWhatABurstGrew(t *testing.T) {
 func TestDelayedKeysDropWhatABurstGrew(t *testing.T) {
 	q := New(nil)
 	defer q.ShutDown()
+	// The burst first waits an hour, so a busy machine cannot let keys fall
+	// due while the rest are still added; then each is made due at once
+	// (AddAfter keeps the earliest time).
+	for i := range burstKeys + 1 {
+		q.AddAfter(fmt.Sprint(i), time.Hour)
+	}
+	q.mu.Lock()
+	grown := cap(q.due.byDue)
+	q.mu.Unlock()
+	if grown <= burstKeys {
+		t.Fatalf("%d delayed keys: the heap's array holds %d, want more than %d", burstKeys+1, grown, burstKeys)
+	}
 	for i := range burstKeys + 1 {
 		q.AddAfter(fmt.Sprint(i), time.Millisecond)
 	}
