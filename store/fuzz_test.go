@@ -61,29 +61,36 @@ func FuzzStore(f *testing.F) {
 				o := p.object()
 				key := KeyOf(o)
 				old, had := model[key]
-				d, changed := s.Upsert(o)
+				ds := s.Upsert(o)
 				switch {
+				case had && old.uid != string(o.UID):
+					if len(ds) != 2 || ds[0].Type != Deleted || !ds[0].FinalStateUnknown || entryOf(ds[0].Object) != old ||
+						ds[1].Type != Added || ds[1].Object != o {
+						t.Fatalf("upsert of %s under another UID %v→%v: deltas %+v", key, old, entryOf(o), ds)
+					}
 				case had && old.rv == o.ResourceVersion:
-					if changed {
+					if len(ds) != 0 {
 						t.Fatalf("upsert of %s at the stored RV %s reported a change", key, old.rv)
 					}
 					continue
 				case had:
-					if !changed || d.Type != Updated || entryOf(d.Old) != old || d.Object != o {
-						t.Fatalf("upsert %s %v→%v: delta %+v", key, old, entryOf(o), d)
+					if len(ds) != 1 || ds[0].Type != Updated || entryOf(ds[0].Old) != old || ds[0].Object != o {
+						t.Fatalf("upsert %s %v→%v: deltas %+v", key, old, entryOf(o), ds)
 					}
 				default:
-					if !changed || d.Type != Added || d.Object != o {
-						t.Fatalf("upsert of new %s: delta %+v", key, d)
+					if len(ds) != 1 || ds[0].Type != Added || ds[0].Object != o {
+						t.Fatalf("upsert of new %s: deltas %+v", key, ds)
 					}
 				}
 				model[key] = entryOf(o)
 			case 1: // a watch DELETED event
 				o := p.object()
 				key := KeyOf(o)
-				_, had := model[key]
+				old, had := model[key]
 				d, known := s.Delete(o)
-				if known != had || (had && (d.Type != Deleted || d.FinalStateUnknown || d.Object != o)) {
+				if other := had && old.uid != string(o.UID); other && (d.Type != Deleted || !d.FinalStateUnknown || entryOf(d.Object) != old) {
+					t.Fatalf("delete %s under another UID (stored: %v): delta %+v, want the stored one, final state unknown", key, old, d)
+				} else if known != had || (had && !other && (d.Type != Deleted || d.FinalStateUnknown || d.Object != o)) {
 					t.Fatalf("delete %s (stored: %v): delta %+v, known %v", key, had, d, known)
 				}
 				delete(model, key)

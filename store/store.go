@@ -154,35 +154,44 @@ func (s *Store[T]) eachLabels(yield func(map[string]string)) {
 	}
 }
 
-// Upsert stores obj (a watch ADDED or MODIFIED event) and says what changed.
-// changed is false when the stored object is obj as it was: the same
-// resourceVersion and content (a duplicate delivery, which needs no
-// reaction; see same).
-func (s *Store[T]) Upsert(obj T) (d Delta[T], changed bool) {
+// Upsert stores obj (a watch ADDED or MODIFIED event) and says what changed:
+// nothing when the stored object is obj as it was (the same resourceVersion
+// and content: a duplicate delivery, which needs no reaction; see same),
+// else Added or Updated. A key stored with another UID was deleted and made
+// again while we were not looking: two objects, so the old one comes out
+// Deleted (its final state unknown), then the new one Added.
+func (s *Store[T]) Upsert(obj T) []Delta[T] {
 	s.take(obj)
 	key := KeyOf(obj)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, existed := s.items[key]
-	if existed && old.GetResourceVersion() == obj.GetResourceVersion() && same(old, obj) {
-		return Delta[T]{}, false
+	switch {
+	case !existed:
+		s.put(key, obj)
+		return []Delta[T]{{Type: Added, Key: key, Object: obj}}
+	case old.GetUID() != obj.GetUID():
+		s.put(key, obj)
+		return []Delta[T]{{Type: Deleted, Key: key, Object: old, FinalStateUnknown: true}, {Type: Added, Key: key, Object: obj}}
+	case old.GetResourceVersion() == obj.GetResourceVersion() && same(old, obj):
+		return nil
 	}
 	s.put(key, obj)
-	if existed {
-		return Delta[T]{Type: Updated, Key: key, Object: obj, Old: old}, true
-	}
-	return Delta[T]{Type: Added, Key: key, Object: obj}, true
+	return []Delta[T]{{Type: Updated, Key: key, Object: obj, Old: old}}
 }
 
 // Delete removes obj's key (a watch DELETED event; obj is the server's final
 // state). known is false when the key was not stored: nothing to react to.
+// A stored object of another UID was deleted before obj was made: it comes
+// out Deleted with its final state unknown (obj, never seen, is not news).
 func (s *Store[T]) Delete(obj T) (d Delta[T], known bool) {
 	s.take(obj)
 	return s.DeleteKey(KeyOf(obj), obj)
 }
 
 // DeleteKey removes key. final, when non-zero, is the server's final state of
-// the object; otherwise the delta carries the last stored object and is marked
+// the object; otherwise (or when final has another UID than the stored
+// object) the delta carries the last stored object and is marked
 // FinalStateUnknown.
 func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
 	defer func() {
@@ -196,11 +205,15 @@ func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
 	if !existed {
 		return Delta[T]{}, false
 	}
-	s.remove(key, old)
 	var zero T
-	if final == zero {
+	if final == zero || final.GetUID() != old.GetUID() {
+		s.remove(key, old)
 		return Delta[T]{Type: Deleted, Key: key, Object: old, FinalStateUnknown: true}, true
 	}
+	if s.detector != nil {
+		s.detector.left(key, final, true)
+	}
+	s.remove(key, old)
 	return Delta[T]{Type: Deleted, Key: key, Object: final}, true
 }
 

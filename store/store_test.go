@@ -39,9 +39,9 @@ func TestKeys(t *testing.T) {
 
 func TestUpsertDeleteAndIndex(t *testing.T) {
 	s := New[*v1alpha1.MyResource]()
-	d, changed := s.Upsert(obj("a", "x", "1"))
-	if !changed || d.Type != Added || d.Key != "a/x" {
-		t.Fatalf("first upsert: %+v %v", d, changed)
+	ds := s.Upsert(obj("a", "x", "1"))
+	if len(ds) != 1 || ds[0].Type != Added || ds[0].Key != "a/x" {
+		t.Fatalf("first upsert: %+v", ds)
 	}
 	if got, _ := s.Get("a/x"); got.ManagedFields != nil {
 		t.Fatal("managedFields must be stripped before storing")
@@ -63,12 +63,12 @@ func TestUpsertDeleteAndIndex(t *testing.T) {
 	if unsafe.StringData(x.Namespace) != unsafe.StringData(y.Namespace) {
 		t.Error("namespace strings are not interned in a store that does Share")
 	}
-	if _, changed := s.Upsert(obj("a", "x", "1")); changed {
+	if ds := s.Upsert(obj("a", "x", "1")); len(ds) != 0 {
 		t.Fatal("same resourceVersion again must be a no-op")
 	}
-	d, changed = s.Upsert(obj("a", "x", "2"))
-	if !changed || d.Type != Updated || d.Old.ResourceVersion != "1" || d.Object.ResourceVersion != "2" {
-		t.Fatalf("update: %+v", d)
+	ds = s.Upsert(obj("a", "x", "2"))
+	if len(ds) != 1 || ds[0].Type != Updated || ds[0].Old.ResourceVersion != "1" || ds[0].Object.ResourceVersion != "2" {
+		t.Fatalf("update: %+v", ds)
 	}
 	s.Upsert(obj("a", "y", "3"))
 	s.Upsert(obj("b", "z", "4"))
@@ -236,5 +236,27 @@ func TestTransformTrimsEveryObjectTaken(t *testing.T) {
 	d, _ := s.Delete(annotated("c", "2", map[string]string{big: "{...}"}))
 	if d.Object.Annotations != nil {
 		t.Errorf("delete: the final state's annotations %v, want none", d.Object.Annotations)
+	}
+}
+
+// A key written under another UID holds another object: the stored one is
+// Deleted (its final state unknown), the new one Added; a deletion under
+// another UID deletes the stored one, its final state unknown.
+func TestAKeyUnderAnotherUIDIsAnotherObject(t *testing.T) {
+	s := New[*v1alpha1.MyResource]()
+	first := obj("ns", "a", "1")
+	first.UID = "u-1"
+	s.Upsert(first)
+	second := obj("ns", "a", "2")
+	second.UID = "u-2"
+	ds := s.Upsert(second)
+	if len(ds) != 2 || ds[0].Type != Deleted || !ds[0].FinalStateUnknown || ds[0].Object != first ||
+		ds[1].Type != Added || ds[1].Object != second {
+		t.Errorf("upsert under another UID: %+v, want Deleted (the first, final state unknown) then Added", ds)
+	}
+	third := obj("ns", "a", "3")
+	third.UID = "u-3"
+	if d, known := s.Delete(third); !known || d.Type != Deleted || !d.FinalStateUnknown || d.Object != second {
+		t.Errorf("delete under another UID: %+v %v, want the stored one, final state unknown", d, known)
 	}
 }

@@ -77,7 +77,7 @@ var cborMode = func() cbor.DecMode {
 func (c Codec[T]) decodeCBOR(what string, raw []byte) (T, error) {
 	var obj T
 	err := cborMode.Unmarshal(raw, &obj)
-	return c.checked(what, raw, obj, err, "cbor: ", cborMode.Unmarshal)
+	return c.checked(what, raw, obj, nil, err, "cbor: ", cborMode.Unmarshal)
 }
 
 // cborList is a LIST page, its items left for one by one decoding.

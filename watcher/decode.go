@@ -10,7 +10,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	kjsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/types"
 
 	"rawwatch/internal/metajson"
@@ -111,23 +113,38 @@ func (c Codec[T]) Decode(what string, raw []byte) (T, error) {
 // decode is Decode; with newestWrite, the object's managedFields come out
 // reduced to one entry with the newest time, all a watch event needs (see
 // metajson.Options and withoutManagedFields).
+//
+// The apiVersion and kind checked are the ones client-go's JSON serializer
+// finds (its MetaFactory: encoding/json's rules, keys in any case, of a key
+// given twice the last), which the object's own, read case-sensitively,
+// may not be ("kind" then "KIND"): T's own decoder declines such an object
+// (metajson.Decoder.Fields), and the plain way asks the MetaFactory.
 func (c Codec[T]) decode(what string, raw []byte, newestWrite bool) (T, error) {
-	obj, err := decodeObject[T](raw, metajson.Options{NewestWriteOnly: newestWrite, Labels: c.labels})
-	return c.checked(what, raw, obj, err, "", metajson.Plain)
+	obj, own, err := decodeObject[T](raw, metajson.Options{NewestWriteOnly: newestWrite, Labels: c.labels})
+	var gvk *schema.GroupVersionKind
+	if err == nil && !own && !c.GVK.Empty() {
+		gvk, err = kjsonserializer.DefaultMetaFactory.Interpret(raw)
+	}
+	return c.checked(what, raw, obj, gvk, err, "", metajson.Plain)
 }
 
 // checked finishes a decode of either wire: a null object or one of
-// another apiVersion/kind is an error too, and an error comes back as a
-// *SkipError (its message after prefix) carrying whatever of the object's
-// identity unmarshal can still read: key, resourceVersion, UID.
-func (c Codec[T]) checked(what string, raw []byte, obj T, err error, prefix string, unmarshal func([]byte, any) error) (T, error) {
+// another apiVersion/kind (gvk, or if nil the object's own) is an error
+// too, and an error comes back as a *SkipError (its message after prefix)
+// carrying whatever of the object's identity unmarshal can still read:
+// key, resourceVersion, UID.
+func (c Codec[T]) checked(what string, raw []byte, obj T, gvk *schema.GroupVersionKind, err error, prefix string, unmarshal func([]byte, any) error) (T, error) {
 	var zero T
 	if err == nil && obj == zero {
 		err = errors.New("object is null")
 	}
 	if err == nil && !c.GVK.Empty() {
-		if gvk := obj.GetObjectKind().GroupVersionKind(); gvk != c.GVK {
-			err = fmt.Errorf("got apiVersion %q kind %q, want %s", gvk.GroupVersion(), gvk.Kind, c.GVK)
+		found := obj.GetObjectKind().GroupVersionKind()
+		if gvk != nil {
+			found = *gvk
+		}
+		if found != c.GVK {
+			err = fmt.Errorf("got apiVersion %q kind %q, want %s", found.GroupVersion(), found.Kind, c.GVK)
 		}
 	}
 	if err == nil {
@@ -171,14 +188,16 @@ func identify(raw []byte, unmarshal func([]byte, any) error) (key, rv string, ui
 // decodeObject decodes raw into a new T: with T's own decoder when it has
 // one and it does not decline, else with metajson.Plain (with
 // NewestWriteOnly, after cutting managedFields in the bytes).
-func decodeObject[T Object](raw []byte, opts metajson.Options) (T, error) {
-	if obj, own := fresh[T](); own != nil {
+// own says which.
+func decodeObject[T Object](raw []byte, opts metajson.Options) (obj T, own bool, err error) {
+	if obj, dec := fresh[T](); dec != nil {
 		d := metajson.NewDecoder(raw, opts)
-		if d.Whole(func() error { return own.DecodeJSONFrom(d) }) == nil {
-			return obj, nil
+		if d.Whole(func() error { return dec.DecodeJSONFrom(d) }) == nil {
+			return obj, true, nil
 		}
 	}
-	return decodePlain[T](raw, opts.NewestWriteOnly)
+	obj, err = decodePlain[T](raw, opts.NewestWriteOnly)
+	return obj, false, err
 }
 
 // fresh returns a new T and its own decoder, when it has one (own is nil
@@ -416,7 +435,7 @@ func (d *eventDecoder[T]) onePass(frame []byte) (ev Event[T], ok bool, err error
 	}) != nil || seen != 3 {
 		return ev, false, nil
 	}
-	if obj, err = d.codec.checked(eventWhat(typ), frame[start:end], obj, nil, "", metajson.Plain); err != nil {
+	if obj, err = d.codec.checked(eventWhat(typ), frame[start:end], obj, nil, nil, "", metajson.Plain); err != nil {
 		return Event[T]{Type: typ}, true, err
 	}
 	return Event[T]{Type: typ, Object: obj, RV: obj.GetResourceVersion()}, true, nil
@@ -464,14 +483,20 @@ func eventOf[T Object](typ string, raw []byte, object func(what string, raw []by
 		return Event[T]{Type: Bookmark, RV: tm.Metadata.ResourceVersion,
 			InitialEventsEnd: tm.Metadata.Annotations[initialEventsEnd] == "true"}, nil
 	case Error:
-		// A Status is the server's word, whatever of it is set (client-go
-		// decodes it by its kind, then apierrors.FromObject); anything
-		// else is an error of its own.
-		var status metav1.Status
-		if err := unmarshal(raw, &status); err != nil || status.Kind != "Status" {
-			return Event[T]{Type: Error, Err: fmt.Errorf("watch ERROR event: %s", show(raw))}, nil
+		// A Status is the server's word, whatever of it is set; anything
+		// else is an error of its own. Which is which is
+		// apierrors.FromObject's to say, as client-go's dynamic client
+		// decodes the object (unstructured: kind "Status", apiVersion v1
+		// or meta.k8s.io/v1).
+		var content map[string]any
+		err := unmarshal(raw, &content)
+		if err == nil {
+			err = apierrors.FromObject(&unstructured.Unstructured{Object: content})
 		}
-		return Event[T]{Type: Error, Err: apierrors.FromObject(&status)}, nil
+		if _, ok := err.(*apierrors.StatusError); !ok {
+			err = &UnexpectedErrorObject{Object: show(raw), Err: err}
+		}
+		return Event[T]{Type: Error, Err: err}, nil
 	}
 	return Event[T]{Type: typ}, &SkipError{What: "watch frame", Err: fmt.Errorf("unknown event type %q", typ)}
 }

@@ -15,6 +15,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	kjsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/types"
 	kjson "sigs.k8s.io/json"
 
@@ -74,8 +77,11 @@ func (d *kubernetesDecoder) Next() (Event[*v1alpha1.MyResource], error) {
 		if err == nil && obj == nil {
 			err = errors.New("object is null")
 		}
-		if err == nil && obj.GroupVersionKind() != v1alpha1.GroupVersionKind {
-			err = errors.New("another kind")
+		if err == nil {
+			// apiVersion and kind as the serializer finds them (any case)
+			if gvk, ierr := kjsonserializer.DefaultMetaFactory.Interpret(object); ierr != nil || *gvk != v1alpha1.GroupVersionKind {
+				err = errors.New("another kind")
+			}
 		}
 		if err != nil {
 			key, rv, uid := referenceIdentity(object)
@@ -91,12 +97,14 @@ func (d *kubernetesDecoder) Next() (Event[*v1alpha1.MyResource], error) {
 		}
 		ev.RV, ev.InitialEventsEnd = tm.Metadata.ResourceVersion, tm.Metadata.Annotations[metav1.InitialEventsAnnotationKey] == "true"
 	case Error:
-		var status metav1.Status
-		if err := kjson.UnmarshalCaseSensitivePreserveInts(object, &status); err != nil || status.Kind != "Status" {
-			ev.Err = errors.New("not a Status")
-		} else {
-			ev.Err = apierrors.FromObject(&status)
+		obj, err := runtime.Decode(unstructured.UnstructuredJSONScheme, object)
+		if err == nil {
+			err = apierrors.FromObject(obj)
 		}
+		if _, ok := err.(*apierrors.StatusError); !ok {
+			err = &UnexpectedErrorObject{Err: err}
+		}
+		ev.Err = err
 	default:
 		return ev, &SkipError{What: "watch frame", Err: errors.New("unknown event type")}
 	}

@@ -333,7 +333,10 @@
 // the list lacks (store.Replacement.Keep). Frames, pages and objects decode
 // as Kubernetes decodes them (metav1.WatchEvent and the object through
 // sigs.k8s.io/json: keys match case-sensitively, of a key given twice the
-// last counts; a page is one JSON value), by the type's own decoder when it
+// last counts; a page is one JSON value; apiVersion and kind as client-go's
+// serializer finds them, keys in any case; an ERROR's object is a Status
+// when apierrors.FromObject says so, and anything else there is a
+// transient error, whatever it says), by the type's own decoder when it
 // has one (JSONDecoder; MyResource's reads the bytes once, without
 // reflection, and declines anything unusual to the plain decoder: see
 // package internal/metajson). A watch frame of the usual shape is read in
@@ -375,8 +378,9 @@
 // as a store.Delta. A (re)list is built beside the live store and swapped in
 // at once (store.Replacement): keys that vanished come out as Deleted deltas
 // carrying the last object we knew, marked FinalStateUnknown (client-go's
-// DeletedFinalStateUnknown), and a key listed under another UID comes out as
-// Deleted then Added, never as an update of one object into another.
+// DeletedFinalStateUnknown), and a key listed, or brought by an event,
+// under another UID comes out as Deleted then Added, never as an update of
+// one object into another.
 //
 // # A shard of the objects
 //

@@ -524,6 +524,8 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 		case skip != nil:
 			w.skipped(skip)
 			switch {
+			case repl != nil && ev.Type == Deleted && skip.Key != "":
+				repl.Remove(skip.Key) // as below: the key is gone
 			case repl != nil:
 				repl.Keep(skip.Key, skip.UID) // listed, but unreadable: keep what we have, if it is the same object
 			case skip.Key == "":
@@ -562,7 +564,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 		case repl != nil && ev.Type == Bookmark:
 			continue // a progress bookmark inside the initial events
 		case repl != nil && ev.Type == Deleted:
-			repl.Remove(ev.Object)
+			repl.Remove(store.KeyOf(ev.Object))
 			continue
 		case repl != nil:
 			repl.Add(ev.Object)
@@ -586,23 +588,28 @@ func (w *Watcher[T]) watchTimeout() time.Duration {
 
 // apply writes one event to the store and hands the delta to the handler.
 func (w *Watcher[T]) apply(ev Event[T], arrived time.Time) {
-	var d store.Delta[T]
-	var changed bool
+	var deltas []store.Delta[T]
 	var written time.Time
 	if ev.Type != Deleted && w.opts.Observer != nil { // for Received only
 		written, _ = WrittenAt(ev.Object)
 	}
 	if ev.Type == Deleted {
-		d, changed = w.store.Delete(ev.Object)
+		var one [1]store.Delta[T]
+		if d, known := w.store.Delete(ev.Object); known {
+			one[0] = d
+			deltas = one[:]
+		}
 	} else {
-		d, changed = w.store.Upsert(ev.Object)
+		deltas = w.store.Upsert(ev.Object)
 	}
-	key := d.Key // the store made it: not again (a string) per event
-	if !changed && w.opts.Observer != nil {
+	var key string
+	if len(deltas) > 0 {
+		key = deltas[0].Key // the store made it: not again (a string) per event
+	} else if w.opts.Observer != nil {
 		key = store.KeyOf(ev.Object)
 	}
 	report(w, Received{Type: ev.Type, Key: key, RV: ev.RV, Arrived: arrived, Written: written, Object: ev.Object})
-	if changed {
+	for _, d := range deltas {
 		w.hand(d)
 	}
 }
