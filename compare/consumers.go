@@ -23,6 +23,7 @@ import (
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/client"
+	"rawwatch/codec"
 	"rawwatch/queue"
 	"rawwatch/reconcile"
 	"rawwatch/store"
@@ -92,7 +93,7 @@ func (n noopReconciler) Reconcile(_ context.Context, key string) error {
 
 func (noopReconciler) Deleted(context.Context, store.Delta[object]) error { return nil }
 
-func newRaw(cfg *rest.Config, ns string, rec *recorder, watchList bool, dropEvery int, drop []string, wire watcher.Wire) (consumer, error) {
+func newRaw(cfg *rest.Config, ns string, rec *recorder, watchList bool, dropEvery int, drop []string, wire codec.Wire) (consumer, error) {
 	c, err := client.New(cfg)
 	if err != nil {
 		return nil, err
@@ -107,10 +108,13 @@ func newRaw(cfg *rest.Config, ns string, rec *recorder, watchList bool, dropEver
 	if dropEvery > 0 {
 		src = droppingSource{Source: src, every: dropEvery}
 	}
+	var cdc watcher.Codec[object] = codec.JSON[object]{GVK: v1alpha1.GroupVersionKind, SharesLabels: r.store.SharesLabels}
+	if wire == codec.WireCBOR {
+		src, cdc, _ = codec.NewCBOR(src, v1alpha1.GroupVersionKind, cdc)
+	}
 	r.w = watcher.New(src, r.store, watcher.Options[object]{
 		WatchList: watchList,
-		Wire:      wire,
-		Codec:     watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind},
+		Codec:     cdc,
 		Handler: func(d store.Delta[object]) {
 			typ := byte(EvAdd)
 			switch d.Type {
@@ -465,15 +469,15 @@ func (f closerFunc) Close() error { return f() }
 // only with KUBE_FEATURE_ClientsAllowCBOR=true in the environment:
 // startConsumer sets it); controller-runtime and bare cannot ask
 // (CanAsk) and refuse it.
-func newConsumer(kind string, cfg *rest.Config, ns string, rec *recorder, dropEvery int, drop []string, wire watcher.Wire) (consumer, error) {
+func newConsumer(kind string, cfg *rest.Config, ns string, rec *recorder, dropEvery int, drop []string, wire codec.Wire) (consumer, error) {
 	if wire == "" {
-		wire = watcher.WireJSON
+		wire = codec.WireJSON
 	}
 	if !CanAsk(kind, wire) {
 		return nil, fmt.Errorf("consumer %s cannot ask for %s", kind, wire)
 	}
-	if wire == watcher.WireCBOR && !strings.HasPrefix(kind, KindRaw) {
-		cfg.AcceptContentTypes = watcher.AcceptCBOR
+	if wire == codec.WireCBOR && !strings.HasPrefix(kind, KindRaw) {
+		cfg.AcceptContentTypes = codec.AcceptCBOR
 	}
 	switch kind {
 	case KindRaw:
@@ -500,8 +504,8 @@ func newConsumer(kind string, cfg *rest.Config, ns string, rec *recorder, dropEv
 // JSON; for CBOR raw, raw-watchlist and the informer kinds (whose client-go
 // needs KUBE_FEATURE_ClientsAllowCBOR=true). controller-runtime's cache and
 // bare's client-go decoding are not wired for it here: they read JSON.
-func CanAsk(kind string, wire watcher.Wire) bool {
-	if wire != watcher.WireCBOR {
+func CanAsk(kind string, wire codec.Wire) bool {
+	if wire != codec.WireCBOR {
 		return true
 	}
 	switch kind {
@@ -547,7 +551,7 @@ type ConsumerConfig struct {
 	// with its ClientsAllowCBOR feature gate on (KUBE_FEATURE_ClientsAllowCBOR=true
 	// in the process's environment; otherwise it asks for JSON). The other
 	// kinds refuse it (CanAsk).
-	Wire watcher.Wire
+	Wire codec.Wire
 	// EventsPath, if set, receives every handler call, one line each:
 	// "T RV AT KEY" (T: EvAdd, EvUpdate, EvDelete or EvResync; AT: unix
 	// ns), as the harness's consumers record theirs; Close writes it out.

@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/watcher"
+	"rawwatch/codec"
 )
 
 // The update phase of a harness run is bounded by how fast the apiserver
@@ -101,7 +101,7 @@ func BenchmarkDelivery(b *testing.B) {
 // of them, decoding nothing; it returns the time from the request to the last.
 func readFrames(b *testing.B, url string, events int) time.Duration {
 	return readWatch(b, url, events, func(body io.Reader) func() error {
-		fr := watcher.NewFrameReader(body, 0)
+		fr := codec.NewFrameReader(body, 0)
 		return func() error { _, err := fr.Next(); return err }
 	})
 }

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/watcher"
+	"rawwatch/codec"
 )
 
 // BenchmarkDeliveryWire is BenchmarkDelivery's stream in JSON and in CBOR
@@ -47,18 +47,18 @@ func BenchmarkDeliveryWire(b *testing.B) {
 	jsonList, jsonFrames := replayData(objects, events)
 	cborList, cborFrames := cborReplayData(b, jsonList, jsonFrames)
 	for _, kind := range []string{KindRaw, KindInformerList} {
-		for _, wire := range []watcher.Wire{watcher.WireJSON, watcher.WireCBOR} {
+		for _, wire := range []codec.Wire{codec.WireJSON, codec.WireCBOR} {
 			for _, gz := range []bool{false, true} {
 				name := kind + "/" + string(wire)
 				if gz {
 					name += "-gzip"
 				}
 				b.Run(name, func(b *testing.B) {
-					if kind != KindRaw && wire == watcher.WireCBOR && os.Getenv("KUBE_FEATURE_ClientsAllowCBOR") != "true" {
+					if kind != KindRaw && wire == codec.WireCBOR && os.Getenv("KUBE_FEATURE_ClientsAllowCBOR") != "true" {
 						b.Skip("client-go asks for CBOR only with KUBE_FEATURE_ClientsAllowCBOR=true")
 					}
 					list, frames, types := jsonList, jsonFrames, [2]string{"application/json", "application/json"}
-					if wire == watcher.WireCBOR {
+					if wire == codec.WireCBOR {
 						list, frames, types = cborList, cborFrames, [2]string{"application/cbor", "application/cbor-seq"}
 					}
 					if gz {

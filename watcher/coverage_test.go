@@ -56,7 +56,7 @@ func TestCoverageIsNeverReadTornByARelist(t *testing.T) {
 	}
 	tiny := Backoff{Initial: time.Microsecond, Max: 2 * time.Microsecond, Factor: 2, ResetAfter: time.Hour}
 	w = New(srv, store.New[*v1alpha1.MyResource](), Options[*v1alpha1.MyResource]{
-		Codec: Codec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind}, Backoff: tiny,
+		Codec: codec, Backoff: tiny,
 		Handler: func(store.Delta[*v1alpha1.MyResource]) {
 			inHandler.Add(1)
 			check("in the handler, between a relist's deltas")

@@ -67,7 +67,7 @@ func TestAnErrorIsAStatusAsFromObjectSays(t *testing.T) {
 // decodeOne decodes a stream of one frame, an event.
 func decodeOne(t *testing.T, frame string) Event[*v1alpha1.MyResource] {
 	t.Helper()
-	ev, err := newEventDecoder(bytes.NewReader([]byte(frame)), codec).Next()
+	ev, err := codec.DecodeEvents(bytes.NewReader([]byte(frame))).Next()
 	if err != nil {
 		t.Fatalf("%s: %v", frame, err)
 	}

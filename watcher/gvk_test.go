@@ -40,7 +40,7 @@ func TestApiVersionAndKindAreFoundAsTheSerializerFindsThem(t *testing.T) {
 			if (err == nil) != (serr == nil) {
 				t.Errorf("Codec.Decode: %v; the serializer: %v", err, serr)
 			}
-			ev, err := newEventDecoder(bytes.NewReader([]byte(framed(Modified, object))), codec).Next()
+			ev, err := codec.DecodeEvents(bytes.NewReader([]byte(framed(Modified, object)))).Next()
 			var skip *SkipError
 			if (err == nil) != (serr == nil) || err != nil && !errors.As(err, &skip) {
 				t.Errorf("the event decoder: %v (%v); the serializer: %v", err, ev.Object, serr)

@@ -28,7 +28,7 @@ func TestReshardsCostAtMostOneListEach(t *testing.T) {
 				for _, name := range []string{"a", "b", "c", "d", "e", "f"} {
 					srv.Put("ns", name, "v0")
 				}
-				opts := Options[*v1alpha1.MyResource]{Codec: Codec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind}}
+				opts := Options[*v1alpha1.MyResource]{Codec: JSONCodec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind}}
 				w := New(srv, store.New[*v1alpha1.MyResource](), opts)
 				ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), exploreLogger()))
 				done := make(chan struct{})

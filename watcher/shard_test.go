@@ -251,7 +251,7 @@ func TestSweepFindsTheDeletionsTheWatchHasNotBrought(t *testing.T) {
 			s.Upsert(&list.Items[i])
 		}
 		w := watcher.New(watcher.RESTSource{Client: testkit.Client(t, cfg).REST(), Resource: v1alpha1.Resource, Namespace: ns}, s,
-			watcher.Options[object]{PageSize: 25, Codec: watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind}})
+			watcher.Options[object]{PageSize: 25, Codec: watcher.JSONCodec[object]{GVK: v1alpha1.GroupVersionKind}})
 		if !w.Covered().Empty() {
 			t.Errorf("%s: a watcher that never listed covers %v", name, w.Covered())
 		}

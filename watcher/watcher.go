@@ -57,7 +57,8 @@ type Options[T Object] struct {
 	// Observer hears about every step of the loop: the events of this
 	// package (StateChanged, ListPage, ...). Optional.
 	Observer observe.Observer
-	// Codec decodes objects; set its GVK to reject objects of another kind.
+	// Codec decodes the server's answers; default JSONCodec (no check of
+	// the objects' apiVersion/kind). Package codec has faster ones, and CBOR.
 	Codec Codec[T]
 	// WatchList makes the watcher get its initial state from a WATCH with
 	// sendInitialEvents=true instead of a paginated LIST (KEP-3157): the
@@ -74,18 +75,13 @@ type Options[T Object] struct {
 	// a log line and OutOfShard events saying no bandwidth is saved.
 	// SetShard changes it while the watcher runs.
 	Shard shard.Set
-	// Wire is the encoding to ask for: WireJSON (default) or WireCBOR
-	// (wire.go). With CBOR the source must be an AcceptSource (RESTSource
-	// is); a server that answers JSON or 406 makes the watcher use JSON
-	// from then on, with one log line. Sweep always uses JSON.
-	Wire Wire
 }
 
 // Watcher keeps a Store in step with one resource on the API server by
 // listing it, then watching it from the list's resourceVersion, forever.
 type Watcher[T Object] struct {
 	source Source
-	wire   encoding // the loop's
+	codec  Codec[T]
 	store  *store.Store[T]
 	opts   Options[T]
 	log    klog.Logger // Run's context's, named "watcher"
@@ -149,7 +145,10 @@ func New[T Object](src Source, s *store.Store[T], opts Options[T]) *Watcher[T] {
 	if opts.Handler == nil {
 		opts.Handler = func(store.Delta[T]) {}
 	}
-	w := &Watcher[T]{source: src, wire: newEncoding(src, opts.Wire), store: s, opts: opts, synced: make(chan struct{}),
+	if opts.Codec == nil {
+		opts.Codec = JSONCodec[T]{}
+	}
+	w := &Watcher[T]{source: src, codec: opts.Codec, store: s, opts: opts, synced: make(chan struct{}),
 		shard: opts.Shard, selector: opts.Shard.Selector(), reshard: make(chan struct{}, 1)}
 	w.pos.Store(&position{})
 	return w
@@ -207,9 +206,6 @@ func (w *Watcher[T]) SetShard(s shard.Set) {
 // klog.FromContext(ctx).
 func (w *Watcher[T]) Run(ctx context.Context) {
 	w.log = klog.LoggerWithName(klog.FromContext(ctx), "watcher")
-	if w.opts.Wire == WireCBOR && w.wire.cbor == nil {
-		w.log.Info("The source cannot ask for CBOR (it is no AcceptSource): using JSON")
-	}
 	m := NewMachine(w.opts.Backoff, w.opts.WatchList, w.opts.Rand)
 	m.SilenceLimit = w.opts.SilenceLimit
 	act := m.Start(time.Now())
@@ -424,6 +420,16 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 	return Outcome{At: time.Now(), RV: rv}
 }
 
+// readList reads one LIST page (Codec.DecodeList).
+func (w *Watcher[T]) readList(ctx context.Context, opts metav1.ListOptions, add func(T), bad func(*SkipError)) (metav1.ListMeta, error) {
+	body, err := w.source.List(ctx, opts)
+	if err != nil {
+		return metav1.ListMeta{}, err
+	}
+	defer body.Close()
+	return w.codec.DecodeList(body, add, bad)
+}
+
 // probe lists one item, for the list's resourceVersion: where the server is.
 func (w *Watcher[T]) probe(ctx context.Context) Outcome {
 	o := Outcome{}
@@ -497,7 +503,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 	o.Timeout = timeout
 	defer func() { o.At, o.Open = time.Now(), time.Since(start) }()
 
-	body, err := w.open(sctx, opts, true)
+	body, err := w.source.Watch(sctx, opts)
 	if err != nil {
 		o.Err = err
 		return o
@@ -514,7 +520,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 		report(w, WatchEnded{Frames: o.Frames, Open: time.Since(start), Err: o.Err, Quiet: act.Quiet})
 	}()
 
-	dec := w.newEvents(body)
+	dec := w.codec.DecodeEvents(body)
 	for {
 		ev, err := dec.Next()
 		arrived := time.Now()

@@ -1,7 +1,7 @@
 package v1alpha1
 
 import (
-	"rawwatch/internal/metajson"
+	"rawwatch/codec/metajson"
 )
 
 // DecodeJSON decodes a MyResource into r, a fresh one, without reflection.

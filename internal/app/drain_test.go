@@ -89,7 +89,7 @@ func leavingApp(stored, listed []string, rec reconcile.Reconciler[Object], obs o
 		s.Upsert(&v1alpha1.MyResource{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: n, UID: types.UID("uid-" + n), ResourceVersion: "5"}})
 	}
 	a := &App{Store: s, opts: Options{Workers: 2}, gate: newGate(s, obs),
-		Watcher: watcher.New[Object](listSource{listed}, s, watcher.Options[Object]{Codec: watcher.Codec[Object]{GVK: v1alpha1.GroupVersionKind}})}
+		Watcher: watcher.New[Object](listSource{listed}, s, watcher.Options[Object]{Codec: watcher.JSONCodec[Object]{GVK: v1alpha1.GroupVersionKind}})}
 	a.gate.set(ring.Claims{Working: shard.All(), Target: shard.All()})
 	a.gate.setDeadline(time.Now().Add(time.Hour)) // its lease is fresh: the gate's clock admits
 	a.Controller = &reconcile.Controller[Object]{Queue: queue.New(queue.NewExponentialLimiter(10*time.Millisecond, 10*time.Millisecond)),
