@@ -71,3 +71,8 @@ func decodeAll(t *testing.T, stream []byte) []watcher.Event[*v1alpha1.MyResource
 		evs = append(evs, ev)
 	}
 }
+
+// framedEvent is a watch frame of typ carrying object.
+func framedEvent(typ, object string) string {
+	return `{"type":"` + typ + `","object":` + object + `}` + "\n"
+}

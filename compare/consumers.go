@@ -464,7 +464,7 @@ type closerFunc func() error
 func (f closerFunc) Close() error { return f() }
 
 // newConsumer builds the consumer of the given kind, asking for wire (""
-// is JSON): with CBOR, raw and raw-watchlist through watcher.Options.Wire,
+// is JSON): with CBOR, raw and raw-watchlist through codec.NewCBOR,
 // the informer kinds through cfg's Accept header (which client-go sends
 // only with KUBE_FEATURE_ClientsAllowCBOR=true in the environment:
 // startConsumer sets it); controller-runtime and bare cannot ask
@@ -546,7 +546,7 @@ type ConsumerConfig struct {
 	// fault scorecard's slow-consumer fault blocks in it on purpose).
 	OnEvent func(typ byte, rv, key string, at int64)
 	// Wire is the encoding the consumer asks for (default JSON). CBOR: raw
-	// and raw-watchlist through watcher.Options.Wire; the informer kinds
+	// and raw-watchlist through codec.NewCBOR; the informer kinds
 	// through an Accept header preferring CBOR, which client-go sends only
 	// with its ClientsAllowCBOR feature gate on (KUBE_FEATURE_ClientsAllowCBOR=true
 	// in the process's environment; otherwise it asks for JSON). The other

@@ -61,25 +61,27 @@ func FuzzStore(f *testing.F) {
 				o := p.object()
 				key := KeyOf(o)
 				old, had := model[key]
-				ds := s.Upsert(o)
+				d, changed, gone := s.Upsert(o)
 				switch {
 				case had && old.uid != string(o.UID):
-					if len(ds) != 2 || ds[0].Type != Deleted || !ds[0].FinalStateUnknown || entryOf(ds[0].Object) != old ||
-						ds[1].Type != Added || ds[1].Object != o {
-						t.Fatalf("upsert of %s under another UID %v→%v: deltas %+v", key, old, entryOf(o), ds)
+					if gone.Type != Deleted || !gone.FinalStateUnknown || entryOf(gone.Object) != old ||
+						!changed || d.Type != Added || d.Object != o {
+						t.Fatalf("upsert of %s under another UID %v→%v: deltas %+v then %+v", key, old, entryOf(o), gone, d)
 					}
+				case gone.Type != 0:
+					t.Fatalf("upsert of %s (stored: %v) under its UID: a deletion %+v", key, old, gone)
 				case had && old.rv == o.ResourceVersion:
-					if len(ds) != 0 {
+					if changed {
 						t.Fatalf("upsert of %s at the stored RV %s reported a change", key, old.rv)
 					}
 					continue
 				case had:
-					if len(ds) != 1 || ds[0].Type != Updated || entryOf(ds[0].Old) != old || ds[0].Object != o {
-						t.Fatalf("upsert %s %v→%v: deltas %+v", key, old, entryOf(o), ds)
+					if !changed || d.Type != Updated || entryOf(d.Old) != old || d.Object != o {
+						t.Fatalf("upsert %s %v→%v: delta %+v", key, old, entryOf(o), d)
 					}
 				default:
-					if len(ds) != 1 || ds[0].Type != Added || ds[0].Object != o {
-						t.Fatalf("upsert of new %s: deltas %+v", key, ds)
+					if !changed || d.Type != Added || d.Object != o {
+						t.Fatalf("upsert of new %s: delta %+v", key, d)
 					}
 				}
 				model[key] = entryOf(o)

@@ -59,8 +59,8 @@ func New[T Object]() *Store[T] {
 // Share makes the store keep one copy of what its objects repeat: objects
 // whose labels are equal hold one map between them (labelSets), the
 // namespace, apiVersion and kind strings are interned (own), and the
-// watcher's decoder gives the objects of one stream or page whose labels
-// are written alike one map (SharesLabels). It saves memory and time on a
+// fast JSON codec (codec.JSON, told SharesLabels) gives the objects of one stream or page whose labels
+// are written alike one map. It saves memory and time on a
 // large cache (docs/benchmarks.md), and asks more of every reader: a label
 // map belongs to many objects, so a handler that changes one object's
 // labels in place changes every object with those labels (and what the
@@ -155,12 +155,13 @@ func (s *Store[T]) eachLabels(yield func(map[string]string)) {
 }
 
 // Upsert stores obj (a watch ADDED or MODIFIED event) and says what changed:
-// nothing when the stored object is obj as it was (the same resourceVersion
-// and content: a duplicate delivery, which needs no reaction; see same),
-// else Added or Updated. A key stored with another UID was deleted and made
-// again while we were not looking: two objects, so the old one comes out
-// Deleted (its final state unknown), then the new one Added.
-func (s *Store[T]) Upsert(obj T) []Delta[T] {
+// d, Added or Updated; changed is false when the stored object is obj as
+// it was (the same resourceVersion and content: a duplicate delivery,
+// which needs no reaction; see same). A key stored with another UID was
+// deleted and made again while we were not looking: two objects, so gone
+// (its Type set only then) is the old one's Deleted delta, its final state
+// unknown, to hand out before d, the new one's Added.
+func (s *Store[T]) Upsert(obj T) (d Delta[T], changed bool, gone Delta[T]) {
 	s.take(obj)
 	key := KeyOf(obj)
 	s.mu.Lock()
@@ -168,16 +169,16 @@ func (s *Store[T]) Upsert(obj T) []Delta[T] {
 	old, existed := s.items[key]
 	switch {
 	case !existed:
-		s.put(key, obj)
-		return []Delta[T]{{Type: Added, Key: key, Object: obj}}
 	case old.GetUID() != obj.GetUID():
-		s.put(key, obj)
-		return []Delta[T]{{Type: Deleted, Key: key, Object: old, FinalStateUnknown: true}, {Type: Added, Key: key, Object: obj}}
+		gone = Delta[T]{Type: Deleted, Key: key, Object: old, FinalStateUnknown: true}
 	case old.GetResourceVersion() == obj.GetResourceVersion() && same(old, obj):
-		return nil
+		return Delta[T]{}, false, gone
+	default:
+		s.put(key, obj)
+		return Delta[T]{Type: Updated, Key: key, Object: obj, Old: old}, true, gone
 	}
 	s.put(key, obj)
-	return []Delta[T]{{Type: Updated, Key: key, Object: obj, Old: old}}
+	return Delta[T]{Type: Added, Key: key, Object: obj}, true, gone
 }
 
 // Delete removes obj's key (a watch DELETED event; obj is the server's final

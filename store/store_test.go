@@ -39,9 +39,9 @@ func TestKeys(t *testing.T) {
 
 func TestUpsertDeleteAndIndex(t *testing.T) {
 	s := New[*v1alpha1.MyResource]()
-	ds := s.Upsert(obj("a", "x", "1"))
-	if len(ds) != 1 || ds[0].Type != Added || ds[0].Key != "a/x" {
-		t.Fatalf("first upsert: %+v", ds)
+	d, changed, _ := s.Upsert(obj("a", "x", "1"))
+	if !changed || d.Type != Added || d.Key != "a/x" {
+		t.Fatalf("first upsert: %+v %v", d, changed)
 	}
 	if got, _ := s.Get("a/x"); got.ManagedFields != nil {
 		t.Fatal("managedFields must be stripped before storing")
@@ -63,12 +63,12 @@ func TestUpsertDeleteAndIndex(t *testing.T) {
 	if unsafe.StringData(x.Namespace) != unsafe.StringData(y.Namespace) {
 		t.Error("namespace strings are not interned in a store that does Share")
 	}
-	if ds := s.Upsert(obj("a", "x", "1")); len(ds) != 0 {
+	if _, changed, _ := s.Upsert(obj("a", "x", "1")); changed {
 		t.Fatal("same resourceVersion again must be a no-op")
 	}
-	ds = s.Upsert(obj("a", "x", "2"))
-	if len(ds) != 1 || ds[0].Type != Updated || ds[0].Old.ResourceVersion != "1" || ds[0].Object.ResourceVersion != "2" {
-		t.Fatalf("update: %+v", ds)
+	d, changed, _ = s.Upsert(obj("a", "x", "2"))
+	if !changed || d.Type != Updated || d.Old.ResourceVersion != "1" || d.Object.ResourceVersion != "2" {
+		t.Fatalf("update: %+v", d)
 	}
 	s.Upsert(obj("a", "y", "3"))
 	s.Upsert(obj("b", "z", "4"))
@@ -249,10 +249,9 @@ func TestAKeyUnderAnotherUIDIsAnotherObject(t *testing.T) {
 	s.Upsert(first)
 	second := obj("ns", "a", "2")
 	second.UID = "u-2"
-	ds := s.Upsert(second)
-	if len(ds) != 2 || ds[0].Type != Deleted || !ds[0].FinalStateUnknown || ds[0].Object != first ||
-		ds[1].Type != Added || ds[1].Object != second {
-		t.Errorf("upsert under another UID: %+v, want Deleted (the first, final state unknown) then Added", ds)
+	d, changed, gone := s.Upsert(second)
+	if gone.Type != Deleted || !gone.FinalStateUnknown || gone.Object != first || !changed || d.Type != Added || d.Object != second {
+		t.Errorf("upsert under another UID: %+v then %+v, want Deleted (the first, final state unknown) then Added", gone, d)
 	}
 	third := obj("ns", "a", "3")
 	third.UID = "u-3"

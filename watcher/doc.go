@@ -322,55 +322,37 @@
 //	{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired",
 //	                          "message":"too old resource version: 2 (216)"}}
 //
-// Both are decoded incrementally, so neither a long page nor a stream is held
-// whole in memory, and one object that does not decode costs that object
+// Both are decoded by the Codec in Options.Codec: DecodeList reads a page,
+// DecodeEvents a stream. The default, JSONCodec (decode.go), reads them as
+// client-go does: the stream split into JSON values one after another (its
+// framer's json.Decoder), each frame a metav1.WatchEvent whose object, as
+// every list item, goes through sigs.k8s.io/json (keys match
+// case-sensitively, of a key given twice the last counts; a page is one
+// JSON value), its apiVersion and kind as client-go's serializer finds them
+// (keys in any case: Kind), an ERROR's object a Status when
+// apierrors.FromObject says so and, anything else there, a transient
+// error whatever it says. One object that does not decode costs that object
 // only: it is logged and skipped, a skipped list item is not taken for a
-// deletion, and a DELETED event whose object is garbled still deletes its key
-// (SkipError: its name, namespace, resourceVersion and UID are each read on
-// its own). A listed item of another UID than the stored object's says the
-// key was deleted and created again: the relist hands the stored object's
-// Deleted delta; an item whose key cannot be read keeps every stored object
-// the list lacks (store.Replacement.Keep). Frames, pages and objects decode
-// as Kubernetes decodes them (metav1.WatchEvent and the object through
-// sigs.k8s.io/json: keys match case-sensitively, of a key given twice the
-// last counts; a page is one JSON value; apiVersion and kind as client-go's
-// serializer finds them, keys in any case; an ERROR's object is a Status
-// when apierrors.FromObject says so, and anything else there is a
-// transient error, whatever it says), by the type's own decoder when it
-// has one (JSONDecoder; MyResource's reads the bytes once, without
-// reflection, and declines anything unusual to the plain decoder: see
-// package internal/metajson). A watch frame of the usual shape is read in
-// one pass (onePass in decode.go); any other takes the envelope walk of
-// walk.go, then the object.
+// deletion, and a DELETED event whose object is garbled still deletes its
+// key (SkipError: its name, namespace, resourceVersion and UID are each
+// read on its own). A listed item of another UID than the stored object's
+// says the key was deleted and created again: the relist hands the stored
+// object's Deleted delta; an item whose key cannot be read keeps every
+// stored object the list lacks (store.Replacement.Keep).
 //
 // A frame that is not JSON breaks the stream, and the loop re-watches from
 // its last resourceVersion after the backoff, as after any broken stream
-// (at most a dozen WATCHes in a minute of nothing but garbled frames; no
-// relist): the server sends the lost events again, a DELETED among them. A
-// frame cut short and followed by the next one is noticed at the cut, not
-// swallowed with the frames after it (frames.go: FrameReader checks the
-// JSON grammar, control bytes in strings, and, once the stream showed
-// itself line-framed as kube-apiserver's are, a newline inside a frame;
-// on such a stream a line the one-pass decoder reads whole as one valid
-// JSON object is taken without those checks, which it passes by being
-// valid, and any other line goes through them as before).
-// client-go's json.Decoder does the same but for the cuts after which the
-// next frame still parses (after a colon, inside an array): those it
-// notices one frame later.
+// (no relist): the server sends the lost events again, a DELETED among
+// them. The controller decodes with package codec instead, which reads the
+// same, faster (one pass over each frame, managedFields reduced as they are
+// read), notices a cut frame at the cut (a strict frame reader), and reads
+// CBOR (KEP-4222).
 //
 // WatchList (Options.WatchList, KEP-3157) gets the initial state from a WATCH
 // with sendInitialEvents=true instead: one ADDED event per object, then a
 // BOOKMARK annotated k8s.io/initial-events-end whose resourceVersion is the
 // snapshot's; the same stream goes on with live events. One object is in
 // flight at a time instead of a page.
-//
-// With Options.Wire = WireCBOR (KEP-4222, wire.go and cbor.go) the same
-// documents come as CBOR: a LIST page as one data item (application/cbor,
-// read whole, not incrementally), a WATCH as a CBOR Sequence
-// (application/cbor-seq) of the same {"type","object"} maps, each frame
-// bounded as JSON frames are. A server that answers JSON (kube-apiserver
-// without its alpha gate CBORServingAndStorage) or 406 is read as JSON from
-// then on, with one log line.
 //
 // # The store and the handler
 //

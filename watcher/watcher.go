@@ -594,28 +594,26 @@ func (w *Watcher[T]) watchTimeout() time.Duration {
 
 // apply writes one event to the store and hands the delta to the handler.
 func (w *Watcher[T]) apply(ev Event[T], arrived time.Time) {
-	var deltas []store.Delta[T]
+	var d, gone store.Delta[T]
+	var changed bool
 	var written time.Time
 	if ev.Type != Deleted && w.opts.Observer != nil { // for Received only
 		written, _ = WrittenAt(ev.Object)
 	}
 	if ev.Type == Deleted {
-		var one [1]store.Delta[T]
-		if d, known := w.store.Delete(ev.Object); known {
-			one[0] = d
-			deltas = one[:]
-		}
+		d, changed = w.store.Delete(ev.Object)
 	} else {
-		deltas = w.store.Upsert(ev.Object)
+		d, changed, gone = w.store.Upsert(ev.Object)
 	}
-	var key string
-	if len(deltas) > 0 {
-		key = deltas[0].Key // the store made it: not again (a string) per event
-	} else if w.opts.Observer != nil {
+	key := d.Key // the store made it: not again (a string) per event
+	if !changed && w.opts.Observer != nil {
 		key = store.KeyOf(ev.Object)
 	}
 	report(w, Received{Type: ev.Type, Key: key, RV: ev.RV, Arrived: arrived, Written: written, Object: ev.Object})
-	for _, d := range deltas {
+	if gone.Type != 0 { // the key held another object (another UID)
+		w.hand(gone)
+	}
+	if changed {
 		w.hand(d)
 	}
 }
