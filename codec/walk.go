@@ -10,7 +10,7 @@ import (
 	"rawwatch/watcher"
 )
 
-// The event decoder's way for a frame onePass (decode.go) does not take:
+// The event decoder's way for a frame onePass (json.go) does not take:
 // an event of a type without a decoder of its own, a bookmark, an error,
 // or anything unusual in the envelope or the object. A watch frame is
 //
