@@ -82,3 +82,53 @@ func TestOnlyCompareImportsControllerRuntime(t *testing.T) {
 		t.Fatalf("walked %d Go files: %v", checked, err)
 	}
 }
+
+// The learner's path decodes one plain way (watcher.JSONCodec); what makes
+// decoding fast lives in codec/, above the watcher: codec implements the
+// watcher's Codec seam and may import the watcher (its exported types) and
+// its own packages, nothing else of this module; metajson, at the bottom,
+// imports none of it. The path's packages import no codec (their tests,
+// package watcher_test, may: they run the explorer with the fast codec).
+func TestTheCodecsSitAboveTheWatcher(t *testing.T) {
+	const module = "rawwatch/"
+	allowed := map[string][]string{
+		"codec":          {"rawwatch/watcher", "rawwatch/store", "rawwatch/codec/"},
+		"codec/metajson": {},
+		"watcher":        {"rawwatch/store", "rawwatch/observe", "rawwatch/shard"},
+		"store":          {},
+		"queue":          {"rawwatch/observe"},
+		"reconcile":      {"rawwatch/"},
+	}
+	for dir, ok := range allowed {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("no Go files in %s: %v", dir, err)
+		}
+		for _, file := range files {
+			if strings.HasSuffix(file, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, imp := range f.Imports {
+				path, _ := strconv.Unquote(imp.Path.Value)
+				if !strings.HasPrefix(path, module) {
+					continue
+				}
+				if dir != "codec" && dir != "codec/metajson" && strings.HasPrefix(path, "rawwatch/codec") {
+					t.Errorf("%s imports %s: the plain path imports no codec", file, path)
+					continue
+				}
+				fine := false
+				for _, p := range ok {
+					fine = fine || path == p || strings.HasSuffix(p, "/") && strings.HasPrefix(path, p)
+				}
+				if !fine {
+					t.Errorf("%s imports %s: %s may import, of this module, only %v", file, path, dir, ok)
+				}
+			}
+		}
+	}
+}

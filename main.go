@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"rawwatch/codec"
 	"rawwatch/explain"
 	"rawwatch/freshness"
 	"rawwatch/internal/app"
@@ -43,7 +44,7 @@ type options struct {
 	minWatchTimeout             time.Duration
 	silenceLimit                time.Duration
 	watchList                   bool
-	wire                        watcher.Wire
+	wire                        codec.Wire
 	cacheDropAnnotations        string
 	cacheMutationDetector       bool
 	qps                         float64
@@ -86,7 +87,7 @@ func run(args []string) int {
 	fs.DurationVar(&o.minWatchTimeout, "min-watch-timeout", watcher.DefaultWatchTimeoutMin, "each WATCH asks the server to end it after a random time between this and twice this")
 	fs.DurationVar(&o.silenceLimit, "watch-silence-limit", watcher.DefaultSilenceLimit, "abandon and resume a WATCH that delivers nothing, not even a bookmark, for this long (the apiserver bookmarks about every minute)")
 	fs.BoolVar(&o.watchList, "watch-list", false, "get the initial state from a WATCH that streams it (sendInitialEvents) instead of a paginated LIST; falls back to LIST on servers that refuse it")
-	wire := fs.String("wire", string(watcher.WireJSON), "encoding to ask the API server for: json, or cbor (KEP-4222; served for custom resources only with kube-apiserver's alpha feature gate CBORServingAndStorage; otherwise the server answers JSON and the watcher uses JSON, with one log line)")
+	wire := fs.String("wire", string(codec.WireJSON), "encoding to ask the API server for: json, or cbor (KEP-4222; served for custom resources only with kube-apiserver's alpha feature gate CBORServingAndStorage; otherwise the server answers JSON and the watcher uses JSON, with one log line)")
 	fs.StringVar(&o.cacheDropAnnotations, "cache-drop-annotations", strings.Join(reconcile.UnreadAnnotations, ","),
 		`annotations the cache does not keep, comma-separated: ones the reconciler never reads ("": keep every annotation)`)
 	fs.BoolVar(&o.cacheMutationDetector, "cache-mutation-detector", false,
@@ -130,7 +131,7 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "rawwatch: --events:", err)
 		return 2
 	}
-	if o.wire, err = watcher.ParseWire(*wire); err != nil {
+	if o.wire, err = codec.ParseWire(*wire); err != nil {
 		fmt.Fprintln(os.Stderr, "rawwatch: --wire:", err)
 		return 2
 	}
@@ -269,7 +270,8 @@ func runController(ctx context.Context, o options) error {
 		CacheDropAnnotations: flaglist.Split(o.cacheDropAnnotations),
 		DetectMutations:      o.cacheMutationDetector,
 		PageSize:             o.pageSize,
-		Watch:                watcher.Options[app.Object]{WatchTimeoutMin: o.minWatchTimeout, SilenceLimit: o.silenceLimit, WatchList: o.watchList, Wire: o.wire},
+		Watch:                watcher.Options[app.Object]{WatchTimeoutMin: o.minWatchTimeout, SilenceLimit: o.silenceLimit, WatchList: o.watchList},
+		Wire:                 o.wire,
 		RetryBase:            o.retryBase,
 		RetryMax:             o.retryMax,
 		Version:              version,

@@ -23,6 +23,7 @@ import (
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/client"
+	"rawwatch/codec"
 	"rawwatch/queue"
 	"rawwatch/reconcile"
 	"rawwatch/store"
@@ -118,7 +119,7 @@ func (n noopReconciler[T]) Reconcile(_ context.Context, key string) error {
 
 func (noopReconciler[T]) Deleted(context.Context, store.Delta[T]) error { return nil }
 
-func newRaw[T watcher.Object](cfg *rest.Config, ns string, rec *recorder, watchList bool, dropEvery int, drop []string, wire watcher.Wire) (consumer, error) {
+func newRaw[T watcher.Object](cfg *rest.Config, ns string, rec *recorder, watchList bool, dropEvery int, drop []string, wire codec.Wire) (consumer, error) {
 	c, err := client.New(cfg)
 	if err != nil {
 		return nil, err
@@ -133,10 +134,13 @@ func newRaw[T watcher.Object](cfg *rest.Config, ns string, rec *recorder, watchL
 	if dropEvery > 0 {
 		src = droppingSource{Source: src, every: dropEvery}
 	}
+	var cdc watcher.Codec[T] = codec.JSON[T]{GVK: v1alpha1.GroupVersionKind, SharesLabels: r.store.SharesLabels}
+	if wire == codec.WireCBOR {
+		src, cdc, _ = codec.NewCBOR(src, v1alpha1.GroupVersionKind, cdc)
+	}
 	r.w = watcher.New(src, r.store, watcher.Options[T]{
 		WatchList: watchList,
-		Wire:      wire,
-		Codec:     watcher.Codec[T]{GVK: v1alpha1.GroupVersionKind},
+		Codec:     cdc,
 		Handler: func(d store.Delta[T]) {
 			typ := byte(EvAdd)
 			switch d.Type {
@@ -487,20 +491,20 @@ type closerFunc func() error
 func (f closerFunc) Close() error { return f() }
 
 // newConsumer builds the consumer of the given kind, asking for wire (""
-// is JSON): with CBOR, raw and raw-watchlist through watcher.Options.Wire,
+// is JSON): with CBOR, raw and raw-watchlist through codec.NewCBOR,
 // the informer kinds through cfg's Accept header (which client-go sends
 // only with KUBE_FEATURE_ClientsAllowCBOR=true in the environment:
 // startConsumer sets it); controller-runtime and bare cannot ask
 // (CanAsk) and refuse it.
-func newConsumer(kind string, cfg *rest.Config, ns string, rec *recorder, dropEvery int, drop []string, wire watcher.Wire) (consumer, error) {
+func newConsumer(kind string, cfg *rest.Config, ns string, rec *recorder, dropEvery int, drop []string, wire codec.Wire) (consumer, error) {
 	if wire == "" {
-		wire = watcher.WireJSON
+		wire = codec.WireJSON
 	}
 	if !CanAsk(kind, wire) {
 		return nil, fmt.Errorf("consumer %s cannot ask for %s", kind, wire)
 	}
-	if wire == watcher.WireCBOR && !strings.HasPrefix(kind, KindRaw) {
-		cfg.AcceptContentTypes = watcher.AcceptCBOR
+	if wire == codec.WireCBOR && !strings.HasPrefix(kind, KindRaw) {
+		cfg.AcceptContentTypes = codec.AcceptCBOR
 	}
 	switch kind {
 	case KindRaw:
@@ -533,8 +537,8 @@ func newConsumer(kind string, cfg *rest.Config, ns string, rec *recorder, dropEv
 // JSON; for CBOR raw, raw-watchlist and the informer kinds (whose client-go
 // needs KUBE_FEATURE_ClientsAllowCBOR=true). controller-runtime's cache and
 // bare's client-go decoding are not wired for it here: they read JSON.
-func CanAsk(kind string, wire watcher.Wire) bool {
-	if wire != watcher.WireCBOR {
+func CanAsk(kind string, wire codec.Wire) bool {
+	if wire != codec.WireCBOR {
 		return true
 	}
 	switch kind {
@@ -575,12 +579,12 @@ type ConsumerConfig struct {
 	// fault scorecard's slow-consumer fault blocks in it on purpose).
 	OnEvent func(typ byte, rv, key string, at int64)
 	// Wire is the encoding the consumer asks for (default JSON). CBOR: raw
-	// and raw-watchlist through watcher.Options.Wire; the informer kinds
+	// and raw-watchlist through codec.NewCBOR; the informer kinds
 	// through an Accept header preferring CBOR, which client-go sends only
 	// with its ClientsAllowCBOR feature gate on (KUBE_FEATURE_ClientsAllowCBOR=true
 	// in the process's environment; otherwise it asks for JSON). The other
 	// kinds refuse it (CanAsk).
-	Wire watcher.Wire
+	Wire codec.Wire
 	// EventsPath, if set, receives every handler call, one line each:
 	// "T RV AT KEY" (T: EvAdd, EvUpdate, EvDelete or EvResync; AT: unix
 	// ns), as the harness's consumers record theirs; Close writes it out.

@@ -9,7 +9,7 @@ import (
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/client"
-	"rawwatch/internal/metajson"
+	"rawwatch/codec/metajson"
 )
 
 // newInformerClient is the informer's REST client: client.New's, or with

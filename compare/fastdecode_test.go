@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/watcher"
+	"rawwatch/codec"
 )
 
 // informer-fastdecode's JSON serializer decodes the replayed objects with
@@ -79,10 +79,10 @@ func TestFastJSONLeavesOtherKindsToTheGenericSerializer(t *testing.T) {
 // raw-generic's objects have no decoder of their own: the watcher decodes
 // them the generic way, and raw's with MyResource's own.
 func TestRawGenericHasNoDecoderOfItsOwn(t *testing.T) {
-	if _, own := any(&genericResource{}).(watcher.JSONDecoder); own {
+	if _, own := any(&genericResource{}).(codec.JSONDecoder); own {
 		t.Error("genericResource has a decoder of its own")
 	}
-	if _, own := any(&v1alpha1.MyResource{}).(watcher.JSONDecoder); !own {
+	if _, own := any(&v1alpha1.MyResource{}).(codec.JSONDecoder); !own {
 		t.Error("MyResource has no decoder of its own")
 	}
 }

@@ -17,9 +17,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"rawwatch/codec"
 	"rawwatch/reconcile"
 	"rawwatch/store"
-	"rawwatch/watcher"
 )
 
 // Options configure a comparison run.
@@ -81,7 +81,7 @@ type Options struct {
 	// the local control plane starts with CBORServingAndStorage on (another
 	// cluster needs it too), and each kind that can ask (CanAsk) does; the
 	// others read JSON. The report says what each one read (ConsumerReport.Wire).
-	Wire watcher.Wire
+	Wire codec.Wire
 	// Progress receives progress bars and phase lines (optional).
 	Progress io.Writer
 }
@@ -116,7 +116,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, fmt.Errorf("compare: Transform %q: want %s, %s or %s", opts.Transform, TransformRaw, TransformAll, TransformNone)
 	}
 	var err error
-	if opts.Wire, err = watcher.ParseWire(string(opts.Wire)); err != nil {
+	if opts.Wire, err = codec.ParseWire(string(opts.Wire)); err != nil {
 		return nil, fmt.Errorf("compare: %w", err)
 	}
 	if err := outputs(&opts.Binary, &opts.Progress, opts.OutDir); err != nil {
@@ -156,7 +156,7 @@ func (h *harness) phase(name string, f func() error) error {
 }
 
 func (h *harness) connect(ctx context.Context) error {
-	cfg, err := h.bench.connect(ctx, h.opts.Kubeconfig, h.opts.Wire == watcher.WireCBOR, fmt.Sprintf("compare-%d", time.Now().Unix()))
+	cfg, err := h.bench.connect(ctx, h.opts.Kubeconfig, h.opts.Wire == codec.WireCBOR, fmt.Sprintf("compare-%d", time.Now().Unix()))
 	if h.cp != nil {
 		h.opts.RestartAPIServer, h.opts.APIServerPID = h.cp.APIServer.Restart, h.cp.APIServer.PID
 	}
@@ -427,7 +427,7 @@ type child struct {
 	*consumerProcess
 	kind                   string
 	eventsPath, resultPath string
-	wire                   watcher.Wire // what it asks for
+	wire                   codec.Wire // what it asks for
 
 	mu sync.Mutex
 	st status
@@ -463,7 +463,7 @@ func (h *harness) spawn(kind, name string) (*child, error) {
 	}
 	wire := h.opts.Wire
 	if !CanAsk(kind, wire) {
-		wire = watcher.WireJSON
+		wire = codec.WireJSON
 	}
 	args = append(args, "--wire", string(wire))
 	c.wire = wire

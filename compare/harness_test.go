@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"rawwatch/codec"
 	"rawwatch/compare"
 	"rawwatch/internal/controlplane"
-	"rawwatch/watcher"
 )
 
 var shared = &controlplane.Shared{}
@@ -156,7 +156,7 @@ func TestHarnessConsumersReadTheWireTheyAskFor(t *testing.T) {
 	var progress strings.Builder
 	report, err := compare.Run(ctx, compare.Options{
 		Kubeconfig: kubeconfig, Objects: 50, UpdateRate: 50, UpdateDuration: time.Second, DeleteFraction: 0.5,
-		OutDir: out, Binary: bin, Writers: 4, Progress: &progress, Wire: watcher.WireCBOR,
+		OutDir: out, Binary: bin, Writers: 4, Progress: &progress, Wire: codec.WireCBOR,
 	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
@@ -165,7 +165,7 @@ func TestHarnessConsumersReadTheWireTheyAskFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	md, _ := os.ReadFile(filepath.Join(out, "report.md"))
-	if len(report.Consumers) != len(compare.AllKinds) || report.Wire != watcher.WireCBOR {
+	if len(report.Consumers) != len(compare.AllKinds) || report.Wire != codec.WireCBOR {
 		t.Fatalf("%d consumers, wire %q in the report", len(report.Consumers), report.Wire)
 	}
 	cannot := 0
@@ -173,9 +173,9 @@ func TestHarnessConsumersReadTheWireTheyAskFor(t *testing.T) {
 		if !c.Verdict.OK {
 			t.Errorf("%s: %s", c.Kind, c.Verdict)
 		}
-		want := watcher.WireCBOR
+		want := codec.WireCBOR
 		if !compare.CanAsk(c.Kind, want) {
-			want = watcher.WireJSON
+			want = codec.WireJSON
 			cannot++
 		}
 		if c.WireAsked != want || c.WireRead != string(want) || c.Bodies.CBOR+c.Bodies.JSON == 0 {

@@ -3,12 +3,11 @@ package compare
 import (
 	"net/http"
 	"net/http/httptest"
+	"rawwatch/codec"
 	"strings"
 	"testing"
 
 	"k8s.io/client-go/rest"
-
-	"rawwatch/watcher"
 )
 
 // The replay server ranks an Accept header's media types as kube-apiserver
@@ -16,7 +15,7 @@ import (
 func TestPrefersCBORRanksTheAcceptHeader(t *testing.T) {
 	for accept, want := range map[string]bool{
 		"":                                   false,
-		watcher.AcceptCBOR:                   true,
+		codec.AcceptCBOR:                     true,
 		"application/json, */*":              false,
 		"application/cbor":                   true,
 		"application/cbor-seq":               true,
@@ -43,10 +42,10 @@ func TestNegotiatingAnswersCBOROnlyWhenAskedAndServed(t *testing.T) {
 		accept string
 		want   string
 	}{
-		{asCBOR, watcher.AcceptCBOR, "application/cbor"},
+		{asCBOR, codec.AcceptCBOR, "application/cbor"},
 		{asCBOR, "application/json", "application/json"},
 		{asCBOR, "", "application/json"},
-		{nil, watcher.AcceptCBOR, "application/json"},
+		{nil, codec.AcceptCBOR, "application/json"},
 	} {
 		srv := httptest.NewServer(negotiating(t, asJSON, tc.cbor, false, nil))
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/apis/example.com/v1alpha1/namespaces/bench/myresources", nil)
@@ -78,14 +77,14 @@ func TestAFallbackToJSONIsReported(t *testing.T) {
 	cfg := &rest.Config{Host: srv.URL, QPS: -1}
 	var bc ByteCounter
 	bc.Install(cfg)
-	c, start, stop := replayTo(t, KindRaw, cfg, g, ConsumerConfig{Wire: watcher.WireCBOR})
+	c, start, stop := replayTo(t, KindRaw, cfg, g, ConsumerConfig{Wire: codec.WireCBOR})
 	defer stop()
 	waitUpdates(t, c, start, events, "raw asking for cbor")
 	if read := bc.Bodies().Read(); read != "json" {
 		t.Fatalf("read %s (%+v), want json", read, bc.Bodies())
 	}
-	rep := ConsumerReport{Kind: KindRaw, WireAsked: watcher.WireCBOR, WireRead: bc.Bodies().Read()}
-	if cell := rep.wireCell(watcher.WireCBOR); !strings.HasPrefix(cell, "**json") {
+	rep := ConsumerReport{Kind: KindRaw, WireAsked: codec.WireCBOR, WireRead: bc.Bodies().Read()}
+	if cell := rep.wireCell(codec.WireCBOR); !strings.HasPrefix(cell, "**json") {
 		t.Errorf("the harness's report shows %q", cell)
 	}
 	out := "BenchmarkDeliveryWire/raw/cbor-json-server-2 \t 1 \t 0 cbor-share \t 9000 events/s \t 20 cpu-µs/event \t 2000 wire-B/event \t 60 allocs/event \t 1.0 load\n" +

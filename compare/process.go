@@ -19,7 +19,7 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
-	"rawwatch/watcher"
+	"rawwatch/codec"
 )
 
 // ConsumerOptions are what the harness tells a consumer process.
@@ -39,7 +39,7 @@ type ConsumerOptions struct {
 	ProfileDir string
 	// Wire is the encoding the consumer asks for (newConsumer; "" is
 	// JSON).
-	Wire watcher.Wire
+	Wire codec.Wire
 }
 
 // ConsumerResult is what a consumer process reports when it stops.
@@ -201,14 +201,14 @@ type consumerProcess struct {
 // line hears each non-empty line of its stdout, split into fields. When it
 // ends, exited says why (an exit without error is still "exited"), then
 // done is closed.
-func startConsumer(binary string, args []string, kind string, wire watcher.Wire, stderrPath string, line func(fields []string)) (*consumerProcess, error) {
+func startConsumer(binary string, args []string, kind string, wire codec.Wire, stderrPath string, line func(fields []string)) (*consumerProcess, error) {
 	cmd := exec.Command(binary, args...)
 	watchList := "true"
 	if kind == KindInformerList {
 		watchList = "false"
 	}
 	cmd.Env = append(os.Environ(), "KUBE_FEATURE_WatchListClient="+watchList,
-		"KUBE_FEATURE_ClientsAllowCBOR="+strconv.FormatBool(wire == watcher.WireCBOR))
+		"KUBE_FEATURE_ClientsAllowCBOR="+strconv.FormatBool(wire == codec.WireCBOR))
 	stderr, err := os.Create(stderrPath)
 	if err != nil {
 		return nil, err

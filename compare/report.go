@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"rawwatch/codec"
 	"rawwatch/reconcile"
-	"rawwatch/watcher"
 )
 
 // Report is the outcome of a run.
@@ -32,7 +32,7 @@ type Report struct {
 	UpdateRate    float64          `json:"updateRateAchieved"`
 	Deletes       int              `json:"deletes"`
 	Relist        bool             `json:"relistForced"`
-	Wire          watcher.Wire     `json:"wire"` // what the consumers were to ask for (Options.Wire)
+	Wire          codec.Wire       `json:"wire"` // what the consumers were to ask for (Options.Wire)
 	Phases        []Phase          `json:"phases"`
 	Consumers     []ConsumerReport `json:"consumers"`
 	Targets       []Target         `json:"targets"`
@@ -71,10 +71,10 @@ type ConsumerReport struct {
 	// wanted CBOR and the kind cannot ask: CanAsk); WireRead what it read,
 	// by the Content-Type of its responses ("cbor", "json", "cbor+json");
 	// Bodies the response-body bytes by encoding.
-	WireAsked watcher.Wire `json:"wireAsked"`
-	WireRead  string       `json:"wireRead"`
-	Bodies    WireBytes    `json:"bodyBytes"`
-	Verdict   Verdict      `json:"verdict"`
+	WireAsked codec.Wire `json:"wireAsked"`
+	WireRead  string     `json:"wireRead"`
+	Bodies    WireBytes  `json:"bodyBytes"`
+	Verdict   Verdict    `json:"verdict"`
 
 	latencies []float64
 	heap      [][2]float64 // seconds since start, MiB in use
@@ -481,15 +481,15 @@ func (r *Report) Markdown() string {
 
 // wireCell says what a consumer read and how much, and, in a run that
 // wanted CBOR, why it read JSON: it cannot ask, or it asked and got JSON.
-func (c ConsumerReport) wireCell(wanted watcher.Wire) string {
+func (c ConsumerReport) wireCell(wanted codec.Wire) string {
 	read := c.WireRead
 	if read == "" {
 		read = "–"
 	}
 	cell := fmt.Sprintf("%s (%s)", read, mib(uint64(c.Bodies.CBOR+c.Bodies.JSON)))
 	switch {
-	case wanted != watcher.WireCBOR:
-	case c.WireAsked != watcher.WireCBOR:
+	case wanted != codec.WireCBOR:
+	case c.WireAsked != codec.WireCBOR:
 		cell += ": cannot ask for cbor"
 	case c.WireRead != "cbor":
 		cell = "**" + cell + "**: asked for cbor"

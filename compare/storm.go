@@ -17,7 +17,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"rawwatch/watcher"
+	"rawwatch/codec"
 )
 
 // StormKinds are the consumers a storm compares, in report order.
@@ -433,7 +433,7 @@ func (s *storm) spawn(kind string) (*stormChild, error) {
 		"--qps", strconv.FormatFloat(float64(s.opts.ClientQPS), 'f', -1, 32), "--burst", strconv.Itoa(s.opts.ClientBurst),
 		"--result", c.resultPath}
 	var err error
-	c.consumerProcess, err = startConsumer(s.opts.Binary, args, kind, watcher.WireJSON, filepath.Join(s.opts.OutDir, kind+".log"), c.line)
+	c.consumerProcess, err = startConsumer(s.opts.Binary, args, kind, codec.WireJSON, filepath.Join(s.opts.OutDir, kind+".log"), c.line)
 	if err != nil {
 		return nil, err
 	}

@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"rawwatch/client"
+	"rawwatch/codec"
 	"rawwatch/store"
-	"rawwatch/watcher"
 )
 
 // StormConsumerOptions are what the storm tells its consumer process: one
@@ -139,7 +139,7 @@ func RunStormConsumer(opts StormConsumerOptions, stdin io.Reader, stdout io.Writ
 		s := &stormClient{rec: discardRecorder(), wire: &ByteCounter{}}
 		s.wire.Install(cfg)
 		s.rec.countRequests(cfg)
-		if s.c, err = newConsumer(opts.Kind, cfg, opts.Namespace, s.rec, 0, nil, watcher.WireJSON); err != nil {
+		if s.c, err = newConsumer(opts.Kind, cfg, opts.Namespace, s.rec, 0, nil, codec.WireJSON); err != nil {
 			return err
 		}
 		clients[i] = s

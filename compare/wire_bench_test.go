@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/watcher"
+	"rawwatch/codec"
 )
 
 // BenchmarkDeliveryWire is BenchmarkDelivery's stream in JSON and in CBOR
@@ -55,18 +55,18 @@ func BenchmarkDeliveryWire(b *testing.B) {
 	cborList, cborFrames := cborReplayData(b, jsonList, jsonFrames)
 	type wireCase struct {
 		kind       string
-		ask        watcher.Wire
+		ask        codec.Wire
 		gz, noCBOR bool
 	}
 	var cases []wireCase
 	for _, kind := range []string{KindRaw, KindInformerList} {
-		for _, ask := range []watcher.Wire{watcher.WireJSON, watcher.WireCBOR} {
+		for _, ask := range []codec.Wire{codec.WireJSON, codec.WireCBOR} {
 			for _, gz := range []bool{false, true} {
 				cases = append(cases, wireCase{kind, ask, gz, false})
 			}
 		}
 	}
-	cases = append(cases, wireCase{KindRaw, watcher.WireCBOR, false, true})
+	cases = append(cases, wireCase{KindRaw, codec.WireCBOR, false, true})
 	for _, tc := range cases {
 		name := tc.kind + "/" + string(tc.ask)
 		if tc.gz {
@@ -76,7 +76,7 @@ func BenchmarkDeliveryWire(b *testing.B) {
 			name += "-json-server"
 		}
 		b.Run(name, func(b *testing.B) {
-			if tc.kind != KindRaw && tc.ask == watcher.WireCBOR && os.Getenv("KUBE_FEATURE_ClientsAllowCBOR") != "true" {
+			if tc.kind != KindRaw && tc.ask == codec.WireCBOR && os.Getenv("KUBE_FEATURE_ClientsAllowCBOR") != "true" {
 				b.Skip("client-go asks for CBOR only with KUBE_FEATURE_ClientsAllowCBOR=true")
 			}
 			g := &gate{}

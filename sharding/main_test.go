@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 
 type object = *v1alpha1.MyResource
 
-var codec = watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind}
+var codec = watcher.JSONCodec[object]{GVK: v1alpha1.GroupVersionKind}
 
 // recorder keeps the deltas a watcher handed out.
 type recorder struct {

@@ -58,7 +58,7 @@ func (w *Watcher[T]) Sweep(ctx context.Context, slots shard.SlotSet) (res SweepR
 			cancel()
 			return SweepResult[T]{}, fmt.Errorf("sweeping slots %s: %w", slots, err)
 		}
-		meta, err := watcher.DecodeList(body, w.codec,
+		meta, err := w.codec.DecodeList(body,
 			func(obj T) {
 				if set.Contains(string(obj.GetUID())) { // a server may ignore the selector
 					listed++

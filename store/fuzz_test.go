@@ -61,8 +61,15 @@ func FuzzStore(f *testing.F) {
 				o := p.object()
 				key := KeyOf(o)
 				old, had := model[key]
-				d, changed := s.Upsert(o)
+				d, changed, gone := s.Upsert(o)
 				switch {
+				case had && old.uid != string(o.UID):
+					if gone.Type != Deleted || !gone.FinalStateUnknown || entryOf(gone.Object) != old ||
+						!changed || d.Type != Added || d.Object != o {
+						t.Fatalf("upsert of %s under another UID %v→%v: deltas %+v then %+v", key, old, entryOf(o), gone, d)
+					}
+				case gone.Type != 0:
+					t.Fatalf("upsert of %s (stored: %v) under its UID: a deletion %+v", key, old, gone)
 				case had && old.rv == o.ResourceVersion:
 					if changed {
 						t.Fatalf("upsert of %s at the stored RV %s reported a change", key, old.rv)
@@ -81,9 +88,11 @@ func FuzzStore(f *testing.F) {
 			case 1: // a watch DELETED event
 				o := p.object()
 				key := KeyOf(o)
-				_, had := model[key]
+				old, had := model[key]
 				d, known := s.Delete(o)
-				if known != had || (had && (d.Type != Deleted || d.FinalStateUnknown || d.Object != o)) {
+				if other := had && old.uid != string(o.UID); other && (d.Type != Deleted || !d.FinalStateUnknown || entryOf(d.Object) != old) {
+					t.Fatalf("delete %s under another UID (stored: %v): delta %+v, want the stored one, final state unknown", key, old, d)
+				} else if known != had || (had && !other && (d.Type != Deleted || d.FinalStateUnknown || d.Object != o)) {
 					t.Fatalf("delete %s (stored: %v): delta %+v, known %v", key, had, d, known)
 				}
 				delete(model, key)

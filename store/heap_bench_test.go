@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/internal/metajson"
+	"rawwatch/codec/metajson"
 )
 
 // BenchmarkHeapPerObject is what the store keeps alive per cached object:

@@ -17,11 +17,13 @@ import (
 // reader: one that changes an object in place (a handler, a reconciler that
 // forgot to DeepCopy) changes it for all the others, and the cache no
 // longer says what the server holds; with Share, every object holding the
-// same labels map changes too. With the detector on, a store keeps a deep
-// copy of each object it holds, made as it stores it, and compares the two:
-// an object's when it is replaced or removed, all of them once per as many
-// writes as the store holds (at least 64) and at every relist, and at
-// CheckMutations. A difference panics, naming the object and the change:
+// same labels map changes too, and objects decoded after it may be given
+// that map. With the detector on, a store keeps a deep copy of each object
+// it holds, made as it stores it, and compares the two: an object's when it
+// is replaced or removed, all of them once per as many writes as the store
+// holds (at least 64) and at every relist, and at CheckMutations. The
+// objects handed out as they leave the store (an Updated delta's Old, a
+// Deleted delta's object) are compared too, until the next compare of all. A difference panics, naming the object and the change:
 // nothing read from a cache that was written to can be trusted (client-go
 // panics too). It costs a deep copy and a compare per write, and doubles
 // the memory the objects take.
@@ -64,7 +66,11 @@ func detecting() bool {
 // called with the store's lock held (for writing, but check).
 type detector[T Object] struct {
 	copies map[string]T
-	writes int
+	// gone holds the objects that left the store since the last compare of
+	// all, with their copies; leaving, those that left by the write under
+	// way (kept past the compare it may make: its delta is handed out after).
+	gone, leaving []goneObject[T]
+	writes        int
 	// failed is called with a difference found on a write: panic (a test of
 	// the detector catches it).
 	failed func(error)
@@ -79,19 +85,37 @@ func newDetector[T Object](on bool) *detector[T] {
 	return &detector[T]{copies: map[string]T{}, failed: func(err error) { panic(err) }}
 }
 
+// goneObject is an object handed out as it left the store, and its copy.
+type goneObject[T Object] struct {
+	key       string
+	obj, copy T
+}
+
 // stored: obj is about to be stored at key (items, the stored objects,
 // does not hold it yet).
 func (d *detector[T]) stored(key string, obj T, items map[string]T) {
 	if old, ok := items[key]; ok {
 		d.verify(key, old)
+		d.left(key, old, false)
 	}
-	d.copies[key] = any(obj).(runtime.Object).DeepCopyObject().(T)
+	d.copies[key] = deepCopy(obj)
 }
 
 // removed: key's object old is about to leave the store.
 func (d *detector[T]) removed(key string, old T) {
 	d.verify(key, old)
+	d.left(key, old, false)
 	delete(d.copies, key)
+}
+
+// left: obj, the object stored at key (its copy is there) or, fresh, the
+// final state a deletion hands out, leaves with a delta.
+func (d *detector[T]) left(key string, obj T, fresh bool) {
+	c := d.copies[key]
+	if fresh {
+		c = deepCopy(obj)
+	}
+	d.leaving = append(d.leaving, goneObject[T]{key, obj, c})
 }
 
 // replaced: a relist makes next the store's objects, instead of items.
@@ -99,28 +123,42 @@ func (d *detector[T]) replaced(items, next map[string]T) {
 	for key, obj := range items {
 		d.verify(key, obj)
 	}
+	d.verifyGone()
+	for key, obj := range items {
+		if next[key] != obj {
+			d.left(key, obj, false)
+		}
+	}
+	d.gone, d.leaving = d.leaving, nil
 	copies := make(map[string]T, len(next))
 	for key, obj := range next {
 		if c, ok := d.copies[key]; ok && items[key] == obj {
 			copies[key] = c
 		} else {
-			copies[key] = any(obj).(runtime.Object).DeepCopyObject().(T)
+			copies[key] = deepCopy(obj)
 		}
 	}
 	d.copies, d.writes = copies, 0
 }
 
+func deepCopy[T Object](obj T) T { return any(obj).(runtime.Object).DeepCopyObject().(T) }
+
 // wrote counts a write (items is the stored objects after it), and
 // compares every object once per as many writes as the store holds, at
 // least 64.
 func (d *detector[T]) wrote(items map[string]T) {
-	if d.writes++; d.writes < max(64, len(items)) {
-		return
+	if d.writes++; d.writes >= max(64, len(items)) {
+		d.writes = 0
+		for key, obj := range items {
+			d.verify(key, obj)
+		}
+		d.verifyGone()
+		clear(d.gone)
+		d.gone = d.gone[:0]
 	}
-	d.writes = 0
-	for key, obj := range items {
-		d.verify(key, obj)
-	}
+	d.gone = append(d.gone, d.leaving...)
+	clear(d.leaving)
+	d.leaving = d.leaving[:0]
 }
 
 func (d *detector[T]) verify(key string, obj T) {
@@ -129,14 +167,30 @@ func (d *detector[T]) verify(key string, obj T) {
 	}
 }
 
+func (d *detector[T]) verifyGone() {
+	for _, g := range d.gone {
+		if err := changed(g.key, g.copy, g.obj, "object that left the store"); err != nil {
+			d.failed(err)
+		}
+	}
+}
+
 // check compares the object stored at key with its copy.
 func (d *detector[T]) check(key string, obj T) error {
 	c, ok := d.copies[key]
-	if !ok || reflect.DeepEqual(obj, c) {
+	if !ok {
 		return nil
 	}
-	return fmt.Errorf("store: the cached object %s was changed in place: whoever reads the store must DeepCopy an object before changing it (%s); as stored (-) and now (+):\n%s",
-		key, EnvMutationDetector, diff.Diff(c, obj))
+	return changed(key, c, obj, "cached object")
+}
+
+// changed says how obj differs from c, its copy (nil if it does not).
+func changed[T Object](key string, c, obj T, what string) error {
+	if reflect.DeepEqual(obj, c) {
+		return nil
+	}
+	return fmt.Errorf("store: the %s %s was changed in place: whoever reads the store must DeepCopy an object before changing it (%s); as stored (-) and now (+):\n%s",
+		what, key, EnvMutationDetector, diff.Diff(c, obj))
 }
 
 // CheckMutations compares every object with the copy the mutation detector
@@ -151,6 +205,11 @@ func (s *Store[T]) CheckMutations() error {
 	defer s.mu.RUnlock()
 	for key, obj := range s.items {
 		if err := s.detector.check(key, obj); err != nil {
+			return err
+		}
+	}
+	for _, g := range s.detector.gone {
+		if err := changed(g.key, g.copy, g.obj, "object that left the store"); err != nil {
 			return err
 		}
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/internal/metajson"
+	"rawwatch/codec/metajson"
 )
 
 // BenchmarkRelistUnchanged is a relist of 10,000 objects that did not

@@ -45,9 +45,13 @@ func (r *Replacement[T]) Add(obj T) {
 	r.items[key] = obj
 }
 
-// Remove drops a recorded object (a WatchList's initial events may, in
-// principle, delete what they added).
-func (r *Replacement[T]) Remove(obj T) { delete(r.items, KeyOf(obj)) }
+// Remove drops what was recorded for key, an object or a Keep (a
+// WatchList's initial events may, in principle, delete what they added; a
+// DELETED that cannot be decoded still names its key).
+func (r *Replacement[T]) Remove(key string) {
+	delete(r.items, key)
+	delete(r.keep, key)
+}
 
 // Keep records that key was listed but its item could not be understood;
 // uid is the item's UID, "" if it could not be read either. The stored

@@ -36,12 +36,12 @@ func TestARelistTakesAnObjectOfTheStoredResourceVersionWithOtherContent(t *testi
 func TestAnEventOfTheStoredResourceVersionWithOtherContentIsAChange(t *testing.T) {
 	s := New[*v1alpha1.MyResource]()
 	s.Upsert(obj("ns", "x", "101"))
-	if _, changed := s.Upsert(obj("ns", "x", "101")); changed {
+	if _, changed, _ := s.Upsert(obj("ns", "x", "101")); changed {
 		t.Error("a duplicate delivery (same resourceVersion, same content) was taken as a change")
 	}
 	again := obj("ns", "x", "101")
 	again.Spec.Message = "written again after a restore"
-	d, changed := s.Upsert(again)
+	d, changed, _ := s.Upsert(again)
 	if got, _ := s.Get("ns/x"); !changed || d.Type != Updated || got.Spec.Message != again.Spec.Message {
 		t.Errorf("an event of ns/x at the stored resourceVersion with other content: changed %v, delta %s, stored %q", changed, d.Type, got.Spec.Message)
 	}

@@ -59,8 +59,8 @@ func New[T Object]() *Store[T] {
 // Share makes the store keep one copy of what its objects repeat: objects
 // whose labels are equal hold one map between them (labelSets), the
 // namespace, apiVersion and kind strings are interned (own), and the
-// watcher's decoder gives the objects of one stream or page whose labels
-// are written alike one map (SharesLabels). It saves memory and time on a
+// fast JSON codec (codec.JSON, told SharesLabels) gives the objects of one stream or page whose labels
+// are written alike one map. It saves memory and time on a
 // large cache (docs/benchmarks.md), and asks more of every reader: a label
 // map belongs to many objects, so a handler that changes one object's
 // labels in place changes every object with those labels (and what the
@@ -154,35 +154,45 @@ func (s *Store[T]) eachLabels(yield func(map[string]string)) {
 	}
 }
 
-// Upsert stores obj (a watch ADDED or MODIFIED event) and says what changed.
-// changed is false when the stored object is obj as it was: the same
-// resourceVersion and content (a duplicate delivery, which needs no
-// reaction; see same).
-func (s *Store[T]) Upsert(obj T) (d Delta[T], changed bool) {
+// Upsert stores obj (a watch ADDED or MODIFIED event) and says what changed:
+// d, Added or Updated; changed is false when the stored object is obj as
+// it was (the same resourceVersion and content: a duplicate delivery,
+// which needs no reaction; see same). A key stored with another UID was
+// deleted and made again while we were not looking: two objects, so gone
+// (its Type set only then) is the old one's Deleted delta, its final state
+// unknown, to hand out before d, the new one's Added.
+func (s *Store[T]) Upsert(obj T) (d Delta[T], changed bool, gone Delta[T]) {
 	s.take(obj)
 	key := KeyOf(obj)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, existed := s.items[key]
-	if existed && old.GetResourceVersion() == obj.GetResourceVersion() && same(old, obj) {
-		return Delta[T]{}, false
+	switch {
+	case !existed:
+	case old.GetUID() != obj.GetUID():
+		gone = Delta[T]{Type: Deleted, Key: key, Object: old, FinalStateUnknown: true}
+	case old.GetResourceVersion() == obj.GetResourceVersion() && same(old, obj):
+		return Delta[T]{}, false, gone
+	default:
+		s.put(key, obj)
+		return Delta[T]{Type: Updated, Key: key, Object: obj, Old: old}, true, gone
 	}
 	s.put(key, obj)
-	if existed {
-		return Delta[T]{Type: Updated, Key: key, Object: obj, Old: old}, true
-	}
-	return Delta[T]{Type: Added, Key: key, Object: obj}, true
+	return Delta[T]{Type: Added, Key: key, Object: obj}, true, gone
 }
 
 // Delete removes obj's key (a watch DELETED event; obj is the server's final
 // state). known is false when the key was not stored: nothing to react to.
+// A stored object of another UID was deleted before obj was made: it comes
+// out Deleted with its final state unknown (obj, never seen, is not news).
 func (s *Store[T]) Delete(obj T) (d Delta[T], known bool) {
 	s.take(obj)
 	return s.DeleteKey(KeyOf(obj), obj)
 }
 
 // DeleteKey removes key. final, when non-zero, is the server's final state of
-// the object; otherwise the delta carries the last stored object and is marked
+// the object; otherwise (or when final has another UID than the stored
+// object) the delta carries the last stored object and is marked
 // FinalStateUnknown.
 func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
 	defer func() {
@@ -196,11 +206,15 @@ func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
 	if !existed {
 		return Delta[T]{}, false
 	}
-	s.remove(key, old)
 	var zero T
-	if final == zero {
+	if final == zero || final.GetUID() != old.GetUID() {
+		s.remove(key, old)
 		return Delta[T]{Type: Deleted, Key: key, Object: old, FinalStateUnknown: true}, true
 	}
+	if s.detector != nil {
+		s.detector.left(key, final, true)
+	}
+	s.remove(key, old)
 	return Delta[T]{Type: Deleted, Key: key, Object: final}, true
 }
 

@@ -39,7 +39,7 @@ func TestAKeyIsNamespaceSlashNameOrTheNameAlone(t *testing.T) {
 
 func TestUpsertDeleteAndIndex(t *testing.T) {
 	s := New[*v1alpha1.MyResource]()
-	d, changed := s.Upsert(obj("a", "x", "1"))
+	d, changed, _ := s.Upsert(obj("a", "x", "1"))
 	if !changed || d.Type != Added || d.Key != "a/x" {
 		t.Fatalf("first upsert: %+v %v", d, changed)
 	}
@@ -63,10 +63,10 @@ func TestUpsertDeleteAndIndex(t *testing.T) {
 	if unsafe.StringData(x.Namespace) != unsafe.StringData(y.Namespace) {
 		t.Error("namespace strings are not interned in a store that does Share")
 	}
-	if _, changed := s.Upsert(obj("a", "x", "1")); changed {
+	if _, changed, _ := s.Upsert(obj("a", "x", "1")); changed {
 		t.Fatal("same resourceVersion again must be a no-op")
 	}
-	d, changed = s.Upsert(obj("a", "x", "2"))
+	d, changed, _ = s.Upsert(obj("a", "x", "2"))
 	if !changed || d.Type != Updated || d.Old.ResourceVersion != "1" || d.Object.ResourceVersion != "2" {
 		t.Fatalf("update: %+v", d)
 	}
@@ -238,5 +238,26 @@ func TestTransformTrimsEveryObjectTaken(t *testing.T) {
 	d, _ := s.Delete(annotated("c", "2", map[string]string{big: "{...}"}))
 	if d.Object.Annotations != nil {
 		t.Errorf("delete: the final state's annotations %v, want none", d.Object.Annotations)
+	}
+}
+
+// A key written under another UID holds another object: the stored one is
+// Deleted (its final state unknown), the new one Added; a deletion under
+// another UID deletes the stored one, its final state unknown.
+func TestAKeyUnderAnotherUIDIsAnotherObject(t *testing.T) {
+	s := New[*v1alpha1.MyResource]()
+	first := obj("ns", "a", "1")
+	first.UID = "u-1"
+	s.Upsert(first)
+	second := obj("ns", "a", "2")
+	second.UID = "u-2"
+	d, changed, gone := s.Upsert(second)
+	if gone.Type != Deleted || !gone.FinalStateUnknown || gone.Object != first || !changed || d.Type != Added || d.Object != second {
+		t.Errorf("upsert under another UID: %+v then %+v, want Deleted (the first, final state unknown) then Added", gone, d)
+	}
+	third := obj("ns", "a", "3")
+	third.UID = "u-3"
+	if d, known := s.Delete(third); !known || d.Type != Deleted || !d.FinalStateUnknown || d.Object != second {
+		t.Errorf("delete under another UID: %+v %v, want the stored one, final state unknown", d, known)
 	}
 }

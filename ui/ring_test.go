@@ -11,6 +11,7 @@ import (
 	"weak"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/codec"
 	"rawwatch/internal/testkit"
 	"rawwatch/observe"
 	"rawwatch/reconcile"
@@ -30,7 +31,7 @@ import (
 // against the bound the package doc gives (MaxBytesPerEvent).
 func TestABufferedEventKeepsOnlyWhatThePageDraws(t *testing.T) {
 	const events, size = 256, 256 << 10
-	codec := watcher.Codec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind}
+	dec := codec.JSON[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind}
 	huge := strings.Repeat("m", size)
 	for _, c := range []struct {
 		what  string
@@ -39,7 +40,7 @@ func TestABufferedEventKeepsOnlyWhatThePageDraws(t *testing.T) {
 		{"a watch event of a 256 KiB object", func(i int) (observe.Event, weak.Pointer[v1alpha1.MyResource]) {
 			raw := fmt.Appendf(nil, `{"apiVersion":"example.com/v1alpha1","kind":"MyResource","metadata":{"name":"big-%d","namespace":"ns","uid":"u-%d","resourceVersion":"%d"},"spec":{"message":%q}}`,
 				i, i, 1000+i, huge)
-			obj, err := codec.Decode("MODIFIED event", raw)
+			obj, err := dec.Decode("MODIFIED event", raw)
 			if err != nil {
 				t.Fatal(err)
 			}

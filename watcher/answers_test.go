@@ -129,3 +129,6 @@ func framed(typ, object string) string {
 
 // expired is the ERROR frame of a watch whose resourceVersion was compacted.
 const expired = `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version","reason":"Expired","code":410}}` + "\n"
+
+// objHead is a MyResource's apiVersion and kind, as a server writes them.
+const objHead = `"apiVersion":"example.com/v1alpha1","kind":"MyResource"`

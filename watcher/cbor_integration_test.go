@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"rawwatch/codec"
 	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
 	"rawwatch/store"
@@ -66,14 +67,14 @@ func TestCBORWireAgainstTheAPIServer(t *testing.T) {
 
 	var cborTypes, jsonTypes contentTypes
 	var logs testkit.Logs
-	viaCBOR := startLogging(t, cborTypes.install(api.Config()), ns,
-		watcher.Options[object]{Wire: watcher.WireCBOR, PageSize: 7}, logs.Logger(0))
+	viaCBOR := startWire(t, cborTypes.install(api.Config()), ns,
+		watcher.Options[object]{PageSize: 7}, logs.Logger(0), codec.WireCBOR)
 	viaJSON := start(t, jsonTypes.install(api.Config()), ns, watcher.Options[object]{PageSize: 7})
 	// A WatchList over CBOR: the initial events and their closing bookmark
 	// (annotated k8s.io/initial-events-end) come as CBOR frames.
 	var watchListTypes contentTypes
-	viaCBORWatchList := startLogging(t, watchListTypes.install(api.Config()), ns,
-		watcher.Options[object]{Wire: watcher.WireCBOR, WatchList: true}, logs.Logger(0))
+	viaCBORWatchList := startWire(t, watchListTypes.install(api.Config()), ns,
+		watcher.Options[object]{WatchList: true}, logs.Logger(0), codec.WireCBOR)
 
 	for i := range 10 {
 		testkit.Touch(t, c, ns, fmt.Sprintf("obj-%d", i))
@@ -126,7 +127,7 @@ func TestCBORWireFallsBackWithTheGateOff(t *testing.T) {
 	testkit.Objects(t, c, ns, "obj", 10)
 	var types contentTypes
 	var logs testkit.Logs
-	r := startLogging(t, types.install(cp.Config()), ns, watcher.Options[object]{Wire: watcher.WireCBOR, PageSize: 3}, logs.Logger(0))
+	r := startWire(t, types.install(cp.Config()), ns, watcher.Options[object]{PageSize: 3}, logs.Logger(0), codec.WireCBOR)
 	testkit.Touch(t, c, ns, "obj-1")
 	touched, err := c.Get(context.Background(), ns, "obj-1")
 	if err != nil {

@@ -6,29 +6,27 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"reflect"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	kjsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	kjson "sigs.k8s.io/json"
 
-	"rawwatch/internal/metajson"
 	"rawwatch/store"
 )
 
-// Event types of the watch protocol.
+// Event types of the watch protocol: watch.EventType's, as strings.
 const (
-	Added    = "ADDED"
-	Modified = "MODIFIED"
-	Deleted  = "DELETED"
-	Bookmark = "BOOKMARK"
-	Error    = "ERROR"
+	Added    = string(watch.Added)
+	Modified = string(watch.Modified)
+	Deleted  = string(watch.Deleted)
+	Bookmark = string(watch.Bookmark)
+	Error    = string(watch.Error)
 )
-
-// initialEventsEnd is the annotation on the bookmark that ends a WatchList's
-// initial events (metav1.InitialEventsAnnotationKey).
-const initialEventsEnd = metav1.InitialEventsAnnotationKey
 
 // Event is one decoded watch frame.
 type Event[T Object] struct {
@@ -37,7 +35,8 @@ type Event[T Object] struct {
 	Object T
 	// RV is the event's resourceVersion (all types but ERROR).
 	RV string
-	// InitialEventsEnd marks the bookmark that closes a WatchList's initial events.
+	// InitialEventsEnd marks the bookmark that closes a WatchList's initial
+	// events (annotated metav1.InitialEventsAnnotationKey).
 	InitialEventsEnd bool
 	// Err is the server's error, for ERROR frames.
 	Err error
@@ -71,83 +70,88 @@ type Object interface {
 	GetObjectKind() schema.ObjectKind
 }
 
-// Codec turns one object's JSON into T and checks its apiVersion/kind.
-//
-// It decodes as Kubernetes does (metajson.Plain: encoding/json's rules, keys
-// matched case-sensitively). When T implements JSONDecoder, it first tries
-// T's own decoder, and decodes the plain way only when that one declines.
-type Codec[T Object] struct {
+// A Codec decodes what the server answers: a LIST page, a WATCH stream.
+// JSONCodec, the default, decodes as client-go does; package codec has
+// faster ones, and CBOR.
+type Codec[T Object] interface {
+	// DecodeList reads one LIST page, handing each item to add and each
+	// item it cannot decode to bad, and returns the page's metadata. A
+	// page that is no list at all is an error, and then nothing of it was
+	// handed over.
+	DecodeList(r io.Reader, add func(T), bad func(*SkipError)) (metav1.ListMeta, error)
+	// DecodeEvents reads a WATCH stream.
+	DecodeEvents(r io.Reader) Events[T]
+}
+
+// Events is a WATCH stream, decoded. Next returns the next event; io.EOF
+// means the server closed the stream cleanly; a *SkipError means this frame
+// was skipped and Next may be called again; any other error means the
+// stream is broken.
+type Events[T Object] interface {
+	Next() (Event[T], error)
+}
+
+// JSONCodec decodes JSON as client-go does: the frames of a stream as its
+// JSON framer splits them (a json.Decoder), each an envelope
+// (metav1.WatchEvent) whose object, as every LIST item, is read through
+// sigs.k8s.io/json (keys matched case-sensitively, of a key given twice the
+// last), its apiVersion and kind as the serializer finds them (Kind).
+type JSONCodec[T Object] struct {
 	// GVK, when set, is the apiVersion/kind every object must carry.
 	GVK schema.GroupVersionKind
-	// labels, when set, gives the objects T's own decoder reads whose
-	// labels are written alike one map (Watcher.codec: one per LIST page
-	// or WATCH stream).
-	labels *metajson.LabelCache
-}
-
-type typeAndMeta struct {
-	APIVersion string            `json:"apiVersion"`
-	Kind       string            `json:"kind"`
-	Metadata   metav1.ObjectMeta `json:"metadata"`
-}
-
-// JSONDecoder is implemented by an object type with a decoder of its own,
-// without reflection (api/v1alpha1's MyResource has one). DecodeJSONFrom,
-// called on a fresh object, reads the JSON value at d exactly as
-// metajson.Plain would decode it (with d's NewestWriteOnly, managedFields
-// reduced to the newest time) and stops after it, or returns an error (it
-// declines): the Codec then decodes the object with metajson.Plain, whose
-// result counts. So a JSONDecoder changes only how fast objects decode.
-type JSONDecoder interface {
-	DecodeJSONFrom(d *metajson.Decoder) error
 }
 
 // Decode decodes one object. On failure it returns a *SkipError carrying
 // whatever of the object's identity could still be read.
-func (c Codec[T]) Decode(what string, raw []byte) (T, error) {
-	return c.decode(what, raw, false)
+func (c JSONCodec[T]) Decode(what string, raw []byte) (T, error) {
+	var obj T
+	err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &obj)
+	var gvk schema.GroupVersionKind
+	if err == nil && !c.GVK.Empty() {
+		gvk, err = Kind(raw)
+	}
+	return c.Checked(what, raw, obj, gvk, err, kjson.UnmarshalCaseSensitivePreserveInts)
 }
 
-// decode is Decode; with newestWrite, the object's managedFields come out
-// reduced to one entry with the newest time, all a watch event needs (see
-// metajson.Options and withoutManagedFields).
-func (c Codec[T]) decode(what string, raw []byte, newestWrite bool) (T, error) {
-	obj, err := decodeObject[T](raw, metajson.Options{NewestWriteOnly: newestWrite, Labels: c.labels})
-	return c.checked(what, raw, obj, err, "", metajson.Plain)
+// Kind is the apiVersion and kind of an object's JSON as client-go's JSON
+// serializer finds them (its MetaFactory: encoding/json's rules, keys in
+// any case, of a key given twice the last): "kind" then "KIND" is the
+// second. The object's own TypeMeta, read case-sensitively, may differ.
+func Kind(raw []byte) (schema.GroupVersionKind, error) {
+	gvk, err := kjsonserializer.DefaultMetaFactory.Interpret(raw)
+	if err != nil {
+		return schema.GroupVersionKind{}, err
+	}
+	return *gvk, nil
 }
 
-// checked finishes a decode of either wire: a null object or one of
-// another apiVersion/kind is an error too, and an error comes back as a
-// *SkipError (its message after prefix) carrying whatever of the object's
-// identity unmarshal can still read: key, resourceVersion, UID.
-func (c Codec[T]) checked(what string, raw []byte, obj T, err error, prefix string, unmarshal func([]byte, any) error) (T, error) {
+// Checked finishes a decode, for JSONCodec and the codecs of package
+// codec: a null object, or one whose apiVersion/kind (gvk) is not c.GVK,
+// is an error too, and an error comes back as a *SkipError carrying
+// whatever of the object's identity unmarshal can still read (Identify).
+func (c JSONCodec[T]) Checked(what string, raw []byte, obj T, gvk schema.GroupVersionKind, err error, unmarshal func([]byte, any) error) (T, error) {
 	var zero T
 	if err == nil && obj == zero {
 		err = errors.New("object is null")
 	}
-	if err == nil && !c.GVK.Empty() {
-		if gvk := obj.GetObjectKind().GroupVersionKind(); gvk != c.GVK {
-			err = fmt.Errorf("got apiVersion %q kind %q, want %s", gvk.GroupVersion(), gvk.Kind, c.GVK)
-		}
+	if err == nil && !c.GVK.Empty() && gvk != c.GVK {
+		err = fmt.Errorf("got apiVersion %q kind %q, want %s", gvk.GroupVersion(), gvk.Kind, c.GVK)
 	}
 	if err == nil {
 		return obj, nil
 	}
 	skip := &SkipError{What: what, Err: err}
-	if prefix != "" {
-		skip.Err = fmt.Errorf("%s%w", prefix, err)
-	}
-	skip.Key, skip.RV, skip.UID = identify(raw, unmarshal)
+	skip.Key, skip.RV, skip.UID = Identify(raw, unmarshal)
 	return zero, skip
 }
 
-// identify reads what a skipped object's metadata still says: its name and
+// Identify reads what a skipped object's metadata still says: its name and
 // namespace (its key), resourceVersion and UID, each on its own, so that a
 // wrong type anywhere else, or in one of them, loses only that one; and
 // with the key, what a relist keeps and a DELETED deletes. Each is the
 // last value given for it, if that is a string; the key needs a name, and
 // a namespace that is a string or absent.
-func identify(raw []byte, unmarshal func([]byte, any) error) (key, rv string, uid types.UID) {
+func Identify(raw []byte, unmarshal func([]byte, any) error) (key, rv string, uid types.UID) {
 	var id struct {
 		Metadata struct {
 			Name            any `json:"name"`
@@ -168,58 +172,25 @@ func identify(raw []byte, unmarshal func([]byte, any) error) (key, rv string, ui
 	return key, rv, types.UID(u)
 }
 
-// decodeObject decodes raw into a new T: with T's own decoder when it has
-// one and it does not decline, else with metajson.Plain (with
-// NewestWriteOnly, after cutting managedFields in the bytes).
-func decodeObject[T Object](raw []byte, opts metajson.Options) (T, error) {
-	if obj, own := fresh[T](); own != nil {
-		d := metajson.NewDecoder(raw, opts)
-		if d.Whole(func() error { return own.DecodeJSONFrom(d) }) == nil {
-			return obj, nil
-		}
-	}
-	return decodePlain[T](raw, opts.NewestWriteOnly)
+// DecodeList reads a LIST page: see Codec.
+func (c JSONCodec[T]) DecodeList(r io.Reader, add func(T), bad func(*SkipError)) (metav1.ListMeta, error) {
+	return DecodeList(r, c.Decode, add, bad)
 }
 
-// fresh returns a new T and its own decoder, when it has one (own is nil
-// otherwise).
-func fresh[T Object]() (obj T, own JSONDecoder) {
-	if _, ok := any(obj).(JSONDecoder); !ok {
-		return obj, nil
-	}
-	t := reflect.TypeFor[T]()
-	if t.Kind() != reflect.Pointer {
-		return obj, nil
-	}
-	v := reflect.New(t.Elem()).Interface()
-	return v.(T), v.(JSONDecoder)
-}
-
-// decodePlain is decodeObject's way without T's own decoder (its own
-// function, so that the object it decodes into is on the heap only here).
-func decodePlain[T Object](raw []byte, newestWrite bool) (T, error) {
-	if newestWrite {
-		raw = withoutManagedFields(raw)
-	}
-	var obj T
-	err := metajson.Plain(raw, &obj)
-	return obj, err
-}
-
-// decodeList reads a LIST response, handing each item to add and each item it
-// cannot decode to bad, and returns the list's metadata. It reads the page
-// as Kubernetes would: one JSON value (anything after it but white space is
-// an error), keys matched case-sensitively, of a key given twice the last
-// (items are handed over once the page has been read, the last "items"
-// array's). A malformed response (not a list at all) is an error; an item
-// that does not decode is skipped (Kubernetes would fail the whole page).
-func decodeList[T Object](r io.Reader, c Codec[T], add func(T), bad func(*SkipError)) (metav1.ListMeta, error) {
+// DecodeList reads a JSON LIST page, decoding each item with decode (a
+// *SkipError: the item is skipped), as Kubernetes reads a page: one JSON
+// value (anything after it but white space is an error), keys matched
+// case-sensitively, of a key given twice the last (items are handed over
+// once the page has been read, the last "items" array's). A malformed
+// response (not a list at all) is an error; an item that does not decode is
+// skipped (Kubernetes would fail the whole page).
+func DecodeList[T Object](r io.Reader, decode func(what string, raw []byte) (T, error), add func(T), bad func(*SkipError)) (metav1.ListMeta, error) {
 	var meta metav1.ListMeta
 	dec := json.NewDecoder(r)
 	if err := expectDelim(dec, '{'); err != nil {
 		return meta, fmt.Errorf("decoding list: %w", err)
 	}
-	var items []listed[T]
+	var items []json.RawMessage
 	sawItems := false
 	for dec.More() {
 		tok, err := dec.Token()
@@ -230,11 +201,11 @@ func decodeList[T Object](r io.Reader, c Codec[T], add func(T), bad func(*SkipEr
 		case "metadata":
 			var raw json.RawMessage
 			if err = dec.Decode(&raw); err == nil {
-				err = metajson.Plain(raw, &meta)
+				err = kjson.UnmarshalCaseSensitivePreserveInts(raw, &meta)
 			}
 		case "items":
 			sawItems = true
-			items, err = decodeItems(dec, c, items[:0])
+			items, err = readItems(dec, items[:0])
 		default: // apiVersion, kind, anything new
 			var skip json.RawMessage
 			err = dec.Decode(&skip)
@@ -252,24 +223,19 @@ func decodeList[T Object](r io.Reader, c Codec[T], add func(T), bad func(*SkipEr
 	if !sawItems && meta.ResourceVersion == "" {
 		return meta, errors.New("decoding list: response has neither items nor metadata")
 	}
-	for _, it := range items {
-		if it.skip != nil {
-			bad(it.skip)
-		} else {
-			add(it.obj)
+	for _, raw := range items {
+		obj, err := decode("list item", raw)
+		if err != nil {
+			bad(err.(*SkipError))
+			continue
 		}
+		add(obj)
 	}
 	return meta, nil
 }
 
-// listed is one item of a LIST page: its object, or why it was skipped.
-type listed[T Object] struct {
-	obj  T
-	skip *SkipError
-}
-
-// decodeItems reads an items array, appending its items to items.
-func decodeItems[T Object](dec *json.Decoder, c Codec[T], items []listed[T]) ([]listed[T], error) {
+// readItems reads an items array, appending its items to items.
+func readItems(dec *json.Decoder, items []json.RawMessage) ([]json.RawMessage, error) {
 	if tok, err := dec.Token(); err != nil {
 		return items, err
 	} else if tok == nil {
@@ -282,12 +248,7 @@ func decodeItems[T Object](dec *json.Decoder, c Codec[T], items []listed[T]) ([]
 		if err := dec.Decode(&raw); err != nil {
 			return items, err
 		}
-		obj, err := c.Decode("list item", raw)
-		if err != nil {
-			items = append(items, listed[T]{skip: err.(*SkipError)})
-			continue
-		}
-		items = append(items, listed[T]{obj: obj})
+		items = append(items, raw)
 	}
 	_, err := dec.Token() // ']'
 	return items, err
@@ -304,122 +265,97 @@ func expectDelim(dec *json.Decoder, want json.Delim) error {
 	return nil
 }
 
-// eventDecoder reads watch frames from a stream.
-type eventDecoder[T Object] struct {
-	frames *FrameReader
-	codec  Codec[T]
-	dec    metajson.Decoder // onePass's, reset per frame (not one made per frame)
+// DecodeEvents reads a WATCH stream: see Codec.
+func (c JSONCodec[T]) DecodeEvents(r io.Reader) Events[T] {
+	return &jsonEvents[T]{frames: json.NewDecoder(r), codec: c}
 }
 
-func newEventDecoder[T Object](r io.Reader, c Codec[T]) *eventDecoder[T] {
-	return &eventDecoder[T]{frames: NewFrameReader(r, 0), codec: c}
+// jsonEvents reads the frames of a stream as client-go's JSON framer does,
+// one JSON value after another.
+type jsonEvents[T Object] struct {
+	frames *json.Decoder
+	codec  JSONCodec[T]
 }
 
-// Next returns the next event. io.EOF means the server closed the stream
-// cleanly; a *SkipError means this frame was skipped and Next may be called
-// again; any other error means the stream is broken.
-func (d *eventDecoder[T]) Next() (Event[T], error) {
-	// The usual frame of a line-framed stream, taken whole by onePass,
-	// needs no grammar check of the frame reader's: onePass checks every
-	// byte. Any other goes to next, which gets it from the frame reader
-	// checked (and decodes it again: a cost only of the unusual frames).
-	if line, ok := d.frames.line(); ok {
-		if ev, ok, err := d.onePass(line); ok {
-			d.frames.take(line)
-			return ev, err
+func (d *jsonEvents[T]) Next() (Event[T], error) {
+	var raw json.RawMessage
+	if err := d.frames.Decode(&raw); err != nil {
+		if errors.Is(err, io.EOF) {
+			return Event[T]{}, io.EOF
 		}
+		return Event[T]{}, fmt.Errorf("malformed watch frame: %w", err)
 	}
-	return d.next()
+	var f metav1.WatchEvent
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &f); err != nil {
+		return Event[T]{}, &SkipError{What: "watch frame", Err: err}
+	}
+	return EventOf(f.Type, f.Object.Raw, d.codec.Decode, kjson.UnmarshalCaseSensitivePreserveInts, Snippet)
 }
 
-// next is Next without the line's shortcut: the frame as the frame reader
-// checks it, then onePass or the envelope walk.
-func (d *eventDecoder[T]) next() (Event[T], error) {
-	raw, err := d.frames.Next()
-	if err != nil {
-		return Event[T]{}, err
-	}
-	if ev, ok, err := d.onePass(raw); ok {
-		return ev, err
-	}
-	typ, object, fast := envelope(raw)
-	if !fast { // the plain way, Kubernetes' own, which also reports a broken frame
-		var f metav1.WatchEvent
-		if err := metajson.Plain(raw, &f); err != nil {
-			if metajson.IsSyntaxError(err) {
-				return Event[T]{}, fmt.Errorf("malformed watch frame: %w", err)
-			}
-			// Well-formed JSON of the wrong shape: the frame is consumed.
-			return Event[T]{}, &SkipError{What: "watch frame", Err: err}
+// EventOf makes an Event of a frame's type and object, the part of the
+// protocol every codec shares: object decodes the object of an ADDED,
+// MODIFIED or DELETED; unmarshal decodes a BOOKMARK's metadata and an
+// ERROR's object; show quotes bytes in an error. An error from object that
+// is not a *SkipError breaks the stream.
+func EventOf[T Object](typ string, raw []byte, object func(what string, raw []byte) (T, error),
+	unmarshal func([]byte, any) error, show func([]byte) string) (Event[T], error) {
+	switch typ {
+	case Added, Modified, Deleted:
+		if len(raw) == 0 { // absent, or null (runtime.RawExtension's)
+			return Event[T]{Type: typ}, &SkipError{What: EventWhat(typ), Err: errors.New("event without an object")}
 		}
-		typ, object = f.Type, f.Object.Raw
-	}
-	return eventOf(typ, object, func(what string, raw []byte) (T, error) {
-		obj, err := d.codec.decode(what, raw, true)
-		if skip := asSkip(err); fast && len(raw) > 0 && skip != nil && metajson.IsSyntaxError(skip.Err) {
-			// Not JSON: the stream is broken, as the plain way would say
-			// (skipping the frame would lose its event).
-			return obj, fmt.Errorf("malformed watch frame: %w", skip.Err)
+		obj, err := object(EventWhat(typ), raw)
+		if err != nil {
+			return Event[T]{Type: typ}, err
 		}
-		return obj, err
-	}, metajson.Plain, snippet)
+		return Event[T]{Type: typ, Object: obj, RV: obj.GetResourceVersion()}, nil
+	case Bookmark:
+		var tm struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		}
+		if err := unmarshal(raw, &tm); err != nil || tm.Metadata.ResourceVersion == "" {
+			return Event[T]{Type: typ}, &SkipError{What: "BOOKMARK", Err: fmt.Errorf("no resourceVersion in %s", show(raw))}
+		}
+		return Event[T]{Type: Bookmark, RV: tm.Metadata.ResourceVersion,
+			InitialEventsEnd: tm.Metadata.Annotations[metav1.InitialEventsAnnotationKey] == "true"}, nil
+	case Error:
+		// A Status is the server's word, whatever of it is set; anything
+		// else is an error of its own. Which is which is
+		// apierrors.FromObject's to say, as client-go's dynamic client
+		// decodes the object (unstructured: kind "Status", apiVersion v1
+		// or meta.k8s.io/v1).
+		var content map[string]any
+		err := unmarshal(raw, &content)
+		if err == nil {
+			err = apierrors.FromObject(&unstructured.Unstructured{Object: content})
+		}
+		if _, ok := err.(*apierrors.StatusError); !ok {
+			err = &UnexpectedErrorObject{Object: show(raw), Err: err}
+		}
+		return Event[T]{Type: Error, Err: err}, nil
+	}
+	return Event[T]{Type: typ}, &SkipError{What: "watch frame", Err: fmt.Errorf("unknown event type %q", typ)}
 }
 
-// onePass decodes the usual frame of an object event, {"type":…,"object":{…}}
-// (its two members in either order, others skipped), in one pass over the
-// frame with T's own decoder, which reads the object where it stands. ok is
-// false when it cannot: T has no decoder of its own, or the frame is not the
-// usual one (a key of the envelope twice, an escaped key, another event
-// type, anything the decoder declines). Then
-// Next decodes the frame as before, envelope and object apart, and that
-// decodes it exactly as Kubernetes does (FuzzFastDecoder); so does onePass,
-// when it decodes at all.
-func (d *eventDecoder[T]) onePass(frame []byte) (ev Event[T], ok bool, err error) {
-	obj, own := fresh[T]()
-	if own == nil {
-		return ev, false, nil
+// EventWhat names an object event in a SkipError, without a string made
+// per event.
+func EventWhat(typ string) string {
+	switch typ {
+	case Added:
+		return Added + " event"
+	case Modified:
+		return Modified + " event"
 	}
-	dec := &d.dec
-	dec.Reset(frame, metajson.Options{NewestWriteOnly: true, Labels: d.codec.labels})
-	defer dec.Reset(nil, metajson.Options{}) // the frame's buffer is the reader's
-	var typ string
-	var start, end int // the object's bytes
-	var seen uint64
-	if dec.Object(func(key []byte) error {
-		switch string(key) {
-		case "type":
-			if err := metajson.Seen(&seen, 0); err != nil {
-				return err
-			}
-			t, err := dec.PlainString()
-			if err != nil {
-				return err
-			}
-			switch typ = eventType(t); typ {
-			case Added, Modified, Deleted:
-				return nil
-			}
-			return metajson.ErrDecline // bookmarks, errors: small and few
-		case "object":
-			if err := metajson.Seen(&seen, 1); err != nil {
-				return err
-			}
-			start = dec.Offset()
-			if err := own.DecodeJSONFrom(dec); err != nil {
-				return err
-			}
-			end = dec.Offset()
-			return nil
-		}
-		_, err := dec.Skip() // (keys match case-sensitively, as in metav1.WatchEvent)
-		return err
-	}) != nil || seen != 3 {
-		return ev, false, nil
+	return Deleted + " event"
+}
+
+// Snippet quotes the start of a JSON text in an error.
+func Snippet(b []byte) string {
+	b = bytes.TrimSpace(b)
+	if len(b) > 200 {
+		return string(b[:200]) + "…"
 	}
-	if obj, err = d.codec.checked(eventWhat(typ), frame[start:end], obj, nil, "", metajson.Plain); err != nil {
-		return Event[T]{Type: typ}, true, err
-	}
-	return Event[T]{Type: typ, Object: obj, RV: obj.GetResourceVersion()}, true, nil
+	return string(b)
 }
 
 // asSkip is errors.As(err, *SkipError) that allocates nothing for the
@@ -437,61 +373,4 @@ func asSkip(err error) *SkipError {
 		return skip
 	}
 	return nil
-}
-
-// eventOf makes an Event of a frame's type and object, the part of the
-// protocol both wires share: object decodes the object of an ADDED, MODIFIED
-// or DELETED; unmarshal decodes a BOOKMARK's metadata and an ERROR's Status;
-// show quotes bytes in an error. An error from object that is not a
-// *SkipError breaks the stream.
-func eventOf[T Object](typ string, raw []byte, object func(what string, raw []byte) (T, error),
-	unmarshal func([]byte, any) error, show func([]byte) string) (Event[T], error) {
-	switch typ {
-	case Added, Modified, Deleted:
-		if len(raw) == 0 { // absent, or null (runtime.RawExtension's)
-			return Event[T]{Type: typ}, &SkipError{What: eventWhat(typ), Err: errors.New("event without an object")}
-		}
-		obj, err := object(eventWhat(typ), raw)
-		if err != nil {
-			return Event[T]{Type: typ}, err
-		}
-		return Event[T]{Type: typ, Object: obj, RV: obj.GetResourceVersion()}, nil
-	case Bookmark:
-		var tm typeAndMeta
-		if err := unmarshal(raw, &tm); err != nil || tm.Metadata.ResourceVersion == "" {
-			return Event[T]{Type: typ}, &SkipError{What: "BOOKMARK", Err: fmt.Errorf("no resourceVersion in %s", show(raw))}
-		}
-		return Event[T]{Type: Bookmark, RV: tm.Metadata.ResourceVersion,
-			InitialEventsEnd: tm.Metadata.Annotations[initialEventsEnd] == "true"}, nil
-	case Error:
-		// A Status is the server's word, whatever of it is set (client-go
-		// decodes it by its kind, then apierrors.FromObject); anything
-		// else is an error of its own.
-		var status metav1.Status
-		if err := unmarshal(raw, &status); err != nil || status.Kind != "Status" {
-			return Event[T]{Type: Error, Err: fmt.Errorf("watch ERROR event: %s", show(raw))}, nil
-		}
-		return Event[T]{Type: Error, Err: apierrors.FromObject(&status)}, nil
-	}
-	return Event[T]{Type: typ}, &SkipError{What: "watch frame", Err: fmt.Errorf("unknown event type %q", typ)}
-}
-
-// eventWhat names an object event in a SkipError, without a string made
-// per event.
-func eventWhat(typ string) string {
-	switch typ {
-	case Added:
-		return Added + " event"
-	case Modified:
-		return Modified + " event"
-	}
-	return Deleted + " event"
-}
-
-func snippet(b []byte) string {
-	b = bytes.TrimSpace(b)
-	if len(b) > 200 {
-		return string(b[:200]) + "…"
-	}
-	return string(b)
 }

@@ -17,7 +17,7 @@ import (
 	"rawwatch/internal/wire"
 )
 
-var codec = Codec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind}
+var codec = JSONCodec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind}
 
 func fixture(t *testing.T, name string) *os.File {
 	t.Helper()
@@ -47,7 +47,7 @@ func TestDecodeListPages(t *testing.T) {
 	var got []*v1alpha1.MyResource
 	var metas []metav1.ListMeta
 	for _, page := range []string{wire.ListPage1, wire.ListPage2} {
-		meta, err := decodeList(bytes.NewReader(capture(t, page)), codec,
+		meta, err := codec.DecodeList(bytes.NewReader(capture(t, page)),
 			func(o *v1alpha1.MyResource) { got = append(got, o) },
 			func(s *SkipError) { t.Errorf("unexpected skip: %v", s) })
 		if err != nil {
@@ -83,7 +83,7 @@ func TestDecodeListSkipsBadItemsAndKeepsTheirKeys(t *testing.T) {
 	  null]}`
 	var ok []string
 	var skipped []*SkipError
-	meta, err := decodeList(strings.NewReader(body), codec,
+	meta, err := codec.DecodeList(strings.NewReader(body),
 		func(o *v1alpha1.MyResource) { ok = append(ok, o.Name) },
 		func(s *SkipError) { skipped = append(skipped, s) })
 	if err != nil {
@@ -99,7 +99,7 @@ func TestDecodeListSkipsBadItemsAndKeepsTheirKeys(t *testing.T) {
 
 func TestDecodeListRejectsNonLists(t *testing.T) {
 	for _, body := range []string{``, `[]`, `{}`, `{"items":`, `{"items":{}}`, `not json`} {
-		if _, err := decodeList(strings.NewReader(body), codec, func(*v1alpha1.MyResource) {}, func(*SkipError) {}); err == nil {
+		if _, err := codec.DecodeList(strings.NewReader(body), func(*v1alpha1.MyResource) {}, func(*SkipError) {}); err == nil {
 			t.Errorf("decodeList(%q) succeeded", body)
 		}
 	}
@@ -108,7 +108,7 @@ func TestDecodeListRejectsNonLists(t *testing.T) {
 // decodeAll decodes a whole stream that has no bad frame.
 func decodeAll(t *testing.T, stream []byte) []Event[*v1alpha1.MyResource] {
 	t.Helper()
-	dec := newEventDecoder(bytes.NewReader(stream), codec)
+	dec := codec.DecodeEvents(bytes.NewReader(stream))
 	var evs []Event[*v1alpha1.MyResource]
 	for {
 		ev, err := dec.Next()
@@ -169,7 +169,7 @@ func TestDecodeGoneStream(t *testing.T) {
 // A stream with bad frames: each bad frame is skipped on its own, the stream
 // goes on, and a frame cut in half ends it with an error.
 func TestDecodeWatchStreamSkipsBadFrames(t *testing.T) {
-	dec := newEventDecoder(fixture(t, "watch-stream-bad.jsonl"), codec)
+	dec := codec.DecodeEvents(fixture(t, "watch-stream-bad.jsonl"))
 	type result struct {
 		typ, key string
 		skip     bool

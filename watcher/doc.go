@@ -24,10 +24,9 @@
 //
 // The decisions are one pure state machine, Machine: the loop (Watcher.Run)
 // performs the Action it returns (List, WatchList, Watch, KeepReading, Probe,
-// Wait, Stop) and feeds back the Outcome, with the time. So the machine is
-// tested without a server (machine_test.go), and the loop in virtual time
-// under random faults (explore_test.go). Machine's doc (go doc -all) holds
-// the table of every decision.
+// Wait, Stop) and feeds back the Outcome, with the time: the machine is
+// tested without a server, the loop in virtual time under random faults
+// (explore_test.go). Machine's doc holds the table of every decision.
 //
 // # resourceVersion rules
 //
@@ -53,11 +52,16 @@
 // sendInitialEvents=true; one that fails falls back to LIST until a stream
 // runs healthy. Every change goes into the store, then to Options.Handler.
 //
+// Options.Codec decodes pages and streams. The default, JSONCodec, reads them
+// as client-go does (metav1.WatchEvent, sigs.k8s.io/json, apierrors.FromObject
+// for an ERROR); an object that does not decode is logged and skipped, and a
+// garbled DELETED still deletes its key. Package codec holds faster codecs,
+// and CBOR, behind the same seam.
+//
 // # Healthy streams and the bounds
 //
 // A stream is healthy if it ran its course: it ended at its timeout or stayed
-// open 2 minutes (Backoff.ResetAfter), whatever it delivered: a proxy that
-// cuts every stream after one frame must not get a re-WATCH at once. Any
+// open 2 minutes (Backoff.ResetAfter), whatever it delivered. Any
 // other end is trouble: the n-th in a row waits min(30 s, 1.6 s·2ⁿ), shortened
 // by up to half at random, at least a 429's Retry-After; n restarts after two
 // minutes without trouble. A stream silent for Options.SilenceLimit (150 s;

@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -53,6 +54,9 @@ func Classify(err error) (class ErrorClass, retryAfter time.Duration) {
 	if errors.Is(err, context.Canceled) {
 		return Canceled, 0
 	}
+	if errors.As(err, new(*UnexpectedErrorObject)) {
+		return Transient, 0 // whatever it says
+	}
 	if s, ok := apierrors.SuggestsClientDelay(err); ok {
 		retryAfter = time.Duration(s) * time.Second
 	}
@@ -94,10 +98,22 @@ func isExpired(err error) bool {
 // (re)initializing" (cacher/ready.go: the watch cache is listing from
 // etcd). Neither has a cause or reason of its own: the text is all there is.
 func serverStarting(err error) bool {
-	if err == nil {
+	if err == nil || errors.As(err, new(*UnexpectedErrorObject)) {
 		return false
 	}
 	msg := err.Error()
 	return strings.Contains(msg, "storage is (re)initializing") ||
 		strings.Contains(msg, "before all known HTTP paths have been installed")
+}
+
+// UnexpectedErrorObject is an ERROR event whose object is not a Status
+// (apierrors.FromObject's rule): an error of its own, which client-go's
+// Reflector retries, whatever words the object holds.
+type UnexpectedErrorObject struct {
+	Object string // as the stream carried it, cut short
+	Err    error  // FromObject's
+}
+
+func (e *UnexpectedErrorObject) Error() string {
+	return fmt.Sprintf("watch ERROR event without a Status (%v): %s", e.Err, e.Object)
 }

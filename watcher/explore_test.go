@@ -211,13 +211,16 @@ type schedule struct {
 	// wrap, if set, stands between the loop and the server (a test of the
 	// explorer breaks the client with it).
 	wrap func(Source) Source
+	// codec decodes the server's answers (exploreAll's).
+	codec Codec[*v1alpha1.MyResource]
 }
 
 func newSchedule(seed uint64) schedule {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	s := schedule{seed: seed, objects: r.IntN(12), pageSize: int64(1 + r.IntN(5)), watchList: r.IntN(3) == 0,
 		timeout: time.Duration(1+r.IntN(5)) * time.Minute, latency: time.Duration(1+r.IntN(50)) * time.Millisecond,
-		watchCache: r.IntN(4) != 0, cacheLag: time.Duration(r.IntN(61)) * time.Second, earlyEnd: float64(r.IntN(6)) / 100}
+		watchCache: r.IntN(4) != 0, cacheLag: time.Duration(r.IntN(61)) * time.Second, earlyEnd: float64(r.IntN(6)) / 100,
+		codec: JSONCodec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind}}
 	if !s.watchCache {
 		s.cacheLag, s.earlyEnd = 0, 0
 	}
@@ -354,7 +357,7 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 			PageSize: s.pageSize, WatchList: s.watchList, Backoff: b, SilenceLimit: DefaultSilenceLimit,
 			WatchTimeoutMin: s.timeout, WatchTimeoutMax: 2 * s.timeout,
 			Rand:  rand.New(rand.NewPCG(s.seed, 0xbac0ff)).Float64,
-			Codec: Codec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind},
+			Codec: s.codec,
 			Handler: func(d store.Delta[*v1alpha1.MyResource]) {
 				deltas = append(deltas, d)
 				lives.handle(d)
@@ -366,15 +369,6 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		if s.wrap != nil {
 			src = s.wrap(srv)
 		}
-		src = decodedAsKubernetes{Source: src, fail: lives.fail, when: func() bool {
-			// The faults that send what a kube-apiserver does not (the
-			// recorded streams hold the rest: TestTheEventDecoderAgreesWithKubernetes).
-			switch srv.Fault() {
-			case fakeapi.Respell, fakeapi.Garble, fakeapi.CutFrames, fakeapi.CorruptFrames:
-				return true
-			}
-			return false
-		}}
 		w := New(src, st, opts)
 		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), exploreLogger()))
 		done := make(chan struct{})
@@ -1111,6 +1105,12 @@ func checkLives(deltas []store.Delta[*v1alpha1.MyResource], srv *fakeapi.Server,
 }
 
 func TestExplorer(t *testing.T) {
+	exploreAll(t, JSONCodec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind})
+}
+
+// exploreAll runs the explorer's schedules, its watchers decoding with c
+// (explore_codec_test.go runs them with package codec's too).
+func exploreAll(t *testing.T, c Codec[*v1alpha1.MyResource]) {
 	n := *exploreN
 	if n == 0 {
 		n = 10000
@@ -1137,6 +1137,7 @@ func TestExplorer(t *testing.T) {
 			t.Run(fmt.Sprint(seed), func(t *testing.T) {
 				t.Parallel()
 				s := newSchedule(seed)
+				s.codec = c
 				failure, converged := explore(t, s, DefaultBackoff)
 				mu.Lock()
 				defer mu.Unlock()
@@ -1192,54 +1193,6 @@ func TestExplorerCatchesListsFromTheWatchCache(t *testing.T) {
 			t.Errorf("300 schedules with every list at resourceVersion \"0\", and the explorer never said %q", rule)
 		}
 	}
-}
-
-// decodedAsKubernetes is a Source whose every body opened when asked (a
-// WATCH stream or a LIST page) is decoded again once the loop closes it, as
-// far as the loop read it, by the watcher's decoders and by Kubernetes'
-// (streamsDiffer, listsDiffer), which must read it alike.
-type decodedAsKubernetes struct {
-	Source
-	fail func(string, ...any)
-	when func() bool
-}
-
-func (d decodedAsKubernetes) List(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
-	body, err := d.Source.List(ctx, opts)
-	if err != nil || !d.when() {
-		return body, err
-	}
-	return &recorded{ReadCloser: body, what: "LIST page", differ: listsDiffer, fail: d.fail}, nil
-}
-
-func (d decodedAsKubernetes) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
-	body, err := d.Source.Watch(ctx, opts)
-	if err != nil || !d.when() {
-		return body, err
-	}
-	return &recorded{ReadCloser: body, what: "WATCH stream", differ: streamsDiffer, fail: d.fail}, nil
-}
-
-// recorded keeps what is read from a body, and compares it when closed.
-type recorded struct {
-	io.ReadCloser
-	data   []byte
-	what   string
-	differ func([]byte) string
-	fail   func(string, ...any)
-}
-
-func (r *recorded) Read(p []byte) (int, error) {
-	n, err := r.ReadCloser.Read(p)
-	r.data = append(r.data, p[:n]...)
-	return n, err
-}
-
-func (r *recorded) Close() error {
-	if d := r.differ(r.data); d != "" {
-		r.fail("the watcher decodes as Kubernetes does: a %s read otherwise: %s", r.what, d)
-	}
-	return r.ReadCloser.Close()
 }
 
 // listsAtZero asks for resourceVersion "0" on every first page of a list

@@ -90,7 +90,7 @@ func TestRequestsStartNoGoroutine(t *testing.T) {
 	}
 	src := &counting{inner: srv, t: t, failWatches: 2, seen: map[string][]int{}}
 	w := watcher.New(src, store.New[object](), watcher.Options[object]{
-		Codec:   watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind},
+		Codec:   watcher.JSONCodec[object]{GVK: v1alpha1.GroupVersionKind},
 		Backoff: watcher.Backoff{Initial: time.Millisecond, Max: 2 * time.Millisecond, Factor: 2, ResetAfter: time.Hour},
 	})
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logr.Discard()))

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/codec"
 	"rawwatch/faultproxy"
 	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
@@ -157,17 +158,28 @@ func start(t *testing.T, cfg *rest.Config, ns string, opts watcher.Options[objec
 // startLogging is start with the watcher's log going to logger.
 func startLogging(t *testing.T, cfg *rest.Config, ns string, opts watcher.Options[object], logger klog.Logger) *running {
 	t.Helper()
+	return startWire(t, cfg, ns, opts, logger, codec.WireJSON)
+}
+
+// startWire is startLogging asking for wire, decoding with package codec's
+// codecs for CBOR.
+func startWire(t *testing.T, cfg *rest.Config, ns string, opts watcher.Options[object], logger klog.Logger, wire codec.Wire) *running {
+	t.Helper()
 	c := testkit.Client(t, cfg)
 	r := &running{store: store.New[object](), rec: &recorder{}}
 	opts.Handler = r.rec.handle
 	if opts.Observer == nil {
 		opts.Observer = r.rec
 	}
-	opts.Codec = watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind}
+	opts.Codec = watcher.JSONCodec[object]{GVK: v1alpha1.GroupVersionKind}
 	if opts.Backoff == (watcher.Backoff{}) {
 		opts.Backoff = fastBackoff
 	}
-	r.w = watcher.New(watcher.RESTSource{Client: c.REST(), Resource: v1alpha1.Resource, Namespace: ns}, r.store, opts)
+	var src watcher.Source = watcher.RESTSource{Client: c.REST(), Resource: v1alpha1.Resource, Namespace: ns}
+	if wire == codec.WireCBOR {
+		src, opts.Codec, _ = codec.NewCBOR(src, v1alpha1.GroupVersionKind, opts.Codec)
+	}
+	r.w = watcher.New(src, r.store, opts)
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	done := make(chan struct{})
 	go func() { r.w.Run(ctx); close(done) }()
@@ -452,7 +464,7 @@ func TestExpiredContinueTokenRestartsTheList(t *testing.T) {
 	}
 	s := store.New[object]()
 	w := watcher.New(src, s, watcher.Options[object]{PageSize: 100, Backoff: fastBackoff,
-		Codec: watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind}})
+		Codec: watcher.JSONCodec[object]{GVK: v1alpha1.GroupVersionKind}})
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go w.Run(runCtx)

@@ -53,3 +53,45 @@ func editLabelsOf(key string) func(store.Delta[*v1alpha1.MyResource]) {
 		}
 	}
 }
+
+// With store.Share, the objects a handler gets that leave the store (a
+// Deleted delta's final state, an Updated delta's Old) hold labels maps
+// that objects decoded after them may be given too: an edit of those is
+// reported as well, not carried silently into the next object.
+func TestTheMutationDetectorReportsAnEditOfTheLabelsOfObjectsThatLeftTheStore(t *testing.T) {
+	for name, c := range map[string]struct {
+		second string // ns/a's second event, after its ADDED with app=x
+		edit   func(store.Delta[*v1alpha1.MyResource])
+	}{
+		"a Deleted object": {
+			framed(Deleted, item("a", `,"uid":"u-a","resourceVersion":"7","labels":{"app":"x"}`, ``)),
+			func(d store.Delta[*v1alpha1.MyResource]) {
+				if d.Type == store.Deleted {
+					d.Object.Labels["edited"] = "in place"
+				}
+			},
+		},
+		"an Update's Old object": {
+			framed(Modified, item("a", `,"uid":"u-a","resourceVersion":"7"`, ``)),
+			func(d store.Delta[*v1alpha1.MyResource]) {
+				if d.Type == store.Updated {
+					d.Old.Labels["edited"] = "in place"
+				}
+			},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := &answers{
+				lists: []string{page("5")},
+				watches: []string{framed(Added, item("a", `,"uid":"u-a","resourceVersion":"6","labels":{"app":"x"}`, ``)) +
+					c.second + framed(Added, item("b", `,"uid":"u-b","resourceVersion":"8","labels":{"app":"x"}`, ``))},
+			}
+			p := play(t, s, Options[*v1alpha1.MyResource]{Handler: c.edit},
+				func(s *store.Store[*v1alpha1.MyResource]) { s.Share() })
+			if err := p.store.CheckMutations(); err == nil || !strings.Contains(err.Error(), "changed in place") {
+				b, _ := p.store.Get("ns/b")
+				t.Errorf("the mutation detector says %v; want the edit reported (ns/b's labels: %v)", err, b.Labels)
+			}
+		})
+	}
+}

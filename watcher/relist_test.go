@@ -37,7 +37,7 @@ func TestRelistCutsTheWatchAndListsAfterItsPrepare(t *testing.T) {
 		keepAll := true // the loop's goroutine only: Filter and prepare
 		s := store.New[object]()
 		w := watcher.New(srv, s, watcher.Options[object]{
-			Codec:  watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind},
+			Codec:  watcher.JSONCodec[object]{GVK: v1alpha1.GroupVersionKind},
 			Filter: func(object) bool { return keepAll },
 		})
 		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logr.Discard()))

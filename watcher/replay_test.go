@@ -34,7 +34,7 @@ func TestLoopOnRecordedAnswers(t *testing.T) {
 				var deltas []string
 				w := watcher.New(src, s, watcher.Options[object]{
 					PageSize: 2, WatchList: watchList, Rand: func() float64 { return 0.5 },
-					Codec:   watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind},
+					Codec:   watcher.JSONCodec[object]{GVK: v1alpha1.GroupVersionKind},
 					Handler: func(d store.Delta[object]) { deltas = append(deltas, d.Type.String()+" "+d.Key) },
 				})
 				ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), funcr.New(func(string, string) {}, funcr.Options{})))

@@ -125,7 +125,7 @@ func runSimVia(t *testing.T, n int, opts watcher.Options[object], via func(watch
 		} else {
 			opts.Observer = s.obs
 		}
-		opts.Codec = watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind}
+		opts.Codec = watcher.JSONCodec[object]{GVK: v1alpha1.GroupVersionKind}
 		var through watcher.Source = src
 		if via != nil {
 			through = via(src)
@@ -627,7 +627,7 @@ func timeTravelBehind(t *testing.T, first error) {
 		src := &restoredOnFirstWatch{Server: srv, snap: snap, err: first}
 		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), funcr.New(func(string, string) {}, funcr.Options{})))
 		st := store.New[object]()
-		w := watcher.New(src, st, watcher.Options[object]{Codec: watcher.Codec[object]{GVK: v1alpha1.GroupVersionKind}})
+		w := watcher.New(src, st, watcher.Options[object]{Codec: watcher.JSONCodec[object]{GVK: v1alpha1.GroupVersionKind}})
 		done := make(chan struct{})
 		go func() { w.Run(ctx); close(done) }()
 		defer func() { cancel(); <-done }()

@@ -56,3 +56,10 @@ func (s RESTSource) request(opts metav1.ListOptions) *rest.Request {
 	}
 	return r
 }
+
+// WithAccept returns s asking for these media types (package codec's CBOR
+// asks so).
+func (s RESTSource) WithAccept(accept string) Source {
+	s.Accept = accept
+	return s
+}

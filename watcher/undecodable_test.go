@@ -76,3 +76,22 @@ func keptAfterTheRelist(t *testing.T, s *answers, after string) {
 		t.Errorf("%s reported ns/a deleted: %+v", after, d)
 	}
 }
+
+// An undecodable DELETED among a WatchList's initial events removes its
+// key from them, as a live one deletes it from the store.
+func TestAnUndecodableDeletedAmongInitialEventsRemovesItsKey(t *testing.T) {
+	end := `{` + objHead + `,"metadata":{"resourceVersion":"8","annotations":{"k8s.io/initial-events-end":"true"}}}`
+	s := &answers{
+		lists: []string{page("5")},
+		watches: []string{framed(Added, item("a", `,"uid":"u-a","resourceVersion":"6"`, ``)) +
+			framed(Deleted, item("a", `,"uid":"u-a","resourceVersion":"7"`, `,"spec":{"message":17}`)) +
+			framed(Bookmark, end)},
+	}
+	p := play(t, s, Options[*v1alpha1.MyResource]{WatchList: true})
+	if s.listed != 0 || p.rv != "8" {
+		t.Fatalf("%d lists, resourceVersion %s: want the initial events read to their end at 8", s.listed, p.rv)
+	}
+	if _, ok := p.store.Get("ns/a"); ok {
+		t.Error("ns/a is in the store after the initial events deleted it")
+	}
+}

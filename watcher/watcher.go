@@ -56,7 +56,8 @@ type Options[T Object] struct {
 	// Observer hears about every step of the loop: the events of this
 	// package (StateChanged, ListPage, ...). Optional.
 	Observer observe.Observer
-	// Codec decodes objects; set its GVK to reject objects of another kind.
+	// Codec decodes the server's answers; default JSONCodec (no check of
+	// the objects' apiVersion/kind). Package codec has faster ones, and CBOR.
 	Codec Codec[T]
 	// WatchList makes the watcher get its initial state from a WATCH with
 	// sendInitialEvents=true instead of a paginated LIST (KEP-3157): the
@@ -73,18 +74,13 @@ type Options[T Object] struct {
 	// object it refuses (a server may ignore what ListOptions asked for).
 	// It is called on the loop's goroutine.
 	Filter func(T) bool
-	// Wire is the encoding to ask for: WireJSON (default) or WireCBOR
-	// (wire.go). With CBOR the source must be an AcceptSource (RESTSource
-	// is); a server that answers JSON or 406 makes the watcher use JSON
-	// from then on, with one log line. Sweep always uses JSON.
-	Wire Wire
 }
 
 // Watcher keeps a Store in step with one resource on the API server by
 // listing it, then watching it from the list's resourceVersion, forever.
 type Watcher[T Object] struct {
 	source Source
-	wire   encoding // the loop's
+	codec  Codec[T]
 	store  *store.Store[T]
 	opts   Options[T]
 	log    klog.Logger // Run's context's, named "watcher"
@@ -148,7 +144,10 @@ func New[T Object](src Source, s *store.Store[T], opts Options[T]) *Watcher[T] {
 	if opts.ListOptions == nil {
 		opts.ListOptions = func(*metav1.ListOptions) {}
 	}
-	w := &Watcher[T]{source: src, wire: newEncoding(src, opts.Wire), store: s, opts: opts, synced: make(chan struct{})}
+	if opts.Codec == nil {
+		opts.Codec = JSONCodec[T]{}
+	}
+	w := &Watcher[T]{source: src, codec: opts.Codec, store: s, opts: opts, synced: make(chan struct{})}
 	w.pos.Store(&position{})
 	return w
 }
@@ -198,9 +197,6 @@ func (w *Watcher[T]) Relist(prepare func() bool) {
 // klog.FromContext(ctx).
 func (w *Watcher[T]) Run(ctx context.Context) {
 	w.log = klog.LoggerWithName(klog.FromContext(ctx), "watcher")
-	if w.opts.Wire == WireCBOR && w.wire.cbor == nil {
-		w.log.Info("The source cannot ask for CBOR (it is no AcceptSource): using JSON")
-	}
 	m := NewMachine(w.opts.Backoff, w.opts.WatchList, w.opts.Rand)
 	m.SilenceLimit = w.opts.SilenceLimit
 	act := m.Start(time.Now())
@@ -395,6 +391,16 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 	return Outcome{At: time.Now(), RV: rv}
 }
 
+// readList reads one LIST page (Codec.DecodeList).
+func (w *Watcher[T]) readList(ctx context.Context, opts metav1.ListOptions, add func(T), bad func(*SkipError)) (metav1.ListMeta, error) {
+	body, err := w.source.List(ctx, opts)
+	if err != nil {
+		return metav1.ListMeta{}, err
+	}
+	defer body.Close()
+	return w.codec.DecodeList(body, add, bad)
+}
+
 // probe lists one item, for the list's resourceVersion: where the server is.
 func (w *Watcher[T]) probe(ctx context.Context) Outcome {
 	o := Outcome{}
@@ -465,7 +471,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 	o.Timeout = timeout
 	defer func() { o.At, o.Open = time.Now(), time.Since(start) }()
 
-	body, err := w.open(sctx, opts, true)
+	body, err := w.source.Watch(sctx, opts)
 	if err != nil {
 		o.Err = err
 		return o
@@ -482,7 +488,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 		report(w, WatchEnded{Frames: o.Frames, Open: time.Since(start), Err: o.Err, Quiet: act.Quiet})
 	}()
 
-	dec := w.newEvents(body)
+	dec := w.codec.DecodeEvents(body)
 	for {
 		ev, err := dec.Next()
 		arrived := time.Now()
@@ -492,6 +498,8 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 		case skip != nil:
 			w.skipped(skip)
 			switch {
+			case repl != nil && ev.Type == Deleted && skip.Key != "":
+				repl.Remove(skip.Key) // as below: the key is gone
 			case repl != nil:
 				repl.Keep(skip.Key, skip.UID) // listed, but unreadable: keep what we have, if it is the same object
 			case skip.Key == "":
@@ -530,7 +538,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 		case repl != nil && ev.Type == Bookmark:
 			continue // a progress bookmark inside the initial events
 		case repl != nil && ev.Type == Deleted:
-			repl.Remove(ev.Object)
+			repl.Remove(store.KeyOf(ev.Object))
 			continue
 		case repl != nil:
 			repl.Add(ev.Object)
@@ -554,7 +562,7 @@ func (w *Watcher[T]) watchTimeout() time.Duration {
 
 // apply writes one event to the store and hands the delta to the handler.
 func (w *Watcher[T]) apply(ev Event[T], arrived time.Time) {
-	var d store.Delta[T]
+	var d, gone store.Delta[T]
 	var changed bool
 	var written time.Time
 	if ev.Type != Deleted && w.opts.Observer != nil { // for Received only
@@ -563,13 +571,16 @@ func (w *Watcher[T]) apply(ev Event[T], arrived time.Time) {
 	if ev.Type == Deleted {
 		d, changed = w.store.Delete(ev.Object)
 	} else {
-		d, changed = w.store.Upsert(ev.Object)
+		d, changed, gone = w.store.Upsert(ev.Object)
 	}
 	key := d.Key // the store made it: not again (a string) per event
 	if !changed && w.opts.Observer != nil {
 		key = store.KeyOf(ev.Object)
 	}
 	report(w, Received{Type: ev.Type, Key: key, RV: ev.RV, Arrived: arrived, Written: written, Object: ev.Object})
+	if gone.Type != 0 { // the key held another object (another UID)
+		w.hand(gone)
+	}
 	if changed {
 		w.hand(d)
 	}

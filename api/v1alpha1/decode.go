@@ -1,14 +1,14 @@
 package v1alpha1
 
 import (
-	"rawwatch/internal/metajson"
+	"rawwatch/codec/metajson"
 )
 
 // DecodeJSON decodes a MyResource into r, a fresh one, without reflection.
 // It decodes exactly as Kubernetes' decoder (sigs.k8s.io/json, case-sensitive)
 // would, or returns an error (metajson.ErrDecline) and leaves r in an
 // unspecified state: then decode it with that decoder (metajson.Plain), which
-// gives the answer (watcher.Codec does). Unusual input declines: see package
+// gives the answer (package codec's JSON does). Unusual input declines: see package
 // metajson. FuzzDecodeJSON holds the two equal (with opts.NewestWriteOnly:
 // equal to the plain decoder's object with its managedFields so reduced).
 func (r *MyResource) DecodeJSON(data []byte, opts metajson.Options) error {

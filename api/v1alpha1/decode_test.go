@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"rawwatch/internal/metajson"
+	"rawwatch/codec/metajson"
 	"rawwatch/internal/wire"
 )
 

@@ -25,8 +25,8 @@ import (
 	"syscall"
 	"time"
 
+	"rawwatch/codec"
 	"rawwatch/compare"
-	"rawwatch/watcher"
 )
 
 func main() {
@@ -80,7 +80,7 @@ func run(ctx context.Context, args []string) int {
 		return 2
 	}
 	var err error
-	if o.Wire, err = watcher.ParseWire(*wire); err != nil {
+	if o.Wire, err = codec.ParseWire(*wire); err != nil {
 		fmt.Fprintln(os.Stderr, "compare: --wire:", err)
 		return 2
 	}
@@ -109,7 +109,7 @@ func consume(args []string) int {
 		return 2
 	}
 	var err error
-	if o.Wire, err = watcher.ParseWire(*wire); err != nil {
+	if o.Wire, err = codec.ParseWire(*wire); err != nil {
 		fmt.Fprintln(os.Stderr, "consume: --wire:", err)
 		return 2
 	}

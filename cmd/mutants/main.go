@@ -4,7 +4,7 @@
 // with go test -c -overlay, its mutated files in a temporary directory.
 // Each mutant runs the schedule explorer first (watcher's TestExplorer and
 // FuzzExplorer's seeds, -short), then, if the explorer passed, the other
-// -short tests of the packages it reaches (watcher, store, queue), and gets
+// -short tests of the packages it reaches (watcher, store, queue, codec), and gets
 // one verdict:
 //
 //	killed-by-explorer | killed-by-tests | SURVIVED | stale | build-failed
@@ -51,7 +51,7 @@ import (
 const explorerTests = `^(TestExplorer|FuzzExplorer)$`
 
 // The packages whose -short tests judge a mutant, the explorer's first.
-var testPackages = []string{"watcher", "store", "queue"}
+var testPackages = []string{"watcher", "store", "queue", "codec"}
 
 func main() {
 	var (

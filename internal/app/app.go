@@ -53,6 +53,7 @@ import (
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/client"
+	"rawwatch/codec"
 	"rawwatch/explain"
 	"rawwatch/freshness"
 	"rawwatch/health"
@@ -108,6 +109,9 @@ type Options struct {
 	// Watch tunes the watcher (its Handler, Observer and Codec are set by
 	// New).
 	Watch watcher.Options[Object]
+	// Wire is the encoding to ask the API server for (codec.WireJSON or
+	// codec.WireCBOR); the watcher decodes with package codec's fast codecs.
+	Wire codec.Wire
 	// Observer hears every event of every part (package observe), after the
 	// metrics and the narration.
 	Observer observe.Observer
@@ -305,8 +309,11 @@ func New(opts Options) (_ *App, err error) {
 			a.Controller.OnDelta(d)
 		}
 	}
-	wopts.Codec = watcher.Codec[Object]{GVK: v1alpha1.GroupVersionKind}
-	src := watcher.RESTSource{Client: myClient.REST(), Resource: v1alpha1.Resource, Namespace: opts.Namespace}
+	wopts.Codec = codec.JSON[Object]{GVK: v1alpha1.GroupVersionKind, SharesLabels: a.Store.SharesLabels}
+	var src watcher.Source = watcher.RESTSource{Client: myClient.REST(), Resource: v1alpha1.Resource, Namespace: opts.Namespace}
+	if opts.Wire == codec.WireCBOR {
+		src, wopts.Codec, _ = codec.NewCBOR(src, v1alpha1.GroupVersionKind, wopts.Codec)
+	}
 	if opts.Sharding != nil {
 		a.Sharded = sharding.NewWatcher(src, a.Store, wopts, nil) // the first claims say what to watch
 		a.Watcher = a.Sharded.Watcher

@@ -90,7 +90,7 @@ func leavingApp(stored, listed []string, rec reconcile.Reconciler[Object], obs o
 		s.Upsert(&v1alpha1.MyResource{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: n, UID: types.UID("uid-" + n), ResourceVersion: "5"}})
 	}
 	a := &App{Store: s, opts: Options{Workers: 2}, gate: newGate(s, obs),
-		Sharded: sharding.NewWatcher[Object](listSource{listed}, s, watcher.Options[Object]{Codec: watcher.Codec[Object]{GVK: v1alpha1.GroupVersionKind}}, nil)}
+		Sharded: sharding.NewWatcher[Object](listSource{listed}, s, watcher.Options[Object]{Codec: watcher.JSONCodec[Object]{GVK: v1alpha1.GroupVersionKind}}, nil)}
 	a.Watcher = a.Sharded.Watcher
 	a.gate.set(ring.Claims{Working: shard.All(), Target: shard.All()})
 	a.gate.setDeadline(time.Now().Add(time.Hour)) // its lease is fresh: the gate's clock admits

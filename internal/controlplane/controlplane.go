@@ -60,7 +60,7 @@ type Options struct {
 	NoShardSelectors bool
 	// CBOR starts the apiservers with the CBORServingAndStorage feature gate
 	// (KEP-4222, alpha, off by default): custom resources are then served as
-	// CBOR to clients that ask for it (watcher.WireCBOR). One more apiserver
+	// CBOR to clients that ask for it (codec.WireCBOR). One more apiserver
 	// with it: AddAPIServer(ctx, name, CBORGate).
 	CBOR bool
 	// CRDs are manifests to install (default: config/crd/*.yaml but its

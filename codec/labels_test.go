@@ -1,20 +1,16 @@
-package watcher
+package codec
 
 import (
 	"bytes"
-	"context"
 	"fmt"
-	"io"
 	"reflect"
 	"strings"
 	"testing"
-	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/internal/wire"
 	"rawwatch/store"
+	"rawwatch/watcher"
 )
 
 // A watch stream's objects whose labels are written alike get one map from
@@ -24,10 +20,10 @@ import (
 // object. A store that does not share gets one map per object.
 func TestStreamLabelsShareOneMapUnlessTheTransformMayChangeThem(t *testing.T) {
 	stream := strings.Join([]string{
-		ev(Added, `"name":"a","namespace":"ns","resourceVersion":"1","labels":{"app":"x","tier":"web"}`, ``),
-		ev(Added, `"name":"b","namespace":"ns","resourceVersion":"2","labels":{"app":"x","tier":"web"}`, ``),
-		ev(Modified, `"name":"a","namespace":"ns","resourceVersion":"3","labels":{"app":"x","tier":"web"}`, ``),
-		ev(Added, `"name":"c","namespace":"ns","resourceVersion":"4","labels":{"app":"y"}`, ``),
+		ev(watcher.Added, `"name":"a","namespace":"ns","resourceVersion":"1","labels":{"app":"x","tier":"web"}`, ``),
+		ev(watcher.Added, `"name":"b","namespace":"ns","resourceVersion":"2","labels":{"app":"x","tier":"web"}`, ``),
+		ev(watcher.Modified, `"name":"a","namespace":"ns","resourceVersion":"3","labels":{"app":"x","tier":"web"}`, ``),
+		ev(watcher.Added, `"name":"c","namespace":"ns","resourceVersion":"4","labels":{"app":"y"}`, ``),
 	}, "")
 	for _, c := range []struct {
 		name    string
@@ -49,8 +45,8 @@ func TestStreamLabelsShareOneMapUnlessTheTransformMayChangeThem(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			st := store.New[*v1alpha1.MyResource]()
 			c.set(st)
-			w := New(nil, st, Options[*v1alpha1.MyResource]{Codec: codec})
-			dec := newEventDecoder(strings.NewReader(stream), w.codec())
+			w := sharing(st)
+			dec := newEventDecoder(strings.NewReader(stream), w.withLabels())
 			var decoded []map[string]string // each object's labels as decoded
 			for range 4 {
 				e, err := dec.Next()
@@ -58,7 +54,7 @@ func TestStreamLabelsShareOneMapUnlessTheTransformMayChangeThem(t *testing.T) {
 					t.Fatal(err)
 				}
 				decoded = append(decoded, e.Object.Labels)
-				w.apply(e, time.Now())
+				apply(st, e)
 			}
 			maps := map[uintptr]bool{}
 			for _, m := range decoded[:3] {
@@ -93,12 +89,12 @@ func TestListLabelsShareOneMap(t *testing.T) {
 	}, ",") + `]}`)
 	st := store.New[*v1alpha1.MyResource]()
 	st.Share()
-	w := New(nil, st, Options[*v1alpha1.MyResource]{Codec: codec})
+	w := sharing(st)
 	for name, data := range map[string][]byte{"page": page, wire.ListPage1: capture(t, wire.ListPage1), wire.ListPage2: capture(t, wire.ListPage2)} {
 		var alike, apart []*v1alpha1.MyResource
-		labelled := w.codec()
-		for c, to := range map[*Codec[*v1alpha1.MyResource]]*[]*v1alpha1.MyResource{&codec: &apart, &labelled: &alike} {
-			if _, err := decodeList(bytes.NewReader(data), *c, func(o *v1alpha1.MyResource) { *to = append(*to, o) }, func(s *SkipError) { t.Fatal(s) }); err != nil {
+		labelled := w.withLabels()
+		for c, to := range map[*JSON[*v1alpha1.MyResource]]*[]*v1alpha1.MyResource{&codec: &apart, &labelled: &alike} {
+			if _, err := decodeList(bytes.NewReader(data), *c, func(o *v1alpha1.MyResource) { *to = append(*to, o) }, func(s *watcher.SkipError) { t.Fatal(s) }); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -140,31 +136,21 @@ func BenchmarkLabelsPerEvent(b *testing.B) {
 			if shared {
 				st.Share()
 			}
-			w := New(nil, st, Options[*v1alpha1.MyResource]{Codec: codec})
+			w := sharing(st)
 			b.ReportAllocs()
 			for b.Loop() {
-				dec := newEventDecoder(bytes.NewReader(stream.Bytes()), w.codec())
+				dec := newEventDecoder(bytes.NewReader(stream.Bytes()), w.withLabels())
 				for range events {
 					e, err := dec.Next()
 					if err != nil {
 						b.Fatal(err)
 					}
-					w.apply(e, time.Time{})
+					apply(st, e)
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*events), "ns/event")
 		})
 	}
-}
-
-// pageSource serves one LIST page, whatever is asked.
-type pageSource struct {
-	Source
-	page string
-}
-
-func (p pageSource) List(context.Context, metav1.ListOptions) (io.ReadCloser, error) {
-	return io.NopCloser(strings.NewReader(p.page)), nil
 }
 
 // A transform that changes labels in place changes only its own object's,
@@ -178,10 +164,11 @@ func TestListedLabelsChangedByATransformStayTheirOwn(t *testing.T) {
 	st := store.New[*v1alpha1.MyResource]()
 	st.Share()
 	st.SetTransform(func(o *v1alpha1.MyResource) { o.Labels["mine"] = o.Name })
-	w := New(pageSource{page: page}, st, Options[*v1alpha1.MyResource]{Codec: codec, Handler: func(store.Delta[*v1alpha1.MyResource]) {}})
-	if o := w.list(context.Background(), ""); o.Err != nil {
-		t.Fatal(o.Err)
+	repl := st.NewReplacement()
+	if _, err := sharing(st).DecodeList(strings.NewReader(page), repl.Add, func(*watcher.SkipError) {}); err != nil {
+		t.Fatal(err)
 	}
+	repl.Commit()
 	for _, name := range []string{"a", "b", "c"} {
 		if o, ok := st.Get("ns/" + name); !ok || fmt.Sprint(o.Labels) != "map[app:x mine:"+name+"]" {
 			t.Errorf("%s's labels after the LIST: %v", name, o.Labels)

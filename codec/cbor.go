@@ -1,4 +1,4 @@
-package watcher
+package codec
 
 import (
 	"errors"
@@ -8,6 +8,9 @@ import (
 
 	"github.com/fxamacker/cbor/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"rawwatch/watcher"
 )
 
 // CBOR (RFC 8949) as kube-apiserver serves it with CBORServingAndStorage
@@ -73,11 +76,21 @@ var cborMode = func() cbor.DecMode {
 	return dm
 }()
 
-// decodeCBOR is Decode for one object's CBOR.
-func (c Codec[T]) decodeCBOR(what string, raw []byte) (T, error) {
+// decodeCBOR decodes one object's CBOR, of gvk if set. Its apiVersion and
+// kind are its TypeMeta's: apimachinery's CBOR serializer finds them so
+// (case-sensitively).
+func decodeCBOR[T watcher.Object](gvk schema.GroupVersionKind, what string, raw []byte) (T, error) {
 	var obj T
 	err := cborMode.Unmarshal(raw, &obj)
-	return c.checked(what, raw, obj, err, "cbor: ", cborMode.Unmarshal)
+	if err != nil {
+		err = fmt.Errorf("cbor: %w", err)
+	}
+	var zero T
+	var found schema.GroupVersionKind
+	if err == nil && obj != zero {
+		found = obj.GetObjectKind().GroupVersionKind()
+	}
+	return watcher.JSONCodec[T]{GVK: gvk}.Checked(what, raw, obj, found, err, cborMode.Unmarshal)
 }
 
 // cborList is a LIST page, its items left for one by one decoding.
@@ -88,7 +101,7 @@ type cborList struct {
 
 // decodeCBORList is decodeList for a CBOR page. The page is read whole (a
 // JSON page is read item by item): at most the page's size twice in memory.
-func decodeCBORList[T Object](r io.Reader, c Codec[T], add func(T), bad func(*SkipError)) (metav1.ListMeta, error) {
+func decodeCBORList[T watcher.Object](r io.Reader, gvk schema.GroupVersionKind, add func(T), bad func(*watcher.SkipError)) (metav1.ListMeta, error) {
 	page, err := io.ReadAll(r)
 	if err != nil {
 		return metav1.ListMeta{}, fmt.Errorf("decoding list: %w", err)
@@ -101,9 +114,9 @@ func decodeCBORList[T Object](r io.Reader, c Codec[T], add func(T), bad func(*Sk
 		return l.Metadata, errors.New("decoding CBOR list: response has neither items nor metadata")
 	}
 	for _, raw := range l.Items {
-		obj, err := c.decodeCBOR("list item", raw)
+		obj, err := decodeCBOR[T](gvk, "list item", raw)
 		if err != nil {
-			bad(err.(*SkipError))
+			bad(err.(*watcher.SkipError))
 			continue
 		}
 		add(obj)
@@ -112,20 +125,20 @@ func decodeCBORList[T Object](r io.Reader, c Codec[T], add func(T), bad func(*Sk
 }
 
 // cborEventDecoder reads the events of a CBOR WATCH stream.
-type cborEventDecoder[T Object] struct {
+type cborEventDecoder[T watcher.Object] struct {
 	in     *boundedReader
 	dec    *cbor.Decoder
-	codec  Codec[T]
+	gvk    schema.GroupVersionKind
 	object cbor.RawMessage // the last frame's object, its buffer reused
 }
 
 // newCBOREventDecoder reads frames of at most max bytes (DefaultMaxFrame if 0).
-func newCBOREventDecoder[T Object](r io.Reader, c Codec[T], max int) *cborEventDecoder[T] {
+func newCBOREventDecoder[T watcher.Object](r io.Reader, gvk schema.GroupVersionKind, max int) *cborEventDecoder[T] {
 	if max <= 0 {
 		max = DefaultMaxFrame
 	}
 	in := &boundedReader{r: r, max: max}
-	d := &cborEventDecoder[T]{in: in, dec: cborMode.NewDecoder(in), codec: c}
+	d := &cborEventDecoder[T]{in: in, dec: cborMode.NewDecoder(in), gvk: gvk}
 	in.used = d.dec.NumBytesRead
 	return d
 }
@@ -154,21 +167,22 @@ type cborFrame struct {
 	Object cbor.RawMessage `json:"object"`
 }
 
-// Next is eventDecoder.Next for CBOR: io.EOF, a *SkipError for a frame that
+// Next is watcher.Events' Next for CBOR: io.EOF, a *SkipError for a frame that
 // is well formed but not an event that can be decoded (the stream goes on),
 // any other error for a broken stream.
-func (d *cborEventDecoder[T]) Next() (Event[T], error) {
+func (d *cborEventDecoder[T]) Next() (watcher.Event[T], error) {
 	before := d.dec.NumBytesRead()
 	f := cborFrame{Object: d.object[:0]}
 	err := d.dec.Decode(&f)
 	d.object = f.Object[:0]
 	if err != nil {
 		if d.dec.NumBytesRead() > before { // well formed, consumed: skip it
-			return Event[T]{}, &SkipError{What: "watch frame", Err: fmt.Errorf("cbor: %w", err)}
+			return watcher.Event[T]{}, &watcher.SkipError{What: "watch frame", Err: fmt.Errorf("cbor: %w", err)}
 		}
-		return Event[T]{}, err
+		return watcher.Event[T]{}, err
 	}
-	return eventOf(f.Type, f.Object, d.codec.decodeCBOR, cborMode.Unmarshal,
+	object := func(what string, raw []byte) (T, error) { return decodeCBOR[T](d.gvk, what, raw) }
+	return watcher.EventOf(f.Type, f.Object, object, cborMode.Unmarshal,
 		func(b []byte) string { return fmt.Sprintf("CBOR %x", short(b)) })
 }
 

@@ -1,4 +1,4 @@
-package watcher
+package codec
 
 import (
 	"reflect"
@@ -6,7 +6,8 @@ import (
 	"testing"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/internal/metajson"
+	"rawwatch/codec/metajson"
+	"rawwatch/watcher"
 )
 
 // Kubernetes decodes objects with keys matched case-sensitively
@@ -45,7 +46,7 @@ func (p *fastProbe) DecodeJSONFrom(d *metajson.Decoder) error {
 // managedFields reduced to the newest write for a watch event; when it
 // declines, the plain decoder's object is the answer.
 func TestCodecUsesTheTypesDecoder(t *testing.T) {
-	c := Codec[*fastProbe]{GVK: v1alpha1.GroupVersionKind}
+	c := JSON[*fastProbe]{GVK: v1alpha1.GroupVersionKind}
 	const mf = `"managedFields":[{"manager":"a","time":"2026-12-01T10:00:00Z","fieldsV1":{"f:spec":{}}},{"manager":"b","time":"2026-12-01T11:00:00Z"}]`
 	obj := `{"apiVersion":"example.com/v1alpha1","kind":"MyResource","metadata":{"name":"a","resourceVersion":"7",` + mf + `},"spec":{"message":"m"}}`
 
@@ -61,7 +62,7 @@ func TestCodecUsesTheTypesDecoder(t *testing.T) {
 	if err != nil || len(probeCalls) != 1 || !probeCalls[0].NewestWriteOnly {
 		t.Fatalf("event: calls %+v, err %v; want one decode with NewestWriteOnly", probeCalls, err)
 	}
-	if at, ok := WrittenAt(ev.Object); !ok || at.UTC().Hour() != 11 || len(ev.Object.ManagedFields) != 1 {
+	if at, ok := watcher.WrittenAt(ev.Object); !ok || at.UTC().Hour() != 11 || len(ev.Object.ManagedFields) != 1 {
 		t.Fatalf("event: written at %v (%v), managedFields %+v; want the 11:00 entry alone", at, ok, ev.Object.ManagedFields)
 	}
 

@@ -1,4 +1,4 @@
-package watcher
+package codec
 
 import (
 	"bytes"
@@ -15,13 +15,17 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	kjsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/types"
 	kjson "sigs.k8s.io/json"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/internal/metajson"
+	"rawwatch/codec/metajson"
 	"rawwatch/internal/wire"
 	"rawwatch/store"
+	"rawwatch/watcher"
 )
 
 // The event decoder against Kubernetes' own decoding of a WATCH stream,
@@ -52,60 +56,65 @@ type kubernetesDecoder struct {
 	frames *json.Decoder
 }
 
-func (d *kubernetesDecoder) Next() (Event[*v1alpha1.MyResource], error) {
+func (d *kubernetesDecoder) Next() (watcher.Event[*v1alpha1.MyResource], error) {
 	var raw json.RawMessage
 	if err := d.frames.Decode(&raw); err != nil {
-		return Event[*v1alpha1.MyResource]{}, err
+		return watcher.Event[*v1alpha1.MyResource]{}, err
 	}
 	var f metav1.WatchEvent
 	if err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &f); err != nil {
-		return Event[*v1alpha1.MyResource]{}, &SkipError{What: "watch frame", Err: err}
+		return watcher.Event[*v1alpha1.MyResource]{}, &watcher.SkipError{What: "watch frame", Err: err}
 	}
-	ev := Event[*v1alpha1.MyResource]{Type: f.Type}
+	ev := watcher.Event[*v1alpha1.MyResource]{Type: f.Type}
 	object := f.Object.Raw
 	switch f.Type {
-	case Added, Modified, Deleted:
+	case watcher.Added, watcher.Modified, watcher.Deleted:
 		what := f.Type + " event"
 		if object == nil {
-			return ev, &SkipError{What: what, Err: errors.New("no object")}
+			return ev, &watcher.SkipError{What: what, Err: errors.New("no object")}
 		}
 		var obj *v1alpha1.MyResource
 		err := kjson.UnmarshalCaseSensitivePreserveInts(object, &obj)
 		if err == nil && obj == nil {
 			err = errors.New("object is null")
 		}
-		if err == nil && obj.GroupVersionKind() != v1alpha1.GroupVersionKind {
-			err = errors.New("another kind")
+		if err == nil {
+			// apiVersion and kind as the serializer finds them (any case)
+			if gvk, ierr := kjsonserializer.DefaultMetaFactory.Interpret(object); ierr != nil || *gvk != v1alpha1.GroupVersionKind {
+				err = errors.New("another kind")
+			}
 		}
 		if err != nil {
 			key, rv, uid := referenceIdentity(object)
-			return ev, &SkipError{What: what, Key: key, RV: rv, UID: uid, Err: err}
+			return ev, &watcher.SkipError{What: what, Key: key, RV: rv, UID: uid, Err: err}
 		}
 		ev.Object, ev.RV = obj, obj.ResourceVersion
-	case Bookmark:
+	case watcher.Bookmark:
 		var tm struct {
 			Metadata metav1.ObjectMeta `json:"metadata"`
 		}
 		if err := kjson.UnmarshalCaseSensitivePreserveInts(object, &tm); err != nil || tm.Metadata.ResourceVersion == "" {
-			return ev, &SkipError{What: "BOOKMARK", Err: errors.New("no resourceVersion")}
+			return ev, &watcher.SkipError{What: "BOOKMARK", Err: errors.New("no resourceVersion")}
 		}
 		ev.RV, ev.InitialEventsEnd = tm.Metadata.ResourceVersion, tm.Metadata.Annotations[metav1.InitialEventsAnnotationKey] == "true"
-	case Error:
-		var status metav1.Status
-		if err := kjson.UnmarshalCaseSensitivePreserveInts(object, &status); err != nil || status.Kind != "Status" {
-			ev.Err = errors.New("not a Status")
-		} else {
-			ev.Err = apierrors.FromObject(&status)
+	case watcher.Error:
+		obj, err := runtime.Decode(unstructured.UnstructuredJSONScheme, object)
+		if err == nil {
+			err = apierrors.FromObject(obj)
 		}
+		if _, ok := err.(*apierrors.StatusError); !ok {
+			err = &watcher.UnexpectedErrorObject{Err: err}
+		}
+		ev.Err = err
 	default:
-		return ev, &SkipError{What: "watch frame", Err: errors.New("unknown event type")}
+		return ev, &watcher.SkipError{What: "watch frame", Err: errors.New("unknown event type")}
 	}
 	return ev, nil
 }
 
 // referenceIdentity is what a skipped object's metadata says of its name,
 // namespace, resourceVersion and UID, read as a map through Kubernetes'
-// decoder: each the last value given for it, if a string (SkipError).
+// decoder: each the last value given for it, if a string (watcher.SkipError).
 func referenceIdentity(object []byte) (key, rv string, uid types.UID) {
 	var id struct {
 		Metadata map[string]any `json:"metadata"`
@@ -124,25 +133,25 @@ func referenceIdentity(object []byte) (key, rv string, uid types.UID) {
 // outcome is one Next's result, reduced to what must agree.
 type outcome struct {
 	kind string // "event", "skip", "end" (io.EOF), "broken"
-	ev   Event[*v1alpha1.MyResource]
-	// class is an ERROR's (Classify)
-	class ErrorClass
-	skip  SkipError // a skip's identity (its Err apart): what a DELETED deletes, a relist keeps
+	ev   watcher.Event[*v1alpha1.MyResource]
+	// class is an ERROR's (watcher.Classify)
+	class watcher.ErrorClass
+	skip  watcher.SkipError // a skip's identity (its Err apart): what a DELETED deletes, a relist keeps
 }
 
-func outcomeOf(ev Event[*v1alpha1.MyResource], err error) outcome {
-	var skip *SkipError
+func outcomeOf(ev watcher.Event[*v1alpha1.MyResource], err error) outcome {
+	var skip *watcher.SkipError
 	switch {
 	case err == nil:
 		if ev.Object != nil {
 			ev.Object.ManagedFields = metajson.NewestWrite(ev.Object.ManagedFields)
 		}
-		class, _ := Classify(ev.Err)
+		class, _ := watcher.Classify(ev.Err)
 		ev.Err = nil // compared by its class
 		return outcome{kind: "event", ev: ev, class: class}
 	case errors.As(err, &skip):
-		return outcome{kind: "skip", ev: Event[*v1alpha1.MyResource]{Type: ev.Type},
-			skip: SkipError{What: skip.What, Key: skip.Key, RV: skip.RV, UID: skip.UID}}
+		return outcome{kind: "skip", ev: watcher.Event[*v1alpha1.MyResource]{Type: ev.Type},
+			skip: watcher.SkipError{What: skip.What, Key: skip.Key, RV: skip.RV, UID: skip.UID}}
 	case errors.Is(err, io.EOF):
 		return outcome{kind: "end"}
 	}
@@ -157,13 +166,24 @@ func compareStreams(t *testing.T, data []byte) {
 	}
 }
 
-// streamsDiffer decodes data with the watcher's event decoder and with
-// Kubernetes' (kubernetesDecoder) and says where they first disagree ("" if
-// they do not).
+// streamsDiffer decodes data with each codec, the fast one and the
+// watcher's own, and with Kubernetes' decoder (kubernetesDecoder), and says
+// where one first disagrees ("" if none does).
 func streamsDiffer(data []byte) string {
 	labelled := codec
 	labelled.labels = new(metajson.LabelCache) // as a watcher's store without a transform has it
-	fast := newEventDecoder(bytes.NewReader(data), labelled)
+	if d := eventsDiffer(data, newEventDecoder(bytes.NewReader(data), labelled)); d != "" {
+		return "the fast codec: " + d
+	}
+	if d := eventsDiffer(data, plainCodec.DecodeEvents(bytes.NewReader(data))); d != "" {
+		return "watcher.JSONCodec: " + d
+	}
+	return ""
+}
+
+// eventsDiffer says where fast, reading data, first disagrees with
+// Kubernetes' decoder.
+func eventsDiffer(data []byte, fast watcher.Events[*v1alpha1.MyResource]) string {
 	ref := &kubernetesDecoder{frames: json.NewDecoder(bytes.NewReader(data))}
 	for i := 0; i <= len(data)+1; i++ {
 		fe, ferr := fast.Next()
@@ -178,7 +198,7 @@ func streamsDiffer(data []byte) string {
 			return "" // a newline inside a frame of a line-framed stream: a cut Kubernetes may read on past
 		case f.kind != r.kind:
 			return fmt.Sprintf("frame %d: the watcher's %s (%v), Kubernetes' %s (%v)", i, f.kind, ferr, r.kind, rerr)
-		case f.kind == "skip" && (f.skip != r.skip || (f.ev.Type == Deleted) != (r.ev.Type == Deleted)):
+		case f.kind == "skip" && (f.skip != r.skip || (f.ev.Type == watcher.Deleted) != (r.ev.Type == watcher.Deleted)):
 			// (a skip's type counts only as DELETED or not: an unknown one
 			// in invalid UTF-8 keeps its bytes on the walk)
 			return fmt.Sprintf("frame %d skipped otherwise:\nthe watcher %+v %q (%v)\nKubernetes  %+v %q (%v)", i, f.skip, f.ev.Type, ferr, r.skip, r.ev.Type, rerr)
@@ -229,7 +249,7 @@ func TestTheNewestManagedFieldsTimeIsKept(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		at, ok := WrittenAt(ev.Object)
+		at, ok := watcher.WrittenAt(ev.Object)
 		if !ok || at.UTC().Format("2006-01-02T15:04:05Z") != "2026-12-01T10:00:05Z" {
 			t.Fatalf("%s: written at %v (%v), want 2026-12-01T10:00:05Z", name, at, ok)
 		}
@@ -256,7 +276,7 @@ func TestTheFallbackKeepsTheNewestManagedFieldsTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if at, ok := WrittenAt(ev.Object); !ok || at.UTC().Format(time.RFC3339) != "2026-12-01T10:00:05Z" || ev.Object.Spec.Message != "x" {
+	if at, ok := watcher.WrittenAt(ev.Object); !ok || at.UTC().Format(time.RFC3339) != "2026-12-01T10:00:05Z" || ev.Object.Spec.Message != "x" {
 		t.Fatalf("written at %v (%v), message %q; want 2026-12-01T10:00:05Z, \"x\"", at, ok, ev.Object.Spec.Message)
 	}
 }

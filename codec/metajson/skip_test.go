@@ -64,7 +64,7 @@ func TestSkipAgreesWithEncodingJSON(t *testing.T) {
 	}
 }
 
-// go test ./internal/metajson -run '^$' -fuzz FuzzSkip -fuzztime 2m
+// go test ./codec/metajson -run '^$' -fuzz FuzzSkip -fuzztime 2m
 func FuzzSkip(f *testing.F) {
 	for _, c := range skipCases {
 		f.Add([]byte(c))

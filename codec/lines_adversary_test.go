@@ -1,6 +1,7 @@
-package watcher
+package codec
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"reflect"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/watcher"
 )
 
 // chunkReader hands data out size bytes a read at most (the last read of
@@ -39,7 +41,7 @@ func compareLinesIn(t *testing.T, name, data string, size, max int) {
 		if fmt.Sprint(lerr) != fmt.Sprint(cerr) || !reflect.DeepEqual(le, ce) {
 			t.Fatalf("%s (reads of %d bytes, bound %d): call %d: by the line %+v, %v\n\tchecked %+v, %v", name, size, max, i, le, lerr, ce, cerr)
 		}
-		if lerr != nil && asSkip(lerr) == nil {
+		if lerr != nil && !errors.As(lerr, new(*watcher.SkipError)) {
 			return
 		}
 	}

@@ -1,4 +1,4 @@
-package watcher
+package codec
 
 import (
 	"bytes"
@@ -28,10 +28,11 @@ import (
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/client"
-	"rawwatch/internal/metajson"
+	"rawwatch/codec/metajson"
 	"rawwatch/internal/openfinding"
 	"rawwatch/internal/wire"
 	"rawwatch/store"
+	"rawwatch/watcher"
 )
 
 // cborOf encodes v as kube-apiserver does: the self-described tag, then
@@ -79,25 +80,25 @@ func TestCBORWatchStreamDecodesAndSkipsBadFrames(t *testing.T) {
 		"metadata": map[string]any{"name": "cm", "namespace": "default", "resourceVersion": "13"}}
 	var stream bytes.Buffer
 	for _, f := range [][]byte{
-		cborEvent(t, Added, sample("a", "10")),
-		cborEvent(t, Modified, badSpec),  // skip, key default/bad
-		cborOf(t, []any{"not", "a map"}), // well formed, not an event: skip
+		cborEvent(t, watcher.Added, sample("a", "10")),
+		cborEvent(t, watcher.Modified, badSpec), // skip, key default/bad
+		cborOf(t, []any{"not", "a map"}),        // well formed, not an event: skip
 		cborEvent(t, "TELEPORTED", sample("a", "14")),
-		cborEvent(t, Deleted, otherKind), // skip: another kind
-		cborEvent(t, Bookmark, map[string]any{"metadata": map[string]any{"resourceVersion": "15",
-			"annotations": map[string]any{initialEventsEnd: "true"}}}),
-		cborEvent(t, Error, &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired, Message: "too old"}),
-		cborEvent(t, Modified, sample("a", "16")),
+		cborEvent(t, watcher.Deleted, otherKind), // skip: another kind
+		cborEvent(t, watcher.Bookmark, map[string]any{"metadata": map[string]any{"resourceVersion": "15",
+			"annotations": map[string]any{metav1.InitialEventsAnnotationKey: "true"}}}),
+		cborEvent(t, watcher.Error, &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired, Message: "too old"}),
+		cborEvent(t, watcher.Modified, sample("a", "16")),
 	} {
 		stream.Write(f)
 	}
-	d := newCBOREventDecoder(&stream, codec, 0)
+	d := newCBOREventDecoder[*v1alpha1.MyResource](&stream, codec.GVK, 0)
 	type want struct{ typ, rv, skipKey string }
-	wants := []want{{Added, "10", ""}, {Modified, "", "default/bad"}, {"", "", "-"}, {"TELEPORTED", "", "-"},
-		{Deleted, "", "default/cm"}, {Bookmark, "15", ""}, {Error, "", ""}, {Modified, "16", ""}}
+	wants := []want{{watcher.Added, "10", ""}, {watcher.Modified, "", "default/bad"}, {"", "", "-"}, {"TELEPORTED", "", "-"},
+		{watcher.Deleted, "", "default/cm"}, {watcher.Bookmark, "15", ""}, {watcher.Error, "", ""}, {watcher.Modified, "16", ""}}
 	for i, w := range wants {
 		ev, err := d.Next()
-		var skip *SkipError
+		var skip *watcher.SkipError
 		switch {
 		case w.skipKey != "":
 			if !errors.As(err, &skip) || (w.skipKey != "-" && skip.Key != w.skipKey) || (w.skipKey == "-" && skip.Key != "") {
@@ -109,15 +110,15 @@ func TestCBORWatchStreamDecodesAndSkipsBadFrames(t *testing.T) {
 			t.Fatalf("frame %d: got %s at %q, want %s at %q", i, ev.Type, ev.RV, w.typ, w.rv)
 		}
 		switch {
-		case ev.Type == Bookmark && !ev.InitialEventsEnd:
+		case ev.Type == watcher.Bookmark && !ev.InitialEventsEnd:
 			t.Errorf("frame %d: the bookmark lost its initial-events-end annotation", i)
-		case ev.Type == Error && !strings.Contains(ev.Err.Error(), "too old"):
+		case ev.Type == watcher.Error && !strings.Contains(ev.Err.Error(), "too old"):
 			t.Errorf("frame %d: ERROR event decoded as %v", i, ev.Err)
-		case ev.Type == Added:
+		case ev.Type == watcher.Added:
 			if ev.Object.Spec.Message != "hello 10" || ev.Object.Labels["app"] != "x" || ev.Object.UID != "uid-a" {
 				t.Errorf("frame %d: object decoded as %+v", i, ev.Object)
 			}
-			if at, _ := WrittenAt(ev.Object); !at.Equal(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)) {
+			if at, _ := watcher.WrittenAt(ev.Object); !at.Equal(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)) {
 				t.Errorf("frame %d: WrittenAt %v", i, at)
 			}
 		}
@@ -127,16 +128,16 @@ func TestCBORWatchStreamDecodesAndSkipsBadFrames(t *testing.T) {
 	}
 
 	// A frame cut short, and a frame announcing more than the bound.
-	whole := cborEvent(t, Added, sample("a", "10"))
-	if _, err := newCBOREventDecoder(bytes.NewReader(whole[:len(whole)-3]), codec, 0).Next(); err != io.ErrUnexpectedEOF {
+	whole := cborEvent(t, watcher.Added, sample("a", "10"))
+	if _, err := newCBOREventDecoder[*v1alpha1.MyResource](bytes.NewReader(whole[:len(whole)-3]), codec.GVK, 0).Next(); err != io.ErrUnexpectedEOF {
 		t.Errorf("a cut frame: %v, want io.ErrUnexpectedEOF", err)
 	}
-	huge := cborEvent(t, Added, map[string]any{"metadata": map[string]any{"name": strings.Repeat("x", 64<<10)}})
-	if _, err := newCBOREventDecoder(bytes.NewReader(huge), codec, 16<<10).Next(); !errors.Is(err, ErrFrameTooLarge) {
+	huge := cborEvent(t, watcher.Added, map[string]any{"metadata": map[string]any{"name": strings.Repeat("x", 64<<10)}})
+	if _, err := newCBOREventDecoder[*v1alpha1.MyResource](bytes.NewReader(huge), codec.GVK, 16<<10).Next(); !errors.Is(err, ErrFrameTooLarge) {
 		t.Errorf("a frame over the bound: %v, want ErrFrameTooLarge", err)
 	}
 	// Not CBOR at all (a reserved head byte): the stream is broken.
-	if _, err := newCBOREventDecoder(bytes.NewReader([]byte{0xd9, 0xd9, 0xf7, 0x1c}), codec, 0).Next(); err == nil || errors.As(err, new(*SkipError)) {
+	if _, err := newCBOREventDecoder[*v1alpha1.MyResource](bytes.NewReader([]byte{0xd9, 0xd9, 0xf7, 0x1c}), codec.GVK, 0).Next(); err == nil || errors.As(err, new(*watcher.SkipError)) {
 		t.Errorf("malformed CBOR: %v, want a broken stream", err)
 	}
 }
@@ -148,9 +149,9 @@ func TestCBORListSkipsBadItemsAndKeepsTheirKeys(t *testing.T) {
 		"items": []any{sample("a", "3"), map[string]any{"apiVersion": "example.com/v1alpha1", "kind": "MyResource",
 			"metadata": map[string]any{"name": "bad", "namespace": "default", "resourceVersion": "4", "uid": "uid-bad"}, "spec": []any{}}, sample("b", "5")}})
 	var got, bad []string
-	meta, err := decodeCBORList(bytes.NewReader(page), codec,
+	meta, err := decodeCBORList(bytes.NewReader(page), codec.GVK,
 		func(o *v1alpha1.MyResource) { got = append(got, store.KeyOf(o)+"@"+o.ResourceVersion) },
-		func(s *SkipError) { bad = append(bad, s.Key+"@"+s.RV+"/"+string(s.UID)) })
+		func(s *watcher.SkipError) { bad = append(bad, s.Key+"@"+s.RV+"/"+string(s.UID)) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +163,7 @@ func TestCBORListSkipsBadItemsAndKeepsTheirKeys(t *testing.T) {
 	if meta.ResourceVersion != "20" || meta.Continue != "next" {
 		t.Errorf("list metadata %+v", meta)
 	}
-	if _, err := decodeCBORList(bytes.NewReader(cborOf(t, []any{1})), codec, func(*v1alpha1.MyResource) {}, func(*SkipError) {}); err == nil {
+	if _, err := decodeCBORList(bytes.NewReader(cborOf(t, []any{1})), codec.GVK, func(*v1alpha1.MyResource) {}, func(*watcher.SkipError) {}); err == nil {
 		t.Error("an array decoded as a list")
 	}
 }
@@ -170,7 +171,7 @@ func TestCBORListSkipsBadItemsAndKeepsTheirKeys(t *testing.T) {
 // A server without CBOR: one that refuses it (406) and one that answers
 // JSON anyway. Either way the watcher syncs and follows events with JSON,
 // asks for CBOR no more, and says so once. A source that cannot ask for
-// CBOR gets JSON from the start, also said once.
+// CBOR gets JSON from the start (NewCBOR says so to its caller).
 func TestCBORFallsBackToJSONOnce(t *testing.T) {
 	listJSON := `{"kind":"MyResourceList","apiVersion":"example.com/v1alpha1","metadata":{"resourceVersion":"7"},"items":[` +
 		`{"apiVersion":"example.com/v1alpha1","kind":"MyResource","metadata":{"name":"a","namespace":"default","resourceVersion":"5","uid":"u"},"spec":{"message":"m"}}]}`
@@ -216,12 +217,16 @@ func TestCBORFallsBackToJSONOnce(t *testing.T) {
 				}
 			}, funcr.Options{})
 			s := store.New[*v1alpha1.MyResource]()
-			var src Source = RESTSource{Client: c.REST(), Resource: v1alpha1.Resource, Namespace: "default"}
+			var src watcher.Source = watcher.RESTSource{Client: c.REST(), Resource: v1alpha1.Resource, Namespace: "default"}
 			if tc.opaque {
-				src = struct{ Source }{src}
+				src = struct{ watcher.Source }{src}
 			}
-			w := New(src, s,
-				Options[*v1alpha1.MyResource]{Codec: codec, Wire: WireCBOR, PageSize: 1})
+			src, cdc, ok := NewCBOR(src, codec.GVK, watcher.Codec[*v1alpha1.MyResource](codec))
+			if ok == tc.opaque {
+				t.Fatalf("NewCBOR of a source that can ask %v: ok %v", !tc.opaque, ok)
+			}
+			w := watcher.New(src, s,
+				watcher.Options[*v1alpha1.MyResource]{Codec: cdc, PageSize: 1})
 			ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 			done := make(chan struct{})
 			go func() { w.Run(ctx); close(done) }()
@@ -237,11 +242,8 @@ func TestCBORFallsBackToJSONOnce(t *testing.T) {
 			if n, want := cborAsked.Load(), map[bool]int64{false: 1, true: 0}[tc.opaque]; n != want {
 				t.Errorf("CBOR asked for %d times (of %d requests), want %d", n, requests.Load(), want)
 			}
-			if n := lines.Load(); n != 1 {
-				t.Errorf("%d log lines about the fallback, want 1", n)
-			}
-			if tc.opaque != strings.Contains(logged.String(), "cannot ask") {
-				t.Errorf("the log blames the wrong side: %s", logged.String())
+			if n, want := lines.Load(), map[bool]int64{false: 1, true: 0}[tc.opaque]; n != want {
+				t.Errorf("%d log lines about the fallback, want %d", n, want)
 			}
 			t.Logf("%d requests; logged: %s", requests.Load(), logged.String())
 		})
@@ -287,8 +289,8 @@ func asServerCBOREvents(t testing.TB, name string) [][]byte {
 func TestCBORDecodesTheCapturesAsJSONDoes(t *testing.T) {
 	same := func(what string, j, c *v1alpha1.MyResource) {
 		t.Helper()
-		jt, _ := WrittenAt(j)
-		ct, _ := WrittenAt(c)
+		jt, _ := watcher.WrittenAt(j)
+		ct, _ := watcher.WrittenAt(c)
 		if !jt.Equal(ct) {
 			t.Errorf("%s: WrittenAt JSON %v, CBOR %v", what, jt, ct)
 		}
@@ -301,12 +303,12 @@ func TestCBORDecodesTheCapturesAsJSONDoes(t *testing.T) {
 	for _, page := range []string{wire.ListPage1, wire.ListPage2} {
 		data := capture(t, page)
 		var jsonItems, cborItems []*v1alpha1.MyResource
-		jm, err := decodeList(bytes.NewReader(data), codec, func(o *v1alpha1.MyResource) { jsonItems = append(jsonItems, o) }, func(*SkipError) {})
+		jm, err := decodeList(bytes.NewReader(data), codec, func(o *v1alpha1.MyResource) { jsonItems = append(jsonItems, o) }, func(*watcher.SkipError) {})
 		if err != nil {
 			t.Fatal(err)
 		}
-		cm, err := decodeCBORList(bytes.NewReader(asServerCBOR(t, data)), codec, func(o *v1alpha1.MyResource) { cborItems = append(cborItems, o) },
-			func(s *SkipError) { t.Errorf("%s: %v", page, s) })
+		cm, err := decodeCBORList(bytes.NewReader(asServerCBOR(t, data)), codec.GVK, func(o *v1alpha1.MyResource) { cborItems = append(cborItems, o) },
+			func(s *watcher.SkipError) { t.Errorf("%s: %v", page, s) })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -320,7 +322,7 @@ func TestCBORDecodesTheCapturesAsJSONDoes(t *testing.T) {
 	for _, stream := range []string{wire.WatchList, wire.WatchGone} {
 		cborStream := bytes.NewReader(bytes.Join(asServerCBOREvents(t, stream), nil))
 		jsonEvents := decodeAll(t, capture(t, stream))
-		d := newCBOREventDecoder(cborStream, codec, 0)
+		d := newCBOREventDecoder[*v1alpha1.MyResource](cborStream, codec.GVK, 0)
 		for i, j := range jsonEvents {
 			c, err := d.Next()
 			if err != nil {
@@ -368,8 +370,8 @@ func TestAdversaryCBORSkipLosesTheUID(t *testing.T) {
 	page := cborOf(t, map[string]any{"apiVersion": "example.com/v1alpha1", "kind": "MyResourceList",
 		"metadata": map[string]any{"resourceVersion": "20"}, "items": []any{bad}})
 	repl := st.NewReplacement()
-	var skips []*SkipError
-	if _, err := decodeCBORList(bytes.NewReader(page), codec, repl.Add, func(s *SkipError) {
+	var skips []*watcher.SkipError
+	if _, err := decodeCBORList(bytes.NewReader(page), codec.GVK, repl.Add, func(s *watcher.SkipError) {
 		skips = append(skips, s)
 		repl.Keep(s.Key, s.UID) // as Watcher.list does
 	}); err != nil {
@@ -530,11 +532,11 @@ func TestAdversaryACBORListPageIsReadWholeWithNoBound(t *testing.T) {
 		return read, grown
 	}
 	cborRead, cborGrown := firstAdd(func(r io.Reader, add func(*v1alpha1.MyResource)) error {
-		_, err := decodeCBORList(r, codec, add, func(*SkipError) {})
+		_, err := decodeCBORList(r, codec.GVK, add, func(*watcher.SkipError) {})
 		return err
 	}, cborPage)
 	jsonRead, _ := firstAdd(func(r io.Reader, add func(*v1alpha1.MyResource)) error {
-		_, err := decodeList(r, codec, add, func(*SkipError) {})
+		_, err := decodeList(r, codec, add, func(*watcher.SkipError) {})
 		return err
 	}, jsonPage)
 	const mib = 1 << 20
@@ -552,7 +554,7 @@ func TestAdversaryACBORListPageIsReadWholeWithNoBound(t *testing.T) {
 // that is not a time) loses name, namespace and UID together, though
 // encoding/json read them. Then the relist cannot Keep the item (Watcher.list
 // keeps only skips with a key), and the stored object, the same one, comes
-// out Deleted (FinalStateUnknown) and leaves the store though the server
+// out watcher.Deleted (FinalStateUnknown) and leaves the store though the server
 // has it; and such a DELETED is skipped without deleting its key (the
 // object stays in the store until the next relist). Severity: loss (a
 // spurious delete, and a delete never applied; the apiserver validates
@@ -561,7 +563,7 @@ func TestAdversaryACBORListPageIsReadWholeWithNoBound(t *testing.T) {
 //
 //	a list item default/a (same UID) whose metadata.generation is a string:
 //	skipped with key "" and UID "", want "default/a" and "uid-a"
-//	the relist handed [Deleted default/a (final state unknown: true)] and the
+//	the relist handed [watcher.Deleted default/a (final state unknown: true)] and the
 //	store lost default/a, which the server lists
 //	a DELETED event of default/a whose metadata.generation is a string:
 //	skipped DELETED event: json: cannot unmarshal string into Go struct field
@@ -575,7 +577,7 @@ func TestAdversaryOneBadMetadataFieldLosesTheSkippedObjectsKey(t *testing.T) {
 	item := `{` + objHead + `,"metadata":{"name":"a","namespace":"default","uid":"uid-a","resourceVersion":"4","generation":"2"},"spec":{"message":"x"}}`
 	page := `{"apiVersion":"example.com/v1alpha1","kind":"MyResourceList","metadata":{"resourceVersion":"20"},"items":[` + item + `]}`
 	repl := st.NewReplacement()
-	if _, err := decodeList(strings.NewReader(page), codec, repl.Add, func(s *SkipError) {
+	if _, err := decodeList(strings.NewReader(page), codec, repl.Add, func(s *watcher.SkipError) {
 		if s.Key != "default/a" || s.UID != "uid-a" {
 			t.Errorf("a list item default/a (same UID) whose metadata.generation is a string: skipped with key %q and UID %q, want \"default/a\" and \"uid-a\"", s.Key, s.UID)
 		}
@@ -595,7 +597,7 @@ func TestAdversaryOneBadMetadataFieldLosesTheSkippedObjectsKey(t *testing.T) {
 	}
 	frame := `{"type":"DELETED","object":` + item + "}\n"
 	_, err := newEventDecoder(strings.NewReader(frame), codec).Next()
-	var skip *SkipError
+	var skip *watcher.SkipError
 	if !errors.As(err, &skip) || skip.Key != "default/a" {
 		t.Errorf("a DELETED event of default/a whose metadata.generation is a string: %v (key %q), so the loop does not delete it", err, func() string {
 			if skip != nil {

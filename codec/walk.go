@@ -1,4 +1,4 @@
-package watcher
+package codec
 
 import (
 	"bytes"
@@ -6,9 +6,11 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"rawwatch/watcher"
 )
 
-// The event decoder's way for a frame onePass (decode.go) does not take:
+// The event decoder's way for a frame onePass (json.go) does not take:
 // an event of a type without a decoder of its own, a bookmark, an error,
 // or anything unusual in the envelope or the object. A watch frame is
 //
@@ -70,7 +72,7 @@ func envelope(frame []byte) (typ string, object []byte, ok bool) {
 		return "", nil, false
 	}
 	switch typ {
-	case Added, Modified, Deleted: // the object is checked as it is decoded
+	case watcher.Added, watcher.Modified, watcher.Deleted: // the object is checked as it is decoded
 	default: // bookmarks, errors and the unknown are small: check them now
 		if object != nil && !json.Valid(object) {
 			return "", nil, false
@@ -84,7 +86,7 @@ func envelope(frame []byte) (typ string, object []byte, ok bool) {
 // one of the allocator's 16-byte blocks with a stored object's short string,
 // and live as long as it).
 func eventType(t []byte) string {
-	for _, known := range [...]string{Modified, Added, Deleted, Bookmark, Error} {
+	for _, known := range [...]string{watcher.Modified, watcher.Added, watcher.Deleted, watcher.Bookmark, watcher.Error} {
 		if string(t) == known {
 			return known
 		}

@@ -65,7 +65,7 @@ func TestTimeAgreesWithMetav1(t *testing.T) {
 // FuzzTime searches for a time string Decoder.Time reads otherwise than
 // metav1.Time:
 //
-//	go test ./internal/metajson -run '^$' -fuzz FuzzTime -fuzztime 1m
+//	go test ./codec/metajson -run '^$' -fuzz FuzzTime -fuzztime 1m
 func FuzzTime(f *testing.F) {
 	for _, s := range times {
 		f.Add(s)

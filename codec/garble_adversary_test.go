@@ -1,11 +1,10 @@
-package watcher_test
+package codec_test
 
 import (
 	"io"
+	"rawwatch/codec"
 	"testing"
 	"time"
-
-	"rawwatch/watcher"
 )
 
 // A finding of the fault scorecard (docs/scorecard.md, garble): a watch
@@ -30,7 +29,7 @@ func TestAdversaryAHalfFrameSwallowsTheFramesAfterIt(t *testing.T) {
 			io.WriteString(w, `{"type":"MODIFIED","object":{"metadata":{"name":"b","resourceVersion":"7"}}}`+"\n")
 		}
 	}()
-	f := watcher.NewFrameReader(r, 0)
+	f := codec.NewFrameReader(r, 0)
 	done := make(chan error, 1)
 	go func() { _, err := f.Next(); done <- err }()
 	select {

@@ -1,6 +1,7 @@
 package metajson
 
 import (
+	"bytes"
 	"time"
 	"unicode/utf8"
 
@@ -10,7 +11,10 @@ import (
 // Fields reads the object at the decoder, whose fields are listed in names
 // (at most 64): for each member it calls read with the field's index, unless
 // the value is null (which leaves a fresh field zero); an unknown key's value
-// is skipped. A field seen twice declines.
+// is skipped. A field seen twice declines. In an object whose names begin
+// with TypeMetaFields, a key that is "apiVersion" or "kind" in another case
+// declines too: client-go's serializer finds the two in any case
+// (encoding/json's rule), so such a key may be what it finds.
 func (d *Decoder) Fields(names []string, read func(n int) error) error {
 	var seen uint64
 	return d.Members(func(key []byte) error {
@@ -26,10 +30,16 @@ func (d *Decoder) Fields(names []string, read func(n int) error) error {
 			}
 			return read(n)
 		}
+		if len(names) >= 2 && names[0] == typeMetaFields[0] && names[1] == typeMetaFields[1] &&
+			(bytes.EqualFold(key, apiVersionKey) || bytes.EqualFold(key, kindKey)) {
+			return ErrDecline
+		}
 		_, err := d.Skip()
 		return err
 	})
 }
+
+var apiVersionKey, kindKey = []byte(typeMetaFields[0]), []byte(typeMetaFields[1])
 
 // TypeMeta's members, as MyResource and every generated type inline them.
 var typeMetaFields = []string{"apiVersion", "kind"}

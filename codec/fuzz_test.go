@@ -1,4 +1,4 @@
-package watcher
+package codec
 
 import (
 	"bytes"
@@ -13,8 +13,9 @@ import (
 	kjson "sigs.k8s.io/json"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/internal/metajson"
+	"rawwatch/codec/metajson"
 	"rawwatch/internal/wire"
+	"rawwatch/watcher"
 )
 
 // Fuzz tests of the decoding path: whatever bytes a server (or something in
@@ -49,7 +50,7 @@ func FuzzEventDecoder(f *testing.F) {
 				t.Fatalf("%d calls to Next on %d bytes: the decoder is not making progress", calls, len(data))
 			}
 			ev, err := dec.Next()
-			var skip *SkipError
+			var skip *watcher.SkipError
 			if errors.As(err, &skip) {
 				checkSkip(t, skip)
 				continue
@@ -62,10 +63,11 @@ func FuzzEventDecoder(f *testing.F) {
 	})
 }
 
-// FuzzDecodeList holds decodeList to Kubernetes' decoding of a LIST page
-// (kubernetesList), and decodes every page a second time as a watcher does,
-// its items' labels through one LabelCache (Watcher.codec), requiring the
-// same items and skips: the cache only shares maps.
+// FuzzDecodeList holds both codecs' DecodeList to Kubernetes' decoding of
+// a LIST page (kubernetesList), and decodes every page a second time with
+// the fast codec as a watcher does, its items' labels through one
+// LabelCache (JSON.SharesLabels), requiring the same items and skips: the
+// cache only shares maps.
 func FuzzDecodeList(f *testing.F) {
 	f.Add(capture(f, wire.ListPage1))
 	f.Add(capture(f, wire.ListPage2))
@@ -96,24 +98,27 @@ func FuzzDecodeList(f *testing.F) {
 		if d := pageDiffers(data, meta, items, skips, err); d != "" {
 			t.Fatal(d)
 		}
+		if d := listsDiffer(data); d != "" { // the watcher's own codec too
+			t.Fatal(d)
+		}
 	})
 }
 
 // decodePage is decodeList's result for data.
-func decodePage(data []byte, c Codec[*v1alpha1.MyResource]) (metav1.ListMeta, []*v1alpha1.MyResource, []*SkipError, error) {
+func decodePage(data []byte, c watcher.Codec[*v1alpha1.MyResource]) (metav1.ListMeta, []*v1alpha1.MyResource, []*watcher.SkipError, error) {
 	var items []*v1alpha1.MyResource
-	var skips []*SkipError
+	var skips []*watcher.SkipError
 	meta, err := decodeList(bytes.NewReader(data), c,
 		func(obj *v1alpha1.MyResource) { items = append(items, obj) },
-		func(skip *SkipError) { skips = append(skips, skip) })
+		func(skip *watcher.SkipError) { skips = append(skips, skip) })
 	return meta, items, skips, err
 }
 
 // identities are skips reduced to what must agree (their Err apart).
-func identities(skips []*SkipError) []SkipError {
-	var out []SkipError
+func identities(skips []*watcher.SkipError) []watcher.SkipError {
+	var out []watcher.SkipError
 	for _, s := range skips {
-		out = append(out, SkipError{What: s.What, Key: s.Key, RV: s.RV, UID: s.UID})
+		out = append(out, watcher.SkipError{What: s.What, Key: s.Key, RV: s.RV, UID: s.UID})
 	}
 	return out
 }
@@ -121,12 +126,17 @@ func identities(skips []*SkipError) []SkipError {
 // listsDiffer decodes a LIST page with decodeList and as Kubernetes does
 // (kubernetesList), and says how they disagree ("" if they do not).
 func listsDiffer(data []byte) string {
-	meta, items, skips, err := decodePage(data, codec)
-	return pageDiffers(data, meta, items, identities(skips), err)
+	for name, c := range map[string]watcher.Codec[*v1alpha1.MyResource]{"the fast codec": codec, "watcher.JSONCodec": plainCodec} {
+		meta, items, skips, err := decodePage(data, c)
+		if d := pageDiffers(data, meta, items, identities(skips), err); d != "" {
+			return name + ": " + d
+		}
+	}
+	return ""
 }
 
 // pageDiffers compares what decodeList made of data with kubernetesList.
-func pageDiffers(data []byte, meta metav1.ListMeta, items []*v1alpha1.MyResource, skips []SkipError, err error) string {
+func pageDiffers(data []byte, meta metav1.ListMeta, items []*v1alpha1.MyResource, skips []watcher.SkipError, err error) string {
 	kmeta, kitems, kskips, ok := kubernetesList(data)
 	switch {
 	case ok != (err == nil):
@@ -147,7 +157,7 @@ func pageDiffers(data []byte, meta metav1.ListMeta, items []*v1alpha1.MyResource
 // (neither items nor a resourceVersion: decodeList's rule). An item
 // Kubernetes cannot decode (it would fail the page) is a skip, with the
 // identity its metadata gives (referenceIdentity).
-func kubernetesList(data []byte) (meta metav1.ListMeta, items []*v1alpha1.MyResource, skips []SkipError, ok bool) {
+func kubernetesList(data []byte) (meta metav1.ListMeta, items []*v1alpha1.MyResource, skips []watcher.SkipError, ok bool) {
 	var l struct {
 		Metadata metav1.ListMeta   `json:"metadata"`
 		Items    []json.RawMessage `json:"items"`
@@ -167,7 +177,7 @@ func kubernetesList(data []byte) (meta metav1.ListMeta, items []*v1alpha1.MyReso
 		}
 		if err != nil {
 			key, rv, uid := referenceIdentity(raw)
-			skips = append(skips, SkipError{What: "list item", Key: key, RV: rv, UID: uid})
+			skips = append(skips, watcher.SkipError{What: "list item", Key: key, RV: rv, UID: uid})
 			continue
 		}
 		items = append(items, obj)
@@ -185,10 +195,10 @@ func checkObject(t *testing.T, obj *v1alpha1.MyResource) {
 	}
 }
 
-func checkSkip(t *testing.T, skip *SkipError) {
+func checkSkip(t *testing.T, skip *watcher.SkipError) {
 	t.Helper()
 	if skip.What == "" || skip.Err == nil || skip.Error() == "" {
-		t.Fatalf("SkipError without what or why: %#v", skip)
+		t.Fatalf("watcher.SkipError without what or why: %#v", skip)
 	}
 }
 
@@ -211,7 +221,7 @@ func FuzzCBOREventDecoder(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const max = 1 << 10
 		in := bytes.NewReader(data)
-		dec := newCBOREventDecoder(in, codec, max)
+		dec := newCBOREventDecoder[*v1alpha1.MyResource](in, codec.GVK, max)
 		for calls := 0; ; calls++ {
 			if calls > len(data)+1 {
 				t.Fatalf("%d calls to Next on %d bytes: the decoder is not making progress", calls, len(data))
@@ -221,7 +231,7 @@ func FuzzCBOREventDecoder(f *testing.F) {
 			if n := dec.dec.NumBytesRead() - before; n > max+len(selfDescribedCBOR)+16 && err == nil {
 				t.Fatalf("a frame of %d bytes passed the bound of %d", n, max)
 			}
-			var skip *SkipError
+			var skip *watcher.SkipError
 			if errors.As(err, &skip) {
 				checkSkip(t, skip)
 				continue
@@ -238,32 +248,32 @@ func FuzzCBORDecodeList(f *testing.F) {
 	f.Add(asServerCBOR(f, capture(f, wire.ListPage1)))
 	f.Add(asServerCBOR(f, capture(f, wire.ListPage2)))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		_, _ = decodeCBORList(bytes.NewReader(data), codec,
+		_, _ = decodeCBORList(bytes.NewReader(data), codec.GVK,
 			func(obj *v1alpha1.MyResource) { checkObject(t, obj) },
-			func(skip *SkipError) { checkSkip(t, skip) })
+			func(skip *watcher.SkipError) { checkSkip(t, skip) })
 	})
 }
 
 // checkEvent holds an event a decoder returned without an error to the
 // protocol: an object that is a MyResource at the event's resourceVersion,
 // a bookmark's resourceVersion, an ERROR's error, no other type.
-func checkEvent(t *testing.T, ev Event[*v1alpha1.MyResource]) {
+func checkEvent(t *testing.T, ev watcher.Event[*v1alpha1.MyResource]) {
 	t.Helper()
 	switch ev.Type {
-	case Added, Modified, Deleted:
+	case watcher.Added, watcher.Modified, watcher.Deleted:
 		checkObject(t, ev.Object)
 		if ev.RV != ev.Object.ResourceVersion {
 			t.Fatalf("%s event RV %q, object RV %q", ev.Type, ev.RV, ev.Object.ResourceVersion)
 		}
-	case Bookmark:
+	case watcher.Bookmark:
 		if ev.RV == "" {
 			t.Fatal("a bookmark without resourceVersion was not skipped")
 		}
-	case Error:
+	case watcher.Error:
 		if ev.Err == nil {
 			t.Fatal("an ERROR event without an error")
 		}
 	default:
-		t.Fatalf("event type %q returned without a SkipError", ev.Type)
+		t.Fatalf("event type %q returned without a watcher.SkipError", ev.Type)
 	}
 }

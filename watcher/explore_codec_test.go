@@ -1,0 +1,16 @@
+package watcher_test
+
+import (
+	"testing"
+
+	"rawwatch/api/v1alpha1"
+	"rawwatch/codec"
+	"rawwatch/watcher"
+)
+
+// The explorer's schedules, the watchers decoding with the fast codec the
+// controller runs (package codec): its frame reader under cut, corrupted
+// and respelled streams.
+func TestExplorerWithTheFastCodec(t *testing.T) {
+	watcher.ExploreWith(t, codec.JSON[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind})
+}

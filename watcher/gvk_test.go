@@ -1,0 +1,53 @@
+package watcher
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	kjsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
+
+	"rawwatch/api/v1alpha1"
+)
+
+// An object's apiVersion and kind are what client-go's JSON serializer
+// finds (its MetaFactory: encoding/json's rules, keys matched in any case,
+// of a key given twice the last), on every route an object takes: a LIST
+// item, a watch frame's object read in one pass, and read apart.
+func TestApiVersionAndKindAreFoundAsTheSerializerFindsThem(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	serializer := kjsonserializer.NewSerializerWithOptions(kjsonserializer.DefaultMetaFactory, scheme, scheme, kjsonserializer.SerializerOptions{})
+	meta := `"metadata":{"name":"a","namespace":"ns","uid":"u-a","resourceVersion":"6"}`
+	for name, object := range map[string]string{
+		"as written":                `{` + objHead + `,` + meta + `}`,
+		"KIND after kind":           `{` + objHead + `,"KIND":"Other",` + meta + `}`,
+		"Kind before kind":          `{"Kind":"Other",` + objHead + `,` + meta + `}`,
+		"ApiVersion after":          `{` + objHead + `,"ApiVersion":"example.com/v2",` + meta + `}`,
+		"only in other cases":       `{"APIVERSION":"example.com/v1alpha1","Kind":"MyResource",` + meta + `}`,
+		"a Kelvin sign":             `{` + objHead + `,"` + "\u212A" + `ind":"Other",` + meta + `}`,
+		"an escaped kind after":     `{` + objHead + `,"kin\u0064":"Other",` + meta + `}`,
+		"an escaped KIND after":     `{` + objHead + `,"KIN\u0044":"Other",` + meta + `}`,
+		"kind twice, the last good": `{"kind":"Other",` + objHead + `,` + meta + `}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, _, serr := serializer.Decode([]byte(object), nil, nil)
+			_, err := codec.Decode("list item", []byte(object))
+			if (err == nil) != (serr == nil) {
+				t.Errorf("Codec.Decode: %v; the serializer: %v", err, serr)
+			}
+			ev, err := codec.DecodeEvents(bytes.NewReader([]byte(framed(Modified, object)))).Next()
+			var skip *SkipError
+			if (err == nil) != (serr == nil) || err != nil && !errors.As(err, &skip) {
+				t.Errorf("the event decoder: %v (%v); the serializer: %v", err, ev.Object, serr)
+			}
+			if err == nil && !reflect.DeepEqual(ev.Object.ObjectMeta.Name, "a") {
+				t.Errorf("the event's object: %v", ev.Object)
+			}
+		})
+	}
+}
