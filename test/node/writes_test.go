@@ -20,8 +20,8 @@ import (
 
 var myresources = schema.GroupVersionResource{Group: "example.com", Version: "v1alpha1", Resource: "myresources"}
 
-// statusWrites counts, from one unbroken watch of a namespace's
-// MyResources, the status writes each generation of each object got: an
+// statusWrites counts, from a watch of a namespace's MyResources resumed
+// from its last event whenever the server ends it, the status writes each generation of each object got: an
 // event whose status differs from the object's previous one is a write
 // (nobody but the controller writes status). The controller writes a
 // generation's status once; a second write of the same generation is an
@@ -39,38 +39,55 @@ func watchStatusWrites(t *testing.T, ns string) *statusWrites {
 	t.Helper()
 	dyn := dynamic.NewForConfigOrDie(cluster.Config())
 	ctx, cancel := context.WithCancel(context.Background())
-	w, err := dyn.Resource(myresources).Namespace(ns).Watch(ctx, metav1.ListOptions{})
+	open := func(rv string) (watch.Interface, error) {
+		return dyn.Resource(myresources).Namespace(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+	}
+	w, err := open("")
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
 	s := &statusWrites{last: map[string]string{}, writes: map[string]int{}, cancel: cancel, done: make(chan struct{})}
+	fail := func(err error) {
+		s.mu.Lock()
+		s.broken = err
+		s.mu.Unlock()
+	}
 	go func() {
 		defer close(s.done)
-		for ev := range w.ResultChan() {
-			if ev.Type == watch.Error {
+		rv := ""
+		for {
+			for ev := range w.ResultChan() {
+				if ev.Type == watch.Error {
+					fail(fmt.Errorf("watch error: %v", ev.Object))
+					return
+				}
+				u, ok := ev.Object.(*unstructured.Unstructured)
+				if !ok {
+					continue
+				}
+				rv = u.GetResourceVersion()
+				if ev.Type == watch.Bookmark {
+					continue
+				}
+				st, _ := json.Marshal(u.Object["status"])
+				uid := string(u.GetUID())
 				s.mu.Lock()
-				s.broken = fmt.Errorf("watch error: %v", ev.Object)
+				if ev.Type != watch.Deleted && u.Object["status"] != nil && s.last[uid] != string(st) {
+					s.writes[fmt.Sprintf("%s %d", uid, u.GetGeneration())]++
+				}
+				s.last[uid] = string(st)
 				s.mu.Unlock()
+			}
+			if ctx.Err() != nil {
 				return
 			}
-			u, ok := ev.Object.(*unstructured.Unstructured)
-			if !ok {
-				continue
+			// The server ended the watch at its timeout: go on from the
+			// last event, so no write is missed or counted twice.
+			if w, err = open(rv); err != nil {
+				fail(fmt.Errorf("watching again from %s: %v", rv, err))
+				return
 			}
-			st, _ := json.Marshal(u.Object["status"])
-			uid := string(u.GetUID())
-			s.mu.Lock()
-			if ev.Type != watch.Deleted && u.Object["status"] != nil && s.last[uid] != string(st) {
-				s.writes[fmt.Sprintf("%s %d", uid, u.GetGeneration())]++
-			}
-			s.last[uid] = string(st)
-			s.mu.Unlock()
-		}
-		if ctx.Err() == nil {
-			s.mu.Lock()
-			s.broken = fmt.Errorf("the watch ended early")
-			s.mu.Unlock()
 		}
 	}()
 	t.Cleanup(s.stop)
