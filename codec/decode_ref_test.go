@@ -348,3 +348,36 @@ func FuzzFastDecoder(f *testing.F) {
 	f.Add(capture(f, wire.WatchList))
 	f.Fuzz(func(t *testing.T, data []byte) { compareStreams(t, data); compareLines(t, data) })
 }
+
+// Claim (walk.go, Codec; watcher.JSONDecoder): a watch event's object
+// decodes to what Kubernetes' decoder (metajson.Plain) gives, minus
+// managedFields reduced to the newest write, or is refused as Plain refuses
+// it: "anything unusual in managedFields (invalid times) takes the plain
+// path". A time shaped like the apiserver's ("YYYY-MM-DDTHH:MM:SSZ") is
+// checked only by its shape (utcSeconds) and compared as text: one that is
+// not a time but sorts below the newest is cut out unread, so an object
+// Plain refuses decodes. (MyResource's own decoder declines it, rightly;
+// the fallback, withoutManagedFields then Plain, takes it.) compareStreams
+// tolerates this ("managedFields malformed in a way only the plain way
+// looks at"), so the fuzz target cannot find it. Severity: cosmetic (the
+// watcher takes an object Kubernetes' decoder would skip; the apiserver
+// writes the times itself). It fails with:
+//
+//	an object whose managedFields hold the time "2026-00-00T00:00:00Z":
+//	Plain refuses it (parsing time "2026-00-00T00:00:00Z": month out of
+//	range), the event decoder took it (default/a)
+//
+// Fixed since: utcSeconds also parses the time, as metav1.Time does.
+func TestAdversaryAnInvalidTimeOfTheApiserversShapeIsCutUnread(t *testing.T) {
+	obj := `{` + objHead + `,"metadata":{"name":"a","namespace":"default","resourceVersion":"5","managedFields":[` +
+		`{"manager":"m","time":"2026-12-01T10:00:00Z"},{"manager":"n","time":"2026-00-00T00:00:00Z"}]},"spec":{"message":"x"}}`
+	var plain *v1alpha1.MyResource
+	perr := metajson.Plain([]byte(obj), &plain)
+	if perr == nil {
+		t.Fatal("Plain took the invalid time: no finding")
+	}
+	got, err := codec.decode("MODIFIED event", []byte(obj), true)
+	if err == nil {
+		t.Errorf("an object whose managedFields hold the time \"2026-00-00T00:00:00Z\": Plain refuses it (%v), the event decoder took it (%s)", perr, store.KeyOf(got))
+	}
+}
