@@ -130,7 +130,7 @@ func TestTheLineShortcutDeliversWhatTheChecksDo(t *testing.T) {
 // that the line's shortcut delivers otherwise than the checks do (the
 // other fuzz targets read a stream whole, in one read):
 //
-//	go test ./watcher -run '^$' -fuzz FuzzLinesInChunks -fuzztime 1m
+//	go test ./codec -run '^$' -fuzz FuzzLinesInChunks -fuzztime 1m
 func FuzzLinesInChunks(f *testing.F) {
 	a := ev("ADDED", `"name":"a","namespace":"ns","resourceVersion":"1"`, ``)
 	for _, c := range fastPathCases {
@@ -144,9 +144,7 @@ func FuzzLinesInChunks(f *testing.F) {
 
 // A frame whose newline has not come yet is decoded all the same: the
 // event decoder does not wait for the newline (a server may send it only
-// with the next frame). When line read on until the newline, the second
-// event was held back: "the second frame, whole but for its newline, not
-// decoded after 30 s".
+// with the next frame).
 func TestAFrameIsNotHeldBackForItsNewline(t *testing.T) {
 	frame := fastPathCases["plain"]
 	r, w := io.Pipe()

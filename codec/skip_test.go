@@ -12,21 +12,10 @@ import (
 	"rawwatch/watcher"
 )
 
-// Claim (issue 20, store.Replacement.Keep): an undecodable list item of
-// another UID than the stored object's deletes the stored object. On the
-// CBOR wire it does not: decodeCBOR's SkipError carries Key and RV but never
-// the UID, so Keep gets "" ("unreadable: keep it") and the old object, gone
-// from the server, stays in the store as if current, with no delta. JSON
-// relists were fixed; CBOR relists (--wire=cbor) still behave as before the
-// fix. Severity: wrong data (a deleted object kept as current until an event
-// of the new one decodes). It fails with:
-//
-//	CBOR skip of default/a carries UID "", want "uid-new"
-//	after a CBOR relist listed default/a undecodable under UID uid-new, the store
-//	still holds UID uid-a and handed 0 deltas
-//
-// Fixed since: both wires finish a decode in Codec.checked.
-func TestAdversaryCBORSkipLosesTheUID(t *testing.T) {
+// A CBOR list item that does not decode is skipped with its UID, as on the
+// JSON wire, so a relist replaces a stored object of another UID
+// (store.Replacement.Keep) instead of keeping it as if current.
+func TestACBORSkipCarriesTheItemsUID(t *testing.T) {
 	st := store.New[*v1alpha1.MyResource]()
 	old := sample("a", "3") // UID uid-a
 	st.Upsert(old)
@@ -54,32 +43,10 @@ func TestAdversaryCBORSkipLosesTheUID(t *testing.T) {
 	}
 }
 
-// Claims (SkipError.UID, store.Replacement.Keep; docs/faults.md): "the
-// same UID or an unreadable one keeps it", and "a garbled DELETED still
-// deletes its key". Both need the skipped object's key, which Codec.decode
-// reads only if the whole of typeAndMeta decodes: one field of the
-// metadata of the wrong type (generation a string, a creationTimestamp
-// that is not a time) loses name, namespace and UID together, though
-// encoding/json read them. Then the relist cannot Keep the item (Watcher.list
-// keeps only skips with a key), and the stored object, the same one, comes
-// out watcher.Deleted (FinalStateUnknown) and leaves the store though the server
-// has it; and such a DELETED is skipped without deleting its key (the
-// object stays in the store until the next relist). Severity: loss (a
-// spurious delete, and a delete never applied; the apiserver validates
-// metadata, so only a mangling middlebox or a broken server sends such an
-// object). It fails with:
-//
-//	a list item default/a (same UID) whose metadata.generation is a string:
-//	skipped with key "" and UID "", want "default/a" and "uid-a"
-//	the relist handed [watcher.Deleted default/a (final state unknown: true)] and the
-//	store lost default/a, which the server lists
-//	a DELETED event of default/a whose metadata.generation is a string:
-//	skipped DELETED event: json: cannot unmarshal string into Go struct field
-//	ObjectMeta.metadata.generation of type int64 (key ""), so the loop does
-//	not delete it
-//
-// Fixed since: a skip reads only the identity (name, namespace, resourceVersion, UID).
-func TestAdversaryOneBadMetadataFieldLosesTheSkippedObjectsKey(t *testing.T) {
+// A skip reads only the identity (name, namespace, resourceVersion, UID):
+// one metadata field of the wrong type (generation a string) keeps the key
+// and UID, so a relist keeps the same object and a garbled DELETED deletes it.
+func TestASkipKeepsTheKeyOfAnObjectWithOneBadMetadataField(t *testing.T) {
 	st := store.New[*v1alpha1.MyResource]()
 	st.Upsert(sample("a", "3")) // UID uid-a
 	item := `{` + objHead + `,"metadata":{"name":"a","namespace":"default","uid":"uid-a","resourceVersion":"4","generation":"2"},"spec":{"message":"x"}}`

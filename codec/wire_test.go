@@ -354,20 +354,10 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Claim (cbor.go, docs/operations.md): CBOR frames are bounded like JSON
-// ones. A known gap, shown here: a CBOR LIST page is read whole (io.ReadAll)
-// and then copied item by item (cbor.RawMessage) before the first item is
-// decoded, with no bound, where a JSON page is read item by item (the
-// decoder's buffer holds about one item). A page of 23.6 MiB (above the 16
-// MiB frame bound; 500 objects of 1.5 MiB, the apiserver's own limits, make
-// 750 MiB) is in memory twice over. Severity: crash (out of memory, under a
-// page size or object size the server allows; none with today's pages of
-// 500 small objects). It fails with:
-//
-//	a CBOR LIST page of 23.6 MiB (24576 items): 23.6 MiB read before the
-//	first item was handed on (JSON: 1 KiB of its 25.4 MiB page), heap
-//	grown by 76.0 MiB by then; want at most DefaultMaxFrame (16 MiB) read
-func TestAdversaryACBORListPageIsReadWholeWithNoBound(t *testing.T) {
+// A CBOR LIST page is read within the frame bound, as a JSON page is (item
+// by item): at most DefaultMaxFrame read before the first item is handed on.
+// Open (the page is read whole, then copied item by item): skipped until fixed.
+func TestACBORListPageIsReadWithinTheFrameBound(t *testing.T) {
 	openfinding.Skip(t)
 	if testing.Short() {
 		t.Skip("builds pages of 24 MiB")

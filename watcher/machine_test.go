@@ -605,7 +605,7 @@ func driveBrokenStreams(t *testing.T, r float64, d time.Duration, errs func(n in
 // bound (40 in any minute) holds, and at the cap a list comes at least every
 // two capped waits (no stall) and at most four LISTs and four WATCHes a
 // minute (no storm).
-func TestTooLargeAfterEveryListHoldsTheBound(t *testing.T) {
+func TestMachineHoldsTheRequestBoundWhenEveryWatchIsTooLarge(t *testing.T) {
 	for _, wl := range []bool{false, true} {
 		for _, r := range []float64{0, 0.999} {
 			m := NewMachine(DefaultBackoff, wl, func() float64 { return r })
