@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"rawwatch/internal/openfinding"
 	"rawwatch/internal/wire"
 )
 
@@ -243,32 +244,60 @@ func TestLineOffersWhatNextWouldReturn(t *testing.T) {
 	}
 }
 
-// A frame whose newline has not come yet is decoded all the same: the
-// event decoder does not wait for the newline (a server may send it only
-// with the next frame). When line read on until the newline, the second
-// event was held back: "the second frame, whole but for its newline, not
-// decoded after 30 s".
-func TestAFrameIsNotHeldBackForItsNewline(t *testing.T) {
-	frame := fastPathCases["plain"]
+// A watch frame cut in half, then whole frames on a stream that stays open:
+// Next returns (a frame or an error) and does not wait for the half frame's
+// end, so the loop re-watches at once instead of at its watchdog (150 s).
+func TestAHalfFrameDoesNotHoldBackTheFramesAfterIt(t *testing.T) {
 	r, w := io.Pipe()
 	defer w.Close()
-	go w.Write([]byte(frame + strings.TrimSuffix(frame, "\n")))
-	got := make(chan error, 2)
 	go func() {
-		d := newEventDecoder(r, codec)
+		io.WriteString(w, `{"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVer`+"\n")
 		for range 2 {
-			_, err := d.Next()
-			got <- err
+			io.WriteString(w, `{"type":"MODIFIED","object":{"metadata":{"name":"b","resourceVersion":"7"}}}`+"\n")
 		}
 	}()
-	for i, what := range []string{"the first frame", "the second frame, whole but for its newline,"} {
-		select {
-		case err := <-got:
-			if err != nil {
-				t.Fatalf("frame %d: %v", i, err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%s not decoded after 30 s", what)
+	f := NewFrameReader(r, 0)
+	done := make(chan error, 1)
+	go func() { _, err := f.Next(); done <- err }()
+	select {
+	case <-done: // a frame or an error: either lets the loop act
+	case <-time.After(2 * time.Second):
+		t.Fatal("a half frame then two whole ones, the stream open: Next returned nothing in 2s (it waits for the half frame's end)")
+	}
+}
+
+// errIdle stands for a stream that stays open with nothing more to send: a
+// reader returns it once its script is spent (Next would block there).
+var errIdle = errors.New("stream open, nothing more sent")
+
+type scripted struct{ chunks [][]byte }
+
+func (s *scripted) Read(p []byte) (int, error) {
+	if len(s.chunks) == 0 {
+		return 0, errIdle
+	}
+	n := copy(p, s.chunks[0])
+	if s.chunks[0] = s.chunks[0][n:]; len(s.chunks[0]) == 0 {
+		s.chunks = s.chunks[1:]
+	}
+	return n, nil
+}
+
+// The first frame of a stream (not yet line-framed) cut after a colon breaks
+// at the cut, as later frames do, instead of taking the next whole frame as
+// its value and stalling an idle stream until a bookmark or the watchdog.
+// Open (client-go's json.Decoder does the same): skipped until fixed.
+func TestAFirstFrameCutAfterAColonBreaksAtTheCut(t *testing.T) {
+	openfinding.Skip(t)
+	whole := `{"type":"MODIFIED","object":{"metadata":{"name":"b","resourceVersion":"7"}}}` + "\n"
+	for _, half := range []string{
+		`{"type":"MODIFIED","object":` + "\n",
+		`{"type":"MODIFIED","object":{"metadata":{"name":"a","labels":{"x":` + "\n",
+		`{"type":"MODIFIED","object":{"metadata":{"name":"a","finalizers":[` + "\n",
+	} {
+		f := NewFrameReader(&scripted{chunks: [][]byte{[]byte(half), []byte(whole)}}, 0)
+		if _, err := f.Next(); !errors.Is(err, ErrBrokenFrame) {
+			t.Errorf("a first frame cut after a colon (%q), then one whole frame, the stream open: Next read everything sent and returned %q, not ErrBrokenFrame", half, err)
 		}
 	}
 }

@@ -26,7 +26,7 @@ import (
 // frame, and the corpus in testdata/fuzz/ (hand-made bad frames and inputs
 // the fuzzer found); `go test` runs the seeds, and
 //
-//	go test ./watcher -run '^$' -fuzz FuzzEventDecoder -fuzztime 5m
+//	go test ./codec -run '^$' -fuzz FuzzEventDecoder -fuzztime 5m
 //
 // searches for more (a failing input is saved under testdata/fuzz/ and
 // becomes a regression test).
@@ -208,7 +208,7 @@ func checkSkip(t *testing.T, skip *watcher.SkipError) {
 // MyResource. Seeds: the recorded captures re-encoded as the apiserver's
 // CBOR (whole streams and frame by frame).
 //
-//	go test ./watcher -run '^$' -fuzz FuzzCBOREventDecoder -fuzztime 5m
+//	go test ./codec -run '^$' -fuzz FuzzCBOREventDecoder -fuzztime 5m
 
 func FuzzCBOREventDecoder(f *testing.F) {
 	for _, name := range []string{wire.WatchList, wire.WatchGone} {

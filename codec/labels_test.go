@@ -122,7 +122,7 @@ func TestListLabelsShareOneMap(t *testing.T) {
 // store, observers), with the stream's labels in one map (store.Share) and
 // one map each (the store's default):
 //
-//	go test -run '^$' -bench LabelsPerEvent ./watcher
+//	go test -run '^$' -bench LabelsPerEvent ./codec
 func BenchmarkLabelsPerEvent(b *testing.B) {
 	const objects, events = 1000, 20000
 	var stream bytes.Buffer

@@ -14,9 +14,7 @@ import (
 
 // A watcher without an Observer pays nothing for the two events it reports
 // on every frame (Received, Handed): they are counted in its Stats without
-// being made into interfaces. Before, both were boxed for a Fanout of the
-// Stats and a nil Observer: "applying an event: 3.0 allocations without an
-// Observer, 3.0 with one; want at least 2 fewer without".
+// being made into interfaces.
 func TestApplyAllocatesForAnObserverOnly(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on its own")

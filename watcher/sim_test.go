@@ -199,7 +199,7 @@ func (s *sim) count(kind string, from, to time.Time) int {
 	return n
 }
 
-// Finding 2: a stream that delivers one frame and then breaks is not
+// A stream that delivers one frame and then breaks is not
 // healthy. Through a proxy that cuts every WATCH after its first frame, the
 // loop backs off: at most a dozen WATCHes in the first minute (the backoff's
 // bound), where a loop that calls such a stream healthy re-watches at once,
@@ -222,8 +222,7 @@ func TestFlappingStreamsAreNotHealthy(t *testing.T) {
 // as after any broken stream: at least one WATCH for every few writes, at
 // most a dozen in the first minute (the backoff's bound), and no relist.
 // Once the fault ends, the next WATCH replays what was cut: the store
-// equals the server's, the deleted key gone. (A reader that waited for the
-// half frame's end made one WATCH and heard nothing until its watchdog.)
+// equals the server's, the deleted key gone.
 func TestCutFramesRewatchWithinTheBackoff(t *testing.T) {
 	runSim(t, 3, watcher.Options[object]{}, func(s *sim) {
 		from := s.breakStreams(fakeapi.CutFrames)
@@ -247,9 +246,9 @@ func TestCutFramesRewatchWithinTheBackoff(t *testing.T) {
 	})
 }
 
-// Issue 20 through the loop: while the loop is away, obj-0 is deleted and
-// created again, and the relist after the 410 lists the new obj-0 as an item
-// that does not decode (its metadata readable). The stored obj-0 is the old
+// While the loop is away, obj-0 is deleted and created again, and the
+// relist after the 410 lists the new obj-0 as an item that does not decode
+// (its metadata readable). The stored obj-0 is the old
 // object, gone from the server: the relist hands its Deleted delta
 // (FinalStateUnknown) and leaves the key out, the item reported skipped,
 // instead of keeping the old object as if current. The new obj-0 comes in
@@ -295,7 +294,7 @@ func TestRelistedUndecodableItemOfAnotherUIDDeletesTheOldObject(t *testing.T) {
 	})
 }
 
-// Finding 3: an ERROR event after one event relists, but not in a storm:
+// An ERROR event after one event relists, but not in a storm:
 // only the first relist is immediate; the next ones wait out the backoff.
 func TestErrorAfterOneEventDoesNotStormRelists(t *testing.T) {
 	runSim(t, 3, watcher.Options[object]{}, func(s *sim) {
@@ -316,7 +315,7 @@ func TestErrorAfterOneEventDoesNotStormRelists(t *testing.T) {
 // word that it cannot go on from there: the loop re-watches from that event
 // after the backoff, as after a cut; a second such stream in a row relists
 // (so the store stays within two waits of the server:
-// TestAdversaryErrorAfterEachEventKeepsUp). Once the fault ends, the store
+// TestAnErrorAfterEachEventKeepsTheStoreWithinTwoBackoffCaps). Once the fault ends, the store
 // equals the server's.
 func TestErrorAfterAnEventRewatchesFromIt(t *testing.T) {
 	runSim(t, 3, watcher.Options[object]{}, func(s *sim) {
@@ -326,10 +325,9 @@ func TestErrorAfterAnEventRewatchesFromIt(t *testing.T) {
 			s.sleep(500 * time.Millisecond)
 		}
 		// The first list (in virtual time at the fault's start: the sync
-		// takes no time), then fewer relists than WATCHes: relisting after
-		// every ERROR, as before, made one for each. (How many fewer turns
-		// on whether a change was pending when each WATCH opened: without
-		// one the ERROR comes first, and relists.)
+		// takes no time), then fewer relists than WATCHes. (How many fewer
+		// turns on whether a change was pending when each WATCH opened:
+		// without one the ERROR comes first, and relists.)
 		lists, watches := s.count("LIST", s.start, time.Now()), s.count("WATCH", from, time.Now())
 		if lists-1 >= watches {
 			s.t.Errorf("%d LISTs in all, %d WATCHes, through a minute of streams that carry an event and then an ERROR; want fewer relists than WATCHes (re-watch from the event once)", lists, watches)
@@ -345,7 +343,7 @@ func TestErrorAfterAnEventRewatchesFromIt(t *testing.T) {
 	})
 }
 
-// Finding 4: a WatchList that fails during its initial events (an ERROR 500,
+// A WatchList that fails during its initial events (an ERROR 500,
 // as kube-apiserver sends when etcd cannot report progress) falls back to
 // LIST, which works: the watcher syncs.
 func TestWatchListFailingDuringInitialEventsFallsBackToList(t *testing.T) {
@@ -361,7 +359,7 @@ func TestWatchListFailingDuringInitialEventsFallsBackToList(t *testing.T) {
 	})
 }
 
-// Finding 6: the backoff's cap is a true cap: no wait is longer than 30 s,
+// The backoff's cap is a true cap: no wait is longer than 30 s,
 // jitter included.
 func TestBackoffNeverExceedsItsCap(t *testing.T) {
 	runSim(t, 1, watcher.Options[object]{}, func(s *sim) {
@@ -379,7 +377,7 @@ func TestBackoffNeverExceedsItsCap(t *testing.T) {
 	})
 }
 
-// Finding 7: an expired continue token restarts the list at once, during a
+// An expired continue token restarts the list at once, during a
 // relist as during the first list; a second expiry in a row backs off.
 func TestExpiredContinueTokenRestartsTheRelistAtOnce(t *testing.T) {
 	runSim(t, 6, watcher.Options[object]{PageSize: 2}, func(s *sim) {
@@ -478,9 +476,7 @@ func TestTimeTravelConvergesToTheRestoredState(t *testing.T) {
 // and nothing written after the restore: each WATCH from our "future" runs
 // to its timeout with nothing, and the next starts at once. The watchdog
 // counts the silence across those streams (Action.Quiet), so the loop still
-// asks where the server is within the limit. (Before, each stream had the
-// whole limit and none reached it: "store differs from the restored server
-// 3m30s after the restore".)
+// asks where the server is within the limit.
 func TestTimeTravelIsFoundWithWatchTimeoutsUnderTheSilenceLimit(t *testing.T) {
 	runSim(t, 2, watcher.Options[object]{WatchTimeoutMin: time.Minute}, func(s *sim) {
 		if !s.waitSynced(time.Minute) {
@@ -590,21 +586,13 @@ func (r *restoredOnFirstWatch) restoredAt() time.Time {
 	return r.at
 }
 
-// From the review of c26aaf3 and 3cdac33 (written against 3cdac33; it holds since 70866c0, which counts only the relist of a server that said it had just started as made since it started): "time travel is still found at the first
-// request that gets through". A list at resourceVersion R, then the server
-// restarts on an etcd restored to before R, and the WATCH from R is
-// answered 503 "paths not installed". The machine takes the list for one
-// "made since the server started" (no stream opened since it) and WATCHes
-// from R after the wait; the restored watch cache accepts a WATCH from the
-// future and sends nothing, so the time travel is found only by the
-// watchdog's probe, a silence limit (150 s) later. Meanwhile the store holds
-// objects the server no longer has. Before 3cdac33 the wait led to the
-// relist, which found it at once.
-//
-// The same with the watch cache's 429 "storage is (re)initializing": a
-// restarted server says that too, and the list before it was not made
-// since that server started.
-func TestAdversaryTimeTravelBehindPathsMissingIsFoundAtOnce(t *testing.T) {
+// A list at resourceVersion R, then the server restarts on an etcd restored
+// to before R and refuses the WATCH from R as a starting server does (503
+// "paths not installed", or the watch cache's 429 "(re)initializing"): the
+// list was not made since that server started, so the request after the
+// first wait relists (or probes), not a WATCH from the future the restored
+// cache would accept and leave silent for a silence limit.
+func TestTimeTravelBehindAStartingServersRefusalIsFoundAtOnce(t *testing.T) {
 	for _, first := range []error{
 		apierrors.NewServiceUnavailable("the request has been made before all known HTTP paths have been installed, please try again"),
 		apierrors.NewTooManyRequests("storage is (re)initializing", 1),
@@ -662,17 +650,11 @@ func timeTravelBehind(t *testing.T, first error) {
 	})
 }
 
-// From the review of 39b6e79 (it failed: 'the store fell 349 changes behind the server (3m0s into a fault of an ERROR after each event ...); want at most 120'; now a second such stream in a row relists: Machine.erroredOn): through a stream that breaks with an ERROR after each
-// event (the scorecard's flap-error) while the resource changes steadily,
-// every WATCH carries one change and the loop re-watches from it after the
-// backoff (15 s to 30 s at the cap): it takes in 2 to 4 changes a minute,
-// and falls further behind the server every minute the fault lasts. Before
-// 39b6e79 each such ERROR relisted (after the backoff, once the first relist
-// had been made), so the store was never more than one backoff wait of
-// changes behind; client-go's informer relists too. Hold the store to that:
-// at most the changes of two backoff caps behind, at every second of a
-// three-minute fault.
-func TestAdversaryErrorAfterEachEventKeepsUp(t *testing.T) {
+// Through a stream that breaks with an ERROR after each event (the
+// scorecard's flap-error) while the resource changes steadily, a second such
+// stream in a row relists, so the store is never more than two backoff caps
+// of changes behind the server (client-go's informer relists every time).
+func TestAnErrorAfterEachEventKeepsTheStoreWithinTwoBackoffCaps(t *testing.T) {
 	runSim(t, 3, watcher.Options[object]{}, func(s *sim) {
 		s.breakStreams(fakeapi.ErrorAfterFirstEvent)
 		const every = 500 * time.Millisecond

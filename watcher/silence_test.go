@@ -13,11 +13,9 @@ import (
 	"rawwatch/watcher"
 )
 
-// Adversary tests of the watchdog's silence counted across streams
-// (Action.Quiet): a server rolled back behind the store (an etcd restore
-// while nothing writes) answers every WATCH from our resourceVersion with
-// silence, and the loop must ask where it is, within the silence limit of
-// silence, at the cost of one probe.
+// The watchdog's silence counted across streams (Action.Quiet): a server
+// rolled back behind the store answers every WATCH with silence, and the loop
+// asks where it is within the silence limit, at the cost of one probe.
 
 // restoreQuietly waits for the first sync, writes after a snapshot, lets the
 // loop see it, and restores the snapshot (nothing is written after): the
@@ -59,7 +57,7 @@ func syncedWithin(s *sim, d time.Duration) (time.Duration, bool) {
 // server. Each cut stream carries its 10 s, and the backoff waits between
 // the cuts (up to 30 s) are not counted: the loop asks where the server is
 // only after 15 streams and 14 waits.
-func TestQuietAdversaryIdleCuttingProxyDoesNotHideARollback(t *testing.T) {
+func TestARollbackIsFoundBehindAProxyThatCutsIdleWatches(t *testing.T) {
 	runSim(t, 2, watcher.Options[object]{}, func(s *sim) {
 		restoreQuietly(s)
 		// Nothing written meanwhile: the server stays behind.
@@ -76,7 +74,7 @@ func TestQuietAdversaryIdleCuttingProxyDoesNotHideARollback(t *testing.T) {
 // stream was abandoned after the 30 s left of the limit; --explain must not
 // say only that it "sent nothing for 30s (the server bookmarks about every
 // minute)", which reads as a watchdog firing on a healthy stream.
-func TestQuietAdversaryWatchdogNarrationCountsTheStreamsBefore(t *testing.T) {
+func TestTheWatchdogsNarrationTellsTheSilenceAcrossStreams(t *testing.T) {
 	var out bytes.Buffer
 	var mu sync.Mutex
 	n := explain.New(&lockedWriter{mu: &mu, w: &out}, explain.Options{})
@@ -119,7 +117,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // 20 s: a second stream that ends at its timeout, 10 s before its watchdog,
 // leaves 160 s of silence, and the third WATCH is opened only to be
 // abandoned at once (its watchdog armed with -10 s): a request for nothing.
-func TestQuietAdversaryNoWatchIsOpenedWithNoSilenceLeft(t *testing.T) {
+func TestNoWatchIsOpenedWithNoSilenceLeft(t *testing.T) {
 	opts := watcher.Options[object]{WatchTimeoutMin: time.Minute, WatchTimeoutMax: time.Minute, Rand: func() float64 { return 0 }}
 	runSim(t, 2, opts, func(s *sim) {
 		from := restoreQuietly(s)
@@ -139,7 +137,7 @@ func TestQuietAdversaryNoWatchIsOpenedWithNoSilenceLeft(t *testing.T) {
 // nothing left of it (its watchdog would abandon it as it opens): a Probe.
 // And a stream that went silent after a frame was silent for the limit
 // since that frame, not for the streams before it and its whole time open.
-func TestQuietAdversaryMachineProbesWhenNothingIsLeft(t *testing.T) {
+func TestMachineProbesWhenNoSilenceIsLeft(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	m := watcher.NewMachine(watcher.DefaultBackoff, false, func() float64 { return 0 })
 	m.SilenceLimit = watcher.DefaultSilenceLimit
@@ -249,7 +247,7 @@ func probes(s *sim, from, to time.Time) int {
 // every silence limit (and a backoff wait), never a relist, and the budget
 // holds. Once the balancer stops cutting, the silence left over costs at
 // most one more probe; then the quiet healthy streams are kept.
-func TestQuietAdversaryIdleBalancerCostsAProbeASilenceLimit(t *testing.T) {
+func TestAnIdleCuttingBalancerCostsAProbeASilenceLimit(t *testing.T) {
 	runSim(t, 2, watcher.Options[object]{}, func(s *sim) {
 		from, healed := underCuts(s, 59*time.Second, 30*time.Minute)
 		defer cutOpenWatches(s, 0, true)() // the Lease writes go on
@@ -279,7 +277,7 @@ func TestQuietAdversaryIdleBalancerCostsAProbeASilenceLimit(t *testing.T) {
 // every WATCH after 3 s: every stream is silent and cut. The backoff paces
 // the WATCHes, the silence (waits included) a probe per silence limit:
 // within the budget, no relist, no probe storm.
-func TestQuietAdversaryNoCacheBehindAFastCuttingProxyStaysInTheBudget(t *testing.T) {
+func TestStreamsCutWithoutAWatchCacheStayInTheBudget(t *testing.T) {
 	runSim(t, 2, watcher.Options[object]{}, func(s *sim) {
 		from, end := underCuts(s, 3*time.Second, 30*time.Minute)
 		n := probes(s, from, end)
@@ -291,17 +289,11 @@ func TestQuietAdversaryNoCacheBehindAFastCuttingProxyStaysInTheBudget(t *testing
 	}, func(srv *fakeapi.Server) { srv.BookmarkEvery = 0 })
 }
 
-// Arguable, skipped: a stream from resourceVersion 10 that delivers only a
-// bookmark at 5, behind where it started (a server rolled back, telling
-// where it is). Frames counts it: the silence starts again, and the
-// machine takes 5 as its resourceVersion and re-watches from there, so the
-// rollback is never found (the store keeps what the old history made after
-// 5). Skipped because no server does this: kube-apiserver's cacheWatcher
-// sends only events, bookmarks included, newer than the resourceVersion the
-// WATCH asked for, and fakeapi's streams behind the server say nothing (the
-// flapping-proxy faults included). A guard (a frame older than the stream's
-// start: relist, as time travel) would cost one comparison per stream.
-func TestQuietAdversaryBookmarkBehindTheStreamIsNotProgress(t *testing.T) {
+// A bookmark older than the WATCH's resourceVersion (a server rolled back,
+// saying where it is) is not progress: the machine probes or relists. Not
+// held, so skipped: no server sends one (kube-apiserver's cacheWatcher sends
+// only newer events), and the machine takes it and re-watches from there.
+func TestABookmarkBehindTheStreamIsNotProgress(t *testing.T) {
 	t.Skip("arguable: no server sends a bookmark older than the WATCH's resourceVersion (see the comment)")
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	m := watcher.NewMachine(watcher.DefaultBackoff, false, func() float64 { return 0 })

@@ -172,3 +172,43 @@ func TestOnePassDecodersRunConcurrently(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// onePass takes the usual frame of an object event in one pass, its two
+// members in either order, and leaves every other frame to the envelope walk
+// and the object's decode (ok false), which FuzzFastDecoder holds equal to
+// Kubernetes' decoding.
+func TestOnePassTakesTheUsualFramesOnly(t *testing.T) {
+	const object = `{` + objHead + `,"metadata":{"name":"a","namespace":"ns","resourceVersion":"5","managedFields":[{"manager":"m","time":"2026-12-01T10:00:00Z","fieldsV1":{"f:spec":{}}}]},"spec":{"message":"hi"}}`
+	for frame, want := range map[string]bool{
+		`{"type":"MODIFIED","object":` + object + `}`:                             true,
+		`{"object":` + object + `,"type":"ADDED"}`:                                true, // as encoding/json writes a map
+		` {"type" : "DELETED" , "x":[1,{"y":null}], "object":` + object + "}\r\n": true,
+		`{"type":"BOOKMARK","object":` + object + `}`:                             false,
+		`{"type":"ERROR","object":{"kind":"Status"}}`:                             false,
+		`{"TYPE":"MODIFIED","object":` + object + `}`:                             false, // no "type": keys match case-sensitively
+		`{"type":"MODIFIED","Object":` + object + `}`:                             false,
+		`{"type":"MODIFIED","Type":"DELETED","object":` + object + `}`:            true, // an unknown member
+		`{"type":"MODIFIED","typé":1,"object":` + object + `}`:                    true,
+		`{"typ\u0065":"MODIFIED","object":` + object + `}`:                        false,
+		`{"type":"MODIFIED","type":"ADDED","object":` + object + `}`:              false, // the last wins: the walk's business
+		`{"type":"MODIFIED","object":` + object + `,"object":{}}`:                 false,
+		`{"type":"MODIFIED","object":null}`:                                       false,
+		`{"type":"MODIFIED"}`:                                                     false,
+		`{"type":"MODIFIED","object":` + object + `,"x":tru}`:                     false,
+		`{"type":"MODIFIED","object":` + object + `} x`:                           false,
+		`{"type":"M\u004fDIFIED","object":` + object + `}`:                        false,
+	} {
+		d := newEventDecoder(strings.NewReader(""), codec)
+		ev, ok, err := d.onePass([]byte(frame))
+		if ok != want {
+			t.Errorf("onePass(%s): ok %v, want %v", frame, ok, want)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		if err != nil || ev.Object.Name != "a" || ev.RV != "5" || ev.Object.Spec.Message != "hi" || len(ev.Object.ManagedFields) != 1 {
+			t.Errorf("onePass(%s): %+v, %v", frame, ev, err)
+		}
+	}
+}

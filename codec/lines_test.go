@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/watcher"
@@ -129,7 +130,7 @@ func TestTheLineShortcutDeliversWhatTheChecksDo(t *testing.T) {
 // that the line's shortcut delivers otherwise than the checks do (the
 // other fuzz targets read a stream whole, in one read):
 //
-//	go test ./watcher -run '^$' -fuzz FuzzLinesInChunks -fuzztime 1m
+//	go test ./codec -run '^$' -fuzz FuzzLinesInChunks -fuzztime 1m
 func FuzzLinesInChunks(f *testing.F) {
 	a := ev("ADDED", `"name":"a","namespace":"ns","resourceVersion":"1"`, ``)
 	for _, c := range fastPathCases {
@@ -139,4 +140,32 @@ func FuzzLinesInChunks(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data string, size, bound uint16) {
 		compareLinesIn(t, "fuzz", data, max(1, int(size)), int(bound))
 	})
+}
+
+// A frame whose newline has not come yet is decoded all the same: the
+// event decoder does not wait for the newline (a server may send it only
+// with the next frame).
+func TestAFrameIsNotHeldBackForItsNewline(t *testing.T) {
+	frame := fastPathCases["plain"]
+	r, w := io.Pipe()
+	defer w.Close()
+	go w.Write([]byte(frame + strings.TrimSuffix(frame, "\n")))
+	got := make(chan error, 2)
+	go func() {
+		d := newEventDecoder(r, codec)
+		for range 2 {
+			_, err := d.Next()
+			got <- err
+		}
+	}()
+	for i, what := range []string{"the first frame", "the second frame, whole but for its newline,"} {
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("frame %d: %v", i, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s not decoded after 30 s", what)
+		}
+	}
 }
