@@ -13,10 +13,11 @@ import (
 	"rawwatch/watcher"
 )
 
-// The fast codec takes an object's apiVersion and kind to be what
-// client-go's JSON serializer finds (its MetaFactory: encoding/json's rules, keys matched in any case,
-// of a key given twice the last), on every route an object takes: a LIST
-// item, a watch frame's object read in one pass, and read apart.
+// Both codecs, the fast one and the watcher's plain one, take an object's
+// apiVersion and kind to be what client-go's JSON serializer finds (its
+// MetaFactory: encoding/json's rules, keys matched in any case, of a key
+// given twice the last), on every route an object takes: a LIST item, a
+// watch frame's object read in one pass, and read apart.
 func TestApiVersionAndKindAreFoundAsTheSerializerFindsThem(t *testing.T) {
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
@@ -35,20 +36,25 @@ func TestApiVersionAndKindAreFoundAsTheSerializerFindsThem(t *testing.T) {
 		"an escaped KIND after":     `{` + objHead + `,"KIN\u0044":"Other",` + meta + `}`,
 		"kind twice, the last good": `{"kind":"Other",` + objHead + `,` + meta + `}`,
 	} {
-		t.Run(name, func(t *testing.T) {
-			_, _, serr := serializer.Decode([]byte(object), nil, nil)
-			_, err := codec.Decode("list item", []byte(object))
-			if (err == nil) != (serr == nil) {
-				t.Errorf("Codec.Decode: %v; the serializer: %v", err, serr)
-			}
-			ev, err := codec.DecodeEvents(bytes.NewReader([]byte(framedEvent(watcher.Modified, object)))).Next()
-			var skip *watcher.SkipError
-			if (err == nil) != (serr == nil) || err != nil && !errors.As(err, &skip) {
-				t.Errorf("the event decoder: %v (%v); the serializer: %v", err, ev.Object, serr)
-			}
-			if err == nil && !reflect.DeepEqual(ev.Object.ObjectMeta.Name, "a") {
-				t.Errorf("the event's object: %v", ev.Object)
-			}
-		})
+		for cname, codec := range map[string]interface {
+			Decode(what string, raw []byte) (*v1alpha1.MyResource, error)
+			watcher.Codec[*v1alpha1.MyResource]
+		}{"the fast codec": codec, "watcher.JSONCodec": plainCodec} {
+			t.Run(cname+"/"+name, func(t *testing.T) {
+				_, _, serr := serializer.Decode([]byte(object), nil, nil)
+				_, err := codec.Decode("list item", []byte(object))
+				if (err == nil) != (serr == nil) {
+					t.Errorf("Codec.Decode: %v; the serializer: %v", err, serr)
+				}
+				ev, err := codec.DecodeEvents(bytes.NewReader([]byte(framedEvent(watcher.Modified, object)))).Next()
+				var skip *watcher.SkipError
+				if (err == nil) != (serr == nil) || err != nil && !errors.As(err, &skip) {
+					t.Errorf("the event decoder: %v (%v); the serializer: %v", err, ev.Object, serr)
+				}
+				if err == nil && !reflect.DeepEqual(ev.Object.ObjectMeta.Name, "a") {
+					t.Errorf("the event's object: %v", ev.Object)
+				}
+			})
+		}
 	}
 }
