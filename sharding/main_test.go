@@ -2,7 +2,6 @@ package sharding_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,41 +24,7 @@ type object = *v1alpha1.MyResource
 var codec = watcher.JSONCodec[object]{GVK: v1alpha1.GroupVersionKind}
 
 // recorder keeps the deltas a watcher handed out.
-type recorder struct {
-	mu     sync.Mutex
-	deltas []store.Delta[object]
-}
-
-func (r *recorder) handle(d store.Delta[object]) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.deltas = append(r.deltas, d)
-}
-
-func (r *recorder) len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.deltas)
-}
-
-// since returns the deltas from the n-th on.
-func (r *recorder) since(n int) []store.Delta[object] {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]store.Delta[object](nil), r.deltas[n:]...)
-}
-
-// find returns the last delta of key with type t.
-func (r *recorder) find(key string, t store.DeltaType) (store.Delta[object], bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for i := len(r.deltas) - 1; i >= 0; i-- {
-		if d := r.deltas[i]; d.Key == key && d.Type == t {
-			return d, true
-		}
-	}
-	return store.Delta[object]{}, false
-}
+type recorder = testkit.Deltas[object]
 
 type running struct {
 	w     *sharding.Watcher[object]
@@ -91,7 +56,7 @@ func startLogging(t *testing.T, cfg *rest.Config, ns string, set shard.Set, opts
 	t.Helper()
 	c := testkit.Client(t, cfg)
 	r := &running{store: store.New[object](), rec: &recorder{}}
-	opts.Handler = r.rec.handle
+	opts.Handler = r.rec.Handle
 	opts.Codec = codec
 	opts.Backoff = watcher.Backoff{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, ResetAfter: 2 * time.Minute}
 	r.w = sharding.NewWatcher(watcher.RESTSource{Client: c.REST(), Resource: v1alpha1.Resource, Namespace: ns}, r.store, opts, set)

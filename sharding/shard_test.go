@@ -167,7 +167,7 @@ func TestSetShardMovesWithoutDeletions(t *testing.T) {
 	for name, cfg := range map[string]*rest.Config{"gate on": cp.Config(), "gate off": old.Config()} {
 		r := start(t, cfg, ns, a, watcher.Options[object]{PageSize: 30})
 		inA := r.store.Len()
-		before := r.rec.len()
+		before := r.rec.Len()
 		r.w.SetShard(b)
 		// (The count alone is not enough: with 100 objects in each shard,
 		// it holds before the change too.)
@@ -184,7 +184,7 @@ func TestSetShardMovesWithoutDeletions(t *testing.T) {
 		// The relist's deltas are handed out after it is in the store: wait
 		// for them too (make test on a busy machine read none yet).
 		addedSince := func() (n int) {
-			for _, d := range r.rec.since(before) {
+			for _, d := range r.rec.Since(before) {
 				if d.Type == store.Added {
 					n++
 				}
@@ -194,7 +194,7 @@ func TestSetShardMovesWithoutDeletions(t *testing.T) {
 		testkit.Eventually(t, 30*time.Second, func() bool { return addedSince() >= 200-inA },
 			"%s: %d Added after SetShard, want %d", name, addedSince(), 200-inA)
 		added := 0
-		for _, d := range r.rec.since(before) {
+		for _, d := range r.rec.Since(before) {
 			switch d.Type {
 			case store.Deleted:
 				t.Errorf("%s: %s reported Deleted: it moved to another shard", name, d.Key)
@@ -214,7 +214,7 @@ func TestSetShardMovesWithoutDeletions(t *testing.T) {
 			t.Fatal(err)
 		}
 		testkit.Eventually(t, 30*time.Second, func() bool {
-			_, ok := r.rec.find(store.KeyOf(victim), store.Deleted)
+			_, ok := r.rec.Find(store.KeyOf(victim), store.Deleted)
 			return ok
 		}, "%s: a real deletion was not reported", name)
 		testkit.Create(t, c, ns, victim.GetName(), "back")

@@ -106,9 +106,9 @@ func TestCBORWireAgainstTheAPIServer(t *testing.T) {
 	if got := watchListTypes.get(); len(got) != 1 || got["application/cbor-seq"] != 1 {
 		t.Errorf("the CBOR WatchList's responses by Content-Type: %v, want one application/cbor-seq (no LIST)", got)
 	}
-	if viaCBOR.rec.count(store.Updated) != viaJSON.rec.count(store.Updated) || viaCBOR.rec.count(store.Deleted) != 5 {
-		t.Errorf("deltas: CBOR %d updated %d deleted, JSON %d updated %d deleted", viaCBOR.rec.count(store.Updated),
-			viaCBOR.rec.count(store.Deleted), viaJSON.rec.count(store.Updated), viaJSON.rec.count(store.Deleted))
+	if viaCBOR.rec.Count(store.Updated) != viaJSON.rec.Count(store.Updated) || viaCBOR.rec.Count(store.Deleted) != 5 {
+		t.Errorf("deltas: CBOR %d updated %d deleted, JSON %d updated %d deleted", viaCBOR.rec.Count(store.Updated),
+			viaCBOR.rec.Count(store.Deleted), viaJSON.rec.Count(store.Updated), viaJSON.rec.Count(store.Deleted))
 	}
 	got := cborTypes.get()
 	if got["application/cbor"] < 6 || got["application/cbor-seq"] < 1 || got["application/json"] > 0 {

@@ -122,7 +122,7 @@ func TestUndecodableEventsAreSkippedAndNothingIsLost(t *testing.T) {
 	if _, ok := r.store.Get(ns + "/doomed"); ok {
 		t.Error("a garbled DELETED event must still delete its key")
 	}
-	if d, ok := r.rec.find(ns+"/doomed", store.Deleted); !ok || !d.FinalStateUnknown {
+	if d, ok := r.rec.Find(ns+"/doomed", store.Deleted); !ok || !d.FinalStateUnknown {
 		t.Errorf("garbled delete: delta %+v %v, want a Deleted delta marked FinalStateUnknown", d, ok)
 	}
 	st := r.w.Stats()

@@ -29,8 +29,8 @@ type object = *v1alpha1.MyResource
 
 // recorder keeps what the watcher told its handler and observer.
 type recorder struct {
+	testkit.Deltas[object]
 	mu             sync.Mutex
-	deltas         []store.Delta[object]
 	watchRVs       []string
 	watchInitial   []bool
 	replaced       int
@@ -73,49 +73,6 @@ func (r *recorder) backoffs(c watcher.ErrorClass) []time.Duration {
 		}
 	}
 	return out
-}
-
-func (r *recorder) handle(d store.Delta[object]) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.deltas = append(r.deltas, d)
-}
-
-func (r *recorder) len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.deltas)
-}
-
-// since returns the deltas from the n-th on.
-func (r *recorder) since(n int) []store.Delta[object] {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]store.Delta[object](nil), r.deltas[n:]...)
-}
-
-// find returns the last delta of key with type t.
-func (r *recorder) find(key string, t store.DeltaType) (store.Delta[object], bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for i := len(r.deltas) - 1; i >= 0; i-- {
-		if d := r.deltas[i]; d.Key == key && d.Type == t {
-			return d, true
-		}
-	}
-	return store.Delta[object]{}, false
-}
-
-func (r *recorder) count(t store.DeltaType) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, d := range r.deltas {
-		if d.Type == t {
-			n++
-		}
-	}
-	return n
 }
 
 type running struct {
@@ -167,7 +124,7 @@ func startWire(t *testing.T, cfg *rest.Config, ns string, opts watcher.Options[o
 	t.Helper()
 	c := testkit.Client(t, cfg)
 	r := &running{store: store.New[object](), rec: &recorder{}}
-	opts.Handler = r.rec.handle
+	opts.Handler = r.rec.Handle
 	if opts.Observer == nil {
 		opts.Observer = r.rec
 	}
@@ -207,7 +164,7 @@ func TestInitialListIsPaginated(t *testing.T) {
 	if n := r.store.Len(); n != 1200 {
 		t.Errorf("store holds %d objects, want 1200", n)
 	}
-	if n := r.rec.count(store.Added); n != 1200 {
+	if n := r.rec.Count(store.Added); n != 1200 {
 		t.Errorf("initial list produced %d Added deltas, want 1200", n)
 	}
 	if st.Lists != 1 || st.Relists != 0 {
@@ -223,7 +180,7 @@ func TestWatchDeliversEvents(t *testing.T) {
 	key := ns + "/x"
 
 	created := testkit.Create(t, c, ns, "x", "one")
-	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.find(key, store.Added); return ok }, "no Added delta")
+	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.Find(key, store.Added); return ok }, "no Added delta")
 
 	created.Spec.Message = "two"
 	updated, err := c.Update(ctx, created)
@@ -231,7 +188,7 @@ func TestWatchDeliversEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 30*time.Second, func() bool {
-		d, ok := r.rec.find(key, store.Updated)
+		d, ok := r.rec.Find(key, store.Updated)
 		return ok && d.Object.Spec.Message == "two" && d.Old.Spec.Message == "one"
 	}, "no Updated delta with old and new objects")
 	if got, _ := r.store.Get(key); got.ResourceVersion != updated.ResourceVersion {
@@ -241,8 +198,8 @@ func TestWatchDeliversEvents(t *testing.T) {
 	if err := c.Delete(ctx, ns, "x", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.find(key, store.Deleted); return ok }, "no Deleted delta")
-	if d, _ := r.rec.find(key, store.Deleted); d.FinalStateUnknown {
+	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.Find(key, store.Deleted); return ok }, "no Deleted delta")
+	if d, _ := r.rec.Find(key, store.Deleted); d.FinalStateUnknown {
 		t.Error("a DELETED event carries the final state; it must not be marked unknown")
 	}
 	if _, ok := r.store.Get(key); ok {
@@ -295,7 +252,7 @@ func TestBrokenWatchResumesWithoutRelist(t *testing.T) {
 		t.Fatalf("cut %d watches, want 1", n)
 	}
 	testkit.Create(t, c, ns, "after-cut", "hi")
-	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.find(ns+"/after-cut", store.Added); return ok },
+	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.Find(ns+"/after-cut", store.Added); return ok },
 		"object created after the cut never arrived")
 
 	// 2. Refuse connections for a while: the watcher backs off and retries.
@@ -306,7 +263,7 @@ func TestBrokenWatchResumesWithoutRelist(t *testing.T) {
 	if err := proxy.Accept(); err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.find(ns+"/while-down", store.Added); return ok },
+	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.Find(ns+"/while-down", store.Added); return ok },
 		"object created while the server was unreachable never arrived")
 
 	st := r.w.Stats()
@@ -376,7 +333,7 @@ func TestCompactedResourceVersionRelistsAndReportsDeletions(t *testing.T) {
 	}
 
 	testkit.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Relists == 1 }, "no relist after the 410")
-	d, ok := r.rec.find(ns+"/gone", store.Deleted)
+	d, ok := r.rec.Find(ns+"/gone", store.Deleted)
 	if !ok {
 		t.Fatal("the object deleted during the gap produced no Deleted delta")
 	}
@@ -384,22 +341,22 @@ func TestCompactedResourceVersionRelistsAndReportsDeletions(t *testing.T) {
 		t.Errorf("gap deletion: unknown=%v object rv %s; want unknown=true and the last known object (rv %s)",
 			d.FinalStateUnknown, d.Object.ResourceVersion, lastKnownGone.ResourceVersion)
 	}
-	if d, ok := r.rec.find(ns+"/change", store.Updated); !ok || d.Object.Spec.Message != "v2" {
+	if d, ok := r.rec.Find(ns+"/change", store.Updated); !ok || d.Object.Spec.Message != "v2" {
 		t.Errorf("the object changed during the gap: Updated delta %v %+v", ok, d.Object)
 	}
-	if _, ok := r.rec.find(ns+"/fresh", store.Added); !ok {
+	if _, ok := r.rec.Find(ns+"/fresh", store.Added); !ok {
 		t.Error("the object created during the gap produced no Added delta")
 	}
-	if _, ok := r.rec.find(ns+"/keep", store.Updated); ok {
+	if _, ok := r.rec.Find(ns+"/keep", store.Updated); ok {
 		t.Error("an unchanged object must produce no delta on relist")
 	}
-	if d, ok := r.rec.find(ns+"/phoenix", store.Deleted); !ok || d.Object.UID != oldPhoenix.UID || !d.FinalStateUnknown {
+	if d, ok := r.rec.Find(ns+"/phoenix", store.Deleted); !ok || d.Object.UID != oldPhoenix.UID || !d.FinalStateUnknown {
 		t.Errorf("re-created name: Deleted delta %v %+v; want the old object (uid %s), final state unknown", ok, d, oldPhoenix.UID)
 	}
-	if d, ok := r.rec.find(ns+"/phoenix", store.Added); !ok || d.Object.UID != newPhoenix.UID {
+	if d, ok := r.rec.Find(ns+"/phoenix", store.Added); !ok || d.Object.UID != newPhoenix.UID {
 		t.Errorf("re-created name: no Added delta for the new object (uid %s)", newPhoenix.UID)
 	}
-	if d, ok := r.rec.find(ns+"/phoenix", store.Updated); ok {
+	if d, ok := r.rec.Find(ns+"/phoenix", store.Updated); ok {
 		t.Errorf("re-created name reported as an update of uid %s to uid %s", d.Old.UID, d.Object.UID)
 	}
 	assertStoreMatchesServer(t, c, ns, r.store)
@@ -533,11 +490,11 @@ func TestWatchListStreamsTheInitialStateAndKeepsTheStream(t *testing.T) {
 	testkit.Objects(t, c, ns, "obj", 300)
 	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
 	r := start(t, cfg, ns, watcher.Options[object]{WatchList: true})
-	if n := r.store.Len(); n != 300 || r.rec.count(store.Added) != 300 {
-		t.Fatalf("store %d objects, %d Added deltas; want 300", n, r.rec.count(store.Added))
+	if n := r.store.Len(); n != 300 || r.rec.Count(store.Added) != 300 {
+		t.Fatalf("store %d objects, %d Added deltas; want 300", n, r.rec.Count(store.Added))
 	}
 	testkit.Create(t, c, ns, "live", "hi")
-	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.find(ns+"/live", store.Added); return ok }, "live event not delivered")
+	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.Find(ns+"/live", store.Added); return ok }, "live event not delivered")
 	st, counts := r.w.Stats(), proxy.Counts()
 	if counts.Lists != 0 || counts.Watches != 1 || st.Watches != 1 || st.Lists != 1 || st.ListPages != 0 {
 		t.Errorf("proxy saw %d LISTs and %d WATCHes; watcher stats %+v: want no LIST and one WATCH for sync and live events", counts.Lists, counts.Watches, st)
@@ -597,7 +554,7 @@ func TestAPIServerRestartRelistsOnceAndResumes(t *testing.T) {
 	}
 	testkit.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Relists >= 1 }, "no relist after the restart")
 	testkit.Create(t, c, ns, "after-restart", "hi")
-	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.find(ns+"/after-restart", store.Added); return ok },
+	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.Find(ns+"/after-restart", store.Added); return ok },
 		"the watch did not resume after the relist")
 	if n := r.w.Stats().Relists; n != 1 {
 		t.Errorf("%d relists after one restart, want 1", n)

@@ -94,7 +94,7 @@ func TestTimeTravelAfterAnEtcdRestore(t *testing.T) {
 	}, "the store did not converge to the restored state")
 	t.Logf("resourceVersion %s at the snapshot, %s before the restore, %s after; converged %s after the restore began",
 		before, future, r.w.ResourceVersion(), time.Since(restored).Round(time.Millisecond))
-	if d, ok := r.rec.find(ns+"/c", store.Deleted); !ok || d.Object.UID != born.UID {
+	if d, ok := r.rec.Find(ns+"/c", store.Deleted); !ok || d.Object.UID != born.UID {
 		t.Errorf("no Deleted delta for c with its UID %s (got %+v, %v)", born.UID, d, ok)
 	}
 	if st := r.w.Stats(); st.Probes == 0 || st.Relists == 0 {
