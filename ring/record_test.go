@@ -1,11 +1,15 @@
 package ring
 
 import (
+	"maps"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"rawwatch/observe"
 	"rawwatch/shard"
 )
 
@@ -51,5 +55,104 @@ func TestAWriteByAnyoneElseIsNoRenewal(t *testing.T) {
 	if a.Claims().Working != shard.All() {
 		t.Fatalf("b dead for %s, its Lease labelled by another writer every second (%d writes): a works %d slots, want all %d",
 			4*lease, touches, a.Claims().Working.Len(), shard.Slots)
+	}
+}
+
+// replay re-applies a saved copy of a Lease, as a GitOps tool or kubectl
+// apply of a saved object does: the spec and the annotations it holds
+// over whatever the Lease says now.
+func (s *server) replay(saved *coordinationv1.Lease) {
+	s.t.Helper()
+	s.edit(saved.Name, func(l *coordinationv1.Lease) {
+		l.Spec = *saved.Spec.DeepCopy()
+		l.Annotations = maps.Clone(saved.Annotations)
+	})
+}
+
+// saved is a copy of the Lease name as it is now.
+func (s *server) saved(name string) *coordinationv1.Lease {
+	s.t.Helper()
+	l, err := s.admin.CoordinationV1().Leases(s.ns).Get(s.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return l
+}
+
+// A copy of a Lease saved earlier and written back by another writer moves
+// its holder's record, backwards: that is no renewal. b dies; two copies
+// of its Lease saved while it lived are re-applied in turn every second
+// (a sync flapping between two saved revisions); a must count b out when
+// its lease runs out and take its slots.
+func TestACopyReappliedByAnotherWriterIsNoRenewal(t *testing.T) {
+	s := onServer(t)
+	p, ms := s.joined("a", "b")
+	a, b := ms[0], ms[1]
+	divided(t, a, b)
+	first := s.saved(b.leaseName())
+	p.run(2*renew, "a and b work")
+	second := s.saved(b.leaseName())
+	p.kill(b)
+	replays := 0
+	p.each(time.Second, func() {
+		replays++
+		s.replay([]*coordinationv1.Lease{first, second}[replays%2])
+	})
+	p.run(4*lease, "b dead, two saved copies of its Lease re-applied in turn every second")
+	if a.Claims().Working != shard.All() {
+		t.Fatalf("b dead for %s, saved copies of its Lease re-applied every second (%d writes): a works %d slots, want all %d",
+			4*lease, replays, a.Claims().Working.Len(), shard.Slots)
+	}
+}
+
+// A live member whose Lease is set back to a copy of itself saved earlier
+// was not renewed by another process (that one would write a later
+// renewTime: a member's renewTimes only move forward): it takes the Lease
+// back at its next renewal and is never fenced for it.
+func TestALeaseSetBackToAnEarlierCopyIsTakenBack(t *testing.T) {
+	s := onServer(t)
+	var fences atomic.Int32
+	countFences := func(c *Config) {
+		c.Observer = observe.Func(func(e observe.Event) {
+			if c, ok := e.(ClaimsChanged); ok && c.Fenced {
+				fences.Add(1)
+			}
+		})
+	}
+	a, _ := s.member("a", lease, renew)
+	b, _ := s.member("b", lease, renew, countFences)
+	p := s.play(a, b)
+	p.run(12*time.Second, "a and b join")
+	divided(t, a, b)
+	saved := s.saved(b.leaseName())
+	p.run(3*renew, "a and b work")
+	s.replay(saved)
+	p.run(2*lease, "b's Lease set back to a copy saved 3 s earlier")
+	if n := fences.Load(); n > 0 || b.Claims().Working.Empty() {
+		t.Fatalf("b's Lease set back to a copy saved earlier: b fenced %d times, works %d slots; want it never fenced, working", n, b.Claims().Working.Len())
+	}
+	divided(t, a, b)
+}
+
+// A lease duration written by hand is believed only up to a bound of the
+// observer's own (leaseBelief): one Lease whose leaseDurationSeconds says
+// a day, with a renewTime moved on so that it reads as its holder's write,
+// must not make the ring wait a day for its member when it dies (nor make
+// every wait on the longest duration a day long).
+func TestAHugeLeaseDurationWrittenByHandIsBounded(t *testing.T) {
+	s := onServer(t)
+	p, ms := s.joined("a", "b")
+	a, b := ms[0], ms[1]
+	divided(t, a, b)
+	s.edit(b.leaseName(), func(l *coordinationv1.Lease) {
+		day, later := int32(86400), metav1.NewMicroTime(s.clock().Add(time.Millisecond))
+		l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &day, &later
+	})
+	p.run(2*renew, "b's Lease says a lease duration of a day")
+	p.kill(b)
+	p.run(6*lease, "b dead, its Lease saying a lease duration of a day")
+	if a.Claims().Working != shard.All() {
+		t.Fatalf("b dead for %s, its Lease saying by hand a lease duration of a day: a works %d slots, want all %d (a waits on %s)",
+			6*lease, a.Claims().Working.Len(), shard.Slots, a.longest)
 	}
 }
