@@ -21,7 +21,7 @@ func TestImpossibleShardingDurationsAreRefused(t *testing.T) {
 		{-time.Second, 0, false},
 		{15 * time.Second, 0, false},
 		{900 * time.Millisecond, 300 * time.Millisecond, false}, // a Lease says whole seconds
-		{time.Second, time.Millisecond, false},                   // a write and a list per member every millisecond
+		{time.Second, time.Millisecond, false},                  // a write and a list per member every millisecond
 	} {
 		o := options{}
 		o.shards.LeaseDuration, o.shards.RenewPeriod, o.shards.Namespace = c.lease, c.renew, "ns"
