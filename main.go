@@ -201,8 +201,9 @@ func shardingConfig(o *options) error {
 		return fmt.Errorf("--sharding and --leader-elect do not go together: with sharding every replica works, on its part")
 	case o.freshnessProbe != 0:
 		return fmt.Errorf("--sharding and --freshness-probe do not go together yet: the probe's one object lives in one replica's shard")
-	case 3*o.shards.RenewPeriod > o.shards.LeaseDuration || o.shards.RenewPeriod <= 0:
-		return fmt.Errorf("--sharding-renew-period (%v) must be above zero and at most a third of --sharding-lease-duration (%v)", o.shards.RenewPeriod, o.shards.LeaseDuration)
+	}
+	if err := ring.CheckDurations(o.shards.LeaseDuration, o.shards.RenewPeriod); err != nil {
+		return fmt.Errorf("--sharding-lease-duration %v, --sharding-renew-period %v: %w", o.shards.LeaseDuration, o.shards.RenewPeriod, err)
 	}
 	if o.shards.Namespace != "" {
 		return nil

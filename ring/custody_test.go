@@ -97,9 +97,15 @@ func TestASlotGivenOnAWithdrawnCoverIsNotLost(t *testing.T) {
 			t.Fatalf("n, after m joined: %+v; want slot %d out of its target, lingering", c, s)
 		}
 	}
-	// o, whose list fails (its view still without m, and with n's cover
-	// of s as it last read it), lets s go to n.
-	tick(o, false)
+	// o steps on its last list, made before m joined (answered late: its
+	// view still without m, and with n's cover of s as it last read it),
+	// and lets s go to n.
+	now = now.Add(100 * time.Millisecond)
+	if err := renewed(o, ctx); err != nil {
+		t.Fatal(err)
+	}
+	o.lookOK, o.confirmed = true, false
+	o.update(klog.Background())
 	if c := o.Claims(); c.Claimed().Has(s) || !c.Given.Has(s) || o.givenTo[s] != "n" {
 		t.Fatalf("o, on n's old cover: %+v (given to %q); want slot %d let go, given to n", c, o.givenTo[s], s)
 	}

@@ -412,3 +412,43 @@ func TestTheFenceClockCountsTheMostTheWallRanAhead(t *testing.T) {
 		t.Errorf("in all the fence's clock advanced %v, want %v", got, total)
 	}
 }
+
+// A renewal whose answer comes back later than a lease duration after it
+// was sent (a slow server) extends nothing: the others count the member
+// out a lease duration after they saw the write, which landed after the
+// renewal was sent, so the member's right to work is counted from the
+// sending, as client-go's leader election counts its renew deadline.
+func TestARenewalAnsweredPastItsOwnLeaseExtendsNothing(t *testing.T) {
+	client := versionedClient()
+	now := epoch
+	var until time.Time
+	m, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: "a",
+		LeaseDuration: lease, RenewPeriod: renew, Now: func() time.Time { return now },
+		OnDeadline: func(u time.Time) { until = u },
+		OnClaims:   func(Claims) {}, Busy: func() (_, _ shard.SlotSet) { return }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	for range joinRounds {
+		now = now.Add(renew)
+		m.round(ctx, klog.Background())
+	}
+	if m.Claims().Working != shard.All() {
+		t.Fatalf("alone, a works %v, want every slot", m.Claims().Working)
+	}
+	sent := now.Add(renew)
+	now = sent
+	client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		now = sent.Add(lease + renew) // answered a lease duration and more after it was sent
+		return false, nil, nil
+	})
+	m.round(ctx, klog.Background())
+	if w := m.Claims().Working; !w.Empty() || !until.IsZero() && !until.Before(sent.Add(lease)) {
+		t.Fatalf("a renewal answered %s after it was sent: a works %d slots, its gate open until %s after the sending; want none, and no later than %s",
+			lease+renew, w.Len(), until.Sub(sent), m.fenceAfter())
+	}
+	if admits(m).Len() > 0 {
+		t.Fatalf("a renewal answered %s after it was sent: a's gate admits %d slots", lease+renew, admits(m).Len())
+	}
+}

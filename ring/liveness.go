@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -16,13 +17,16 @@ import (
 // deleted by hand, requests that hang, skewed clocks, members of different
 // lease durations, writes by others and clean leaves:
 //
-//   - sight: another member is live while its holder's record (recordOf)
-//     was seen to move within the lease duration that holder wrote with it,
-//     on the observer's clock (client-go's leader election judges a Lease
-//     so), or within the observer's own if longer, or the longest it judged
-//     the Lease by before. A write by anyone else (a label, an annotation)
-//     moves the resourceVersion, never the record; a duration written by
-//     hand counts only from the holder's next renewal, and never shortens. A Lease seen for the first time
+//   - sight: another member is live while it was seen to renew (renews: a
+//     fresh renewTime; the first move of its record after one) within the
+//     lease duration its holder wrote with it, on the observer's clock
+//     (client-go's leader election judges a Lease so), or within the
+//     observer's own if longer, or the longest it judged the Lease by
+//     before, never more than leaseBelief times its own. A write by anyone
+//     else (a label, an annotation) moves the resourceVersion, never the
+//     record; a saved copy re-applied moves it back, no renewal; a
+//     duration written by hand counts only from the holder's next renewal,
+//     and never shortens. A Lease seen for the first time
 //     counts as just renewed: no renewTime, written by another machine's
 //     clock, is ever compared with ours (a joiner 25 s ahead once took a
 //     live member's slots on such a comparison). A Lease that vanishes
@@ -196,13 +200,18 @@ func sight(seen, listed map[string]observed, now, prev time.Time, blindFor, own 
 		if !byHolder {
 			l.lease = own
 		}
+		l.renewTimes, l.moved = o.renewTimes, true
+		if ok && o.gone { // back: judged afresh
+			l.renewTimes = nil
+		}
 		switch {
 		case !ok:
-		case o.record != l.record, !byRecord && o.rv != l.rv:
+		case byRecord && l.renews(&o), !byRecord && o.rv != l.rv:
 			l.renewals++
 		default:
 			l.at, l.lease = o.at, o.lease
 		}
+		l.renewTimes = remember(l.renewTimes, l.renewTime)
 		seen[name] = l
 	}
 	for name, o := range seen {
@@ -234,6 +243,63 @@ func sight(seen, listed map[string]observed, now, prev time.Time, blindFor, own 
 	}
 	return prev.IsZero() || blind
 }
+
+// keptRenewTimes is how many of a Lease's renewTimes an observer keeps.
+const keptRenewTimes = 16
+
+// renews tells whether a Lease listed as l, last seen as o, was renewed
+// since, and notes in l.moved whether its holder may have written it
+// since this list (the next move of its record is then a renewal too).
+//
+// A renewal writes a fresh renewTime: neither one seen on the Lease before
+// nor older than every one kept (a member's renewTimes only grow: stamp;
+// a holder cleared by hand since is still its holder's write, the hand
+// left the renewTime as it was). A saved copy re-applied (a GitOps tool,
+// kubectl apply of a saved object) or a snapshot restored writes one seen
+// before, or an older one: no renewal, but for one case. The first move of
+// the record after a fresh renewal counts, whatever it is: the copy may
+// have overwritten a renewal this observer never read, sent later than
+// the last it read; counted from now, no owner works past the observer's
+// count (its owner finds the Lease set back at its next renewal and is
+// out: renewal, errForeignWriter). So a dead member's Lease re-applied
+// from saved copies for ever stays live one lease duration longer, not for
+// ever. (The owner, taking its Lease back, claims nothing for the longest
+// lease duration, so that every observer reads a renewal of it first.)
+func (l *observed) renews(o *observed) bool {
+	if !l.renewTime.IsZero() && !slices.ContainsFunc(o.renewTimes, l.renewTime.Equal) &&
+		(len(o.renewTimes) < keptRenewTimes || l.renewTime.After(o.renewTimes[0])) {
+		return true
+	}
+	if o.record == l.record {
+		l.moved = o.moved
+		return false
+	}
+	l.moved = false
+	return o.moved
+}
+
+// remember is kept with t added (a fresh copy: observed values share it).
+func remember(kept []time.Time, t time.Time) []time.Time {
+	if t.IsZero() || slices.ContainsFunc(kept, t.Equal) {
+		return kept
+	}
+	kept = append(slices.Clone(kept[max(0, len(kept)-keptRenewTimes+1):]), t)
+	slices.SortFunc(kept, time.Time.Compare)
+	return kept
+}
+
+// leaseBelief bounds what a member believes of the lease duration written
+// on another's Lease: at most this many times its own, as written. A
+// duration written by hand (a day) would otherwise hold every wait that
+// counts a dead member out, or waits on the longest duration, that long.
+// So the lease durations of a ring's members (--sharding-lease-duration,
+// which a rolling update may change) must be within this factor of one
+// another: a member of a longer one is counted out before its own fence.
+const leaseBelief = 4
+
+// believed is the longest lease duration a member of lease duration own
+// believes of another.
+func believed(own time.Duration) time.Duration { return leaseBelief * written(own) }
 
 // current tells whether the lease of a Lease last seen as o runs at
 // judged, on its holder's lease duration.

@@ -66,10 +66,17 @@ import (
 //   - writes by others to the Leases: a label (once, or every second for
 //     ever, as a GitOps tool), an annotation, the ring's label taken off,
 //     the leaving mark written by hand, the holder cleared or set to
-//     another member, the lease duration shortened, a copy of a Lease under
-//     another name (two Leases, one holder);
+//     another member (also the giver's or the receiver's while a handoff
+//     is under way), the lease duration shortened, or set to a day with
+//     the renewTime moved on, a copy of a Lease under another name (two
+//     Leases, one holder), two saved copies of a Lease's spec re-applied in
+//     turn every second (the annotations a copy would erase are out of
+//     scope: a hand that rewrites the handoff's annotations can lose a
+//     gift);
+//   - a member whose lists fail (RBAC) while its renewals go through;
 //   - a quiet tail after the inputs (every request answered, no pause):
-//     the ring must converge.
+//     the ring must converge (longer after a duration of a day: it is
+//     believed up to leaseBelief times the observer's own).
 //
 // The invariants: at no instant may two members admit a reconcile of one
 // slot (ring.Admits: Working, and before the fence deadline, on the gate's
@@ -112,7 +119,9 @@ type modelMember struct {
 	renewOK    bool
 	createFail time.Duration // its creates fail until then
 	cutUntil   time.Duration // every request of it fails until then
-	roundStart time.Duration
+	// its lists fail until then (its renewals go through)
+	listCutUntil time.Duration
+	roundStart   time.Duration
 	// wideness: leave when it has slots given, after leaveAt
 	leaveAt time.Duration
 	// giving: while it leaves, the slots it had given (the model's own
@@ -164,7 +173,10 @@ type model struct {
 	// but the GitOps labeller comes; end: the schedule ends.
 	quiet, end time.Duration
 	gifts      map[gift]bool // open: the receiver has not claimed it yet
-	log        []string      // what happened, for a failure's report
+	// stretch: lease durations more the tail lasts (a Lease says a day:
+	// it is believed leaseBelief times the observer's own)
+	stretch time.Duration
+	log     []string // what happened, for a failure's report
 }
 
 func (w *model) at(d time.Duration, mm *modelMember, run func()) {
@@ -360,7 +372,7 @@ func runModel(seed uint64, wide bool) string {
 	for w.q.Len() > 0 {
 		e := heap.Pop(&w.q).(*modelEvent)
 		if w.wide && !tail && e.at > w.quiet {
-			w.end, tail = w.quiet+modelTail*w.longest(), true // the quiet tail, then the verdict
+			w.end, tail = w.quiet+(modelTail+w.stretch)*w.longest(), true // the quiet tail, then the verdict
 		}
 		if e.at > w.end {
 			break
@@ -433,8 +445,17 @@ func (w *model) widen() {
 		})
 	}
 	for range w.x.IntN(5) {
-		mm, kind := pick(), w.x.IntN(9)
+		mm, kind := pick(), w.x.IntN(11)
 		w.at(when(), nil, func() { w.foreignWrite(mm, kind) })
+	}
+	if w.x.IntN(3) == 0 { // a member whose lists fail (RBAC), its renewals not
+		mm := pick()
+		w.at(when(), nil, func() {
+			d := w.xms(mm.m.cfg.LeaseDuration/2, 3*mm.m.cfg.LeaseDuration)
+			mm.listCutUntil = w.now + d
+			w.quiet = max(w.quiet, mm.listCutUntil)
+			w.note("%s cannot list the ring's Leases for %s", mm.id, d)
+		})
 	}
 	if w.x.IntN(2) == 0 { // an operator drains a replica: marks its Lease leaving
 		mm := pick()
@@ -491,6 +512,39 @@ func (w *model) foreignWrite(mm *modelMember, kind int) {
 	case 7:
 		one := int32(1)
 		what, l.Spec.LeaseDurationSeconds = "lease duration set to 1s", &one
+	case 9: // saved copies' specs re-applied by another writer (a sync
+		// flapping between two saved revisions), every second for ever
+		saved := []*coordinationv1.Lease{l.DeepCopy()}
+		w.at(w.now+w.xms(time.Second, 4*time.Second), nil, func() {
+			if l, err := w.get(mm.m.leaseName()); err == nil {
+				saved = append(saved, l)
+			}
+		})
+		n := 0
+		var replay func()
+		replay = func() {
+			if l, err := w.get(mm.m.leaseName()); err == nil {
+				if w.now < w.quiet { // until the tail (a collection races them: it is slow, not wrong)
+					c := saved[n%len(saved)]
+					l.Spec = *c.Spec.DeepCopy() // the holder's record (annotations erased by hand lose what they said: out of scope)
+					if w.put(l, false) == nil {
+						w.note("%s's Lease set back to a saved copy (renewTime %s)", mm.id, l.Spec.RenewTime)
+					}
+					n++
+				}
+				w.at(w.now+time.Second, nil, replay)
+			}
+		}
+		w.at(w.now+w.xms(time.Second, 6*time.Second), nil, replay)
+		return
+	case 10: // a lease duration of a day, its renewTime moved on: a hand edit the holder's record shows
+		if l.Spec.RenewTime == nil {
+			return
+		}
+		day := int32(86400)
+		later := metav1.NewMicroTime(l.Spec.RenewTime.Add(time.Millisecond))
+		what, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = "lease duration set to a day", &day, &later
+		w.stretch = leaseBelief
 	case 8: // a copy under another name, holder and all: it stands still
 		c := l.DeepCopy()
 		c.Name, c.ResourceVersion = "r-"+mm.id+"-copy", ""
@@ -565,6 +619,10 @@ func (w *model) custody() string {
 			// the receiver's to keep.
 			w.gifts[g] = w.member(g.to).watched.Has(g.slot)
 			w.note("%s gives slot %d to %s (watching it: %v)", g.from, g.slot, g.to, w.gifts[g])
+			if w.x.IntN(4) == 0 && w.now < w.quiet { // a hand clears the giver's or the receiver's holder meanwhile
+				mm := w.member([]string{g.from, g.to}[w.x.IntN(2)])
+				w.at(w.now+w.xms(0, 2*time.Second), nil, func() { w.foreignWrite(mm, 5) })
+			}
 		}
 	}
 	for g, open := range w.gifts {
@@ -736,6 +794,9 @@ func (w *model) round(mm *modelMember) {
 func (w *model) list(mm *modelMember) {
 	m := mm.m
 	answer, ok, _ := w.request(mm)
+	if w.now < mm.listCutUntil { // refused (403), at once
+		answer, ok = w.now+w.ms2(1, 50), false
+	}
 	read := w.now + w.ms2(0, int((answer-w.now)/time.Millisecond))
 	var items []coordinationv1.Lease
 	done := false

@@ -21,9 +21,10 @@
 // A Lease is the member its name says (a ring's name has no dot), whatever
 // holder it names. A member, every RenewPeriod:
 //   - renews its Lease, writing back whatever a hand changed;
-//   - lists the ring's Leases, and takes as live every Lease whose holder's
-//     record (holder, acquire and renew times, transitions) it saw move within
-//     the lease duration that holder wrote, on its own clock; no clock is
+//   - lists the ring's Leases, and takes as live every Lease it saw renewed
+//     (a fresh renewTime: a label by anyone else, or a saved copy
+//     re-applied, is no renewal) within the lease duration that holder wrote
+//     (at most leaseBelief times its own), on its own clock; no clock is
 //     compared with another machine's (liveness.go has the rules);
 //   - if it is the first live member, collects the Leases of members dead for
 //     three of their lease durations.
@@ -235,6 +236,31 @@ const (
 	DefaultRenewPeriod   = 2 * time.Second
 )
 
+// MinLeaseDuration and MinRenewPeriod bound the durations a ring runs on:
+// a Lease says its duration in whole seconds, and each renew period every
+// member writes its Lease and lists the ring's.
+const (
+	MinLeaseDuration = time.Second
+	MinRenewPeriod   = 100 * time.Millisecond
+)
+
+// CheckDurations tells why a ring cannot run on lease duration lease and
+// renew period renew, if it cannot: the renew period must be at most a
+// third of the lease duration (a member fences itself lease − renew after
+// its last renewal, and must get two tries in before), and neither below
+// its minimum.
+func CheckDurations(lease, renew time.Duration) error {
+	switch {
+	case lease < MinLeaseDuration:
+		return fmt.Errorf("lease duration %v: at least %v (a Lease says whole seconds)", lease, MinLeaseDuration)
+	case renew < MinRenewPeriod:
+		return fmt.Errorf("renew period %v: at least %v (each one, every member writes its Lease and lists the ring's)", renew, MinRenewPeriod)
+	case 3*renew > lease:
+		return fmt.Errorf("renew period %v: at most a third of the lease duration %v (a member fences itself a renew period before its Lease expires, and must get two renewals in before)", renew, lease)
+	}
+	return nil
+}
+
 // Config says which ring to join, as whom.
 type Config struct {
 	Client    kubernetes.Interface
@@ -414,6 +440,13 @@ type observed struct {
 	id     string // the member it is: its name says (identityOf)
 	rv     string // its resourceVersion, as last listed
 	record string // its holder's record (recordOf), as last listed
+	// renewTime is the renewTime it carries, as last listed; renewTimes,
+	// the last ones seen on it (fresh: a renewal writes one never seen).
+	renewTime  time.Time
+	renewTimes []time.Time
+	// moved: its holder may have renewed it since the state last listed
+	// (that state was a fresh renewal, or first seen: renews).
+	moved bool
 	// lease is the lease duration its holder wrote with the record (the
 	// observer's own when it wrote none); at, when we saw the record
 	// first; renewals, how many times we saw it change.
@@ -452,8 +485,8 @@ func New(cfg Config) (*Member, error) {
 	if cfg.RenewPeriod <= 0 {
 		cfg.RenewPeriod = DefaultRenewPeriod
 	}
-	if 3*cfg.RenewPeriod > cfg.LeaseDuration {
-		return nil, fmt.Errorf("ring: RenewPeriod %s must be at most a third of LeaseDuration %s (a member fences itself a RenewPeriod before its Lease expires)", cfg.RenewPeriod, cfg.LeaseDuration)
+	if err := CheckDurations(cfg.LeaseDuration, cfg.RenewPeriod); err != nil {
+		return nil, fmt.Errorf("ring: %w", err)
 	}
 	if (cfg.OnClaims == nil) != (cfg.Busy == nil) {
 		return nil, fmt.Errorf("ring: OnClaims and Busy go together")
@@ -932,7 +965,11 @@ func (m *Member) renewal(lease *coordinationv1.Lease, err error) (renewal, error
 	// The renewTime the Lease says is the wall clock's, for its readers
 	// (the fence's clock runs ahead of it by the suspends and steps it
 	// counted); it is also how this member knows its own writes.
-	stamp := m.fence.wallNow()
+	var prev *metav1.MicroTime
+	if lease != nil {
+		prev = lease.Spec.RenewTime
+	}
+	stamp := m.stamp(prev)
 	now := metav1.NewMicroTime(stamp)
 	claims := m.Claims() // the fence timer may drop them meanwhile
 	w := renewal{stamp: stamp, claimed: claims.Claimed()}
@@ -987,19 +1024,25 @@ func (m *Member) renewal(lease *coordinationv1.Lease, err error) (renewal, error
 				errForeignWriter, m.leaseName(), id, m.cfg.LeaseDuration, wait.Round(time.Millisecond))
 		}
 	}
-	if !m.wrote.IsZero() && (lease.Spec.RenewTime == nil ||
-		!lease.Spec.RenewTime.Time.Equal(m.wrote) && !slices.ContainsFunc(m.tried, lease.Spec.RenewTime.Time.Equal)) {
+	if !m.wrote.IsZero() && !m.ours(lease.Spec.RenewTime) {
 		// Not a renewTime we wrote or tried: another process with our
-		// identity renews it — or a write of ours came back that we
-		// no longer remember (an etcd restore from a snapshot; a
-		// write older than the 64 attempts tried keeps). Which one,
+		// identity renews it — or an older state came back (a saved
+		// copy re-applied by another writer, an etcd restore, a write
+		// of ours older than the 64 attempts tried keeps), which may
+		// have overwritten renewals the others never read. Which one,
 		// the Lease tells in a lease duration: another process keeps
-		// renewing it; a stale write of ours stands still, and is
-		// ours again then, as a dead member's is the others'.
+		// renewing it; a stale write stands still, and is ours again
+		// then, as a dead member's is the others'.
 		if m.stillFor(lease) > 0 {
 			return w, fmt.Errorf("%w: lease %s was renewed by someone else since our last renewal (two processes with identity %q? give each its own --sharding-identity); taking it back if it stands still for %s",
 				errForeignWriter, m.leaseName(), id, m.cfg.LeaseDuration)
 		}
+		// Taken back: the others may have read none of our renewals
+		// since it was first set back (a copy re-applied every second
+		// overwrites each one): it claims nothing for the longest lease
+		// duration, as a Lease re-created after a loss, so that they
+		// read one before it works again.
+		m.lostLease()
 	}
 	lease.Spec.HolderIdentity, lease.Spec.RenewTime, lease.Spec.LeaseDurationSeconds = &id, &now, &secs
 	delete(lease.Annotations, AnnotationLeaving) // ours again: a process of ours left it, or a hand wrote it
@@ -1021,6 +1064,36 @@ func (m *Member) renewal(lease *coordinationv1.Lease, err error) (renewal, error
 	m.try(stamp)
 	w.lease = lease
 	return w, nil
+}
+
+// ours tells whether a renewTime r on this member's Lease, which it has
+// written before, is its own: one it wrote or tried. Any other was written
+// by another process of its identity, or is an older copy of the Lease set
+// back by another writer (a saved copy re-applied, a snapshot restored),
+// which may have overwritten renewals of ours the others never read: the
+// member is out either way until the Lease stands still (stillFor).
+func (m *Member) ours(r *metav1.MicroTime) bool {
+	return r != nil && (r.Time.Equal(m.wrote) || slices.ContainsFunc(m.tried, r.Time.Equal))
+}
+
+// stamp is the renewTime of a write made now over a Lease that says prev
+// (nil: none): the wall clock's, as the Lease stores it (microseconds),
+// and later than prev and than every one this member wrote or tried. So a
+// member's renewTimes only grow, whatever its wall clock does, and each
+// renewal is fresh to the others (renews): a copy re-applied never is.
+func (m *Member) stamp(prev *metav1.MicroTime) time.Time {
+	t := m.fence.wallNow().Truncate(time.Microsecond)
+	floor := m.wrote
+	for _, x := range m.tried {
+		floor = later(floor, x)
+	}
+	if prev != nil {
+		floor = later(floor, prev.Time)
+	}
+	if !t.After(floor) {
+		t = floor.Add(time.Microsecond)
+	}
+	return t
 }
 
 // wroteRenewal records that the server took w.
@@ -1053,7 +1126,7 @@ func (m *Member) stillFor(l *coordinationv1.Lease) time.Duration {
 		m.found = &stillness{record: record, since: now}
 	}
 	m.found.last = now
-	return max(0, max(m.cfg.LeaseDuration, leaseDurationOf(l))-now.Sub(m.found.since))
+	return max(0, max(m.cfg.LeaseDuration, min(leaseDurationOf(l), believed(m.cfg.LeaseDuration)))-now.Sub(m.found.since))
 }
 
 // try notes the renewTime an attempt is about to write (as the Lease stores
@@ -1117,7 +1190,10 @@ func (m *Member) readAll(log klog.Logger, items []coordinationv1.Lease) (listed 
 // read is what one of the others' Leases says (sight judges it).
 func (m *Member) read(log klog.Logger, l *coordinationv1.Lease) observed {
 	o := observed{id: identityOf(m.cfg.Ring, l.Name), rv: l.ResourceVersion, record: recordOf(l),
-		lease: leaseDurationOf(l), leaving: leavingMarked(l)}
+		lease: min(leaseDurationOf(l), believed(m.cfg.LeaseDuration)), leaving: leavingMarked(l)}
+	if r := l.Spec.RenewTime; r != nil {
+		o.renewTime = r.Time
+	}
 	o.stray = l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != o.id
 	if scheme := cmp.Or(l.Annotations[AnnotationScheme], legacyScheme); scheme != shard.Scheme {
 		o.foreign = true
@@ -1215,13 +1291,22 @@ func (m *Member) peers(judged time.Time, self bool) peers {
 				p.custody = p.custody.Union(o.givenMe)
 			}
 		case o.stray:
-			// Its holder is not its name's member: until the owner
-			// writes it back (or, a copy, until its lease runs out), its
-			// claims stand, but it is no member to give slots to, and
-			// what it says it covers or gives is nobody's word.
+			// Its holder is not its name's member (cleared or changed
+			// by hand: the owner writes it back at its next renewal; or a
+			// copy under another name, which stands still until its
+			// lease runs out): no member to hand a slot to, and what it
+			// says it covers is nobody's word. But its annotations are
+			// its owner's last word: its claims stand, the slots it gave
+			// stay given (custody holds), and a slot given to it is
+			// accepted only once it shows it confirmed (or its lease runs
+			// out).
 			p.others = p.others.Union(o.claims).Union(o.givenOthers)
 			p.claimed = p.claimed.Union(o.claims)
 			p.rival = p.rival.Union(o.claims.Minus(o.pending))
+			p.custody = p.custody.Union(o.givenMe)
+			if _, ok := p.confirmed[o.id]; !ok {
+				p.confirmed[o.id] = o.claims.Minus(o.pending)
+			}
 		default:
 			if !slices.Contains(p.live, o.id) {
 				p.live = append(p.live, o.id)
@@ -1342,6 +1427,15 @@ func (m *Member) update(log klog.Logger) {
 			}
 		}
 		m.ownerOf = owner
+		if !m.lookOK {
+			// Blind (its lists fail, or are refused), though it renews:
+			// no slot is let go on a cover read before. The others take
+			// its renewals for decisions made on a list that showed
+			// their latest writes: a new owner that withdrew its cover
+			// stops keeping the slot's deletions once each claimer
+			// renewed twice since (Lingering). Overdue slots still go.
+			covered, handed, stale = shard.SlotSet{}, shard.SlotSet{}, shard.SlotSet{}
+		}
 	}
 	var membersChanged *MembersChanged
 	if !slices.Equal(live, m.members) {
@@ -1578,13 +1672,13 @@ func (m *Member) markLeaving(given shard.SlotSet) (string, error) {
 // (markLeaving), unless another process renews it; it returns the mark's
 // renewTime.
 func (m *Member) leavingMark(lease *coordinationv1.Lease, given shard.SlotSet) (time.Time, error) {
-	if r := lease.Spec.RenewTime; r == nil || !r.Time.Equal(m.wrote) && !slices.ContainsFunc(m.tried, r.Time.Equal) {
+	if !m.ours(lease.Spec.RenewTime) {
 		return time.Time{}, fmt.Errorf("%w: lease %s; not marking it", errForeignWriter, m.leaseName())
 	}
 	if lease.Annotations == nil {
 		lease.Annotations = map[string]string{}
 	}
-	stamp := m.fence.wallNow()
+	stamp := m.stamp(lease.Spec.RenewTime)
 	now, id := metav1.NewMicroTime(stamp), m.cfg.Identity
 	lease.Spec.HolderIdentity, lease.Spec.RenewTime = &id, &now
 	lease.Annotations[AnnotationLeaving] = mark(stamp)

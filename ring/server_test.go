@@ -166,8 +166,10 @@ func (p *play) kill(m *Member) {
 }
 
 // each runs f every period of the clock from now on.
-func (p *play) each(period time.Duration, f func()) {
-	p.events = append(p.events, &event{every: period, next: p.s.clock(), run: f})
+func (p *play) each(period time.Duration, f func()) *event {
+	e := &event{every: period, next: p.s.clock(), run: f}
+	p.events = append(p.events, e)
+	return e
 }
 
 func (p *play) run(d time.Duration, when string) {
