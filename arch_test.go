@@ -4,10 +4,13 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"rawwatch/internal/openfinding"
 )
 
 // The hand-written machinery must not lean on client-go's: no informers,
@@ -128,6 +131,25 @@ func TestTheCodecsSitAboveTheWatcher(t *testing.T) {
 				if !fine {
 					t.Errorf("%s imports %s: %s may import, of this module, only %v", file, path, dir, ok)
 				}
+			}
+		}
+	}
+}
+
+// The plain path links no codec either: not through a package it imports
+// (the API type's package, whose own fast decoder imports codec/metajson,
+// is one every reconciler imports). TestTheCodecsSitAboveTheWatcher reads
+// direct imports only.
+func TestThePlainPathLinksNoCodec(t *testing.T) {
+	openfinding.Skip(t)
+	for _, pkg := range []string{"./watcher", "./store", "./queue", "./reconcile"} {
+		out, err := exec.Command("go", "list", "-deps", pkg).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if strings.HasPrefix(dep, "rawwatch/codec") {
+				t.Errorf("%s links %s", pkg, dep)
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/internal/openfinding"
 )
 
 // The mutation detector is on in every test (this binary runs no
@@ -84,4 +85,46 @@ func panicOf(f func()) (got string) {
 	}()
 	f()
 	return ""
+}
+
+// An object handed out as it left the store (a Deleted delta's object, an
+// Updated delta's Old) is the handler's to read for as long as it holds it,
+// and a reader may hold it a while (a worker, a queue) before it writes to
+// it: with Share, its labels map is shared (here the deleted object's final
+// state holds the stored object's map). The edit is still reported, however
+// many writes of other objects came first, as client-go's detector, which
+// keeps what it checks for minutes and compares it every second, reports it.
+func TestAnEditOfAnObjectThatLeftTheStoreIsFoundAfterOtherWrites(t *testing.T) {
+	openfinding.Skip(t)
+	for name, leave := range map[string]func(s *Store[*v1alpha1.MyResource]) *v1alpha1.MyResource{
+		"a Deleted delta's object": func(s *Store[*v1alpha1.MyResource]) *v1alpha1.MyResource {
+			d, _ := s.Delete(labelled("a", "2", map[string]string{"app": "a"}))
+			return d.Object
+		},
+		"an Updated delta's Old": func(s *Store[*v1alpha1.MyResource]) *v1alpha1.MyResource {
+			d, _, _ := s.Upsert(labelled("a", "2", map[string]string{"app": "b"}))
+			return d.Old
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := shared()
+			s.Upsert(labelled("a", "1", map[string]string{"app": "a"}))
+			left := leave(s)
+			for i := range 64 { // a busy store: the others' writes go on
+				s.Upsert(obj("ns", fmt.Sprint("other-", i), "1"))
+			}
+			left.Labels["edited"] = "in place" // the handler's bug, a little later
+			got := panicOf(func() {
+				if err := s.CheckMutations(); err != nil {
+					panic(err)
+				}
+				for i := range 200 {
+					s.Upsert(obj("ns", fmt.Sprint("more-", i), "1"))
+				}
+			})
+			if !strings.Contains(got, "edited") {
+				t.Errorf("%s edited after 64 writes of others: CheckMutations and 200 more writes reported nothing (%q)", name, got)
+			}
+		})
+	}
 }

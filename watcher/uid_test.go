@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/internal/openfinding"
 	"rawwatch/store"
 )
 
@@ -44,4 +45,32 @@ func deltaUIDs(ds []store.Delta[*v1alpha1.MyResource]) string {
 		out = append(out, fmt.Sprint(d.Type, " ", d.Object.UID, " ", d.FinalStateUnknown))
 	}
 	return fmt.Sprint(out)
+}
+
+// An ADDED or MODIFIED that cannot be decoded but whose metadata names
+// another UID than the stored object's says the stored object is gone from
+// the server (its key holds another object now): the stored one is Deleted,
+// its final state unknown, and not kept as if current, as a relist treats
+// an undecodable item of another UID (store.Replacement.Keep).
+func TestAnUndecodableEventOfAnotherUIDDeletesTheStoredObject(t *testing.T) {
+	openfinding.Skip(t)
+	listed := page("5", item("a", `,"uid":"u-a","resourceVersion":"4"`, ``))
+	again := item("a", `,"uid":"u-a2","resourceVersion":"6"`, `,"spec":{"message":17}`) // undecodable
+	for _, typ := range []string{Added, Modified} {
+		t.Run(typ, func(t *testing.T) {
+			s := &answers{lists: []string{listed}, watches: []string{framed(typ, again)}}
+			p := play(t, s, Options[*v1alpha1.MyResource]{})
+			if got, ok := p.store.Get("ns/a"); ok && got.UID == "u-a" {
+				t.Errorf("after an undecodable %s of ns/a under UID u-a2, the store still holds u-a as current; deltas %s", typ, deltaUIDs(p.deltas))
+			}
+			if d := p.deleted("ns/a"); len(d) != 1 || d[0].Object.UID != "u-a" || !d[0].FinalStateUnknown {
+				t.Errorf("Deleted deltas of ns/a: %s, want u-a Deleted (final state unknown)", deltaUIDs(d))
+			}
+		})
+	}
+	// The relist does so already (the same item, listed).
+	s := &answers{lists: []string{listed, page("7", again)}, watches: []string{expired}}
+	if p := play(t, s, Options[*v1alpha1.MyResource]{}); len(p.deleted("ns/a")) != 1 {
+		t.Errorf("the relist kept u-a: %s", deltaUIDs(p.deltas))
+	}
 }
