@@ -508,6 +508,12 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 				if d, known := w.store.DeleteKey(skip.Key, *new(T)); known {
 					w.hand(d)
 				}
+			case ev.Type == Added || ev.Type == Modified:
+				// Under another UID, the key holds a new object: the stored
+				// one is gone, as a relist finds (Replacement.Keep).
+				if d, known := w.store.DeleteOther(skip.Key, skip.UID); known {
+					w.hand(d)
+				}
 			}
 			continue
 		case errors.Is(err, io.EOF) && repl != nil:
