@@ -92,6 +92,10 @@ func TestOnlyCompareImportsControllerRuntime(t *testing.T) {
 // its own packages, nothing else of this module; metajson, at the bottom,
 // imports none of it. The path's packages import no codec (their tests,
 // package watcher_test, may: they run the explorer with the fast codec).
+// Held: direct imports only. Not held: what they link through a package
+// they import; reconcile links codec/metajson through the API type's own
+// decoder (api/v1alpha1's DecodeJSONFrom), which the plain path never calls
+// (TestThePlainPathLinksNoCodec, an open finding).
 func TestTheCodecsSitAboveTheWatcher(t *testing.T) {
 	const module = "rawwatch/"
 	allowed := map[string][]string{

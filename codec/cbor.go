@@ -114,7 +114,7 @@ func decodeCBORList[T watcher.Object](r io.Reader, gvk schema.GroupVersionKind, 
 		return l.Metadata, errors.New("decoding CBOR list: response has neither items nor metadata")
 	}
 	for _, raw := range l.Items {
-		obj, err := decodeCBOR[T](gvk, "list item", raw)
+		obj, err := decodeCBOR[T](gvk, watcher.ListItem, raw)
 		if err != nil {
 			bad(err.(*watcher.SkipError))
 			continue

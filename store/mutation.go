@@ -23,7 +23,9 @@ import (
 // is replaced or removed, all of them once per as many writes as the store
 // holds (at least 64) and at every relist, and at CheckMutations. The
 // objects handed out as they leave the store (an Updated delta's Old, a
-// Deleted delta's object) are compared too, until the next compare of all. A difference panics, naming the object and the change:
+// Deleted delta's object) are compared only until the next compare of all:
+// an edit of one made later goes unreported (client-go's detector keeps its
+// copies for minutes). A difference panics, naming the object and the change:
 // nothing read from a cache that was written to can be trusted (client-go
 // panics too). It costs a deep copy and a compare per write, and doubles
 // the memory the objects take.

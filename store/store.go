@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Object is what the store can hold: any Kubernetes object with metadata.
@@ -216,6 +217,26 @@ func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
 	}
 	s.remove(key, old)
 	return Delta[T]{Type: Deleted, Key: key, Object: final}, true
+}
+
+// DeleteOther removes key's stored object if it is another object than
+// the one of UID uid (see MayBe): an event that cannot be decoded but names
+// uid says the key holds a new object, the stored one is gone. The delta
+// carries the stored object, FinalStateUnknown.
+func (s *Store[T]) DeleteOther(key string, uid types.UID) (d Delta[T], known bool) {
+	defer func() {
+		if known {
+			s.labels.dropped(1, s) // once the lock is released
+		}
+	}()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, existed := s.items[key]
+	if !existed || MayBe(uid, old) {
+		return Delta[T]{}, false
+	}
+	s.remove(key, old)
+	return Delta[T]{Type: Deleted, Key: key, Object: old, FinalStateUnknown: true}, true
 }
 
 // same tells whether two objects taken by the store (take) at one key and

@@ -125,14 +125,25 @@ func Kind(raw []byte) (schema.GroupVersionKind, error) {
 	return *gvk, nil
 }
 
+// ListItem is what a LIST page's item is called in a SkipError, and what
+// tells Checked that an object is one.
+const ListItem = "list item"
+
 // Checked finishes a decode, for JSONCodec and the codecs of package
 // codec: a null object, or one whose apiVersion/kind (gvk) is not c.GVK,
 // is an error too, and an error comes back as a *SkipError carrying
 // whatever of the object's identity unmarshal can still read (Identify).
+// A list item (what is ListItem) that names neither apiVersion nor kind is
+// of the list's type, as client-go's typed list decode takes it: it gets
+// c.GVK, so that it equals the same object from a watch event.
 func (c JSONCodec[T]) Checked(what string, raw []byte, obj T, gvk schema.GroupVersionKind, err error, unmarshal func([]byte, any) error) (T, error) {
 	var zero T
 	if err == nil && obj == zero {
 		err = errors.New("object is null")
+	}
+	if err == nil && what == ListItem && gvk.Empty() && !c.GVK.Empty() {
+		obj.GetObjectKind().SetGroupVersionKind(c.GVK)
+		gvk = c.GVK
 	}
 	if err == nil && !c.GVK.Empty() && gvk != c.GVK {
 		err = fmt.Errorf("got apiVersion %q kind %q, want %s", gvk.GroupVersion(), gvk.Kind, c.GVK)
@@ -224,7 +235,7 @@ func DecodeList[T Object](r io.Reader, decode func(what string, raw []byte) (T, 
 		return meta, errors.New("decoding list: response has neither items nor metadata")
 	}
 	for _, raw := range items {
-		obj, err := decode("list item", raw)
+		obj, err := decode(ListItem, raw)
 		if err != nil {
 			bad(err.(*SkipError))
 			continue

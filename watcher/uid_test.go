@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/internal/openfinding"
 	"rawwatch/store"
 )
 
@@ -53,7 +52,6 @@ func deltaUIDs(ds []store.Delta[*v1alpha1.MyResource]) string {
 // its final state unknown, and not kept as if current, as a relist treats
 // an undecodable item of another UID (store.Replacement.Keep).
 func TestAnUndecodableEventOfAnotherUIDDeletesTheStoredObject(t *testing.T) {
-	openfinding.Skip(t)
 	listed := page("5", item("a", `,"uid":"u-a","resourceVersion":"4"`, ``))
 	again := item("a", `,"uid":"u-a2","resourceVersion":"6"`, `,"spec":{"message":17}`) // undecodable
 	for _, typ := range []string{Added, Modified} {

@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/internal/openfinding"
 )
 
 // An object the watcher cannot decode is skipped, and what can still be
@@ -103,7 +102,6 @@ func TestAnUndecodableDeletedAmongInitialEventsRemovesItsKey(t *testing.T) {
 // initial events lack is still Deleted when they end. (An unreadable item
 // may be any stored object, and keeps them all: store.Replacement.Keep.)
 func TestANonObjectFrameAmongInitialEventsKeepsNoDeletedObject(t *testing.T) {
-	openfinding.Skip(t)
 	end := func(rv string) string {
 		return framed(Bookmark, `{`+objHead+`,"metadata":{"resourceVersion":"`+rv+`","annotations":{"k8s.io/initial-events-end":"true"}}}`)
 	}

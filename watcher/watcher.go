@@ -500,12 +500,21 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 			switch {
 			case repl != nil && ev.Type == Deleted && skip.Key != "":
 				repl.Remove(skip.Key) // as below: the key is gone
+			case repl != nil && ev.Type != "" && ev.Type != Added && ev.Type != Modified && ev.Type != Deleted:
+				// A bookmark or an unknown event type is no listed item. (A
+				// frame of no readable type may be one: it is kept.)
 			case repl != nil:
 				repl.Keep(skip.Key, skip.UID) // listed, but unreadable: keep what we have, if it is the same object
 			case skip.Key == "":
 			case ev.Type == Deleted:
 				// We cannot read the final state, but we know the key is gone.
 				if d, known := w.store.DeleteKey(skip.Key, *new(T)); known {
+					w.hand(d)
+				}
+			case ev.Type == Added || ev.Type == Modified:
+				// Under another UID, the key holds a new object: the stored
+				// one is gone, as a relist finds (Replacement.Keep).
+				if d, known := w.store.DeleteOther(skip.Key, skip.UID); known {
 					w.hand(d)
 				}
 			}
