@@ -104,3 +104,33 @@ func TestACollectedLeaseRecreatedFromACopyRenewsNothing(t *testing.T) {
 			now.Sub(died), a.Members())
 	}
 }
+
+// A saved copy re-applied that also carries another leaseDurationSeconds
+// (saved before a rolling update shortened the lease duration, or edited)
+// is no write of the holder's: its duration counts from the holder's next
+// renewal only, and a dead member stays live at most one of its own lease
+// durations longer for it.
+func TestACopysLeaseDurationCountsForNothing(t *testing.T) {
+	openfinding.Skip(t)
+	now := epoch
+	a := handoffMember(t, versionedClient(), "a", lease, renew, func() time.Time { return now })
+	b := "b"
+	claimsNothing := map[string]string{AnnotationSlots: "", AnnotationPending: ""}
+	now = now.Add(renew)
+	old := ringLease("b", &b, now, claimsNothing) // saved, then edited: 4 × a's lease duration
+	long := int32(4 * written(lease) / time.Second)
+	old.Spec.LeaseDurationSeconds = &long
+	now = now.Add(renew)
+	live(a, now, ringLease("b", &b, now, claimsNothing))
+	died := now
+	now = now.Add(renew)
+	live(a, now, old) // the copy, once, over b's last renewal
+	for now.Sub(died) < 2*written(lease)+renew {
+		now = now.Add(renew)
+		live(a, now, old)
+	}
+	if slices.Contains(a.Members(), "b") {
+		t.Fatalf("b (lease duration %s) dead for %s; a copy of its Lease saying %d s re-applied once: a still counts b live (%v)",
+			written(lease), now.Sub(died), long, a.Members())
+	}
+}
