@@ -39,6 +39,32 @@ func TestCopiesOlderThanTheRenewTimesKeptRenewNothing(t *testing.T) {
 	}
 }
 
+// b renewed 17 times, each read by a; then b dies, and the 17 saved
+// copies are re-applied in order, one every renew period, for ever. Once
+// b's lease and one more have run out, a must never count b live again.
+func TestSeventeenCopiesCycledRenewNothing(t *testing.T) {
+	openfinding.Skip(t)
+	now := epoch
+	a := handoffMember(t, versionedClient(), "a", lease, renew, func() time.Time { return now })
+	b := "b"
+	claimsNothing := map[string]string{AnnotationSlots: "", AnnotationPending: ""}
+	var stamps []time.Time
+	for range keptRenewTimes + 1 {
+		now = now.Add(renew)
+		stamps = append(stamps, now)
+		live(a, now, ringLease("b", &b, now, claimsNothing))
+	}
+	died := now
+	for i := 0; now.Sub(died) < 20*lease; i++ {
+		now = now.Add(renew)
+		live(a, now, ringLease("b", &b, stamps[i%len(stamps)], claimsNothing))
+		if now.Sub(died) > 2*written(lease)+renew && slices.Contains(a.Members(), "b") {
+			t.Fatalf("b dead for %s, its %d saved copies re-applied in order every %s (%d so far): a counts b live again (%v)",
+				now.Sub(died), len(stamps), renew, i+1, a.Members())
+		}
+	}
+}
+
 // An observer that never read a dead member's renewals (it restarted, or
 // joined since) reads its Lease first at its newest copy; then the sync
 // re-applies the 16 copies it saved, oldest first, every renew period.
