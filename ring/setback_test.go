@@ -86,3 +86,57 @@ func TestACopyOfTheStateLastReadSplitsNoBrain(t *testing.T) {
 		step(fmt.Sprintf("%s after the renewal of a that b read, a's Lease set back to it, a cut off", now.Sub(read)), b, a)
 	}
 }
+
+// A saved copy of a clean leave (a replica of a stable identity that left
+// once, its marked Lease saved by a backup or a sync) re-applied over its
+// live Lease bears its holder's leaving mark, bound to the copy's own
+// renewTime: the others count the member out at once, while it works on
+// until it reads the copy. No copy may make two members work one slot.
+//
+// a and b divide the slots; b's Lease is set back to a copy of the mark b
+// wrote when it left before; b's requests fail from then on (it never
+// reads the copy, and fences itself 3.5 s after its last renewal).
+func TestACopyOfALeavingMarkSplitsNoBrain(t *testing.T) {
+	openfinding.Skip(t)
+	now := epoch
+	client, a, b := pair(t, &now, "a", "b")
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	cut, acting := false, ""
+	client.PrependReactor("*", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if cut && acting == "b" {
+			return true, nil, apierrors.NewInternalError(errors.New("cut off"))
+		}
+		return false, nil, nil
+	})
+	step := func(when string) {
+		for _, m := range []*Member{a, b} {
+			acting = m.cfg.Identity
+			m.round(ctx, klog.Background())
+			acting = ""
+			noSplit(t, when, a, b)
+			now = now.Add(10 * time.Millisecond)
+		}
+		now = now.Add(renew - 20*time.Millisecond)
+	}
+	for range 20 {
+		step("a and b join")
+	}
+	divided(t, a, b)
+	left := metav1.NewMicroTime(epoch.Add(-time.Hour)) // b's clean leave, an hour before
+	leases := client.CoordinationV1().Leases("ns")
+	l, err := leases.Get(ctx, b.leaseName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Spec.RenewTime, l.Spec.AcquireTime = &left, &left
+	l.Annotations[AnnotationLeaving] = mark(left.Time)
+	l.Annotations[AnnotationSlots], l.Annotations[AnnotationPending], l.Annotations[AnnotationGiven] = "", "", ""
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cut = true
+	start := now
+	for range 5 {
+		step(fmt.Sprintf("%s after b's Lease was set back to a copy of its old leaving mark, b cut off", now.Sub(start)))
+	}
+}
