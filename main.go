@@ -30,6 +30,7 @@ import (
 	"rawwatch/leader"
 	"rawwatch/queue"
 	"rawwatch/reconcile"
+	"rawwatch/reconcile/myresource"
 	"rawwatch/ring"
 	"rawwatch/store"
 	"rawwatch/watcher"
@@ -48,7 +49,7 @@ type options struct {
 	cacheDropAnnotations        string
 	cacheMutationDetector       bool
 	qps                         float64
-	events                      reconcile.EventPolicy
+	events                      myresource.EventPolicy
 	burst                       int
 	retryBase, retryMax         time.Duration
 	metricsAddr, healthAddr     string
@@ -88,7 +89,7 @@ func run(args []string) int {
 	fs.DurationVar(&o.silenceLimit, "watch-silence-limit", watcher.DefaultSilenceLimit, "abandon and resume a WATCH that delivers nothing, not even a bookmark, for this long (the apiserver bookmarks about every minute)")
 	fs.BoolVar(&o.watchList, "watch-list", false, "get the initial state from a WATCH that streams it (sendInitialEvents) instead of a paginated LIST; falls back to LIST on servers that refuse it")
 	wire := fs.String("wire", string(codec.WireJSON), "encoding to ask the API server for: json, or cbor (KEP-4222; served for custom resources only with kube-apiserver's alpha feature gate CBORServingAndStorage; otherwise the server answers JSON and the watcher uses JSON, with one log line)")
-	fs.StringVar(&o.cacheDropAnnotations, "cache-drop-annotations", strings.Join(reconcile.UnreadAnnotations, ","),
+	fs.StringVar(&o.cacheDropAnnotations, "cache-drop-annotations", strings.Join(myresource.UnreadAnnotations, ","),
 		`annotations the cache does not keep, comma-separated: ones the reconciler never reads ("": keep every annotation)`)
 	fs.BoolVar(&o.cacheMutationDetector, "cache-mutation-detector", false,
 		"keep a copy of every cached object and compare them every second: a cached object changed in place (a reconciler bug) panics; doubles the cache's memory (also on with "+store.EnvMutationDetector+"=true)")
@@ -127,7 +128,7 @@ func run(args []string) int {
 		return 0
 	}
 	var err error
-	if o.events, err = reconcile.ParseEventPolicy(*events); err != nil {
+	if o.events, err = myresource.ParseEventPolicy(*events); err != nil {
 		fmt.Fprintln(os.Stderr, "rawwatch: --events:", err)
 		return 2
 	}
