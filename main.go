@@ -32,7 +32,7 @@ import (
 	"rawwatch/reconcile"
 	"rawwatch/reconcile/myresource"
 	"rawwatch/ring"
-	"rawwatch/store"
+	"rawwatch/store/detect"
 	"rawwatch/watcher"
 )
 
@@ -92,7 +92,7 @@ func run(args []string) int {
 	fs.StringVar(&o.cacheDropAnnotations, "cache-drop-annotations", strings.Join(myresource.UnreadAnnotations, ","),
 		`annotations the cache does not keep, comma-separated: ones the reconciler never reads ("": keep every annotation)`)
 	fs.BoolVar(&o.cacheMutationDetector, "cache-mutation-detector", false,
-		"keep a copy of every cached object and compare them every second: a cached object changed in place (a reconciler bug) panics; doubles the cache's memory (also on with "+store.EnvMutationDetector+"=true)")
+		"keep a copy of every cached object and compare them every second: a cached object changed in place (a reconciler bug) panics; doubles the cache's memory (also on with "+detect.Env+"=true)")
 	fs.Float64Var(&o.qps, "kube-api-qps", app.DefaultQPS, "client-side limit of requests per second to the API server")
 	fs.IntVar(&o.burst, "kube-api-burst", app.DefaultBurst, "client-side burst of requests to the API server")
 	events := fs.String("events", string(app.DefaultEvents), "which status writes get an Event: all (a Normal Processed or a Warning ReconcileFailed), warnings (failures only; a success shows in the status), none")
