@@ -60,17 +60,14 @@ func New[T Object]() *Store[T] {
 	return &Store[T]{items: map[string]T{}, detector: detect.New[T](detect.Default())}
 }
 
-// Share makes the store keep one copy of what its objects repeat: objects
-// whose labels are equal hold one map between them (share.Sets), the
-// namespace, apiVersion and kind strings are interned (share.Intern), and the
-// fast JSON codec (codec.JSON, told SharesLabels) gives the objects of one stream or page whose labels
-// are written alike one map. It saves memory and time on a
-// large cache (docs/benchmarks.md), and asks more of every reader: a label
-// map belongs to many objects, so a handler that changes one object's
-// labels in place changes every object with those labels (and what the
-// stream decodes after them). Off by default; turn it on only where no
-// reader writes to a cached object (the controller's reconciler DeepCopies
-// first). Call it before the store is first written.
+// Share makes the store keep one copy of what its objects repeat (package
+// share): equal label maps, the namespace and type strings; the fast JSON
+// codec (codec.JSON, told SharesLabels) gives the objects of one stream or
+// page whose labels are written alike one map. It saves memory and time on
+// a large cache, and asks more of every reader: a handler that changes one
+// object's labels in place changes every object with those labels. Off by
+// default; use it only where no reader writes to a cached object. Call it
+// before the store is first written.
 func (s *Store[T]) Share() { s.share = true }
 
 // Get returns the object stored under key.
@@ -126,12 +123,8 @@ func (s *Store[T]) SetTransform(f func(T)) { s.transform, s.keepsLabels = f, fal
 func (s *Store[T]) SetTransformKeepingLabels(f func(T)) { s.transform, s.keepsLabels = f, true }
 
 // SharesLabels tells whether objects given to the store may hold a labels
-// map that objects given to it before hold too, as a watch stream's
-// decoder gives every object whose labels are written alike
-// (metajson.LabelCache): with Share, unless a transform that may change
-// labels is set (SetTransform). Such maps, as every map the store holds,
-// must never be changed; the store hashes them once, not once per object
-// (share.Sets).
+// map that objects given to it before hold too (metajson.LabelCache): with
+// Share, unless a transform that may change labels is set (SetTransform).
 func (s *Store[T]) SharesLabels() bool { return s.share && (s.transform == nil || s.keepsLabels) }
 
 // take prepares an object the store is given: own, then the transform,
