@@ -89,18 +89,6 @@ type (
 	}
 )
 
-func (StateChanged) Component() string     { return "watcher" }
-func (ListPage) Component() string         { return "watcher" }
-func (Replaced) Component() string         { return "watcher" }
-func (WatchStarted) Component() string     { return "watcher" }
-func (Probed) Component() string           { return "watcher" }
-func (Received) Component() string         { return "watcher" }
-func (BookmarkReceived) Component() string { return "watcher" }
-func (WatchEnded) Component() string       { return "watcher" }
-func (BackoffStarted) Component() string   { return "watcher" }
-func (Skipped) Component() string          { return "watcher" }
-func (Handed) Component() string           { return "watcher" }
-
 // Stats counts what the loop did. Every Watcher keeps one (see Watcher.Stats).
 type Stats struct {
 	mu sync.Mutex
