@@ -30,8 +30,9 @@ import (
 	"rawwatch/leader"
 	"rawwatch/queue"
 	"rawwatch/reconcile"
+	"rawwatch/reconcile/myresource"
 	"rawwatch/ring"
-	"rawwatch/store"
+	"rawwatch/store/detect"
 	"rawwatch/watcher"
 )
 
@@ -48,7 +49,7 @@ type options struct {
 	cacheDropAnnotations        string
 	cacheMutationDetector       bool
 	qps                         float64
-	events                      reconcile.EventPolicy
+	events                      myresource.EventPolicy
 	burst                       int
 	retryBase, retryMax         time.Duration
 	metricsAddr, healthAddr     string
@@ -88,10 +89,10 @@ func run(args []string) int {
 	fs.DurationVar(&o.silenceLimit, "watch-silence-limit", watcher.DefaultSilenceLimit, "abandon and resume a WATCH that delivers nothing, not even a bookmark, for this long (the apiserver bookmarks about every minute)")
 	fs.BoolVar(&o.watchList, "watch-list", false, "get the initial state from a WATCH that streams it (sendInitialEvents) instead of a paginated LIST; falls back to LIST on servers that refuse it")
 	wire := fs.String("wire", string(codec.WireJSON), "encoding to ask the API server for: json, or cbor (KEP-4222; served for custom resources only with kube-apiserver's alpha feature gate CBORServingAndStorage; otherwise the server answers JSON and the watcher uses JSON, with one log line)")
-	fs.StringVar(&o.cacheDropAnnotations, "cache-drop-annotations", strings.Join(reconcile.UnreadAnnotations, ","),
+	fs.StringVar(&o.cacheDropAnnotations, "cache-drop-annotations", strings.Join(myresource.UnreadAnnotations, ","),
 		`annotations the cache does not keep, comma-separated: ones the reconciler never reads ("": keep every annotation)`)
 	fs.BoolVar(&o.cacheMutationDetector, "cache-mutation-detector", false,
-		"keep a copy of every cached object and compare them every second: a cached object changed in place (a reconciler bug) panics (one that has left the cache, only until as many writes as the cache holds, at least 64, or a relist follow); doubles the cache's memory (also on with "+store.EnvMutationDetector+"=true)")
+		"keep a copy of every cached object and compare them every second: a cached object changed in place (a reconciler bug) panics (one that has left the cache, only until as many writes as the cache holds, at least 64, or a relist follow); doubles the cache's memory (also on with "+detect.Env+"=true)")
 	fs.Float64Var(&o.qps, "kube-api-qps", app.DefaultQPS, "client-side limit of requests per second to the API server")
 	fs.IntVar(&o.burst, "kube-api-burst", app.DefaultBurst, "client-side burst of requests to the API server")
 	events := fs.String("events", string(app.DefaultEvents), "which status writes get an Event: all (a Normal Processed or a Warning ReconcileFailed), warnings (failures only; a success shows in the status), none")
@@ -127,7 +128,7 @@ func run(args []string) int {
 		return 0
 	}
 	var err error
-	if o.events, err = reconcile.ParseEventPolicy(*events); err != nil {
+	if o.events, err = myresource.ParseEventPolicy(*events); err != nil {
 		fmt.Fprintln(os.Stderr, "rawwatch: --events:", err)
 		return 2
 	}

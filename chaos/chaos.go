@@ -87,6 +87,7 @@ import (
 	"rawwatch/internal/controlplane"
 	"rawwatch/observe"
 	"rawwatch/reconcile"
+	"rawwatch/reconcile/myresource"
 	"rawwatch/ring"
 	"rawwatch/shard"
 	"rawwatch/sharding"
@@ -580,7 +581,7 @@ func namespace(ctx context.Context, cp *controlplane.ControlPlane) (string, erro
 // observer: it sees every reconcile, and notices a key in two at once.
 type recorder struct {
 	inner  reconcile.Reconciler[app.Object]
-	status reconcile.StatusWriter
+	status myresource.StatusWriter
 
 	// ref notices a key in two reconciles at once (shared by the replicas);
 	// who names this recorder's replica to it.

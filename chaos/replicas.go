@@ -16,7 +16,7 @@ import (
 
 	"rawwatch/faultproxy"
 	"rawwatch/internal/app"
-	"rawwatch/reconcile"
+	"rawwatch/reconcile/myresource"
 	"rawwatch/ring"
 	"rawwatch/shard"
 )
@@ -69,7 +69,7 @@ func newReplica(cfg Config, base *rest.Config, ns, name string, sharding *app.Sh
 		Watch:          cfg.Watch(),
 		Observer:       r.rec,
 		WrapReconciler: r.rec.wrap,
-		WrapStatusWriter: func(w reconcile.StatusWriter) reconcile.StatusWriter {
+		WrapStatusWriter: func(w myresource.StatusWriter) myresource.StatusWriter {
 			r.rec.status = w
 			return r.rec
 		},

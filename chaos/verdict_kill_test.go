@@ -164,7 +164,7 @@ func TestAKilledFirstClaimantStillDiesWithWhatOnlyItCouldHandle(t *testing.T) {
 }
 
 // deletedOnly is a reconciler whose Deleted needs no API server, as
-// reconcile.MyResourceReconciler's does not (it logs).
+// myresource.Reconciler's does not (it logs).
 type deletedOnly struct{}
 
 func (deletedOnly) Reconcile(context.Context, string) error                { return nil }

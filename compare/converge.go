@@ -31,6 +31,7 @@ import (
 	"rawwatch/internal/app"
 	"rawwatch/internal/controlplane"
 	"rawwatch/reconcile"
+	"rawwatch/reconcile/myresource"
 	"rawwatch/store"
 )
 
@@ -47,8 +48,8 @@ type Setting struct {
 	QPS     float32 `json:"qps"`
 	Burst   int     `json:"burst"`
 	Workers int     `json:"workers"`
-	// Events: which status writes get an Event (reconcile.EventPolicy).
-	Events reconcile.EventPolicy `json:"events"`
+	// Events: which status writes get an Event (myresource.EventPolicy).
+	Events myresource.EventPolicy `json:"events"`
 	// Defaults: rawwatch's shipped defaults (app.DefaultQPS, DefaultBurst,
 	// DefaultEvents, reconcile.DefaultWorkers); raw only.
 	Defaults bool `json:"defaults,omitempty"`
@@ -78,7 +79,7 @@ func ParseSetting(s string) (Setting, error) {
 	qps, err1 := strconv.ParseFloat(f[0], 32)
 	burst, err2 := strconv.Atoi(f[1])
 	workers, err3 := strconv.Atoi(f[2])
-	events, err4 := reconcile.ParseEventPolicy(f[3])
+	events, err4 := myresource.ParseEventPolicy(f[3])
 	if errors.Join(err1, err2, err3, err4) != nil {
 		return Setting{}, bad
 	}
@@ -190,7 +191,7 @@ func RunConverge(ctx context.Context, opts ConvergeOptions) (*ConvergeReport, er
 		if s.QPS <= 0 || s.Burst < 1 || s.Workers < 1 {
 			return nil, fmt.Errorf("converge: setting %s: QPS must be above 0, burst and workers at least 1", s)
 		}
-		if _, err := reconcile.ParseEventPolicy(string(s.Events)); err != nil {
+		if _, err := myresource.ParseEventPolicy(string(s.Events)); err != nil {
 			return nil, fmt.Errorf("converge: setting %s: %w", s, err)
 		}
 	}

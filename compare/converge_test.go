@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"rawwatch/compare"
-	"rawwatch/reconcile"
+	"rawwatch/reconcile/myresource"
 )
 
 // Both controllers converge on the real control plane: 200 creates each,
@@ -80,7 +80,7 @@ func checkConvergeRuns(t *testing.T, r *compare.ConvergeReport, objects int) {
 		if run.StatusWrites() < objects {
 			t.Errorf("%s %s: %d status writes for %d objects: %v", run.Kind, run.Setting, run.StatusWrites(), objects, run.Requests)
 		}
-		if all := run.Setting.Events == reconcile.EventsAll; all && run.EventWrites() < objects || !all && run.EventWrites() != 0 {
+		if all := run.Setting.Events == myresource.EventsAll; all && run.EventWrites() < objects || !all && run.EventWrites() != 0 {
 			t.Errorf("%s %s: %d Event writes for %d objects", run.Kind, run.Setting, run.EventWrites(), objects)
 		}
 		if run.Requests["WATCH myresources"] < 1 || run.Codes[200] < objects {
@@ -123,7 +123,7 @@ func TestConvergeAnchors(t *testing.T) {
 
 func TestParseSetting(t *testing.T) {
 	s, err := compare.ParseSetting("200/400/4/warnings")
-	if err != nil || s.QPS != 200 || s.Burst != 400 || s.Workers != 4 || s.Events != reconcile.EventsWarnings || s.String() != "200/400/4/warnings" {
+	if err != nil || s.QPS != 200 || s.Burst != 400 || s.Workers != 4 || s.Events != myresource.EventsWarnings || s.String() != "200/400/4/warnings" {
 		t.Errorf("got %+v, %v", s, err)
 	}
 	if d, err := compare.ParseSetting("defaults"); err != nil || !d.Defaults || d != compare.DefaultsSetting {

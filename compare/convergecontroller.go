@@ -18,7 +18,7 @@ import (
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/client"
-	"rawwatch/reconcile"
+	"rawwatch/reconcile/myresource"
 	"rawwatch/store"
 )
 
@@ -30,7 +30,7 @@ import (
 type informerController struct {
 	informer   cache.SharedIndexInformer
 	queue      workqueue.TypedRateLimitingInterface[string]
-	reconciler *reconcile.MyResourceReconciler
+	reconciler *myresource.Reconciler
 	events     record.EventBroadcaster
 	workers    int
 }
@@ -69,8 +69,8 @@ func newInformerController(cfg *rest.Config, ns string, s Setting, strip bool) (
 			return nil, err
 		}
 	}
-	ic.reconciler = &reconcile.MyResourceReconciler{Store: indexerGetter{ic.informer.GetIndexer()}, Client: c, Events: s.Events}
-	if s.Events != reconcile.EventsNone {
+	ic.reconciler = &myresource.Reconciler{Store: indexerGetter{ic.informer.GetIndexer()}, Client: c, Events: s.Events}
+	if s.Events != myresource.EventsNone {
 		ic.events = record.NewBroadcaster()
 		ic.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 		ic.reconciler.Recorder = ic.events.NewRecorder(client.Scheme, corev1.EventSource{Component: "informer-controller"})

@@ -30,7 +30,7 @@ import (
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/client"
-	"rawwatch/reconcile"
+	"rawwatch/reconcile/myresource"
 	"rawwatch/store"
 )
 
@@ -254,8 +254,8 @@ func newCRController(cfg *rest.Config, ns string, s Setting) (*crConvergeControl
 	if err != nil {
 		return nil, err
 	}
-	r := &reconcile.MyResourceReconciler{Store: cacheGetter{mgr.GetCache()}, Client: c, Events: s.Events}
-	if s.Events != reconcile.EventsNone {
+	r := &myresource.Reconciler{Store: cacheGetter{mgr.GetCache()}, Client: c, Events: s.Events}
+	if s.Events != myresource.EventsNone {
 		// The core/v1 Event recorder, as the informer controller's and
 		// rawwatch's (the events/v1 one, GetEventRecorder, writes another
 		// resource).

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"rawwatch/codec"
-	"rawwatch/reconcile"
+	"rawwatch/reconcile/myresource"
 	"rawwatch/store"
 )
 
@@ -58,7 +58,7 @@ type Options struct {
 	Writers, Payload  int
 	PayloadAnnotation string
 	// Transform says which consumers drop the annotations rawwatch's
-	// reconciler never reads (reconcile.UnreadAnnotations) from their cache:
+	// reconciler never reads (myresource.UnreadAnnotations) from their cache:
 	// TransformRaw (the default: the raw consumers, as rawwatch does out of
 	// the box, and informer-stripped, the careful user's informer; a plain
 	// informer keeps whatever it is given unless its user sets a transform),
@@ -459,7 +459,7 @@ func (h *harness) spawn(kind, name string) (*child, error) {
 		args = append(args, "--profile-dir", h.opts.OutDir)
 	}
 	if trims(h.opts.Transform, kind) {
-		args = append(args, "--drop-annotations", strings.Join(reconcile.UnreadAnnotations, ","))
+		args = append(args, "--drop-annotations", strings.Join(myresource.UnreadAnnotations, ","))
 	}
 	wire := h.opts.Wire
 	if !CanAsk(kind, wire) {

@@ -34,7 +34,7 @@ type Write struct {
 // where kubectl's client-side apply keeps its copy of the object.
 const DefaultPayloadAnnotation = "compare.example.com/payload"
 
-// Which consumers drop reconcile.UnreadAnnotations (Options.Transform).
+// Which consumers drop myresource.UnreadAnnotations (Options.Transform).
 const (
 	TransformRaw  = "raw"
 	TransformAll  = "all"

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"rawwatch/codec"
-	"rawwatch/reconcile"
+	"rawwatch/reconcile/myresource"
 )
 
 // Report is the outcome of a run.
@@ -455,7 +455,7 @@ func (r *Report) Markdown() string {
 	}
 	fmt.Fprintf(&b, "%d objects (payload %d B in %s, %s), %d updates at %.0f/s (target %.0f/s), %d deletes, relist forced: %v, wire asked for: %s; %s, %d CPUs.\n",
 		r.Objects, r.Payload, r.PayloadKey, written, r.Updates, r.UpdateRate, r.UpdateTarget, r.Deletes, r.Relist, r.Wire, r.GoVersion, r.CPUs)
-	fmt.Fprintf(&b, "Caches drop %s: %s.\n\n", strings.Join(reconcile.UnreadAnnotations, ", "), map[string]string{
+	fmt.Fprintf(&b, "Caches drop %s: %s.\n\n", strings.Join(myresource.UnreadAnnotations, ", "), map[string]string{
 		TransformRaw:  "the raw consumers' (as rawwatch does by default) and informer-stripped's; the other informers and controller-runtime keep every annotation",
 		TransformAll:  "every consumer's (the informers with SetTransform, controller-runtime with its cache's DefaultTransform)",
 		TransformNone: "no consumer's",

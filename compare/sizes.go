@@ -24,7 +24,7 @@ import (
 //
 // The payload sits either in an annotation of its own, which every cache
 // keeps, or in kubectl's last-applied-configuration, which rawwatch's cache
-// drops by default (reconcile.UnreadAnnotations) and an informer keeps
+// drops by default (myresource.UnreadAnnotations) and an informer keeps
 // unless its user sets a transform. Each run's consumers do what they do out
 // of the box (TransformRaw).
 

@@ -86,9 +86,6 @@ type (
 	}
 )
 
-func (Beat) Component() string     { return "freshness" }
-func (Measured) Component() string { return "freshness" }
-
 // Probe writes heartbeats (Run) and times them (Observe: plug it into the
 // fan-out that hears the watcher and the workers).
 type Probe struct {

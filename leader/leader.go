@@ -78,9 +78,6 @@ type (
 	NewLeader struct{ Identity string }
 )
 
-func (Leading) Component() string   { return "leader" }
-func (NewLeader) Component() string { return "leader" }
-
 // Config describes the election.
 type Config struct {
 	// Namespace and Name of the Lease.

@@ -17,11 +17,9 @@
 // (hand slow work to a goroutine of its own, dropping when it falls behind).
 package observe
 
-// Event is one happening. Component names the part that reported it
-// ("watcher", "queue", "worker", "leader", "ring", "sharding", "freshness").
-type Event interface {
-	Component() string
-}
+// Event is one happening: a value of one of the event types of the package
+// that reported it (watcher.ListPage, queue.Added, ...).
+type Event = any
 
 // Observer receives events.
 type Observer interface {

@@ -24,9 +24,6 @@ type (
 	}
 )
 
-func (Added) Component() string { return "queue" }
-func (Got) Component() string   { return "queue" }
-
 // Queue is a work queue of keys with the guarantees controllers rely on:
 //
 //   - dedup: a key waiting in the queue is there once, however often it is added;

@@ -60,11 +60,6 @@ type (
 	}
 )
 
-func (Started) Component() string  { return "worker" }
-func (Finished) Component() string { return "worker" }
-func (Resynced) Component() string { return "worker" }
-func (Paused) Component() string   { return "worker" }
-
 // DefaultWorkers is how many workers a controller runs unless told otherwise
 // (sample-controller runs two).
 const DefaultWorkers = 2

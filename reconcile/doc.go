@@ -1,13 +1,9 @@
 // Package reconcile turns keys from the queue into API writes.
 //
-// MyResourceReconciler is the MyResource-specific half. It reads the object
-// from the store, never modifies the cached copy, computes the status the
-// object should have (a pure function, Desired), and writes it through the
-// /status subresource only when it differs, so a re-run with nothing changed
-// makes no request. It records a Kubernetes Event on every status change.
-//
-// Controller is the generic half, the loop every controller has: workers take
-// a key from the queue.Queue, call the Reconciler, and act on the result:
+// Controller is the generic half, the loop every controller has (the
+// MyResource-specific half, the Reconciler it calls, is package
+// reconcile/myresource): workers take a key from the queue.Queue, call the
+// Reconciler, and act on the result:
 //
 //   - success forgets the key's retry history;
 //   - an error requeues the key after its per-key backoff;

@@ -36,7 +36,7 @@ func TestServerAway(t *testing.T) {
 		{apierrors.NewConflict(gr, "a", errors.New("stale")), false},
 		{apierrors.NewInvalid(schema.GroupKind{Kind: "MyResource"}, "a", nil), false},
 		{apierrors.NewForbidden(gr, "a", errors.New("no")), false},
-		{ErrRequestedFailure, false},
+		{errors.New("the reconciler's own error"), false},
 		{context.Canceled, false},
 		{nil, false},
 	} {

@@ -337,9 +337,6 @@ type (
 	}
 )
 
-func (MembersChanged) Component() string { return "ring" }
-func (ClaimsChanged) Component() string  { return "ring" }
-
 func (m *Member) observe(e observe.Event) {
 	if m.cfg.Observer != nil {
 		m.cfg.Observer.Observe(e)

@@ -50,10 +50,6 @@ type (
 	}
 )
 
-func (OutOfShard) Component() string { return "watcher" }
-func (Resharded) Component() string  { return "watcher" }
-func (Swept) Component() string      { return "watcher" }
-
 // Watcher is a watcher.Watcher limited to the objects whose UID hashes into
 // its shard: its LISTs and WATCHes carry the shard as their shardSelector,
 // so that the server sends only those (kube-apiserver with

@@ -15,13 +15,13 @@
 // The store keeps objects small for as long as it holds them: managedFields
 // go. With Share (an option, off by default) it also keeps one copy of what
 // they repeat: the namespace and type strings are interned, and objects
-// whose labels are equal hold one map between them (labelSets says how the
-// table of shared label maps is bounded).
+// whose labels are equal hold one map between them (package share says how
+// the table of shared label maps is bounded).
 //
 // Objects in the Store are shared with every reader (and, with Share, their
 // label maps with each other and with a watch stream's decoder:
 // Store.SharesLabels): treat them as read-only and DeepCopy before changing
-// anything. The mutation detector (mutation.go, on in every test) panics
+// anything. The mutation detector (package detect, on in every test) panics
 // when a reader did not. An object given to the store, its labels map
 // included, is the store's: the giver changes neither after.
 package store

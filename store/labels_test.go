@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/store/share"
 )
 
 func labelled(name, rv string, labels map[string]string) *v1alpha1.MyResource {
@@ -73,30 +74,16 @@ func TestLabelsAreSharedAfterTheTransform(t *testing.T) {
 	}
 }
 
-// Two label sets of one hash are not shared: the second keeps its own map.
-func TestLabelsOfOneHashButUnequalAreNotShared(t *testing.T) {
-	s := shared()
-	first := map[string]string{"app": "x"}
-	s.labels.share(first, s, true)
-	other := map[string]string{"app": "y"}
-	s.labels.sets[s.labels.hash(other)] = first // a collision, as a hash may have
-	if got := s.labels.share(other, s, true); !sameMap(got, other) {
-		t.Fatalf("share gave %v for %v", got, other)
-	}
-}
-
 // unheld is how many maps of the table no object of s holds.
 func unheld(s *Store[*v1alpha1.MyResource]) int {
-	t := &s.labels
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	held := map[uint64]bool{}
-	s.eachLabels(func(m map[string]string) {
-		if h := t.hash(m); m != nil && sameMap(t.sets[h], m) {
-			held[h] = true
+	held := map[string]bool{}
+	for _, o := range s.List() {
+		if s.labels.Tabled(o.Labels) {
+			held[fmt.Sprint(o.Labels)] = true
 		}
-	})
-	return len(t.sets) - len(held)
+	}
+	_, _, sets := s.labels.State()
+	return sets - len(held)
 }
 
 // The maps the table keeps that no stored object holds stay at most a
@@ -185,7 +172,7 @@ func TestOneMapGivenAgainIsSharedAsAFreshOne(t *testing.T) {
 	sets := []map[string]string{{"app": "x", "tier": "web"}, {"app": "y"}}
 	tabled := func(s *Store[*v1alpha1.MyResource], key string) (map[string]string, bool) {
 		o, _ := s.Get(key)
-		return o.Labels, sameMap(o.Labels, s.labels.sets[s.labels.hash(o.Labels)])
+		return o.Labels, s.labels.Tabled(o.Labels)
 	}
 	for i := range 100 { // more than 64 sets: the table is rebuilt
 		l := map[string]string{"i": fmt.Sprint(i)}
@@ -195,7 +182,7 @@ func TestOneMapGivenAgainIsSharedAsAFreshOne(t *testing.T) {
 	rebuilds := 0
 	for i := range 1000 {
 		key, rv, l := fmt.Sprint("s", i%10), fmt.Sprint(i), sets[i%7%2]
-		churn := same.labels.churn
+		churn, _, _ := same.labels.State()
 		if i%5 == 4 {
 			same.Delete(labelled(key, rv, l))
 			fresh.Delete(labelled(key, rv, maps.Clone(l)))
@@ -203,13 +190,13 @@ func TestOneMapGivenAgainIsSharedAsAFreshOne(t *testing.T) {
 			same.Upsert(labelled(key, rv, l))
 			fresh.Upsert(labelled(key, rv, maps.Clone(l)))
 		}
-		a, b := &same.labels, &fresh.labels
-		if a.churn <= churn {
+		ac, al, as := same.labels.State()
+		bc, bl, bs := fresh.labels.State()
+		if ac <= churn {
 			rebuilds++
 		}
-		if a.churn != b.churn || a.limit != b.limit || len(a.sets) != len(b.sets) {
-			t.Fatalf("step %d: churn %d, limit %d, %d sets; given fresh maps: %d, %d, %d",
-				i, a.churn, a.limit, len(a.sets), b.churn, b.limit, len(b.sets))
+		if ac != bc || al != bl || as != bs {
+			t.Fatalf("step %d: churn %d, limit %d, %d sets; given fresh maps: %d, %d, %d", i, ac, al, as, bc, bl, bs)
 		}
 		if i%5 == 4 {
 			continue
@@ -242,12 +229,12 @@ func TestRebuildForgetsTheLastMapGiven(t *testing.T) {
 	// stays given.
 	s.Upsert(labelled("a", "2", nil))
 	s.Upsert(labelled("b", "2", nil)) // first held by none
-	for i := 0; s.labels.churn > 0 || i == 0; i++ {
+	for i := 0; churn(s) > 0 || i == 0; i++ {
 		s.Upsert(labelled("c", fmt.Sprint(i), nil))
 	}
 	s.Upsert(labelled("d", "1", given))
 	d, _ := s.Get("ns/d")
-	if !sameMap(d.Labels, s.labels.sets[s.labels.hash(given)]) || !maps.Equal(d.Labels, given) {
+	if !s.labels.Tabled(d.Labels) || !maps.Equal(d.Labels, given) {
 		t.Fatalf("after a rebuild, labels %v given again got %v, not the table's map (the one given: %v; the first, gone: %v)",
 			given, d.Labels, sameMap(d.Labels, given), sameMap(d.Labels, first))
 	}
@@ -284,6 +271,14 @@ func TestOneMapChangedByTheTransformIsHashedAgain(t *testing.T) {
 		t.Fatal("not SharesLabels with a transform that keeps labels")
 	}
 }
+
+func churn(s *Store[*v1alpha1.MyResource]) int {
+	c, _, _ := s.labels.State()
+	return c
+}
+
+// sameMap tells whether a and b are one map.
+var sameMap = share.SameMap
 
 // shared is a store that shares what its objects repeat (Share).
 func shared() *Store[*v1alpha1.MyResource] {

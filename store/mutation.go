@@ -1,219 +1,25 @@
 package store
 
-import (
-	"flag"
-	"fmt"
-	"os"
-	"reflect"
-	"strconv"
-	"testing"
+import "rawwatch/store/detect"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/diff"
-)
-
-// The mutation detector, as client-go's cache has one
-// (KUBE_CACHE_MUTATION_DETECTOR). The store's objects are shared with every
-// reader: one that changes an object in place (a handler, a reconciler that
-// forgot to DeepCopy) changes it for all the others, and the cache no
-// longer says what the server holds; with Share, every object holding the
-// same labels map changes too, and objects decoded after it may be given
-// that map. With the detector on, a store keeps a deep copy of each object
-// it holds, made as it stores it, and compares the two: an object's when it
-// is replaced or removed, all of them once per as many writes as the store
-// holds (at least 64) and at every relist, and at CheckMutations. The
-// objects handed out as they leave the store (an Updated delta's Old, a
-// Deleted delta's object) are compared only until the next compare of all:
-// an edit of one made later goes unreported (client-go's detector keeps its
-// copies for minutes). A difference panics, naming the object and the change:
-// nothing read from a cache that was written to can be trusted (client-go
-// panics too). It costs a deep copy and a compare per write, and doubles
-// the memory the objects take.
-//
-// It is on for the stores made in a test binary that runs no benchmark, and
-// wherever the environment variable RAWWATCH_CACHE_MUTATION_DETECTOR says
-// true (false turns it off in tests too), and for a store told
-// DetectMutations (the controller's --cache-mutation-detector). Only for
-// object types that are runtime.Objects (every generated API type is): the
-// copy is DeepCopyObject's.
-
-// EnvMutationDetector is the environment variable that turns the detector
-// on ("true") or off ("false").
-const EnvMutationDetector = "RAWWATCH_CACHE_MUTATION_DETECTOR"
-
-// DetectMutations turns the mutation detector on for this store, whatever
-// the environment says. Call it before the store is first written.
+// DetectMutations turns the mutation detector (package detect) on for this
+// store, whatever the environment says. Call it before the store is first
+// written.
 func (s *Store[T]) DetectMutations() {
 	if s.detector == nil {
-		s.detector = newDetector[T](true)
+		s.detector = detect.New[T](true)
 	}
 }
 
 // DetectsMutations tells whether the store runs the mutation detector.
 func (s *Store[T]) DetectsMutations() bool { return s.detector != nil }
 
-// detecting tells whether a store made now gets the detector.
-func detecting() bool {
-	if on, err := strconv.ParseBool(os.Getenv(EnvMutationDetector)); err == nil {
-		return on
-	}
-	if !testing.Testing() {
-		return false
-	}
-	bench := flag.Lookup("test.bench") // a benchmark measures the store as it runs
-	return bench == nil || bench.Value.String() == ""
-}
-
-// detector holds a deep copy of each stored object, by key. Its methods are
-// called with the store's lock held (for writing, but check).
-type detector[T Object] struct {
-	copies map[string]T
-	// gone holds the objects that left the store since the last compare of
-	// all, with their copies; leaving, those that left by the write under
-	// way (kept past the compare it may make: its delta is handed out after).
-	gone, leaving []goneObject[T]
-	writes        int
-	// failed is called with a difference found on a write: panic (a test of
-	// the detector catches it).
-	failed func(error)
-}
-
-// newDetector is a detector, if on and T can be copied (nil otherwise).
-func newDetector[T Object](on bool) *detector[T] {
-	var zero T
-	if _, ok := any(zero).(runtime.Object); !ok || !on {
-		return nil
-	}
-	return &detector[T]{copies: map[string]T{}, failed: func(err error) { panic(err) }}
-}
-
-// goneObject is an object handed out as it left the store, and its copy.
-type goneObject[T Object] struct {
-	key       string
-	obj, copy T
-}
-
-// stored: obj is about to be stored at key (items, the stored objects,
-// does not hold it yet).
-func (d *detector[T]) stored(key string, obj T, items map[string]T) {
-	if old, ok := items[key]; ok {
-		d.verify(key, old)
-		d.left(key, old, false)
-	}
-	d.copies[key] = deepCopy(obj)
-}
-
-// removed: key's object old is about to leave the store.
-func (d *detector[T]) removed(key string, old T) {
-	d.verify(key, old)
-	d.left(key, old, false)
-	delete(d.copies, key)
-}
-
-// left: obj, the object stored at key (its copy is there) or, fresh, the
-// final state a deletion hands out, leaves with a delta.
-func (d *detector[T]) left(key string, obj T, fresh bool) {
-	c := d.copies[key]
-	if fresh {
-		c = deepCopy(obj)
-	}
-	d.leaving = append(d.leaving, goneObject[T]{key, obj, c})
-}
-
-// replaced: a relist makes next the store's objects, instead of items.
-func (d *detector[T]) replaced(items, next map[string]T) {
-	for key, obj := range items {
-		d.verify(key, obj)
-	}
-	d.verifyGone()
-	for key, obj := range items {
-		if next[key] != obj {
-			d.left(key, obj, false)
-		}
-	}
-	d.gone, d.leaving = d.leaving, nil
-	copies := make(map[string]T, len(next))
-	for key, obj := range next {
-		if c, ok := d.copies[key]; ok && items[key] == obj {
-			copies[key] = c
-		} else {
-			copies[key] = deepCopy(obj)
-		}
-	}
-	d.copies, d.writes = copies, 0
-}
-
-func deepCopy[T Object](obj T) T { return any(obj).(runtime.Object).DeepCopyObject().(T) }
-
-// wrote counts a write (items is the stored objects after it), and
-// compares every object once per as many writes as the store holds, at
-// least 64.
-func (d *detector[T]) wrote(items map[string]T) {
-	if d.writes++; d.writes >= max(64, len(items)) {
-		d.writes = 0
-		for key, obj := range items {
-			d.verify(key, obj)
-		}
-		d.verifyGone()
-		clear(d.gone)
-		d.gone = d.gone[:0]
-	}
-	d.gone = append(d.gone, d.leaving...)
-	clear(d.leaving)
-	d.leaving = d.leaving[:0]
-}
-
-func (d *detector[T]) verify(key string, obj T) {
-	if err := d.check(key, obj); err != nil {
-		d.failed(err)
-	}
-}
-
-func (d *detector[T]) verifyGone() {
-	for _, g := range d.gone {
-		if err := changed(g.key, g.copy, g.obj, "object that left the store"); err != nil {
-			d.failed(err)
-		}
-	}
-}
-
-// check compares the object stored at key with its copy.
-func (d *detector[T]) check(key string, obj T) error {
-	c, ok := d.copies[key]
-	if !ok {
-		return nil
-	}
-	return changed(key, c, obj, "cached object")
-}
-
-// changed says how obj differs from c, its copy (nil if it does not).
-func changed[T Object](key string, c, obj T, what string) error {
-	if reflect.DeepEqual(obj, c) {
-		return nil
-	}
-	return fmt.Errorf("store: the %s %s was changed in place: whoever reads the store must DeepCopy an object before changing it (%s); as stored (-) and now (+):\n%s",
-		what, key, EnvMutationDetector, diff.Diff(c, obj))
-}
-
 // CheckMutations compares every object with the copy the mutation detector
 // made of it as it was stored, and returns the first difference (nil
 // without the detector). A program that runs the detector calls it now and
 // then, as client-go's detector checks every second.
 func (s *Store[T]) CheckMutations() error {
-	if s.detector == nil {
-		return nil
-	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	for key, obj := range s.items {
-		if err := s.detector.check(key, obj); err != nil {
-			return err
-		}
-	}
-	for _, g := range s.detector.gone {
-		if err := changed(g.key, g.copy, g.obj, "object that left the store"); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.detector.CheckAll(s.items)
 }

@@ -93,7 +93,7 @@ func (r *Replacement[T]) Commit() []Delta[T] {
 			dropped++
 		}
 	}
-	r.s.labels.dropped(dropped, r.s)
+	r.s.labels.Dropped(dropped, live[T]{r.s})
 	return deltas
 }
 
@@ -128,9 +128,7 @@ func (r *Replacement[T]) commit() []Delta[T] {
 		}
 	}
 
-	if s.detector != nil {
-		s.detector.replaced(s.items, r.items)
-	}
+	s.detector.Replaced(s.items, r.items)
 	s.items = r.items
 	r.items, r.keep = nil, nil
 	return deltas

@@ -7,6 +7,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"rawwatch/store/detect"
+	"rawwatch/store/share"
 )
 
 // Object is what the store can hold: any Kubernetes object with metadata.
@@ -35,7 +38,7 @@ func Key(namespace, name string) string {
 // The store takes ownership of the objects given to it, their labels maps
 // included (the giver changes neither after): it drops their managedFields
 // and shares them with readers, who must not change them (DeepCopy first;
-// the mutation detector, mutation.go, catches a reader that does). With
+// the mutation detector, package detect, catches a reader that does). With
 // Share it also keeps one copy of what its objects repeat.
 type Store[T Object] struct {
 	mu    sync.RWMutex
@@ -47,27 +50,25 @@ type Store[T Object] struct {
 	// share: equal label maps and repeated strings are shared (Share);
 	// labels is the table of shared label maps.
 	share  bool
-	labels labelSets
-	// detector, when on, holds a copy of every stored object (mutation.go).
-	detector *detector[T]
+	labels share.Sets
+	// detector, when on, holds a copy of every stored object (package
+	// detect).
+	detector *detect.Detector[T]
 }
 
 // New returns an empty store.
 func New[T Object]() *Store[T] {
-	return &Store[T]{items: map[string]T{}, detector: newDetector[T](detecting())}
+	return &Store[T]{items: map[string]T{}, detector: detect.New[T](detect.Default())}
 }
 
-// Share makes the store keep one copy of what its objects repeat: objects
-// whose labels are equal hold one map between them (labelSets), the
-// namespace, apiVersion and kind strings are interned (own), and the
-// fast JSON codec (codec.JSON, told SharesLabels) gives the objects of one stream or page whose labels
-// are written alike one map. It saves memory and time on a
-// large cache (docs/benchmarks.md), and asks more of every reader: a label
-// map belongs to many objects, so a handler that changes one object's
-// labels in place changes every object with those labels (and what the
-// stream decodes after them). Off by default; turn it on only where no
-// reader writes to a cached object (the controller's reconciler DeepCopies
-// first). Call it before the store is first written.
+// Share makes the store keep one copy of what its objects repeat (package
+// share): equal label maps, the namespace and type strings; the fast JSON
+// codec (codec.JSON, told SharesLabels) gives the objects of one stream or
+// page whose labels are written alike one map. It saves memory and time on
+// a large cache, and asks more of every reader: a handler that changes one
+// object's labels in place changes every object with those labels. Off by
+// default; use it only where no reader writes to a cached object. Call it
+// before the store is first written.
 func (s *Store[T]) Share() { s.share = true }
 
 // Get returns the object stored under key.
@@ -123,16 +124,12 @@ func (s *Store[T]) SetTransform(f func(T)) { s.transform, s.keepsLabels = f, fal
 func (s *Store[T]) SetTransformKeepingLabels(f func(T)) { s.transform, s.keepsLabels = f, true }
 
 // SharesLabels tells whether objects given to the store may hold a labels
-// map that objects given to it before hold too, as a watch stream's
-// decoder gives every object whose labels are written alike
-// (metajson.LabelCache): with Share, unless a transform that may change
-// labels is set (SetTransform). Such maps, as every map the store holds,
-// must never be changed; the store hashes them once, not once per object
-// (labelSets).
+// map that objects given to it before hold too (metajson.LabelCache): with
+// Share, unless a transform that may change labels is set (SetTransform).
 func (s *Store[T]) SharesLabels() bool { return s.share && (s.transform == nil || s.keepsLabels) }
 
 // take prepares an object the store is given: own, then the transform,
-// then, with Share, its labels shared with the stored objects' (labelSets).
+// then, with Share, its labels shared with the stored objects' (share.Sets).
 func (s *Store[T]) take(obj T) {
 	own(obj, s.share)
 	if s.transform != nil {
@@ -141,13 +138,15 @@ func (s *Store[T]) take(obj T) {
 	if !s.share {
 		return
 	}
-	if l := s.labels.share(obj.GetLabels(), s, s.SharesLabels()); l != nil {
+	if l := s.labels.Share(obj.GetLabels(), live[T]{s}, s.SharesLabels()); l != nil {
 		obj.SetLabels(l)
 	}
 }
 
-// eachLabels yields every stored object's labels.
-func (s *Store[T]) eachLabels(yield func(map[string]string)) {
+// live is the store as its label table sees it (share.Live).
+type live[T Object] struct{ *Store[T] }
+
+func (s live[T]) EachLabels(yield func(map[string]string)) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, obj := range s.items {
@@ -198,7 +197,7 @@ func (s *Store[T]) Delete(obj T) (d Delta[T], known bool) {
 func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
 	defer func() {
 		if known {
-			s.labels.dropped(1, s) // once the lock is released
+			s.labels.Dropped(1, live[T]{s}) // once the lock is released
 		}
 	}()
 	s.mu.Lock()
@@ -212,9 +211,7 @@ func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
 		s.remove(key, old)
 		return Delta[T]{Type: Deleted, Key: key, Object: old, FinalStateUnknown: true}, true
 	}
-	if s.detector != nil {
-		s.detector.left(key, final, true)
-	}
+	s.detector.Left(key, final, true)
 	s.remove(key, old)
 	return Delta[T]{Type: Deleted, Key: key, Object: final}, true
 }
@@ -250,33 +247,25 @@ func (s *Store[T]) DeleteOther(key string, uid types.UID) (d Delta[T], known boo
 // difference only makes a change of it.
 func same[T Object](a, b T) bool { return a == b || reflect.DeepEqual(a, b) }
 
-// put and remove write items (and tell the mutation detector). Callers
-// hold mu.
+// put and remove write items (and tell the mutation detector, if on).
+// Callers hold mu.
 func (s *Store[T]) put(key string, obj T) {
-	if s.detector != nil {
-		s.detector.stored(key, obj, s.items)
-	}
+	s.detector.Stored(key, obj, s.items)
 	s.items[key] = obj
-	if s.detector != nil {
-		s.detector.wrote(s.items)
-	}
+	s.detector.Wrote(s.items)
 }
 
 func (s *Store[T]) remove(key string, old T) {
-	if s.detector != nil {
-		s.detector.removed(key, old)
-	}
+	s.detector.Removed(key, old)
 	delete(s.items, key)
-	if s.detector != nil {
-		s.detector.wrote(s.items)
-	}
+	s.detector.Wrote(s.items)
 }
 
 // Retain keeps only the objects keep accepts and drops the rest without a
 // delta: they did not leave the cluster, they left this store's part of it
 // (a shard that moved to another replica). It returns how many it dropped.
 func (s *Store[T]) Retain(keep func(T) bool) (n int) {
-	defer func() { s.labels.dropped(n, s) }() // once the lock is released
+	defer func() { s.labels.Dropped(n, live[T]{s}) }() // once the lock is released
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for key, obj := range s.items {

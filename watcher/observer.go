@@ -1,9 +1,7 @@
 package watcher
 
 import (
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -91,32 +89,11 @@ type (
 	}
 )
 
-func (StateChanged) Component() string     { return "watcher" }
-func (ListPage) Component() string         { return "watcher" }
-func (Replaced) Component() string         { return "watcher" }
-func (WatchStarted) Component() string     { return "watcher" }
-func (Probed) Component() string           { return "watcher" }
-func (Received) Component() string         { return "watcher" }
-func (BookmarkReceived) Component() string { return "watcher" }
-func (WatchEnded) Component() string       { return "watcher" }
-func (BackoffStarted) Component() string   { return "watcher" }
-func (Skipped) Component() string          { return "watcher" }
-func (Handed) Component() string           { return "watcher" }
-
 // Stats counts what the loop did. Every Watcher keeps one (see Watcher.Stats).
 type Stats struct {
-	listPages, lists, relists  atomic.Int64
-	watches, bookmarks, events atomic.Int64
-	received                   [len(receivedTypes)]atomic.Int64 // by type, as receivedTypes
-	goneDeletes, skipped       atomic.Int64
-	backoffs, probes           atomic.Int64
-	mu                         sync.Mutex
-	lastBookmarkRV             string
+	mu sync.Mutex
+	n  StatsSnapshot
 }
-
-// receivedTypes are the event types Stats counts apart, in the order of
-// Stats.received.
-var receivedTypes = [...]string{Added, Modified, Deleted}
 
 // StatsSnapshot is a copy of the counters at one moment.
 type StatsSnapshot struct {
@@ -143,47 +120,46 @@ type StatsSnapshot struct {
 
 // Observe counts e.
 func (s *Stats) Observe(e observe.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := &s.n
 	switch e := e.(type) {
 	case ListPage:
-		s.listPages.Add(1)
+		n.ListPages++
 	case Replaced:
-		if s.lists.Add(1) > 1 {
-			s.relists.Add(1)
+		if n.Lists++; n.Lists > 1 {
+			n.Relists++
 		}
-		s.goneDeletes.Add(int64(e.Deleted))
+		n.GoneDeletes += int64(e.Deleted)
 	case WatchStarted:
-		s.watches.Add(1)
+		n.Watches++
 	case Received:
-		s.events.Add(1)
-		if i := slices.Index(receivedTypes[:], e.Type); i >= 0 {
-			s.received[i].Add(1)
+		n.Events++
+		switch e.Type {
+		case Added:
+			n.Added++
+		case Modified:
+			n.Modified++
+		case Deleted:
+			n.Deleted++
 		}
 	case BookmarkReceived:
-		s.bookmarks.Add(1)
-		s.mu.Lock()
-		s.lastBookmarkRV = e.RV
-		s.mu.Unlock()
+		n.Bookmarks++
+		n.LastBookmarkRV = e.RV
 	case BackoffStarted:
-		s.backoffs.Add(1)
+		n.Backoffs++
 	case Probed:
-		s.probes.Add(1)
+		n.Probes++
 	case Skipped:
-		s.skipped.Add(1)
+		n.Skipped++
 	}
 }
 
 // Snapshot copies the counters.
 func (s *Stats) Snapshot() StatsSnapshot {
 	s.mu.Lock()
-	rv := s.lastBookmarkRV
-	s.mu.Unlock()
-	return StatsSnapshot{
-		ListPages: s.listPages.Load(), Lists: s.lists.Load(), Relists: s.relists.Load(),
-		Watches: s.watches.Load(), Events: s.events.Load(),
-		Added: s.received[0].Load(), Modified: s.received[1].Load(), Deleted: s.received[2].Load(),
-		Bookmarks: s.bookmarks.Load(), GoneDeletes: s.goneDeletes.Load(),
-		Skipped: s.skipped.Load(), Backoffs: s.backoffs.Load(), Probes: s.probes.Load(), LastBookmarkRV: rv,
-	}
+	defer s.mu.Unlock()
+	return s.n
 }
 
 // WrittenAt is the server's record of when obj was last written: the latest

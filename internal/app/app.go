@@ -63,6 +63,7 @@ import (
 	"rawwatch/observe"
 	"rawwatch/queue"
 	"rawwatch/reconcile"
+	"rawwatch/reconcile/myresource"
 	"rawwatch/ring"
 	"rawwatch/shard"
 	"rawwatch/sharding"
@@ -85,7 +86,7 @@ type Object = *v1alpha1.MyResource
 const (
 	DefaultQPS    = 200
 	DefaultBurst  = 400
-	DefaultEvents = reconcile.EventsWarnings
+	DefaultEvents = myresource.EventsWarnings
 )
 
 // Options configure an App. Zero values mean the defaults main.go documents.
@@ -117,13 +118,13 @@ type Options struct {
 	Observer observe.Observer
 	// WrapStatusWriter and WrapReconciler, when set, wrap the real ones
 	// (tests use them to count writes or inject failures).
-	WrapStatusWriter func(reconcile.StatusWriter) reconcile.StatusWriter
+	WrapStatusWriter func(myresource.StatusWriter) myresource.StatusWriter
 	WrapReconciler   func(reconcile.Reconciler[Object]) reconcile.Reconciler[Object]
 	// Events: which status writes the reconciler records an Event for
 	// (leader election records its own). Unlike the other fields, the zero
 	// value is not main.go's default (DefaultEvents, warnings only): it is
 	// reconcile's, EventsAll, every write.
-	Events reconcile.EventPolicy
+	Events myresource.EventPolicy
 
 	// Version is reported as rawwatch_build_info.
 	Version string
@@ -282,11 +283,11 @@ func New(opts Options) (_ *App, err error) {
 	}
 	a.observer = observer
 	a.Queue.Observer = observer
-	var status reconcile.StatusWriter = myClient
+	var status myresource.StatusWriter = myClient
 	if opts.WrapStatusWriter != nil {
 		status = opts.WrapStatusWriter(status)
 	}
-	var rec reconcile.Reconciler[Object] = &reconcile.MyResourceReconciler{
+	var rec reconcile.Reconciler[Object] = &myresource.Reconciler{
 		Store: a.Store, Client: status, Recorder: recorder, Events: opts.Events,
 	}
 	if opts.WrapReconciler != nil {

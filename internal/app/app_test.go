@@ -22,6 +22,7 @@ import (
 	"rawwatch/internal/testkit"
 	"rawwatch/observe"
 	"rawwatch/reconcile"
+	"rawwatch/reconcile/myresource"
 	"rawwatch/store"
 )
 
@@ -35,7 +36,7 @@ type object = app.Object
 type spy struct {
 	t     *testing.T
 	inner reconcile.Reconciler[object]
-	write reconcile.StatusWriter
+	write myresource.StatusWriter
 
 	mu      sync.Mutex
 	busy    map[string]bool
@@ -125,7 +126,7 @@ func startAppWith(t *testing.T, opts app.Options) (*app.App, *spy, *testkit.Logs
 	t.Helper()
 	s := newSpy(t)
 	logs := &testkit.Logs{}
-	opts.WrapStatusWriter = func(w reconcile.StatusWriter) reconcile.StatusWriter {
+	opts.WrapStatusWriter = func(w myresource.StatusWriter) myresource.StatusWriter {
 		s.write = w
 		return s
 	}
@@ -211,7 +212,7 @@ func TestCreateUpdateDelete(t *testing.T) {
 
 	// Events are recorded on the object (what kubectl describe shows).
 	testkit.WaitForEvent(t, cp.Config(), ns, "demo", "Processed, for the object", func(e corev1.Event) bool {
-		return e.Reason == reconcile.ReasonProcessed && e.InvolvedObject.UID == created.UID
+		return e.Reason == myresource.ReasonProcessed && e.InvolvedObject.UID == created.UID
 	})
 
 	// Idempotence: a reconcile with nothing changed writes nothing. (First
@@ -247,7 +248,7 @@ func TestCreateUpdateDelete(t *testing.T) {
 func TestTheCacheDropsAnnotationsTheReconcilerNeverReads(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
 	a, _, _ := startAppWith(t, app.Options{Config: cp.Config(), Namespace: ns, Workers: 1,
-		CacheDropAnnotations: reconcile.UnreadAnnotations})
+		CacheDropAnnotations: myresource.UnreadAnnotations})
 
 	obj := testkit.New(ns, "applied", "hello")
 	lastApplied := `{"apiVersion":"example.com/v1alpha1","kind":"MyResource","spec":{"message":"hello"}}`
@@ -281,13 +282,13 @@ func TestFailRetriesWithGrowingDelay(t *testing.T) {
 	var delays []time.Duration
 	_, spy, _ := startAppWith(t, app.Options{Config: testkit.Shared.Get(t).Config(), Namespace: ns, Workers: 2,
 		RetryBase: 20 * time.Millisecond, Observer: observe.Func(func(e observe.Event) {
-			if f, ok := e.(reconcile.Finished); ok && f.Key == key && errors.Is(f.Err, reconcile.ErrRequestedFailure) {
+			if f, ok := e.(reconcile.Finished); ok && f.Key == key && errors.Is(f.Err, myresource.ErrRequestedFailure) {
 				mu.Lock()
 				delays = append(delays, f.RetryIn)
 				mu.Unlock()
 			}
 		})})
-	testkit.Create(t, c, ns, "broken", reconcile.FailMessage)
+	testkit.Create(t, c, ns, "broken", myresource.FailMessage)
 	obj := waitStatus(t, c, ns, "broken", func(o *v1alpha1.MyResource) bool { return o.Status.Phase == v1alpha1.PhaseFailed },
 		"want Failed")
 	if !strings.Contains(obj.Status.Message, "fail") || meta.IsStatusConditionTrue(obj.Status.Conditions, v1alpha1.ConditionReady) {
@@ -297,7 +298,7 @@ func TestFailRetriesWithGrowingDelay(t *testing.T) {
 	testkit.Eventually(t, 30*time.Second, func() bool { return len(spy.callsOf(key)) >= 8 }, "not retried")
 	calls := spy.callsOf(key)
 	for _, c := range calls {
-		if !errors.Is(c.err, reconcile.ErrRequestedFailure) && !apierrors.IsConflict(c.err) {
+		if !errors.Is(c.err, myresource.ErrRequestedFailure) && !apierrors.IsConflict(c.err) {
 			t.Fatalf("call returned %v", c.err)
 		}
 	}
@@ -319,7 +320,7 @@ func TestFailRetriesWithGrowingDelay(t *testing.T) {
 	// failure, is at least the delay chosen for it.
 	k := -1 // its number among the failures
 	for _, c := range calls[:len(calls)-1] {
-		if errors.Is(c.err, reconcile.ErrRequestedFailure) {
+		if errors.Is(c.err, myresource.ErrRequestedFailure) {
 			k++
 		}
 	}

@@ -14,7 +14,7 @@ import (
 	"rawwatch/internal/app"
 	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
-	"rawwatch/reconcile"
+	"rawwatch/reconcile/myresource"
 )
 
 // chromium finds a Chromium to drive: $RAWWATCH_CHROMIUM, else one on PATH
@@ -45,7 +45,7 @@ func TestLivePageInABrowser(t *testing.T) {
 	for _, name := range []string{"hello", "greeting", "welcome"} {
 		testkit.Create(t, c, ns, name, "hi")
 	}
-	testkit.Create(t, c, ns, "broken", reconcile.FailMessage)
+	testkit.Create(t, c, ns, "broken", myresource.FailMessage)
 	a, _, _ := startAppWith(t, app.Options{Config: viaProxy, Namespace: ns, UIAddr: "127.0.0.1:0",
 		RetryBase: 2 * time.Second, RetryMax: 30 * time.Second, FreshnessProbe: time.Second})
 

@@ -19,6 +19,7 @@ import (
 	"rawwatch/internal/testkit"
 	"rawwatch/observe"
 	"rawwatch/reconcile"
+	"rawwatch/reconcile/myresource"
 )
 
 // retries records the retry delays the workers chose after failures. A
@@ -58,7 +59,7 @@ func TestFailingForeverBacksOffUpToTheCap(t *testing.T) {
 	_, spy, logs := startAppWith(t, app.Options{Config: cp.Config(), Namespace: ns,
 		RetryBase: base, RetryMax: maxDelay, Observer: rec})
 	key := ns + "/forever"
-	testkit.Create(t, c, ns, "forever", reconcile.FailMessage)
+	testkit.Create(t, c, ns, "forever", myresource.FailMessage)
 	// 10+20+40+80 ms, then 160 ms each: twelve tries take about 1.5 s.
 	testkit.Eventually(t, 30*time.Second, func() bool { return len(rec.of(key)) >= 12 }, "not retried")
 
@@ -82,8 +83,8 @@ func TestFailingForeverBacksOffUpToTheCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	ready := meta.FindStatusCondition(obj.Status.Conditions, v1alpha1.ConditionReady)
-	if obj.Status.Phase != v1alpha1.PhaseFailed || obj.Status.Message != reconcile.ErrRequestedFailure.Error() ||
-		ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != reconcile.ReasonFailed ||
+	if obj.Status.Phase != v1alpha1.PhaseFailed || obj.Status.Message != myresource.ErrRequestedFailure.Error() ||
+		ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != myresource.ReasonFailed ||
 		obj.Status.ObservedGeneration != obj.Generation {
 		t.Errorf("status %+v: want Failed with the error as message and Ready False", obj.Status)
 	}
@@ -94,7 +95,7 @@ func TestFailingForeverBacksOffUpToTheCap(t *testing.T) {
 		t.Errorf("%d error log lines for 12 failures", n)
 	}
 	testkit.WaitForEvent(t, cp.Config(), ns, "forever", "Warning ReconcileFailed", func(e corev1.Event) bool {
-		return e.Type == corev1.EventTypeWarning && e.Reason == reconcile.ReasonFailed
+		return e.Type == corev1.EventTypeWarning && e.Reason == myresource.ReasonFailed
 	})
 }
 

@@ -15,7 +15,7 @@ import (
 	"rawwatch/internal/app"
 	"rawwatch/internal/testkit"
 	"rawwatch/observe"
-	"rawwatch/reconcile"
+	"rawwatch/reconcile/myresource"
 	"rawwatch/watcher"
 )
 
@@ -75,7 +75,7 @@ func TestMetricsMoveWithTheWork(t *testing.T) {
 	for i := range 3 {
 		testkit.Create(t, c, ns, fmt.Sprintf("m-%d", i), "hi")
 	}
-	testkit.Create(t, c, ns, "broken", reconcile.FailMessage)
+	testkit.Create(t, c, ns, "broken", myresource.FailMessage)
 	for i := range 3 {
 		waitStatus(t, c, ns, fmt.Sprintf("m-%d", i), func(o *v1alpha1.MyResource) bool { return o.Status.Phase == v1alpha1.PhaseProcessed }, "want Processed")
 	}

@@ -117,8 +117,6 @@ type DeletionRouted struct {
 	Route string
 }
 
-func (DeletionRouted) Component() string { return "sharding" }
-
 func newGate(s *store.Store[Object], obs observe.Observer) *gate {
 	return &gate{store: s, obs: obs, now: time.Now, flights: map[*flight]struct{}{}, held: map[int][]store.Delta[Object]{}, kick: make(chan struct{}, 1)}
 }

@@ -16,6 +16,7 @@ import (
 	"rawwatch/observe"
 	"rawwatch/queue"
 	"rawwatch/reconcile"
+	"rawwatch/reconcile/myresource"
 	"rawwatch/store"
 )
 
@@ -46,14 +47,14 @@ func TestAPausedOldOwnersStatusWriteMeetsAConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, newCache := cachedRead(t, c, ns, "moved")
-	newOwner := &reconcile.MyResourceReconciler{Store: newCache, Client: c}
+	newOwner := &myresource.Reconciler{Store: newCache, Client: c}
 	if err := newOwner.Reconcile(ctx, key); err != nil {
 		t.Fatalf("the new owner's reconcile: %v", err)
 	}
 
 	// The old owner resumes: its worker runs the reconcile it had begun.
 	events := record.NewFakeRecorder(10)
-	oldOwner := &reconcile.MyResourceReconciler{Store: oldCache, Client: c, Recorder: events, Events: reconcile.EventsAll}
+	oldOwner := &myresource.Reconciler{Store: oldCache, Client: c, Recorder: events, Events: myresource.EventsAll}
 	var mu sync.Mutex
 	var finished []reconcile.Finished
 	q := queue.New(nil)

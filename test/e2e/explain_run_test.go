@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rawwatch/internal/testkit"
-	"rawwatch/reconcile"
+	"rawwatch/reconcile/myresource"
 )
 
 // --explain in a real run: the narration on stdout follows what the
@@ -24,7 +24,7 @@ func TestExplainNarratesARealRun(t *testing.T) {
 	p.waitLog(t, 30*time.Second, at(`SYNCED    the store holds 3 objects at resourceVersion \d+ \(3 Added deltas\)`))
 
 	testkit.Create(t, c, ns, "live", "hi")
-	testkit.Create(t, c, ns, "broken", reconcile.FailMessage)
+	testkit.Create(t, c, ns, "broken", myresource.FailMessage)
 	p.waitLog(t, 30*time.Second, at(`RETRY     `+ns+`/broken in 100ms: spec.message is "fail"`))
 	if err := c.Delete(ctx, ns, "live", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ import (
 	"rawwatch/api/v1alpha1"
 	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
-	"rawwatch/reconcile"
+	"rawwatch/reconcile/myresource"
 )
 
 // rbacManifests are the controller's Namespace and least-privilege RBAC, as
@@ -91,7 +91,7 @@ func TestInClusterWithAServiceAccountToken(t *testing.T) {
 	kube := kubernetes.NewForConfigOrDie(cp.Config())
 	testkit.Eventually(t, 30*time.Second, func() bool {
 		evs, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(created.UID)})
-		return err == nil && len(evs.Items) > 0 && evs.Items[0].Reason == reconcile.ReasonProcessed
+		return err == nil && len(evs.Items) > 0 && evs.Items[0].Reason == myresource.ReasonProcessed
 	}, "no Event recorded with the in-cluster identity")
 
 	// The Lease (default name, in the namespace read from the mounted file).

@@ -17,7 +17,7 @@ import (
 	"rawwatch/freshness"
 	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
-	"rawwatch/reconcile"
+	"rawwatch/reconcile/myresource"
 )
 
 // The binary runs with nothing but the ServiceAccount of config/rbac, its
@@ -41,7 +41,7 @@ func TestLeastPrivilegeServiceAccountIsEnough(t *testing.T) {
 		return err == nil && o.Status.Phase == v1alpha1.PhaseProcessed && o.Status.ObservedGeneration == o.Generation
 	}, "not reconciled by the controller running as the ServiceAccount")
 	testkit.WaitForEvent(t, cp.Config(), ns, "least", "Processed, recorded by the controller running as the ServiceAccount", func(e corev1.Event) bool {
-		return e.Reason == reconcile.ReasonProcessed && e.Source.Component == "rawwatch"
+		return e.Reason == myresource.ReasonProcessed && e.Source.Component == "rawwatch"
 	})
 	if out := p.output(); strings.Contains(out, "forbidden") {
 		t.Errorf("the controller needed a permission the role lacks:\n%s", out)

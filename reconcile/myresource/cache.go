@@ -1,8 +1,8 @@
-package reconcile
+package myresource
 
 import corev1 "k8s.io/api/core/v1"
 
-// UnreadAnnotations are annotations of a MyResource that MyResourceReconciler
+// UnreadAnnotations are annotations of a MyResource that Reconciler
 // never reads, so the controller's cache need not keep them (see
 // store.SetTransform and the --cache-drop-annotations flag).
 //

@@ -1,4 +1,11 @@
-package reconcile
+// Package myresource is the MyResource-specific half of the controller, the
+// Reconciler that package reconcile's generic Controller calls. It reads the
+// object from the store, never modifies the cached copy, computes the status
+// the object should have (a pure function, Desired), and writes it through
+// the /status subresource only when it differs, so a re-run with nothing
+// changed makes no request. It records a Kubernetes Event on a status write
+// (EventPolicy).
+package myresource
 
 import (
 	"context"
@@ -64,8 +71,8 @@ func ParseEventPolicy(s string) (EventPolicy, error) {
 	return "", fmt.Errorf("event policy %q: want all, warnings or none", s)
 }
 
-// MyResourceReconciler reconciles MyResources.
-type MyResourceReconciler struct {
+// Reconciler reconciles MyResources.
+type Reconciler struct {
 	Store    Getter
 	Client   StatusWriter
 	Recorder record.EventRecorder
@@ -76,7 +83,7 @@ type MyResourceReconciler struct {
 }
 
 // Reconcile brings one key's status up to date.
-func (r *MyResourceReconciler) Reconcile(ctx context.Context, key string) error {
+func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 	obj, exists := r.Store.Get(key)
 	if !exists {
 		return nil
@@ -110,7 +117,7 @@ func (r *MyResourceReconciler) Reconcile(ctx context.Context, key string) error 
 // other objects, so there is nothing to delete in turn: it logs the deletion
 // with the last state it knew. A tombstone whose UID is the one in the store
 // is no deletion (the object is back, as it was): nothing to do.
-func (r *MyResourceReconciler) Deleted(ctx context.Context, d store.Delta[*v1alpha1.MyResource]) error {
+func (r *Reconciler) Deleted(ctx context.Context, d store.Delta[*v1alpha1.MyResource]) error {
 	last := d.Object
 	if obj, ok := r.Store.Get(d.Key); ok && obj.UID == last.UID {
 		return nil
@@ -149,7 +156,7 @@ func Desired(obj *v1alpha1.MyResource, now metav1.Time) v1alpha1.MyResourceStatu
 	return st
 }
 
-func (r *MyResourceReconciler) now() metav1.Time {
+func (r *Reconciler) now() metav1.Time {
 	if r.Now != nil {
 		return r.Now()
 	}

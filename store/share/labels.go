@@ -1,4 +1,9 @@
-package store
+// Package share lets the objects of a store keep one copy of what they
+// repeat (store.Store.Share): equal label maps become one map (Sets), and the
+// namespace, apiVersion and kind strings one string each (Intern). It saves
+// memory and time on a large cache, and asks more of every reader: a shared
+// map belongs to many objects. The store calls it; it knows no store.
+package share
 
 import (
 	"hash/maphash"
@@ -7,7 +12,7 @@ import (
 	"sync"
 )
 
-// labelSets lets the objects of a store whose labels are equal hold one map
+// Sets lets the objects of a store whose labels are equal hold one map
 // between them instead of one each: the objects a controller watches usually
 // carry the same few labels, and a map costs about a third of a small
 // object's memory. The table maps a hash of a label set to the first map
@@ -23,8 +28,9 @@ import (
 // A stream's decoder gives the store the same map object after object
 // (metajson.LabelCache), so share returns again what it returned for the very
 // map it was given last, without hashing, until a rebuild; only a store whose
-// transform may change labels in place (SetTransform) hashes every map.
-type labelSets struct {
+// transform may change labels in place (SetTransform) hashes every map. The
+// zero value is an empty table.
+type Sets struct {
 	mu   sync.Mutex
 	seed maphash.Seed
 	sets map[uint64]map[string]string
@@ -36,25 +42,26 @@ type labelSets struct {
 	lastIn, lastOut map[string]string
 }
 
-// liveLabels gives the store's size and yields its objects' labels, for a
-// rebuild.
-type liveLabels interface {
+// Live gives the store's size and yields its objects' labels, for a
+// rebuild. Share and Dropped call it with the table's lock held: the store
+// calls them without its own.
+type Live interface {
 	Len() int
-	eachLabels(yield func(map[string]string))
+	EachLabels(yield func(map[string]string))
 }
 
-// share counts an object taken and returns the map to store for its labels:
+// Share counts an object taken and returns the map to store for its labels:
 // an equal one taken before, or labels itself. unchanged says that a map
-// given before has not changed since (see labelSets): then the map given
-// last gets what it got without hashing.
-func (t *labelSets) share(labels map[string]string, live liveLabels, unchanged bool) map[string]string {
+// given before has not changed since (see Sets): then the map given last
+// gets what it got without hashing.
+func (t *Sets) Share(labels map[string]string, live Live, unchanged bool) map[string]string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.count(1, live)
 	if labels == nil {
 		return nil
 	}
-	if unchanged && t.lastIn != nil && sameMap(labels, t.lastIn) {
+	if unchanged && t.lastIn != nil && SameMap(labels, t.lastIn) {
 		return t.lastOut
 	}
 	if t.sets == nil {
@@ -76,27 +83,27 @@ func (t *labelSets) share(labels map[string]string, live liveLabels, unchanged b
 	return labels
 }
 
-// sameMap tells whether a and b are one map, not two equal ones.
-func sameMap(a, b map[string]string) bool {
+// SameMap tells whether a and b are one map, not two equal ones.
+func SameMap(a, b map[string]string) bool {
 	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
-// dropped counts n objects the store dropped without taking an object.
-func (t *labelSets) dropped(n int, live liveLabels) {
+// Dropped counts n objects the store dropped without taking an object.
+func (t *Sets) Dropped(n int, live Live) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.count(n, live)
 }
 
 // count adds n to the churn and rebuilds the table when it is due.
-func (t *labelSets) count(n int, live liveLabels) {
+func (t *Sets) count(n int, live Live) {
 	t.churn += n
 	if len(t.sets) <= 64 || t.churn < t.limit {
 		return
 	}
 	t.sets = map[uint64]map[string]string{} // sized by what it gets
 	t.lastIn, t.lastOut = nil, nil
-	live.eachLabels(func(m map[string]string) {
+	live.EachLabels(func(m map[string]string) {
 		if m == nil {
 			return
 		}
@@ -108,7 +115,7 @@ func (t *labelSets) count(n int, live liveLabels) {
 }
 
 // hash is a hash of the set, the same in any iteration order.
-func (t *labelSets) hash(labels map[string]string) uint64 {
+func (t *Sets) hash(labels map[string]string) uint64 {
 	var sum uint64
 	var h maphash.Hash
 	h.SetSeed(t.seed)
@@ -120,4 +127,19 @@ func (t *labelSets) hash(labels map[string]string) uint64 {
 		sum += h.Sum64()
 	}
 	return sum + uint64(len(labels))
+}
+
+// Tabled tells whether m is the table's map for its set (for tests).
+func (t *Sets) Tabled(m map[string]string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return m != nil && SameMap(t.sets[t.hash(m)], m)
+}
+
+// State is the table's churn since its last rebuild, the churn that makes
+// the next one, and its number of sets (for tests).
+func (t *Sets) State() (churn, limit, sets int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.churn, t.limit, len(t.sets)
 }
