@@ -223,7 +223,7 @@ func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
 func (s *Store[T]) DeleteOther(key string, uid types.UID) (d Delta[T], known bool) {
 	defer func() {
 		if known {
-			s.labels.dropped(1, s) // once the lock is released
+			s.labels.Dropped(1, live[T]{s}) // once the lock is released
 		}
 	}()
 	s.mu.Lock()
