@@ -39,7 +39,11 @@ func (r *Replacement[T]) Add(obj T) {
 	// The stored object is kept only if it is the same one: after an etcd
 	// restore without a revision bump, another object of the key, or other
 	// content, may come back at a resourceVersion the store already holds.
-	if old, ok := r.s.Get(key); ok && old.GetResourceVersion() == obj.GetResourceVersion() && old.GetUID() == obj.GetUID() && same(old, obj) {
+	old, ok := r.s.Get(key)
+	if r.s.share && !(ok && sameMap(old.GetLabels(), obj.GetLabels())) {
+		r.s.labels.dropped(1, r.s) // obj's map or old's may be let go (labelSets)
+	}
+	if ok && old.GetResourceVersion() == obj.GetResourceVersion() && old.GetUID() == obj.GetUID() && same(old, obj) {
 		obj = old
 	}
 	r.items[key] = obj

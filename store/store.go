@@ -140,7 +140,7 @@ func (s *Store[T]) take(obj T) {
 	if !s.share {
 		return
 	}
-	if l := s.labels.share(obj.GetLabels(), s, s.SharesLabels()); l != nil {
+	if l := s.labels.share(obj.GetLabels(), s.SharesLabels()); l != nil {
 		obj.SetLabels(l)
 	}
 }
@@ -164,9 +164,18 @@ func (s *Store[T]) eachLabels(yield func(map[string]string)) {
 func (s *Store[T]) Upsert(obj T) (d Delta[T], changed bool, gone Delta[T]) {
 	s.take(obj)
 	key := KeyOf(obj)
+	var old T
+	existed := false
+	defer func() {
+		// Stored or not, obj replaces old: old's map is let go unless obj
+		// holds it too (labelSets).
+		if s.share && existed && !sameMap(old.GetLabels(), obj.GetLabels()) {
+			s.labels.dropped(1, s) // once the lock is released
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	old, existed := s.items[key]
+	old, existed = s.items[key]
 	switch {
 	case !existed:
 	case old.GetUID() != obj.GetUID():
@@ -187,6 +196,9 @@ func (s *Store[T]) Upsert(obj T) (d Delta[T], changed bool, gone Delta[T]) {
 // out Deleted with its final state unknown (obj, never seen, is not news).
 func (s *Store[T]) Delete(obj T) (d Delta[T], known bool) {
 	s.take(obj)
+	if s.share {
+		s.labels.dropped(1, s) // obj is taken, never stored
+	}
 	return s.DeleteKey(KeyOf(obj), obj)
 }
 
