@@ -101,7 +101,8 @@ func unheld(s *Store[*v1alpha1.MyResource]) int {
 
 // The maps the table keeps that no stored object holds stay at most a
 // quarter of the most objects stored, plus 64, whether objects leave by an
-// update to other labels, a deletion, a relist or Retain; and every object
+// update to other labels, a deletion, a relist or Retain, or are never
+// stored (a deletion of a key not stored); and every object
 // keeps the labels it was given across the rebuilds of the table.
 func TestLabelSetsAreBounded(t *testing.T) {
 	s := shared()
@@ -145,6 +146,12 @@ func TestLabelSetsAreBounded(t *testing.T) {
 	}
 	s.Retain(func(o *v1alpha1.MyResource) bool { return o.Name < "2" })
 	check("Retain")
+	// Taken, never stored: deletions of keys not stored, labelled each its
+	// own way.
+	for i := range 2 * objects {
+		s.Delete(labelled(fmt.Sprint("absent-", i), "1", labels(i, 100)))
+		check(fmt.Sprintf("delete of absent key %d", i))
+	}
 	s.NewReplacement().Commit()
 	check("a relist that finds nothing")
 }
