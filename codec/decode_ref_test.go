@@ -330,6 +330,11 @@ var fastPathCases = map[string]string{
 		ev("MODIFIED", `"name":"a","resourceVersion":"46","labels":{"app":"`+"\xff"+`"}`, ``) + ev("MODIFIED", `"name":"a","resourceVersion":"47","labels":{"app":"`+"\xff"+`"}`, ``) +
 		ev("MODIFIED", `"name":"a","resourceVersion":"48","labels":{"app":"x"},"labels":{"app":"z"}`, ``) + ev("MODIFIED", `"name":"a","resourceVersion":"49","labels":{"app":"x"}`, ``) +
 		ev("MODIFIED", `"name":"a","resourceVersion":"50","labels":{"app":"x"`, ``) + ev("MODIFIED", `"name":"a","resourceVersion":"51","labels":{}`, ``) + ev("MODIFIED", `"name":"a","resourceVersion":"52","labels":{}`, ``),
+	"ownerReferences and conditions": ev("ADDED", `"name":"a","resourceVersion":"60","ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"rs","uid":"u","controller":true,"blockOwnerDeletion":null},null]`,
+		`,"status":{"conditions":[{"type":"Ready","status":"True","observedGeneration":3,"lastTransitionTime":"2026-12-01T10:00:00Z","reason":"R","message":"m\u00e9"},null]}`) +
+		ev("MODIFIED", `"name":"a","resourceVersion":"61","ownerReferences":[{"Name":"x","name":"y","controller":null}]`, `,"status":{"conditions":[{"Type":"A","type":"B"}]}`) +
+		ev("MODIFIED", `"name":"a","resourceVersion":"62","ownerReferences":[{"name":"x","name":"y"}]`, `,"status":{"conditions":[{"type":"A","type":"B"}]}`) +
+		ev("MODIFIED", `"name":"a","resourceVersion":"63","ownerReferences":[{"controller":1}]`, `,"status":{"conditions":[{"observedGeneration":1.5}]}`),
 	"frames back to back": strings.TrimSpace(ev("ADDED", `"name":"a","resourceVersion":"25"`, ``)) + strings.TrimSpace(ev("ADDED", `"name":"b","resourceVersion":"26"`, ``)),
 }
 

@@ -88,7 +88,8 @@ func unheld(s *Store[*v1alpha1.MyResource]) int {
 
 // The maps the table keeps that no stored object holds stay at most a
 // quarter of the most objects stored, plus 64, whether objects leave by an
-// update to other labels, a deletion, a relist or Retain; and every object
+// update to other labels, a deletion, a relist or Retain, or are never
+// stored (a deletion of a key not stored); and every object
 // keeps the labels it was given across the rebuilds of the table.
 func TestLabelSetsAreBounded(t *testing.T) {
 	s := shared()
@@ -132,6 +133,12 @@ func TestLabelSetsAreBounded(t *testing.T) {
 	}
 	s.Retain(func(o *v1alpha1.MyResource) bool { return o.Name < "2" })
 	check("Retain")
+	// Taken, never stored: deletions of keys not stored, labelled each its
+	// own way.
+	for i := range 2 * objects {
+		s.Delete(labelled(fmt.Sprint("absent-", i), "1", labels(i, 100)))
+		check(fmt.Sprintf("delete of absent key %d", i))
+	}
 	s.NewReplacement().Commit()
 	check("a relist that finds nothing")
 }
@@ -230,7 +237,7 @@ func TestRebuildForgetsTheLastMapGiven(t *testing.T) {
 	s.Upsert(labelled("a", "2", nil))
 	s.Upsert(labelled("b", "2", nil)) // first held by none
 	for i := 0; churn(s) > 0 || i == 0; i++ {
-		s.Upsert(labelled("c", fmt.Sprint(i), nil))
+		s.Delete(labelled("c", fmt.Sprint(i), nil)) // counted: taken, not stored
 	}
 	s.Upsert(labelled("d", "1", given))
 	d, _ := s.Get("ns/d")
@@ -285,4 +292,35 @@ func shared() *Store[*v1alpha1.MyResource] {
 	s := New[*v1alpha1.MyResource]()
 	s.Share()
 	return s
+}
+
+// An update that keeps an object's labels (in a fresh map, as a stream of
+// objects labelled each its own way decodes them) leaves no map unheld, so
+// it does not count toward a rebuild: a store whose objects keep their
+// labels never rebuilds the table, however many updates it takes.
+func TestUpdatesKeepingTheLabelsDoNotRebuildTheTable(t *testing.T) {
+	s := shared()
+	const objects = 300
+	labels := func(i int) map[string]string {
+		return map[string]string{"app": "x", "instance": fmt.Sprint("obj-", i)}
+	}
+	for i := range objects {
+		s.Upsert(labelled(fmt.Sprint(i), "1", labels(i)))
+	}
+	rebuilds, last := 0, churn(s)
+	for round := range 10 {
+		for i := range objects {
+			s.Upsert(labelled(fmt.Sprint(i), fmt.Sprint(round+2), labels(i)))
+			if now := churn(s); now < last {
+				rebuilds++
+			}
+			last = churn(s)
+		}
+	}
+	if rebuilds > 0 {
+		t.Fatalf("%d rebuilds of the table in %d updates that kept every object's labels, want none", rebuilds, 10*objects)
+	}
+	if n := unheld(s); n != 0 {
+		t.Fatalf("the table keeps %d maps no object holds", n)
+	}
 }

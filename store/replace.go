@@ -1,6 +1,8 @@
 package store
 
 import (
+	"rawwatch/store/share"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -39,7 +41,11 @@ func (r *Replacement[T]) Add(obj T) {
 	// The stored object is kept only if it is the same one: after an etcd
 	// restore without a revision bump, another object of the key, or other
 	// content, may come back at a resourceVersion the store already holds.
-	if old, ok := r.s.Get(key); ok && old.GetResourceVersion() == obj.GetResourceVersion() && old.GetUID() == obj.GetUID() && same(old, obj) {
+	old, ok := r.s.Get(key)
+	if r.s.share && !(ok && share.SameMap(old.GetLabels(), obj.GetLabels())) {
+		r.s.labels.Dropped(1, live[T]{r.s}) // obj's map or old's may be let go (share.Sets)
+	}
+	if ok && old.GetResourceVersion() == obj.GetResourceVersion() && old.GetUID() == obj.GetUID() && same(old, obj) {
 		obj = old
 	}
 	r.items[key] = obj

@@ -138,7 +138,7 @@ func (s *Store[T]) take(obj T) {
 	if !s.share {
 		return
 	}
-	if l := s.labels.Share(obj.GetLabels(), live[T]{s}, s.SharesLabels()); l != nil {
+	if l := s.labels.Share(obj.GetLabels(), s.SharesLabels()); l != nil {
 		obj.SetLabels(l)
 	}
 }
@@ -164,9 +164,18 @@ func (s live[T]) EachLabels(yield func(map[string]string)) {
 func (s *Store[T]) Upsert(obj T) (d Delta[T], changed bool, gone Delta[T]) {
 	s.take(obj)
 	key := KeyOf(obj)
+	var old T
+	existed := false
+	defer func() {
+		// Stored or not, obj replaces old: old's map is let go unless obj
+		// holds it too (labelSets).
+		if s.share && existed && !share.SameMap(old.GetLabels(), obj.GetLabels()) {
+			s.labels.Dropped(1, live[T]{s}) // once the lock is released
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	old, existed := s.items[key]
+	old, existed = s.items[key]
 	switch {
 	case !existed:
 	case old.GetUID() != obj.GetUID():
@@ -187,6 +196,9 @@ func (s *Store[T]) Upsert(obj T) (d Delta[T], changed bool, gone Delta[T]) {
 // out Deleted with its final state unknown (obj, never seen, is not news).
 func (s *Store[T]) Delete(obj T) (d Delta[T], known bool) {
 	s.take(obj)
+	if s.share {
+		s.labels.Dropped(1, live[T]{s}) // obj is taken, never stored
+	}
 	return s.DeleteKey(KeyOf(obj), obj)
 }
 

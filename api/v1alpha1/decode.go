@@ -60,7 +60,7 @@ func (s *MyResourceStatus) decode(d *metajson.Decoder) error {
 		case 2:
 			s.ObservedGeneration, err = d.Int64()
 		case 3:
-			err = d.Delegate(&s.Conditions)
+			s.Conditions, err = d.Conditions()
 		}
 		return err
 	})

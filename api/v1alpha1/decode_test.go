@@ -107,6 +107,7 @@ var cases = []string{
 	`{` + head + `,"metadata":{"name":"a","namespace":"ns","uid":"u","resourceVersion":"5","generation":3,"creationTimestamp":"2026-12-01T10:00:00Z","labels":{"app":"x","k":""},"annotations":{"a":"b"},"finalizers":["f1","f2"]},"spec":{"message":"hi"},"status":{"phase":"Processed","message":"ok","observedGeneration":3}}`,
 	`{` + head + `,"metadata":{"name":"a","generateName":"g-","selfLink":"/s","uid":"u","resourceVersion":"1"},"spec":{"message":""},"status":{"message":"s\u00e9"}}`,
 	`{` + head + `,"metadata":{"name":"a","unknown":{"x":[1,2.5e-3,true,false,null,"s"]},"labels":{}},"extra":[],"spec":{"message":"hi","more":1}}`,
+	`{` + head + `,"metadata":{"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"rs","uid":"u1","controller":true,"blockOwnerDeletion":false},{"apiVersion":"v1","kind":"ConfigMap","name":"c","uid":"u2"}]},"status":{"conditions":[{"type":"Ready","status":"False","observedGeneration":7,"lastTransitionTime":"2026-12-01T10:00:00Z","reason":"Waiting","message":"m"},{"type":"Synced","status":"True","lastTransitionTime":"2026-12-01T12:00:00+02:00","reason":"Done","message":""}]}}`,
 	`{` + head + `,"metadata":{"name":null,"labels":null,"deletionTimestamp":null,"managedFields":null,"finalizers":null},"spec":null,"status":null}`,
 	`{` + head + `,"metadata":{"name":"a","name":"b"}}`,
 	`{` + head + `,"metadata":{"labels":{"a":"1"},"labels":null}}`,
@@ -135,6 +136,30 @@ var cases = []string{
 	`{` + head + `,"metadata":{"creationTimestamp":1}}`,
 	`{` + head + `,"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"c","uid":"u","controller":true}]}}`,
 	`{` + head + `,"status":{"conditions":[{"type":"Ready","status":"True","lastTransitionTime":"2026-12-01T10:00:00Z","reason":"R","message":"m"}]}}`,
+	`{` + head + `,"metadata":{"ownerReferences":[{"name":"a","name":"b"}]}}`,
+	`{` + head + `,"metadata":{"ownerReferences":[{"controller":true,"controller":false}]}}`,
+	`{` + head + `,"status":{"conditions":[{"type":"A","type":"B"}]}}`,
+	`{` + head + `,"metadata":{"ownerReferences":[{"name":"a"}],"ownerReferences":[{"name":"b"}]},"status":{"conditions":[{"type":"A"}],"conditions":[{"reason":"r"}]}}`,
+	`{` + head + `,"metadata":{"ownerReferences":[{"Kind":"K","APIVersion":"v","name":"a"}]}}`,
+	`{` + head + `,"metadata":{"ownerReferences":[{"na\u006de":"escaped key"}]},"status":{"conditions":[{"typ\u0065":"escaped key"}]}}`,
+	`{` + head + `,"metadata":{"ownerReferences":[{"controller":"true"}]}}`,
+	`{` + head + `,"metadata":{"ownerReferences":[{"controller":1}]}}`,
+	`{` + head + `,"metadata":{"ownerReferences":[{"controller":True}]}}`,
+	`{` + head + `,"metadata":{"ownerReferences":[{"controller":truex}]}}`,
+	`{` + head + `,"metadata":{"ownerReferences":[{"controller":nul}]}}`,
+	`{` + head + `,"metadata":{"ownerReferences":[1,"a",[]]}}`,
+	`{` + head + `,"metadata":{"ownerReferences":{"name":"a"}}}`,
+	`{` + head + `,"metadata":{"ownerReferences":[{"uid":5}]}}`,
+	`{` + head + `,"status":{"conditions":[{"observedGeneration":1.0}]}}`,
+	`{` + head + `,"status":{"conditions":[{"observedGeneration":9223372036854775808}]}}`,
+	`{` + head + `,"status":{"conditions":[{"observedGeneration":"3"}]}}`,
+	`{` + head + `,"status":{"conditions":[{"lastTransitionTime":"yesterday"}]}}`,
+	`{` + head + `,"status":{"conditions":[{"lastTransitionTime":""}]}}`,
+	`{` + head + `,"status":{"conditions":[{"lastTransitionTime":"2026-12-01T10:00:00\u005a"}]}}`,
+	`{` + head + `,"status":{"conditions":[{"status":true}]}}`,
+	`{` + head + `,"status":{"conditions":[{"type":"A",}]}}`,
+	`{` + head + `,"status":{"conditions":[{"type":"A"},]}}`,
+	`{` + head + `,"status":{"conditions":[{"type":"A"}}}`,
 	`{` + head + `,"metadata":{"managedFields":[{"manager":"m","operation":"Apply","apiVersion":"v","time":"2026-12-01T10:00:00Z","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{}},"subresource":"status"},{},{"time":null,"fieldsV1":null}]}}`,
 	`{` + head + `,"metadata":{"managedFields":[null]}}`,
 	`{` + head + `,"metadata":{"managedFields":[{"Time":"2026-12-01T10:00:00Z","time":"2026-12-01T11:00:00Z"}]}}`,
@@ -154,8 +179,32 @@ var cases = []string{
 	`{}`, `null`, `[]`, `"s"`, ``, `{`, `{"a"}`, `{"a":}`, `{"a" 1}`,
 }
 
+// handDecoded are inputs of the fields the fast decoder reads by hand
+// (ownerReferences, conditions) that it must take, not decline, so that the
+// oracle checks its reading of them: null elements and members, escapes,
+// keys in other cases, spaces, -0.
+var handDecoded = []string{
+	`{` + head + `,"metadata":{"ownerReferences":[]},"status":{"conditions":[]}}`,
+	`{` + head + `,"metadata":{"ownerReferences":null},"status":{"conditions":null}}`,
+	`{` + head + `,"metadata":{"ownerReferences":[null,{"name":"a"},null]},"status":{"conditions":[null,{"type":"Ready"},null]}}`,
+	`{` + head + `,"metadata":{"ownerReferences":[{"name":null,"uid":null,"controller":null,"blockOwnerDeletion":null,"apiVersion":null,"kind":null}]},"status":{"conditions":[{"type":null,"status":null,"observedGeneration":null,"lastTransitionTime":null,"reason":null,"message":null}]}}`,
+	`{` + head + `,"metadata":{"ownerReferences":[{"name":"caf\u00e9 \"q\" \\","uid":"u\/1","kind":"K\u0069nd"}]},"status":{"conditions":[{"type":"Re\u0061dy","message":"line\nnext ✓","reason":"` + "\xff" + `"}]}}`,
+	`{` + head + `,"metadata":{"ownerReferences":[{"Name":"a","name":"b","UID":"U","Controller":true,"BlockOwnerDeletion":true}]},"status":{"conditions":[{"Type":"A","type":"B","Status":"True","Reason":"r","LastTransitionTime":"x","ObservedGeneration":"y"}]}}`,
+	`{` + head + `,"metadata":{"ownerReferences":[{"blockOwnerDeletion":false ,"controller" : true }]}}`,
+	`{` + head + `,"status":{"conditions":[{"observedGeneration":-0}]}}`,
+}
+
+// The oracle sees the fast decoder's own reading of these, not a fallback.
+func TestOwnerReferencesAndConditionsAreReadByHand(t *testing.T) {
+	for _, c := range handDecoded {
+		if !checkAgainstOracle(t, []byte(c)) {
+			t.Errorf("DecodeJSON declined\n%s", c)
+		}
+	}
+}
+
 func TestDecodeJSONAgreesWithKubernetes(t *testing.T) {
-	for _, c := range cases {
+	for _, c := range append(cases, handDecoded...) {
 		checkAgainstOracle(t, []byte(c))
 	}
 	for _, obj := range objects(t) {
@@ -164,7 +213,8 @@ func TestDecodeJSONAgreesWithKubernetes(t *testing.T) {
 }
 
 // The fast decoder must take what kube-apiserver sends (else it is only a
-// detour to the plain one): every recorded object, and the usual cases above.
+// detour to the plain one): every recorded object, and the usual cases above
+// (the first four, ownerReferences and conditions among them).
 func TestDecodeJSONTakesTheServersObjects(t *testing.T) {
 	n := 0
 	for _, obj := range objects(t) {
@@ -180,7 +230,7 @@ func TestDecodeJSONTakesTheServersObjects(t *testing.T) {
 	if n < 5 {
 		t.Fatalf("only %d recorded objects", n)
 	}
-	for _, c := range cases[:3] {
+	for _, c := range cases[:4] {
 		if !checkAgainstOracle(t, []byte(c)) {
 			t.Errorf("DecodeJSON declined\n%s", c)
 		}
@@ -192,7 +242,7 @@ func TestDecodeJSONTakesTheServersObjects(t *testing.T) {
 //
 //	go test ./api/v1alpha1 -run '^$' -fuzz FuzzDecodeJSON -fuzztime 3m
 func FuzzDecodeJSON(f *testing.F) {
-	for _, c := range cases {
+	for _, c := range append(cases, handDecoded...) {
 		f.Add([]byte(c))
 	}
 	for _, obj := range objects(f) {

@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Fields reads the object at the decoder, whose fields are listed in names
@@ -94,7 +95,7 @@ func (d *Decoder) ObjectMeta(m *metav1.ObjectMeta) error {
 		case 11:
 			m.Annotations, err = d.StringMap()
 		case 12:
-			err = d.Delegate(&m.OwnerReferences)
+			m.OwnerReferences, err = d.OwnerReferences()
 		case 13:
 			m.Finalizers, err = d.Strings()
 		case 14:
@@ -286,4 +287,100 @@ func (d *Decoder) Strings() ([]string, error) {
 		return err
 	})
 	return s, err
+}
+
+var ownerReferenceFields = []string{"apiVersion", "kind", "name", "uid", "controller", "blockOwnerDeletion"}
+
+// OwnerReferences reads an array of metav1.OwnerReference
+// (metadata.ownerReferences) as Plain reads it into a fresh field: an
+// empty array is an empty slice, a null element a zero one, a null member
+// leaves its field zero (controller and blockOwnerDeletion nil). A key in
+// another case than the field's is not the field (Plain matches keys
+// case-sensitively) and is skipped, but "apiVersion" or "kind" in another
+// case declines (Fields, as for TypeMeta).
+func (d *Decoder) OwnerReferences() ([]metav1.OwnerReference, error) {
+	refs := []metav1.OwnerReference{}
+	err := d.Elements(func() error {
+		var r metav1.OwnerReference
+		if d.Null() {
+			refs = append(refs, r)
+			return nil
+		}
+		err := d.Fields(ownerReferenceFields, func(n int) (err error) {
+			switch n {
+			case 0:
+				r.APIVersion, err = d.SharedString()
+			case 1:
+				r.Kind, err = d.SharedString()
+			case 2:
+				r.Name, err = d.String()
+			case 3:
+				var uid string
+				uid, err = d.String()
+				r.UID = types.UID(uid)
+			case 4:
+				r.Controller, err = d.BoolPtr()
+			case 5:
+				r.BlockOwnerDeletion, err = d.BoolPtr()
+			}
+			return err
+		})
+		refs = append(refs, r)
+		return err
+	})
+	return refs, err
+}
+
+// BoolPtr reads true or false into a new bool (null is the caller's: see
+// Fields).
+func (d *Decoder) BoolPtr() (*bool, error) {
+	var v bool
+	switch {
+	case d.literal("true"):
+		v = true
+	case d.literal("false"):
+	default:
+		return nil, ErrDecline
+	}
+	return &v, nil
+}
+
+var conditionFields = []string{"type", "status", "observedGeneration", "lastTransitionTime", "reason", "message"}
+
+// Conditions reads an array of metav1.Condition (an API type's
+// status.conditions) as Plain reads it into a fresh field: an empty array
+// is an empty slice, a null element a zero one, a null member leaves its
+// field zero. Type, status and reason are SharedStrings: a few values, the
+// same in every object.
+func (d *Decoder) Conditions() ([]metav1.Condition, error) {
+	cs := []metav1.Condition{}
+	err := d.Elements(func() error {
+		var c metav1.Condition
+		if d.Null() {
+			cs = append(cs, c)
+			return nil
+		}
+		err := d.Fields(conditionFields, func(n int) (err error) {
+			switch n {
+			case 0:
+				c.Type, err = d.SharedString()
+			case 1:
+				var status string
+				status, err = d.SharedString()
+				c.Status = metav1.ConditionStatus(status)
+			case 2:
+				c.ObservedGeneration, err = d.Int64()
+			case 3:
+				err = d.Time(&c.LastTransitionTime)
+			case 4:
+				c.Reason, err = d.SharedString()
+			case 5:
+				c.Message, err = d.String()
+			}
+			return err
+		})
+		cs = append(cs, c)
+		return err
+	})
+	return cs, err
 }

@@ -8,7 +8,7 @@
 // it; ObjectMeta and TypeMeta are read here, an API type's own fields by its
 // package (api/v1alpha1). Every reader either produces what Plain would, or
 // returns ErrDecline; Delegate reads one value with Plain, for fields too rare
-// to be worth code of their own. The caller of a whole decode treats any error
+// to be worth code of their own (deletionGracePeriodSeconds). The caller of a whole decode treats any error
 // as "decode it with Plain": so the result of decoding is always Plain's, and a
 // fast decode only ever saves time (a fuzz target holds the two equal, see
 // api/v1alpha1). What makes a decode decline: input that is not valid JSON, a

@@ -23,7 +23,10 @@ import (
 // The bound: maps no stored object holds any more are at most a quarter of
 // the objects stored at the last rebuild, plus 64; past that (and above 64
 // sets) the table is rebuilt from the stored objects, a constant number of
-// hashes per object taken or dropped, amortized.
+// hashes per map let go, amortized. The store counts what may let a map go
+// (Dropped): an object removed, replaced by one holding another map, or
+// taken and not stored. An update that keeps an object's labels gets the
+// map the object held, lets none go, and counts nothing.
 //
 // A stream's decoder gives the store the same map object after object
 // (metajson.LabelCache), so share returns again what it returned for the very
@@ -50,14 +53,13 @@ type Live interface {
 	EachLabels(yield func(map[string]string))
 }
 
-// Share counts an object taken and returns the map to store for its labels:
-// an equal one taken before, or labels itself. unchanged says that a map
-// given before has not changed since (see Sets): then the map given last
-// gets what it got without hashing.
-func (t *Sets) Share(labels map[string]string, live Live, unchanged bool) map[string]string {
+// Share returns the map to store for an object's labels: an equal one
+// taken before, or labels itself. unchanged says that a map given before has
+// not changed since (see Sets): then the map given last gets what it got
+// without hashing.
+func (t *Sets) Share(labels map[string]string, unchanged bool) map[string]string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.count(1, live)
 	if labels == nil {
 		return nil
 	}
@@ -88,7 +90,8 @@ func SameMap(a, b map[string]string) bool {
 	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
-// Dropped counts n objects the store dropped without taking an object.
+// Dropped counts n maps that stored objects, or objects taken and not
+// stored, may have let go (see Sets).
 func (t *Sets) Dropped(n int, live Live) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -6,16 +6,10 @@ import "testing"
 func TestLabelsOfOneHashButUnequalAreNotShared(t *testing.T) {
 	var s Sets
 	first := map[string]string{"app": "x"}
-	s.Share(first, none{}, true)
+	s.Share(first, true)
 	other := map[string]string{"app": "y"}
 	s.sets[s.hash(other)] = first // a collision, as a hash may have
-	if got := s.Share(other, none{}, true); !SameMap(got, other) {
+	if got := s.Share(other, true); !SameMap(got, other) {
 		t.Fatalf("Share gave %v for %v", got, other)
 	}
 }
-
-// none is an empty store.
-type none struct{}
-
-func (none) Len() int                                 { return 0 }
-func (none) EachLabels(yield func(map[string]string)) {}
