@@ -55,8 +55,8 @@
 // Options.Codec decodes pages and streams. The default, JSONCodec, reads them
 // as client-go does (metav1.WatchEvent, sigs.k8s.io/json, apierrors.FromObject
 // for an ERROR); an object that does not decode is logged and skipped, and a
-// garbled DELETED still deletes its key. Package codec holds faster codecs,
-// and CBOR, behind the same seam.
+// garbled DELETED still deletes its key. Package codec holds faster ones,
+// and CBOR.
 //
 // # Healthy streams and the bounds
 //
