@@ -178,6 +178,24 @@ func StopAtEnd(t testing.TB, cancel context.CancelFunc, done <-chan struct{}, wi
 	})
 }
 
+// RunSynced runs w, with logger in its context, until the test ends, and
+// fails the test if w has not synced within a minute.
+func RunSynced(t testing.TB, w interface {
+	Run(context.Context)
+	Synced() <-chan struct{}
+}, logger logr.Logger) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), logger))
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-w.Synced():
+	case <-time.After(time.Minute):
+		t.Fatal("watcher did not sync within a minute")
+	}
+}
+
 // Eventually polls cond every 20 ms until it is true or timeout passes, then
 // fails the test with msg.
 func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
