@@ -108,21 +108,14 @@ func currentRV(t *testing.T, cp *controlplane.ControlPlane) int64 {
 // window, and passes one from the point on, which the server serves: the
 // change made meanwhile arrives, the stream stays open.
 func TestCompactedAtAnswersAsKubeAPIServerDid(t *testing.T) {
-	cp := shared.Get(t)
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := controlplane.Apply(context.Background(), cp.Config(), filepath.Join(root, "testdata", "samples", "myresources.yaml")); err != nil {
-		t.Fatal(err)
-	}
+	cp := withSamples(t)
 	p := proxyFor(t, cp)
 	point := currentRV(t, cp)
 	p.CompactedAt(point)
 	want, got := through(t, cp, p, "fault-watch-compacted-cached.json", 2)
 	same(t, "fault-watch-compacted-cached.json", want, got)
 
-	want, err = wire.ReadExchange("fault-compaction-under-watch-cached.json")
+	want, err := wire.ReadExchange("fault-compaction-under-watch-cached.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,14 +191,7 @@ func TestThrottleAnswersAsAPIPriorityAndFairnessDid(t *testing.T) {
 // stream open. The recording's objects are the samples, in the default
 // namespace.
 func TestIgnoreSendInitialEventsAnswersAsKubeAPIServerDid(t *testing.T) {
-	cp := shared.Get(t)
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := controlplane.Apply(context.Background(), cp.Config(), filepath.Join(root, "testdata", "samples", "myresources.yaml")); err != nil {
-		t.Fatal(err)
-	}
+	cp := withSamples(t)
 	p := proxyFor(t, cp)
 	p.IgnoreSendInitialEvents(true)
 	want, err := wire.ReadExchange("fault-legacy-watch-gate-off.json")
@@ -236,4 +222,19 @@ func TestEveryReplayIsComparedWithItsRecording(t *testing.T) {
 			}
 		}
 	}
+}
+
+// withSamples is the shared control plane with the repository's sample
+// MyResources applied, the objects the recordings hold.
+func withSamples(t *testing.T) *controlplane.ControlPlane {
+	t.Helper()
+	cp := shared.Get(t)
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := controlplane.Apply(context.Background(), cp.Config(), filepath.Join(root, "testdata", "samples", "myresources.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	return cp
 }

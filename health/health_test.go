@@ -18,6 +18,14 @@ func get(t *testing.T, mux *http.ServeMux, path string) (int, string) {
 	return rec.Code, string(body)
 }
 
+// answers fails t unless GET path on mux answers code and body.
+func answers(t *testing.T, mux *http.ServeMux, path string, code int, body string) {
+	t.Helper()
+	if gotCode, gotBody := get(t, mux, path); gotCode != code || gotBody != body {
+		t.Errorf("GET %s = %d %q, want %d %q", path, gotCode, gotBody, code, body)
+	}
+}
+
 // failsUntil is a check that fails saying why until done is set.
 func failsUntil(done *atomic.Bool, why string) func() error {
 	return func() error {
@@ -51,18 +59,12 @@ func TestAProbeIsOKOnlyWhenEveryCheckIs(t *testing.T) {
 		{"/readyz?exclude=synced", 200, "ok\n"},
 	}
 	for _, tc := range cases {
-		if code, body := get(t, mux, tc.path); code != tc.code || body != tc.body {
-			t.Errorf("GET %s = %d %q, want %d %q", tc.path, code, body, tc.code, tc.body)
-		}
+		answers(t, mux, tc.path, tc.code, tc.body)
 	}
 
 	synced.Store(true)
-	if code, body := get(t, mux, "/readyz"); code != 200 || body != "ok\n" {
-		t.Errorf("GET /readyz = %d %q once synced", code, body)
-	}
-	if code, body := get(t, mux, "/readyz?verbose"); code != 200 || body != "[+]ping ok\n[+]synced ok\nreadyz check passed\n" {
-		t.Errorf("GET /readyz?verbose = %d %q", code, body)
-	}
+	answers(t, mux, "/readyz", 200, "ok\n")
+	answers(t, mux, "/readyz?verbose", 200, "[+]ping ok\n[+]synced ok\nreadyz check passed\n")
 }
 
 // Checks added while being served are picked up (the leader check is added
@@ -75,9 +77,7 @@ func TestACheckAddedWhileServingIsProbed(t *testing.T) {
 		t.Fatalf("no checks: %d, want 200", code)
 	}
 	c.Add("leader-election", func() error { return errors.New("lease not renewed for 40s") })
-	if code, body := get(t, mux, "/healthz"); code != 503 || body != "[-]leader-election failed: lease not renewed for 40s\nhealthz check failed\n" {
-		t.Fatalf("GET /healthz = %d %q", code, body)
-	}
+	answers(t, mux, "/healthz", 503, "[-]leader-election failed: lease not renewed for 40s\nhealthz check failed\n")
 }
 
 // A passing check says ok and nothing more; a failing one says why.
@@ -87,16 +87,10 @@ func TestCheckSaysOkOrWhyNot(t *testing.T) {
 	c.Add("shard", failsUntil(&working, "works no slot yet"))
 	mux := http.NewServeMux()
 	c.Mount(mux, "leaderz")
-	if code, body := get(t, mux, "/leaderz?verbose"); code != 503 || body != "[-]shard failed: works no slot yet\nleaderz check failed\n" {
-		t.Errorf("not working: %d %q", code, body)
-	}
+	answers(t, mux, "/leaderz?verbose", 503, "[-]shard failed: works no slot yet\nleaderz check failed\n")
 	working.Store(true)
-	if code, body := get(t, mux, "/leaderz?verbose"); code != 200 || body != "[+]shard ok\nleaderz check passed\n" {
-		t.Errorf("working: %d %q", code, body)
-	}
-	if code, body := get(t, mux, "/leaderz/shard"); code != 200 || body != "ok\n" {
-		t.Errorf("the one check: %d %q", code, body)
-	}
+	answers(t, mux, "/leaderz?verbose", 200, "[+]shard ok\nleaderz check passed\n")
+	answers(t, mux, "/leaderz/shard", 200, "ok\n")
 }
 
 // The probes are plain HTTP with no token (docs/operations.md), so a
@@ -116,8 +110,6 @@ func TestAPassingProbeSaysOnlyOKToAnyCaller(t *testing.T) {
 	}
 	working.Store(true)
 	for path, want := range map[string]string{"/leaderz/shard": "ok\n", "/leaderz?verbose": "[+]shard ok\nleaderz check passed\n", "/leaderz": "ok\n"} {
-		if code, body := get(t, mux, path); code != http.StatusOK || body != want {
-			t.Errorf("GET %s with no token: %d %q, want only %q", path, code, body, want)
-		}
+		answers(t, mux, path, http.StatusOK, want)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"rawwatch/internal/openfinding"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
 )
 
 // Saved copies of a dead member's Lease re-applied for ever (a sync
@@ -19,19 +21,12 @@ import (
 func TestCopiesOlderThanTheRenewTimesKeptRenewNothing(t *testing.T) {
 	openfinding.Skip(t)
 	now := epoch
-	a := handoffMember(t, versionedClient(), "a", lease, renew, func() time.Time { return now })
-	b := "b"
-	claimsNothing := map[string]string{AnnotationSlots: "", AnnotationPending: ""}
-	var stamps []time.Time
-	for range keptRenewTimes + 1 { // b lives: a fresh renewTime each list
-		now = now.Add(renew)
-		stamps = append(stamps, now)
-		live(a, now, ringLease("b", &b, now, claimsNothing))
-	}
+	a := copiesObserver(t, &now)
+	stamps := bRenews(a, &now, keptRenewTimes+1)
 	died := now
 	for i := 0; now.Sub(died) < 4*lease; i++ { // the two oldest copies, in turn
 		now = now.Add(renew)
-		live(a, now, ringLease("b", &b, stamps[i%2], claimsNothing))
+		live(a, now, leaseOfB(stamps[i%2]))
 	}
 	if slices.Contains(a.Members(), "b") {
 		t.Fatalf("b dead for %s, its two oldest saved copies (of %d renewals read) re-applied in turn every %s: a still counts b live (%v); kept renewTimes %v",
@@ -45,19 +40,12 @@ func TestCopiesOlderThanTheRenewTimesKeptRenewNothing(t *testing.T) {
 func TestSeventeenCopiesCycledRenewNothing(t *testing.T) {
 	openfinding.Skip(t)
 	now := epoch
-	a := handoffMember(t, versionedClient(), "a", lease, renew, func() time.Time { return now })
-	b := "b"
-	claimsNothing := map[string]string{AnnotationSlots: "", AnnotationPending: ""}
-	var stamps []time.Time
-	for range keptRenewTimes + 1 {
-		now = now.Add(renew)
-		stamps = append(stamps, now)
-		live(a, now, ringLease("b", &b, now, claimsNothing))
-	}
+	a := copiesObserver(t, &now)
+	stamps := bRenews(a, &now, keptRenewTimes+1)
 	died := now
 	for i := 0; now.Sub(died) < 20*lease; i++ {
 		now = now.Add(renew)
-		live(a, now, ringLease("b", &b, stamps[i%len(stamps)], claimsNothing))
+		live(a, now, leaseOfB(stamps[i%len(stamps)]))
 		if now.Sub(died) > 2*written(lease)+renew && slices.Contains(a.Members(), "b") {
 			t.Fatalf("b dead for %s, its %d saved copies re-applied in order every %s (%d so far): a counts b live again (%v)",
 				now.Sub(died), len(stamps), renew, i+1, a.Members())
@@ -75,20 +63,18 @@ func TestSeventeenCopiesCycledRenewNothing(t *testing.T) {
 func TestCopiesOlderThanTheFirstSightRenewNothing(t *testing.T) {
 	openfinding.Skip(t)
 	now := epoch
-	b := "b"
-	claimsNothing := map[string]string{AnnotationSlots: "", AnnotationPending: ""}
 	var stamps []time.Time
 	for range keptRenewTimes { // b's renewals, saved by the sync
 		now = now.Add(renew)
 		stamps = append(stamps, now)
 	}
 	now = now.Add(lease) // b is dead; a (re)starts
-	a := handoffMember(t, versionedClient(), "a", lease, renew, func() time.Time { return now })
+	a := copiesObserver(t, &now)
 	first := now
-	live(a, now, ringLease("b", &b, stamps[len(stamps)-1], claimsNothing))
+	live(a, now, leaseOfB(stamps[len(stamps)-1]))
 	for i := 0; now.Sub(first) < 4*lease; i++ {
 		now = now.Add(renew)
-		live(a, now, ringLease("b", &b, stamps[i%len(stamps)], claimsNothing))
+		live(a, now, leaseOfB(stamps[i%len(stamps)]))
 		if now.Sub(first) > 2*lease && slices.Contains(a.Members(), "b") {
 			t.Fatalf("b dead; a read its Lease first %s ago, then copies older than that one re-applied every %s (%d so far): a still counts b live (%v)",
 				now.Sub(first), renew, i+1, a.Members())
@@ -104,12 +90,10 @@ func TestCopiesOlderThanTheFirstSightRenewNothing(t *testing.T) {
 func TestACollectedLeaseRecreatedFromACopyRenewsNothing(t *testing.T) {
 	openfinding.Skip(t)
 	now := epoch
-	a := handoffMember(t, versionedClient(), "a", lease, renew, func() time.Time { return now })
-	b := "b"
-	claimsNothing := map[string]string{AnnotationSlots: "", AnnotationPending: ""}
+	a := copiesObserver(t, &now)
 	now = now.Add(renew)
 	died := now
-	saved := ringLease("b", &b, died, claimsNothing) // b's last renewal, saved by the sync
+	saved := leaseOfB(died) // b's last renewal, saved by the sync
 	live(a, now, saved)
 	for now.Sub(died) < collectAfter*lease { // b dead: its Lease stands still
 		now = now.Add(renew)
@@ -118,6 +102,7 @@ func TestACollectedLeaseRecreatedFromACopyRenewsNothing(t *testing.T) {
 	if slices.Contains(a.Members(), "b") {
 		t.Fatalf("b dead for %s: a still counts it live (%v)", now.Sub(died), a.Members())
 	}
+	b := "b"
 	marked := ringLease("b", &b, died, map[string]string{AnnotationSlots: "", AnnotationPending: "", AnnotationLeaving: mark(died)})
 	now = now.Add(renew)
 	live(a, now, marked) // the collector's mark
@@ -139,15 +124,13 @@ func TestACollectedLeaseRecreatedFromACopyRenewsNothing(t *testing.T) {
 func TestACopysLeaseDurationCountsForNothing(t *testing.T) {
 	openfinding.Skip(t)
 	now := epoch
-	a := handoffMember(t, versionedClient(), "a", lease, renew, func() time.Time { return now })
-	b := "b"
-	claimsNothing := map[string]string{AnnotationSlots: "", AnnotationPending: ""}
+	a := copiesObserver(t, &now)
 	now = now.Add(renew)
-	old := ringLease("b", &b, now, claimsNothing) // saved, then edited: 4 × a's lease duration
+	old := leaseOfB(now) // saved, then edited: 4 × a's lease duration
 	long := int32(4 * written(lease) / time.Second)
 	old.Spec.LeaseDurationSeconds = &long
 	now = now.Add(renew)
-	live(a, now, ringLease("b", &b, now, claimsNothing))
+	live(a, now, leaseOfB(now))
 	died := now
 	now = now.Add(renew)
 	live(a, now, old) // the copy, once, over b's last renewal
@@ -159,4 +142,27 @@ func TestACopysLeaseDurationCountsForNothing(t *testing.T) {
 		t.Fatalf("b (lease duration %s) dead for %s; a copy of its Lease saying %d s re-applied once: a still counts b live (%v)",
 			written(lease), now.Sub(died), long, a.Members())
 	}
+}
+
+// copiesObserver is member a, on the clock *now.
+func copiesObserver(t *testing.T, now *time.Time) *Member {
+	return handoffMember(t, versionedClient(), "a", lease, renew, func() time.Time { return *now })
+}
+
+// leaseOfB is member b's Lease renewed at renewTime, claiming no slots.
+func leaseOfB(renewTime time.Time) coordinationv1.Lease {
+	b := "b"
+	return ringLease("b", &b, renewTime, map[string]string{AnnotationSlots: "", AnnotationPending: ""})
+}
+
+// bRenews has b renew n times, a renew period apart from *now, each
+// renewal read by a; it returns the renewTimes.
+func bRenews(a *Member, now *time.Time, n int) []time.Time {
+	var stamps []time.Time
+	for range n {
+		*now = now.Add(renew)
+		stamps = append(stamps, *now)
+		live(a, *now, leaseOfB(*now))
+	}
+	return stamps
 }

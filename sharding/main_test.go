@@ -60,14 +60,6 @@ func startLogging(t *testing.T, cfg *rest.Config, ns string, set shard.Set, opts
 	opts.Codec = codec
 	opts.Backoff = watcher.Backoff{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, ResetAfter: 2 * time.Minute}
 	r.w = sharding.NewWatcher(watcher.RESTSource{Client: c.REST(), Resource: v1alpha1.Resource, Namespace: ns}, r.store, opts, set)
-	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
-	done := make(chan struct{})
-	go func() { r.w.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-r.w.Synced():
-	case <-time.After(time.Minute):
-		t.Fatal("watcher did not sync within a minute")
-	}
+	testkit.RunSynced(t, r.w, logger)
 	return r
 }

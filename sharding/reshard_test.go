@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"rawwatch/internal/fakeapi"
+	"rawwatch/internal/testkit"
 	"rawwatch/shard"
 	"rawwatch/sharding"
 	"rawwatch/store"
@@ -55,10 +56,10 @@ func TestReshardsCostAtMostOneListEach(t *testing.T) {
 				}
 				bound := changes // healthy: one LIST and one WATCH per change
 				if fault != fakeapi.Healthy {
-					bound = budget(watcher.DefaultBackoff)
+					bound = testkit.RequestBudget(watcher.DefaultBackoff.Delay)
 				}
 				t.Logf("%d shard changes in a minute, the server %s: %d LISTs, %d WATCHes (bound %d each, healthy; %d together, failing)",
-					changes, fault, lists, watches, changes, budget(watcher.DefaultBackoff))
+					changes, fault, lists, watches, changes, testkit.RequestBudget(watcher.DefaultBackoff.Delay))
 				switch {
 				case fault == fakeapi.Healthy && (lists > bound || watches > bound+1):
 					t.Errorf("%d LISTs and %d WATCHes for %d shard changes: more than one each", lists, watches, changes)
@@ -70,19 +71,4 @@ func TestReshardsCostAtMostOneListEach(t *testing.T) {
 			})
 		})
 	}
-}
-
-// budget is how many requests a loop failing for a minute may make with
-// backoff b: five for each wait the backoff allows in a minute, and one
-// more (the watcher's explore tests bound a failing server the same way).
-func budget(b watcher.Backoff) int {
-	waits, sum := 0, time.Duration(0)
-	for n := 0; ; n++ {
-		sum += b.Delay(n, 0.9999999)
-		if sum > time.Minute {
-			break
-		}
-		waits++
-	}
-	return 5 * (waits + 1)
 }

@@ -15,13 +15,11 @@ import (
 // key can come back so.
 func TestARelistReplacesAnotherObjectAtTheStoredResourceVersion(t *testing.T) {
 	s := New[*v1alpha1.MyResource]()
-	old := obj("ns", "obj-8", "67")
-	old.UID = types.UID("uid-4")
+	old := withUID(obj("ns", "obj-8", "67"), "uid-4")
 	s.Upsert(old)
 
 	r := s.NewReplacement()
-	listed := obj("ns", "obj-8", "67")
-	listed.UID = types.UID("uid-48")
+	listed := withUID(obj("ns", "obj-8", "67"), "uid-48")
 	r.Add(listed)
 	deltas := r.Commit()
 

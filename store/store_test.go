@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"rawwatch/api/v1alpha1"
 )
@@ -17,6 +18,12 @@ func obj(ns, name, rv string) *v1alpha1.MyResource {
 		Namespace: ns, Name: name, ResourceVersion: rv,
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
 	}}
+}
+
+// withUID is o with the UID uid.
+func withUID(o *v1alpha1.MyResource, uid types.UID) *v1alpha1.MyResource {
+	o.UID = uid
+	return o
 }
 
 func names(objs []*v1alpha1.MyResource) []string {
@@ -161,11 +168,9 @@ func TestReadersAndAWriterMayUseTheStoreAtOnce(t *testing.T) {
 // UID: the relist reports the old object deleted and the new one added.
 func TestReplaceReportsAReCreatedKeyAsDeletedThenAdded(t *testing.T) {
 	s := New[*v1alpha1.MyResource]()
-	old := obj("a", "phoenix", "1")
-	old.UID = "uid-old"
+	old := withUID(obj("a", "phoenix", "1"), "uid-old")
 	s.Upsert(old)
-	reborn := obj("a", "phoenix", "9")
-	reborn.UID = "uid-new"
+	reborn := withUID(obj("a", "phoenix", "9"), "uid-new")
 	r := s.NewReplacement()
 	r.Add(reborn)
 	deltas := r.Commit()
@@ -246,17 +251,14 @@ func TestTransformTrimsEveryObjectTaken(t *testing.T) {
 // another UID deletes the stored one, its final state unknown.
 func TestAKeyUnderAnotherUIDIsAnotherObject(t *testing.T) {
 	s := New[*v1alpha1.MyResource]()
-	first := obj("ns", "a", "1")
-	first.UID = "u-1"
+	first := withUID(obj("ns", "a", "1"), "u-1")
 	s.Upsert(first)
-	second := obj("ns", "a", "2")
-	second.UID = "u-2"
+	second := withUID(obj("ns", "a", "2"), "u-2")
 	d, changed, gone := s.Upsert(second)
 	if gone.Type != Deleted || !gone.FinalStateUnknown || gone.Object != first || !changed || d.Type != Added || d.Object != second {
 		t.Errorf("upsert under another UID: %+v then %+v, want Deleted (the first, final state unknown) then Added", gone, d)
 	}
-	third := obj("ns", "a", "3")
-	third.UID = "u-3"
+	third := withUID(obj("ns", "a", "3"), "u-3")
 	if d, known := s.Delete(third); !known || d.Type != Deleted || !d.FinalStateUnknown || d.Object != second {
 		t.Errorf("delete under another UID: %+v %v, want the stored one, final state unknown", d, known)
 	}

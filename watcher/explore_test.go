@@ -27,6 +27,7 @@ import (
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/internal/fakeapi"
+	"rawwatch/internal/testkit"
 	"rawwatch/observe"
 	"rawwatch/store"
 )
@@ -125,25 +126,6 @@ var (
 	exploreN    = flag.Int("explore.n", 0, "schedules the explorer runs (0: 10,000, or 3,000 with -race)")
 	exploreSeed = flag.Uint64("explore.seed", 0, "run only this schedule")
 )
-
-// budget is the most requests any 60 s window may hold under faults, from
-// the backoff b: a window holds at most one backoff reset (a reset needs
-// b.ResetAfter ≥ 60 s of calm), so its waits are at least the minimal
-// delays (1-Jitter)·Initial·Factorⁿ from n = 0; the requests between two
-// waits are at most five (a WATCH that meets a 410, a WatchList that fails,
-// the LIST instead, that LIST's immediate restart after an expired continue
-// token, the next WATCH).
-func budget(b Backoff) int {
-	waits, sum := 0, time.Duration(0)
-	for n := 0; ; n++ {
-		sum += b.Delay(n, 0.9999999)
-		if sum > time.Minute {
-			break
-		}
-		waits++
-	}
-	return 5 * (waits + 1)
-}
 
 // livenessBound: once faults stop, the store is synced within this. A wait
 // may have up to Backoff.Max left; a stream that froze just before may stay
@@ -516,7 +498,7 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 
 		// Budget: every 60 s window of the run; and no "0".
 		reqs := srv.Requests()
-		max := budget(DefaultBackoff)
+		max := testkit.RequestBudget(DefaultBackoff.Delay)
 		for i := range reqs {
 			n := 0
 			for _, q := range reqs[i:] {
@@ -1150,7 +1132,7 @@ func exploreAll(t *testing.T, c Codec[*v1alpha1.MyResource]) {
 		}
 	})
 	t.Logf("%d schedules in %v (%d failed); budget %d requests/minute; slowest convergence %v after the faults stopped",
-		len(seeds), time.Since(start).Round(time.Millisecond), failed, budget(DefaultBackoff), longest)
+		len(seeds), time.Since(start).Round(time.Millisecond), failed, testkit.RequestBudget(DefaultBackoff.Delay), longest)
 }
 
 // The explorer must catch a broken rule: with a reset window of a

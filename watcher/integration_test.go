@@ -137,15 +137,7 @@ func startWire(t *testing.T, cfg *rest.Config, ns string, opts watcher.Options[o
 		src, opts.Codec, _ = codec.NewCBOR(src, v1alpha1.GroupVersionKind, opts.Codec)
 	}
 	r.w = watcher.New(src, r.store, opts)
-	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
-	done := make(chan struct{})
-	go func() { r.w.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-r.w.Synced():
-	case <-time.After(time.Minute):
-		t.Fatal("watcher did not sync within a minute")
-	}
+	testkit.RunSynced(t, r.w, logger)
 	return r
 }
 

@@ -178,6 +178,44 @@ func StopAtEnd(t testing.TB, cancel context.CancelFunc, done <-chan struct{}, wi
 	})
 }
 
+// RunSynced runs w, with logger in its context, until the test ends, and
+// fails the test if w has not synced within a minute.
+func RunSynced(t testing.TB, w interface {
+	Run(context.Context)
+	Synced() <-chan struct{}
+}, logger logr.Logger) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), logger))
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-w.Synced():
+	case <-time.After(time.Minute):
+		t.Fatal("watcher did not sync within a minute")
+	}
+}
+
+// RequestBudget is the most requests any 60 s window may hold under faults
+// for the watcher's list-then-watch loop, from its backoff's Delay: a window
+// holds at most one backoff reset (a reset needs ResetAfter ≥ 60 s of
+// calm), so its waits are at least the minimal delays
+// (1-Jitter)·Initial·Factorⁿ from n = 0; the requests between two waits are
+// at most five (a WATCH that meets a 410, a WatchList that fails, the LIST
+// instead, that LIST's immediate restart after an expired continue token,
+// the next WATCH).
+func RequestBudget(delay func(n int, r float64) time.Duration) int {
+	waits, sum := 0, time.Duration(0)
+	for n := 0; ; n++ {
+		sum += delay(n, 0.9999999)
+		if sum > time.Minute {
+			break
+		}
+		waits++
+	}
+	return 5 * (waits + 1)
+}
+
 // Eventually polls cond every 20 ms until it is true or timeout passes, then
 // fails the test with msg.
 func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
