@@ -2,8 +2,8 @@
 // of the catalogue (internal/mutants/catalogue.txt) in turn and asks whether
 // the tests notice. The source tree is never written: a mutant is built
 // with go test -c -overlay, its mutated files in a temporary directory.
-// Each mutant runs the schedule explorer first (watcher's TestExplorer and
-// FuzzExplorer's seeds, -short), then, if the explorer passed, the other
+// Each mutant runs the schedule explorer first (watcher's TestExplorer, the
+// same with the fast codec, and FuzzExplorer's seeds, -short), then, if the explorer passed, the other
 // -short tests of the packages it reaches (watcher, store, queue, codec), and gets
 // one verdict:
 //
@@ -48,7 +48,7 @@ import (
 )
 
 // The explorer stage; the tests stage runs the rest.
-const explorerTests = `^(TestExplorer|FuzzExplorer)$`
+const explorerTests = `^(TestExplorer|TestExplorerWithTheFastCodec|FuzzExplorer)$`
 
 // The packages whose -short tests judge a mutant, the explorer's first.
 var testPackages = []string{"watcher", "store", "queue", "codec"}
@@ -260,12 +260,13 @@ func testDeps() (deps map[string]map[string]bool, explorer map[string]bool, err 
 		}
 	}
 	// The explorer's binary: the watcher with its internal tests, which
-	// run the fake server, the store and the queue.
+	// run the fake server, the store and the queue, and the explorer with
+	// the fast codec (fastExplorer), which runs the codec.
 	b, err = exec.Command("go", "list", "-f", `{{join .TestImports "\n"}}`, "./watcher").Output()
 	if err != nil {
 		return nil, nil, fmt.Errorf("go list ./watcher: %w", err)
 	}
-	pkgs := []string{"./watcher"}
+	pkgs := []string{"./watcher", "./codec"}
 	for _, ip := range strings.Split(string(b), "\n") {
 		if strings.HasPrefix(ip, prefix) {
 			pkgs = append(pkgs, ip)
@@ -275,8 +276,12 @@ func testDeps() (deps map[string]map[string]bool, explorer map[string]bool, err 
 	return deps, explorer, err
 }
 
+// fastExplorer is the external test file that runs the explorer with the
+// fast codec: the one external file the explorer's binary keeps.
+const fastExplorer = "explore_codec_test.go"
+
 // externalTestFiles lists the test files of dir in its external test
-// package (package x_test).
+// package (package x_test), but fastExplorer.
 func externalTestFiles(dir string) ([]string, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
 	if err != nil {
@@ -288,7 +293,7 @@ func externalTestFiles(dir string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if strings.HasSuffix(ast.Name.Name, "_test") {
+		if strings.HasSuffix(ast.Name.Name, "_test") && filepath.Base(f) != fastExplorer {
 			ext = append(ext, f)
 		}
 	}
