@@ -168,7 +168,7 @@ func (s *Store[T]) Upsert(obj T) (d Delta[T], changed bool, gone Delta[T]) {
 	existed := false
 	defer func() {
 		// Stored or not, obj replaces old: old's map is let go unless obj
-		// holds it too (labelSets).
+		// holds it too (share.Sets).
 		if s.share && existed && !share.SameMap(old.GetLabels(), obj.GetLabels()) {
 			s.labels.Dropped(1, live[T]{s}) // once the lock is released
 		}
