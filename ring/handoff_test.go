@@ -430,7 +430,7 @@ func TestAWorkingSlotARivalClaimsIsWithdrawn(t *testing.T) {
 	// Nor does a step whose renewal failed keep a rival's slot: its view of
 	// the others is at least as new as the list that confirmed our claim
 	// (which showed no rival), and dropping a slot never splits the brain.
-	// (It kept it until the fence: TestAdversaryARivalSeenWhileRenewalsFailIsNotWithdrawn.)
+	// (It kept it until the fence: TestARivalSeenWhileRenewalsFailIsWithdrawn.)
 	if c = (Claims{Working: six, Target: six}).Step(View{Live: true, Target: six, Rival: five}); c.Working != shard.SlotsOf(6) {
 		t.Fatalf("no list after a failed renewal, slot 5 claimed by a rival: %+v, want it withdrawn, 6 still Working", c)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"rawwatch/internal/testkit"
 	"testing"
 	"time"
 
@@ -18,13 +17,14 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 
+	"rawwatch/internal/testkit"
 	"rawwatch/observe"
 	"rawwatch/shard"
 )
 
-// Adversary tests: each showed a claim of docs/sharding.md that did not
-// hold, failing on the code it reviewed; those that call openfinding.Skip
-// still fail, the others hold the fix made since.
+// One identity in two processes, Leases restored or deleted by hand, clocks
+// that step or stop: each test holds a claim of docs/sharding.md under such
+// an input; those that call openfinding.Skip still fail (open findings).
 
 // Claims broken: "One identity, one process ... two processes never work
 // under one identity" and "[a Lease deleted by hand:] its re-created Lease
@@ -48,7 +48,7 @@ import (
 //
 // Severity: split brain (needs a duplicated identity, which the docs
 // promise to survive, plus a hand delete and a short API blip for x1).
-func TestAdversaryASecondProcessRecreatesAHandDeletedLeaseAndWorksAtOnce(t *testing.T) {
+func TestASecondProcessRecreatingAHandDeletedLeaseDoesNotWorkAtOnce(t *testing.T) {
 	w := twoOfOneIdentity(t)
 	x1, x2 := w.x1, w.x2
 	// x2 starts: it finds the Lease renewed by x1, and waits.
@@ -95,7 +95,7 @@ func TestAdversaryASecondProcessRecreatesAHandDeletedLeaseAndWorksAtOnce(t *test
 //	Lease: ...); want it back at work
 //
 // Severity: outage (liveness; no split brain).
-func TestAdversaryALeaseRestoredFromAnEtcdSnapshotFencesItsOwnerForGood(t *testing.T) {
+func TestALeaseRestoredFromAnEtcdSnapshotDoesNotFenceItsOwnerForGood(t *testing.T) {
 	client := versionedClient()
 	now := epoch
 	m := handoffMember(t, client, "a", lease, renew, func() time.Time { return now })
@@ -158,7 +158,7 @@ func TestAdversaryALeaseRestoredFromAnEtcdSnapshotFencesItsOwnerForGood(t *testi
 //	good: another process renews this member's Lease: ...
 //
 // Severity: outage of the member (liveness), until it is restarted.
-func TestAdversaryAnOwnWriteOlderThanSixtyFourAttemptsFencesForGood(t *testing.T) {
+func TestAnOwnWriteOlderThanSixtyFourAttemptsDoesNotFenceForGood(t *testing.T) {
 	client := versionedClient()
 	now := epoch
 	m := handoffMember(t, client, "a", lease, renew, func() time.Time { return now })
@@ -219,7 +219,7 @@ func TestAdversaryAnOwnWriteOlderThanSixtyFourAttemptsFencesForGood(t *testing.T
 //	(the docs: 90, whatever happens; the chaos bound 289)
 //
 // Severity: request storm (×7 the documented rate), needs a non-kube proxy.
-func TestAdversaryARetryAfterZeroStormsTheLeaseAPI(t *testing.T) {
+func TestARetryAfterZeroDoesNotStormTheLeaseAPI(t *testing.T) {
 	url, requests := testkit.FailingAPI(t, http.StatusServiceUnavailable)
 	client, err := NewClient(&rest.Config{Host: url, QPS: 200, Burst: 400}) // as internal/app builds the ring's client
 	if err != nil {
@@ -270,7 +270,7 @@ func TestAdversaryARetryAfterZeroStormsTheLeaseAPI(t *testing.T) {
 //
 // Severity: a split brain, once made, lasts until the fence (doc wrong:
 // "at once").
-func TestAdversaryARivalSeenWhileRenewalsFailIsNotWithdrawn(t *testing.T) {
+func TestARivalSeenWhileRenewalsFailIsWithdrawn(t *testing.T) {
 	client := versionedClient()
 	now := epoch
 	a := handoffMember(t, client, "a", lease, renew, func() time.Time { return now })
@@ -331,7 +331,7 @@ func TestAdversaryARivalSeenWhileRenewalsFailIsNotWithdrawn(t *testing.T) {
 //
 // Severity: outage (every slot of the first process unworked for over a
 // lease duration; no split brain).
-func TestAdversaryASecondProcessOfOneIdentityDeletesTheFirstsLeaseOnLeaving(t *testing.T) {
+func TestASecondProcessOfOneIdentityDoesNotDeleteTheFirstsLeaseOnLeaving(t *testing.T) {
 	now := epoch
 	_, x1, x2 := pair(t, &now, "x", "x")
 	ctx := klog.NewContext(context.Background(), klog.Background())
@@ -380,7 +380,7 @@ func TestAdversaryASecondProcessOfOneIdentityDeletesTheFirstsLeaseOnLeaving(t *t
 // Severity: split brain, only where the monotonic clock stops during a
 // pause (system suspend); SIGSTOP, cgroup freezes and CPU throttling are
 // counted and fenced correctly.
-func TestAdversaryASuspendedNodesMonotonicClockKeepsItsGateOpen(t *testing.T) {
+func TestASuspendedNodesMonotonicClockDoesNotKeepItsGateOpen(t *testing.T) {
 	client := versionedClient()
 	world := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var suspendedFor time.Duration // a's monotonic clock lags the world's by this
@@ -440,7 +440,7 @@ func TestAdversaryASuspendedNodesMonotonicClockKeepsItsGateOpen(t *testing.T) {
 //
 // Severity: split brain (two hand deletes of one Lease within seconds,
 // with its owner's requests and an observer's lists failing).
-func TestAdversaryALeaseRecreatedAfterItsOwnerFencedClaimsAtOnce(t *testing.T) {
+func TestALeaseRecreatedAfterItsOwnerFencedDoesNotClaimAtOnce(t *testing.T) {
 	now := epoch
 	client, a, c := pair(t, &now, "a", "c")
 	who := ""
@@ -520,7 +520,7 @@ func TestAdversaryALeaseRecreatedAfterItsOwnerFencedClaimsAtOnce(t *testing.T) {
 // Severity: outage (every slot of identity x unworked for over a lease
 // duration; needs a duplicated identity, which the docs promise to
 // survive, and one failed request in the leave).
-func TestAdversaryALeaveWhoseMarkFailsDeletesTheLeaseAnotherProcessHolds(t *testing.T) {
+func TestALeaveWhoseMarkFailsDoesNotDeleteTheLeaseAnotherProcessHolds(t *testing.T) {
 	w := twoOfOneIdentity(t)
 	x1, x2 := w.x1, w.x2
 	for range 2 {
@@ -633,7 +633,7 @@ func leaseExists(client interface {
 //
 // Severity: outage (the member's slots, an extra lease duration and a
 // renew period; a ring of one: every slot).
-func TestAdversaryAReCreateWhoseAnswerIsLostIsTakenForAnotherProcesss(t *testing.T) {
+func TestAReCreateWhoseAnswerIsLostIsNotTakenForAnotherProcesss(t *testing.T) {
 	client := versionedClient()
 	now := epoch
 	clock := func() time.Time { return now }
@@ -693,7 +693,7 @@ func TestAdversaryAReCreateWhoseAnswerIsLostIsTakenForAnotherProcesss(t *testing
 // Severity: split brain (needs a duplicated identity, an etcd restore that
 // reuses resourceVersions, and the working process's requests failing
 // right after it: rare).
-func TestAdversaryAResourceVersionSeenAgainAfterARestoreIsAdoptedAtOnce(t *testing.T) {
+func TestAResourceVersionSeenAgainAfterARestoreIsNotAdoptedAtOnce(t *testing.T) {
 	// The control: restored to the resourceVersion x2 wrote just after
 	// (x1 never saw it), x1 waits a lease duration, and x2 has fenced by
 	// then.
@@ -767,7 +767,7 @@ func restoredAfterFound(t *testing.T, seen bool) {
 // ring's Lease in place: this process never held it"; docs/sharding.md: a
 // clean leave is out "at the next list after the mark").
 //
-// The same root as TestAdversaryAReCreateWhoseAnswerIsLostIsTakenForAnotherProcesss:
+// The same root as TestAReCreateWhoseAnswerIsLostIsNotTakenForAnotherProcesss:
 // "wrote" is the only record of holding the Lease. A member whose create
 // landed with its answer lost (a timeout under load) and that is stopped
 // before its next successful renewal leaves its own Lease in place,
@@ -782,7 +782,7 @@ func restoredAfterFound(t *testing.T, seen bool) {
 //
 // Severity: outage (the member's share, a lease duration after a leave
 // that should have ended it at once).
-func TestAdversaryALeaveAfterACreateWhoseAnswerIsLostLeavesItsLeaseUnmarked(t *testing.T) {
+func TestALeaveAfterACreateWhoseAnswerIsLostMarksItsLease(t *testing.T) {
 	client := versionedClient()
 	now := epoch
 	a := handoffMember(t, client, "a", 4500*time.Millisecond, time.Second, func() time.Time { return now })
@@ -818,8 +818,8 @@ func loseTheNextCreatesAnswer(t *testing.T, client *fake.Clientset) (landed func
 	return func() bool { return lost }
 }
 
-// From the third adversarial review of the ring (unseenUntil, the fence's
-// clock): each test fails on the code it reviewed (openfinding.Skip).
+// Leases never read and the fence's clock (unseenUntil, a suspend, a wall
+// clock stepped).
 
 // Claim broken (docs/sharding.md, Membership, "A Lease never read"): "for a
 // lease duration after its first successful list, after a list that ends a
@@ -852,9 +852,9 @@ func loseTheNextCreatesAnswer(t *testing.T, client *fake.Clientset) (landed func
 // duration, a joiner during it, a hand delete of the joiner's Lease with its
 // requests failing).
 //
-// Fixed since: the fence's clock counts the most the wall clock ran ahead
+// The rule: the fence's clock counts the most the wall clock ran ahead
 // of the monotonic one, and a blind stretch is measured on it.
-func TestAdversaryASuspendIsABlindStretchTheCodeDoesNotNotice(t *testing.T) {
+func TestASuspendIsNoticedAsABlindStretch(t *testing.T) {
 	client := versionedClient()
 	world := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var suspendedFor time.Duration // a's monotonic clock lags the world's by this
@@ -948,9 +948,9 @@ func wallMember(t *testing.T, ctx context.Context, mono *time.Time, wall func() 
 // nanoseconds before its monotonic one, so the phantom time is only the
 // sum of the preemptions that land between the two (negligible).
 //
-// Fixed since: the fence's clock counts the most the wall clock ran ahead
+// The rule: the fence's clock counts the most the wall clock ran ahead
 // of the monotonic one, and a blind stretch is measured on it.
-func TestAdversaryAWallClockSteppedBackAndForthRunsTheFenceAhead(t *testing.T) {
+func TestAWallClockSteppedBackAndForthDoesNotRunTheFenceAhead(t *testing.T) {
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	mono := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	const amplitude, gateReads = 20 * time.Millisecond, 500
@@ -997,9 +997,9 @@ func TestAdversaryAWallClockSteppedBackAndForthRunsTheFenceAhead(t *testing.T) {
 // slots unworked for two renew periods or so, its reconciles in flight
 // cancelled).
 //
-// Fixed since: the fence's clock counts the most the wall clock ran ahead
+// The rule: the fence's clock counts the most the wall clock ran ahead
 // of the monotonic one, and a blind stretch is measured on it.
-func TestAdversaryAWallClockPutRightAfterASteppedBackFencesAHealthyMember(t *testing.T) {
+func TestAWallClockPutRightAfterASteppedBackDoesNotFenceAHealthyMember(t *testing.T) {
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	mono := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var offset time.Duration // the wall clock's step
@@ -1043,8 +1043,8 @@ func TestAdversaryAWallClockPutRightAfterASteppedBackFencesAHealthyMember(t *tes
 // Severity: outage (a member works nothing until its Lease is deleted or
 // relabelled by hand; the others take its slots after a lease duration).
 //
-// Fixed since: a renewal writes the ring's label back.
-func TestAdversaryALeaseUnlabelledByHandFencesItsOwnerForGood(t *testing.T) {
+// The rule: a renewal writes the ring's label back.
+func TestALeaseUnlabelledByHandDoesNotFenceItsOwnerForGood(t *testing.T) {
 	client := versionedClient()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	const renew = time.Second
