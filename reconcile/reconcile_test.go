@@ -32,8 +32,6 @@ func myResource(name, message string, generation int64) object {
 	}
 }
 
-var t0 = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-
 // fakeReconciler returns errors from a script, one per Reconcile, and
 // records the deletions it was told of (a deletion in delErrs fails once).
 type fakeReconciler struct {

@@ -248,23 +248,15 @@ func sight(seen, listed map[string]observed, now, prev time.Time, blindFor, own 
 const keptRenewTimes = 16
 
 // renews tells whether a Lease listed as l, last seen as o, was renewed
-// since, and notes in l.moved whether its holder may have written it
-// since this list (the next move of its record is then a renewal too).
+// since, and notes in l.moved whether its holder may have written it since
+// this list (the next move of its record then counts too).
 //
-// A renewal writes a fresh renewTime: neither one seen on the Lease before
-// nor older than every one kept (a member's renewTimes only grow: stamp;
-// a holder cleared by hand since is still its holder's write, the hand
-// left the renewTime as it was). A saved copy re-applied (a GitOps tool,
-// kubectl apply of a saved object) or a snapshot restored writes one seen
-// before, or an older one: no renewal, but for one case. The first move of
-// the record after a fresh renewal counts, whatever it is: the copy may
-// have overwritten a renewal this observer never read, sent later than
-// the last it read; counted from now, no owner works past the observer's
-// count (its owner finds the Lease set back at its next renewal and is
-// out: renewal, errForeignWriter). So a dead member's Lease re-applied
-// from saved copies for ever stays live one lease duration longer, not for
-// ever. (The owner, taking its Lease back, claims nothing for the longest
-// lease duration, so that every observer reads a renewal of it first.)
+// A renewal writes a fresh renewTime: not one seen on the Lease before, nor
+// older than every one kept (a member's renewTimes only grow: stamp). A
+// saved copy re-applied writes an old one: no renewal, except for the first
+// move after a fresh renewal, since the copy may have overwritten a renewal
+// this observer never read. So a Lease re-applied for ever stays live one
+// lease duration longer, never for ever.
 func (l *observed) renews(o *observed) bool {
 	if !l.renewTime.IsZero() && !slices.ContainsFunc(o.renewTimes, l.renewTime.Equal) &&
 		(len(o.renewTimes) < keptRenewTimes || l.renewTime.After(o.renewTimes[0])) {

@@ -66,20 +66,15 @@ func countRequests(m *Measure, reqs []request, from, to time.Time) {
 }
 
 // pace sorts the requests begun in [from, to] (reqs by start) into judged
-// waits and chained requests, judging the spacing of each request from the
-// one before it (a LIST's further pages aside: they are the LIST's).
+// waits and chained requests; a LIST's further pages are the LIST's.
 //
-// A request of the same sort as the request begun before it, which has not
-// failed (it succeeded, or is still open), is that request asked again: its
-// wait, judged, is from that one's start (a WatchList asked again whenever
-// it ends cleanly, a burst of LISTs, however calm the retries before).
-// Otherwise, after a failure (the last request to end before it began
-// failed), one of another sort sent at once (within FallbackGap: a LIST
-// after a WatchList that failed, a relist after a 410) is chained, and any
-// other is a retry, whose wait is from that end to its start: as asked, if
-// at least the Retry-After its failure carried, else judged. The rest, sent
-// after a success or beside a request in flight, are chained (a LIST's
-// WATCH). Judged waits come shortest first.
+// A request of the same sort as the one before it, which did not fail, is
+// that request asked again: its wait from that one's start is judged (a
+// burst of LISTs storms however calm the retries before). After a failure,
+// one of another sort sent within FallbackGap is chained (a LIST after a
+// failed WatchList); any other is a retry, its wait from the failure's end
+// judged unless it honoured the failure's Retry-After. The rest are
+// chained. Judged waits come shortest first.
 func pace(reqs []request, from, to time.Time) (waits []time.Duration, asAsked, chained int) {
 	var last *request // of the requests begun before, the one that ends last (End 0: still open)
 	var prev *request // the request begun before, pages aside
