@@ -178,6 +178,9 @@ func (d *eventDecoder[T]) next() (watcher.Event[T], error) {
 			// Well-formed JSON of the wrong shape: the frame is consumed.
 			return watcher.Event[T]{}, &watcher.SkipError{What: "watch frame", Err: err}
 		}
+		if err := watcher.CheckEnvelope(raw); err != nil {
+			return watcher.Event[T]{}, &watcher.SkipError{What: "watch frame", Err: err}
+		}
 		typ, object = f.Type, f.Object.Raw
 	}
 	return watcher.EventOf(typ, object, func(what string, raw []byte) (T, error) {
@@ -188,7 +191,7 @@ func (d *eventDecoder[T]) next() (watcher.Event[T], error) {
 			return obj, fmt.Errorf("malformed watch frame: %w", skip.Err)
 		}
 		return obj, err
-	}, metajson.Plain, watcher.Snippet)
+	}, metajson.Plain, watcher.Kind, watcher.Snippet)
 }
 
 // onePass decodes the usual frame of an object event, {"type":…,"object":{…}}
@@ -235,6 +238,9 @@ func (d *eventDecoder[T]) onePass(frame []byte) (ev watcher.Event[T], ok bool, e
 			}
 			end = dec.Offset()
 			return nil
+		}
+		if envelopeKind(key) { // the serializer's to judge (next)
+			return metajson.ErrDecline
 		}
 		_, err := dec.Skip() // (keys match case-sensitively, as in metav1.WatchEvent)
 		return err
