@@ -83,11 +83,8 @@ func (d *kubernetesDecoder) Next() (watcher.Event[*v1alpha1.MyResource], error) 
 		if err == nil && obj == nil {
 			err = errors.New("object is null")
 		}
-		if err == nil {
-			// apiVersion and kind as the serializer finds them (any case)
-			if gvk, ierr := kjsonserializer.DefaultMetaFactory.Interpret(object); ierr != nil || *gvk != v1alpha1.GroupVersionKind {
-				err = errors.New("another kind")
-			}
+		if err == nil && !namesMyResource(object, obj, false) {
+			err = errors.New("another kind")
 		}
 		if err != nil {
 			key, rv, uid := referenceIdentity(object)

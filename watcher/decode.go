@@ -131,23 +131,29 @@ func Kind(raw []byte) (schema.GroupVersionKind, error) {
 const ListItem = "list item"
 
 // Checked finishes a decode, for JSONCodec and the codecs of package
-// codec: a null object, or one whose apiVersion/kind (gvk) is not c.GVK,
-// is an error too, and an error comes back as a *SkipError carrying
+// codec: a null object is an error too, and so is one whose apiVersion and
+// kind are not c.GVK's, as the serializer finds them (gvk) or as the
+// object holds them (its TypeMeta, read case-sensitively): an object handed
+// out says what it is. An error comes back as a *SkipError carrying
 // whatever of the object's identity unmarshal can still read (Identify).
-// A list item (what is ListItem) that names neither apiVersion nor kind is
-// of the list's type, as client-go's typed list decode takes it: it gets
-// c.GVK, so that it equals the same object from a watch event.
+// A list item (what is ListItem) that names neither apiVersion nor kind,
+// either way, is of the list's type, as client-go's typed list decode
+// takes it: it gets c.GVK, so that it equals the same object from a watch
+// event.
 func (c JSONCodec[T]) Checked(what string, raw []byte, obj T, gvk schema.GroupVersionKind, err error, unmarshal func([]byte, any) error) (T, error) {
 	var zero T
 	if err == nil && obj == zero {
 		err = errors.New("object is null")
 	}
-	if err == nil && what == ListItem && gvk.Empty() && !c.GVK.Empty() {
-		obj.GetObjectKind().SetGroupVersionKind(c.GVK)
-		gvk = c.GVK
-	}
-	if err == nil && !c.GVK.Empty() && gvk != c.GVK {
-		err = fmt.Errorf("got apiVersion %q kind %q, want %s", gvk.GroupVersion(), gvk.Kind, c.GVK)
+	if err == nil && !c.GVK.Empty() {
+		own := obj.GetObjectKind().GroupVersionKind()
+		if what == ListItem && gvk.Empty() && own.Empty() {
+			obj.GetObjectKind().SetGroupVersionKind(c.GVK)
+			gvk, own = c.GVK, c.GVK
+		}
+		if gvk != c.GVK || own != c.GVK {
+			err = fmt.Errorf("got apiVersion %q kind %q (as written: %q %q), want %s", gvk.GroupVersion(), gvk.Kind, own.GroupVersion(), own.Kind, c.GVK)
+		}
 	}
 	if err == nil {
 		return obj, nil
