@@ -137,6 +137,7 @@ type eventDecoder[T watcher.Object] struct {
 	frames *FrameReader
 	codec  JSON[T]
 	dec    metajson.Decoder // onePass's, reset per frame (not one made per frame)
+	fields metajson.FieldsCache
 }
 
 func newEventDecoder[T watcher.Object](r io.Reader, c JSON[T]) *eventDecoder[T] {
@@ -208,7 +209,7 @@ func (d *eventDecoder[T]) onePass(frame []byte) (ev watcher.Event[T], ok bool, e
 		return ev, false, nil
 	}
 	dec := &d.dec
-	dec.Reset(frame, metajson.Options{NewestWriteOnly: true, Labels: d.codec.labels})
+	dec.Reset(frame, metajson.Options{NewestWriteOnly: true, Labels: d.codec.labels, Fields: &d.fields})
 	defer dec.Reset(nil, metajson.Options{}) // the frame's buffer is the reader's
 	var typ string
 	var start, end int // the object's bytes

@@ -165,7 +165,7 @@ func (d *Decoder) newestWrite() ([]metav1.ManagedFieldsEntry, error) {
 				}
 				return nil
 			case 5: // fieldsV1: any value (FieldsV1.UnmarshalJSON keeps it raw)
-				return d.skip()
+				return d.skipFields()
 			}
 			_, _, _, err := d.stringSpan() // a string, as Plain requires
 			return err
@@ -264,7 +264,8 @@ func twoDigits(b []byte, i int) int {
 	return int(c0)*10 + int(c1)
 }
 
-// StringMap reads an object of strings (labels, annotations).
+// StringMap reads an object of strings (labels, annotations). Its keys,
+// which objects of a kind repeat, come from SharedString's table.
 func (d *Decoder) StringMap() (map[string]string, error) {
 	m := map[string]string{}
 	err := d.Members(func(key []byte) error {
@@ -272,17 +273,22 @@ func (d *Decoder) StringMap() (map[string]string, error) {
 			return ErrDecline // encoding/json would replace the invalid UTF-8
 		}
 		v, err := d.String()
-		m[string(key)] = v
+		if len(key) <= sharedMax {
+			m[intern(key)] = v
+		} else {
+			m[string(key)] = v
+		}
 		return err
 	})
 	return m, err
 }
 
-// Strings reads an array of strings (finalizers).
+// Strings reads an array of strings (finalizers: a few names, repeated,
+// shared as SharedString shares them).
 func (d *Decoder) Strings() ([]string, error) {
 	s := []string{}
 	err := d.Elements(func() error {
-		v, err := d.String()
+		v, err := d.SharedString()
 		s = append(s, v)
 		return err
 	})
