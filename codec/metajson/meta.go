@@ -3,7 +3,6 @@ package metajson
 import (
 	"bytes"
 	"time"
-	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -268,10 +267,7 @@ func twoDigits(b []byte, i int) int {
 // which objects of a kind repeat, come from SharedString's table.
 func (d *Decoder) StringMap() (map[string]string, error) {
 	m := map[string]string{}
-	err := d.Members(func(key []byte) error {
-		if !utf8.Valid(key) {
-			return ErrDecline // encoding/json would replace the invalid UTF-8
-		}
+	err := d.Members(func(key []byte) error { // (valid UTF-8: key declines any other)
 		v, err := d.String()
 		if len(key) <= sharedMax {
 			m[intern(key)] = v
