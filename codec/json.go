@@ -179,7 +179,7 @@ func (d *eventDecoder[T]) next() (watcher.Event[T], error) {
 			// Well-formed JSON of the wrong shape: the frame is consumed.
 			return watcher.Event[T]{}, &watcher.SkipError{What: "watch frame", Err: err}
 		}
-		if err := watcher.CheckEnvelope(raw); err != nil {
+		if err := (watcher.JSONCodec[T]{}).CheckEnvelope(raw); err != nil {
 			return watcher.Event[T]{}, &watcher.SkipError{What: "watch frame", Err: err}
 		}
 		typ, object = f.Type, f.Object.Raw

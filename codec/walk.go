@@ -63,7 +63,7 @@ func envelope(frame []byte) (typ string, object []byte, ok bool) {
 				}
 				object = v // checked when it is decoded
 			}
-		case envelopeKind(key): // the plain way checks it (watcher.CheckEnvelope)
+		case envelopeKind(key): // the plain way checks it (JSONCodec.CheckEnvelope)
 			ok = false
 		default: // anything else must still be valid JSON
 			ok = json.Valid(frame[vs:ve])

@@ -306,7 +306,7 @@ func (d *jsonEvents[T]) Next() (Event[T], error) {
 	var f metav1.WatchEvent
 	err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &f)
 	if err == nil {
-		err = CheckEnvelope(raw)
+		err = d.codec.CheckEnvelope(raw)
 	}
 	if err != nil {
 		return Event[T]{}, &SkipError{What: "watch frame", Err: err}
@@ -315,12 +315,12 @@ func (d *jsonEvents[T]) Next() (Event[T], error) {
 }
 
 // CheckEnvelope checks the apiVersion and kind a watch frame's envelope
-// names, as client-go's stream serializer finds them (Kind: any case): a
+// names (for any codec: c's own fields play no part), as client-go's stream serializer finds them (Kind: any case): a
 // typed client fails a frame unless, defaulted, they name a WatchEvent of
 // its scheme (the objects' group and version), the dynamic client unless
 // they name v1's. A frame passes when both clients take it: no apiVersion,
 // and no kind or WatchEvent (what every server sends: neither).
-func CheckEnvelope(frame []byte) error {
+func (JSONCodec[T]) CheckEnvelope(frame []byte) error {
 	gvk, err := Kind(frame)
 	if err == nil && (!gvk.GroupVersion().Empty() || gvk.Kind != "" && gvk.Kind != "WatchEvent") {
 		err = fmt.Errorf("the frame names apiVersion %q kind %q: not a watch event", gvk.GroupVersion(), gvk.Kind)
