@@ -182,8 +182,19 @@ func (d *cborEventDecoder[T]) Next() (watcher.Event[T], error) {
 		return watcher.Event[T]{}, err
 	}
 	object := func(what string, raw []byte) (T, error) { return decodeCBOR[T](d.gvk, what, raw) }
-	return watcher.EventOf(f.Type, f.Object, object, cborMode.Unmarshal,
+	return watcher.EventOf(f.Type, f.Object, object, cborMode.Unmarshal, cborKind,
 		func(b []byte) string { return fmt.Sprintf("CBOR %x", short(b)) })
+}
+
+// cborKind is the apiVersion and kind of a CBOR object, as client-go's
+// CBOR serializer finds them (its MetaFactory: the object read as a
+// metav1.TypeMeta).
+func cborKind(raw []byte) (schema.GroupVersionKind, error) {
+	var tm metav1.TypeMeta
+	if err := cborMode.Unmarshal(raw, &tm); err != nil {
+		return schema.GroupVersionKind{}, err
+	}
+	return tm.GroupVersionKind(), nil
 }
 
 func short(b []byte) []byte {

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	kjsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/types"
 	kjson "sigs.k8s.io/json"
@@ -62,7 +63,11 @@ func (d *kubernetesDecoder) Next() (watcher.Event[*v1alpha1.MyResource], error) 
 		return watcher.Event[*v1alpha1.MyResource]{}, err
 	}
 	var f metav1.WatchEvent
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &f); err != nil {
+	err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &f)
+	if err == nil {
+		err = envelopeRefused(raw)
+	}
+	if err != nil {
 		return watcher.Event[*v1alpha1.MyResource]{}, &watcher.SkipError{What: "watch frame", Err: err}
 	}
 	ev := watcher.Event[*v1alpha1.MyResource]{Type: f.Type}
@@ -78,11 +83,8 @@ func (d *kubernetesDecoder) Next() (watcher.Event[*v1alpha1.MyResource], error) 
 		if err == nil && obj == nil {
 			err = errors.New("object is null")
 		}
-		if err == nil {
-			// apiVersion and kind as the serializer finds them (any case)
-			if gvk, ierr := kjsonserializer.DefaultMetaFactory.Interpret(object); ierr != nil || *gvk != v1alpha1.GroupVersionKind {
-				err = errors.New("another kind")
-			}
+		if err == nil && !namesMyResource(object, obj, false) {
+			err = errors.New("another kind")
 		}
 		if err != nil {
 			key, rv, uid := referenceIdentity(object)
@@ -98,7 +100,7 @@ func (d *kubernetesDecoder) Next() (watcher.Event[*v1alpha1.MyResource], error) 
 		}
 		ev.RV, ev.InitialEventsEnd = tm.Metadata.ResourceVersion, tm.Metadata.Annotations[metav1.InitialEventsAnnotationKey] == "true"
 	case watcher.Error:
-		obj, err := runtime.Decode(unstructured.UnstructuredJSONScheme, object)
+		obj, err := runtime.Decode(dynamicObjects, object)
 		if err == nil {
 			err = apierrors.FromObject(obj)
 		}
@@ -110,6 +112,62 @@ func (d *kubernetesDecoder) Next() (watcher.Event[*v1alpha1.MyResource], error) 
 		return ev, &watcher.SkipError{What: "watch frame", Err: errors.New("unknown event type")}
 	}
 	return ev, nil
+}
+
+// envelopeSerializers are client-go's stream serializers of a watch
+// frame's envelope: the typed client's (its scheme the controller's: the
+// MyResource types, meta/v1's in example.com/v1alpha1) and the dynamic
+// client's (meta/v1's types in v1).
+var envelopeSerializers = func() []runtime.Decoder {
+	typed, dynamic := runtime.NewScheme(), runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(typed); err != nil {
+		panic(err)
+	}
+	metav1.AddToGroupVersion(dynamic, schema.GroupVersion{Version: "v1"})
+	var out []runtime.Decoder
+	for _, s := range []*runtime.Scheme{typed, dynamic} {
+		out = append(out, kjsonserializer.NewSerializerWithOptions(kjsonserializer.DefaultMetaFactory, s, s, kjsonserializer.SerializerOptions{}))
+	}
+	return out
+}()
+
+// envelopeRefused is why a client of client-go fails the frame's envelope
+// (rest/watch.Decoder: decoded into a metav1.WatchEvent, or not that one),
+// nil when both take it.
+func envelopeRefused(frame []byte) error {
+	for _, s := range envelopeSerializers {
+		var got metav1.WatchEvent
+		res, _, err := s.Decode(frame, nil, &got)
+		if err == nil && res != &got {
+			err = errors.New("unable to decode to metav1.WatchEvent")
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dynamicObjects decodes an object as client-go's dynamic client decodes
+// a watch event's (dynamic/scheme.go: the JSON serializer over meta/v1's
+// types in v1, any other kind unstructured).
+var dynamicObjects = func() runtime.Decoder {
+	s := runtime.NewScheme()
+	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
+	return kjsonserializer.NewSerializerWithOptions(kjsonserializer.DefaultMetaFactory, unstructuredCreater{s}, s, kjsonserializer.SerializerOptions{})
+}()
+
+// unstructuredCreater is client-go/dynamic's: a kind its scheme knows as
+// that type, any other unstructured.
+type unstructuredCreater struct{ nested runtime.ObjectCreater }
+
+func (c unstructuredCreater) New(kind schema.GroupVersionKind) (runtime.Object, error) {
+	if out, err := c.nested.New(kind); err == nil {
+		return out, nil
+	}
+	out := &unstructured.Unstructured{}
+	out.GetObjectKind().SetGroupVersionKind(kind)
+	return out, nil
 }
 
 // referenceIdentity is what a skipped object's metadata says of its name,

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kjsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	kjson "sigs.k8s.io/json"
 
 	"rawwatch/api/v1alpha1"
@@ -172,7 +173,7 @@ func kubernetesList(data []byte) (meta metav1.ListMeta, items []*v1alpha1.MyReso
 	for _, raw := range l.Items {
 		var obj *v1alpha1.MyResource
 		err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &obj)
-		if err == nil && (obj == nil || obj.GroupVersionKind() != v1alpha1.GroupVersionKind) {
+		if err == nil && (obj == nil || !namesMyResource(raw, obj, true)) {
 			err = errors.New("null, or another kind")
 		}
 		if err != nil {
@@ -183,6 +184,22 @@ func kubernetesList(data []byte) (meta metav1.ListMeta, items []*v1alpha1.MyReso
 		items = append(items, obj)
 	}
 	return l.Metadata, items, skips, true
+}
+
+// namesMyResource tells whether an object (raw, decoded into obj) names a
+// MyResource both as client-go's serializer finds its apiVersion and kind
+// (any case) and as it holds them (read case-sensitively); a list item
+// that names neither either way is one (and is made to say so).
+func namesMyResource(raw []byte, obj *v1alpha1.MyResource, listItem bool) bool {
+	found, err := kjsonserializer.DefaultMetaFactory.Interpret(raw)
+	if err != nil {
+		return false
+	}
+	if listItem && found.Empty() && obj.GroupVersionKind().Empty() {
+		obj.SetGroupVersionKind(v1alpha1.GroupVersionKind)
+		return true
+	}
+	return *found == v1alpha1.GroupVersionKind && obj.GroupVersionKind() == v1alpha1.GroupVersionKind
 }
 
 func checkObject(t *testing.T, obj *v1alpha1.MyResource) {

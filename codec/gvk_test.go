@@ -13,12 +13,14 @@ import (
 	"rawwatch/watcher"
 )
 
-// Both codecs, the fast one and the watcher's plain one, take an object's
-// apiVersion and kind to be what client-go's JSON serializer finds (its
-// MetaFactory: encoding/json's rules, keys matched in any case, of a key
-// given twice the last), on every route an object takes: a LIST item, a
-// watch frame's object read in one pass, and read apart.
-func TestApiVersionAndKindAreFoundAsTheSerializerFindsThem(t *testing.T) {
+// Both codecs, the fast one and the watcher's plain one, take an object
+// only when its apiVersion and kind name a MyResource both as client-go's
+// JSON serializer finds them (its MetaFactory: encoding/json's rules, keys
+// matched in any case, of a key given twice the last) and as the object
+// it decodes holds them (its own TypeMeta, read case-sensitively): an
+// object handed out says what it is. So on every route an object takes: a
+// LIST item, a watch frame's object read in one pass, and read apart.
+func TestApiVersionAndKindNameAMyResourceBothWays(t *testing.T) {
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
@@ -31,6 +33,9 @@ func TestApiVersionAndKindAreFoundAsTheSerializerFindsThem(t *testing.T) {
 		"Kind before kind":          `{"Kind":"Other",` + objHead + `,` + meta + `}`,
 		"ApiVersion after":          `{` + objHead + `,"ApiVersion":"example.com/v2",` + meta + `}`,
 		"only in other cases":       `{"APIVERSION":"example.com/v1alpha1","Kind":"MyResource",` + meta + `}`,
+		"empty, then ApiVersion":    `{"apiVersion":"","ApiVersion":"example.com/v1alpha1","kind":"MyResource",` + meta + `}`,
+		"ApiVersion, then empty":    `{"ApiVersion":"example.com/v1alpha1","apiVersion":"","kind":"MyResource",` + meta + `}`,
+		"KIND only, apiVersion":     `{"apiVersion":"example.com/v1alpha1","KIND":"MyResource",` + meta + `}`,
 		"a Kelvin sign":             `{` + objHead + `,"` + "\u212A" + `ind":"Other",` + meta + `}`,
 		"an escaped kind after":     `{` + objHead + `,"kin\u0064":"Other",` + meta + `}`,
 		"an escaped KIND after":     `{` + objHead + `,"KIN\u0044":"Other",` + meta + `}`,
@@ -41,7 +46,10 @@ func TestApiVersionAndKindAreFoundAsTheSerializerFindsThem(t *testing.T) {
 			watcher.Codec[*v1alpha1.MyResource]
 		}{"the fast codec": codec, "watcher.JSONCodec": plainCodec} {
 			t.Run(cname+"/"+name, func(t *testing.T) {
-				_, _, serr := serializer.Decode([]byte(object), nil, nil)
+				sobj, _, serr := serializer.Decode([]byte(object), nil, nil)
+				if serr == nil && sobj.GetObjectKind().GroupVersionKind() != v1alpha1.GroupVersionKind {
+					serr = errors.New("the object's own apiVersion and kind name no MyResource")
+				}
 				_, err := codec.Decode("list item", []byte(object))
 				if (err == nil) != (serr == nil) {
 					t.Errorf("Codec.Decode: %v; the serializer: %v", err, serr)

@@ -137,6 +137,7 @@ type eventDecoder[T watcher.Object] struct {
 	frames *FrameReader
 	codec  JSON[T]
 	dec    metajson.Decoder // onePass's, reset per frame (not one made per frame)
+	fields metajson.FieldsCache
 }
 
 func newEventDecoder[T watcher.Object](r io.Reader, c JSON[T]) *eventDecoder[T] {
@@ -178,6 +179,9 @@ func (d *eventDecoder[T]) next() (watcher.Event[T], error) {
 			// Well-formed JSON of the wrong shape: the frame is consumed.
 			return watcher.Event[T]{}, &watcher.SkipError{What: "watch frame", Err: err}
 		}
+		if err := (watcher.JSONCodec[T]{}).CheckEnvelope(raw); err != nil {
+			return watcher.Event[T]{}, &watcher.SkipError{What: "watch frame", Err: err}
+		}
 		typ, object = f.Type, f.Object.Raw
 	}
 	return watcher.EventOf(typ, object, func(what string, raw []byte) (T, error) {
@@ -188,7 +192,7 @@ func (d *eventDecoder[T]) next() (watcher.Event[T], error) {
 			return obj, fmt.Errorf("malformed watch frame: %w", skip.Err)
 		}
 		return obj, err
-	}, metajson.Plain, watcher.Snippet)
+	}, metajson.Plain, watcher.Kind, watcher.Snippet)
 }
 
 // onePass decodes the usual frame of an object event, {"type":…,"object":{…}}
@@ -205,7 +209,7 @@ func (d *eventDecoder[T]) onePass(frame []byte) (ev watcher.Event[T], ok bool, e
 		return ev, false, nil
 	}
 	dec := &d.dec
-	dec.Reset(frame, metajson.Options{NewestWriteOnly: true, Labels: d.codec.labels})
+	dec.Reset(frame, metajson.Options{NewestWriteOnly: true, Labels: d.codec.labels, Fields: &d.fields})
 	defer dec.Reset(nil, metajson.Options{}) // the frame's buffer is the reader's
 	var typ string
 	var start, end int // the object's bytes
@@ -235,6 +239,9 @@ func (d *eventDecoder[T]) onePass(frame []byte) (ev watcher.Event[T], ok bool, e
 			}
 			end = dec.Offset()
 			return nil
+		}
+		if envelopeKind(key) { // the serializer's to judge (next)
+			return metajson.ErrDecline
 		}
 		_, err := dec.Skip() // (keys match case-sensitively, as in metav1.WatchEvent)
 		return err

@@ -25,7 +25,10 @@ func envelopeVariants() map[string]string {
 	long := strings.Repeat("x", 1<<16)
 	return map[string]string{
 		"type after object":                  `{"object":` + o + `,"type":"MODIFIED"}`,
-		"unknown members around":             `{"kind":"WatchEvent","type":"ADDED","apiVersion":"v1","object":` + o + `,"extra":{"type":"DELETED","object":null}}`,
+		"unknown members around":             `{"extra":1,"type":"ADDED","object":` + o + `,"extra":{"type":"DELETED","object":null}}`,
+		"kind WatchEvent":                    `{"kind":"WatchEvent","type":"ADDED","object":` + o + `}`,
+		"apiVersion v1":                      `{"kind":"WatchEvent","type":"ADDED","apiVersion":"v1","object":` + o + `}`,
+		"KIND Pod after":                     `{"type":"ADDED","object":` + o + `,"KIND":"Pod"}`,
 		"object null":                        `{"type":"ADDED","object":null}`,
 		"object null, type after":            `{"object":null,"type":"DELETED"}`,
 		"object a string":                    `{"type":"ADDED","object":"x"}`,

@@ -63,6 +63,8 @@ func envelope(frame []byte) (typ string, object []byte, ok bool) {
 				}
 				object = v // checked when it is decoded
 			}
+		case envelopeKind(key): // the plain way checks it (JSONCodec.CheckEnvelope)
+			ok = false
 		default: // anything else must still be valid JSON
 			ok = json.Valid(frame[vs:ve])
 		}
@@ -79,6 +81,13 @@ func envelope(frame []byte) (typ string, object []byte, ok bool) {
 		}
 	}
 	return typ, object, true
+}
+
+// envelopeKind tells whether an envelope's key (unescaped) is one the
+// serializer reads as the frame's apiVersion or kind: encoding/json matches
+// them in any case, Unicode's simple folding (a Kelvin sign is a k).
+func envelopeKind(key []byte) bool {
+	return bytes.EqualFold(key, []byte("kind")) || bytes.EqualFold(key, []byte("apiVersion"))
 }
 
 // eventType is the type t names: the protocol's constant for a known one, so

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/internal/openfinding"
 )
 
 // The mutation detector is on in every test (this binary runs no
@@ -95,7 +94,6 @@ func panicOf(f func()) (got string) {
 // many writes of other objects came first, as client-go's detector, which
 // keeps what it checks for minutes and compares it every second, reports it.
 func TestAnEditOfAnObjectThatLeftTheStoreIsFoundAfterOtherWrites(t *testing.T) {
-	openfinding.Skip(t)
 	for name, leave := range map[string]func(s *Store[*v1alpha1.MyResource]) *v1alpha1.MyResource{
 		"a Deleted delta's object": func(s *Store[*v1alpha1.MyResource]) *v1alpha1.MyResource {
 			d, _ := s.Delete(labelled("a", "2", map[string]string{"app": "a"}))

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	kjsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/types"
@@ -130,23 +131,29 @@ func Kind(raw []byte) (schema.GroupVersionKind, error) {
 const ListItem = "list item"
 
 // Checked finishes a decode, for JSONCodec and the codecs of package
-// codec: a null object, or one whose apiVersion/kind (gvk) is not c.GVK,
-// is an error too, and an error comes back as a *SkipError carrying
+// codec: a null object is an error too, and so is one whose apiVersion and
+// kind are not c.GVK's, as the serializer finds them (gvk) or as the
+// object holds them (its TypeMeta, read case-sensitively): an object handed
+// out says what it is. An error comes back as a *SkipError carrying
 // whatever of the object's identity unmarshal can still read (Identify).
-// A list item (what is ListItem) that names neither apiVersion nor kind is
-// of the list's type, as client-go's typed list decode takes it: it gets
-// c.GVK, so that it equals the same object from a watch event.
+// A list item (what is ListItem) that names neither apiVersion nor kind,
+// either way, is of the list's type, as client-go's typed list decode
+// takes it: it gets c.GVK, so that it equals the same object from a watch
+// event.
 func (c JSONCodec[T]) Checked(what string, raw []byte, obj T, gvk schema.GroupVersionKind, err error, unmarshal func([]byte, any) error) (T, error) {
 	var zero T
 	if err == nil && obj == zero {
 		err = errors.New("object is null")
 	}
-	if err == nil && what == ListItem && gvk.Empty() && !c.GVK.Empty() {
-		obj.GetObjectKind().SetGroupVersionKind(c.GVK)
-		gvk = c.GVK
-	}
-	if err == nil && !c.GVK.Empty() && gvk != c.GVK {
-		err = fmt.Errorf("got apiVersion %q kind %q, want %s", gvk.GroupVersion(), gvk.Kind, c.GVK)
+	if err == nil && !c.GVK.Empty() {
+		own := obj.GetObjectKind().GroupVersionKind()
+		if what == ListItem && gvk.Empty() && own.Empty() {
+			obj.GetObjectKind().SetGroupVersionKind(c.GVK)
+			gvk, own = c.GVK, c.GVK
+		}
+		if gvk != c.GVK || own != c.GVK {
+			err = fmt.Errorf("got apiVersion %q kind %q (as written: %q %q), want %s", gvk.GroupVersion(), gvk.Kind, own.GroupVersion(), own.Kind, c.GVK)
+		}
 	}
 	if err == nil {
 		return obj, nil
@@ -297,19 +304,39 @@ func (d *jsonEvents[T]) Next() (Event[T], error) {
 		return Event[T]{}, fmt.Errorf("malformed watch frame: %w", err)
 	}
 	var f metav1.WatchEvent
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &f); err != nil {
+	err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &f)
+	if err == nil {
+		err = d.codec.CheckEnvelope(raw)
+	}
+	if err != nil {
 		return Event[T]{}, &SkipError{What: "watch frame", Err: err}
 	}
-	return EventOf(f.Type, f.Object.Raw, d.codec.Decode, kjson.UnmarshalCaseSensitivePreserveInts, Snippet)
+	return EventOf(f.Type, f.Object.Raw, d.codec.Decode, kjson.UnmarshalCaseSensitivePreserveInts, Kind, Snippet)
+}
+
+// CheckEnvelope checks the apiVersion and kind a watch frame's envelope
+// names (for any codec: c's own fields play no part), as client-go's stream serializer finds them (Kind: any case): a
+// typed client fails a frame unless, defaulted, they name a WatchEvent of
+// its scheme (the objects' group and version), the dynamic client unless
+// they name v1's. A frame passes when both clients take it: no apiVersion,
+// and no kind or WatchEvent (what every server sends: neither).
+func (JSONCodec[T]) CheckEnvelope(frame []byte) error {
+	gvk, err := Kind(frame)
+	if err == nil && (!gvk.GroupVersion().Empty() || gvk.Kind != "" && gvk.Kind != "WatchEvent") {
+		err = fmt.Errorf("the frame names apiVersion %q kind %q: not a watch event", gvk.GroupVersion(), gvk.Kind)
+	}
+	return err
 }
 
 // EventOf makes an Event of a frame's type and object, the part of the
 // protocol every codec shares: object decodes the object of an ADDED,
 // MODIFIED or DELETED; unmarshal decodes a BOOKMARK's metadata and an
-// ERROR's object; show quotes bytes in an error. An error from object that
+// ERROR's object, kind finds the apiVersion and kind of that object as
+// client-go's serializer does (Kind for JSON); show quotes bytes in an
+// error. An error from object that
 // is not a *SkipError breaks the stream.
 func EventOf[T Object](typ string, raw []byte, object func(what string, raw []byte) (T, error),
-	unmarshal func([]byte, any) error, show func([]byte) string) (Event[T], error) {
+	unmarshal func([]byte, any) error, kind func([]byte) (schema.GroupVersionKind, error), show func([]byte) string) (Event[T], error) {
 	switch typ {
 	case Added, Modified, Deleted:
 		if len(raw) == 0 { // absent, or null (runtime.RawExtension's)
@@ -332,20 +359,52 @@ func EventOf[T Object](typ string, raw []byte, object func(what string, raw []by
 	case Error:
 		// A Status is the server's word, whatever of it is set; anything
 		// else is an error of its own. Which is which is
-		// apierrors.FromObject's to say, as client-go's dynamic client
-		// decodes the object (unstructured: kind "Status", apiVersion v1
-		// or meta.k8s.io/v1).
-		var content map[string]any
-		err := unmarshal(raw, &content)
-		if err == nil {
-			err = apierrors.FromObject(&unstructured.Unstructured{Object: content})
-		}
+		// apierrors.FromObject's to say, of the object as client-go's
+		// dynamic client decodes it: of the apiVersion and kind the
+		// serializer finds (any case, both needed), a kind its scheme knows
+		// (Status in any version) as that type, any other unstructured
+		// (kind "Status", apiVersion v1 or meta.k8s.io/v1, read as written).
+		err := errorObject(raw, unmarshal, kind)
 		if _, ok := err.(*apierrors.StatusError); !ok {
 			err = &UnexpectedErrorObject{Object: show(raw), Err: err}
 		}
 		return Event[T]{Type: Error, Err: err}, nil
 	}
 	return Event[T]{Type: typ}, &SkipError{What: "watch frame", Err: fmt.Errorf("unknown event type %q", typ)}
+}
+
+// errorScheme knows what the dynamic client's does (client-go/dynamic's
+// basicScheme): meta/v1's types in v1, Status among them.
+var errorScheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
+	return s
+}()
+
+// errorObject is the error apierrors.FromObject makes of an ERROR's object
+// (raw), decoded as client-go's dynamic client decodes it; or why it could
+// not be decoded.
+func errorObject(raw []byte, unmarshal func([]byte, any) error, kind func([]byte) (schema.GroupVersionKind, error)) error {
+	gvk, err := kind(raw)
+	switch {
+	case err != nil:
+		return err
+	case gvk.Kind == "":
+		return errors.New("the object names no kind")
+	case gvk.Version == "":
+		return errors.New("the object names no apiVersion")
+	}
+	if obj, err := errorScheme.New(gvk); err == nil {
+		if err := unmarshal(raw, obj); err != nil {
+			return err
+		}
+		return apierrors.FromObject(obj)
+	}
+	var content map[string]any
+	if err := unmarshal(raw, &content); err != nil {
+		return err
+	}
+	return apierrors.FromObject(&unstructured.Unstructured{Object: content})
 }
 
 // EventWhat names an object event in a SkipError, without a string made

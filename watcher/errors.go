@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
@@ -22,8 +21,9 @@ const (
 	// Canceled: our own context ended; the loop stops.
 	Canceled
 	// Expired: the resourceVersion we asked for is gone from the server's
-	// history (HTTP 410 Gone, reason Expired, "too old resource version", or an
-	// expired continue token). Only a fresh LIST can resynchronise us.
+	// history (reason Expired or Gone, or HTTP 410 with a reason client-go
+	// does not know; an expired continue token too). Only a fresh LIST can
+	// resynchronise us.
 	Expired
 	// TooLargeRV: the server has not caught up with the resourceVersion we
 	// asked for (a lagging watch cache). Asking for "latest" works.
@@ -61,10 +61,9 @@ func Classify(err error) (class ErrorClass, retryAfter time.Duration) {
 		retryAfter = time.Duration(s) * time.Second
 	}
 	switch {
-	case isExpired(err):
+	case apierrors.IsResourceExpired(err), apierrors.IsGone(err):
 		return Expired, 0
-	case apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge),
-		strings.Contains(err.Error(), "Too large resource version"):
+	case isTooLargeRV(err):
 		return TooLargeRV, retryAfter
 	case apierrors.IsTooManyRequests(err):
 		return Throttled, retryAfter
@@ -76,16 +75,13 @@ func Classify(err error) (class ErrorClass, retryAfter time.Duration) {
 	return Transient, retryAfter
 }
 
-func isExpired(err error) bool {
-	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-		return true
-	}
-	var status apierrors.APIStatus
-	if errors.As(err, &status) && status.Status().Code == http.StatusGone {
-		return true
-	}
-	// Servers and proxies that lose the status still keep etcd's wording.
-	return strings.Contains(err.Error(), "too old resource version")
+// isTooLargeRV is client-go's Reflector's isTooLargeResourceVersionError:
+// the Status's cause, or (servers before the cause) a timeout whose
+// message says so. As for Expired, words alone decide nothing: a 500 or a
+// proxy's error quoting them is an error like any other.
+func isTooLargeRV(err error) bool {
+	return apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge) ||
+		apierrors.IsTimeout(err) && strings.Contains(err.Error(), "Too large resource version")
 }
 
 // serverStarting reports whether err is kube-apiserver's word that it, or

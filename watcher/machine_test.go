@@ -19,7 +19,6 @@ var (
 	gr         = schema.GroupResource{Group: "example.com", Resource: "myresources"}
 	errExpired = apierrors.NewResourceExpired("too old resource version: 2 (216)")
 	errGone    = apierrors.NewGone("gone")
-	errTooOld  = errors.New(`watch ERROR: too old resource version: 5 (9)`)
 	errRefused = fmt.Errorf("dial tcp 127.0.0.1:6443: %w", syscall.ECONNREFUSED)
 	err429     = apierrors.NewTooManyRequests("slow down", 7)
 	err403     = apierrors.NewForbidden(gr, "", errors.New("RBAC says no"))
@@ -42,7 +41,7 @@ func TestClassifySortsErrorsByTheLoopsNextStep(t *testing.T) {
 		{errExpired, Expired, 0},
 		{errGone, Expired, 0},
 		{apierrors.FromObject(&metav1.Status{Status: "Failure", Code: 410, Reason: "SomethingNew"}), Expired, 0},
-		{errTooOld, Expired, 0},
+		{errors.New(`watch ERROR: too old resource version: 5 (9)`), Transient, 0}, // words alone: errors_test.go
 		{errTooLrg, TooLargeRV, 0},
 		{err429, Throttled, 7 * time.Second},
 		{err403, Denied, 0},
@@ -166,7 +165,7 @@ func TestMachineRelistsA410AtOnceOnlyOnceBeforeAHealthyStream(t *testing.T) {
 	s.wait(a, Action{Kind: List}, Relisting)
 	s.step(0, Outcome{RV: "60"}, Action{Kind: Watch, RV: "60"}, Watching)
 	s.step(fiveMin, Outcome{Open: fiveMin, Timeout: fiveMin}, Action{Kind: Watch, RV: "60"}, Watching)
-	s.step(0, Outcome{Err: errTooOld, ErrorEvent: true, Timeout: fiveMin}, Action{Kind: List}, Relisting)
+	s.step(0, Outcome{Err: errExpired, ErrorEvent: true, Timeout: fiveMin}, Action{Kind: List}, Relisting)
 }
 
 // The first relist right after trouble (the server was away, and so it was

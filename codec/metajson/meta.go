@@ -2,8 +2,9 @@ package metajson
 
 import (
 	"bytes"
+	"errors"
+	"strings"
 	"time"
-	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -165,7 +166,7 @@ func (d *Decoder) newestWrite() ([]metav1.ManagedFieldsEntry, error) {
 				}
 				return nil
 			case 5: // fieldsV1: any value (FieldsV1.UnmarshalJSON keeps it raw)
-				return d.skip()
+				return d.skipFields()
 			}
 			_, _, _, err := d.stringSpan() // a string, as Plain requires
 			return err
@@ -264,25 +265,81 @@ func twoDigits(b []byte, i int) int {
 	return int(c0)*10 + int(c1)
 }
 
-// StringMap reads an object of strings (labels, annotations).
+// StringMap reads an object of strings (labels, annotations). Its keys,
+// which objects of a kind repeat, come from SharedString's table; its
+// values, when they need no unescaping and are few, come in one allocation,
+// parts of one string (the map's own).
 func (d *Decoder) StringMap() (map[string]string, error) {
+	start := d.i
+	var spans [stringMapBatch]struct {
+		key  string
+		s, e int
+	}
+	n, size := 0, 0
+	err := d.Members(func(key []byte) error { // (valid UTF-8: key declines any other)
+		s, e, plain, err := d.stringSpan()
+		if err != nil {
+			return err
+		}
+		if !plain || n == len(spans) {
+			return errUnbatched
+		}
+		spans[n].key, spans[n].s, spans[n].e = internKey(key), s, e
+		n++
+		size += e - s
+		return nil
+	})
+	if err == errUnbatched {
+		d.i = start
+		return d.stringMap()
+	}
+	if err != nil {
+		return nil, err
+	}
+	var all strings.Builder
+	all.Grow(size)
+	for _, sp := range spans[:n] {
+		all.Write(d.b[sp.s:sp.e])
+	}
+	m := make(map[string]string, n)
+	values, at := all.String(), 0
+	for _, sp := range spans[:n] { // in order: of a key given twice, the last
+		m[sp.key] = values[at : at+sp.e-sp.s]
+		at += sp.e - sp.s
+	}
+	return m, nil
+}
+
+// stringMapBatch bounds the values StringMap makes in one allocation.
+const stringMapBatch = 16
+
+var errUnbatched = errors.New("metajson: not one allocation")
+
+// stringMap is StringMap a value at a time.
+func (d *Decoder) stringMap() (map[string]string, error) {
 	m := map[string]string{}
 	err := d.Members(func(key []byte) error {
-		if !utf8.Valid(key) {
-			return ErrDecline // encoding/json would replace the invalid UTF-8
-		}
 		v, err := d.String()
-		m[string(key)] = v
+		m[internKey(key)] = v
 		return err
 	})
 	return m, err
 }
 
-// Strings reads an array of strings (finalizers).
+// internKey is a map key: from SharedString's table when it is short.
+func internKey(key []byte) string {
+	if len(key) <= sharedMax {
+		return intern(key)
+	}
+	return string(key)
+}
+
+// Strings reads an array of strings (finalizers: a few names, repeated,
+// shared as SharedString shares them).
 func (d *Decoder) Strings() ([]string, error) {
 	s := []string{}
 	err := d.Elements(func() error {
-		v, err := d.String()
+		v, err := d.SharedString()
 		s = append(s, v)
 		return err
 	})

@@ -24,6 +24,7 @@
 package metajson
 
 import (
+	"encoding/binary"
 	"errors"
 	"strconv"
 	"strings"
@@ -80,6 +81,9 @@ type Options struct {
 	// Labels, when set, gives an object whose labels are written as the
 	// last ones read with it the same map again (see LabelCache).
 	Labels *LabelCache
+	// Fields, when set, checks a managedFields entry's fieldsV1 that is
+	// written as one checked before by one compare (see FieldsCache).
+	Fields *FieldsCache
 }
 
 // NewDecoder reads data.
@@ -304,21 +308,36 @@ func (d *Decoder) SharedString() (string, error) {
 		d.i = start
 		return d.String()
 	}
-	b := d.b[s:e]
+	return intern(d.b[s:e]), nil
+}
+
+// intern is string(b), the copy in the shared table when it holds one
+// (b is at most sharedMax bytes).
+func intern(b []byte) string {
 	h := uint32(2166136261) // FNV-1a
 	for _, c := range b {
 		h = (h ^ uint32(c)) * 16777619
 	}
-	slot := &shared[h%sharedSlots]
-	if p := slot.Load(); p != nil && *p == string(b) {
-		return *p, nil
+	// Two slots to choose from, so that two strings met in turn seldom
+	// keep taking each other's place; a new one takes an empty slot, else
+	// the one the hash's high bit picks.
+	a, c := &shared[h%sharedSlots], &shared[(h>>16)%sharedSlots]
+	pa, pc := a.Load(), c.Load()
+	switch {
+	case pa != nil && *pa == string(b):
+		return *pa
+	case pc != nil && *pc == string(b):
+		return *pc
 	}
 	v := string(b)
-	slot.Store(&v)
-	return v, nil
+	if pa != nil && (pc == nil || h>>31 == 1) {
+		a = c
+	}
+	a.Store(&v)
+	return v
 }
 
-const sharedSlots, sharedMax = 64, 64
+const sharedSlots, sharedMax = 256, 64
 
 var shared [sharedSlots]atomic.Pointer[string]
 
@@ -333,6 +352,7 @@ func (d *Decoder) stringSpan() (s, e int, plain bool, err error) {
 	plain = true
 	ascii := true
 	for i := s; i < len(d.b); i++ {
+		i = plainRun(d.b, i)
 		for i < len(d.b) && plainByte[d.b[i]] {
 			i++
 		}
@@ -374,6 +394,23 @@ func (d *Decoder) stringSpan() (s, e int, plain bool, err error) {
 		}
 	}
 	return 0, 0, false, ErrDecline
+}
+
+// plainRun is the index of the first byte from b[i] on that plainByte
+// does not take, or one at most 7 bytes before it: it tests eight bytes at
+// a time (the "has a zero byte" test, (y-0x01…01)&^y&0x80…80, exact as to
+// whether there is one: for a quote, a backslash, a byte below 0x20; and
+// the high bit for a byte of 0x80 or more).
+func plainRun(b []byte, i int) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q, bs := x^'"'*ones, x^'\\'*ones
+		if ((q-ones)&^q|(bs-ones)&^bs|(x-0x20*ones)&^x|x)&highs != 0 {
+			break
+		}
+	}
+	return i
 }
 
 // plainByte tells the bytes a string's inside may hold with no more ado:

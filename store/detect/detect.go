@@ -9,9 +9,11 @@
 // when it is replaced or removed, all of them once per as many writes as the
 // store holds (at least 64) and at every relist, and at the store's
 // CheckMutations. The objects handed out as they leave the store (an Updated
-// delta's Old, a Deleted delta's object) are compared too, but only until
-// the next compare of all: an edit of one made later goes unreported
-// (client-go's detector keeps its copies for minutes). A difference panics, naming the object and the change:
+// delta's Old, a Deleted delta's object) are compared too, at every compare
+// of all for Retain to twice Retain after they left, as client-go's detector
+// keeps its copies (it compares them every second); the compares of all are
+// spaced by as many writes as the store holds and keeps, so each write
+// still costs about one compare. A difference panics, naming the object and the change:
 // nothing read from a cache that was written to can be trusted (client-go
 // panics too). It costs a deep copy and a compare per write, and doubles
 // the memory the objects take.
@@ -31,6 +33,7 @@ import (
 	"reflect"
 	"strconv"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/diff"
@@ -57,11 +60,14 @@ func Default() bool {
 // Detector (off) they do nothing.
 type Detector[T comparable] struct {
 	copies map[string]T
-	// gone holds the objects that left the store since the last compare of
-	// all, with their copies; leaving, those that left by the write under
-	// way (kept past the compare it may make: its delta is handed out after).
-	gone, leaving []goneObject[T]
-	writes        int
+	// gone holds the objects that left the store since rotated, with their
+	// copies, retained those that left in the Retain before; leaving, those
+	// that left by the write under way (kept past the compare it may make:
+	// its delta is handed out after).
+	gone, retained, leaving []goneObject[T]
+	rotated                 time.Time
+	now                     func() time.Time
+	writes                  int
 	// failed is called with a difference found on a write: panic (a test of
 	// the detector catches it).
 	failed func(error)
@@ -73,8 +79,12 @@ func New[T comparable](on bool) *Detector[T] {
 	if _, ok := any(zero).(runtime.Object); !ok || !on {
 		return nil
 	}
-	return &Detector[T]{copies: map[string]T{}, failed: func(err error) { panic(err) }}
+	return &Detector[T]{copies: map[string]T{}, now: time.Now, rotated: time.Now(), failed: func(err error) { panic(err) }}
 }
+
+// Retain is how long, at least, an object that left the store is compared
+// with its copy (client-go's detector's retainDuration).
+const Retain = 2 * time.Minute
 
 // goneObject is an object handed out as it left the store, and its copy.
 type goneObject[T comparable] struct {
@@ -132,7 +142,7 @@ func (d *Detector[T]) Replaced(items, next map[string]T) {
 			d.Left(key, obj, false)
 		}
 	}
-	d.gone, d.leaving = d.leaving, nil
+	d.keepLeaving()
 	copies := make(map[string]T, len(next))
 	for key, obj := range next {
 		if c, ok := d.copies[key]; ok && items[key] == obj {
@@ -147,20 +157,29 @@ func (d *Detector[T]) Replaced(items, next map[string]T) {
 func deepCopy[T comparable](obj T) T { return any(obj).(runtime.Object).DeepCopyObject().(T) }
 
 // Wrote counts a write (items is the stored objects after it), and
-// compares every object once per as many writes as the store holds, at
-// least 64.
+// compares every object, stored or gone, once per as many writes as there
+// are of them, at least 64.
 func (d *Detector[T]) Wrote(items map[string]T) {
 	if d == nil {
 		return
 	}
-	if d.writes++; d.writes >= max(64, len(items)) {
+	if d.writes++; d.writes >= max(64, len(items)+len(d.gone)+len(d.retained)) {
 		d.writes = 0
 		for key, obj := range items {
 			d.verify(key, obj)
 		}
 		d.verifyGone()
-		clear(d.gone)
-		d.gone = d.gone[:0]
+	}
+	d.keepLeaving()
+}
+
+// keepLeaving moves the objects leaving by this write to gone, after
+// letting go of those that left more than Retain before the last rotation
+// (a rotation every Retain: each is kept Retain to twice Retain).
+func (d *Detector[T]) keepLeaving() {
+	if now := d.now(); now.Sub(d.rotated) >= Retain {
+		clear(d.retained)
+		d.retained, d.gone, d.rotated = d.gone, d.retained[:0], now
 	}
 	d.gone = append(d.gone, d.leaving...)
 	clear(d.leaving)
@@ -174,11 +193,22 @@ func (d *Detector[T]) verify(key string, obj T) {
 }
 
 func (d *Detector[T]) verifyGone() {
-	for _, g := range d.gone {
-		if err := changed(g.key, g.copy, g.obj, "object that left the store"); err != nil {
-			d.failed(err)
+	if err := d.checkGone(); err != nil {
+		d.failed(err)
+	}
+}
+
+// checkGone compares every object kept since it left the store with its
+// copy, and returns the first difference.
+func (d *Detector[T]) checkGone() error {
+	for _, gone := range [][]goneObject[T]{d.gone, d.retained} {
+		for _, g := range gone {
+			if err := changed(g.key, g.copy, g.obj, "object that left the store"); err != nil {
+				return err
+			}
 		}
 	}
+	return nil
 }
 
 // check compares the object stored at key with its copy.
@@ -199,9 +229,8 @@ func changed[T comparable](key string, c, obj T, what string) error {
 		what, key, Env, diff.Diff(c, obj))
 }
 
-// CheckAll compares every stored object (items) and every object that left
-// since the last compare of all with its copy, and returns the first
-// difference.
+// CheckAll compares every stored object (items) and every object kept
+// since it left with its copy, and returns the first difference.
 func (d *Detector[T]) CheckAll(items map[string]T) error {
 	if d == nil {
 		return nil
@@ -211,10 +240,5 @@ func (d *Detector[T]) CheckAll(items map[string]T) error {
 			return err
 		}
 	}
-	for _, g := range d.gone {
-		if err := changed(g.key, g.copy, g.obj, "object that left the store"); err != nil {
-			return err
-		}
-	}
-	return nil
+	return d.checkGone()
 }
