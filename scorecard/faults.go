@@ -13,6 +13,7 @@ import (
 
 	"rawwatch/faultproxy"
 	"rawwatch/internal/controlplane"
+	"rawwatch/watcher"
 )
 
 // stage is what a fault acts on: the control plane, the apiserver the
@@ -98,10 +99,13 @@ func compactBehindTheClient(ctx context.Context, s *stage) error {
 	return nil
 }
 
-// FreezeFor is how long freeze lasts: longer than the raw watcher's
-// silence limit (watcher.DefaultSilenceLimit, 150 s), so that a client
-// without a watchdog of its own is still stuck when the fault ends.
-const FreezeFor = 3 * time.Minute
+// FreezeFor is how long freeze lasts: past the raw watcher's silence limit
+// by the moment its probe and new WATCH take (well under a second) and a
+// busy machine's margin, so that its watchdog, not the fault's end, brings
+// it back; and short enough that client-go's own watch timeout (5 min at
+// the least) ends no frozen stream before the recovery window does, so that
+// a client without a watchdog is still stuck when the window ends.
+const FreezeFor = watcher.DefaultSilenceLimit + 10*time.Second
 
 // Faults are the named faults, in the table's order.
 var Faults = []Fault{

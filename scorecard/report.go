@@ -189,12 +189,18 @@ func (r *Report) Markdown(svg string) string {
 	return b.String()
 }
 
-// longFaults names the faults of r that last longer than r.Duration.
+// longFaults names the faults of r that lasted other than r.Duration (a
+// report from before Lasted: as the code's faults last).
 func longFaults(r *Report) string {
 	var parts []string
 	for _, name := range r.Faults {
-		if f, ok := faultNamed(name); ok && f.Duration > 0 {
-			parts = append(parts, fmt.Sprintf("%s %v", f.Name, f.Duration))
+		d, ok := r.Lasted[name]
+		if r.Lasted == nil {
+			f, _ := faultNamed(name)
+			d, ok = f.Duration, f.Duration > 0
+		}
+		if ok {
+			parts = append(parts, fmt.Sprintf("%s %v", name, d))
 		}
 	}
 	if len(parts) == 0 {
