@@ -129,7 +129,7 @@ var Faults = []Fault{
 			"watch began (cacher.go: a watch that cannot go on is answered by an ERROR event, not a status); its cause is not reproduced here.",
 		RawRequests: "raw relists at once after the 410 that ends a healthy stream (client-go backs off first), and after an ERROR that " +
 			"followed progress re-watches from its resourceVersion (a WATCH; client-go relists: a LIST and a WATCH), relisting at the " +
-			"second in a row. Its backoff steps are client-go's, so its count is informer-list's give or take a retry, as the fault's end falls among them.",
+			"second in a row. Its backoff steps are client-go's; where the fault's end falls among them decides a retry more or less.",
 		start: proxyFault(func(p *faultproxy.Proxy) { p.FlapError(true); p.ExpireWatches() })},
 	{Name: "freeze", Duration: FreezeFor, Together: true,
 		What: "the WATCH streams open at the start silent for good (not even their end passes); new ones pass",
@@ -207,7 +207,7 @@ var Faults = []Fault{
 			"of every controller does so at once.",
 		RawRequests: "told the apiserver is starting, raw relists from etcd (resourceVersion \"\"), which answers while the new watch " +
 			"cache fills; the WATCH after it may meet the cache's 429 and is asked again after its backoff (the Retry-After at least). " +
-			"That LIST is the request more than a WatchList client's, whose one request does the work of both and meets the 429 itself; " +
+			"That LIST is a request a WatchList client does not send: its one request does the work of both, and meets the 429 itself; " +
 			"informer-list's LISTs, served from the cache, meet it too.",
 		Contrast: []string{"fault-restart-open-watch.json", "fault-restart-resume.json"},
 		start:    func(ctx context.Context, s *stage) error { return s.api.Restart(ctx) }},
