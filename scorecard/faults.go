@@ -13,6 +13,7 @@ import (
 
 	"rawwatch/faultproxy"
 	"rawwatch/internal/controlplane"
+	"rawwatch/watcher"
 )
 
 // stage is what a fault acts on: the control plane, the apiserver the
@@ -41,6 +42,10 @@ type Fault struct {
 	// held to (faultproxy.Replays, compared by faultproxy's tests),
 	// recorded from kube-apiserver in the situation the fault stands for.
 	Recorded []string
+	// RawRequests: why the raw clients send more requests here than
+	// client-go's, where their design makes them (the page prints it in
+	// the fault's section).
+	RawRequests string
 	// Contrast: exchanges of testdata/wire recorded from kube-apiserver
 	// that the proxy does not replay: what it answers instead of the
 	// fault, or the real server making the fault itself.
@@ -98,10 +103,18 @@ func compactBehindTheClient(ctx context.Context, s *stage) error {
 	return nil
 }
 
-// FreezeFor is how long freeze lasts: longer than the raw watcher's
-// silence limit (watcher.DefaultSilenceLimit, 150 s), so that a client
-// without a watchdog of its own is still stuck when the fault ends.
-const FreezeFor = 3 * time.Minute
+// FreezeFor is how long freeze lasts: past the raw watcher's silence limit
+// by the moment its probe and new WATCH take (well under a second) and a
+// busy machine's margin, so that its watchdog, not the fault's end, brings
+// it back; and short enough that client-go's own watch timeout (5 min at
+// the least) ends no frozen stream before the recovery window does, so that
+// a client without a watchdog is still stuck when the window ends.
+const FreezeFor = watcher.DefaultSilenceLimit + 10*time.Second
+
+// watchListFallback is what raw-watchlist sends when WatchLists fail.
+const watchListFallback = "raw-watchlist asks with a WatchList, as informer does; one that ends, or is cut, before its " +
+	"initial-events-end bookmark makes it list (a LIST and a WATCH) until a stream runs healthy: a request more than " +
+	"informer-list, which never asks for a WatchList."
 
 // Faults are the named faults, in the table's order.
 var Faults = []Fault{
@@ -114,6 +127,9 @@ var Faults = []Fault{
 		Story: "etcd failing under the apiserver, or a watch the apiserver cannot continue (an event with no previous value after a compaction race): " +
 			"the stream carries one event, then an ERROR with a 500, then ends. The ERROR event is kube-apiserver's shape for an error after a " +
 			"watch began (cacher.go: a watch that cannot go on is answered by an ERROR event, not a status); its cause is not reproduced here.",
+		RawRequests: "raw relists at once after the 410 that ends a healthy stream (client-go backs off first), and after an ERROR that " +
+			"followed progress re-watches from its resourceVersion (a WATCH; client-go relists: a LIST and a WATCH), relisting at the " +
+			"second in a row. Its backoff steps are client-go's; where the fault's end falls among them decides a retry more or less.",
 		start: proxyFault(func(p *faultproxy.Proxy) { p.FlapError(true); p.ExpireWatches() })},
 	{Name: "freeze", Duration: FreezeFor, Together: true,
 		What: "the WATCH streams open at the start silent for good (not even their end passes); new ones pass",
@@ -127,23 +143,29 @@ var Faults = []Fault{
 			"without the bookmark that ends them. A WatchList client waits for it, and when the stream ends, asks again. kube-apiserver never " +
 			"answers so: with its watch cache off, etcd serves the WatchList, bookmark and all; without the WatchList feature it refuses it (422), " +
 			"and the client lists.",
-		Upstream: []string{"https://github.com/kubernetes/kubernetes/issues/140890", "https://github.com/kubernetes/kubernetes/pull/140902"},
-		Contrast: []string{"fault-watchlist-uncached.json", "fault-watchlist-gate-off.json"},
-		start:    proxyFault(func(p *faultproxy.Proxy) { p.WatchListEnd(true); p.ExpireWatches() })},
+		Upstream:    []string{"https://github.com/kubernetes/kubernetes/issues/140890", "https://github.com/kubernetes/kubernetes/pull/140902"},
+		Contrast:    []string{"fault-watchlist-uncached.json", "fault-watchlist-gate-off.json"},
+		RawRequests: watchListFallback,
+		start:       proxyFault(func(p *faultproxy.Proxy) { p.WatchListEnd(true); p.ExpireWatches() })},
 	{Name: "watchlist-ignored", What: "every WatchList answered as a plain WATCH from \"\": every object ADDED, no bookmark ending them, the stream open; open streams get 410 (a relist is due)",
 		Story: "A server that ignores sendInitialEvents (an aggregated server that does not implement it, as in cozystack/cozystack#2786) answers " +
 			"a WatchList as a plain watch: every object as ADDED, then the changes, and never the bookmark that ends the initial events. The " +
 			"proxy passes the WatchList on without sendInitialEvents and resourceVersionMatch, so the bytes are kube-apiserver's own answer to " +
 			"that WATCH. A WatchList client waits for the bookmark; when the fault ends the proxy cuts those streams (the server is replaced).",
-		Upstream: []string{"https://github.com/cozystack/cozystack/pull/2786", "https://github.com/kubernetes/kubernetes/issues/140890"},
-		Recorded: []string{"fault-legacy-watch-gate-off.json"},
-		Contrast: []string{"fault-legacy-watch-cached.json"},
-		start:    proxyFault(func(p *faultproxy.Proxy) { p.IgnoreSendInitialEvents(true); p.ExpireWatches() })},
+		Upstream:    []string{"https://github.com/cozystack/cozystack/pull/2786", "https://github.com/kubernetes/kubernetes/issues/140890"},
+		Recorded:    []string{"fault-legacy-watch-gate-off.json"},
+		Contrast:    []string{"fault-legacy-watch-cached.json"},
+		RawRequests: watchListFallback,
+		start:       proxyFault(func(p *faultproxy.Proxy) { p.IgnoreSendInitialEvents(true); p.ExpireWatches() })},
 	{Name: "watch-410", What: "the open streams cut; every WATCH from a resourceVersion before the cut answered as after a compaction: 200, an ERROR event 410, the end; a WATCH from a relist's resourceVersion served",
 		Story: "Compaction racing the client: a connection drop makes the client resume, and its resourceVersion is older than the server " +
 			"holds (etcd compacts every 5 minutes; a watch cache keeps a short window under heavy writes, and a restarted one begins at its " +
 			"start): kube-apiserver establishes the watch, sends one ERROR event with 410 and ends it (cacher.go: once the request is accepted, " +
 			"errors are ERROR events), until the client relists. A compaction alone does not end an open watch (recorded).",
+		RawRequests: "raw resumes a cut stream from its resourceVersion with a WATCH before it relists, as after any cut (client-go relists " +
+			"after a watch that ends in an error). Here that WATCH meets the 410 and a LIST and a WATCH follow: a request more than " +
+			"informer-list (a LIST and a WATCH), two more than a WatchList client (one WatchList; raw-watchlist sends the WATCH, then a WatchList). " +
+			"Where the server still holds the resourceVersion (flap-cut, garble) the resume is one WATCH in place of client-go's LIST and WATCH.",
 		Recorded: []string{"fault-watch-compacted-cached.json", "fault-compaction-under-watch-cached.json"},
 		Contrast: []string{"fault-watch-compacted-uncached.json"},
 		start:    compactBehindTheClient},
@@ -170,6 +192,9 @@ var Faults = []Fault{
 	{Name: "refuse", What: "connections refused",
 		Story: "The apiserver is down: restarting, upgrading, OOM-killed, its node gone, its load balancer with no healthy backend. Every " +
 			"connection is refused at once, so a client without backoff spins as fast as the kernel answers.",
+		RawRequests: "after a WATCH that could not open, raw retries with a LIST of one item (a probe: is the server behind its " +
+			"resourceVersion, restored from a backup?) and, once one answers, resumes with a WATCH from its resourceVersion: two requests " +
+			"where a WatchList client's last is one WatchList, which sends every object again.",
 		start: proxyFault(func(p *faultproxy.Proxy) { p.Refuse() })},
 	{Name: "garble", What: "every event frame cut in half (not JSON)",
 		Story: "A middlebox that mangles long-lived HTTP streams, a broken compression layer, a truncated write: frames that do not parse. " +
@@ -180,6 +205,10 @@ var Faults = []Fault{
 			"then answers 503 while it installs its APIs and 429 while a watch cache fills (recorded), and the new watch cache starts at the " +
 			"current revision, so a client resuming from an older resourceVersion than the cache holds gets 410 and must relist; every client " +
 			"of every controller does so at once.",
+		RawRequests: "told the apiserver is starting, raw relists from etcd (resourceVersion \"\"), which answers while the new watch " +
+			"cache fills; the WATCH after it may meet the cache's 429 and is asked again after its backoff (the Retry-After at least). " +
+			"That LIST is a request a WatchList client does not send: its one request does the work of both, and meets the 429 itself; " +
+			"informer-list's LISTs, served from the cache, meet it too.",
 		Contrast: []string{"fault-restart-open-watch.json", "fault-restart-resume.json"},
 		start:    func(ctx context.Context, s *stage) error { return s.api.Restart(ctx) }},
 	{Name: "initial-flap-cut", Initial: true, What: "every WATCH cut after its first frame from before the client starts: its initial sync meets the fault",

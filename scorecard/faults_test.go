@@ -5,8 +5,10 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"rawwatch/faultproxy"
+	"rawwatch/watcher"
 )
 
 // A fault's Recorded are the recordings its answers are held to: each is
@@ -30,5 +32,18 @@ func TestRecordedAreOnlyTheRecordingsTheProxyReplays(t *testing.T) {
 				t.Errorf("%s: %v", f.Name, err)
 			}
 		}
+	}
+}
+
+// freeze outlasts the raw watcher's watchdog, and the recovery window after
+// it ends before client-go's shortest watch timeout would end a frozen
+// stream: what the cells show is the watchdog, or its absence.
+func TestFreezeOutlastsTheWatchdogNotClientGosWatchTimeout(t *testing.T) {
+	const clientGoMinWatchTimeout = 5 * time.Minute // tools/cache's defaultMinWatchTimeout
+	if FreezeFor <= watcher.DefaultSilenceLimit {
+		t.Errorf("freeze lasts %v, not past the silence limit %v", FreezeFor, watcher.DefaultSilenceLimit)
+	}
+	if FreezeFor+DefaultRecover >= clientGoMinWatchTimeout {
+		t.Errorf("freeze (%v) and the recovery window (%v) reach client-go's watch timeout (%v)", FreezeFor, DefaultRecover, clientGoMinWatchTimeout)
 	}
 }

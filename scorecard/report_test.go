@@ -52,3 +52,37 @@ func TestReportPageAndChart(t *testing.T) {
 		t.Errorf("the chart marks %d stormed and %d crashed cells, want 1 and 1 (and each in the legend)", strings.Count(svg, marks[Stormed])-1, strings.Count(svg, marks[Crashed])-1)
 	}
 }
+
+// The page names every cell where a raw client sent more requests in its
+// busiest minute than an anchor that held, with those anchors; an anchor
+// that stalled (it sent nothing) is no measure.
+func TestRawAboveNamesTheCellsOverAHeldAnchor(t *testing.T) {
+	rep := &Report{Duration: 20 * time.Second, Recover: time.Minute, Kinds: []string{"raw", "raw-watchlist", "informer", "informer-list"},
+		Faults: []string{"watch-410", "freeze", "500"}}
+	for _, c := range []struct {
+		fault, kind string
+		busiest     int
+		converged   bool
+	}{
+		{"watch-410", "raw", 3, true}, {"watch-410", "raw-watchlist", 1, true}, {"watch-410", "informer", 1, true}, {"watch-410", "informer-list", 2, true},
+		{"freeze", "raw", 2, true}, {"freeze", "raw-watchlist", 2, true}, {"freeze", "informer", 0, false}, {"freeze", "informer-list", 0, false},
+		{"500", "raw", 5, true}, {"500", "raw-watchlist", 6, true}, {"500", "informer", 9, true}, {"500", "informer-list", 6, true},
+	} {
+		m := Measure{Duration: 20 * time.Second, Busiest: c.busiest, Converged: c.converged}
+		v, why := Verdict(m)
+		rep.Rows = append(rep.Rows, Row{Fault: c.fault, Kind: c.kind, Measure: m, Verdict: v, Why: why})
+	}
+	md := rep.Markdown("scorecard.svg")
+	if want := "- [watch-410](#watch-410): raw 3 (informer 1, informer-list 2)\n"; !strings.Contains(md, want) {
+		t.Errorf("the page lacks %q", want)
+	}
+	for _, not := range []string{"- [freeze]", "- [500]", "raw-watchlist 1 ("} {
+		if strings.Contains(md, not) {
+			t.Errorf("the page has %q: no raw client there sent more than an anchor that held", not)
+		}
+	}
+	rep.Faults = []string{"500"}
+	if md := rep.Markdown("scorecard.svg"); !strings.Contains(md, "no raw client sent more requests") {
+		t.Errorf("with no such cell the page does not say so")
+	}
+}

@@ -83,9 +83,11 @@ type Report struct {
 	// Duration is each fault's but those that set their own; Recover, the
 	// recovery window.
 	Duration, Recover time.Duration
-	Kinds             []string
-	Faults            []string
-	Rows              []Row
+	// Lasted: the faults that lasted other than Duration, how long.
+	Lasted map[string]time.Duration `json:",omitempty"`
+	Kinds  []string
+	Faults []string
+	Rows   []Row
 	// Took is the whole run's time; Command, what ran it; Commit, the
 	// source it was built from.
 	Took    time.Duration
@@ -155,6 +157,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r := &runner{o: o, cp: cp}
 	for _, name := range o.Faults {
 		f, _ := faultNamed(name)
+		if d := r.duration(f); d != o.Duration {
+			if rep.Lasted == nil {
+				rep.Lasted = map[string]time.Duration{}
+			}
+			rep.Lasted[name] = d
+		}
 		rows := make([]Row, len(o.Kinds))
 		var wg sync.WaitGroup
 		for i, kind := range o.Kinds {
