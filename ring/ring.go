@@ -244,6 +244,12 @@ const (
 	MinRenewPeriod   = 100 * time.Millisecond
 )
 
+// MaxLeaseDuration bounds the lease duration: a Lease says it in seconds
+// in an int32, and the waits derived from it (CollectWithin, four times it
+// believed) count nanoseconds in an int64. A dead member is out only after
+// it: a day already stalls a ring for a day.
+const MaxLeaseDuration = 24 * time.Hour
+
 // CheckDurations tells why a ring cannot run on lease duration lease and
 // renew period renew, if it cannot: the renew period must be at most a
 // third of the lease duration (a member fences itself lease − renew after
