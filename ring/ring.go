@@ -253,12 +253,14 @@ const MaxLeaseDuration = 24 * time.Hour
 // CheckDurations tells why a ring cannot run on lease duration lease and
 // renew period renew, if it cannot: the renew period must be at most a
 // third of the lease duration (a member fences itself lease − renew after
-// its last renewal, and must get two tries in before), and neither below
-// its minimum.
+// its last renewal, and must get two tries in before), neither below its
+// minimum, and the lease duration at most MaxLeaseDuration.
 func CheckDurations(lease, renew time.Duration) error {
 	switch {
 	case lease < MinLeaseDuration:
 		return fmt.Errorf("lease duration %v: at least %v (a Lease says whole seconds)", lease, MinLeaseDuration)
+	case lease > MaxLeaseDuration:
+		return fmt.Errorf("lease duration %v: at most %v (a dead member is out only after it; a Lease says it in an int32 of seconds)", lease, MaxLeaseDuration)
 	case renew < MinRenewPeriod:
 		return fmt.Errorf("renew period %v: at least %v (each one, every member writes its Lease and lists the ring's)", renew, MinRenewPeriod)
 	case 3*renew > lease:
