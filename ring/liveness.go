@@ -290,8 +290,9 @@ func remember(kept []time.Time, t time.Time) []time.Time {
 const leaseBelief = 4
 
 // believed is the longest lease duration a member of lease duration own
-// believes of another.
-func believed(own time.Duration) time.Duration { return leaseBelief * written(own) }
+// believes of another: leaseBelief times its own, as configured (not as
+// written, rounded up to a second: 4 × 1.1 s is 4.4 s, not 8 s).
+func believed(own time.Duration) time.Duration { return leaseBelief * own }
 
 // current tells whether the lease of a Lease last seen as o runs at
 // judged, on its holder's lease duration.
