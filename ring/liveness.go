@@ -87,6 +87,13 @@ var (
 	// keepGiven: a member leaving names the slots it gave, on its marked
 	// Lease, until their new owners confirm them (or a bound passes).
 	keepGiven = true
+	// byMove: a move that may hide a renewal keeps the Lease current a
+	// lease duration longer, its claims taken as every slot (hides).
+	byMove = true
+	// markFresh: a leaving mark counts only with a fresh renewal of the
+	// acquisition last read, on a record read unmarked, or on a Lease
+	// already out: a copy of an old leave counts for nothing.
+	markFresh = true
 )
 
 // fenceClock is the clock of a member's own fence. Go's monotonic clock,
@@ -224,7 +231,7 @@ func sight(seen, listed map[string]observed, past map[string]forgotten, now, pre
 		// over a live member, whose owner works on until it reads it.
 		first := !ok && len(o.ledger) == 0
 		l.marked = l.leaving
-		l.leaving = l.leaving && (!markBound || first || ok && !o.current(now) ||
+		l.leaving = l.leaving && (!markBound || !markFresh || first || ok && !o.current(now) ||
 			ok && o.record == l.record && (o.leaving || !o.marked) || fresh && ok && o.acquired.Equal(l.acquired))
 		switch {
 		case first:
@@ -246,7 +253,7 @@ func sight(seen, listed map[string]observed, past map[string]forgotten, now, pre
 		// claimed more (and confirmed it), so until its next renewal it
 		// counts as claiming every slot, none confirmed.
 		moved := o.rv != l.rv || o.record != l.record
-		l.doubt = ok && byRecord && !(fresh && o.acquired.Equal(l.acquired)) && (moved || o.doubt)
+		l.doubt = ok && byRecord && byMove && !(fresh && o.acquired.Equal(l.acquired)) && (moved || o.doubt)
 		if l.doubt {
 			l.claims, l.pending = shard.All(), shard.All()
 		}
@@ -299,7 +306,7 @@ func sight(seen, listed map[string]observed, past map[string]forgotten, now, pre
 // nothing the owner still counts on.)
 func hides(o, l *observed, prev time.Time) bool {
 	moved := o.rv != l.rv || o.record != l.record
-	return byRecord && moved && !prev.IsZero() && prev.Sub(o.at) < o.lease
+	return byRecord && byMove && moved && !prev.IsZero() && prev.Sub(o.at) < o.lease
 }
 
 // forgotten is what an observer keeps of a Lease it forgot (it left, was

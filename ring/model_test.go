@@ -73,7 +73,9 @@ import (
 //     re-applied in turn every second (the annotations a copy would erase
 //     are out of scope: a hand that rewrites the handoff's annotations can
 //     lose a gift), the Lease set back to a copy of an old leaving mark, a
-//     sync that puts a Lease back from a saved copy whenever it is missing;
+//     sync that puts a Lease back from a saved copy whenever it is missing,
+//     a copy saved before its holder paused most of its fence re-applied
+//     over its first renewal after, the holder then cut off;
 //   - a member whose lists fail (RBAC) while its renewals go through;
 //   - a quiet tail after the inputs (every request answered, no pause):
 //     the ring must converge (longer after a duration of a day: it is
@@ -128,6 +130,8 @@ type modelMember struct {
 	// giving: while it leaves, the slots it had given (the model's own
 	// record, whatever its Lease says)
 	giving shard.SlotSet
+	// onLanded, once: its next renewal landed
+	onLanded func()
 }
 
 type modelEvent struct {
@@ -447,7 +451,7 @@ func (w *model) widen() {
 		})
 	}
 	for range w.x.IntN(5) {
-		mm, kind := pick(), w.x.IntN(13)
+		mm, kind := pick(), w.x.IntN(14)
 		w.at(when(), nil, func() { w.foreignWrite(mm, kind) })
 	}
 	if w.x.IntN(3) == 0 { // a member whose lists fail (RBAC), its renewals not
@@ -457,6 +461,17 @@ func (w *model) widen() {
 			mm.listCutUntil = w.now + d
 			w.quiet = max(w.quiet, mm.listCutUntil)
 			w.note("%s cannot list the ring's Leases for %s", mm.id, d)
+		})
+	}
+	if w.x.IntN(3) == 0 { // a copy set back over a renewal nobody read, of a member working
+		first := w.x.IntN(len(w.ms))
+		w.at(when(), nil, func() {
+			for i := range w.ms {
+				if mm := w.ms[(first+i)%len(w.ms)]; !mm.gone && !mm.gate.Working.Empty() {
+					w.foreignWrite(mm, 13)
+					return
+				}
+			}
 		})
 	}
 	if w.x.IntN(2) == 0 { // an operator drains a replica: marks its Lease leaving
@@ -573,6 +588,40 @@ func (w *model) foreignWrite(mm *modelMember, kind int) {
 			}
 		}
 		w.at(w.now+time.Second, nil, sync)
+		return
+	case 13: // saved now; the holder pauses until just before its fence, and the
+		// copy is re-applied over its first renewal after, which nobody
+		// read; the holder is cut off from then until its fence (it never
+		// reads the copy while it may work)
+		saved := l.DeepCopy()
+		mm.m.mu.Lock()
+		renewed := mm.m.renewed
+		mm.m.mu.Unlock()
+		left := renewed.Add(mm.m.fenceAfter()).Sub(mm.m.Now())
+		renew := int(mm.m.cfg.RenewPeriod / time.Millisecond)
+		if renewed.IsZero() || left < mm.m.cfg.RenewPeriod || mm.onLanded != nil {
+			return // fenced, or about to be: nothing to hide
+		}
+		d := left - w.ms2(renew/2, renew) // it resumes just before its fence
+		mm.paused = max(mm.paused, w.now+d)
+		w.quiet = max(w.quiet, mm.paused)
+		mm.onLanded = func() {
+			w.at(w.now+w.ms2(1, 200), nil, func() {
+				l, err := w.get(saved.Name)
+				if err != nil {
+					return
+				}
+				l.Spec, l.Annotations = *saved.Spec.DeepCopy(), saved.Annotations
+				if w.put(l, false) == nil {
+					w.note("%s's Lease set back to the copy saved before its pause", mm.id)
+				}
+				cut := mm.m.fenceAfter() // it reads the copy only once fenced anyway
+				mm.cutUntil = w.now + cut
+				w.quiet = max(w.quiet, mm.cutUntil)
+				w.note("%s cut off from the server for %s", mm.id, cut)
+			})
+		}
+		w.note("%s's Lease saved, %s paused for %s", mm.id, mm.id, d)
 		return
 	case 8: // a copy under another name, holder and all: it stands still
 		c := l.DeepCopy()
@@ -790,12 +839,17 @@ func (w *model) round(mm *modelMember) {
 			return
 		}
 		applied = true
-		// The GET is answered just before the write is sent: only a
-		// write in between (modelGetToPut) makes it conflict.
-		if cur, ok := w.leases[wr.lease.Name]; ok && !wr.create && w.wrote[wr.lease.Name] < lands-modelGetToPut {
+		// The GET is answered just before the write is sent, and before
+		// the client gives up (a write landing after its answer was sent
+		// before it): only a write in between makes it conflict.
+		if cur, ok := w.leases[wr.lease.Name]; ok && !wr.create && w.wrote[wr.lease.Name] < min(lands, answer)-modelGetToPut {
 			wr.lease.ResourceVersion = cur.ResourceVersion
 		}
 		landed = w.put(wr.lease, wr.create) == nil
+		if f := mm.onLanded; landed && f != nil {
+			mm.onLanded = nil
+			f()
+		}
 	}
 	if lands >= 0 {
 		w.at(lands, nil, land)
@@ -1037,6 +1091,8 @@ func TestTheRingModelFailsWithoutEachRule(t *testing.T) {
 		{"a Lease renews when its holder's record moves, not its resourceVersion (byRecord)", &byRecord, true},
 		{"a leaving mark counts only with the renewal it was written with (markBound)", &markBound, true},
 		{"a leave names the slots it gave until they are confirmed (keepGiven)", &keepGiven, true},
+		{"a move that may hide a renewal keeps a Lease current, its claims every slot (byMove)", &byMove, true},
+		{"a copy of an old leaving mark counts for nothing (markFresh)", &markFresh, true},
 	} {
 		t.Run(rule.name, func(t *testing.T) {
 			*rule.v = false
