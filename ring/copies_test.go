@@ -12,12 +12,12 @@ import (
 // Saved copies of a dead member's Lease re-applied for ever (a sync
 // flapping between revisions) keep it live at most a lease duration
 // longer, however many distinct copies there are: an observer keeps the
-// last keptRenewTimes renewTimes it saw on the Lease, and a copy older
-// than all of them is no renewal.
+// highest keptRenewTimes renewTimes it read in each acquisition of the
+// Lease, and a copy at or below them is no renewal (ledger.fresh).
 
 // b renewed 17 times, each read by a; then b dies, and its two oldest
 // copies are re-applied in turn every renew period. a must count b out.
-func TestCopiesOlderThanTheRenewTimesKeptRenewNothing(t *testing.T) {
+func TestTwoOldCopiesReappliedInTurnRenewNothing(t *testing.T) {
 	now := epoch
 	a := copiesObserver(t, &now)
 	stamps := bRenews(a, &now, keptRenewTimes+1)

@@ -17,29 +17,34 @@ import (
 // deleted by hand, requests that hang, skewed clocks, members of different
 // lease durations, writes by others and clean leaves:
 //
-//   - sight: another member is live while it was seen to renew (renews: a
-//     fresh renewTime; the first move of its record after one) within the
+//   - sight: another member is live while it was seen to renew within the
 //     lease duration its holder wrote with it, on the observer's clock
 //     (client-go's leader election judges a Lease so), or within the
-//     observer's own if longer, or the longest it judged the Lease by
-//     before, never more than leaseBelief times its own. A write by anyone
-//     else (a label, an annotation) moves the resourceVersion, never the
-//     record; a saved copy re-applied moves it back, no renewal; a
-//     duration written by hand counts only from the holder's next renewal,
-//     and never shortens. A Lease seen for the first time
-//     counts as just renewed: no renewTime, written by another machine's
-//     clock, is ever compared with ours (a joiner 25 s ahead once took a
-//     live member's slots on such a comparison). A Lease that vanishes
-//     counts as live for its lease duration from the list that first found
-//     it gone (or from the first list after a blind stretch of the
-//     observer's own lease duration), claiming every slot, unless it was
-//     last seen marked leaving (AnnotationLeaving): deleted by hand, its
-//     owner does not know, goes on working until its own fence, and may have
-//     renewed just before the delete in a write this observer never read. A
-//     Lease marked leaving by its holder is not live: its owner admits
-//     nothing any more (a mark of another value than its renewTime, written
-//     by hand, counts for nothing). Nor is one of another scheme
-//     (AnnotationScheme), which counts as claiming every slot while it lives.
+//     observer's own if longer, never more than leaseBelief times its own.
+//     A renewal is a fresh record: a renewTime above the highest kept of
+//     its acquisition (the acquireTime a process writes when it creates,
+//     adopts or takes back its Lease), or of an acquisition never read
+//     (ledger). A write by anyone else (a label) is no renewal, nor is a
+//     saved copy re-applied, cycled or re-created after a collection (a
+//     forgotten Lease's ledger is kept). But any move read while the Lease
+//     was current may hide a renewal the copy overwrote (hides): it keeps
+//     the Lease current a lease duration from that list, claiming every
+//     slot, none confirmed, until its next renewal is read. A duration
+//     written by hand counts only with a renewal, and never shortens. A
+//     Lease seen for the first time counts as just renewed: no renewTime,
+//     written by another machine's clock, is ever compared with ours (a
+//     joiner whose clock runs ahead would take a live member's slots). A Lease that vanishes counts as live for its lease
+//     duration from the list that first found it gone (or from the first
+//     list after a blind stretch of the observer's own lease duration),
+//     claiming every slot, unless it was last seen marked leaving
+//     (AnnotationLeaving): deleted by hand, its owner does not know, goes
+//     on working until its own fence, and may have renewed just before the
+//     delete in a write this observer never read. A Lease marked leaving by
+//     its holder is not live: its owner admits nothing any more (a mark of
+//     another value than its renewTime counts for nothing, nor does one on
+//     a copy of an old leave set over a live member). Nor is one of another
+//     scheme (AnnotationScheme), which counts as claiming every slot while
+//     it lives.
 //   - unseen: a Lease the observer never read (deleted by hand before its
 //     first list, or while it was blind) may have an owner that works on
 //     until its fence. So for the longest lease duration it has read on the

@@ -1101,7 +1101,7 @@ func (m *Member) ours(r *metav1.MicroTime) bool {
 // (nil: none): the wall clock's, as the Lease stores it (microseconds),
 // and later than prev and than every one this member wrote or tried. So a
 // member's renewTimes only grow, whatever its wall clock does, and each
-// renewal is fresh to the others (renews): a copy re-applied never is.
+// renewal is fresh to the others (ledger.fresh): a copy re-applied never is.
 func (m *Member) stamp(prev *metav1.MicroTime) time.Time {
 	t := m.fence.wallNow().Truncate(time.Microsecond)
 	floor := m.wrote
