@@ -4,8 +4,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"rawwatch/internal/openfinding"
 )
 
 // A member believes the lease duration written on another's Lease up to
@@ -13,7 +11,6 @@ import (
 // times it"). a's lease duration is 1.1 s; b's Lease says 8 s; b dies: a
 // counts it out within 4 × 1.1 s of its last renewal (and a list).
 func TestALeaseDurationIsBelievedUpToFourTimesTheObserversOwn(t *testing.T) {
-	openfinding.Skip(t)
 	const own, period = 1100 * time.Millisecond, 300 * time.Millisecond
 	now := epoch
 	a := handoffMember(t, versionedClient(), "a", own, period, func() time.Time { return now })

@@ -24,30 +24,12 @@ import (
 
 // One identity in two processes, Leases restored or deleted by hand, clocks
 // that step or stop: each test holds a claim of docs/sharding.md under such
-// an input; those that call openfinding.Skip still fail (open findings).
+// an input.
 
-// Claims broken: "One identity, one process ... two processes never work
-// under one identity" and "[a Lease deleted by hand:] its re-created Lease
-// claims nothing for a lease duration" (docs/sharding.md, Membership and
-// the handoff's last section).
-//
-// x1 Works every slot. x2, a second process started with the same
-// identity, waits (its GET finds x1's Lease moving: errForeignWriter). The
-// Lease is deleted by hand. x2's next renewal finds nothing, and since it
-// never wrote the Lease (wrote is zero) it creates it at once, with no
-// quiet period (lostLease is only for a member that had written it), and
-// claims every slot one renew period later. x1's Lease API is failing for
-// two renew periods (two 500s, well within its fence of L − R), so it has
-// not found out; both Work all 256 slots while both may admit reconciles.
-//
-// Failure printed:
-//
-//	ring_adversary_test.go:90: the Lease deleted by hand, re-created by a second
-//	process of identity x: x and x both Work 256 slots (0-255), and may admit
-//	reconciles of 256 of them
-//
-// Severity: split brain (needs a duplicated identity, which the docs
-// promise to survive, plus a hand delete and a short API blip for x1).
+// Two processes never work under one identity. x1 Works every slot; x2,
+// of the same identity, waits on x1's moving Lease. The Lease is deleted
+// by hand while x1's Lease API fails for two renew periods (within its
+// fence): x2 re-creates it, and claims nothing before x1 has fenced.
 func TestASecondProcessRecreatingAHandDeletedLeaseDoesNotWorkAtOnce(t *testing.T) {
 	w := twoOfOneIdentity(t)
 	x1, x2 := w.x1, w.x2
@@ -75,26 +57,9 @@ func TestASecondProcessRecreatingAHandDeletedLeaseDoesNotWorkAtOnce(t *testing.T
 	}
 }
 
-// Claims broken: "After an outage of the API server longer than the fence
-// (every replica fences itself at once) the ring comes back as it was"
-// (A fence keeps its deletions), and ring.go's package doc "The Lease API
-// failing ... it retries every RenewPeriod".
-//
-// An etcd restore (from a snapshot, after the outage) puts the member's
-// Lease back as it was a few renewals earlier: its renewTime is one the
-// member wrote and forgot (neither wrote nor tried). From then on every
-// renewal returns errForeignWriter: the member never renews again, and
-// never works a slot again, though nobody else renews its Lease. With every
-// replica's Lease restored, the whole controller stops for good (a restart
-// is needed).
-//
-// Failure printed:
-//
-//	ring_adversary_test.go:161: 10 lease durations after the etcd restore, a
-//	works 0 slots (last renewal error: another process renews this member's
-//	Lease: ...); want it back at work
-//
-// Severity: outage (liveness; no split brain).
+// A Lease restored from an etcd snapshot (a renewTime its member wrote and
+// forgot) fences its owner only until it stood still a lease duration: the
+// member then takes it back and works again.
 func TestALeaseRestoredFromAnEtcdSnapshotDoesNotFenceItsOwnerForGood(t *testing.T) {
 	client := versionedClient()
 	now := epoch
@@ -143,21 +108,9 @@ func TestALeaseRestoredFromAnEtcdSnapshotDoesNotFenceItsOwnerForGood(t *testing.
 	}
 }
 
-// Claims broken: the same ("a failing Lease API is retried at the same
-// period"; "the ring comes back as it was"), without an etcd restore: a
-// renewal that times out after the server wrote it, followed by 64
-// renewals whose UPDATE fails (etcd out of space: reads work, writes fail;
-// 64 s at this renew period, 128 s at the default), makes the Lease hold a
-// renewTime the member has dropped from tried (it keeps 64). When writes
-// work again, the member takes its own write for another process's, and
-// never renews again.
-//
-// Failure printed:
-//
-//	ring_adversary_test.go:217: writes work again, yet a's renewal fails for
-//	good: another process renews this member's Lease: ...
-//
-// Severity: outage of the member (liveness), until it is restarted.
+// A write of the member's own older than the 64 attempts it keeps (a
+// renewal that timed out after the server wrote it, then 64 failed
+// UPDATEs) fences it only until the Lease stood still a lease duration.
 func TestAnOwnWriteOlderThanSixtyFourAttemptsDoesNotFenceForGood(t *testing.T) {
 	client := versionedClient()
 	now := epoch
@@ -199,26 +152,9 @@ func TestAnOwnWriteOlderThanSixtyFourAttemptsDoesNotFenceForGood(t *testing.T) {
 	t.Fatalf("writes work again, yet a's renewal fails for good: %v", err)
 }
 
-// Claims broken: "Each replica makes three requests per renew period ...:
-// 90 a minute at the default 2 s, whatever happens (a failing Lease API is
-// retried at the same period, never faster)", and the chaos run's bound of
-// 289 requests on Leases in any minute at the default renew period
-// (docs/sharding.md, What it costs).
-//
-// A Lease API (behind a proxy or a load balancer) that answers every
-// request 503 with "Retry-After: 0": client-go retries each GET and LIST
-// ten times at once (its default maxRetries; the ring sets none), so each
-// round makes 22 requests instead of 2, on the real clientset with the
-// app's limiter (QPS 200, burst 400). (kube-apiserver itself never sends a
-// Retry-After below 1 s; with 1 s the retries fit the chaos bound.)
-//
-// Failure printed:
-//
-//	ring_adversary_test.go:270: every Lease request answered 503 Retry-After: 0:
-//	66 requests in 3 rounds, 660 a minute at the default renew period 2s
-//	(the docs: 90, whatever happens; the chaos bound 289)
-//
-// Severity: request storm (×7 the documented rate), needs a non-kube proxy.
+// A Lease API answering every request 503 with "Retry-After: 0" gets no
+// more requests than at the renew period: client-go's retries are off on
+// the ring's client (docs/sharding.md, What it costs).
 func TestARetryAfterZeroDoesNotStormTheLeaseAPI(t *testing.T) {
 	url, requests := testkit.FailingAPI(t, http.StatusServiceUnavailable)
 	client, err := NewClient(&rest.Config{Host: url, QPS: 200, Burst: 400}) // as internal/app builds the ring's client
@@ -247,29 +183,9 @@ func TestARetryAfterZeroDoesNotStormTheLeaseAPI(t *testing.T) {
 	t.Logf("%d requests in %d rounds, %d a minute", n, rounds, perMinute)
 }
 
-// Claim broken (docs/sharding.md, Membership, "Withdraw"): "A member that
-// finds a slot it Works claimed, confirmed, by another live member ...
-// drops it from Working at once".
-//
-// a Works every slot. Another live member, b (its Lease renewed every
-// round), claims slot 5 confirmed: a split brain made by some wrong view.
-// a's lists succeed and show it every round; only a's renewals fail (500s).
-// A step whose renewal failed is not Confirmed, and Claims.Step returns
-// before the withdrawal: a keeps Working slot 5 until its fence, L − R
-// later, not "at once" (a split brain lasts up to 13 s at the defaults
-// instead of ending at the first list that shows it).
-//
-// Failure printed:
-//
-//	ring_adversary_test.go:341: b (live) claims slot 5 confirmed, shown by 3
-//	of a's lists (its renewals failing): a still Works it, 500ms before its
-//	fence
-//
-// (With a's renewals succeeding, the same test passes: withdrawn at the
-// first list.)
-//
-// Severity: a split brain, once made, lasts until the fence (doc wrong:
-// "at once").
+// A member withdraws a slot it Works at the first list that shows another
+// live member claiming it confirmed, whether or not its own renewal went
+// through (docs/sharding.md, Membership, "Withdraw").
 func TestARivalSeenWhileRenewalsFailIsWithdrawn(t *testing.T) {
 	client := versionedClient()
 	now := epoch
@@ -312,25 +228,9 @@ func TestARivalSeenWhileRenewalsFailIsWithdrawn(t *testing.T) {
 	}
 }
 
-// Claim broken (docs/sharding.md, "One identity, one process"): "A replica
-// that finds its own Lease already there, renewed by someone it is not ...,
-// takes it over only once it has stood still for a lease duration" — the
-// second process does not take it, but when it stops (a rolling update of a
-// StatefulSet-like identity, a duplicated Deployment scaled down) its
-// leave deletes it: leave marks the Lease only if this process wrote it
-// (wrote non-zero), and deletes it either way. The first process, which
-// works every slot, finds its Lease gone at its next renewal, fences, and
-// its re-created Lease claims nothing for a lease duration; the others hold
-// the unmarked vanished Lease as claiming every slot meanwhile.
-//
-// Failure printed:
-//
-//	ring_adversary_test.go:390: a second process of identity x left without
-//	ever working: x1, the one that works, Works 0 slots one renew period
-//	later (want 256)
-//
-// Severity: outage (every slot of the first process unworked for over a
-// lease duration; no split brain).
+// A second process of one identity, which never held the Lease, leaves it
+// in place when it stops: the first, which works under it, keeps its
+// slots.
 func TestASecondProcessOfOneIdentityDoesNotDeleteTheFirstsLeaseOnLeaving(t *testing.T) {
 	now := epoch
 	_, x1, x2 := pair(t, &now, "x", "x")
@@ -354,32 +254,10 @@ func TestASecondProcessOfOneIdentityDoesNotDeleteTheFirstsLeaseOnLeaving(t *test
 	}
 }
 
-// Claim broken (docs/sharding.md, the fence and the bounds table): "its
-// gate admits nothing more [past L − R], the gate's own clock, even if the
-// fence's goroutine is late or the process was frozen", "so workers resumed
-// from a pause start nothing before the fence has run".
-//
-// The gate's clock and the fence timer are Go's monotonic clock, which on
-// Linux is CLOCK_MONOTONIC: it does not count a system suspend (S3 or
-// hibernation of the node, or a guest whose clock is stopped while its VM
-// is suspended; Go kept CLOCK_MONOTONIC on purpose, golang/go#24595). Here
-// a's clock stands still for a suspend of three lease durations while b's
-// runs (the model's clocks are skewed, never at different rates; the docs
-// say drift "is not modelled", and a suspend is drift of the whole pause).
-// b counts a out and Works every slot; a resumes believing 1 ms passed:
-// its deadline is ahead on its own clock, its gate admits its old share at
-// once, before any renewal or list (and its renewal then succeeds too: its
-// Lease is still there, renewTime its own).
-//
-// Failure printed:
-//
-//	ring_adversary_test.go:448: a resumed from a 13s system suspend (its
-//	monotonic clock stopped): a and b both Work 128 slots (...), and may
-//	admit reconciles of 128 of them
-//
-// Severity: split brain, only where the monotonic clock stops during a
-// pause (system suspend); SIGSTOP, cgroup freezes and CPU throttling are
-// counted and fenced correctly.
+// The gate admits nothing past the fence deadline even across a system
+// suspend, which Go's monotonic clock does not count (golang/go#24595): a
+// resumes after a suspend of three lease durations, b having taken every
+// slot, and admits none of its old share (fenceClock).
 func TestASuspendedNodesMonotonicClockDoesNotKeepItsGateOpen(t *testing.T) {
 	client := versionedClient()
 	world := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -414,32 +292,10 @@ func TestASuspendedNodesMonotonicClockDoesNotKeepItsGateOpen(t *testing.T) {
 	noSplit(t, fmt.Sprintf("a's first round after a %s system suspend", suspendedFor), a, b)
 }
 
-// Claims broken (docs/sharding.md, Membership): "[the owner of a Lease
-// deleted by hand] fences at once, and the Lease it re-creates claims
-// nothing for a lease duration. So every Lease that ever claims a slot
-// existed for longer than a lease duration first, and an observer whose
-// lists are less than that apart has read it."
-//
-// Found by the ring model at seed 12463 (the model's 10,000 seeds miss
-// it), replayed here on a fake clientset. c's Lease is deleted by hand
-// while c's requests fail: c fences at its deadline, its claims already
-// empty when its renewal finally finds the Lease gone, so renew creates
-// it at once (errLeaseDeleted, and with it the quiet period, is only for
-// a member whose claims are not empty), and c Works again two renew
-// periods later. a's lists fail meanwhile (for less than a lease
-// duration: not "blind"), so a never reads the re-created Lease; it is
-// deleted by hand again, c's requests fail again, and a, which counted the
-// first vanishing from long before, forgets c and takes its slots while c
-// Works them until its fence.
-//
-// Failure printed:
-//
-//	ring_adversary_test.go:498: c's Lease re-created without a quiet period,
-//	then deleted again: a and c both Work 128 slots (...), and may admit
-//	reconciles of 128 of them
-//
-// Severity: split brain (two hand deletes of one Lease within seconds,
-// with its owner's requests and an observer's lists failing).
+// A Lease its owner re-creates after it was deleted by hand claims nothing
+// for a lease duration, also when the owner had fenced (claims empty)
+// before it found the Lease gone: c's Lease is deleted twice while its
+// requests and a's lists fail, and a and c never Work one slot.
 func TestALeaseRecreatedAfterItsOwnerFencedDoesNotClaimAtOnce(t *testing.T) {
 	now := epoch
 	client, a, c := pair(t, &now, "a", "c")
@@ -494,32 +350,9 @@ func TestALeaseRecreatedAfterItsOwnerFencedDoesNotClaimAtOnce(t *testing.T) {
 // From the second adversarial review of the ring: each test failed on the
 // code it reviewed, and holds the fix made since.
 
-// Claim broken (ring.go, leave: "Only a Lease this process holds is marked
-// and deleted: one it never wrote, or one renewed behind its back, is
-// another process's (of the same identity), which works under it"; commit
-// 2c4b65f: "a second process of one identity, which never held the Lease,
-// no longer deletes the first's on leaving").
-//
-// x1 Works every slot; x2, a second process with identity x, waits. x1's
-// Lease API fails for longer than a lease duration: x1 fences, the Lease
-// stands still, and x2 adopts it (f996d50) and Works every slot. x1 is
-// then stopped. Its leave's mark fails with an error that is not
-// errForeignWriter (its GET answered 500: x1's API trouble has not quite
-// ended) and the leave then deletes the Lease with no precondition at all:
-// the Lease x2 holds and renews. x2's next renewal finds it gone
-// (errLeaseDeleted): x2 drops every slot and stays quiet for a lease
-// duration after its re-create; the others count the unmarked vanished
-// Lease live for a lease duration, claiming every slot.
-//
-// Failure printed:
-//
-//	adv2_test.go:96: x1, fenced and adopted by x2, left with its mark's GET
-//	refused: x2 admits 0 slots one renew period later (want 256; its Lease
-//	exists: false)
-//
-// Severity: outage (every slot of identity x unworked for over a lease
-// duration; needs a duplicated identity, which the docs promise to
-// survive, and one failed request in the leave).
+// A leave whose mark fails deletes nothing: x2 adopted the Lease after
+// x1 fenced, and x1's leave (its mark's GET refused) must not delete the
+// Lease x2 holds and renews.
 func TestALeaveWhoseMarkFailsDoesNotDeleteTheLeaseAnotherProcessHolds(t *testing.T) {
 	w := twoOfOneIdentity(t)
 	x1, x2 := w.x1, w.x2
@@ -604,35 +437,9 @@ func leaseExists(client interface {
 	return err == nil
 }
 
-// Claim broken (ring.go, try: "Every attempt since the last success
-// counts: under load, one times out after the server wrote it ... (Only the
-// last counted once: a member then took its own earlier write for another
-// process's ...)"; and 3e3be83: "the re-created Lease's quiet lease
-// duration counts from the re-create that succeeded").
-//
-// a's Lease is deleted by hand; a finds out (errLeaseDeleted) and
-// re-creates it at its next turn. The create lands, but its answer is lost
-// (a timeout under load). At the next turn a's GET finds the Lease, and as
-// wrote is zero it takes the branch for a Lease "not written by us" — it
-// never consults tried, which holds this very create's renewTime — and
-// waits a lease duration for its own Lease to stand still
-// (errForeignWriter), then adopts it, and only then starts the quiet lease
-// duration (wroteLease). a claims nothing for two lease durations and more
-// after its own create landed, instead of one. (With a second member the
-// Lease standing still makes it count a dead and take its slots, then hand
-// them back: two handoffs for nothing.)
-//
-// Failure printed:
-//
-//	adv2_test.go:185: a ring of one whose re-create landed with its answer
-//	lost: a Works 0 slots 7s after the create landed (L + 3R), not renewing its own Lease (taken for another process's) at [0s
-//	1s 2s 3s 4s 5s] after; want every slot
-//
-// (With the create's answer received, the same test passes: a Works every
-// slot within L + 3R.)
-//
-// Severity: outage (the member's slots, an extra lease duration and a
-// renew period; a ring of one: every slot).
+// A re-create whose answer is lost is the member's own write (tried): a
+// finds the Lease it created and renews it, its quiet lease duration
+// counted from the create, and Works every slot within L + 3R.
 func TestAReCreateWhoseAnswerIsLostIsNotTakenForAnotherProcesss(t *testing.T) {
 	client := versionedClient()
 	now := epoch
@@ -663,36 +470,10 @@ func TestAReCreateWhoseAnswerIsLostIsNotTakenForAnotherProcesss(t *testing.T) {
 	}
 }
 
-// Claim broken (ring.go renew, f996d50: "a second process with our
-// identity, which keeps renewing, still never is [adopted]"; the code
-// comment: "another process keeps renewing it; a stale write of ours stands
-// still, and is ours again then"; docs/sharding.md: "two processes never
-// work under one identity").
-//
-// found is kept by resourceVersion and never reset: a resourceVersion seen
-// again counts as standing still since it was first seen. An etcd restore
-// from a snapshot (without --bump-revision) brings resourceVersions back.
-// x1 Works; its API fails past a lease duration; x2, a second process of
-// identity x, adopts the Lease and Works every slot. x1 is back for one
-// renewal, which finds x2's write (found: that resourceVersion, then);
-// x1's API fails again while x2 renews on for 6 renew periods. etcd is
-// restored from a snapshot taken at x1's look: the Lease is back at the
-// resourceVersion x1 found. x1's next renewal takes it as having stood
-// still for 7 s and adopts it at once; x2's requests fail meanwhile (the
-// restore), so it Works on until its fence — and x1 confirms every slot
-// within two renew periods. (The control, a restore to the resourceVersion
-// x2 wrote a renew period later, which x1 never saw: x1 waits a lease
-// duration, by when x2 has fenced; no split.)
-//
-// Failure printed:
-//
-//	adv2_test.go:246: etcd restored to the resourceVersion x1 found 7s
-//	before: x and x both Work 256 slots (0-255), and may admit reconciles
-//	of 256 of them
-//
-// Severity: split brain (needs a duplicated identity, an etcd restore that
-// reuses resourceVersions, and the working process's requests failing
-// right after it: rare).
+// A Lease is adopted only after it stood still a lease duration of
+// consecutive reads: a record seen again after a gap (an etcd restore
+// brings back one seen long before) starts the count anew, so x1 does not
+// adopt the Lease x2 still works under.
 func TestAResourceVersionSeenAgainAfterARestoreIsNotAdoptedAtOnce(t *testing.T) {
 	// The control: restored to the resourceVersion x2 wrote just after
 	// (x1 never saw it), x1 waits a lease duration, and x2 has fenced by
@@ -761,27 +542,8 @@ func restoredAfterFound(t *testing.T, seen bool) {
 	rounds(map[bool]int{true: 3, false: 8}[seen], "etcd restored to the resourceVersion x1 found "+restored.Sub(foundAt).String()+" before")
 }
 
-// Claim broken (ring.go, leave: "Only a Lease this process holds is marked
-// and deleted: one it never wrote, or one renewed behind its back, is
-// another process's (of the same identity)"; the log line "Leaving the
-// ring's Lease in place: this process never held it"; docs/sharding.md: a
-// clean leave is out "at the next list after the mark").
-//
-// The same root as TestAReCreateWhoseAnswerIsLostIsNotTakenForAnotherProcesss:
-// "wrote" is the only record of holding the Lease. A member whose create
-// landed with its answer lost (a timeout under load) and that is stopped
-// before its next successful renewal leaves its own Lease in place,
-// unmarked: the others count it live, its share theirs to give it and
-// nobody's to work, until it has stood still for a lease duration.
-//
-// Failure printed:
-//
-//	adv2_test.go:371: a member whose create landed with its answer lost
-//	left: its Lease is still there, not marked leaving; want it marked and
-//	deleted
-//
-// Severity: outage (the member's share, a lease duration after a leave
-// that should have ended it at once).
+// A member whose create landed with its answer lost holds its Lease (its
+// attempt is on it): its leave marks the Lease and deletes it.
 func TestALeaveAfterACreateWhoseAnswerIsLostMarksItsLease(t *testing.T) {
 	client := versionedClient()
 	now := epoch
@@ -821,39 +583,10 @@ func loseTheNextCreatesAnswer(t *testing.T, client *fake.Clientset) (landed func
 // Leases never read and the fence's clock (unseenUntil, a suspend, a wall
 // clock stepped).
 
-// Claim broken (docs/sharding.md, Membership, "A Lease never read"): "for a
-// lease duration after its first successful list, after a list that ends a
-// blind stretch, and after the first write of its own Lease, a member claims
-// no free slot". A blind stretch is measured on the monotonic clock
-// (sight: now.Sub(prev) >= lease, now from Config.Now), which a system
-// suspend stops: a member suspended for three lease durations was blind all
-// that while, but its first list after the resume is a few milliseconds
-// after its last one before, so the code does not notice. Its fence counts
-// the suspend (fenceClock), so it fences and comes back, and claims the
-// free slots at once.
-//
-// a Works every slot; its node is suspended for 3 L. d joins meanwhile
-// (a's Lease stands still: d counts a out and Works every slot), then d's
-// Lease is deleted by hand and d's requests time out: d Works on to its
-// fence (L − R after its last renewal). a resumes: its list shows no d (it
-// never read d's Lease), no blind stretch on its monotonic clock, so no
-// unseenUntil: it claims every slot and Works them while d still does.
-//
-// Failure printed:
-//
-//	ring_adversary_test.go:961: a resumed from a 13s suspend, d's Lease
-//	deleted by hand before: a and d both Work 256 slots (0-255), and may
-//	admit reconciles of 256 of them
-//
-// The same schedule with a's monotonic clock running through the pause
-// (SIGSTOP, not a suspend) holds: a's first list ends a blind stretch.
-//
-// Severity: split brain (a system suspend of a member longer than a lease
-// duration, a joiner during it, a hand delete of the joiner's Lease with its
-// requests failing).
-//
-// The rule: the fence's clock counts the most the wall clock ran ahead
-// of the monotonic one, and a blind stretch is measured on it.
+// A system suspend ends in a blind stretch: a member suspended three lease
+// durations (its monotonic clock stopped) claims no free slot for a lease
+// duration after it resumes, so d, whose Lease a never read, works its
+// slots to its fence alone.
 func TestASuspendIsNoticedAsABlindStretch(t *testing.T) {
 	client := versionedClient()
 	world := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -920,36 +653,9 @@ func wallMember(t *testing.T, ctx context.Context, mono *time.Time, wall func() 
 	return m
 }
 
-// Claim broken (docs/sharding.md, The fence's clock counts a suspend): "a
-// wall clock stepped back counts nothing (the monotonic clock's advance
-// stands); one stepped forward fences the member early — safe: it fences,
-// and is back at its next renewal and list". The fence's clock adds, at
-// every reading, the larger of the two advances since the previous one, so
-// a wall clock that steps back and forth counts every forward step and none
-// of the backward ones: it runs ahead of both clocks without bound, by the
-// amplitude times half the number of readings. The gate reads it once per
-// reconcile it admits (Admits), so the busier the member, the faster its
-// fence runs. A wall clock flapping by 20 ms (two time sources fighting
-// over it, each stepping it back to its own: ntpd and a hypervisor's time
-// sync), read 500 times a second by the gate, runs a healthy lone member's
-// fence clock 6 times faster than time: it fences itself every round.
-//
-// Failure printed:
-//
-//	ring_adversary_test.go:1046: a wall clock flapping 20ms back and forth,
-//	the gate reading it 500 times a renew period: over 30 renew periods a
-//	healthy lone member fenced itself 29 times, and Works 0 slots at the
-//	end (its fence clock ran 2m31.8s ahead of its monotonic clock)
-//
-// Severity: outage (a member whose wall clock flaps works none of its
-// slots, or works them in bursts between fences, each fence cancelling its
-// reconciles in flight: a storm of fences, one a round). Not from time.Now
-// alone: Config.Wall unset, the wall reading is time.Now's own, read a few
-// nanoseconds before its monotonic one, so the phantom time is only the
-// sum of the preemptions that land between the two (negligible).
-//
-// The rule: the fence's clock counts the most the wall clock ran ahead
-// of the monotonic one, and a blind stretch is measured on it.
+// A wall clock flapping back and forth counts its largest step once: the
+// fence's clock does not run ahead however often the gate reads it, and a
+// healthy member does not fence itself.
 func TestAWallClockSteppedBackAndForthDoesNotRunTheFenceAhead(t *testing.T) {
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	mono := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -981,24 +687,9 @@ func TestAWallClockSteppedBackAndForthDoesNotRunTheFenceAhead(t *testing.T) {
 	}
 }
 
-// Claim broken (the same): "a wall clock stepped back counts nothing". It
-// counts nothing when stepped back, but the step forward that corrects it
-// (the operator, or NTP, putting it right) counts in full, though the wall
-// clock is then exactly where it would have been: net, no step at all, and
-// the fence's clock is an hour ahead. A healthy member fences itself.
-//
-// Failure printed:
-//
-//	ring_adversary_test.go:1086: the wall clock stepped back 1h0m0s and put
-//	right 3 renew periods later: a healthy lone member fenced itself 1
-//	times (its fence clock 1h0m0s ahead of its monotonic clock)
-//
-// Severity: outage (one fence of a healthy member per correction: its
-// slots unworked for two renew periods or so, its reconciles in flight
-// cancelled).
-//
-// The rule: the fence's clock counts the most the wall clock ran ahead
-// of the monotonic one, and a blind stretch is measured on it.
+// A wall clock stepped back, then put right, counts nothing: the fence's
+// clock counts the most the wall clock ran ahead of the monotonic one, and
+// a healthy member does not fence itself.
 func TestAWallClockPutRightAfterASteppedBackDoesNotFenceAHealthyMember(t *testing.T) {
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	mono := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -1023,27 +714,8 @@ func TestAWallClockPutRightAfterASteppedBackDoesNotFenceAHealthyMember(t *testin
 	}
 }
 
-// Claim broken (docs/sharding.md, Membership: "[a Lease deleted by hand:]
-// its owner ... fences at once, re-creates it at its next renewal ... and
-// the re-created Lease claims nothing for a lease duration"): the owner
-// recovers from a hand edit of its Lease. A hand edit that removes the
-// ring's label (kubectl label lease r-a rawwatch.example.com/ring-) takes
-// the Lease out of every list, its owner's included, while the Lease is
-// still there by name: the owner's list does not show it, so it takes it
-// for deleted (afterLook: lostLease) and fences; its renewal then finds it
-// by name, renews it, and writes back the labels as read, without the
-// ring's. Every round the same: the member never claims a slot again, and
-// nothing in the log says why beyond a fence a round.
-//
-// Failure printed:
-//
-//	ring_adversary_test.go:1135: the ring's label removed by hand from a's
-//	Lease: 30 renew periods later a Works 0 slots (its Lease's labels: map[])
-//
-// Severity: outage (a member works nothing until its Lease is deleted or
-// relabelled by hand; the others take its slots after a lease duration).
-//
-// The rule: a renewal writes the ring's label back.
+// A Lease whose ring label was taken off by hand gets it back at its
+// owner's next renewal: the owner fences once, then works again.
 func TestALeaseUnlabelledByHandDoesNotFenceItsOwnerForGood(t *testing.T) {
 	client := versionedClient()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

@@ -17,29 +17,34 @@ import (
 // deleted by hand, requests that hang, skewed clocks, members of different
 // lease durations, writes by others and clean leaves:
 //
-//   - sight: another member is live while it was seen to renew (renews: a
-//     fresh renewTime; the first move of its record after one) within the
+//   - sight: another member is live while it was seen to renew within the
 //     lease duration its holder wrote with it, on the observer's clock
 //     (client-go's leader election judges a Lease so), or within the
-//     observer's own if longer, or the longest it judged the Lease by
-//     before, never more than leaseBelief times its own. A write by anyone
-//     else (a label, an annotation) moves the resourceVersion, never the
-//     record; a saved copy re-applied moves it back, no renewal; a
-//     duration written by hand counts only from the holder's next renewal,
-//     and never shortens. A Lease seen for the first time
-//     counts as just renewed: no renewTime, written by another machine's
-//     clock, is ever compared with ours (a joiner 25 s ahead once took a
-//     live member's slots on such a comparison). A Lease that vanishes
-//     counts as live for its lease duration from the list that first found
-//     it gone (or from the first list after a blind stretch of the
-//     observer's own lease duration), claiming every slot, unless it was
-//     last seen marked leaving (AnnotationLeaving): deleted by hand, its
-//     owner does not know, goes on working until its own fence, and may have
-//     renewed just before the delete in a write this observer never read. A
-//     Lease marked leaving by its holder is not live: its owner admits
-//     nothing any more (a mark of another value than its renewTime, written
-//     by hand, counts for nothing). Nor is one of another scheme
-//     (AnnotationScheme), which counts as claiming every slot while it lives.
+//     observer's own if longer, never more than leaseBelief times its own.
+//     A renewal is a fresh record: a renewTime above the highest kept of
+//     its acquisition (the acquireTime a process writes when it creates,
+//     adopts or takes back its Lease), or of an acquisition never read
+//     (ledger). A write by anyone else (a label) is no renewal, nor is a
+//     saved copy re-applied, cycled or re-created after a collection (a
+//     forgotten Lease's ledger is kept). But any move read while the Lease
+//     was current may hide a renewal the copy overwrote (hides): it keeps
+//     the Lease current a lease duration from that list, claiming every
+//     slot, none confirmed, until its next renewal is read. A duration
+//     written by hand counts only with a renewal, and never shortens. A
+//     Lease seen for the first time counts as just renewed: no renewTime,
+//     written by another machine's clock, is ever compared with ours (a
+//     joiner whose clock runs ahead would take a live member's slots). A Lease that vanishes counts as live for its lease
+//     duration from the list that first found it gone (or from the first
+//     list after a blind stretch of the observer's own lease duration),
+//     claiming every slot, unless it was last seen marked leaving
+//     (AnnotationLeaving): deleted by hand, its owner does not know, goes
+//     on working until its own fence, and may have renewed just before the
+//     delete in a write this observer never read. A Lease marked leaving by
+//     its holder is not live: its owner admits nothing any more (a mark of
+//     another value than its renewTime counts for nothing, nor does one on
+//     a copy of an old leave set over a live member). Nor is one of another
+//     scheme (AnnotationScheme), which counts as claiming every slot while
+//     it lives.
 //   - unseen: a Lease the observer never read (deleted by hand before its
 //     first list, or while it was blind) may have an owner that works on
 //     until its fence. So for the longest lease duration it has read on the
@@ -87,6 +92,13 @@ var (
 	// keepGiven: a member leaving names the slots it gave, on its marked
 	// Lease, until their new owners confirm them (or a bound passes).
 	keepGiven = true
+	// byMove: a move that may hide a renewal keeps the Lease current a
+	// lease duration longer, its claims taken as every slot (hides).
+	byMove = true
+	// markFresh: a leaving mark counts only with a fresh renewal of the
+	// acquisition last read, on a record read unmarked, or on a Lease
+	// already out: a copy of an old leave counts for nothing.
+	markFresh = true
 )
 
 // fenceClock is the clock of a member's own fence. Go's monotonic clock,
@@ -163,15 +175,21 @@ func Admits(c Claims, until, now time.Time, slot int, deletion bool) bool {
 
 // sight records one list of the ring's Leases, made at now on the
 // observer's clock: listed holds the others' Leases as read, by name
-// (Member.read; at and renewals are set here). seen is what the observer
-// knew; prev, when its last list before this one succeeded (zero: none);
-// own, the observer's lease duration.
+// (Member.read; at, hidden, renewals and the ledger are set here). seen is
+// what the observer knew, past what it keeps of the Leases it forgot;
+// prev, when its last list before this one succeeded (zero: none); own,
+// the observer's lease duration.
 //
-// A Lease renews when its holder's record moves (recordOf): a write by
-// anyone else moves its resourceVersion, never its record. It is judged by
-// the lease duration its holder wrote with the record (a duration written
-// alone, by hand, counts from the holder's next renewal), never by less
-// than own, nor than it was judged by before.
+// A Lease renews when its holder writes a fresh record (ledger.fresh): a
+// write by anyone else, a label, is no renewal, nor is a saved copy
+// re-applied. It is judged by the lease duration its holder wrote with the
+// renewal (a duration written alone, by hand or by a copy, counts from the
+// holder's next renewal), never by less than own, nor than it was judged
+// by before. A move of any kind read by a list whose previous list found
+// the Lease current may hide a renewal (a copy re-applied over one this
+// observer never read): the Lease is then current a lease duration from
+// this list too (hidden), but such moves never make it current longer than
+// one lease duration past that window.
 //
 // It says whether the list may have missed a Lease (unseen): the
 // observer's first list, or one after a blind stretch. A Lease created and
@@ -181,7 +199,7 @@ func Admits(c Claims, until, now time.Time, slot int, deletion bool) bool {
 //
 // blindFor is how long since the observer's last successful list, on its
 // fence's clock (which counts a suspend, where now and prev do not).
-func sight(seen, listed map[string]observed, now, prev time.Time, blindFor, own time.Duration) (unseen bool) {
+func sight(seen, listed map[string]observed, past map[string]forgotten, now, prev time.Time, blindFor, own time.Duration) (unseen bool) {
 	// Back after a lease duration or more without a list (paused, or its
 	// lists failing): a Lease gone may have come back and gone again
 	// meanwhile, re-created, working, deleted, in writes this observer
@@ -189,9 +207,19 @@ func sight(seen, listed map[string]observed, now, prev time.Time, blindFor, own 
 	// Lease claims nothing for a lease duration: renew, errLeaseDeleted; so
 	// an observer whose lists are less than that apart reads it.)
 	blind := !prev.IsZero() && max(now.Sub(prev), blindFor) >= own
+	for name, f := range past {
+		if !now.Before(f.until) {
+			delete(past, name)
+		}
+	}
 	for name, l := range listed {
 		o, ok := seen[name]
-		l.at, l.renewals = now, o.renewals
+		if f, was := past[name]; !ok && was { // forgotten, and back
+			o.ledger = f.ledger
+			delete(past, name)
+		}
+		fresh := !byRecord && ok && o.rv != l.rv || byRecord && o.ledger.fresh(l.acquired, l.renewTime)
+		l.at, l.renewals, l.hidden = now, o.renewals, o.hidden
 		// Never less than the observer's own, nor than it judged the
 		// Lease by before: a duration shortened by hand, read with a
 		// renewal whose write was missed, or at first sight, cannot
@@ -200,19 +228,49 @@ func sight(seen, listed map[string]observed, now, prev time.Time, blindFor, own 
 		if !byHolder {
 			l.lease = own
 		}
-		l.renewTimes, l.moved = o.renewTimes, true
-		if ok && o.gone { // back: judged afresh
-			l.renewTimes = nil
-		}
+		// A leaving mark counts at first sight, with a renewal of the
+		// acquisition last read (the holder's leave), on a record last
+		// read unmarked (a collector's: it waited three lease durations
+		// from it), on a Lease already out, and as long as the record it
+		// counted with stands; not on a copy of an old leave re-applied
+		// over a live member, whose owner works on until it reads it.
+		first := !ok && len(o.ledger) == 0
+		l.marked = l.leaving
+		l.leaving = l.leaving && (!markBound || !markFresh || first || ok && !o.current(now) ||
+			ok && o.record == l.record && (o.leaving || !o.marked) || fresh && ok && o.acquired.Equal(l.acquired))
 		switch {
-		case !ok:
-		case byRecord && l.renews(&o), !byRecord && o.rv != l.rv:
+		case first:
+			// Never seen: counts as just renewed (no renewTime, written by
+			// another machine's clock, is compared with ours).
+		case fresh && ok:
 			l.renewals++
+		case fresh: // forgotten, and back in a new acquisition: its holder's
+		case !ok: // forgotten, and back as a copy: no renewal at all
+			l.at, l.lease = time.Time{}, o.lease
 		default:
 			l.at, l.lease = o.at, o.lease
+			if hides(&o, &l, prev) {
+				l.hidden = now
+			}
 		}
-		l.renewTimes = remember(l.renewTimes, l.renewTime)
+		// Its annotations are its owner's word only as its renewals wrote
+		// them: after any other move, a renewal it may hide may have
+		// claimed more (and confirmed it), so until its next renewal it
+		// counts as claiming every slot, none confirmed.
+		moved := o.rv != l.rv || o.record != l.record
+		l.doubt = ok && byRecord && byMove && !(fresh && o.acquired.Equal(l.acquired)) && (moved || o.doubt)
+		if l.doubt {
+			l.claims, l.pending = shard.All(), shard.All()
+		}
+		l.ledger = o.ledger
+		if fresh || first {
+			l.ledger = o.ledger.noted(l.acquired, l.renewTime)
+		}
 		seen[name] = l
+	}
+	forget := func(name string, o observed) {
+		delete(seen, name)
+		past[name] = forgotten{ledger: o.ledger, until: now.Add(rememberFor * own)}
 	}
 	for name, o := range seen {
 		if _, ok := listed[name]; ok {
@@ -225,7 +283,7 @@ func sight(seen, listed map[string]observed, now, prev time.Time, blindFor, own 
 		// duration from the list that first found it gone (its owner's
 		// deadline is at most that list's instant plus its fenceAfter).
 		if o.leaving || !vanishedLive {
-			delete(seen, name)
+			forget(name, o)
 			continue
 		}
 		if !o.gone || blind {
@@ -235,8 +293,8 @@ func sight(seen, listed map[string]observed, now, prev time.Time, blindFor, own 
 		// counts as claiming every slot, none of them confirmed (nobody
 		// claims a free slot meanwhile; nobody withdraws one it works).
 		o.claims, o.pending = shard.All(), shard.All()
-		if now.Sub(o.at) >= o.lease {
-			delete(seen, name)
+		if !o.current(now) {
+			forget(name, o)
 			continue
 		}
 		seen[name] = o
@@ -244,40 +302,95 @@ func sight(seen, listed map[string]observed, now, prev time.Time, blindFor, own 
 	return prev.IsZero() || blind
 }
 
-// keptRenewTimes is how many of a Lease's renewTimes an observer keeps.
-const keptRenewTimes = 16
-
-// renews tells whether a Lease listed as l, last seen as o, was renewed
-// since, and notes in l.moved whether its holder may have written it since
-// this list (the next move of its record then counts too).
-//
-// A renewal writes a fresh renewTime: not one seen on the Lease before, nor
-// older than every one kept (a member's renewTimes only grow: stamp). A
-// saved copy re-applied writes an old one: no renewal, except for the first
-// move after a fresh renewal, since the copy may have overwritten a renewal
-// this observer never read. So a Lease re-applied for ever stays live one
-// lease duration longer, never for ever.
-func (l *observed) renews(o *observed) bool {
-	if !l.renewTime.IsZero() && !slices.ContainsFunc(o.renewTimes, l.renewTime.Equal) &&
-		(len(o.renewTimes) < keptRenewTimes || l.renewTime.After(o.renewTimes[0])) {
-		return true
-	}
-	if o.record == l.record {
-		l.moved = o.moved
-		return false
-	}
-	l.moved = false
-	return o.moved
+// hides tells whether a Lease listed as l, last seen as o and not renewed
+// since, may hide a renewal: it moved (anyone's write), and the previous
+// list, at prev, found it current by its last renewal. A renewal its owner
+// counts on is sent before its fence, within a lease duration of the one
+// before, which this observer read at o.at or later; a copy re-applied
+// over it before this list shows only as a move. (A move read later hides
+// nothing the owner still counts on.)
+func hides(o, l *observed, prev time.Time) bool {
+	moved := o.rv != l.rv || o.record != l.record
+	return byRecord && byMove && moved && !prev.IsZero() && prev.Sub(o.at) < o.lease
 }
 
-// remember is kept with t added (a fresh copy: observed values share it).
-func remember(kept []time.Time, t time.Time) []time.Time {
-	if t.IsZero() || slices.ContainsFunc(kept, t.Equal) {
-		return kept
+// forgotten is what an observer keeps of a Lease it forgot (it left, was
+// collected, or vanished a lease duration ago): its ledger, so that a copy
+// re-created (a GitOps sync puts back what it finds missing) is no
+// renewal; until, when it forgets that too.
+type forgotten struct {
+	ledger ledger
+	until  time.Time
+}
+
+// rememberFor is how many of its own lease durations an observer keeps a
+// forgotten Lease's ledger.
+const rememberFor = 240
+
+// keptRenewTimes is how many renewTimes of one acquisition an observer
+// keeps (the highest it read), and keptAcquisitions how many acquisitions
+// of one Lease.
+const (
+	keptRenewTimes   = 16
+	keptAcquisitions = 16
+)
+
+// An acquisition is one holding of a Lease by one process, named by the
+// acquireTime it wrote when it created, adopted or took back the Lease
+// (stamp: unique), with the highest renewTimes read in it. A process's
+// renewTimes only grow (stamp), whatever its wall clock does; another
+// process writes another acquisition, so no two processes' clocks are
+// compared either.
+type acquisition struct {
+	acquired   time.Time
+	renewTimes []time.Time // ascending
+}
+
+// A ledger is what an observer read of one Lease's records: its
+// acquisitions, in the order first read.
+type ledger []acquisition
+
+func (g ledger) find(acquired time.Time) int {
+	return slices.IndexFunc(g, func(a acquisition) bool { return a.acquired.Equal(acquired) })
+}
+
+// fresh tells whether a record of acquisition acquired renewed at r is a
+// renewal: of an acquisition never read, or of a known one above its
+// kept renewTimes' lowest and none of them. A saved copy re-applied
+// carries a renewTime read before, or one older than those kept (they
+// are the highest read, so no copy evicts one); so do copies cycled, and
+// a Lease re-created from a copy. A forged renewTime above the owner's
+// makes its renewals stale only once keptRenewTimes of them were read.
+func (g ledger) fresh(acquired, r time.Time) bool {
+	if r.IsZero() {
+		return false
 	}
-	kept = append(slices.Clone(kept[max(0, len(kept)-keptRenewTimes+1):]), t)
-	slices.SortFunc(kept, time.Time.Compare)
-	return kept
+	i := g.find(acquired)
+	if i < 0 {
+		return true
+	}
+	kept := g[i].renewTimes
+	return !slices.ContainsFunc(kept, r.Equal) && (len(kept) == 0 || r.After(kept[0]))
+}
+
+// noted is g with the renewal (acquired, r) noted: a fresh copy, since
+// observed values share it. Only renewals are noted: a stale renewTime
+// noted would lower the lowest kept, and the next copy would pass it.
+func (g ledger) noted(acquired, r time.Time) ledger {
+	i := g.find(acquired)
+	if i < 0 {
+		g = append(slices.Clone(g), acquisition{acquired: acquired})
+		g = g[max(0, len(g)-keptAcquisitions):]
+		i = len(g) - 1
+	} else {
+		g = slices.Clone(g)
+	}
+	if a := &g[i]; !r.IsZero() && !slices.ContainsFunc(a.renewTimes, r.Equal) {
+		kept := append(slices.Clone(a.renewTimes), r)
+		slices.SortFunc(kept, time.Time.Compare)
+		a.renewTimes = kept[max(0, len(kept)-keptRenewTimes):]
+	}
+	return g
 }
 
 // leaseBelief bounds what a member believes of the lease duration written
@@ -290,12 +403,17 @@ func remember(kept []time.Time, t time.Time) []time.Time {
 const leaseBelief = 4
 
 // believed is the longest lease duration a member of lease duration own
-// believes of another.
-func believed(own time.Duration) time.Duration { return leaseBelief * written(own) }
+// believes of another: leaseBelief times its own, as configured (not as
+// written, rounded up to a second: 4 × 1.1 s is 4.4 s, not 8 s).
+func believed(own time.Duration) time.Duration { return leaseBelief * own }
 
 // current tells whether the lease of a Lease last seen as o runs at
-// judged, on its holder's lease duration.
-func (o observed) current(judged time.Time) bool { return judged.Sub(o.at) < o.lease }
+// judged, on its holder's lease duration: from its last renewal read, or
+// from a later move that may hide one (hides).
+func (o observed) current(judged time.Time) bool { return judged.Sub(o.last()) < o.lease }
+
+// last is when o was last read renewed, or moved as if it hid a renewal.
+func (o observed) last() time.Time { return later(o.at, o.hidden) }
 
 // member tells whether a Lease last seen as o is a live member's at
 // judged: its lease runs, it is of our scheme, and not marked leaving.

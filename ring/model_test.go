@@ -69,10 +69,13 @@ import (
 //     another member (also the giver's or the receiver's while a handoff
 //     is under way), the lease duration shortened, or set to a day with
 //     the renewTime moved on, a copy of a Lease under another name (two
-//     Leases, one holder), two saved copies of a Lease's spec re-applied in
-//     turn every second (the annotations a copy would erase are out of
-//     scope: a hand that rewrites the handoff's annotations can lose a
-//     gift);
+//     Leases, one holder), two or up to 17 saved copies of a Lease's spec
+//     re-applied in turn every second (the annotations a copy would erase
+//     are out of scope: a hand that rewrites the handoff's annotations can
+//     lose a gift), the Lease set back to a copy of an old leaving mark, a
+//     sync that puts a Lease back from a saved copy whenever it is missing,
+//     a copy saved before its holder paused most of its fence re-applied
+//     over its first renewal after, the holder then cut off;
 //   - a member whose lists fail (RBAC) while its renewals go through;
 //   - a quiet tail after the inputs (every request answered, no pause):
 //     the ring must converge (longer after a duration of a day: it is
@@ -127,6 +130,8 @@ type modelMember struct {
 	// giving: while it leaves, the slots it had given (the model's own
 	// record, whatever its Lease says)
 	giving shard.SlotSet
+	// onLanded, once: its next renewal landed
+	onLanded func()
 }
 
 type modelEvent struct {
@@ -174,7 +179,8 @@ type model struct {
 	quiet, end time.Duration
 	gifts      map[gift]bool // open: the receiver has not claimed it yet
 	// stretch: lease durations more the tail lasts (a Lease says a day:
-	// it is believed leaseBelief times the observer's own)
+	// it is believed leaseBelief times the observer's own; its owner takes
+	// it back once it stood still that long, then claims nothing as long)
 	stretch time.Duration
 	log     []string // what happened, for a failure's report
 }
@@ -445,7 +451,7 @@ func (w *model) widen() {
 		})
 	}
 	for range w.x.IntN(5) {
-		mm, kind := pick(), w.x.IntN(11)
+		mm, kind := pick(), w.x.IntN(14)
 		w.at(when(), nil, func() { w.foreignWrite(mm, kind) })
 	}
 	if w.x.IntN(3) == 0 { // a member whose lists fail (RBAC), its renewals not
@@ -455,6 +461,17 @@ func (w *model) widen() {
 			mm.listCutUntil = w.now + d
 			w.quiet = max(w.quiet, mm.listCutUntil)
 			w.note("%s cannot list the ring's Leases for %s", mm.id, d)
+		})
+	}
+	if w.x.IntN(3) == 0 { // a copy set back over a renewal nobody read, of a member working
+		first := w.x.IntN(len(w.ms))
+		w.at(when(), nil, func() {
+			for i := range w.ms {
+				if mm := w.ms[(first+i)%len(w.ms)]; !mm.gone && !mm.gate.Working.Empty() {
+					w.foreignWrite(mm, 13)
+					return
+				}
+			}
 		})
 	}
 	if w.x.IntN(2) == 0 { // an operator drains a replica: marks its Lease leaving
@@ -513,13 +530,20 @@ func (w *model) foreignWrite(mm *modelMember, kind int) {
 		one := int32(1)
 		what, l.Spec.LeaseDurationSeconds = "lease duration set to 1s", &one
 	case 9: // saved copies' specs re-applied by another writer (a sync
-		// flapping between two saved revisions), every second for ever
+		// cycling through saved revisions: two, or up to 17), every
+		// second for ever
 		saved := []*coordinationv1.Lease{l.DeepCopy()}
-		w.at(w.now+w.xms(time.Second, 4*time.Second), nil, func() {
-			if l, err := w.get(mm.m.leaseName()); err == nil {
-				saved = append(saved, l)
-			}
-		})
+		save, more := w.xms(time.Second, 4*time.Second), 1
+		if w.x.IntN(2) == 0 {
+			save, more = time.Second, 1+w.x.IntN(keptRenewTimes)
+		}
+		for i := range more {
+			w.at(w.now+time.Duration(i+1)*save, nil, func() {
+				if l, err := w.get(mm.m.leaseName()); err == nil {
+					saved = append(saved, l)
+				}
+			})
+		}
 		n := 0
 		var replay func()
 		replay = func() {
@@ -544,7 +568,61 @@ func (w *model) foreignWrite(mm *modelMember, kind int) {
 		day := int32(86400)
 		later := metav1.NewMicroTime(l.Spec.RenewTime.Add(time.Millisecond))
 		what, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = "lease duration set to a day", &day, &later
-		w.stretch = leaseBelief
+		w.stretch = 2 * leaseBelief
+	case 11: // set back to a saved copy of an old leave of its identity
+		old := metav1.NewMicroTime(modelBase.Add(-time.Hour))
+		what, l.Spec.RenewTime, l.Spec.AcquireTime = "set back to a copy of an old leaving mark", &old, &old
+		l.Annotations[AnnotationLeaving] = mark(old.Time)
+		l.Annotations[AnnotationSlots], l.Annotations[AnnotationPending], l.Annotations[AnnotationGiven] = "", "", ""
+	case 12: // a GitOps sync that puts the Lease back, from a copy saved
+		// now, whenever it finds it missing (collected, left, deleted)
+		saved := l.DeepCopy()
+		saved.ResourceVersion = ""
+		var sync func()
+		sync = func() {
+			if _, err := w.get(saved.Name); err != nil && w.now < w.quiet && w.put(saved, true) == nil {
+				w.note("%s's Lease put back from a saved copy (renewTime %s)", mm.id, saved.Spec.RenewTime)
+			}
+			if w.now < w.quiet {
+				w.at(w.now+time.Second, nil, sync)
+			}
+		}
+		w.at(w.now+time.Second, nil, sync)
+		return
+	case 13: // saved now; the holder pauses until just before its fence, and the
+		// copy is re-applied over its first renewal after, which nobody
+		// read; the holder is cut off from then until its fence (it never
+		// reads the copy while it may work)
+		saved := l.DeepCopy()
+		mm.m.mu.Lock()
+		renewed := mm.m.renewed
+		mm.m.mu.Unlock()
+		left := renewed.Add(mm.m.fenceAfter()).Sub(mm.m.Now())
+		renew := int(mm.m.cfg.RenewPeriod / time.Millisecond)
+		if renewed.IsZero() || left < mm.m.cfg.RenewPeriod || mm.onLanded != nil {
+			return // fenced, or about to be: nothing to hide
+		}
+		d := left - w.ms2(renew/2, renew) // it resumes just before its fence
+		mm.paused = max(mm.paused, w.now+d)
+		w.quiet = max(w.quiet, mm.paused)
+		mm.onLanded = func() {
+			w.at(w.now+w.ms2(1, 200), nil, func() {
+				l, err := w.get(saved.Name)
+				if err != nil {
+					return
+				}
+				l.Spec, l.Annotations = *saved.Spec.DeepCopy(), saved.Annotations
+				if w.put(l, false) == nil {
+					w.note("%s's Lease set back to the copy saved before its pause", mm.id)
+				}
+				cut := mm.m.fenceAfter() // it reads the copy only once fenced anyway
+				mm.cutUntil = w.now + cut
+				w.quiet = max(w.quiet, mm.cutUntil)
+				w.note("%s cut off from the server for %s", mm.id, cut)
+			})
+		}
+		w.note("%s's Lease saved, %s paused for %s", mm.id, mm.id, d)
+		return
 	case 8: // a copy under another name, holder and all: it stands still
 		c := l.DeepCopy()
 		c.Name, c.ResourceVersion = "r-"+mm.id+"-copy", ""
@@ -761,12 +839,17 @@ func (w *model) round(mm *modelMember) {
 			return
 		}
 		applied = true
-		// The GET is answered just before the write is sent: only a
-		// write in between (modelGetToPut) makes it conflict.
-		if cur, ok := w.leases[wr.lease.Name]; ok && !wr.create && w.wrote[wr.lease.Name] < lands-modelGetToPut {
+		// The GET is answered just before the write is sent, and before
+		// the client gives up (a write landing after its answer was sent
+		// before it): only a write in between makes it conflict.
+		if cur, ok := w.leases[wr.lease.Name]; ok && !wr.create && w.wrote[wr.lease.Name] < min(lands, answer)-modelGetToPut {
 			wr.lease.ResourceVersion = cur.ResourceVersion
 		}
 		landed = w.put(wr.lease, wr.create) == nil
+		if f := mm.onLanded; landed && f != nil {
+			mm.onLanded = nil
+			f()
+		}
 	}
 	if lands >= 0 {
 		w.at(lands, nil, land)
@@ -818,7 +901,7 @@ func (w *model) list(mm *modelMember) {
 			w.note("   %s claims %+v quiet until %s unseen until %s renewed %s", mm.id, m.claims, m.quietUntil.Sub(modelBase)-mm.skew, m.unseenUntil.Sub(modelBase)-mm.skew, m.renewed.Sub(modelBase)-mm.skew)
 			m.mu.Unlock()
 			for name, o := range m.seen {
-				w.note("   %s sees %s: record %s at %s gone %v leaving %v claims %d", mm.id, name, o.record, o.at.Sub(modelBase)-mm.skew, o.gone, o.leaving, o.claims.Len())
+				w.note("   %s sees %s: record %s at %s hidden %s lease %s gone %v leaving %v claims %d", mm.id, name, o.record, o.at.Sub(modelBase)-mm.skew, o.hidden.Sub(modelBase)-mm.skew, o.lease, o.gone, o.leaving, o.claims.Len())
 			}
 		}
 		if ok {
@@ -1008,6 +1091,8 @@ func TestTheRingModelFailsWithoutEachRule(t *testing.T) {
 		{"a Lease renews when its holder's record moves, not its resourceVersion (byRecord)", &byRecord, true},
 		{"a leaving mark counts only with the renewal it was written with (markBound)", &markBound, true},
 		{"a leave names the slots it gave until they are confirmed (keepGiven)", &keepGiven, true},
+		{"a move that may hide a renewal keeps a Lease current, its claims every slot (byMove)", &byMove, true},
+		{"a copy of an old leaving mark counts for nothing (markFresh)", &markFresh, true},
 	} {
 		t.Run(rule.name, func(t *testing.T) {
 			*rule.v = false

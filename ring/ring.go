@@ -244,15 +244,23 @@ const (
 	MinRenewPeriod   = 100 * time.Millisecond
 )
 
+// MaxLeaseDuration bounds the lease duration: a Lease says it in seconds
+// in an int32, and the waits derived from it (CollectWithin, four times it
+// believed) count nanoseconds in an int64. A dead member is out only after
+// it: a day already stalls a ring for a day.
+const MaxLeaseDuration = 24 * time.Hour
+
 // CheckDurations tells why a ring cannot run on lease duration lease and
 // renew period renew, if it cannot: the renew period must be at most a
 // third of the lease duration (a member fences itself lease − renew after
-// its last renewal, and must get two tries in before), and neither below
-// its minimum.
+// its last renewal, and must get two tries in before), neither below its
+// minimum, and the lease duration at most MaxLeaseDuration.
 func CheckDurations(lease, renew time.Duration) error {
 	switch {
 	case lease < MinLeaseDuration:
 		return fmt.Errorf("lease duration %v: at least %v (a Lease says whole seconds)", lease, MinLeaseDuration)
+	case lease > MaxLeaseDuration:
+		return fmt.Errorf("lease duration %v: at most %v (a dead member is out only after it; a Lease says it in an int32 of seconds)", lease, MaxLeaseDuration)
 	case renew < MinRenewPeriod:
 		return fmt.Errorf("renew period %v: at least %v (each one, every member writes its Lease and lists the ring's)", renew, MinRenewPeriod)
 	case 3*renew > lease:
@@ -359,10 +367,11 @@ type Member struct {
 
 	mu      sync.Mutex
 	seen    map[string]observed // by name, the ring's other Leases
-	longest time.Duration       // the longest lease duration read on any (ours included)
-	renewed time.Time           // when our last successful renewal was sent (fence clock)
-	members []string            // the live members, sorted
-	changed chan struct{}       // closed and replaced when members change
+	past    map[string]forgotten
+	longest time.Duration // the longest lease duration read on any (ours included)
+	renewed time.Time     // when our last successful renewal was sent (fence clock)
+	members []string      // the live members, sorted
+	changed chan struct{} // closed and replaced when members change
 
 	// wrote is the renewTime our last successful renewal wrote, tried
 	// those of the attempts since (any may have been written though it
@@ -392,6 +401,11 @@ type Member struct {
 	wroteOnce   bool
 	// ownSeen: the last list showed our own Lease.
 	ownSeen bool
+	// acquired is the acquireTime our renewals write: a new one (a stamp)
+	// whenever this process creates, adopts or takes back its Lease, so
+	// that the others judge its renewTimes apart from any other
+	// process's, and from those a copy brought back (ledger).
+	acquired time.Time
 	// foreignLogged: the Leases of another scheme logged, with it.
 	logMu         sync.Mutex
 	foreignLogged map[string]string
@@ -437,22 +451,21 @@ type observed struct {
 	id     string // the member it is: its name says (identityOf)
 	rv     string // its resourceVersion, as last listed
 	record string // its holder's record (recordOf), as last listed
-	// renewTime is the renewTime it carries, as last listed; renewTimes,
-	// the last ones seen on it (fresh: a renewal writes one never seen).
-	renewTime  time.Time
-	renewTimes []time.Time
-	// moved: its holder may have renewed it since the state last listed
-	// (that state was a fresh renewal, or first seen: renews).
-	moved bool
+	// renewTime and acquired are its renewTime and acquireTime, as last
+	// listed; ledger, the records read on it (fresh: a renewal writes one
+	// never read).
+	renewTime, acquired time.Time
+	ledger              ledger
 	// lease is the lease duration its holder wrote with the record (the
-	// observer's own when it wrote none); at, when we saw the record
-	// first; renewals, how many times we saw it change.
-	lease    time.Duration
-	at       time.Time
-	renewals int
-	claims   shard.SlotSet // the slots its Lease claims
-	pending  shard.SlotSet // of those, the ones not confirmed yet
-	covers   Cover         // what its cache covers
+	// observer's own when it wrote none); at, when we read its last
+	// renewal (zero: none, a copy); hidden, when we read a move that may
+	// hide one (hides); renewals, how many renewals we read.
+	lease      time.Duration
+	at, hidden time.Time
+	renewals   int
+	claims     shard.SlotSet // the slots its Lease claims
+	pending    shard.SlotSet // of those, the ones not confirmed yet
+	covers     Cover         // what its cache covers
 	// givenMe: the slots it gave this member; givenOthers, to others.
 	givenMe, givenOthers shard.SlotSet
 	// leaving: marked AnnotationLeaving by its holder; gone: no longer
@@ -461,6 +474,11 @@ type observed struct {
 	// holder is not the member its name says (cleared or changed by hand,
 	// or a copy under another name).
 	leaving, gone, foreign, stray bool
+	// marked: it carries its holder's leaving mark, counted or not
+	// (leaving: counted; sight); doubt: it moved since its last renewal
+	// read, by a write that may hide one, so its claims are taken as
+	// every slot, none confirmed (sight).
+	marked, doubt bool
 }
 
 // New returns a member; it joins when Run starts.
@@ -501,7 +519,7 @@ func New(cfg Config) (*Member, error) {
 		cfg.HandoffTimeout = 4 * cfg.LeaseDuration
 	}
 	return &Member{cfg: cfg, fence: fenceClock{now: cfg.Now, wall: cfg.Wall}, longest: cfg.LeaseDuration,
-		seen: map[string]observed{}, changed: make(chan struct{}), rearm: make(chan struct{}, 1)}, nil
+		seen: map[string]observed{}, past: map[string]forgotten{}, changed: make(chan struct{}), rearm: make(chan struct{}, 1)}, nil
 }
 
 // Members returns the live members, sorted; this one is among them only
@@ -686,7 +704,7 @@ func (m *Member) collect(ctx context.Context, log klog.Logger) {
 		err := leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
 		switch {
 		case err == nil || apierrors.IsNotFound(err):
-			log.Info("Deleted a dead member's Lease", "lease", name, "notRenewedFor", now.Sub(o.at).Round(time.Second))
+			log.Info("Deleted a dead member's Lease", "lease", name, "notRenewedFor", now.Sub(o.last()).Round(time.Second))
 		case apierrors.IsConflict(err):
 		default:
 			log.Error(err, "Could not delete a dead member's Lease", "lease", name)
@@ -724,7 +742,7 @@ func (m *Member) collectable(now time.Time) (name string, o observed) {
 		return "", o
 	}
 	for n, c := range m.seen {
-		if c.gone || now.Sub(c.at) < collectAfter*c.lease {
+		if c.gone || now.Sub(c.last()) < collectAfter*c.lease {
 			continue
 		}
 		if c.leaving && n == m.collecting && now.Sub(m.collectingAt) < m.longest {
@@ -791,7 +809,7 @@ func (m *Member) sighted(listed map[string]observed, now time.Time) {
 	for _, l := range listed {
 		m.longest = max(m.longest, l.lease)
 	}
-	if sight(m.seen, listed, now, prev, m.lookedAtFence.Sub(prevF), m.cfg.LeaseDuration) {
+	if sight(m.seen, listed, m.past, now, prev, m.lookedAtFence.Sub(prevF), m.cfg.LeaseDuration) {
 		m.unseenUntil = later(m.unseenUntil, now.Add(m.longest))
 	}
 }
@@ -995,7 +1013,7 @@ func (m *Member) renewal(lease *coordinationv1.Lease, err error) (renewal, error
 		m.wrote, m.tried, m.found = time.Time{}, m.tried[:0], nil
 		return w, errLeaseDeleted
 	case apierrors.IsNotFound(err):
-		w.create = true
+		w.create, m.acquired = true, stamp
 		w.lease = &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: m.leaseName(), Namespace: m.cfg.Namespace, Labels: map[string]string{Label: m.cfg.Ring}, Annotations: annotations},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now},
@@ -1020,6 +1038,7 @@ func (m *Member) renewal(lease *coordinationv1.Lease, err error) (renewal, error
 			return w, fmt.Errorf("%w: lease %s exists (a previous process with identity %q, or another one running?); taking it over once it has not been renewed for %s, in %s",
 				errForeignWriter, m.leaseName(), id, m.cfg.LeaseDuration, wait.Round(time.Millisecond))
 		}
+		m.acquired = stamp // adopted: a new acquisition
 	}
 	if !m.wrote.IsZero() && !m.ours(lease.Spec.RenewTime) {
 		// Not a renewTime we wrote or tried: another process with our
@@ -1038,10 +1057,15 @@ func (m *Member) renewal(lease *coordinationv1.Lease, err error) (renewal, error
 		// since it was first set back (a copy re-applied every second
 		// overwrites each one): it claims nothing for the longest lease
 		// duration, as a Lease re-created after a loss, so that they
-		// read one before it works again.
+		// read one before it works again. A new acquisition: the others
+		// may have read renewTimes of ours above the copy's, which this
+		// one's first renewals may not pass.
 		m.lostLease()
+		m.acquired = stamp
 	}
+	acquired := metav1.NewMicroTime(m.acquired)
 	lease.Spec.HolderIdentity, lease.Spec.RenewTime, lease.Spec.LeaseDurationSeconds = &id, &now, &secs
+	lease.Spec.AcquireTime = &acquired           // ours: a hand's change written back
 	delete(lease.Annotations, AnnotationLeaving) // ours again: a process of ours left it, or a hand wrote it
 	if lease.Labels[Label] != m.cfg.Ring {
 		// Its ring's label taken off (or changed) by hand: the ring's
@@ -1077,7 +1101,7 @@ func (m *Member) ours(r *metav1.MicroTime) bool {
 // (nil: none): the wall clock's, as the Lease stores it (microseconds),
 // and later than prev and than every one this member wrote or tried. So a
 // member's renewTimes only grow, whatever its wall clock does, and each
-// renewal is fresh to the others (renews): a copy re-applied never is.
+// renewal is fresh to the others (ledger.fresh): a copy re-applied never is.
 func (m *Member) stamp(prev *metav1.MicroTime) time.Time {
 	t := m.fence.wallNow().Truncate(time.Microsecond)
 	floor := m.wrote
@@ -1190,6 +1214,9 @@ func (m *Member) read(log klog.Logger, l *coordinationv1.Lease) observed {
 		lease: min(leaseDurationOf(l), believed(m.cfg.LeaseDuration)), leaving: leavingMarked(l)}
 	if r := l.Spec.RenewTime; r != nil {
 		o.renewTime = r.Time
+	}
+	if a := l.Spec.AcquireTime; a != nil {
+		o.acquired = a.Time
 	}
 	o.stray = l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != o.id
 	if scheme := cmp.Or(l.Annotations[AnnotationScheme], legacyScheme); scheme != shard.Scheme {

@@ -13,8 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
-
-	"rawwatch/internal/openfinding"
 )
 
 // A Lease set back to the very state an observer last read hides the
@@ -30,7 +28,6 @@ import (
 // a out 5 s after the one it read, 1.9 s earlier, and must not Work a's
 // slots while a may still admit them.
 func TestACopyOfTheStateLastReadSplitsNoBrain(t *testing.T) {
-	openfinding.Skip(t)
 	now := epoch
 	client, a, b := pair(t, &now, "a", "b")
 	ctx := klog.NewContext(context.Background(), klog.Background())
@@ -97,7 +94,6 @@ func TestACopyOfTheStateLastReadSplitsNoBrain(t *testing.T) {
 // wrote when it left before; b's requests fail from then on (it never
 // reads the copy, and fences itself 3.5 s after its last renewal).
 func TestACopyOfALeavingMarkSplitsNoBrain(t *testing.T) {
-	openfinding.Skip(t)
 	now := epoch
 	client, a, b := pair(t, &now, "a", "b")
 	ctx := klog.NewContext(context.Background(), klog.Background())
