@@ -302,6 +302,10 @@ type Config struct {
 	// deletion whose handling failed, waiting for a retry.
 	OnClaims func(Claims)
 	Busy     func() (busy, failing shard.SlotSet)
+	// Held, optional with OnClaims, reports the slots whose deletions this
+	// member holds: heard of in a slot it watches and does not claim, kept
+	// for when it does (Claims.Holding).
+	Held func() shard.SlotSet
 	// Covers reports the slots whose every deletion this member hears of
 	// from now on (its watcher listed them and watches them), and where
 	// its cache stands; Swept, of the slots Claims.Sweep named, those swept
