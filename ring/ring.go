@@ -15,7 +15,8 @@
 //	    (the resourceVersions of that list, and where the cache stands),
 //	    rawwatch.example.com/pending (claimed, not confirmed yet),
 //	    rawwatch.example.com/given (slots let go, by the member named to
-//	    take them: custody, handoff.go); rawwatch.example.com/leaving (left
+//	    take them: custody, handoff.go), rawwatch.example.com/holds (slots
+//	    it holds deletions of); rawwatch.example.com/leaving (left
 //	    cleanly: its value is the renewTime written with it)
 //
 // A Lease is the member its name says (a ring's name has no dot), whatever
@@ -102,10 +103,12 @@ const (
 // AnnotationPending on a member's Lease lists the claimed slots it has
 // not confirmed yet (Claims.Pending); AnnotationGiven, the slots it let go,
 // by the member it gave them to, until that member confirmed them
-// (Claims.Given): "<identity>=<slots>;…".
+// (Claims.Given): "<identity>=<slots>;…"; AnnotationHolds, the slots it
+// covers and holds deletions of without claiming them (Claims.Holding).
 const (
 	AnnotationPending = "rawwatch.example.com/pending"
 	AnnotationGiven   = "rawwatch.example.com/given"
+	AnnotationHolds   = "rawwatch.example.com/holds"
 )
 
 // AnnotationLeaving on a member's Lease says that its holder left cleanly:
@@ -459,6 +462,8 @@ type observed struct {
 	covers   Cover         // what its cache covers
 	// givenMe: the slots it gave this member; givenOthers, to others.
 	givenMe, givenOthers shard.SlotSet
+	// holds: the slots it holds deletions of (AnnotationHolds).
+	holds shard.SlotSet
 	// leaving: marked AnnotationLeaving by its holder; gone: no longer
 	// listed (deleted by hand), standing as last seen until its lease
 	// runs out; foreign: of another scheme (AnnotationScheme); stray: its
@@ -985,6 +990,7 @@ func (m *Member) renewal(lease *coordinationv1.Lease, err error) (renewal, error
 		annotations[AnnotationCovers] = w.cover.Slots.String()
 		annotations[AnnotationCoversSince] = strconv.FormatUint(w.cover.Since, 10)
 		annotations[AnnotationSyncedTo] = strconv.FormatUint(w.cover.Synced, 10)
+		annotations[AnnotationHolds] = claims.Holding.And(w.cover.Slots).String()
 	}
 	secs := int32(written(m.cfg.LeaseDuration) / time.Second)
 	id := m.cfg.Identity
@@ -1224,6 +1230,9 @@ func (m *Member) read(log klog.Logger, l *coordinationv1.Lease) observed {
 	if o.pending, err = shard.ParseSlotSet(l.Annotations[AnnotationPending]); err != nil {
 		o.pending = claims
 	}
+	// Holds that cannot be read hold nothing: they only decide who claims
+	// a free slot first.
+	o.holds, _ = shard.ParseSlotSet(l.Annotations[AnnotationHolds])
 	if given, err := parseGiven(l.Annotations[AnnotationGiven]); err != nil {
 		log.Error(err, "A ring Lease gives slots we cannot read: taking them as given to another member", "lease", l.Name)
 		o.givenOthers = shard.All()
@@ -1267,12 +1276,14 @@ type peers struct {
 	// identity claims confirmed and covers (two Leases may name one).
 	confirmed map[string]shard.SlotSet
 	covers    map[string]Cover
+	// holds, by identity: the slots each live member holds deletions of.
+	holds map[string]shard.SlotSet
 }
 
 // peers judges the others' Leases at judged (m.mu held): members, the
 // leaving whose gifts still stand, and those of another scheme.
 func (m *Member) peers(judged time.Time, self bool) peers {
-	p := peers{confirmed: map[string]shard.SlotSet{}, covers: map[string]Cover{}}
+	p := peers{confirmed: map[string]shard.SlotSet{}, covers: map[string]Cover{}, holds: map[string]shard.SlotSet{}}
 	if self {
 		p.live = append(p.live, m.cfg.Identity)
 	}
@@ -1315,6 +1326,7 @@ func (m *Member) peers(judged time.Time, self bool) peers {
 			p.others = p.others.Union(o.claims).Union(o.givenOthers)
 			p.claimed = p.claimed.Union(o.claims)
 			p.custody = p.custody.Union(o.givenMe)
+			p.holds[o.id] = p.holds[o.id].Union(o.holds)
 			confirmed := o.claims.Minus(o.pending)
 			p.rival = p.rival.Union(confirmed)
 			if c, ok := p.confirmed[o.id]; ok { // a second Lease of one identity: what both say
@@ -1343,9 +1355,12 @@ func (m *Member) update(log klog.Logger) {
 	if m.cfg.Swept != nil {
 		swept, covered, handed, ownCover = m.cfg.Swept(), shard.SlotSet{}, shard.SlotSet{}, m.cfg.Covers().Slots
 	}
-	var busy, failing shard.SlotSet
+	var busy, failing, held shard.SlotSet
 	if m.cfg.Busy != nil {
 		busy, failing = m.cfg.Busy() // before the step: after the last step took effect
+	}
+	if m.cfg.Held != nil {
+		held = m.cfg.Held()
 	}
 	fenceNow := m.Now()
 	now := m.cfg.Now()
@@ -1362,6 +1377,16 @@ func (m *Member) update(log klog.Logger) {
 	}
 	p := m.peers(judged, self)
 	live, others, custody, rival, confirmed, covers := p.live, p.others, p.custody, p.rival, p.confirmed, p.covers
+	// The deletions we hold of a slot another live member works are its
+	// (it heard of them too, or they went with a fence); of any other
+	// slot, ours to handle: we keep watching it, and claim it when free.
+	var worked shard.SlotSet
+	for _, id := range live {
+		if id != m.cfg.Identity {
+			worked = worked.Union(confirmed[id])
+		}
+	}
+	holding := held.Minus(worked)
 	// Of the slots we gave, those their new owner confirmed (or that
 	// went to a member no longer live, or to nobody); and, so that a new
 	// owner that never takes a slot cannot keep it from everyone, those
@@ -1401,33 +1426,56 @@ func (m *Member) update(log klog.Logger) {
 	}
 	m.withdrawals = kept
 	assign := assignSlots(live)
+	// A slot goes to the member whose share it is, unless other live
+	// members hold deletions of it: then to the first of those by
+	// identity (not the slot's owner: it gets the slot last, from them).
+	// A free slot is left to that holder too (each hands it on as it got
+	// it, handling what it held first): whoever works the slot after
+	// listed it later, and never heard of those deletions.
+	var to [shard.Slots]string
+	for id, slots := range assign {
+		for _, i := range slots {
+			to[i] = id
+		}
+	}
+	mine := shard.SlotsOf(assign[m.cfg.Identity]...)
+	var first [shard.Slots]string
+	for id, h := range p.holds {
+		for _, i := range h.List() {
+			if id != to[i] && (first[i] == "" || id < first[i]) {
+				first[i] = id
+			}
+		}
+	}
+	for i, id := range first {
+		if id == "" {
+			continue
+		}
+		to[i] = id
+		if !holding.Has(i) || mine.Has(i) || id < m.cfg.Identity {
+			others = others.With(i)
+		}
+	}
 	if m.cfg.Swept != nil {
 		// A slot counts as covered only by the member it goes to (another
 		// may watch it for a moment and drop it, with the deletions it
 		// kept); and not in the step where that member changes: a sweep
 		// made on the word of the previous one does not count for it.
-		var owner [shard.Slots]string
-		for id, slots := range assign {
-			for _, i := range slots {
-				owner[i] = id
+		for i := range to {
+			if to[i] != "" && covers[to[i]].Slots.Has(i) && to[i] == m.ownerOf[i] {
+				covered = covered.With(i)
 			}
-			covered = covered.Union(covers[id].Slots.And(shard.SlotsOf(slots...)))
-		}
-		for i := range owner {
-			if owner[i] != m.ownerOf[i] {
-				covered = covered.Minus(shard.SlotsOf(i))
-			}
-			if !swept.Slots.Has(i) || owner[i] == "" || owner[i] == m.cfg.Identity {
+			if !swept.Slots.Has(i) || to[i] == "" || to[i] == m.cfg.Identity {
 				continue
 			}
-			switch h, s := HandedOver(i, covers[owner[i]], swept.At[i], swept.Newest[i]); {
+			switch h, s := HandedOver(i, covers[to[i]], swept.At[i], swept.Newest[i]); {
 			case h:
 				handed = handed.With(i)
 			case s:
 				stale = stale.With(i)
 			}
 		}
-		m.ownerOf = owner
+		m.ownerOf = to
 		if !m.lookOK {
 			// Blind (its lists fail, or are refused), though it renews:
 			// no slot is let go on a cover read before. The others take
@@ -1465,8 +1513,8 @@ func (m *Member) update(log klog.Logger) {
 		// Slots given to it (on the word of a cover of its Lease before
 		// the loss) it claims only once the quiet is over; meanwhile it
 		// keeps watching them (lingering), and the deletions it holds.
-		lingering = lingering.Union(custody)
-		custody = shard.SlotSet{}
+		lingering = lingering.Union(custody).Union(holding)
+		custody, holding = shard.SlotSet{}, shard.SlotSet{}
 	}
 	if now.Before(m.unseenUntil) { // an unseen Lease may work any free slot
 		others = others.Union(shard.All().Minus(custody))
@@ -1480,10 +1528,10 @@ func (m *Member) update(log klog.Logger) {
 	before := m.claims
 	m.claims = before.Step(View{Live: self, Target: target, Confirmed: m.confirmed,
 		Published: m.published, Others: others, Rival: rival, Busy: busy, Failing: failing,
-		Custody: custody, Accepted: accepted,
+		Custody: custody, Accepted: accepted, Holding: holding,
 		Covers: ownCover, Covered: covered, Overdue: overdue, Swept: swept.Slots, Handed: handed, Stale: stale})
 	if self { // what lingers: not what is watched for another reason anyway
-		m.claims.Lingering = lingering.Minus(m.claims.Claimed()).Minus(m.claims.Target).Minus(m.claims.Custody)
+		m.claims.Lingering = lingering.Minus(m.claims.Claimed()).Minus(m.claims.Target).Minus(m.claims.Custody).Minus(m.claims.Holding)
 	}
 	for _, i := range m.claims.Given.Minus(before.Given).List() {
 		m.givenTo[i] = m.ownerOf[i] // the member it goes to, by our view ("" without sweeps: nobody named)
@@ -1683,7 +1731,7 @@ func (m *Member) leavingMark(lease *coordinationv1.Lease, given shard.SlotSet) (
 	now, id := metav1.NewMicroTime(stamp), m.cfg.Identity
 	lease.Spec.HolderIdentity, lease.Spec.RenewTime = &id, &now
 	lease.Annotations[AnnotationLeaving] = mark(stamp)
-	for _, k := range []string{AnnotationSlots, AnnotationPending, AnnotationGiven} {
+	for _, k := range []string{AnnotationSlots, AnnotationPending, AnnotationGiven, AnnotationHolds} {
 		if _, ok := lease.Annotations[k]; ok {
 			lease.Annotations[k] = ""
 		}

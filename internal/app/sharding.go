@@ -290,6 +290,17 @@ func (g *gate) takeHeld() []store.Delta[Object] {
 	return out
 }
 
+// heldSlots is the slots whose deletions the gate holds (ring.Config.Held).
+func (g *gate) heldSlots() shard.SlotSet {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var s shard.SlotSet
+	for slot := range g.held {
+		s = s.With(slot)
+	}
+	return s
+}
+
 // watchedSlots is what the watcher watches.
 func (g *gate) watchedSlots() shard.SlotSet {
 	g.mu.Lock()
@@ -390,7 +401,7 @@ func (a *App) newMember() (*ring.Member, error) {
 		Client: kube, Namespace: s.Namespace, Ring: s.Ring, Identity: s.Identity,
 		LeaseDuration: s.LeaseDuration, RenewPeriod: s.RenewPeriod,
 		Observer: a.observer, OnClaims: a.onClaims, Busy: a.busy, OnDeadline: a.gate.setDeadline,
-		Covers: a.covers, Swept: a.gate.sweptSlots,
+		Covers: a.covers, Swept: a.gate.sweptSlots, Held: a.gate.heldSlots,
 	})
 }
 
