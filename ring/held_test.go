@@ -21,6 +21,18 @@ import (
 // deletions of it (they would be dropped), nor n work s before o let it go
 // (n listed s after those deletions: nobody would handle them).
 func TestAHolderClaimsTheFreeSlotItHoldsDeletionsOf(t *testing.T) {
+	withdrawnSlotHandedOver(t, true)
+}
+
+// The same, when o's watch had not brought a deletion yet when it withdrew
+// s (it lagged): o holds nothing, and still owes s's deletions. It must
+// claim s again (its let-go sweeps s: the sweep finds what the watch had
+// not brought) before n works it.
+func TestAMemberOwesTheDeletionsOfASlotItWithdrew(t *testing.T) {
+	withdrawnSlotHandedOver(t, false)
+}
+
+func withdrawnSlotHandedOver(t *testing.T, heard bool) {
 	client := versionedClient()
 	now := epoch
 	clock := func() time.Time { return now }
@@ -88,14 +100,21 @@ func TestAHolderClaimsTheFreeSlotItHoldsDeletionsOf(t *testing.T) {
 	if o.Claims().Working.Has(s) {
 		t.Fatalf("o still works slot %d beside a copy of its Lease claiming it: %+v", s, o.Claims())
 	}
-	holding = true // a deletion in s reaches o, which no longer claims s
+	holding = heard // a deletion in s reaches o, which no longer claims s
+	owes := true    // o withdrew s: its deletions are o's until it claims s again
 	n := join("n", func() shard.SlotSet { return shard.SlotSet{} })
 	for i := 0; ; i++ {
 		tick(n)
 		tick(o)
 		oc, nc := o.Claims(), n.Claims()
 		if oc.Working.Union(oc.Releasing).Has(s) {
-			holding = false // claimed: the gate hands what it held to the workers
+			holding, owes = false, false // claimed: the gate hands what it held to the workers
+		}
+		if owes && !oc.Watched().Has(s) {
+			t.Fatalf("o stopped watching slot %d it withdrew before claiming it again: %+v", s, oc)
+		}
+		if owes && nc.Working.Has(s) {
+			t.Fatalf("n works slot %d that o withdrew and never swept: o %+v, n %+v", s, oc, nc)
 		}
 		if holding && !oc.Watched().Has(s) {
 			t.Fatalf("o stopped watching slot %d while it holds deletions of it (they are dropped): %+v", s, oc)
@@ -103,7 +122,7 @@ func TestAHolderClaimsTheFreeSlotItHoldsDeletionsOf(t *testing.T) {
 		if holding && nc.Working.Has(s) {
 			t.Fatalf("n works slot %d while o holds deletions of it that nobody handled: o %+v, n %+v", s, oc, nc)
 		}
-		if !holding && nc.Working.Has(s) {
+		if !owes && nc.Working.Has(s) {
 			break
 		}
 		if i == 600 {

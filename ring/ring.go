@@ -122,6 +122,14 @@ const (
 // lease runs out (liveness.go).
 const AnnotationLeaving = "rawwatch.example.com/leaving"
 
+// AnnotationDraining on a member's Lease says that its holder is leaving
+// and hands its slots over first (Member.Drain): it is no member for the
+// shares (the others divide the slots without it, and it has no target),
+// and its claims stand while it lets them go by the usual handoff. Its value
+// is the renewTime written with it, as the leaving mark's: a hand-written
+// one counts for nothing, and the holder's next renewal erases it.
+const AnnotationDraining = "rawwatch.example.com/draining"
+
 // AnnotationScheme on a member's Lease names how it divides the objects
 // (shard.Scheme: the hash, the number of slots, the assignment). A Lease
 // of another scheme is not a member: while its lease runs, it counts as
@@ -142,6 +150,12 @@ func leavingMarked(l *coordinationv1.Lease) bool {
 	if !markBound {
 		return ok
 	}
+	return ok && l.Spec.RenewTime != nil && v == mark(l.Spec.RenewTime.Time)
+}
+
+// drainingMarked tells whether l carries its holder's draining mark.
+func drainingMarked(l *coordinationv1.Lease) bool {
+	v, ok := l.Annotations[AnnotationDraining]
 	return ok && l.Spec.RenewTime != nil && v == mark(l.Spec.RenewTime.Time)
 }
 
@@ -413,6 +427,14 @@ type Member struct {
 	// written on it, or ours if longer (stillFor).
 	found *stillness
 
+	// draining: Drain was called; the member has no share and hands its
+	// slots over (under mu).
+	draining bool
+	// owed: slots it withdrew (another Lease claimed them too) and has not
+	// claimed again, that no other live member works: their deletions are
+	// its, whether its watch brought them yet or not (Claims.Holding).
+	owed shard.SlotSet
+
 	// The handoff (the member's goroutine only, but claims is read by Claims).
 	claims    Claims
 	published shard.SlotSet // what this tick's renewal wrote
@@ -470,6 +492,9 @@ type observed struct {
 	// holder is not the member its name says (cleared or changed by hand,
 	// or a copy under another name).
 	leaving, gone, foreign, stray bool
+	// draining: marked AnnotationDraining by its holder: a member that
+	// hands its slots over before it leaves (no share of its own).
+	draining bool
 }
 
 // New returns a member; it joins when Run starts.
@@ -526,6 +551,30 @@ func (m *Member) Claims() Claims {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.claims
+}
+
+// Drain begins a clean leave that hands the slots over first: from its
+// next renewal on, the member's Lease says it drains (AnnotationDraining),
+// the others divide the slots without it, and it lets each of its slots go
+// by the usual handoff (Releasing, swept once its new owner covers it,
+// given by name until that owner confirms it), handling their deletions
+// until then. Run's end then leaves as usual. See Drained.
+func (m *Member) Drain() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.draining = true
+}
+
+// Drained tells whether a member that drains has handed everything over:
+// it claims nothing, names no slot given and not yet confirmed, and is
+// given nothing and holds no deletions of a slot nobody works; or no other
+// live member is there to take its slots (its leave then lets them go as a
+// leave without a drain does).
+func (m *Member) Drained() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.claims
+	return m.draining && (c.Claimed().Union(c.Given).Union(c.Custody).Union(c.Holding).Empty() || len(m.members) == 0)
 }
 
 // Now reads the clock of the member's own fence: the deadline OnDeadline
@@ -992,6 +1041,11 @@ func (m *Member) renewal(lease *coordinationv1.Lease, err error) (renewal, error
 		annotations[AnnotationSyncedTo] = strconv.FormatUint(w.cover.Synced, 10)
 		annotations[AnnotationHolds] = claims.Holding.And(w.cover.Slots).String()
 	}
+	m.mu.Lock()
+	if m.draining {
+		annotations[AnnotationDraining] = mark(stamp)
+	}
+	m.mu.Unlock()
 	secs := int32(written(m.cfg.LeaseDuration) / time.Second)
 	id := m.cfg.Identity
 	switch {
@@ -1052,7 +1106,8 @@ func (m *Member) renewal(lease *coordinationv1.Lease, err error) (renewal, error
 		m.lostLease()
 	}
 	lease.Spec.HolderIdentity, lease.Spec.RenewTime, lease.Spec.LeaseDurationSeconds = &id, &now, &secs
-	delete(lease.Annotations, AnnotationLeaving) // ours again: a process of ours left it, or a hand wrote it
+	delete(lease.Annotations, AnnotationLeaving)  // ours again: a process of ours left it, or a hand wrote it
+	delete(lease.Annotations, AnnotationDraining) // written below if we drain
 	if lease.Labels[Label] != m.cfg.Ring {
 		// Its ring's label taken off (or changed) by hand: the ring's
 		// lists no longer show it, so the others count it gone and this
@@ -1197,7 +1252,7 @@ func (m *Member) readAll(log klog.Logger, items []coordinationv1.Lease) (listed 
 // read is what one of the others' Leases says (sight judges it).
 func (m *Member) read(log klog.Logger, l *coordinationv1.Lease) observed {
 	o := observed{id: identityOf(m.cfg.Ring, l.Name), rv: l.ResourceVersion, record: recordOf(l),
-		lease: min(leaseDurationOf(l), believed(m.cfg.LeaseDuration)), leaving: leavingMarked(l)}
+		lease: min(leaseDurationOf(l), believed(m.cfg.LeaseDuration)), leaving: leavingMarked(l), draining: drainingMarked(l)}
 	if r := l.Spec.RenewTime; r != nil {
 		o.renewTime = r.Time
 	}
@@ -1265,8 +1320,10 @@ func (m *Member) warned(name, scheme string) bool {
 
 // peers is what the others' Leases say, judged at one instant.
 type peers struct {
-	// live: the members, sorted (this one among them if self).
-	live []string
+	// live: the members, sorted (this one among them if self); draining,
+	// the live members that hand their slots over before they leave (no
+	// share: not in live).
+	live, draining []string
 	// others: the slots the live members claim, and those they gave to
 	// another member than this one; claimed, of those, the claims alone;
 	// rival, the claims confirmed (not Pending); custody, the slots given
@@ -1320,7 +1377,10 @@ func (m *Member) peers(judged time.Time, self bool) peers {
 				p.confirmed[o.id] = o.claims.Minus(o.pending)
 			}
 		default:
-			if !slices.Contains(p.live, o.id) {
+			switch {
+			case o.draining:
+				p.draining = append(p.draining, o.id)
+			case !slices.Contains(p.live, o.id):
 				p.live = append(p.live, o.id)
 			}
 			p.others = p.others.Union(o.claims).Union(o.givenOthers)
@@ -1375,18 +1435,22 @@ func (m *Member) update(log klog.Logger) {
 	if !m.lookOK {
 		judged = m.lookedAt
 	}
-	p := m.peers(judged, self)
+	p := m.peers(judged, self && !m.draining)
 	live, others, custody, rival, confirmed, covers := p.live, p.others, p.custody, p.rival, p.confirmed, p.covers
 	// The deletions we hold of a slot another live member works are its
 	// (it heard of them too, or they went with a fence); of any other
 	// slot, ours to handle: we keep watching it, and claim it when free.
 	var worked shard.SlotSet
-	for _, id := range live {
+	for _, id := range slices.Concat(live, p.draining) {
 		if id != m.cfg.Identity {
 			worked = worked.Union(confirmed[id])
 		}
 	}
-	holding := held.Minus(worked)
+	if !self {
+		m.owed = shard.SlotSet{}
+	}
+	m.owed = m.owed.Minus(worked)
+	holding := held.Union(m.owed).Minus(worked)
 	// Of the slots we gave, those their new owner confirmed (or that
 	// went to a member no longer live, or to nobody); and, so that a new
 	// owner that never takes a slot cannot keep it from everyone, those
@@ -1530,7 +1594,13 @@ func (m *Member) update(log klog.Logger) {
 		Published: m.published, Others: others, Rival: rival, Busy: busy, Failing: failing,
 		Custody: custody, Accepted: accepted, Holding: holding,
 		Covers: ownCover, Covered: covered, Overdue: overdue, Swept: swept.Slots, Handed: handed, Stale: stale})
-	if self { // what lingers: not what is watched for another reason anyway
+	// A slot withdrawn is owed until claimed again: held, as if its
+	// deletions were (the watch may lag; the sweep of its let-go finds
+	// what it had not brought).
+	if self {
+		m.owed = m.owed.Union(before.Working.And(rival)).Minus(m.claims.Working).Minus(m.claims.Releasing)
+		m.claims.Holding = m.claims.Holding.Union(m.owed.Minus(m.claims.Claimed()))
+		// What lingers: not what is watched for another reason anyway.
 		m.claims.Lingering = lingering.Minus(m.claims.Claimed()).Minus(m.claims.Target).Minus(m.claims.Custody).Minus(m.claims.Holding)
 	}
 	for _, i := range m.claims.Given.Minus(before.Given).List() {
@@ -1731,6 +1801,7 @@ func (m *Member) leavingMark(lease *coordinationv1.Lease, given shard.SlotSet) (
 	now, id := metav1.NewMicroTime(stamp), m.cfg.Identity
 	lease.Spec.HolderIdentity, lease.Spec.RenewTime = &id, &now
 	lease.Annotations[AnnotationLeaving] = mark(stamp)
+	delete(lease.Annotations, AnnotationDraining)
 	for _, k := range []string{AnnotationSlots, AnnotationPending, AnnotationGiven, AnnotationHolds} {
 		if _, ok := lease.Annotations[k]; ok {
 			lease.Annotations[k] = ""
