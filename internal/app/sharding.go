@@ -475,24 +475,27 @@ func (a *App) sweep(ctx context.Context, renew, lease time.Duration) {
 }
 
 // drain is the first half of a clean leave, before the ring's Lease is
-// deleted and the slots are free for the others (whose lists of them come
-// after the deletions made so far: they would never hear of those). Run's
-// workers have stopped (the reconciles in flight finished); the watcher
-// still runs, the ring still renews, the gate still lets the deletions of
-// claimed slots in. Until ctx ends (DrainTimeout after Run's context):
+// deleted. Run's workers have stopped (the reconciles in flight finished);
+// the watcher still runs, the ring still renews and hands the slots over
+// (ring.Member.Drain: each slot stays claimed, Releasing, until its new
+// owner covers it, it was swept, and the new owner confirmed it), and the
+// gate still lets the deletions of claimed slots in. Until handoff ends
+// (two renew periods before ctx, DrainTimeout after Run's context), or the
+// ring has handed every slot over:
 //
 //  1. every deletion heard of and not handled (queued, or failed and
 //     waiting for a retry) is handed to Deleted, and those the watcher
-//     brings meanwhile;
-//  2. the watcher stops, and a sweep of the claimed slots (sharding.Watcher.Sweep)
-//     finds the deletions its watch had not brought yet (it lags, or was
-//     down): handled the same way.
+//     and the handoff's sweeps bring meanwhile;
+//  2. then the watcher stops, and a sweep of the slots still claimed
+//     (none, unless the handoff ran out of time: sharding.Watcher.Sweep)
+//     finds the deletions its watch had not brought yet: handled the
+//     same way, until ctx ends.
 //
-// What is left when ctx ends is lost (a log line says how much); so are
-// the deletions made after the sweep's list and before the slots' next
-// owner lists them, and those held for slots this replica did not claim
-// yet (docs/sharding.md, "A clean leave").
-func (a *App) drain(ctx context.Context, stopWatcher func(), watcherDone <-chan struct{}) {
+// What is left when ctx ends is lost (a log line says how much); so are,
+// if the handoff ran out of time, the deletions made after the last sweep
+// and before the slots' next owner lists them (docs/sharding.md, "A clean
+// leave").
+func (a *App) drain(ctx, handoff context.Context, stopWatcher func(), watcherDone <-chan struct{}) {
 	log := klog.FromContext(ctx).WithName("sharding")
 	start := time.Now()
 	sharding.Drain(ctx, a.Controller, a.opts.Workers)
@@ -504,12 +507,17 @@ func (a *App) drain(ctx context.Context, stopWatcher func(), watcherDone <-chan 
 	if a.gate.claimed().Empty() {
 		swept += a.sweepBeforeLeaving(ctx, log, a.gate.watchedSlots())
 	}
-	for a.gate.fencedHolding() && ctx.Err() == nil {
+	// The ring hands the slots over meanwhile (ring.Member.Drain): each is
+	// let go once its new owner covers it and it was swept, and stays
+	// given until that owner confirms it; the deletions of the slots still
+	// claimed are handled here until then.
+	drained := func() bool { return a.Member == nil || a.Member.Drained() }
+	for (!drained() || a.gate.fencedHolding()) && handoff.Err() == nil {
 		select {
-		case <-ctx.Done():
+		case <-handoff.Done():
 		case <-time.After(50 * time.Millisecond):
 		}
-		sharding.Drain(ctx, a.Controller, a.opts.Workers)
+		sharding.Drain(handoff, a.Controller, a.opts.Workers)
 	}
 	stopWatcher()
 	<-watcherDone
