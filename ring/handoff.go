@@ -85,6 +85,15 @@ import (
 // every live member claiming it has renewed twice since its Lease withdrew
 // the cover: none can give it the slot on the word of that cover any more.
 //
+// A member that heard of deletions of a slot it does not claim (it withdrew
+// it, was fenced, or waits for it) holds them, and owes a slot it withdrew
+// whether it heard of any or not (Claims.Holding): it keeps watching the
+// slot until it works it again or another live member works it, and, the
+// slot free, claims it as custody and hands it on. It names such slots on
+// its Lease (AnnotationHolds): a free slot held by others is left to the
+// first of them by identity that is not its owner, and a slot let go goes
+// to that holder before its owner.
+//
 // A member that cannot renew its Lease counts itself out a RenewPeriod
 // before the others can (Config.fenceAfter): it drops every claim and its
 // reconciles in flight are cancelled (Live false), while the others still

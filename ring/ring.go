@@ -16,7 +16,8 @@
 //	    rawwatch.example.com/pending (claimed, not confirmed yet),
 //	    rawwatch.example.com/given (slots let go, by the member named to
 //	    take them: custody, handoff.go), rawwatch.example.com/holds (slots
-//	    it holds deletions of); rawwatch.example.com/leaving (left
+//	    it holds deletions of); rawwatch.example.com/draining (handing its
+//	    slots over before it leaves); rawwatch.example.com/leaving (left
 //	    cleanly: its value is the renewTime written with it)
 //
 // A Lease is the member its name says (a ring's name has no dot), whatever
@@ -30,8 +31,10 @@
 //   - if it is the first live member, collects the Leases of members dead for
 //     three of their lease durations.
 //
-// A member that leaves cleanly marks its Lease leaving, then deletes it, so
-// the others count it out at their next list; the slots it gave stay named on
+// A member that leaves cleanly first drains (Drain: its Lease marked
+// rawwatch.example.com/draining, it has no share, and hands each slot over
+// by the usual handoff), then marks its Lease leaving and deletes it, so the
+// others count it out at their next list; the slots it gave stay named on
 // the mark until their new owners confirm them.
 //
 // The fence: a member that cannot renew counts itself out LeaseDuration minus
