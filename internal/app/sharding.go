@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -98,7 +99,10 @@ type gate struct {
 	// began (it does not answer for them).
 	swept ring.Sweeps
 	fresh shard.SlotSet
-	kick  chan struct{} // a sweep is asked for
+	// stored: by slot, the newest object the store held of the slots
+	// swept, at the ring's previous step (sweptSlots).
+	stored [shard.Slots]uint64
+	kick   chan struct{} // a sweep is asked for
 }
 
 type flight struct {
@@ -324,11 +328,33 @@ func (g *gate) lingering() shard.SlotSet {
 	return g.claims.Lingering
 }
 
-// sweptSlots is what the ring reads as its Sweeps.
+// sweptSlots is what the ring reads as its Sweeps, once a step. The newest
+// object of a swept slot is the newest of the sweep's list and of what the
+// store held of the slot at the previous step: the watch may have brought
+// objects created after the sweep, which the new owner's cache must have
+// reached too before the slot is let go (its watch may break right after
+// the sweep, and relist after their deletion). A step old, so that a slot
+// whose objects keep changing is not chased for ever: the new owner's
+// renewal in between shows where its cache stood.
 func (g *gate) sweptSlots() ring.Sweeps {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.swept
+	w, prev := g.swept, g.stored
+	g.mu.Unlock()
+	var now [shard.Slots]uint64
+	for _, obj := range g.store.List() {
+		if slot := shard.SlotOf(string(obj.GetUID())); w.Slots.Has(slot) {
+			if rv := sharding.ParseRV(obj.GetResourceVersion()); rv != math.MaxUint64 {
+				now[slot] = max(now[slot], rv)
+			}
+		}
+	}
+	for _, i := range w.Slots.List() {
+		w.Newest[i] = max(w.Newest[i], prev[i])
+	}
+	g.mu.Lock()
+	g.stored = now
+	g.mu.Unlock()
+	return w
 }
 
 // keysIn is the keys of the stored objects in slots.
