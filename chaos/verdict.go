@@ -50,12 +50,6 @@ type Verdict struct {
 	// followed), and so deleted before that relist, which did not have
 	// them.
 	Invisible int
-	// HandoffGap (sharded runs): of objects no replica had while it
-	// claimed their slot, or was given it having them, created after the
-	// old owner's watch position when it let their slot go, and absent
-	// from the list by which the new owner took the slot over, made after
-	// their creation: deleted before it.
-	HandoffGap int
 	// Unclaimed (sharded runs): of objects whose slot no replica claimed
 	// when they were deleted, within Bound of the kill or fence that ended
 	// the last claim; or deleted within Bound before their claimant (or,
@@ -485,7 +479,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintln(tw, "workers")
 	row("reconciles", r.Reconciles, fmt.Sprintf("%d status writes", r.StatusWrites))
 	row("retries", r.Retries, fmt.Sprintf("%d after a conflict; the longest delay before a retry %v", r.Conflicts, r.LongestRetry.Round(time.Millisecond)))
-	row("deletions seen", r.Deletes-int64(len(r.Verdict.UnseenDeletions)+r.Verdict.Invisible+len(r.Verdict.Unclaimed)+r.Verdict.HandoffGap+len(r.Verdict.WithKilled)), fmt.Sprintf("%d with an unknown final state (found by a relist)", r.UnknownFinalState))
+	row("deletions seen", r.Deletes-int64(len(r.Verdict.UnseenDeletions)+r.Verdict.Invisible+len(r.Verdict.Unclaimed)+len(r.Verdict.WithKilled)), fmt.Sprintf("%d with an unknown final state (found by a relist)", r.UnknownFinalState))
 	fmt.Fprintln(tw, "time")
 	row("first list synced", r.InitialSync.Round(100*time.Millisecond), "after start (includes creating the objects)")
 	row("converged", r.ConvergedIn.Round(100*time.Millisecond), "after the faults stopped")
@@ -504,8 +498,8 @@ func (r *Report) Print(w io.Writer) {
 	check(len(v.StoreDiff) == 0, fmt.Sprintf("the store equals a fresh LIST of %d objects", v.Listed))
 	check(len(v.StaleStatus) == 0, "every object's status.observedGeneration equals its metadata.generation")
 	if r.Config.Replicas > 1 {
-		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler, but %d inside a relist gap and %d inside a handoff's gap (objects created after the old owner's watch position when it let the slot go, deleted before the new owner listed it), which no replica could see; %d of objects whose slot no replica claimed when they were deleted, after a kill or a fence, or whose claimant (or a replica that held them) fenced itself (%s; %s); and %d the killed replica died with, at most %v before (%s)",
-			r.Deletes-int64(v.Invisible+v.HandoffGap)-int64(len(v.Unclaimed)+len(v.WithKilled)), v.Invisible, v.HandoffGap, len(v.Unclaimed), causes(v.UnclaimedWhy), sample(v.Unclaimed),
+		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler, but %d inside a relist gap, which no replica could see; %d of objects whose slot no replica claimed when they were deleted, after a kill or a fence, or whose claimant (or a replica that held them) fenced itself (%s; %s); and %d the killed replica died with, at most %v before (%s)",
+			r.Deletes-int64(v.Invisible)-int64(len(v.Unclaimed)+len(v.WithKilled)), v.Invisible, len(v.Unclaimed), causes(v.UnclaimedWhy), sample(v.Unclaimed),
 			len(v.WithKilled), v.KilledLagMax.Round(10*time.Millisecond), sample(v.WithKilled)))
 	} else {
 		check(len(v.UnseenDeletions) == 0, fmt.Sprintf("all %d deletions reached the reconciler (but %d of objects that lived and died inside a relist gap, which no client could see)",
@@ -680,17 +674,6 @@ func (j *judge) judgeDeletion(v *Verdict, d deletion) {
 		j.lost(v, d, f, "")
 		return
 	}
-	// A handoff's gap: no replica had the object while it claimed its
-	// slot, nor was given it having it (as for a relist gap); its
-	// claimant's watch stood before its creation when it let the slot go,
-	// and the new owner's list, made after its creation, did not have it.
-	// Made between a let-go and the next claim (nobody claimed the slot
-	// then): the same, of the claim let go, at most the bound before (g).
-	if g.owner != nil && !kept && !g.claim.end.IsZero() && !g.claim.fenced &&
-		g.claim.rv >= 0 && g.claim.rv < d.Created && j.newOwnerListedAfter(g, d) {
-		v.HandoffGap++
-		return
-	}
 	// The killed replica died with it.
 	if k, lag := j.diedWith(d, f); k != nil {
 		v.WithKilled = append(v.WithKilled, fmt.Sprintf("%s (uid %s, deleted %s before %s was killed)", d.Key, d.UID, lag.Round(10*time.Millisecond), k.name))
@@ -799,30 +782,6 @@ func (j *judge) inEveryWatchersGap(d deletion, slot int) bool {
 		watchers++
 	}
 	return watchers > 0
-}
-
-// newOwnerListedAfter: the replica that next claimed the slot after f's
-// claimant let it go (another, or the old owner again) took it over by a list of the slot (its last before
-// its claim) made after the object's creation, which did not have it.
-func (j *judge) newOwnerListedAfter(f facts, d deletion) bool {
-	var next *replica
-	var from time.Time
-	for _, r := range j.replicas { // the old owner too: claiming again, its watch went on
-		r.rec.mu.Lock()
-		t := r.rec.owns.claimedFrom(f.slot, f.claim.end.Add(-time.Nanosecond))
-		r.rec.mu.Unlock()
-		if !t.IsZero() && (next == nil || t.Before(from)) {
-			next, from = r, t
-		}
-	}
-	if next == nil {
-		return false
-	}
-	next.rec.mu.Lock()
-	defer next.rec.mu.Unlock()
-	l, ok := next.rec.listBefore(f.slot, from)
-	_, had := next.rec.known[d.incarnation]
-	return ok && l.rv >= d.Created && !had
 }
 
 // diedWith is the killed replica, if it died with deletion d unhandled:

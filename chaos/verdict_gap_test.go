@@ -12,11 +12,10 @@ import (
 	"rawwatch/watcher"
 )
 
-// A relist gap or a handoff gap excuses a deletion no replica could have
-// seen: the object lived inside a gap of every watch that should have seen
-// it, or between the old owner's watch and the new owner's list. Neither
-// excuses it when a replica had the object while it claimed the slot, or
-// was given the slot (recorder.custody).
+// A relist gap excuses a deletion no replica could have seen: the object
+// lived inside a gap of every watch that should have seen it. It does not
+// when a replica had the object while it claimed the slot, or was given
+// the slot (recorder.custody).
 
 // hadAt: replica name's store held the object at offset at, as its
 // recorder is told (Replaced and EventReceived call had).
@@ -74,8 +73,8 @@ func TestAWatchThatCameBackToTheSlotStillHadTheObject(t *testing.T) {
 		t.Fatalf("control: b had the object only while it watched the slot, its watch left it, it claimed the slot after the deletion: want relist gap, got %+v", v)
 	}
 	if v := scene(true).verdict(); len(v.UnseenDeletions) != 1 {
-		t.Errorf("b's watch came back to the slot at 97 s with the object, b held its deletion (heard, not dropped) and claimed the slot at 103 s (its gate replays it): relist gap %d, handoff gap %d, lost %d; want lost",
-			v.Invisible, v.HandoffGap, len(v.UnseenDeletions))
+		t.Errorf("b's watch came back to the slot at 97 s with the object, b held its deletion (heard, not dropped) and claimed the slot at 103 s (its gate replays it): relist gap %d, lost %d; want lost",
+			v.Invisible, len(v.UnseenDeletions))
 	}
 }
 
@@ -89,12 +88,13 @@ func TestAWatchThatCameBackToTheSlotStillHadTheObject(t *testing.T) {
 // slot only after the deletion, claims it. Lost.
 //
 // Two forms: the deletion after the let-go (the old owner's watch was
-// behind the creation: a handoff gap), and before it (the object lived in
-// a gap of the old owner's watch: a relist gap). The controls: another
-// replica, c, covered the slot at the let-go without ever having the
-// object (its own watch's gap, or its list after the deletion): the slot
-// may have gone to c, and k (watching by a view of the ring that c's
-// arrival had not reached yet) owed it nobody. Excused.
+// behind the creation), and before it (the object lived in a gap of the
+// old owner's watch: a relist gap). The control: another replica, c,
+// covered the slot at the let-go without ever having the object (its own
+// watch's gap, or its list after the deletion): the slot may have gone to
+// c, and k (watching by a view of the ring that c's arrival had not
+// reached yet) owed it nobody: a relist gap excuses it. After the let-go,
+// no gap excuses it: a handoff has no window.
 func TestTheReplicaGivenTheSlotOwesTheDeletionItHeld(t *testing.T) {
 	// k watches the slot from 90 s (rv 140) and hears the object created
 	// (rv 150) at 95 s.
@@ -135,7 +135,7 @@ func TestTheReplicaGivenTheSlotOwesTheDeletionItHeld(t *testing.T) {
 			gap("a", 100, 200).claims("a", 102*time.Second, false, false, 200)).heard("k").claims("k", 103*time.Second, false, true, 140).
 			unwatch("k", 110*time.Second).dropped("k", 110*time.Second).list("b", 111*time.Second, 210).claims("b", 112*time.Second, true, false, 210), "relist gap"},
 		{"control: a killed 2 s after its let-go", relist(false).kill("a", 104*time.Second), "relist gap"},
-		{"control: c covered the slot too at the let-go, and never had the object (handoff)", handoff(true), "handoff gap"},
+		{"c covered the slot too at the let-go, and never had the object (deleted after the let-go)", handoff(true), "lost"},
 		{"control: c covered the slot too at the let-go, and never had the object (relist)", relist(true), "relist gap"},
 		{"a let the slot go at 98 s when only k covered it; k had the object, held its deletion from 100 s and dropped it at 104 s", handoff(false), "lost"},
 		{"a let the slot go at 102 s when only k covered it; k had the object, held its deletion and dropped it at 104 s", relist(false), "lost"},
@@ -146,46 +146,18 @@ func TestTheReplicaGivenTheSlotOwesTheDeletionItHeld(t *testing.T) {
 	}
 }
 
-// A handoff gap (docs/sharding.md's table: the old owner's watch never
-// reached the object, the new owner listed after it was gone) also covers
-// a deletion made between the old owner's let-go and the new owner's claim,
-// when nobody claims the slot (Pending is not counted): a lets the slot go
-// at 99 s with its watch at 140, the object was created at 150 and deleted
-// at 100 s, b's list of the slot at 100.5 s (resourceVersion 160) did not
-// have it, b claims at 101 s. No replica could have seen it: excused, as
-// the same records with the deletion at 98.5 s, while a still claimed, are.
-// (A replica that lets go at its HandoffTimeout, before the new owner
-// covers the slot, leaves such a window.)
-func TestADeletionBetweenTheLetGoAndTheNextClaimIsAHandoffGap(t *testing.T) {
-	run := func(at time.Duration) Verdict {
-		s := newScene("a", "b").claims("a", 0, true, false, 10).
-			claims("a", 99*time.Second, false, false, 140).
-			list("b", 100500*time.Millisecond, 160).claims("b", 101*time.Second, true, false, 160)
-		s.d.At = s.at(at)
-		s.j.deleted = []deletion{s.d}
-		return s.verdict()
-	}
-	before, between := run(98500*time.Millisecond), run(100*time.Second)
-	if before.HandoffGap != 1 || len(between.UnseenDeletions) != 0 {
-		t.Errorf("deleted at 98.5 s (a still claimed): handoff gap %d, lost %d; deleted at 100 s (between a's let-go and b's claim): handoff gap %d, lost %d",
-			before.HandoffGap, len(before.UnseenDeletions), between.HandoffGap, len(between.UnseenDeletions))
-	}
-}
-
 // The next claimant after a let-go may be the old owner itself: a claims
 // the slot at the deletion (100 s), lets it go at 101 s with its watch at
 // 140, claims it again at 102 s, and follows it without a gap until it lets
 // it go at 499.5 s with its watch at 1000; b lists the slot at 499 s and
 // claims it at 500 s. a's watch passed the object's creation (150) while a
-// claimed the slot: it brought the object, or a's watcher lost it. Lost,
-// not a handoff gap on b's list 400 s later. (Without a's second claim the
-// gap is real: the control in TestEveryExcuseHasAControl.)
-func TestTheOldOwnerClaimingAgainPastTheCreationIsNoHandoffGap(t *testing.T) {
+// claimed the slot: it brought the object, or a's watcher lost it. Lost.
+func TestAnOldOwnerThatClaimedAgainPastTheCreationOwesTheDeletion(t *testing.T) {
 	v := newScene("a", "b").claims("a", 0, true, false, 10).claims("a", 101*time.Second, false, false, 140).
 		claims("a", 102*time.Second, true, false, 140).claims("a", 499500*time.Millisecond, false, false, 1000).
 		list("b", 499*time.Second, 900).claims("b", 500*time.Second, true, false, 900).verdict()
 	if len(v.UnseenDeletions) == 0 {
-		t.Errorf("a claimed the slot again and watched it past the creation: handoff gap %d, lost %d; want lost", v.HandoffGap, len(v.UnseenDeletions))
+		t.Errorf("a claimed the slot again and watched it past the creation: lost %d; want lost", len(v.UnseenDeletions))
 	}
 }
 

@@ -85,6 +85,15 @@ import (
 // every live member claiming it has renewed twice since its Lease withdrew
 // the cover: none can give it the slot on the word of that cover any more.
 //
+// A member that heard of deletions of a slot it does not claim (it withdrew
+// it, was fenced, or waits for it) holds them, and owes a slot it withdrew
+// whether it heard of any or not (Claims.Holding): it keeps watching the
+// slot until it works it again or another live member works it, and, the
+// slot free, claims it as custody and hands it on. It names such slots on
+// its Lease (AnnotationHolds): a free slot held by others is left to the
+// first of them by identity that is not its owner, and a slot let go goes
+// to that holder before its owner.
+//
 // A member that cannot renew its Lease counts itself out a RenewPeriod
 // before the others can (Config.fenceAfter): it drops every claim and its
 // reconciles in flight are cancelled (Live false), while the others still
@@ -120,6 +129,13 @@ type Claims struct {
 	// renewed twice since its Lease stopped saying it covers them: until
 	// none can give it them on the word of a cover it withdrew.
 	Lingering shard.SlotSet
+	// Holding: slots it does not claim whose deletions it holds (heard of
+	// while it did not claim them: withdrawn, fenced, or not its yet),
+	// that no other live member works. It watches them, names them on its
+	// Lease (AnnotationHolds: the others leave them to it when they are
+	// free) and claims them as it claims custody, into Releasing if they
+	// are not its target: it handles what it held, then hands them on.
+	Holding shard.SlotSet
 }
 
 // Claimed is what the member's Lease must say it claims.
@@ -127,9 +143,9 @@ func (c Claims) Claimed() shard.SlotSet { return c.Working.Union(c.Pending).Unio
 
 // Watched is what the member's watcher must list and watch: its claims, its
 // target (it fills its cache with a slot before it can work on it), its
-// custody and what lingers.
+// custody, what lingers and what it holds deletions of.
 func (c Claims) Watched() shard.SlotSet {
-	return c.Claimed().Union(c.Target).Union(c.Custody).Union(c.Lingering)
+	return c.Claimed().Union(c.Target).Union(c.Custody).Union(c.Lingering).Union(c.Holding)
 }
 
 // View is what a member knows at one step of the handoff.
@@ -153,6 +169,9 @@ type View struct {
 	// Accepted: of the Given slots, those whose named owner confirmed them
 	// (claims them, not Pending), is no longer live, or is nobody.
 	Custody, Accepted shard.SlotSet
+	// Holding: the slots whose deletions this member holds and that no
+	// other live member works (see Claims.Holding).
+	Holding shard.SlotSet
 	// Busy: the slots with a reconcile in flight or a deletion not yet
 	// handled (queued, however long the queue, or being handled); Failing:
 	// those with a deletion whose handling failed, waiting for a retry.
@@ -220,7 +239,7 @@ func (c Claims) Step(v View) Claims {
 	// given slot counts as the new owner's claim.
 	next.Given = c.Given.Minus(v.Accepted).Union(done)
 	others := v.Others.Union(next.Given)
-	wanted := v.Target.Union(v.Custody)
+	wanted := v.Target.Union(v.Custody).Union(v.Holding)
 	// A Working slot that another live member claims confirmed: a split
 	// brain the rules above never make, but a wrong idea of who is live
 	// can. Withdrawn at once, not released (Releasing would keep it
@@ -234,19 +253,22 @@ func (c Claims) Step(v View) Claims {
 	if !v.Confirmed { // nothing new is known of the others
 		next.Pending = c.Pending.And(wanted)
 		next.Custody = v.Custody.Minus(next.Working).Minus(next.Releasing)
+		next.Holding = v.Holding.Minus(next.Claimed())
 		return next
 	}
 	// Claims this step's renewal wrote, and no other live member claims:
-	// confirmed, into Working (its target) or Releasing (custody only).
+	// confirmed, into Working (its target) or Releasing (custody, or held
+	// deletions, only).
 	// Published claims another member also holds are withdrawn.
 	confirmed := c.Pending.And(v.Published).Minus(others)
 	next.Working = next.Working.Union(confirmed.And(v.Target))
-	next.Releasing = next.Releasing.Union(confirmed.And(v.Custody).Minus(v.Target))
+	next.Releasing = next.Releasing.Union(confirmed.And(v.Custody.Union(v.Holding)).Minus(v.Target))
 	next.Pending = c.Pending.Minus(v.Published).And(wanted)
 	// What we should own, or were given, and nobody claims: claim it (the
 	// next renewal writes it, the list after that confirms it).
 	free := wanted.Minus(next.Claimed()).Minus(others).And(v.Covers)
 	next.Pending = next.Pending.Union(free)
 	next.Custody = v.Custody.Minus(next.Working).Minus(next.Releasing)
+	next.Holding = v.Holding.Minus(next.Claimed())
 	return next
 }

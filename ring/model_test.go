@@ -46,7 +46,9 @@ import (
 //   - clocks skewed: every member's readings are off by up to ±30 s (no rule
 //     compares them across members, so this must change nothing);
 //   - a clean leave (claims dropped, the Lease marked leaving, a renew
-//     period, the Lease deleted; the mark's write may fail);
+//     period, the Lease deleted; the mark's write may fail), half of them
+//     after a drain (Member.Drain: the slots handed over first, until
+//     Drained or 20 s);
 //   - the gate read at any instant: the invariant is checked after every
 //     event, on each member's own clock.
 //
@@ -132,6 +134,8 @@ type modelMember struct {
 	giving shard.SlotSet
 	// onLanded, once: its next renewal landed
 	onLanded func()
+	// drainBy: it drains (Member.Drain), and leaves once drained or then
+	drainBy time.Duration
 }
 
 type modelEvent struct {
@@ -369,7 +373,16 @@ func runModel(seed uint64, wide bool) string {
 	}
 	if w.rng.IntN(3) == 0 {
 		mm := w.ms[w.rng.IntN(3)]
-		w.at(w.ms2(5000, int(modelRun/time.Millisecond)), mm, func() { w.leave(mm) })
+		drain := w.rng.IntN(2) == 0 // a clean leave that hands its slots over first
+		w.at(w.ms2(5000, int(modelRun/time.Millisecond)), mm, func() {
+			if !drain {
+				w.leave(mm)
+				return
+			}
+			w.note("%s drains", mm.id)
+			mm.m.Drain()
+			mm.drainBy = w.now + 20*time.Second // the handoff's share of DrainTimeout
+		})
 	}
 	if w.wide {
 		w.widen()
@@ -812,6 +825,10 @@ func (w *model) round(mm *modelMember) {
 		return
 	}
 	if mm.leaveAt > 0 && w.now >= mm.leaveAt && (!m.Claims().Given.Empty() || w.now >= mm.leaveAt+15*time.Second) {
+		w.leave(mm)
+		return
+	}
+	if mm.drainBy > 0 && (m.Drained() || w.now >= mm.drainBy) {
 		w.leave(mm)
 		return
 	}

@@ -15,7 +15,9 @@
 //	    (the resourceVersions of that list, and where the cache stands),
 //	    rawwatch.example.com/pending (claimed, not confirmed yet),
 //	    rawwatch.example.com/given (slots let go, by the member named to
-//	    take them: custody, handoff.go); rawwatch.example.com/leaving (left
+//	    take them: custody, handoff.go), rawwatch.example.com/holds (slots
+//	    it holds deletions of); rawwatch.example.com/draining (handing its
+//	    slots over before it leaves); rawwatch.example.com/leaving (left
 //	    cleanly: its value is the renewTime written with it)
 //
 // A Lease is the member its name says (a ring's name has no dot), whatever
@@ -29,8 +31,10 @@
 //   - if it is the first live member, collects the Leases of members dead for
 //     three of their lease durations.
 //
-// A member that leaves cleanly marks its Lease leaving, then deletes it, so
-// the others count it out at their next list; the slots it gave stay named on
+// A member that leaves cleanly first drains (Drain: its Lease marked
+// rawwatch.example.com/draining, it has no share, and hands each slot over
+// by the usual handoff), then marks its Lease leaving and deletes it, so the
+// others count it out at their next list; the slots it gave stay named on
 // the mark until their new owners confirm them.
 //
 // The fence: a member that cannot renew counts itself out LeaseDuration minus
@@ -102,10 +106,12 @@ const (
 // AnnotationPending on a member's Lease lists the claimed slots it has
 // not confirmed yet (Claims.Pending); AnnotationGiven, the slots it let go,
 // by the member it gave them to, until that member confirmed them
-// (Claims.Given): "<identity>=<slots>;…".
+// (Claims.Given): "<identity>=<slots>;…"; AnnotationHolds, the slots it
+// covers and holds deletions of without claiming them (Claims.Holding).
 const (
 	AnnotationPending = "rawwatch.example.com/pending"
 	AnnotationGiven   = "rawwatch.example.com/given"
+	AnnotationHolds   = "rawwatch.example.com/holds"
 )
 
 // AnnotationLeaving on a member's Lease says that its holder left cleanly:
@@ -118,6 +124,14 @@ const (
 // vanishes unmarked was deleted by hand, and counts as live until its
 // lease runs out (liveness.go).
 const AnnotationLeaving = "rawwatch.example.com/leaving"
+
+// AnnotationDraining on a member's Lease says that its holder is leaving
+// and hands its slots over first (Member.Drain): it is no member for the
+// shares (the others divide the slots without it, and it has no target),
+// and its claims stand while it lets them go by the usual handoff. Its value
+// is the renewTime written with it, as the leaving mark's: a hand-written
+// one counts for nothing, and the holder's next renewal erases it.
+const AnnotationDraining = "rawwatch.example.com/draining"
 
 // AnnotationScheme on a member's Lease names how it divides the objects
 // (shard.Scheme: the hash, the number of slots, the assignment). A Lease
@@ -139,6 +153,12 @@ func leavingMarked(l *coordinationv1.Lease) bool {
 	if !markBound {
 		return ok
 	}
+	return ok && l.Spec.RenewTime != nil && v == mark(l.Spec.RenewTime.Time)
+}
+
+// drainingMarked tells whether l carries its holder's draining mark.
+func drainingMarked(l *coordinationv1.Lease) bool {
+	v, ok := l.Annotations[AnnotationDraining]
 	return ok && l.Spec.RenewTime != nil && v == mark(l.Spec.RenewTime.Time)
 }
 
@@ -310,6 +330,10 @@ type Config struct {
 	// deletion whose handling failed, waiting for a retry.
 	OnClaims func(Claims)
 	Busy     func() (busy, failing shard.SlotSet)
+	// Held, optional with OnClaims, reports the slots whose deletions this
+	// member holds: heard of in a slot it watches and does not claim, kept
+	// for when it does (Claims.Holding).
+	Held func() shard.SlotSet
 	// Covers reports the slots whose every deletion this member hears of
 	// from now on (its watcher listed them and watches them), and where
 	// its cache stands; Swept, of the slots Claims.Sweep named, those swept
@@ -420,6 +444,14 @@ type Member struct {
 	// written on it, or ours if longer (stillFor).
 	found *stillness
 
+	// draining: Drain was called; the member has no share and hands its
+	// slots over (under mu).
+	draining bool
+	// owed: slots it withdrew (another Lease claimed them too) and has not
+	// claimed again, that no other live member works: their deletions are
+	// its, whether its watch brought them yet or not (Claims.Holding).
+	owed shard.SlotSet
+
 	// The handoff (the member's goroutine only, but claims is read by Claims).
 	claims    Claims
 	published shard.SlotSet // what this tick's renewal wrote
@@ -468,6 +500,8 @@ type observed struct {
 	covers     Cover         // what its cache covers
 	// givenMe: the slots it gave this member; givenOthers, to others.
 	givenMe, givenOthers shard.SlotSet
+	// holds: the slots it holds deletions of (AnnotationHolds).
+	holds shard.SlotSet
 	// leaving: marked AnnotationLeaving by its holder; gone: no longer
 	// listed (deleted by hand), standing as last seen until its lease
 	// runs out; foreign: of another scheme (AnnotationScheme); stray: its
@@ -479,6 +513,9 @@ type observed struct {
 	// read, by a write that may hide one, so its claims are taken as
 	// every slot, none confirmed (sight).
 	marked, doubt bool
+	// draining: marked AnnotationDraining by its holder: a member that
+	// hands its slots over before it leaves (no share of its own).
+	draining bool
 }
 
 // New returns a member; it joins when Run starts.
@@ -535,6 +572,30 @@ func (m *Member) Claims() Claims {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.claims
+}
+
+// Drain begins a clean leave that hands the slots over first: from its
+// next renewal on, the member's Lease says it drains (AnnotationDraining),
+// the others divide the slots without it, and it lets each of its slots go
+// by the usual handoff (Releasing, swept once its new owner covers it,
+// given by name until that owner confirms it), handling their deletions
+// until then. Run's end then leaves as usual. See Drained.
+func (m *Member) Drain() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.draining = true
+}
+
+// Drained tells whether a member that drains has handed everything over:
+// it claims nothing, names no slot given and not yet confirmed, and is
+// given nothing and holds no deletions of a slot nobody works; or no other
+// live member is there to take its slots (its leave then lets them go as a
+// leave without a drain does).
+func (m *Member) Drained() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.claims
+	return m.draining && (c.Claimed().Union(c.Given).Union(c.Custody).Union(c.Holding).Empty() || len(m.members) == 0)
 }
 
 // Now reads the clock of the member's own fence: the deadline OnDeadline
@@ -999,7 +1060,13 @@ func (m *Member) renewal(lease *coordinationv1.Lease, err error) (renewal, error
 		annotations[AnnotationCovers] = w.cover.Slots.String()
 		annotations[AnnotationCoversSince] = strconv.FormatUint(w.cover.Since, 10)
 		annotations[AnnotationSyncedTo] = strconv.FormatUint(w.cover.Synced, 10)
+		annotations[AnnotationHolds] = claims.Holding.And(w.cover.Slots).String()
 	}
+	m.mu.Lock()
+	if m.draining {
+		annotations[AnnotationDraining] = mark(stamp)
+	}
+	m.mu.Unlock()
 	secs := int32(written(m.cfg.LeaseDuration) / time.Second)
 	id := m.cfg.Identity
 	switch {
@@ -1065,8 +1132,9 @@ func (m *Member) renewal(lease *coordinationv1.Lease, err error) (renewal, error
 	}
 	acquired := metav1.NewMicroTime(m.acquired)
 	lease.Spec.HolderIdentity, lease.Spec.RenewTime, lease.Spec.LeaseDurationSeconds = &id, &now, &secs
-	lease.Spec.AcquireTime = &acquired           // ours: a hand's change written back
-	delete(lease.Annotations, AnnotationLeaving) // ours again: a process of ours left it, or a hand wrote it
+	lease.Spec.AcquireTime = &acquired            // ours: a hand's change written back
+	delete(lease.Annotations, AnnotationLeaving)  // ours again: a process of ours left it, or a hand wrote it
+	delete(lease.Annotations, AnnotationDraining) // written below if we drain
 	if lease.Labels[Label] != m.cfg.Ring {
 		// Its ring's label taken off (or changed) by hand: the ring's
 		// lists no longer show it, so the others count it gone and this
@@ -1211,7 +1279,7 @@ func (m *Member) readAll(log klog.Logger, items []coordinationv1.Lease) (listed 
 // read is what one of the others' Leases says (sight judges it).
 func (m *Member) read(log klog.Logger, l *coordinationv1.Lease) observed {
 	o := observed{id: identityOf(m.cfg.Ring, l.Name), rv: l.ResourceVersion, record: recordOf(l),
-		lease: min(leaseDurationOf(l), believed(m.cfg.LeaseDuration)), leaving: leavingMarked(l)}
+		lease: min(leaseDurationOf(l), believed(m.cfg.LeaseDuration)), leaving: leavingMarked(l), draining: drainingMarked(l)}
 	if r := l.Spec.RenewTime; r != nil {
 		o.renewTime = r.Time
 	}
@@ -1247,6 +1315,9 @@ func (m *Member) read(log klog.Logger, l *coordinationv1.Lease) observed {
 	if o.pending, err = shard.ParseSlotSet(l.Annotations[AnnotationPending]); err != nil {
 		o.pending = claims
 	}
+	// Holds that cannot be read hold nothing: they only decide who claims
+	// a free slot first.
+	o.holds, _ = shard.ParseSlotSet(l.Annotations[AnnotationHolds])
 	if given, err := parseGiven(l.Annotations[AnnotationGiven]); err != nil {
 		log.Error(err, "A ring Lease gives slots we cannot read: taking them as given to another member", "lease", l.Name)
 		o.givenOthers = shard.All()
@@ -1279,8 +1350,10 @@ func (m *Member) warned(name, scheme string) bool {
 
 // peers is what the others' Leases say, judged at one instant.
 type peers struct {
-	// live: the members, sorted (this one among them if self).
-	live []string
+	// live: the members, sorted (this one among them if self); draining,
+	// the live members that hand their slots over before they leave (no
+	// share: not in live).
+	live, draining []string
 	// others: the slots the live members claim, and those they gave to
 	// another member than this one; claimed, of those, the claims alone;
 	// rival, the claims confirmed (not Pending); custody, the slots given
@@ -1290,12 +1363,14 @@ type peers struct {
 	// identity claims confirmed and covers (two Leases may name one).
 	confirmed map[string]shard.SlotSet
 	covers    map[string]Cover
+	// holds, by identity: the slots each live member holds deletions of.
+	holds map[string]shard.SlotSet
 }
 
 // peers judges the others' Leases at judged (m.mu held): members, the
 // leaving whose gifts still stand, and those of another scheme.
 func (m *Member) peers(judged time.Time, self bool) peers {
-	p := peers{confirmed: map[string]shard.SlotSet{}, covers: map[string]Cover{}}
+	p := peers{confirmed: map[string]shard.SlotSet{}, covers: map[string]Cover{}, holds: map[string]shard.SlotSet{}}
 	if self {
 		p.live = append(p.live, m.cfg.Identity)
 	}
@@ -1332,12 +1407,16 @@ func (m *Member) peers(judged time.Time, self bool) peers {
 				p.confirmed[o.id] = o.claims.Minus(o.pending)
 			}
 		default:
-			if !slices.Contains(p.live, o.id) {
+			switch {
+			case o.draining:
+				p.draining = append(p.draining, o.id)
+			case !slices.Contains(p.live, o.id):
 				p.live = append(p.live, o.id)
 			}
 			p.others = p.others.Union(o.claims).Union(o.givenOthers)
 			p.claimed = p.claimed.Union(o.claims)
 			p.custody = p.custody.Union(o.givenMe)
+			p.holds[o.id] = p.holds[o.id].Union(o.holds)
 			confirmed := o.claims.Minus(o.pending)
 			p.rival = p.rival.Union(confirmed)
 			if c, ok := p.confirmed[o.id]; ok { // a second Lease of one identity: what both say
@@ -1366,9 +1445,12 @@ func (m *Member) update(log klog.Logger) {
 	if m.cfg.Swept != nil {
 		swept, covered, handed, ownCover = m.cfg.Swept(), shard.SlotSet{}, shard.SlotSet{}, m.cfg.Covers().Slots
 	}
-	var busy, failing shard.SlotSet
+	var busy, failing, held shard.SlotSet
 	if m.cfg.Busy != nil {
 		busy, failing = m.cfg.Busy() // before the step: after the last step took effect
+	}
+	if m.cfg.Held != nil {
+		held = m.cfg.Held()
 	}
 	fenceNow := m.Now()
 	now := m.cfg.Now()
@@ -1383,8 +1465,22 @@ func (m *Member) update(log klog.Logger) {
 	if !m.lookOK {
 		judged = m.lookedAt
 	}
-	p := m.peers(judged, self)
+	p := m.peers(judged, self && !m.draining)
 	live, others, custody, rival, confirmed, covers := p.live, p.others, p.custody, p.rival, p.confirmed, p.covers
+	// The deletions we hold of a slot another live member works are its
+	// (it heard of them too, or they went with a fence); of any other
+	// slot, ours to handle: we keep watching it, and claim it when free.
+	var worked shard.SlotSet
+	for _, id := range slices.Concat(live, p.draining) {
+		if id != m.cfg.Identity {
+			worked = worked.Union(confirmed[id])
+		}
+	}
+	if !self {
+		m.owed = shard.SlotSet{}
+	}
+	m.owed = m.owed.Minus(worked)
+	holding := held.Union(m.owed).Minus(worked)
 	// Of the slots we gave, those their new owner confirmed (or that
 	// went to a member no longer live, or to nobody); and, so that a new
 	// owner that never takes a slot cannot keep it from everyone, those
@@ -1424,33 +1520,56 @@ func (m *Member) update(log klog.Logger) {
 	}
 	m.withdrawals = kept
 	assign := assignSlots(live)
+	// A slot goes to the member whose share it is, unless other live
+	// members hold deletions of it: then to the first of those by
+	// identity (not the slot's owner: it gets the slot last, from them).
+	// A free slot is left to that holder too (each hands it on as it got
+	// it, handling what it held first): whoever works the slot after
+	// listed it later, and never heard of those deletions.
+	var to [shard.Slots]string
+	for id, slots := range assign {
+		for _, i := range slots {
+			to[i] = id
+		}
+	}
+	mine := shard.SlotsOf(assign[m.cfg.Identity]...)
+	var first [shard.Slots]string
+	for id, h := range p.holds {
+		for _, i := range h.List() {
+			if id != to[i] && (first[i] == "" || id < first[i]) {
+				first[i] = id
+			}
+		}
+	}
+	for i, id := range first {
+		if id == "" {
+			continue
+		}
+		to[i] = id
+		if !holding.Has(i) || mine.Has(i) || id < m.cfg.Identity {
+			others = others.With(i)
+		}
+	}
 	if m.cfg.Swept != nil {
 		// A slot counts as covered only by the member it goes to (another
 		// may watch it for a moment and drop it, with the deletions it
 		// kept); and not in the step where that member changes: a sweep
 		// made on the word of the previous one does not count for it.
-		var owner [shard.Slots]string
-		for id, slots := range assign {
-			for _, i := range slots {
-				owner[i] = id
+		for i := range to {
+			if to[i] != "" && covers[to[i]].Slots.Has(i) && to[i] == m.ownerOf[i] {
+				covered = covered.With(i)
 			}
-			covered = covered.Union(covers[id].Slots.And(shard.SlotsOf(slots...)))
-		}
-		for i := range owner {
-			if owner[i] != m.ownerOf[i] {
-				covered = covered.Minus(shard.SlotsOf(i))
-			}
-			if !swept.Slots.Has(i) || owner[i] == "" || owner[i] == m.cfg.Identity {
+			if !swept.Slots.Has(i) || to[i] == "" || to[i] == m.cfg.Identity {
 				continue
 			}
-			switch h, s := HandedOver(i, covers[owner[i]], swept.At[i], swept.Newest[i]); {
+			switch h, s := HandedOver(i, covers[to[i]], swept.At[i], swept.Newest[i]); {
 			case h:
 				handed = handed.With(i)
 			case s:
 				stale = stale.With(i)
 			}
 		}
-		m.ownerOf = owner
+		m.ownerOf = to
 		if !m.lookOK {
 			// Blind (its lists fail, or are refused), though it renews:
 			// no slot is let go on a cover read before. The others take
@@ -1488,8 +1607,8 @@ func (m *Member) update(log klog.Logger) {
 		// Slots given to it (on the word of a cover of its Lease before
 		// the loss) it claims only once the quiet is over; meanwhile it
 		// keeps watching them (lingering), and the deletions it holds.
-		lingering = lingering.Union(custody)
-		custody = shard.SlotSet{}
+		lingering = lingering.Union(custody).Union(holding)
+		custody, holding = shard.SlotSet{}, shard.SlotSet{}
 	}
 	if now.Before(m.unseenUntil) { // an unseen Lease may work any free slot
 		others = others.Union(shard.All().Minus(custody))
@@ -1503,10 +1622,16 @@ func (m *Member) update(log klog.Logger) {
 	before := m.claims
 	m.claims = before.Step(View{Live: self, Target: target, Confirmed: m.confirmed,
 		Published: m.published, Others: others, Rival: rival, Busy: busy, Failing: failing,
-		Custody: custody, Accepted: accepted,
+		Custody: custody, Accepted: accepted, Holding: holding,
 		Covers: ownCover, Covered: covered, Overdue: overdue, Swept: swept.Slots, Handed: handed, Stale: stale})
-	if self { // what lingers: not what is watched for another reason anyway
-		m.claims.Lingering = lingering.Minus(m.claims.Claimed()).Minus(m.claims.Target).Minus(m.claims.Custody)
+	// A slot withdrawn is owed until claimed again: held, as if its
+	// deletions were (the watch may lag; the sweep of its let-go finds
+	// what it had not brought).
+	if self {
+		m.owed = m.owed.Union(before.Working.And(rival)).Minus(m.claims.Working).Minus(m.claims.Releasing)
+		m.claims.Holding = m.claims.Holding.Union(m.owed.Minus(m.claims.Claimed()))
+		// What lingers: not what is watched for another reason anyway.
+		m.claims.Lingering = lingering.Minus(m.claims.Claimed()).Minus(m.claims.Target).Minus(m.claims.Custody).Minus(m.claims.Holding)
 	}
 	for _, i := range m.claims.Given.Minus(before.Given).List() {
 		m.givenTo[i] = m.ownerOf[i] // the member it goes to, by our view ("" without sweeps: nobody named)
@@ -1706,7 +1831,8 @@ func (m *Member) leavingMark(lease *coordinationv1.Lease, given shard.SlotSet) (
 	now, id := metav1.NewMicroTime(stamp), m.cfg.Identity
 	lease.Spec.HolderIdentity, lease.Spec.RenewTime = &id, &now
 	lease.Annotations[AnnotationLeaving] = mark(stamp)
-	for _, k := range []string{AnnotationSlots, AnnotationPending, AnnotationGiven} {
+	delete(lease.Annotations, AnnotationDraining)
+	for _, k := range []string{AnnotationSlots, AnnotationPending, AnnotationGiven, AnnotationHolds} {
 		if _, ok := lease.Annotations[k]; ok {
 			lease.Annotations[k] = ""
 		}

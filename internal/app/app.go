@@ -386,9 +386,18 @@ func (a *App) Run(ctx context.Context) error {
 		drainCtx, stopDraining := context.WithCancel(context.WithoutCancel(ctx))
 		defer stopDraining()
 		defer context.AfterFunc(ctx, func() { time.AfterFunc(cmp.Or(s.DrainTimeout, DefaultDrainTimeout), stopDraining) })()
+		// The handoff of the slots ends two renew periods before the
+		// drain, for the sweep of what is still claimed then.
+		handoffCtx, stopHandoff := context.WithCancel(drainCtx)
+		defer stopHandoff()
+		handoff := max(0, cmp.Or(s.DrainTimeout, DefaultDrainTimeout)-2*cmp.Or(s.RenewPeriod, ring.DefaultRenewPeriod))
+		defer context.AfterFunc(ctx, func() { time.AfterFunc(handoff, stopHandoff) })()
 		watcherCtx, stopWatcher := context.WithCancel(context.WithoutCancel(ctx))
 		defer stopWatcher()
 		watcherDone := make(chan struct{})
+		// A clean leave hands the slots over first (ring.Member.Drain):
+		// from ctx's end, while the workers finish and drain waits.
+		defer context.AfterFunc(ctx, a.Member.Drain)()
 		wg.Go(func() { a.Member.Run(ringCtx) })
 		wg.Go(func() {
 			a.sweep(ringCtx, cmp.Or(s.RenewPeriod, ring.DefaultRenewPeriod), cmp.Or(s.LeaseDuration, ring.DefaultLeaseDuration))
@@ -401,7 +410,7 @@ func (a *App) Run(ctx context.Context) error {
 			case <-watcherCtx.Done():
 			}
 		})
-		drain = func() { a.drain(klog.NewContext(drainCtx, log), stopWatcher, watcherDone) }
+		drain = func() { a.drain(klog.NewContext(drainCtx, log), handoffCtx, stopWatcher, watcherDone) }
 	}
 	wg.Go(func() { a.whoAmI(watchCtx) })
 	if a.Store.DetectsMutations() {

@@ -42,7 +42,7 @@ func TestALeaveWhileFencedHandlesOrReportsEveryDeletion(t *testing.T) {
 		stopped := make(chan struct{})
 		close(stopped)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // DrainTimeout
-		a.drain(ctx, func() {}, stopped)
+		a.drain(ctx, ctx, func() {}, stopped)
 		cancel()
 		rec.mu.Lock()
 		handled := slices.Clone(rec.handled)
@@ -83,7 +83,7 @@ func TestALeaveWithPendingClaimsIsNotTakenForFenced(t *testing.T) {
 	close(stopped)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // DrainTimeout
 	defer cancel()
-	a.drain(ctx, func() {}, stopped)
+	a.drain(ctx, ctx, func() {}, stopped)
 	if ctx.Err() != nil {
 		t.Fatalf("a joiner leaving with its claims Pending (not fenced: its lease fresh), one deletion held: the drain waited its whole DrainTimeout (2s) for the ring to confirm slots it is leaving; routes %v; want the held deletion reported abandoned at once", log.routes())
 	}

@@ -110,7 +110,7 @@ func TestALeaveSweepsTheDeletionsTheWatchHadNotBrought(t *testing.T) {
 	stopped := make(chan struct{})
 	watcherStopped := false
 	close(stopped)
-	a.drain(context.Background(), func() { watcherStopped = true }, stopped)
+	a.drain(context.Background(), context.Background(), func() { watcherStopped = true }, stopped)
 	if !watcherStopped {
 		t.Error("the drain did not stop the watcher")
 	}
@@ -130,7 +130,7 @@ func TestALeaveReportsTheDeletionsItAbandons(t *testing.T) {
 	close(stopped)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	a.drain(ctx, func() {}, stopped)
+	a.drain(ctx, ctx, func() {}, stopped)
 	if ctx.Err() == nil {
 		t.Fatal("the drain returned before its time was up, with a deletion still failing")
 	}

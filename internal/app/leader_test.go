@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/apimachinery/pkg/types"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -34,6 +35,8 @@ type referee struct {
 	// sharded tests use them).
 	by        map[string]map[string]int
 	deletions int
+	// deleted: the UIDs whose deletion a replica handled, when not nil.
+	deleted map[types.UID]bool
 }
 
 type refereed struct {
@@ -88,7 +91,12 @@ func (w *refereed) Deleted(ctx context.Context, d store.Delta[object]) error {
 	w.r.mu.Unlock()
 	w.enter(d.Key)
 	defer w.leave(d.Key)
-	return w.inner.Deleted(ctx, d)
+	err := w.inner.Deleted(ctx, d)
+	if w.r.mu.Lock(); err == nil && w.r.deleted != nil {
+		w.r.deleted[d.Object.UID] = true
+	}
+	w.r.mu.Unlock()
+	return err
 }
 
 // churn updates random objects of obj-0 … obj-(objects-1), one every pause,

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -98,7 +99,10 @@ type gate struct {
 	// began (it does not answer for them).
 	swept ring.Sweeps
 	fresh shard.SlotSet
-	kick  chan struct{} // a sweep is asked for
+	// stored: by slot, the newest object the store held of the slots
+	// swept, at the ring's previous step (sweptSlots).
+	stored [shard.Slots]uint64
+	kick   chan struct{} // a sweep is asked for
 }
 
 type flight struct {
@@ -290,6 +294,17 @@ func (g *gate) takeHeld() []store.Delta[Object] {
 	return out
 }
 
+// heldSlots is the slots whose deletions the gate holds (ring.Config.Held).
+func (g *gate) heldSlots() shard.SlotSet {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var s shard.SlotSet
+	for slot := range g.held {
+		s = s.With(slot)
+	}
+	return s
+}
+
 // watchedSlots is what the watcher watches.
 func (g *gate) watchedSlots() shard.SlotSet {
 	g.mu.Lock()
@@ -313,11 +328,33 @@ func (g *gate) lingering() shard.SlotSet {
 	return g.claims.Lingering
 }
 
-// sweptSlots is what the ring reads as its Sweeps.
+// sweptSlots is what the ring reads as its Sweeps, once a step. The newest
+// object of a swept slot is the newest of the sweep's list and of what the
+// store held of the slot at the previous step: the watch may have brought
+// objects created after the sweep, which the new owner's cache must have
+// reached too before the slot is let go (its watch may break right after
+// the sweep, and relist after their deletion). A step old, so that a slot
+// whose objects keep changing is not chased for ever: the new owner's
+// renewal in between shows where its cache stood.
 func (g *gate) sweptSlots() ring.Sweeps {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.swept
+	w, prev := g.swept, g.stored
+	g.mu.Unlock()
+	var now [shard.Slots]uint64
+	for _, obj := range g.store.List() {
+		if slot := shard.SlotOf(string(obj.GetUID())); w.Slots.Has(slot) {
+			if rv := sharding.ParseRV(obj.GetResourceVersion()); rv != math.MaxUint64 {
+				now[slot] = max(now[slot], rv)
+			}
+		}
+	}
+	for _, i := range w.Slots.List() {
+		w.Newest[i] = max(w.Newest[i], prev[i])
+	}
+	g.mu.Lock()
+	g.stored = now
+	g.mu.Unlock()
+	return w
 }
 
 // keysIn is the keys of the stored objects in slots.
@@ -390,7 +427,7 @@ func (a *App) newMember() (*ring.Member, error) {
 		Client: kube, Namespace: s.Namespace, Ring: s.Ring, Identity: s.Identity,
 		LeaseDuration: s.LeaseDuration, RenewPeriod: s.RenewPeriod,
 		Observer: a.observer, OnClaims: a.onClaims, Busy: a.busy, OnDeadline: a.gate.setDeadline,
-		Covers: a.covers, Swept: a.gate.sweptSlots,
+		Covers: a.covers, Swept: a.gate.sweptSlots, Held: a.gate.heldSlots,
 	})
 }
 
@@ -464,24 +501,27 @@ func (a *App) sweep(ctx context.Context, renew, lease time.Duration) {
 }
 
 // drain is the first half of a clean leave, before the ring's Lease is
-// deleted and the slots are free for the others (whose lists of them come
-// after the deletions made so far: they would never hear of those). Run's
-// workers have stopped (the reconciles in flight finished); the watcher
-// still runs, the ring still renews, the gate still lets the deletions of
-// claimed slots in. Until ctx ends (DrainTimeout after Run's context):
+// deleted. Run's workers have stopped (the reconciles in flight finished);
+// the watcher still runs, the ring still renews and hands the slots over
+// (ring.Member.Drain: each slot stays claimed, Releasing, until its new
+// owner covers it, it was swept, and the new owner confirmed it), and the
+// gate still lets the deletions of claimed slots in. Until handoff ends
+// (two renew periods before ctx, DrainTimeout after Run's context), or the
+// ring has handed every slot over:
 //
 //  1. every deletion heard of and not handled (queued, or failed and
 //     waiting for a retry) is handed to Deleted, and those the watcher
-//     brings meanwhile;
-//  2. the watcher stops, and a sweep of the claimed slots (sharding.Watcher.Sweep)
-//     finds the deletions its watch had not brought yet (it lags, or was
-//     down): handled the same way.
+//     and the handoff's sweeps bring meanwhile;
+//  2. then the watcher stops, and a sweep of the slots still claimed
+//     (none, unless the handoff ran out of time: sharding.Watcher.Sweep)
+//     finds the deletions its watch had not brought yet: handled the
+//     same way, until ctx ends.
 //
-// What is left when ctx ends is lost (a log line says how much); so are
-// the deletions made after the sweep's list and before the slots' next
-// owner lists them, and those held for slots this replica did not claim
-// yet (docs/sharding.md, "A clean leave").
-func (a *App) drain(ctx context.Context, stopWatcher func(), watcherDone <-chan struct{}) {
+// What is left when ctx ends is lost (a log line says how much); so are,
+// if the handoff ran out of time, the deletions made after the last sweep
+// and before the slots' next owner lists them (docs/sharding.md, "A clean
+// leave").
+func (a *App) drain(ctx, handoff context.Context, stopWatcher func(), watcherDone <-chan struct{}) {
 	log := klog.FromContext(ctx).WithName("sharding")
 	start := time.Now()
 	sharding.Drain(ctx, a.Controller, a.opts.Workers)
@@ -493,12 +533,17 @@ func (a *App) drain(ctx context.Context, stopWatcher func(), watcherDone <-chan 
 	if a.gate.claimed().Empty() {
 		swept += a.sweepBeforeLeaving(ctx, log, a.gate.watchedSlots())
 	}
-	for a.gate.fencedHolding() && ctx.Err() == nil {
+	// The ring hands the slots over meanwhile (ring.Member.Drain): each is
+	// let go once its new owner covers it and it was swept, and stays
+	// given until that owner confirms it; the deletions of the slots still
+	// claimed are handled here until then.
+	drained := func() bool { return a.Member == nil || a.Member.Drained() }
+	for (!drained() || a.gate.fencedHolding()) && handoff.Err() == nil {
 		select {
-		case <-ctx.Done():
+		case <-handoff.Done():
 		case <-time.After(50 * time.Millisecond):
 		}
-		sharding.Drain(ctx, a.Controller, a.opts.Workers)
+		sharding.Drain(handoff, a.Controller, a.opts.Workers)
 	}
 	stopWatcher()
 	<-watcherDone

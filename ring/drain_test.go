@@ -1,0 +1,235 @@
+package ring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
+
+	"rawwatch/shard"
+)
+
+// drainRing is members on one fake server, stepped by hand on one clock
+// (lease 10 s, renew period 1 s): each cache covers what its member
+// watches at once, every sweep is done at once.
+type drainRing struct {
+	t       *testing.T
+	now     time.Time
+	ms      map[string]*Member
+	order   []string
+	dead    map[string]bool // stepped no more (killed)
+	failing map[string]bool // its Lease's writes fail
+	// requests counts each member's requests on Leases.
+	requests map[string]int
+}
+
+func newDrainRing(t *testing.T, ids ...string) *drainRing {
+	r := &drainRing{t: t, now: epoch, ms: map[string]*Member{}, dead: map[string]bool{}, failing: map[string]bool{}, requests: map[string]int{}}
+	client := versionedClient()
+	client.PrependReactor("*", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
+		name := ""
+		if w, ok := act.(interface{ GetObject() runtime.Object }); ok {
+			if o, ok := w.GetObject().(interface{ GetName() string }); ok {
+				name = o.GetName()
+			}
+		}
+		if id, ok := strings.CutPrefix(name, "r."); ok && r.failing[id] {
+			return true, nil, errors.New("the Lease API fails for this member")
+		}
+		return false, nil, nil
+	})
+	for _, id := range ids {
+		var m *Member
+		c := client
+		m, err := New(Config{Client: c, Namespace: "ns", Ring: "r", Identity: id,
+			LeaseDuration: 10 * time.Second, RenewPeriod: time.Second, Now: func() time.Time { return r.now },
+			OnClaims: func(Claims) {}, Busy: func() (_, _ shard.SlotSet) { return },
+			Covers: func() Cover {
+				cl := m.Claims()
+				return Cover{Slots: cl.Watched().Minus(cl.Lingering), Since: 50, Synced: 200}
+			},
+			Swept: func() Sweeps {
+				w := Sweeps{Slots: m.Claims().Sweep}
+				for _, i := range w.Slots.List() {
+					w.At[i] = 100
+				}
+				return w
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.ms[id] = m
+		r.order = append(r.order, id)
+	}
+	return r
+}
+
+// round is one renew period: each live member renews, lists and steps, a
+// tenth of it apart; after each step no slot is admitted (Working or
+// Releasing: a deletion of it may be handled) by two members.
+func (r *drainRing) round(when string) {
+	ctx := context.Background()
+	for _, id := range r.order {
+		r.now = r.now.Add(100 * time.Millisecond)
+		if r.dead[id] {
+			continue
+		}
+		m := r.ms[id]
+		r.requests[id] += 2 // a GET and an UPDATE (or CREATE)
+		renewErr := renewed(m, ctx)
+		r.requests[id]++
+		m.lookOK = m.look(ctx) == nil
+		if m.lookOK {
+			m.looks++
+		}
+		m.confirmed = renewErr == nil && m.lookOK && m.ownSeen
+		m.update(klog.Background())
+		r.noTwoAdmit(when)
+	}
+	r.now = r.now.Add(time.Second - time.Duration(len(r.order))*100*time.Millisecond)
+}
+
+func (r *drainRing) noTwoAdmit(when string) {
+	r.t.Helper()
+	var seen shard.SlotSet
+	for _, id := range r.order {
+		if r.dead[id] {
+			continue
+		}
+		c := r.ms[id].Claims()
+		admitted := c.Working.Union(c.Releasing)
+		if both := seen.And(admitted); !both.Empty() {
+			r.t.Fatalf("%s: slots %v admitted by %s and another member at once: %s", when, both, id, r.claims())
+		}
+		seen = seen.Union(admitted)
+	}
+}
+
+func (r *drainRing) claims() string {
+	var b strings.Builder
+	for _, id := range r.order {
+		c := r.ms[id].Claims()
+		fmt.Fprintf(&b, "%s working %d releasing %d pending %d given %d custody %d holding %d; ", id,
+			c.Working.Len(), c.Releasing.Len(), c.Pending.Len(), c.Given.Len(), c.Custody.Len(), c.Holding.Len())
+	}
+	return b.String()
+}
+
+// settle runs rounds until the live members work every slot between them.
+func (r *drainRing) settle(limit int, when string, ids ...string) int {
+	r.t.Helper()
+	for i := 1; ; i++ {
+		r.round(when)
+		var all shard.SlotSet
+		for _, id := range ids {
+			all = all.Union(r.ms[id].Claims().Working)
+		}
+		if all == shard.All() {
+			return i
+		}
+		if i == limit {
+			r.t.Fatalf("%s: %s do not work every slot after %d renew periods: %s", when, ids, limit, r.claims())
+		}
+	}
+}
+
+// drained runs rounds until each of ids has handed everything over.
+func (r *drainRing) drained(limit int, when string, ids ...string) int {
+	r.t.Helper()
+	for i := 1; ; i++ {
+		r.round(when)
+		done := true
+		for _, id := range ids {
+			done = done && r.ms[id].Drained()
+		}
+		if done {
+			return i
+		}
+		if i == limit {
+			r.t.Fatalf("%s: %v not drained after %d renew periods: %s", when, ids, limit, r.claims())
+		}
+	}
+}
+
+// drainBound is the most renew periods a drain takes here (quick caches,
+// quick sweeps): the others read the mark and cover the slots (a list, a
+// renewal), the drainer sweeps and lets go (a list, a step), the new
+// owner claims and confirms (a renewal, a list), and writes it confirmed
+// (a renewal) for the drainer's list to read: six steps, each of which
+// may wait up to a round for another member's step (eight measured here),
+// and two of slack.
+const drainBound = 10
+
+// A member that drains hands every slot over through the handoff, within
+// drainBound renew periods, making no request more than a member's three
+// a renew period; no slot is admitted by it and another member at once;
+// the members that stay work every slot.
+func TestADrainingMemberHandsEverySlotOver(t *testing.T) {
+	r := newDrainRing(t, "a", "b", "c")
+	r.settle(30, "a, b and c join", "a", "b", "c")
+	before := r.requests["a"]
+	r.ms["a"].Drain()
+	took := r.drained(drainBound, "a drains", "a")
+	if n := r.requests["a"] - before; n > 3*took {
+		t.Errorf("a made %d requests on Leases in the %d renew periods of its drain; want at most %d", n, took, 3*took)
+	}
+	if c := r.ms["a"].Claims(); !c.Claimed().Empty() {
+		t.Errorf("a drained, still claiming %v", c.Claimed())
+	}
+	r.settle(4, "after a drained", "b", "c")
+	t.Logf("a drained in %d renew periods", took)
+}
+
+// Two members drain at once: each hands its slots to the one that stays,
+// never to the other (it has no share), within the same bound.
+func TestTwoMembersDrainingAtOnceHandOverToTheOneThatStays(t *testing.T) {
+	r := newDrainRing(t, "a", "b", "c")
+	r.settle(30, "a, b and c join", "a", "b", "c")
+	r.ms["a"].Drain()
+	r.ms["b"].Drain()
+	r.drained(drainBound, "a and b drain", "a", "b")
+	if w := r.ms["c"].Claims().Working; w != shard.All() {
+		t.Errorf("c works %v after a and b drained, want every slot", w)
+	}
+}
+
+// The member a drainer's slots go to dies mid-handoff (it covered them,
+// and stops): once the others count it out, the slots go to the member
+// that stays, and the drainer hands them over to it; at no instant do two
+// live members admit one slot.
+func TestADrainWhoseSuccessorDiesHandsOverToTheNext(t *testing.T) {
+	r := newDrainRing(t, "a", "b", "c")
+	r.settle(30, "a, b and c join", "a", "b", "c")
+	r.ms["a"].Drain()
+	r.round("a drains")
+	r.round("a drains")
+	r.dead["b"] = true
+	// b's lease (10 s), then the handoff to c.
+	r.drained(10+drainBound, "a drains, b dead", "a")
+	r.settle(20, "a drained, b dead", "c")
+}
+
+// A drainer whose renewals fail fences itself at its deadline, as any
+// member does: from then on it admits nothing, and the others take its
+// slots only after they counted it out; at no instant does it admit a
+// slot another member admits.
+func TestADrainerWhoseRenewalsFailFences(t *testing.T) {
+	r := newDrainRing(t, "a", "b", "c")
+	r.settle(30, "a, b and c join", "a", "b", "c")
+	r.ms["a"].Drain()
+	r.round("a drains")
+	r.failing["a"] = true
+	for i := 0; i < 30; i++ {
+		r.round("a drains, its renewals failing")
+	}
+	if c := r.ms["a"].Claims(); !c.Claimed().Empty() {
+		t.Errorf("a still claims %v 30 s after its renewals began to fail", c.Claimed())
+	}
+	r.settle(4, "after a fenced", "b", "c")
+}
