@@ -63,3 +63,64 @@ func TestALeavingMarkWrittenOnALiveMemberSplitsNoBrain(t *testing.T) {
 		step(fmt.Sprintf("%s after an operator marked b's live Lease leaving, b cut off", now.Sub(start)))
 	}
 }
+
+// Two saved copies of a past process's Lease (b's identity, an earlier
+// acquisition this observer never read): one from its life, one of its
+// clean leave, re-applied in that order over the live b's Lease (a backup
+// restored, a sync stepping through revisions). Both are states the Lease
+// really had: neither may count b out while it may still work. b is cut
+// off just after its last renewal (it never reads the copies) and works
+// on until its fence, 3.5 s after that renewal.
+func TestCopiesOfAPastProcessesLeaveSplitNoBrain(t *testing.T) {
+	openfinding.Skip(t)
+	now := epoch
+	client, a, b := pair(t, &now, "a", "b")
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	cut, acting := false, ""
+	client.PrependReactor("*", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if cut && acting == "b" {
+			return true, nil, apierrors.NewInternalError(errors.New("cut off"))
+		}
+		return false, nil, nil
+	})
+	step := func(when string) {
+		for _, m := range []*Member{a, b} {
+			acting = m.cfg.Identity
+			m.round(ctx, klog.Background())
+			acting = ""
+			noSplit(t, when, a, b)
+			now = now.Add(10 * time.Millisecond)
+		}
+		now = now.Add(renew - 20*time.Millisecond)
+	}
+	for range 20 {
+		step("a and b join")
+	}
+	divided(t, a, b)
+	leases := client.CoordinationV1().Leases("ns")
+	past := epoch.Add(-2 * time.Hour) // the earlier process acquired b's Lease then
+	apply := func(renewed time.Time, leaving bool) {
+		l, err := leases.Get(ctx, b.leaseName(), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		acq, r := metav1.NewMicroTime(past), metav1.NewMicroTime(renewed)
+		l.Spec.AcquireTime, l.Spec.RenewTime = &acq, &r
+		l.Annotations[AnnotationSlots], l.Annotations[AnnotationPending], l.Annotations[AnnotationGiven] = "", "", ""
+		delete(l.Annotations, AnnotationLeaving)
+		if leaving {
+			l.Annotations[AnnotationLeaving] = mark(renewed)
+		}
+		if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cut = true
+	start := now
+	apply(past.Add(time.Minute), false) // a copy from the earlier process's life
+	step(fmt.Sprintf("%s after b cut off, a copy of an earlier process's Lease applied", now.Sub(start)))
+	apply(past.Add(time.Hour), true) // then a copy of its clean leave
+	for range 5 {
+		step(fmt.Sprintf("%s after b cut off, copies of an earlier process's life and leave applied in turn", now.Sub(start)))
+	}
+}
