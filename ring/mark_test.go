@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"rawwatch/internal/openfinding"
+	"rawwatch/shard"
 )
 
 // A leaving mark written by anyone but the holder (an operator who
@@ -122,5 +123,65 @@ func TestCopiesOfAPastProcessesLeaveSplitNoBrain(t *testing.T) {
 	apply(past.Add(time.Hour), true) // then a copy of its clean leave
 	for range 5 {
 		step(fmt.Sprintf("%s after b cut off, copies of an earlier process's life and leave applied in turn", now.Sub(start)))
+	}
+}
+
+// A joiner reads, at first sight, a copy of an old clean leave re-applied
+// over a live member's Lease: b once left a ring of b and c, giving its
+// share to c; a sync puts that saved Lease back over the live b (cut off
+// just after its last renewal: it never reads the copy, and works on
+// until its fence, 3.5 s after that renewal), and c, a StatefulSet's
+// identity scaled down and up, joins then. A mark counts at first sight;
+// the gift it names must not make c Work a slot b may still admit.
+func TestAJoinerReadingACopyOfAnOldLeaveSplitsNoBrain(t *testing.T) {
+	openfinding.Skip(t)
+	now := epoch
+	client, a, b := pair(t, &now, "a", "b")
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	cut, acting := false, ""
+	client.PrependReactor("*", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if cut && acting == "b" {
+			return true, nil, apierrors.NewInternalError(errors.New("cut off"))
+		}
+		return false, nil, nil
+	})
+	ms := []*Member{a, b}
+	step := func(when string) {
+		for _, m := range ms {
+			acting = m.cfg.Identity
+			m.round(ctx, klog.Background())
+			acting = ""
+			noSplit(t, when, ms...)
+			now = now.Add(10 * time.Millisecond)
+		}
+		now = now.Add(renew - 20*time.Millisecond)
+	}
+	for range 20 {
+		step("a and b join")
+	}
+	divided(t, a, b)
+	var share shard.SlotSet // b's share in a ring of b and c, which it gave c when it left
+	for _, s := range shard.Assign([]string{"b", "c"})["b"] {
+		share = share.With(s)
+	}
+	leases := client.CoordinationV1().Leases("ns")
+	l, err := leases.Get(ctx, b.leaseName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := metav1.NewMicroTime(epoch.Add(-time.Hour))
+	acq := metav1.NewMicroTime(epoch.Add(-2 * time.Hour))
+	l.Spec.RenewTime, l.Spec.AcquireTime = &left, &acq
+	l.Annotations[AnnotationLeaving] = mark(left.Time)
+	l.Annotations[AnnotationSlots], l.Annotations[AnnotationPending] = "", ""
+	l.Annotations[AnnotationGiven] = "c=" + share.String()
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cut = true
+	ms = append(ms, handoffMember(t, client, "c", lease, renew, func() time.Time { return now }))
+	start := now
+	for range 6 {
+		step(fmt.Sprintf("%s after b cut off, a copy of its old leave (gave %d slots to c) applied, c joined", now.Sub(start), share.Len()))
 	}
 }
