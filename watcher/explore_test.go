@@ -73,12 +73,14 @@ import (
 //     no UID comes back after its Deleted, and no object's resourceVersion
 //     goes backwards (outside a restore: the first list after one starts
 //     the count afresh);
-//   - the decoders read what Kubernetes' decoding reads: every WATCH stream
-//     and LIST page served under a fault that sends what an apiserver does
-//     not (respelled, garbled, cut or corrupted frames) is decoded again,
-//     as far as the loop read it, by the watcher's decoders and Kubernetes'
-//     (metav1.WatchEvent and the object through sigs.k8s.io/json), which
-//     must agree (decode_ref_test.go);
+//   - the codec reads what Kubernetes' decoding reads: every WATCH stream
+//     and LIST page served under the Respell or Garble fault is decoded
+//     again, as far as the loop read it, by the schedule's codec and by
+//     apimachinery (metav1.WatchEvent and the object through
+//     sigs.k8s.io/json, the serializer's kind, apierrors.FromObject),
+//     which must agree; and so must they on one frame of every stream and
+//     one page in five, respelled (explore_decode_test.go,
+//     explore_respell_test.go);
 //   - a garbled DELETED (its object undecodable, its name readable) still
 //     deletes its key: the store no longer holds it once the loop moves on;
 //   - a garbled list item (undecodable, its metadata readable) keeps its
@@ -351,6 +353,11 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		if s.wrap != nil {
 			src = s.wrap(srv)
 		}
+		src = decodedAsKubernetes{Source: src, codec: s.codec, fail: lives.fail, when: func() bool {
+			// The faults whose frames are whole but not the server's usual
+			// (cut and corrupted frames: checkCorruptedFrames).
+			return srv.Fault() == fakeapi.Respell || srv.Fault() == fakeapi.Garble
+		}}
 		w := New(src, st, opts)
 		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), exploreLogger()))
 		done := make(chan struct{})
