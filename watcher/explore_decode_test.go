@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	kjsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/types"
 	kjson "sigs.k8s.io/json"
@@ -157,7 +158,10 @@ func kubernetesFrame(frames *json.Decoder) refFrame {
 		}
 		f.kind, f.ev.RV, f.ev.InitialEventsEnd = "event", tm.Metadata.ResourceVersion, tm.Metadata.Annotations[metav1.InitialEventsAnnotationKey] == "true"
 	case Error:
-		obj, err := runtime.Decode(unstructured.UnstructuredJSONScheme, object)
+		obj, err := runtime.Decode(dynamicStatus, object)
+		if runtime.IsNotRegisteredError(err) {
+			obj, err = runtime.Decode(unstructured.UnstructuredJSONScheme, object)
+		}
 		if err == nil {
 			err = apierrors.FromObject(obj)
 		}
@@ -385,5 +389,15 @@ func (d anyCaseEvents) Next() (Event[*v1alpha1.MyResource], error) {
 	if string(f.Object) == "null" {
 		f.Object = nil
 	}
-	return EventOf(f.Type, f.Object, d.codec.Decode, kjson.UnmarshalCaseSensitivePreserveInts, Snippet)
+	return EventOf(f.Type, f.Object, d.codec.Decode, kjson.UnmarshalCaseSensitivePreserveInts, Kind, Snippet)
 }
+
+// dynamicStatus decodes an ERROR's object as client-go's dynamic client
+// does (dynamic/scheme.go): meta/v1's types, Status among them unversioned,
+// so a Status of any apiVersion is a *metav1.Status; the reference takes any
+// other kind unstructured.
+var dynamicStatus = func() runtime.Decoder {
+	s := runtime.NewScheme()
+	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
+	return kjsonserializer.NewSerializerWithOptions(kjsonserializer.DefaultMetaFactory, s, s, kjsonserializer.SerializerOptions{})
+}()
