@@ -1,21 +1,12 @@
 package watcher
 
-import (
-	"time"
-
-	"github.com/cenkalti/backoff/v4"
-)
+import "time"
 
 // Backoff is the retry policy: after the n-th trouble in a row the loop waits
 // d = min(Max, Initial·Factorⁿ), shortened at random by up to Jitter·d so that
 // many clients do not retry in step. Max is a true cap: jitter never
 // lengthens a delay. The count starts again after a trouble-free stretch of
 // ResetAfter.
-//
-// The steps d come from an ExponentialBackOff (github.com/cenkalti/backoff/v4)
-// with its randomization off: its own jitter spreads a step both ways (up to
-// (1+RandomizationFactor)·MaxInterval, past the cap) from the global random
-// source; the machine shortens each step itself, with the rand it was given.
 type Backoff struct {
 	Initial, Max time.Duration
 	Factor       float64
@@ -34,67 +25,42 @@ var DefaultBackoff = Backoff{
 	ResetAfter: 2 * time.Minute,
 }
 
-// schedule is b's sequence of steps: an ExponentialBackOff that never stops
-// (MaxElapsedTime 0) and reads the time from clock. With MaxElapsedTime 0 the
-// time it reads (in NextBackOff and Reset) decides nothing; the clock is
-// there so that it never reads the wall clock: the machine's is the time of
-// the outcome it applies.
-func (b Backoff) schedule(clock backoff.Clock) *backoff.ExponentialBackOff {
-	s := &backoff.ExponentialBackOff{
-		InitialInterval: b.Initial, Multiplier: b.Factor, MaxInterval: b.Max,
-		RandomizationFactor: 0, MaxElapsedTime: 0, Stop: backoff.Stop, Clock: clock,
+// step is the n-th step (from 0): Initial·Factorⁿ, at most Max.
+func (b Backoff) step(n int) time.Duration {
+	d := b.Initial
+	for ; n > 0 && d < b.Max; n-- {
+		d = time.Duration(float64(d) * b.Factor)
 	}
-	s.Reset()
-	return s
+	return min(d, b.Max)
 }
 
-// jittered is step d capped at Max (the schedule's first step is Initial,
-// uncapped) and shortened by r·Jitter of itself.
+// jittered is step d shortened by r·Jitter of itself.
 func (b Backoff) jittered(d time.Duration, r float64) time.Duration {
-	f := float64(min(d, b.Max))
+	f := float64(d)
 	return time.Duration(f - r*b.Jitter*f)
 }
 
 // Delay is the wait after n troubles in a row; r in [0, 1) picks the jitter.
-func (b Backoff) Delay(n int, r float64) time.Duration {
-	s := b.schedule(clockAt{new(time.Time)})
-	d := s.NextBackOff()
-	for i := 0; i < n && d < b.Max; i++ {
-		d = s.NextBackOff()
-	}
-	return b.jittered(d, r)
-}
+func (b Backoff) Delay(n int, r float64) time.Duration { return b.jittered(b.step(n), r) }
 
-// clockAt is a backoff.Clock that reads *t.
-type clockAt struct{ t *time.Time }
-
-func (c clockAt) Now() time.Time { return *c.t }
-
-// pacer is the machine's bookkeeping of the backoff: the schedule of steps,
-// the last step it gave, and when the current trouble-free stretch began.
+// pacer is the machine's bookkeeping of the backoff: how many troubles came
+// in a row, the last step it gave, and when the current trouble-free
+// stretch began.
 type pacer struct {
 	policy Backoff
 	rand   func() float64
-	// schedule gives the steps: NextBackOff on trouble, Reset after a
-	// trouble-free ResetAfter. step is the last it gave (capped at Max), 0
-	// since the last reset.
-	schedule  *backoff.ExponentialBackOff
+	// troubles counts the troubles since the last reset; step is the last
+	// step given, 0 since the last reset.
+	troubles  int
 	step      time.Duration
 	calmSince time.Time
-}
-
-// start: the loop begins calm, at the schedule's first step.
-func (p *pacer) start(now time.Time) {
-	p.calmSince = now
-	p.schedule.Reset()
 }
 
 // disturbed ends the trouble-free stretch at now; a stretch of ResetAfter or
 // more resets the backoff.
 func (p *pacer) disturbed(now time.Time) {
 	if now.Sub(p.calmSince) >= p.policy.ResetAfter {
-		p.schedule.Reset()
-		p.step = 0
+		p.troubles, p.step = 0, 0
 	}
 	p.calmSince = now
 }
@@ -103,7 +69,8 @@ func (p *pacer) disturbed(now time.Time) {
 // attempt: the next step, jittered, and at least minDelay (a Retry-After).
 func (p *pacer) backOff(now time.Time, minDelay time.Duration) time.Duration {
 	p.disturbed(now)
-	p.step = min(p.schedule.NextBackOff(), p.policy.Max)
+	p.step = p.policy.step(p.troubles)
+	p.troubles++
 	return max(p.policy.jittered(p.step, p.rand()), minDelay)
 }
 

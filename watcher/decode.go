@@ -190,49 +190,29 @@ func (c JSONCodec[T]) DecodeList(r io.Reader, add func(T), bad func(*SkipError))
 
 // DecodeList reads a JSON LIST page, decoding each item with decode (a
 // *SkipError: the item is skipped), as Kubernetes reads a page: one JSON
-// value (anything after it but white space is an error), keys matched
-// case-sensitively, of a key given twice the last (items are handed over
-// once the page has been read, the last "items" array's). A malformed
-// response (not a list at all) is an error; an item that does not decode is
-// skipped (Kubernetes would fail the whole page).
+// object (anything after it but white space is an error), keys matched
+// case-sensitively, of a key given twice the last. A malformed response
+// (not a list at all: neither items nor a resourceVersion) is an error, and
+// then no item was handed over; an item that does not decode is skipped
+// (Kubernetes would fail the whole page).
 func DecodeList[T Object](r io.Reader, decode func(what string, raw []byte) (T, error), add func(T), bad func(*SkipError)) (metav1.ListMeta, error) {
-	var meta metav1.ListMeta
-	dec := json.NewDecoder(r)
-	if err := expectDelim(dec, '{'); err != nil {
-		return meta, fmt.Errorf("decoding list: %w", err)
+	var page struct {
+		Metadata metav1.ListMeta `json:"metadata"`
+		Items    json.RawMessage `json:"items"` // "null" if null, empty if absent
 	}
 	var items []json.RawMessage
-	sawItems := false
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return meta, fmt.Errorf("decoding list: %w", err)
-		}
-		switch tok {
-		case "metadata":
-			var raw json.RawMessage
-			if err = dec.Decode(&raw); err == nil {
-				err = kjson.UnmarshalCaseSensitivePreserveInts(raw, &meta)
-			}
-		case "items":
-			sawItems = true
-			items, err = readItems(dec, items[:0])
-		default: // apiVersion, kind, anything new
-			var skip json.RawMessage
-			err = dec.Decode(&skip)
-		}
-		if err != nil {
-			return meta, fmt.Errorf("decoding list %q: %w", tok, err)
-		}
+	body, err := io.ReadAll(r)
+	if err == nil {
+		err = kjson.UnmarshalCaseSensitivePreserveInts(body, &page)
 	}
-	if _, err := dec.Token(); err != nil {
-		return meta, fmt.Errorf("decoding list: %w", err)
+	if err == nil && len(page.Items) > 0 {
+		err = kjson.UnmarshalCaseSensitivePreserveInts(page.Items, &items)
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return meta, fmt.Errorf("decoding list: more after the list's end (%v)", err)
+	if err == nil && len(page.Items) == 0 && page.Metadata.ResourceVersion == "" {
+		err = errors.New("response has neither items nor metadata")
 	}
-	if !sawItems && meta.ResourceVersion == "" {
-		return meta, errors.New("decoding list: response has neither items nor metadata")
+	if err != nil {
+		return page.Metadata, fmt.Errorf("decoding list: %w", err)
 	}
 	for _, raw := range items {
 		obj, err := decode(ListItem, raw)
@@ -242,38 +222,7 @@ func DecodeList[T Object](r io.Reader, decode func(what string, raw []byte) (T, 
 		}
 		add(obj)
 	}
-	return meta, nil
-}
-
-// readItems reads an items array, appending its items to items.
-func readItems(dec *json.Decoder, items []json.RawMessage) ([]json.RawMessage, error) {
-	if tok, err := dec.Token(); err != nil {
-		return items, err
-	} else if tok == nil {
-		return items, nil // "items": null
-	} else if tok != json.Delim('[') {
-		return items, fmt.Errorf("items is %v, not an array", tok)
-	}
-	for dec.More() {
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return items, err
-		}
-		items = append(items, raw)
-	}
-	_, err := dec.Token() // ']'
-	return items, err
-}
-
-func expectDelim(dec *json.Decoder, want json.Delim) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	if tok != want {
-		return fmt.Errorf("expected %q, got %v", want, tok)
-	}
-	return nil
+	return page.Metadata, nil
 }
 
 // DecodeEvents reads a WATCH stream: see Codec.
