@@ -207,6 +207,19 @@ func (s *Store[T]) Delete(obj T) (d Delta[T], known bool) {
 // object) the delta carries the last stored object and is marked
 // FinalStateUnknown.
 func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
+	return s.deleteIf(key, final, func(T) bool { return true })
+}
+
+// DeleteOther removes key's stored object if it is another object than
+// the one of UID uid (see MayBe): an event that cannot be decoded but names
+// uid says the key holds a new object, the stored one is gone. The delta
+// carries the stored object, FinalStateUnknown.
+func (s *Store[T]) DeleteOther(key string, uid types.UID) (d Delta[T], known bool) {
+	return s.deleteIf(key, *new(T), func(old T) bool { return !MayBe(uid, old) })
+}
+
+// deleteIf removes key's stored object if gone says it is gone (DeleteKey's).
+func (s *Store[T]) deleteIf(key string, final T, gone func(old T) bool) (d Delta[T], known bool) {
 	defer func() {
 		if known {
 			s.labels.Dropped(1, live[T]{s}) // once the lock is released
@@ -215,7 +228,7 @@ func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, existed := s.items[key]
-	if !existed {
+	if !existed || !gone(old) {
 		return Delta[T]{}, false
 	}
 	var zero T
@@ -226,26 +239,6 @@ func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
 	s.detector.Left(key, final, true)
 	s.remove(key, old)
 	return Delta[T]{Type: Deleted, Key: key, Object: final}, true
-}
-
-// DeleteOther removes key's stored object if it is another object than
-// the one of UID uid (see MayBe): an event that cannot be decoded but names
-// uid says the key holds a new object, the stored one is gone. The delta
-// carries the stored object, FinalStateUnknown.
-func (s *Store[T]) DeleteOther(key string, uid types.UID) (d Delta[T], known bool) {
-	defer func() {
-		if known {
-			s.labels.Dropped(1, live[T]{s}) // once the lock is released
-		}
-	}()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old, existed := s.items[key]
-	if !existed || MayBe(uid, old) {
-		return Delta[T]{}, false
-	}
-	s.remove(key, old)
-	return Delta[T]{Type: Deleted, Key: key, Object: old, FinalStateUnknown: true}, true
 }
 
 // same tells whether two objects taken by the store (take) at one key and
