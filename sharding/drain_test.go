@@ -27,10 +27,10 @@ func TestDrainHandlesWhatRunLeftQueued(t *testing.T) {
 	<-b.entered // one worker holds the first deletion; the rest wait in the queue
 	go func() { b.release <- struct{}{} }()
 	stop()
-	if got := b.deletedUIDs(); len(got) != 1 {
+	if got := b.HandledUIDs(); len(got) != 1 {
 		t.Fatalf("Run handled %v before it returned, want the one in flight", got)
 	}
-	reconciled := b.reconciled() // the key in flight, after its deletion
+	reconciled := b.Reconciled() // the key in flight, after its deletion
 
 	drained := make(chan []store.Delta[object])
 	go func() { drained <- sharding.Drain(context.Background(), c, 2) }()
@@ -44,10 +44,10 @@ func TestDrainHandlesWhatRunLeftQueued(t *testing.T) {
 	if left := <-drained; len(left) != 0 {
 		t.Fatalf("the drain left %d deletions", len(left))
 	}
-	if got, want := b.deletedUIDs(), []string{"uid-a", "uid-b", "uid-c", "uid-e"}; !slices.Equal(got, want) {
+	if got, want := slices.Sorted(slices.Values(b.HandledUIDs())), []string{"uid-a", "uid-b", "uid-c", "uid-e"}; !slices.Equal(got, want) {
 		t.Fatalf("deletions handled: %v, want %v", got, want)
 	}
-	if got := b.reconciled(); !slices.Equal(got, reconciled) {
+	if got := b.Reconciled(); !slices.Equal(got, reconciled) {
 		t.Errorf("the drain reconciled %v: updates are the next owner's", got[len(reconciled):])
 	}
 	if q, f := deletionCounts(c); q+f != 0 {
@@ -66,10 +66,10 @@ func TestDrainGivesUpOnAFailingDeletionWhenItsContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	drained := make(chan []store.Delta[object])
 	go func() { drained <- sharding.Drain(ctx, c, 1) }()
-	testkit.Eventually(t, 10*time.Second, func() bool { fake.mu.Lock(); defer fake.mu.Unlock(); return fake.tries >= 3 },
+	testkit.Eventually(t, 10*time.Second, func() bool { fake.Mu.Lock(); defer fake.Mu.Unlock(); return fake.tries >= 3 },
 		"the failing deletion was not retried")
 	c.OnDelta(deleted("good"))
-	testkit.Eventually(t, 10*time.Second, func() bool { return slices.Contains(fake.deletedUIDs(), "uid-good") },
+	testkit.Eventually(t, 10*time.Second, func() bool { return slices.Contains(fake.HandledUIDs(), "uid-good") },
 		"a deletion arriving while another waits for its retry was not handled")
 	select {
 	case left := <-drained:
