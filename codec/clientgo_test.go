@@ -13,7 +13,7 @@ import (
 	restclientwatch "k8s.io/client-go/rest/watch"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/internal/openfinding"
+	"rawwatch/openfinding"
 	"rawwatch/watcher"
 )
 

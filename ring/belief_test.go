@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"rawwatch/internal/openfinding"
+	"rawwatch/openfinding"
 )
 
 // A member believes the lease duration written on another's Lease up to

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"rawwatch/internal/openfinding"
+	"rawwatch/openfinding"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 )

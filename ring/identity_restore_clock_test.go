@@ -221,7 +221,7 @@ func TestAnOwnWriteOlderThanSixtyFourAttemptsDoesNotFenceForGood(t *testing.T) {
 // Severity: request storm (×7 the documented rate), needs a non-kube proxy.
 func TestARetryAfterZeroDoesNotStormTheLeaseAPI(t *testing.T) {
 	url, requests := testkit.FailingAPI(t, http.StatusServiceUnavailable)
-	client, err := NewClient(&rest.Config{Host: url, QPS: 200, Burst: 400}) // as internal/app builds the ring's client
+	client, err := NewClient(&rest.Config{Host: url, QPS: 200, Burst: 400}) // as app builds the ring's client
 	if err != nil {
 		t.Fatal(err)
 	}

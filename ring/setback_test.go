@@ -14,7 +14,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 
-	"rawwatch/internal/openfinding"
+	"rawwatch/openfinding"
 )
 
 // A Lease set back to the very state an observer last read hides the

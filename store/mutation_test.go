@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/internal/openfinding"
+	"rawwatch/openfinding"
 )
 
 // The mutation detector is on in every test (this binary runs no
