@@ -46,9 +46,8 @@ type Event[T Object] struct {
 // not fatal: the decoder can go on with the next one.
 type SkipError struct {
 	What string // "ADDED event", "list item", ...
-	// Key, RV and UID are recovered from the metadata when possible. The
-	// UID tells a relist whether the undecodable item is the object the
-	// store holds for the key, or another one made since (store.Replacement.Keep).
+	// Key, RV and UID are recovered from the metadata when possible (the UID
+	// tells a relist whether the item is the stored object: Replacement.Keep).
 	Key, RV string
 	UID     types.UID
 	Err     error
@@ -91,11 +90,10 @@ type Events[T Object] interface {
 	Next() (Event[T], error)
 }
 
-// JSONCodec decodes JSON as client-go does: the frames of a stream as its
-// JSON framer splits them (a json.Decoder), each an envelope
-// (metav1.WatchEvent) whose object, as every LIST item, is read through
-// sigs.k8s.io/json (keys matched case-sensitively, of a key given twice the
-// last), its apiVersion and kind as the serializer finds them (Kind).
+// JSONCodec decodes JSON as client-go does: a stream's frames one JSON value
+// after another, each a metav1.WatchEvent whose object, as every LIST item,
+// is read through sigs.k8s.io/json (keys matched case-sensitively, of a key
+// given twice the last), its apiVersion and kind as Kind finds them.
 type JSONCodec[T Object] struct {
 	// GVK, when set, is the apiVersion/kind every object must carry.
 	GVK schema.GroupVersionKind
@@ -131,11 +129,9 @@ const ListItem = "list item"
 
 // Checked finishes a decode, for JSONCodec and the codecs of package
 // codec: a null object, or one whose apiVersion/kind (gvk) is not c.GVK,
-// is an error too, and an error comes back as a *SkipError carrying
-// whatever of the object's identity unmarshal can still read (Identify).
-// A list item (what is ListItem) that names neither apiVersion nor kind is
-// of the list's type, as client-go's typed list decode takes it: it gets
-// c.GVK, so that it equals the same object from a watch event.
+// is an error too, returned as a *SkipError with what unmarshal can still
+// read of the object's identity (Identify). A list item that names neither
+// apiVersion nor kind gets c.GVK, as client-go's typed list decode gives it.
 func (c JSONCodec[T]) Checked(what string, raw []byte, obj T, gvk schema.GroupVersionKind, err error, unmarshal func([]byte, any) error) (T, error) {
 	var zero T
 	if err == nil && obj == zero {
@@ -156,12 +152,10 @@ func (c JSONCodec[T]) Checked(what string, raw []byte, obj T, gvk schema.GroupVe
 	return zero, skip
 }
 
-// Identify reads what a skipped object's metadata still says: its name and
-// namespace (its key), resourceVersion and UID, each on its own, so that a
-// wrong type anywhere else, or in one of them, loses only that one; and
-// with the key, what a relist keeps and a DELETED deletes. Each is the
-// last value given for it, if that is a string; the key needs a name, and
-// a namespace that is a string or absent.
+// Identify reads what a skipped object's metadata still says: its key
+// (name and namespace), resourceVersion and UID, each on its own, so that a
+// wrong type elsewhere, or in one of them, loses only that one. Each is the
+// last value given for it, if that is a string.
 func Identify(raw []byte, unmarshal func([]byte, any) error) (key, rv string, uid types.UID) {
 	var id struct {
 		Metadata struct {
@@ -252,11 +246,11 @@ func (d *jsonEvents[T]) Next() (Event[T], error) {
 	return EventOf(f.Type, f.Object.Raw, d.codec.Decode, kjson.UnmarshalCaseSensitivePreserveInts, Snippet)
 }
 
-// EventOf makes an Event of a frame's type and object, the part of the
-// protocol every codec shares: object decodes the object of an ADDED,
-// MODIFIED or DELETED; unmarshal decodes a BOOKMARK's metadata and an
-// ERROR's object; show quotes bytes in an error. An error from object that
-// is not a *SkipError breaks the stream.
+// EventOf makes an Event of a frame's type and object, the part every codec
+// shares: object decodes the object of an ADDED, MODIFIED or DELETED;
+// unmarshal a BOOKMARK's metadata and an ERROR's object; show quotes bytes
+// in an error. An error from object that is not a *SkipError breaks the
+// stream.
 func EventOf[T Object](typ string, raw []byte, object func(what string, raw []byte) (T, error),
 	unmarshal func([]byte, any) error, show func([]byte) string) (Event[T], error) {
 	switch typ {
@@ -279,11 +273,8 @@ func EventOf[T Object](typ string, raw []byte, object func(what string, raw []by
 		return Event[T]{Type: Bookmark, RV: tm.Metadata.ResourceVersion,
 			InitialEventsEnd: tm.Metadata.Annotations[metav1.InitialEventsAnnotationKey] == "true"}, nil
 	case Error:
-		// A Status is the server's word, whatever of it is set; anything
-		// else is an error of its own. Which is which is
-		// apierrors.FromObject's to say, as client-go's dynamic client
-		// decodes the object (unstructured: kind "Status", apiVersion v1
-		// or meta.k8s.io/v1).
+		// A Status is the server's word; anything else is an error of its
+		// own. apierrors.FromObject tells which, as for client-go.
 		var content map[string]any
 		err := unmarshal(raw, &content)
 		if err == nil {
@@ -318,9 +309,8 @@ func Snippet(b []byte) string {
 	return string(b)
 }
 
-// asSkip is errors.As(err, *SkipError) that allocates nothing for the
-// usual cases, no error or a *SkipError itself (errors.As needs its target
-// on the heap), once per event.
+// asSkip is errors.As(err, *SkipError) without an allocation in the usual
+// cases (no error, or a *SkipError itself), once per event.
 func asSkip(err error) *SkipError {
 	if err == nil {
 		return nil
