@@ -328,13 +328,9 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 		w.partial = &partialList[T]{repl: w.store.NewReplacement()}
 	}
 	repl := w.partial.repl
-	opts := metav1.ListOptions{Limit: w.opts.PageSize, Continue: cont}
-	w.opts.ListOptions(&opts)
-	failed := func(err error) Outcome {
-		return Outcome{At: time.Now(), Err: err, Continue: opts.Continue}
-	}
-	var rv string
 	for {
+		opts := metav1.ListOptions{Limit: w.opts.PageSize, Continue: cont}
+		w.opts.ListOptions(&opts)
 		w.partial.pages++
 		page := w.partial.pages
 		items := 0
@@ -350,21 +346,17 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 				w.skipped(skip)
 			})
 		if err != nil {
-			// A page cut half-way delivered nothing (decodeList hands a
+			// A page that failed delivered nothing (DecodeList hands a
 			// page's items over once it is read whole).
-			return failed(err)
+			return Outcome{At: time.Now(), Err: err, Continue: cont}
 		}
 		report(w, ListPage{Page: page, Items: items, Continue: meta.Continue, RV: meta.ResourceVersion})
-		if meta.Continue == "" {
-			rv = meta.ResourceVersion
-			break
+		if cont = meta.Continue; cont == "" {
+			w.partial = nil
+			w.commit(repl, meta.ResourceVersion)
+			return Outcome{At: time.Now(), RV: meta.ResourceVersion}
 		}
-		opts = metav1.ListOptions{Limit: w.opts.PageSize, Continue: meta.Continue}
-		w.opts.ListOptions(&opts)
 	}
-	w.partial = nil
-	w.commit(repl, rv)
-	return Outcome{At: time.Now(), RV: rv}
 }
 
 // readList reads one LIST page (Codec.DecodeList).
@@ -379,12 +371,9 @@ func (w *Watcher[T]) readList(ctx context.Context, opts metav1.ListOptions, add 
 
 // probe lists one item, for the list's resourceVersion: where the server is.
 func (w *Watcher[T]) probe(ctx context.Context) Outcome {
-	o := Outcome{}
 	meta, err := w.readList(ctx, metav1.ListOptions{Limit: 1}, func(T) {}, func(*SkipError) {})
-	o.RV, o.Err = meta.ResourceVersion, err
-	report(w, Probed{RV: o.RV, Ours: w.ResourceVersion(), Err: o.Err})
-	o.At = time.Now()
-	return o
+	report(w, Probed{RV: meta.ResourceVersion, Ours: w.ResourceVersion(), Err: err})
+	return Outcome{At: time.Now(), RV: meta.ResourceVersion, Err: err}
 }
 
 // commit swaps a finished (re)list into the store and hands out its deltas.
