@@ -146,24 +146,14 @@ func TestControllerHandlesADeletionOnceWhileTheNewObjectRetries(t *testing.T) {
 }
 
 // blockingDeleter holds every deletion until released.
-type blockingDeleter struct {
-	fakeReconciler
-	entered chan struct{}
-	release chan struct{}
-}
-
-func (b *blockingDeleter) Deleted(ctx context.Context, d store.Delta[object]) error {
-	b.entered <- struct{}{}
-	<-b.release
-	return b.fakeReconciler.Deleted(ctx, d)
-}
+type blockingDeleter = testkit.BlockingDeleter
 
 // Deletions holds a deletion from the moment it is queued until Deleted
 // returned nil for it, including while a worker handles it: a sharded
 // replica samples it to know that a slot it hands over has no deletion
 // left (one seen missing between the queue and the worker would be lost).
 func TestDeletionsHoldsADeletionUntilItIsHandled(t *testing.T) {
-	b := &blockingDeleter{entered: make(chan struct{}), release: make(chan struct{})}
+	b := testkit.NewBlockingDeleter()
 	c := &Controller[object]{Queue: queue.New(nil), Reconciler: b}
 	pending := func() (uids []string) {
 		c.Deletions(func(d store.Delta[object], _ bool) { uids = append(uids, string(d.Object.UID)) })
@@ -181,30 +171,17 @@ func TestDeletionsHoldsADeletionUntilItIsHandled(t *testing.T) {
 	done := make(chan struct{})
 	go func() { c.Run(ctx, nil, 1); close(done) }()
 	defer func() { cancel(); <-done }()
-	<-b.entered // the first is being handled
+	<-b.Entered // the first is being handled
 	if got := pending(); !slices.Equal(got, []string{"uid-first", "uid-second"}) {
 		t.Fatalf("while a worker handles the first: Deletions gives %v", got)
 	}
-	b.release <- struct{}{}
-	<-b.entered
+	b.Release <- struct{}{}
+	<-b.Entered
 	if got := pending(); !slices.Equal(got, []string{"uid-second"}) {
 		t.Fatalf("while a worker handles the second: Deletions gives %v", got)
 	}
-	b.release <- struct{}{}
+	b.Release <- struct{}{}
 	testkit.Eventually(t, 30*time.Second, func() bool { return len(pending()) == 0 }, "a deletion stayed after it was handled")
-}
-
-// deletionCounts counts what c.Deletions reports: deletions only queued, and
-// deletions waiting for a retry after their Deleted failed.
-func deletionCounts(c *Controller[object]) (queued, failing int) {
-	c.Deletions(func(_ store.Delta[object], f bool) {
-		if f {
-			failing++
-		} else {
-			queued++
-		}
-	})
-	return
 }
 
 // Deletions tells a deletion waiting for its retry (its Deleted failed) from
@@ -217,14 +194,14 @@ func TestDeletionsTellsAFailedDeletion(t *testing.T) {
 	bad := myResource("a", "x", 1)
 	bad.UID = "uid-bad"
 	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: bad})
-	if q, f := deletionCounts(c); q != 1 || f != 0 {
+	if q, f := testkit.DeletionCounts(c.Deletions); q != 1 || f != 0 {
 		t.Fatalf("queued: %d queued, %d failing; want 1, 0", q, f)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { c.Run(ctx, nil, 1); close(done) }()
 	defer func() { cancel(); <-done }()
-	testkit.Eventually(t, 30*time.Second, func() bool { q, f := deletionCounts(c); return q == 0 && f == 1 },
+	testkit.Eventually(t, 30*time.Second, func() bool { q, f := testkit.DeletionCounts(c.Deletions); return q == 0 && f == 1 },
 		"after its Deleted failed, the deletion is not reported failing")
 }
 
@@ -240,7 +217,7 @@ func TestAFailedMarkEndsWhenTheDeletionIsHandled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { c.Run(ctx, nil, 1); close(done) }()
-	testkit.Eventually(t, 30*time.Second, func() bool { q, f := deletionCounts(c); return q == 0 && f == 0 },
+	testkit.Eventually(t, 30*time.Second, func() bool { q, f := testkit.DeletionCounts(c.Deletions); return q == 0 && f == 0 },
 		"the deletion that failed once was not handled by its retry")
 	cancel()
 	<-done
@@ -248,7 +225,7 @@ func TestAFailedMarkEndsWhenTheDeletionIsHandled(t *testing.T) {
 	second := myResource("a", "x", 2)
 	second.UID = "uid-2"
 	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: second})
-	if q, f := deletionCounts(c); q != 1 || f != 0 {
+	if q, f := testkit.DeletionCounts(c.Deletions); q != 1 || f != 0 {
 		t.Fatalf("a new deletion of the key: %d queued, %d failing; want 1, 0", q, f)
 	}
 }

@@ -29,17 +29,7 @@ func changed(name string) store.Delta[object] {
 type fakeReconciler = testkit.Reconciler
 
 // blockingDeleter holds every deletion until released.
-type blockingDeleter struct {
-	fakeReconciler
-	entered chan struct{}
-	release chan struct{}
-}
-
-func (b *blockingDeleter) Deleted(ctx context.Context, d store.Delta[object]) error {
-	b.entered <- struct{}{}
-	<-b.release
-	return b.fakeReconciler.Deleted(ctx, d)
-}
+type blockingDeleter = testkit.BlockingDeleter
 
 // failingDeleter fails every deletion of one UID, and counts the tries.
 type failingDeleter struct {
@@ -65,19 +55,6 @@ func newController(rec reconcile.Reconciler[object], limiter queue.RateLimiter) 
 	c := &reconcile.Controller[object]{Reconciler: rec}
 	c.Queue = queue.NewOrdered(limiter, sharding.NewDeletionsFirst(c.HasDeletions))
 	return c
-}
-
-// deletionCounts counts what c.Deletions reports: deletions only queued, and
-// deletions waiting for a retry after their Deleted failed.
-func deletionCounts(c *reconcile.Controller[object]) (queued, failing int) {
-	c.Deletions(func(_ store.Delta[object], f bool) {
-		if f {
-			failing++
-		} else {
-			queued++
-		}
-	})
-	return
 }
 
 // run runs c's workers until the test's function returns.

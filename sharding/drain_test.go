@@ -17,15 +17,15 @@ import (
 // runs, are handed to Deleted; the keys are not reconciled (updates are the
 // next owner's).
 func TestDrainHandlesWhatRunLeftQueued(t *testing.T) {
-	b := &blockingDeleter{entered: make(chan struct{}), release: make(chan struct{})}
+	b := testkit.NewBlockingDeleter()
 	c := newController(b, nil)
 	for _, name := range []string{"a", "b", "c"} {
 		c.OnDelta(deleted(name))
 	}
 	c.OnDelta(changed("d"))
 	stop := run(c, 1)
-	<-b.entered // one worker holds the first deletion; the rest wait in the queue
-	go func() { b.release <- struct{}{} }()
+	<-b.Entered // one worker holds the first deletion; the rest wait in the queue
+	go func() { b.Release <- struct{}{} }()
 	stop()
 	if got := b.HandledUIDs(); len(got) != 1 {
 		t.Fatalf("Run handled %v before it returned, want the one in flight", got)
@@ -34,13 +34,13 @@ func TestDrainHandlesWhatRunLeftQueued(t *testing.T) {
 
 	drained := make(chan []store.Delta[object])
 	go func() { drained <- sharding.Drain(context.Background(), c, 2) }()
-	<-b.entered // the drain holds a second deletion: a new one arrives meanwhile
+	<-b.Entered // the drain holds a second deletion: a new one arrives meanwhile
 	c.OnDelta(deleted("e"))
 	go func() {
-		for range b.entered {
+		for range b.Entered {
 		}
 	}()
-	close(b.release)
+	close(b.Release)
 	if left := <-drained; len(left) != 0 {
 		t.Fatalf("the drain left %d deletions", len(left))
 	}
@@ -50,7 +50,7 @@ func TestDrainHandlesWhatRunLeftQueued(t *testing.T) {
 	if got := b.Reconciled(); !slices.Equal(got, reconciled) {
 		t.Errorf("the drain reconciled %v: updates are the next owner's", got[len(reconciled):])
 	}
-	if q, f := deletionCounts(c); q+f != 0 {
+	if q, f := testkit.DeletionCounts(c.Deletions); q+f != 0 {
 		t.Errorf("after the drain, Deletions still gives %d queued, %d failing", q, f)
 	}
 }
@@ -81,7 +81,7 @@ func TestDrainGivesUpOnAFailingDeletionWhenItsContextEnds(t *testing.T) {
 	if len(left) != 1 || left[0].Object != bad.Object {
 		t.Fatalf("left %v, want the failing deletion", left)
 	}
-	if q, f := deletionCounts(c); q != 0 || f != 1 {
+	if q, f := testkit.DeletionCounts(c.Deletions); q != 0 || f != 1 {
 		t.Errorf("after the drain, Deletions gives %d queued, %d failing; want the failing one", q, f)
 	}
 }

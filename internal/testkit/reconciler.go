@@ -77,3 +77,35 @@ func (f *Reconciler) HandledUIDs() []string {
 	}
 	return uids
 }
+
+// BlockingDeleter is a Reconciler whose Deleted holds every deletion:
+// Entered gets a value as one begins, and it goes on once Release gives one.
+type BlockingDeleter struct {
+	Reconciler
+	Entered, Release chan struct{}
+}
+
+// NewBlockingDeleter returns a BlockingDeleter with unbuffered channels.
+func NewBlockingDeleter() *BlockingDeleter {
+	return &BlockingDeleter{Entered: make(chan struct{}), Release: make(chan struct{})}
+}
+
+func (b *BlockingDeleter) Deleted(ctx context.Context, d store.Delta[*v1alpha1.MyResource]) error {
+	b.Entered <- struct{}{}
+	<-b.Release
+	return b.Reconciler.Deleted(ctx, d)
+}
+
+// DeletionCounts counts what deletions (a reconcile.Controller's Deletions)
+// reports: deletions only queued, and deletions waiting for a retry after
+// their Deleted failed.
+func DeletionCounts(deletions func(func(store.Delta[*v1alpha1.MyResource], bool))) (queued, failing int) {
+	deletions(func(_ store.Delta[*v1alpha1.MyResource], failed bool) {
+		if failed {
+			failing++
+		} else {
+			queued++
+		}
+	})
+	return queued, failing
+}
