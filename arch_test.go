@@ -1,16 +1,19 @@
 package main
 
 import (
+	"cmp"
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
-	"rawwatch/internal/openfinding"
+	"rawwatch/openfinding"
 )
 
 // The hand-written machinery must not lean on client-go's: no informers,
@@ -162,6 +165,82 @@ func TestThePlainPathLinksNoCodec(t *testing.T) {
 			if strings.HasPrefix(dep, "rawwatch/codec") {
 				t.Errorf("%s links %s", pkg, dep)
 			}
+		}
+	}
+}
+
+// Imports between top-level folders only run down: the packages of a
+// folder, and their tests inside the package, import from folders below
+// it only, so the folders stand in an order, bottom to top, in which they
+// can be read. internal/ holds test infrastructure and the program's own
+// small parts; what the lower folders' tests share (wire, openfinding)
+// sits at the bottom, and what assembles the program (app) at the top. A
+// test package of its own (package x_test) is above what it tests and is
+// not held. codec/metajson counts as a folder of its own: it imports
+// nothing of the module (TestTheCodecsSitAboveTheWatcher), and the API
+// type decodes with it.
+func TestImportsRunDown(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}}`, "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	const module = "rawwatch"
+	folder := func(pkg string) string {
+		p := strings.TrimPrefix(strings.TrimPrefix(pkg, module), "/")
+		if p == "codec/metajson" {
+			return p
+		}
+		f, _, _ := strings.Cut(p, "/")
+		return cmp.Or(f, ".")
+	}
+	// why[a][b] is one import that makes folder a import folder b.
+	why := map[string]map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		from := folder(fields[0])
+		for _, imp := range fields[1:] {
+			if imp != module && !strings.HasPrefix(imp, module+"/") {
+				continue
+			}
+			if to := folder(imp); to != from {
+				if why[from] == nil {
+					why[from] = map[string]string{}
+				}
+				why[from][to] = fields[0] + " imports " + imp
+			}
+		}
+	}
+	if len(why) < 20 {
+		t.Fatalf("only %d folders import others: is go list's output read right?", len(why))
+	}
+	// A depth-first walk: a folder met again while its own walk is open
+	// closes a cycle.
+	const open, done = 1, 2
+	state := map[string]int{}
+	var path []string
+	var walk func(f string)
+	walk = func(f string) {
+		state[f] = open
+		path = append(path, f)
+		for _, to := range slices.Sorted(maps.Keys(why[f])) {
+			switch state[to] {
+			case open:
+				cycle := append(slices.Clone(path[slices.Index(path, to):]), to)
+				var steps []string
+				for i := range len(cycle) - 1 {
+					steps = append(steps, why[cycle[i]][cycle[i+1]])
+				}
+				t.Errorf("imports run up: %s\n\t%s", strings.Join(cycle, " → "), strings.Join(steps, "\n\t"))
+			case 0:
+				walk(to)
+			}
+		}
+		path = path[:len(path)-1]
+		state[f] = done
+	}
+	for _, f := range slices.Sorted(maps.Keys(why)) {
+		if state[f] == 0 {
+			walk(f)
 		}
 	}
 }

@@ -1,7 +1,7 @@
 // Command rawwatch runs the MyResource controller: a list-then-watch loop
 // written out by hand (package watcher) feeding a store and a key queue
 // (package store) drained by reconcile workers (package reconcile); package
-// internal/app assembles them.
+// app assembles them.
 //
 // This file is wiring only: flags, the client configuration, and signals.
 package main
@@ -20,13 +20,13 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"rawwatch/app"
 	"rawwatch/codec"
 	"rawwatch/explain"
+	"rawwatch/flaglist"
 	"rawwatch/freshness"
-	"rawwatch/internal/app"
 	"rawwatch/internal/authz"
 	"rawwatch/internal/clientconfig"
-	"rawwatch/internal/flaglist"
 	"rawwatch/leader"
 	"rawwatch/queue"
 	"rawwatch/reconcile"

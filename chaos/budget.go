@@ -16,9 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"rawwatch/app"
 	"rawwatch/client"
 	"rawwatch/faultproxy"
-	"rawwatch/internal/app"
 	"rawwatch/internal/controlplane"
 	"rawwatch/observe"
 	"rawwatch/watcher"

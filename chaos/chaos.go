@@ -81,9 +81,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"rawwatch/app"
 	"rawwatch/client"
 	"rawwatch/faultproxy"
-	"rawwatch/internal/app"
 	"rawwatch/internal/controlplane"
 	"rawwatch/observe"
 	"rawwatch/reconcile"

@@ -18,7 +18,7 @@ import (
 // "Retry-After: 0": client-go takes that for a wait of 0 s and retries at
 // once, up to a request's maxRetries (10), which would make every GET and
 // LIST of a round 11 requests. The ring's client (ring.NewClient, as
-// internal/app's newMember builds it) drops every response's Retry-After,
+// app's newMember builds it) drops every response's Retry-After,
 // so the ring retries at its renew period: one round here is a GET and a
 // LIST.
 func TestRetryAfterZeroDoesNotStormTheLeaseBudget(t *testing.T) {
@@ -33,7 +33,7 @@ func TestRetryAfterZeroDoesNotStormTheLeaseBudget(t *testing.T) {
 			return rt.RoundTrip(req)
 		})
 	})
-	client, err := ring.NewClient(cfg) // as internal/app's newMember builds it
+	client, err := ring.NewClient(cfg) // as app's newMember builds it
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/app"
 	"rawwatch/client"
 	"rawwatch/faultproxy"
-	"rawwatch/internal/app"
 	"rawwatch/ring"
 	"rawwatch/shard"
 	"rawwatch/store"

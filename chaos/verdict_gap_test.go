@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"rawwatch/internal/app"
+	"rawwatch/app"
 	"rawwatch/ring"
 	"rawwatch/shard"
 	"rawwatch/sharding"

@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/internal/app"
+	"rawwatch/app"
 	"rawwatch/shard"
 	"rawwatch/store"
 )

@@ -24,9 +24,9 @@ import (
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/codec/metajson"
-	"rawwatch/internal/wire"
 	"rawwatch/store"
 	"rawwatch/watcher"
+	"rawwatch/wire"
 )
 
 // The event decoder against Kubernetes' own decoding of a WATCH stream,

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"rawwatch/internal/openfinding"
-	"rawwatch/internal/wire"
+	"rawwatch/openfinding"
+	"rawwatch/wire"
 )
 
 // errOpen is what an open stream says when asked for bytes it does not have

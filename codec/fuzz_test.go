@@ -15,15 +15,15 @@ import (
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/codec/metajson"
-	"rawwatch/internal/wire"
 	"rawwatch/watcher"
+	"rawwatch/wire"
 )
 
 // Fuzz tests of the decoding path: whatever bytes a server (or something in
 // between) sends, the decoders never panic, never loop without consuming
 // input, and never hand out an object that is not a MyResource. The seeds
 // are kube-apiserver's LIST pages and WATCH streams recorded in the
-// repository's testdata/wire (package internal/wire), whole and frame by
+// repository's testdata/wire (package wire), whole and frame by
 // frame, and the corpus in testdata/fuzz/ (hand-made bad frames and inputs
 // the fuzzer found); `go test` runs the seeds, and
 //

@@ -9,9 +9,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/internal/wire"
 	"rawwatch/store"
 	"rawwatch/watcher"
+	"rawwatch/wire"
 )
 
 // codec is the fast JSON codec of MyResource, as the controller runs it.
@@ -26,7 +26,7 @@ func decodeList[T watcher.Object](r io.Reader, c watcher.Codec[T], add func(T), 
 }
 
 // capture is one of kube-apiserver's answers recorded in testdata/wire
-// (package internal/wire says which).
+// (package wire says which).
 func capture(t testing.TB, name string) []byte {
 	t.Helper()
 	data, err := wire.Read(name)

@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/internal/wire"
 	"rawwatch/store"
 	"rawwatch/watcher"
+	"rawwatch/wire"
 )
 
 // A watch stream's objects whose labels are written alike get one map from

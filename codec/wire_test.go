@@ -28,10 +28,10 @@ import (
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/client"
-	"rawwatch/internal/openfinding"
-	"rawwatch/internal/wire"
+	"rawwatch/openfinding"
 	"rawwatch/store"
 	"rawwatch/watcher"
+	"rawwatch/wire"
 )
 
 // cborOf encodes v as kube-apiserver does: the self-described tag, then

@@ -27,8 +27,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/app"
 	"rawwatch/client"
-	"rawwatch/internal/app"
 	"rawwatch/internal/controlplane"
 	"rawwatch/reconcile"
 	"rawwatch/reconcile/myresource"

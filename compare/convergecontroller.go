@@ -26,7 +26,7 @@ import (
 // sample-controller style: a SharedIndexInformer, a rate-limited workqueue,
 // workers, and Events through record.NewBroadcaster, with the client
 // settings and the clients (a status writer, a clientset for Events) the
-// real controller has (internal/app).
+// real controller has (app).
 type informerController struct {
 	informer   cache.SharedIndexInformer
 	queue      workqueue.TypedRateLimitingInterface[string]

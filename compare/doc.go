@@ -53,7 +53,7 @@
 // Three more runs, each a subcommand of cmd/compare: the relist storm
 // (storm.go: M clients of one kind relist at once after an apiserver
 // restart), whole-controller convergence (converge.go: the real
-// controller of internal/app, and the same reconciler on an informer and a
+// controller of app, and the same reconciler on an informer and a
 // workqueue, from N creates to every status Processed, at given client
 // settings), and the heap per cached object against payload (sizes.go: a
 // short harness run per payload size and place).

@@ -52,7 +52,7 @@ type ConsumerResult struct {
 	Store    map[string]string `json:"store,omitempty"` // key → resourceVersion
 	// Bodies are the response-body bytes read, by the encoding their
 	// Content-Type names (ByteCounter.Bodies).
-	Bodies WireBytes `json:"bodies"`
+	Bodies BodyBytes `json:"bodies"`
 }
 
 // The protocol between the harness and a consumer process, one line each:

@@ -73,7 +73,7 @@ type ConsumerReport struct {
 	// Bodies the response-body bytes by encoding.
 	WireAsked codec.Wire `json:"wireAsked"`
 	WireRead  string     `json:"wireRead"`
-	Bodies    WireBytes  `json:"bodyBytes"`
+	Bodies    BodyBytes  `json:"bodyBytes"`
 	Verdict   Verdict    `json:"verdict"`
 
 	latencies []float64

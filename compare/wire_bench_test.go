@@ -92,7 +92,7 @@ func BenchmarkDeliveryWire(b *testing.B) {
 			bc.Install(cfg)
 			var m measured
 			var read int64
-			var bodies WireBytes
+			var bodies BodyBytes
 			for b.Loop() {
 				before := bc.Bodies()
 				c, start, stop := replayTo(b, tc.kind, cfg, g, ConsumerConfig{Wire: tc.ask})

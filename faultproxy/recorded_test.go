@@ -16,7 +16,7 @@ import (
 
 	"rawwatch/faultproxy"
 	"rawwatch/internal/controlplane"
-	"rawwatch/internal/wire"
+	"rawwatch/wire"
 )
 
 var shared = &controlplane.Shared{}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ensure-chromium.sh — the headless browser the live page's test drives
-# (internal/app/browser_test.go): Debian's chromium, installed when missing
+# (app/browser_test.go): Debian's chromium, installed when missing
 # and this user may (root, or sudo without a password). Otherwise it says so
 # and the browser test skips with a visible message; it never fails the build.
 set -uo pipefail

@@ -95,7 +95,7 @@ func TestCheckSaysOkOrWhyNot(t *testing.T) {
 
 // The probes are plain HTTP with no token (docs/operations.md), so a
 // passing check tells anyone who reaches the port nothing but "ok": the
-// sharded replica's shard check (as internal/app/serve.go registers it)
+// sharded replica's shard check (as app/serve.go registers it)
 // says why not while it fails, and once it passes /leaderz, /leaderz/shard
 // and /leaderz?verbose say only that it is ok, not its slots, the store's
 // size or the members' names.

@@ -4,7 +4,7 @@
 // Metrics is an observe.Observer of every part: the watcher's events (lists,
 // watches, events, bookmarks, relists, backoffs), the queue's (adds, how long
 // keys waited), the workers' (reconciles) and leader election's.
-// internal/app plugs it in; nothing here does I/O.
+// app plugs it in; nothing here does I/O.
 //
 // The queue metrics carry the names and meaning of client-go's workqueue
 // metrics (workqueue_depth, workqueue_adds_total, workqueue_queue_duration_seconds,

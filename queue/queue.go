@@ -39,11 +39,9 @@ type (
 // The zero value is not usable; call New.
 type Queue struct {
 	limiter RateLimiter
-	// Observer, when set before use, hears an Added for every add (deduped
-	// or not) and a Got for every key Get hands out, with how long it waited
-	// since the add that made it dirty: the queue latency. Only the queue
-	// can measure that exactly, because only it knows, under its lock, when
-	// a key became dirty. It is called without the lock held.
+	// Observer, when set before use, hears an Added for every add and a Got
+	// for every key Get hands out, with how long it waited since it became
+	// dirty (the queue latency). It is called without the lock held.
 	Observer observe.Observer
 
 	mu sync.Mutex
@@ -69,10 +67,8 @@ type Queue struct {
 }
 
 // burstKeys is what a burst is: a queue drained after more keys than this
-// drops its maps and its order's array, which keep their size in Go. Smaller
-// ones are kept for the next keys: made afresh at every drain, as a queue
-// that gets one key at a time drains at every key, each would allocate again
-// for that key.
+// drops its maps and its order's array, which keep their size in Go; smaller
+// ones are kept, so that one key at a time allocates nothing.
 const burstKeys = 64
 
 type delayed struct {
@@ -97,10 +93,8 @@ func (h *byDue) Pop() any {
 	return d
 }
 
-// dueHeap is the delayed keys as a heap by due time (client-go's delaying
-// queue keeps one too), each knowing its place, so that one replaced or
-// fired leaves in O(log n), and the soonest are found without reading all
-// (soonest).
+// dueHeap is the delayed keys as a heap by due time, each knowing its place,
+// so that one leaves in O(log n) and the soonest are found without reading all.
 type dueHeap struct{ byDue }
 
 func (h dueHeap) Swap(i, j int) {
@@ -133,12 +127,10 @@ func (h dueHeap) soonest(max int) []DelayedKey {
 	return out
 }
 
-// Order is the line the ready keys wait in, under the queue's lock (as
-// client-go's workqueue.Queue): Push a key that became ready, Touch one
-// that is added again while it waits (an Order that ranks keys may move
-// it), Pop the next one (only when Len > 0). Peek is the at most max keys
-// Pop would hand out next, in that order, read in about that many steps
-// (Snapshot). The default is FIFO: oldest first, Touch a no-op.
+// Order is the line the ready keys wait in, under the queue's lock: Push a
+// key that became ready, Touch one added again while it waits, Pop the next
+// (only when Len > 0); Peek is the next max keys Pop would hand out, read in
+// about that many steps. The default is FIFO: oldest first.
 type Order interface {
 	Push(key string)
 	Touch(key string)
@@ -319,10 +311,8 @@ func (q *Queue) Get() (key string, shutdown bool) {
 	delete(q.dirty, key)
 	since, timed := q.dirtySince[key]
 	delete(q.dirtySince, key)
-	// Go maps and slices keep their size after a burst: a queue that once
-	// held every key of a 10,000-object list would keep that memory for
-	// ever. Start afresh when the queue drains after a burst (burstKeys;
-	// the Order does the same with its own).
+	// Go maps keep their size after a burst: start afresh when the queue
+	// drains after one (burstKeys).
 	if len(q.dirty) == 0 && q.dirtyPeak > burstKeys {
 		q.dirty, q.dirtySince, q.dirtyPeak = map[string]struct{}{}, map[string]time.Time{}, 0
 	}
@@ -402,10 +392,9 @@ type DelayedKey struct {
 	Retries int
 }
 
-// Snapshot copies at most max keys of each kind. Under the queue's lock (the
-// lock Add, Get and Done take) it reads about 2·max entries of each kind and
-// the counts, however many keys the queue holds: a view that calls it
-// often does not slow the workers (Order.Peek).
+// Snapshot copies at most max keys of each kind. Under the queue's lock it
+// reads about 2·max entries of each kind, however many keys the queue holds,
+// so that a view that calls it often does not slow the workers.
 func (q *Queue) Snapshot(max int) Snapshot {
 	if max < 0 {
 		max = 0

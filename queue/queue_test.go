@@ -115,8 +115,8 @@ func TestExponentialLimiterGrowsAndCaps(t *testing.T) {
 	}
 }
 
-func TestBucketLimiterSpacesRetriesOfAllKeys(t *testing.T) {
-	l := MaxOf(NewExponentialLimiter(time.Millisecond, time.Millisecond), NewBucketLimiter(10, 2))
+func TestTheBucketSpacesRetriesOfAllKeys(t *testing.T) {
+	l := newBucketed(NewExponentialLimiter(time.Millisecond, time.Millisecond), 10, 2)
 	// The burst passes; the third retry (of any key) waits for a token.
 	if l.When("a") > time.Millisecond || l.When("b") > time.Millisecond {
 		t.Fatal("burst must pass")

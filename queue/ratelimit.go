@@ -37,7 +37,23 @@ func DefaultRateLimiter() RateLimiter { return NewRateLimiter(DefaultRetryBase, 
 
 // NewRateLimiter is DefaultRateLimiter with other per-key bounds.
 func NewRateLimiter(base, max time.Duration) RateLimiter {
-	return MaxOf(NewExponentialLimiter(base, max), NewBucketLimiter(DefaultRetryQPS, DefaultRetryBurst))
+	return newBucketed(NewExponentialLimiter(base, max), DefaultRetryQPS, DefaultRetryBurst)
+}
+
+// bucketed is an ExponentialLimiter whose delays are at least those of one
+// token bucket all keys share, so that many failing keys cannot flood the
+// API server.
+type bucketed struct {
+	*ExponentialLimiter
+	bucket *rate.Limiter
+}
+
+func newBucketed(l *ExponentialLimiter, qps float64, burst int) *bucketed {
+	return &bucketed{l, rate.NewLimiter(rate.Limit(qps), burst)}
+}
+
+func (l *bucketed) When(key string) time.Duration {
+	return max(l.ExponentialLimiter.When(key), l.bucket.Reserve().Delay())
 }
 
 // ExponentialLimiter delays the n-th retry of a key by base·2ⁿ, at most max.
@@ -74,43 +90,4 @@ func (l *ExponentialLimiter) Retries(key string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.failures[key]
-}
-
-// BucketLimiter spaces all retries, of every key, through one token bucket.
-type BucketLimiter struct{ bucket *rate.Limiter }
-
-// NewBucketLimiter allows qps retries per second with bursts of burst.
-func NewBucketLimiter(qps float64, burst int) *BucketLimiter {
-	return &BucketLimiter{bucket: rate.NewLimiter(rate.Limit(qps), burst)}
-}
-
-func (l *BucketLimiter) When(string) time.Duration { return l.bucket.Reserve().Delay() }
-func (l *BucketLimiter) Forget(string)             {}
-func (l *BucketLimiter) Retries(string) int        { return 0 }
-
-// MaxOf combines limiters: a key waits for the longest of their delays.
-func MaxOf(limiters ...RateLimiter) RateLimiter { return maxOf(limiters) }
-
-type maxOf []RateLimiter
-
-func (m maxOf) When(key string) time.Duration {
-	var d time.Duration
-	for _, l := range m {
-		d = max(d, l.When(key))
-	}
-	return d
-}
-
-func (m maxOf) Forget(key string) {
-	for _, l := range m {
-		l.Forget(key)
-	}
-}
-
-func (m maxOf) Retries(key string) int {
-	n := 0
-	for _, l := range m {
-		n = max(n, l.Retries(key))
-	}
-	return n
 }

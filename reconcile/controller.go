@@ -172,11 +172,10 @@ func (c *Controller[T]) HasDeletions(key string) bool {
 	return len(c.tombstones[key]) > 0
 }
 
-// Deletions calls f with every deletion not yet handled: queued, or being
-// handled by a worker; failed says Deleted already failed for its key (it
-// waits for a retry). A deletion leaves this set only once Deleted returned
-// nil for it, so a caller that samples it never misses one between the queue
-// and the worker. f runs under the controller's lock: it must not call back.
+// Deletions calls f with every deletion not yet handled (queued, or being
+// handled); failed says Deleted already failed for its key. A deletion
+// leaves this set only once Deleted returned nil for it. f runs under the
+// controller's lock: it must not call back.
 func (c *Controller[T]) Deletions(f func(d store.Delta[T], failed bool)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -222,9 +221,7 @@ func (c *Controller[T]) Run(ctx, abort context.Context, workers int) {
 }
 
 // workContext is what a worker's reconciles run in (see Run): ctx's values
-// but not its end, so that a reconcile in flight when ctx ends runs to
-// completion, and cancelled when c.abort ends. Made once per worker rather
-// than once per reconcile, which cost three allocations per key.
+// but not its end, cancelled when c.abort ends. Made once per worker.
 func (c *Controller[T]) workContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(c.abort, cancel)
@@ -245,8 +242,6 @@ func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, wo
 		return false
 	}
 	defer c.Queue.Done(key)
-	// The reconcile runs to completion even if Run's ctx ends meanwhile, in
-	// its own bounded context, unless the work is aborted (workContext).
 	start := time.Now()
 	rctx, cancel := keyContext(work, logger, key)
 	defer cancel()
@@ -268,10 +263,9 @@ func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, wo
 		c.Queue.Forget(key)
 		c.pause.succeeded()
 	case apierrors.IsConflict(err):
-		// Someone wrote the object after the version we read. The watch
-		// brings the new version and queues the key at once; the retry is a
-		// safety net, and the key's retry history does not grow: a conflict
-		// says nothing is wrong with the object.
+		// Someone wrote the object after the version we read: the watch
+		// brings the new one and queues the key; the retry is a safety net,
+		// and the key's retry history does not grow.
 		retryIn = c.ConflictRetry
 		c.Queue.AddAfter(key, retryIn)
 		log.V(2).Info("Conflict writing, will retry", "retryIn", retryIn)

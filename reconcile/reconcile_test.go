@@ -10,9 +10,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"rawwatch/api/v1alpha1"
@@ -24,60 +22,11 @@ import (
 
 type object = *v1alpha1.MyResource
 
-func myResource(name, message string, generation int64) object {
-	return &v1alpha1.MyResource{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "example.com/v1alpha1", Kind: "MyResource"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), Generation: generation, ResourceVersion: "1"},
-		Spec:       v1alpha1.MyResourceSpec{Message: message},
-	}
-}
+var myResource = testkit.MyResource
 
 // fakeReconciler returns errors from a script, one per Reconcile, and
-// records the deletions it was told of (a deletion in delErrs fails once).
-type fakeReconciler struct {
-	mu      sync.Mutex
-	calls   []string
-	deleted []store.Delta[object]
-	errs    []error
-	delErrs []error
-}
-
-func (f *fakeReconciler) Deleted(_ context.Context, d store.Delta[object]) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.delErrs) > 0 {
-		err := f.delErrs[0]
-		f.delErrs = f.delErrs[1:]
-		if err != nil {
-			return err
-		}
-	}
-	f.deleted = append(f.deleted, d)
-	return nil
-}
-
-// deletedInOrder is the UIDs of the deletions f handled, in that order.
-func (f *fakeReconciler) deletedInOrder() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var uids []string
-	for _, d := range f.deleted {
-		uids = append(uids, string(d.Object.UID))
-	}
-	return uids
-}
-
-func (f *fakeReconciler) Reconcile(_ context.Context, key string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = append(f.calls, key)
-	if len(f.errs) == 0 {
-		return nil
-	}
-	err := f.errs[0]
-	f.errs = f.errs[1:]
-	return err
-}
+// records the deletions it was told of (a deletion in DelErrs fails once).
+type fakeReconciler = testkit.Reconciler
 
 // runUntilCalls runs c with workers until fake has seen want reconciles (at
 // most 5 s), stops it, and returns how many it saw.
@@ -91,21 +40,21 @@ func runUntilCallsLogging(c *Controller[object], workers int, fake *fakeReconcil
 	go func() { c.Run(ctx, nil, workers); close(done) }()
 	defer func() { cancel(); <-done }()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		fake.mu.Lock()
-		n := len(fake.calls)
-		fake.mu.Unlock()
+		fake.Mu.Lock()
+		n := len(fake.Calls)
+		fake.Mu.Unlock()
 		if n >= want {
 			return n
 		}
 	}
-	fake.mu.Lock()
-	defer fake.mu.Unlock()
-	return len(fake.calls)
+	fake.Mu.Lock()
+	defer fake.Mu.Unlock()
+	return len(fake.Calls)
 }
 
 func TestControllerErrorPolicy(t *testing.T) {
 	conflict := apierrors.NewConflict(schema.GroupResource{Resource: "myresources"}, "a", errors.New("stale"))
-	fake := &fakeReconciler{errs: []error{conflict, conflict, errors.New("boom"), nil}}
+	fake := &fakeReconciler{Errs: []error{conflict, conflict, errors.New("boom"), nil}}
 	logs := &testkit.Logs{}
 	q := queue.New(queue.NewExponentialLimiter(time.Millisecond, 10*time.Millisecond))
 	c := &Controller[object]{Queue: q, Reconciler: fake, ConflictRetry: time.Millisecond}
@@ -124,8 +73,8 @@ func TestControllerErrorPolicy(t *testing.T) {
 	}
 	// The deletion was handled once, before the first reconcile; the
 	// retries of the key do not hand it over again.
-	if len(fake.deleted) != 1 || fake.deleted[0].Object != last {
-		t.Errorf("deletions handed over: %+v, want the tombstone once", fake.deleted)
+	if len(fake.Handled) != 1 || fake.Handled[0].Object != last {
+		t.Errorf("deletions handed over: %+v, want the tombstone once", fake.Handled)
 	}
 }
 
@@ -146,7 +95,7 @@ func TestControllerHandsOverEveryDeletionOfAKey(t *testing.T) {
 		"retried": {delErrs: []error{nil, errors.New("boom")}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			fake := &fakeReconciler{delErrs: tc.delErrs}
+			fake := &fakeReconciler{DelErrs: tc.delErrs}
 			c := &Controller[object]{Queue: queue.New(queue.NewExponentialLimiter(time.Millisecond, time.Millisecond)), Reconciler: fake}
 			first, second := myResource("a", "x", 1), myResource("a", "x", 1)
 			first.UID, second.UID = "uid-first", "uid-second"
@@ -158,7 +107,7 @@ func TestControllerHandsOverEveryDeletionOfAKey(t *testing.T) {
 			if n := runUntilCalls(c, 1, fake, 1); n != 1 {
 				t.Fatalf("%d reconciles, want 1 (one key)", n)
 			}
-			if uids := fake.deletedInOrder(); strings.Join(uids, ",") != "uid-first,uid-second" {
+			if uids := fake.HandledUIDs(); strings.Join(uids, ",") != "uid-first,uid-second" {
 				t.Fatalf("the reconciler was told of deletions %v, want uid-first then uid-second", uids)
 			}
 		})
@@ -169,7 +118,7 @@ func TestControllerHandsOverEveryDeletionOfAKey(t *testing.T) {
 // deletion is handled once, not again with every retry of the new object.
 func TestControllerHandlesADeletionOnceWhileTheNewObjectRetries(t *testing.T) {
 	boom := errors.New("boom")
-	fake := &fakeReconciler{errs: slices.Repeat([]error{boom}, 100)}
+	fake := &fakeReconciler{Errs: slices.Repeat([]error{boom}, 100)}
 	var mu sync.Mutex
 	finished := 0
 	c := &Controller[object]{Queue: queue.New(queue.NewExponentialLimiter(time.Millisecond, 5*time.Millisecond)), Reconciler: fake,
@@ -191,30 +140,20 @@ func TestControllerHandlesADeletionOnceWhileTheNewObjectRetries(t *testing.T) {
 	testkit.Eventually(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return finished >= 5 }, "fewer than 5 reconciles")
 	cancel()
 	<-done
-	if got := fake.deletedInOrder(); len(got) != 1 {
+	if got := fake.HandledUIDs(); len(got) != 1 {
 		t.Fatalf("the deletion of uid-old was handled %d times (%v) in %d reconciles of the failing new object, want once", len(got), got, finished)
 	}
 }
 
 // blockingDeleter holds every deletion until released.
-type blockingDeleter struct {
-	fakeReconciler
-	entered chan struct{}
-	release chan struct{}
-}
-
-func (b *blockingDeleter) Deleted(ctx context.Context, d store.Delta[object]) error {
-	b.entered <- struct{}{}
-	<-b.release
-	return b.fakeReconciler.Deleted(ctx, d)
-}
+type blockingDeleter = testkit.BlockingDeleter
 
 // Deletions holds a deletion from the moment it is queued until Deleted
 // returned nil for it, including while a worker handles it: a sharded
 // replica samples it to know that a slot it hands over has no deletion
 // left (one seen missing between the queue and the worker would be lost).
 func TestDeletionsHoldsADeletionUntilItIsHandled(t *testing.T) {
-	b := &blockingDeleter{entered: make(chan struct{}), release: make(chan struct{})}
+	b := testkit.NewBlockingDeleter()
 	c := &Controller[object]{Queue: queue.New(nil), Reconciler: b}
 	pending := func() (uids []string) {
 		c.Deletions(func(d store.Delta[object], _ bool) { uids = append(uids, string(d.Object.UID)) })
@@ -232,30 +171,17 @@ func TestDeletionsHoldsADeletionUntilItIsHandled(t *testing.T) {
 	done := make(chan struct{})
 	go func() { c.Run(ctx, nil, 1); close(done) }()
 	defer func() { cancel(); <-done }()
-	<-b.entered // the first is being handled
+	<-b.Entered // the first is being handled
 	if got := pending(); !slices.Equal(got, []string{"uid-first", "uid-second"}) {
 		t.Fatalf("while a worker handles the first: Deletions gives %v", got)
 	}
-	b.release <- struct{}{}
-	<-b.entered
+	b.Release <- struct{}{}
+	<-b.Entered
 	if got := pending(); !slices.Equal(got, []string{"uid-second"}) {
 		t.Fatalf("while a worker handles the second: Deletions gives %v", got)
 	}
-	b.release <- struct{}{}
+	b.Release <- struct{}{}
 	testkit.Eventually(t, 30*time.Second, func() bool { return len(pending()) == 0 }, "a deletion stayed after it was handled")
-}
-
-// deletionCounts counts what c.Deletions reports: deletions only queued, and
-// deletions waiting for a retry after their Deleted failed.
-func deletionCounts(c *Controller[object]) (queued, failing int) {
-	c.Deletions(func(_ store.Delta[object], f bool) {
-		if f {
-			failing++
-		} else {
-			queued++
-		}
-	})
-	return
 }
 
 // Deletions tells a deletion waiting for its retry (its Deleted failed) from
@@ -263,19 +189,19 @@ func deletionCounts(c *Controller[object]) (queued, failing int) {
 // a slot it hands over only so long, and one queued behind a backlog for as
 // long as it takes.
 func TestDeletionsTellsAFailedDeletion(t *testing.T) {
-	fake := &fakeReconciler{delErrs: []error{errors.New("boom")}}
+	fake := &fakeReconciler{DelErrs: []error{errors.New("boom")}}
 	c := &Controller[object]{Queue: queue.New(queue.NewExponentialLimiter(time.Hour, time.Hour)), Reconciler: fake}
 	bad := myResource("a", "x", 1)
 	bad.UID = "uid-bad"
 	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: bad})
-	if q, f := deletionCounts(c); q != 1 || f != 0 {
+	if q, f := testkit.DeletionCounts(c.Deletions); q != 1 || f != 0 {
 		t.Fatalf("queued: %d queued, %d failing; want 1, 0", q, f)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { c.Run(ctx, nil, 1); close(done) }()
 	defer func() { cancel(); <-done }()
-	testkit.Eventually(t, 30*time.Second, func() bool { q, f := deletionCounts(c); return q == 0 && f == 1 },
+	testkit.Eventually(t, 30*time.Second, func() bool { q, f := testkit.DeletionCounts(c.Deletions); return q == 0 && f == 1 },
 		"after its Deleted failed, the deletion is not reported failing")
 }
 
@@ -283,7 +209,7 @@ func TestDeletionsTellsAFailedDeletion(t *testing.T) {
 // deletion of the same key is reported queued, not failing (a stale mark
 // would let a slot go without a deletion that never failed).
 func TestAFailedMarkEndsWhenTheDeletionIsHandled(t *testing.T) {
-	fake := &fakeReconciler{delErrs: []error{errors.New("boom")}}
+	fake := &fakeReconciler{DelErrs: []error{errors.New("boom")}}
 	c := &Controller[object]{Queue: queue.New(queue.NewExponentialLimiter(10*time.Millisecond, 10*time.Millisecond)), Reconciler: fake}
 	first := myResource("a", "x", 1)
 	first.UID = "uid-1"
@@ -291,7 +217,7 @@ func TestAFailedMarkEndsWhenTheDeletionIsHandled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { c.Run(ctx, nil, 1); close(done) }()
-	testkit.Eventually(t, 30*time.Second, func() bool { q, f := deletionCounts(c); return q == 0 && f == 0 },
+	testkit.Eventually(t, 30*time.Second, func() bool { q, f := testkit.DeletionCounts(c.Deletions); return q == 0 && f == 0 },
 		"the deletion that failed once was not handled by its retry")
 	cancel()
 	<-done
@@ -299,7 +225,7 @@ func TestAFailedMarkEndsWhenTheDeletionIsHandled(t *testing.T) {
 	second := myResource("a", "x", 2)
 	second.UID = "uid-2"
 	c.OnDelta(store.Delta[object]{Type: store.Deleted, Key: "ns/a", Object: second})
-	if q, f := deletionCounts(c); q != 1 || f != 0 {
+	if q, f := testkit.DeletionCounts(c.Deletions); q != 1 || f != 0 {
 		t.Fatalf("a new deletion of the key: %d queued, %d failing; want 1, 0", q, f)
 	}
 }

@@ -43,17 +43,12 @@ const (
 	DefaultPauseMax     = 30 * time.Second
 )
 
-// pause is the workers' shared answer to a server that is away. A per-key
-// backoff is right for an object that fails; for a server that fails it is
-// wrong twice: every key in flight grows its own delay, as if each object
-// were at fault (after an outage of a few minutes, keys that happened to be
-// retried through it wait many minutes more), and every worker goes on
-// sending requests that cannot succeed. So a failure that says "server away"
-// pauses all workers instead: the pause doubles from Initial to Max with
-// every wave of failures (failures of reconciles that began before the pause
-// was set belong to the wave that set it), the failed key goes back to the
-// queue with its own retry history untouched, and the first success ends the
-// outage: the next pause starts from Initial again.
+// pause is the workers' shared answer to a server that is away: a per-key
+// backoff would grow every key's delay as if each object were at fault, and
+// keep every worker sending requests that cannot succeed. So all workers
+// pause, doubling from Initial to Max with every wave of failures (those of
+// reconciles begun before the pause belong to its wave); the failed key goes
+// back to the queue with its retry history untouched; a success ends it.
 type pause struct {
 	Initial, Max time.Duration
 

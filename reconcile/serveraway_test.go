@@ -88,13 +88,13 @@ type awayReconciler struct {
 }
 
 func (a *awayReconciler) Reconcile(_ context.Context, key string) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.Mu.Lock()
+	defer a.Mu.Unlock()
 	a.calls++
 	if time.Now().Before(a.until) {
 		return apierrors.NewServiceUnavailable("the server is away")
 	}
-	a.fakeReconciler.calls = append(a.fakeReconciler.calls, key)
+	a.fakeReconciler.Calls = append(a.fakeReconciler.Calls, key)
 	return nil
 }
 
@@ -126,15 +126,15 @@ func TestControllerPausesWhileTheServerIsAway(t *testing.T) {
 		done := make(chan struct{})
 		go func() { c.Run(ctx, nil, 4); close(done) }()
 		time.Sleep(outage)
-		fake.mu.Lock()
+		fake.Mu.Lock()
 		doomed := fake.calls
-		fake.mu.Unlock()
+		fake.Mu.Unlock()
 		deadline := time.Now().Add(DefaultPauseMax + 5*time.Second)
 		for {
 			time.Sleep(100 * time.Millisecond)
-			fake.mu.Lock()
-			n := len(fake.fakeReconciler.calls)
-			fake.mu.Unlock()
+			fake.Mu.Lock()
+			n := len(fake.fakeReconciler.Calls)
+			fake.Mu.Unlock()
 			if n >= keys {
 				break
 			}

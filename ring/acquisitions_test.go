@@ -8,7 +8,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"rawwatch/internal/openfinding"
+	"rawwatch/openfinding"
 	"rawwatch/shard"
 )
 

@@ -157,7 +157,7 @@ func TestAnOwnWriteOlderThanSixtyFourAttemptsDoesNotFenceForGood(t *testing.T) {
 // the ring's client (docs/sharding.md, What it costs).
 func TestARetryAfterZeroDoesNotStormTheLeaseAPI(t *testing.T) {
 	url, requests := testkit.FailingAPI(t, http.StatusServiceUnavailable)
-	client, err := NewClient(&rest.Config{Host: url, QPS: 200, Burst: 400}) // as internal/app builds the ring's client
+	client, err := NewClient(&rest.Config{Host: url, QPS: 200, Burst: 400}) // as app builds the ring's client
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
-	"rawwatch/internal/openfinding"
+	"rawwatch/openfinding"
 	"rawwatch/shard"
 )
 

@@ -13,7 +13,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 
-	"rawwatch/internal/openfinding"
+	"rawwatch/openfinding"
 	"rawwatch/shard"
 )
 

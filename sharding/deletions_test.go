@@ -32,9 +32,9 @@ func TestDeletionsGoBeforeABacklogOfChanges(t *testing.T) {
 	// to the front.
 	c.OnDelta(deleted("changed-150"))
 	stop := run(c, 1)
-	testkit.Eventually(t, 5*time.Second, func() bool { return len(fake.reconciled()) >= 2 }, "fewer than 2 reconciles")
+	testkit.Eventually(t, 5*time.Second, func() bool { return len(fake.Reconciled()) >= 2 }, "fewer than 2 reconciles")
 	stop()
-	if got := strings.Join(fake.reconciled()[:2], ","); got != "ns/gone,ns/changed-150" {
+	if got := strings.Join(fake.Reconciled()[:2], ","); got != "ns/gone,ns/changed-150" {
 		t.Errorf("the first keys a worker got: %s; want the deleted ones, ns/gone then ns/changed-150, before the 200 changes queued first", got)
 	}
 }
@@ -64,7 +64,7 @@ func TestARetriedDeletionGoesBeforeTheBacklog(t *testing.T) {
 		{"error", errors.New("boom")},
 		{"conflict", apierrors.NewConflict(schema.GroupResource{Resource: "myresources"}, "gone", errors.New("stale"))},
 	} {
-		fake := &holdingReconciler{fakeReconciler: fakeReconciler{delErrs: []error{tc.err}}, hold: make(chan struct{})}
+		fake := &holdingReconciler{fakeReconciler: fakeReconciler{DelErrs: []error{tc.err}}, hold: make(chan struct{})}
 		c := newController(fake, queue.NewExponentialLimiter(time.Millisecond, time.Millisecond))
 		c.ConflictRetry = time.Millisecond
 		for i := range 5 {

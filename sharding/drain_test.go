@@ -17,40 +17,40 @@ import (
 // runs, are handed to Deleted; the keys are not reconciled (updates are the
 // next owner's).
 func TestDrainHandlesWhatRunLeftQueued(t *testing.T) {
-	b := &blockingDeleter{entered: make(chan struct{}), release: make(chan struct{})}
+	b := testkit.NewBlockingDeleter()
 	c := newController(b, nil)
 	for _, name := range []string{"a", "b", "c"} {
 		c.OnDelta(deleted(name))
 	}
 	c.OnDelta(changed("d"))
 	stop := run(c, 1)
-	<-b.entered // one worker holds the first deletion; the rest wait in the queue
-	go func() { b.release <- struct{}{} }()
+	<-b.Entered // one worker holds the first deletion; the rest wait in the queue
+	go func() { b.Release <- struct{}{} }()
 	stop()
-	if got := b.deletedUIDs(); len(got) != 1 {
+	if got := b.HandledUIDs(); len(got) != 1 {
 		t.Fatalf("Run handled %v before it returned, want the one in flight", got)
 	}
-	reconciled := b.reconciled() // the key in flight, after its deletion
+	reconciled := b.Reconciled() // the key in flight, after its deletion
 
 	drained := make(chan []store.Delta[object])
 	go func() { drained <- sharding.Drain(context.Background(), c, 2) }()
-	<-b.entered // the drain holds a second deletion: a new one arrives meanwhile
+	<-b.Entered // the drain holds a second deletion: a new one arrives meanwhile
 	c.OnDelta(deleted("e"))
 	go func() {
-		for range b.entered {
+		for range b.Entered {
 		}
 	}()
-	close(b.release)
+	close(b.Release)
 	if left := <-drained; len(left) != 0 {
 		t.Fatalf("the drain left %d deletions", len(left))
 	}
-	if got, want := b.deletedUIDs(), []string{"uid-a", "uid-b", "uid-c", "uid-e"}; !slices.Equal(got, want) {
+	if got, want := slices.Sorted(slices.Values(b.HandledUIDs())), []string{"uid-a", "uid-b", "uid-c", "uid-e"}; !slices.Equal(got, want) {
 		t.Fatalf("deletions handled: %v, want %v", got, want)
 	}
-	if got := b.reconciled(); !slices.Equal(got, reconciled) {
+	if got := b.Reconciled(); !slices.Equal(got, reconciled) {
 		t.Errorf("the drain reconciled %v: updates are the next owner's", got[len(reconciled):])
 	}
-	if q, f := deletionCounts(c); q+f != 0 {
+	if q, f := testkit.DeletionCounts(c.Deletions); q+f != 0 {
 		t.Errorf("after the drain, Deletions still gives %d queued, %d failing", q, f)
 	}
 }
@@ -66,10 +66,10 @@ func TestDrainGivesUpOnAFailingDeletionWhenItsContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	drained := make(chan []store.Delta[object])
 	go func() { drained <- sharding.Drain(ctx, c, 1) }()
-	testkit.Eventually(t, 10*time.Second, func() bool { fake.mu.Lock(); defer fake.mu.Unlock(); return fake.tries >= 3 },
+	testkit.Eventually(t, 10*time.Second, func() bool { fake.Mu.Lock(); defer fake.Mu.Unlock(); return fake.tries >= 3 },
 		"the failing deletion was not retried")
 	c.OnDelta(deleted("good"))
-	testkit.Eventually(t, 10*time.Second, func() bool { return slices.Contains(fake.deletedUIDs(), "uid-good") },
+	testkit.Eventually(t, 10*time.Second, func() bool { return slices.Contains(fake.HandledUIDs(), "uid-good") },
 		"a deletion arriving while another waits for its retry was not handled")
 	select {
 	case left := <-drained:
@@ -81,7 +81,7 @@ func TestDrainGivesUpOnAFailingDeletionWhenItsContextEnds(t *testing.T) {
 	if len(left) != 1 || left[0].Object != bad.Object {
 		t.Fatalf("left %v, want the failing deletion", left)
 	}
-	if q, f := deletionCounts(c); q != 0 || f != 1 {
+	if q, f := testkit.DeletionCounts(c.Deletions); q != 0 || f != 1 {
 		t.Errorf("after the drain, Deletions gives %d queued, %d failing; want the failing one", q, f)
 	}
 }

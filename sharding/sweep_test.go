@@ -29,7 +29,7 @@ func (l listOnly) Watch(context.Context, metav1.ListOptions) (io.ReadCloser, err
 
 const objHead = `"apiVersion":"example.com/v1alpha1","kind":"MyResource"`
 
-// The sweep (internal/app/sharding.go's handoff) with a listed item of the
+// The sweep (app/sharding.go's handoff) with a listed item of the
 // stored object's key and UID, undecodable because one metadata field has
 // the wrong type: a skip reads the identity (name, namespace,
 // resourceVersion, UID), so the sweep keeps the object the server lists

@@ -13,7 +13,7 @@
 //     deletions left when a replica leaves its ring: a deletion in a slot
 //     that moves is heard of by no other replica.
 //
-// The ring (package ring) and the gate of internal/app decide who works
+// The ring (package ring) and the gate of app decide who works
 // which slot; this package does what a replica does with its part.
 package sharding
 

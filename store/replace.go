@@ -9,13 +9,8 @@ import (
 
 // Replacement builds the result of a relist beside the live store, page by
 // page, and swaps it in with Commit: readers see the old contents or the new,
-// never a half-built mix.
-//
-// To keep a relist's memory peak low, an item that is the stored object as
-// it was (same UID, resourceVersion and content: see same) is not kept: the
-// stored object is reused and the freshly decoded copy becomes garbage at
-// once. Only objects that really changed are held twice while the relist
-// runs.
+// never a mix. An item that is the stored object as it was is not kept (the
+// stored one is reused), so only changed objects are held twice.
 type Replacement[T Object] struct {
 	s     *Store[T]
 	items map[string]T
@@ -38,9 +33,6 @@ func (s *Store[T]) NewReplacement() *Replacement[T] {
 func (r *Replacement[T]) Add(obj T) {
 	r.s.take(obj)
 	key := KeyOf(obj)
-	// The stored object is kept only if it is the same one: after an etcd
-	// restore without a revision bump, another object of the key, or other
-	// content, may come back at a resourceVersion the store already holds.
 	old, ok := r.s.Get(key)
 	if r.s.share && !(ok && share.SameMap(old.GetLabels(), obj.GetLabels())) {
 		r.s.labels.Dropped(1, live[T]{r.s}) // obj's map or old's may be let go (share.Sets)
@@ -60,17 +52,11 @@ func (r *Replacement[T]) Remove(key string) {
 }
 
 // Keep records that key was listed but its item could not be understood;
-// uid is the item's UID, "" if it could not be read either. The stored
-// object stays (a skipped item is not a deletion) if it is the same one, or
-// may be: its UID is uid, or uid is unknown. An item of another UID says
-// the stored object was deleted and the key re-created while we were not
-// watching: the stored object is gone, and must not stay as if current, so
-// Commit reports it Deleted (FinalStateUnknown) and leaves the key out, as
-// for a key the list no longer has, until an event brings the new object in
-// a form that decodes. A key "" (unreadable) may be any stored object: then
-// every stored object the list lacks stays, and no deletion is reported
-// for them (the next list that reads every item finds them). (The item's
-// skip is the caller's to report.)
+// uid is the item's UID, "" if unreadable. The stored object stays (a skipped
+// item is not a deletion) if it may be the same one (MayBe); one of another
+// UID was deleted and the key re-created: Commit reports it Deleted, as for a
+// key the list lacks. A key "" may be any stored object: then no stored
+// object the list lacks is taken for deleted.
 func (r *Replacement[T]) Keep(key string, uid types.UID) {
 	if key == "" {
 		r.keepAll = true
@@ -83,14 +69,9 @@ func (r *Replacement[T]) Keep(key string, uid types.UID) {
 func (r *Replacement[T]) Len() int { return len(r.items) }
 
 // Commit makes the listed objects the store's whole contents, in one step,
-// and returns what changed: Added and Updated for listed objects that are new
-// or have a new resourceVersion, and Deleted (FinalStateUnknown) for stored
-// keys the list no longer has (or has as an undecodable item of another UID:
-// see Keep). A key listed with another UID than the stored
-// object's was deleted and re-created while we were not watching: that is
-// two objects, so it comes out as Deleted (the old one, FinalStateUnknown)
-// then Added, never as an update of one into the other. Unchanged objects
-// produce no delta.
+// and returns what changed: Added and Updated for new or changed objects,
+// Deleted (FinalStateUnknown) for stored keys the list lacks (see Keep). A
+// key listed with another UID is two objects: Deleted, then Added.
 func (r *Replacement[T]) Commit() []Delta[T] {
 	deltas := r.commit()
 	dropped := 0

@@ -62,12 +62,9 @@ func New[T Object]() *Store[T] {
 }
 
 // Share makes the store keep one copy of what its objects repeat (package
-// share): equal label maps, the namespace and type strings; the fast JSON
-// codec (codec.JSON, told SharesLabels) gives the objects of one stream or
-// page whose labels are written alike one map. It saves memory and time on
-// a large cache, and asks more of every reader: a handler that changes one
-// object's labels in place changes every object with those labels. Off by
-// default; use it only where no reader writes to a cached object. Call it
+// share): equal label maps, the namespace and type strings. It saves memory
+// on a large cache and asks more of every reader: one that changes an
+// object's labels in place changes every object with those labels. Call it
 // before the store is first written.
 func (s *Store[T]) Share() { s.share = true }
 
@@ -109,23 +106,18 @@ func (s *Store[T]) List() []T {
 	return out
 }
 
-// SetTransform makes the store call f on every object it takes, after
-// slimming it (own), before anyone else sees it: the place to drop what the
-// reconcilers never read, as client-go's SharedInformer.SetTransform does.
-// f changes the object in place and must keep its key, UID and
-// resourceVersion. It may change the labels map in place too: so objects
-// given to this store must not share label maps (SharesLabels). Call it
-// before the store is first written.
+// SetTransform makes the store call f on every object it takes, before
+// anyone else sees it, to drop what the reconcilers never read (client-go's
+// SharedInformer.SetTransform). f changes the object in place and must keep
+// its key, UID and resourceVersion. Call it before the store is first written.
 func (s *Store[T]) SetTransform(f func(T)) { s.transform, s.keepsLabels = f, false }
 
 // SetTransformKeepingLabels is SetTransform for an f that never changes an
-// object's labels, nor the map that holds them (DropAnnotations's): then
-// the objects given to the store may still share label maps.
+// object's labels (DropAnnotations): the objects may still share label maps.
 func (s *Store[T]) SetTransformKeepingLabels(f func(T)) { s.transform, s.keepsLabels = f, true }
 
-// SharesLabels tells whether objects given to the store may hold a labels
-// map that objects given to it before hold too (metajson.LabelCache): with
-// Share, unless a transform that may change labels is set (SetTransform).
+// SharesLabels tells whether objects given to the store may share label maps
+// (metajson.LabelCache): with Share, unless a transform may change labels.
 func (s *Store[T]) SharesLabels() bool { return s.share && (s.transform == nil || s.keepsLabels) }
 
 // take prepares an object the store is given: own, then the transform,
@@ -155,12 +147,10 @@ func (s live[T]) EachLabels(yield func(map[string]string)) {
 }
 
 // Upsert stores obj (a watch ADDED or MODIFIED event) and says what changed:
-// d, Added or Updated; changed is false when the stored object is obj as
-// it was (the same resourceVersion and content: a duplicate delivery,
-// which needs no reaction; see same). A key stored with another UID was
-// deleted and made again while we were not looking: two objects, so gone
-// (its Type set only then) is the old one's Deleted delta, its final state
-// unknown, to hand out before d, the new one's Added.
+// d, Added or Updated; changed is false for a duplicate delivery (same
+// resourceVersion and content). A key stored with another UID was deleted
+// and made again meanwhile: gone (its Type set only then) is the old one's
+// Deleted delta, final state unknown, to hand out before d.
 func (s *Store[T]) Upsert(obj T) (d Delta[T], changed bool, gone Delta[T]) {
 	s.take(obj)
 	key := KeyOf(obj)
@@ -207,6 +197,19 @@ func (s *Store[T]) Delete(obj T) (d Delta[T], known bool) {
 // object) the delta carries the last stored object and is marked
 // FinalStateUnknown.
 func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
+	return s.deleteIf(key, final, func(T) bool { return true })
+}
+
+// DeleteOther removes key's stored object if it is another object than
+// the one of UID uid (see MayBe): an event that cannot be decoded but names
+// uid says the key holds a new object, the stored one is gone. The delta
+// carries the stored object, FinalStateUnknown.
+func (s *Store[T]) DeleteOther(key string, uid types.UID) (d Delta[T], known bool) {
+	return s.deleteIf(key, *new(T), func(old T) bool { return !MayBe(uid, old) })
+}
+
+// deleteIf removes key's stored object if gone says it is gone (DeleteKey's).
+func (s *Store[T]) deleteIf(key string, final T, gone func(old T) bool) (d Delta[T], known bool) {
 	defer func() {
 		if known {
 			s.labels.Dropped(1, live[T]{s}) // once the lock is released
@@ -215,7 +218,7 @@ func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, existed := s.items[key]
-	if !existed {
+	if !existed || !gone(old) {
 		return Delta[T]{}, false
 	}
 	var zero T
@@ -228,35 +231,9 @@ func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
 	return Delta[T]{Type: Deleted, Key: key, Object: final}, true
 }
 
-// DeleteOther removes key's stored object if it is another object than
-// the one of UID uid (see MayBe): an event that cannot be decoded but names
-// uid says the key holds a new object, the stored one is gone. The delta
-// carries the stored object, FinalStateUnknown.
-func (s *Store[T]) DeleteOther(key string, uid types.UID) (d Delta[T], known bool) {
-	defer func() {
-		if known {
-			s.labels.Dropped(1, live[T]{s}) // once the lock is released
-		}
-	}()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old, existed := s.items[key]
-	if !existed || MayBe(uid, old) {
-		return Delta[T]{}, false
-	}
-	s.remove(key, old)
-	return Delta[T]{Type: Deleted, Key: key, Object: old, FinalStateUnknown: true}, true
-}
-
-// same tells whether two objects taken by the store (take) at one key and
-// resourceVersion hold the same content. A resourceVersion names one
-// content only within one history of the server: after an etcd restore
-// without --bump-revision the server gives old ones out again, to other
-// content, and a client need not see the history go back (a later restore
-// with --bump-revision hides it). Asked only at an equal resourceVersion: a
-// duplicate delivery (Upsert), an object a relist lists unchanged
-// (Replacement.Add). Objects decoded alike compare equal; any other
-// difference only makes a change of it.
+// same tells whether two objects at one key and resourceVersion hold the
+// same content: after an etcd restore the server may give an old
+// resourceVersion out again, to other content.
 func same[T Object](a, b T) bool { return a == b || reflect.DeepEqual(a, b) }
 
 // put and remove write items (and tell the mutation detector, if on).

@@ -11,11 +11,6 @@ import (
 // many clients do not retry in step. Max is a true cap: jitter never
 // lengthens a delay. The count starts again after a trouble-free stretch of
 // ResetAfter.
-//
-// The steps d come from an ExponentialBackOff (github.com/cenkalti/backoff/v4)
-// with its randomization off: its own jitter spreads a step both ways (up to
-// (1+RandomizationFactor)·MaxInterval, past the cap) from the global random
-// source; the machine shortens each step itself, with the rand it was given.
 type Backoff struct {
 	Initial, Max time.Duration
 	Factor       float64
@@ -34,59 +29,46 @@ var DefaultBackoff = Backoff{
 	ResetAfter: 2 * time.Minute,
 }
 
-// schedule is b's sequence of steps: an ExponentialBackOff that never stops
-// (MaxElapsedTime 0) and reads the time from clock. With MaxElapsedTime 0 the
-// time it reads (in NextBackOff and Reset) decides nothing; the clock is
-// there so that it never reads the wall clock: the machine's is the time of
-// the outcome it applies.
-func (b Backoff) schedule(clock backoff.Clock) *backoff.ExponentialBackOff {
+// schedule is b's steps, Initial·Factorⁿ: an ExponentialBackOff
+// (github.com/cenkalti/backoff/v4) with its randomization off, since its own
+// jitter spreads a step both ways, past the cap; the machine shortens each
+// step itself, with the rand it was given. MaxElapsedTime 0: it never ends.
+func (b Backoff) schedule() *backoff.ExponentialBackOff {
 	s := &backoff.ExponentialBackOff{
 		InitialInterval: b.Initial, Multiplier: b.Factor, MaxInterval: b.Max,
-		RandomizationFactor: 0, MaxElapsedTime: 0, Stop: backoff.Stop, Clock: clock,
+		Stop: backoff.Stop, Clock: backoff.SystemClock,
 	}
 	s.Reset()
 	return s
 }
 
-// jittered is step d capped at Max (the schedule's first step is Initial,
-// uncapped) and shortened by r·Jitter of itself.
+// jittered is step d shortened by r·Jitter of itself.
 func (b Backoff) jittered(d time.Duration, r float64) time.Duration {
-	f := float64(min(d, b.Max))
+	f := float64(d)
 	return time.Duration(f - r*b.Jitter*f)
 }
 
 // Delay is the wait after n troubles in a row; r in [0, 1) picks the jitter.
 func (b Backoff) Delay(n int, r float64) time.Duration {
-	s := b.schedule(clockAt{new(time.Time)})
+	s := b.schedule()
 	d := s.NextBackOff()
-	for i := 0; i < n && d < b.Max; i++ {
+	for ; n > 0 && d < b.Max; n-- {
 		d = s.NextBackOff()
 	}
-	return b.jittered(d, r)
+	return b.jittered(min(d, b.Max), r)
 }
-
-// clockAt is a backoff.Clock that reads *t.
-type clockAt struct{ t *time.Time }
-
-func (c clockAt) Now() time.Time { return *c.t }
 
 // pacer is the machine's bookkeeping of the backoff: the schedule of steps,
 // the last step it gave, and when the current trouble-free stretch began.
 type pacer struct {
 	policy Backoff
 	rand   func() float64
-	// schedule gives the steps: NextBackOff on trouble, Reset after a
-	// trouble-free ResetAfter. step is the last it gave (capped at Max), 0
-	// since the last reset.
+	// schedule gives the steps: the next on trouble, from the first again
+	// after a trouble-free ResetAfter; step is the last it gave (capped at
+	// Max), 0 since the last reset.
 	schedule  *backoff.ExponentialBackOff
 	step      time.Duration
 	calmSince time.Time
-}
-
-// start: the loop begins calm, at the schedule's first step.
-func (p *pacer) start(now time.Time) {
-	p.calmSince = now
-	p.schedule.Reset()
 }
 
 // disturbed ends the trouble-free stretch at now; a stretch of ResetAfter or

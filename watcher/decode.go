@@ -47,9 +47,8 @@ type Event[T Object] struct {
 // not fatal: the decoder can go on with the next one.
 type SkipError struct {
 	What string // "ADDED event", "list item", ...
-	// Key, RV and UID are recovered from the metadata when possible. The
-	// UID tells a relist whether the undecodable item is the object the
-	// store holds for the key, or another one made since (store.Replacement.Keep).
+	// Key, RV and UID are recovered from the metadata when possible (the UID
+	// tells a relist whether the item is the stored object: Replacement.Keep).
 	Key, RV string
 	UID     types.UID
 	Err     error
@@ -92,11 +91,10 @@ type Events[T Object] interface {
 	Next() (Event[T], error)
 }
 
-// JSONCodec decodes JSON as client-go does: the frames of a stream as its
-// JSON framer splits them (a json.Decoder), each an envelope
-// (metav1.WatchEvent) whose object, as every LIST item, is read through
-// sigs.k8s.io/json (keys matched case-sensitively, of a key given twice the
-// last), its apiVersion and kind as the serializer finds them (Kind).
+// JSONCodec decodes JSON as client-go does: a stream's frames one JSON value
+// after another, each a metav1.WatchEvent whose object, as every LIST item,
+// is read through sigs.k8s.io/json (keys matched case-sensitively, of a key
+// given twice the last), its apiVersion and kind as Kind finds them.
 type JSONCodec[T Object] struct {
 	// GVK, when set, is the apiVersion/kind every object must carry.
 	GVK schema.GroupVersionKind
@@ -163,12 +161,10 @@ func (c JSONCodec[T]) Checked(what string, raw []byte, obj T, gvk schema.GroupVe
 	return zero, skip
 }
 
-// Identify reads what a skipped object's metadata still says: its name and
-// namespace (its key), resourceVersion and UID, each on its own, so that a
-// wrong type anywhere else, or in one of them, loses only that one; and
-// with the key, what a relist keeps and a DELETED deletes. Each is the
-// last value given for it, if that is a string; the key needs a name, and
-// a namespace that is a string or absent.
+// Identify reads what a skipped object's metadata still says: its key
+// (name and namespace), resourceVersion and UID, each on its own, so that a
+// wrong type elsewhere, or in one of them, loses only that one. Each is the
+// last value given for it, if that is a string.
 func Identify(raw []byte, unmarshal func([]byte, any) error) (key, rv string, uid types.UID) {
 	var id struct {
 		Metadata struct {
@@ -197,49 +193,29 @@ func (c JSONCodec[T]) DecodeList(r io.Reader, add func(T), bad func(*SkipError))
 
 // DecodeList reads a JSON LIST page, decoding each item with decode (a
 // *SkipError: the item is skipped), as Kubernetes reads a page: one JSON
-// value (anything after it but white space is an error), keys matched
-// case-sensitively, of a key given twice the last (items are handed over
-// once the page has been read, the last "items" array's). A malformed
-// response (not a list at all) is an error; an item that does not decode is
-// skipped (Kubernetes would fail the whole page).
+// object (anything after it but white space is an error), keys matched
+// case-sensitively, of a key given twice the last. A malformed response
+// (not a list at all: neither items nor a resourceVersion) is an error, and
+// then no item was handed over; an item that does not decode is skipped
+// (Kubernetes would fail the whole page).
 func DecodeList[T Object](r io.Reader, decode func(what string, raw []byte) (T, error), add func(T), bad func(*SkipError)) (metav1.ListMeta, error) {
-	var meta metav1.ListMeta
-	dec := json.NewDecoder(r)
-	if err := expectDelim(dec, '{'); err != nil {
-		return meta, fmt.Errorf("decoding list: %w", err)
+	var page struct {
+		Metadata metav1.ListMeta `json:"metadata"`
+		Items    json.RawMessage `json:"items"` // "null" if null, empty if absent
 	}
 	var items []json.RawMessage
-	sawItems := false
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return meta, fmt.Errorf("decoding list: %w", err)
-		}
-		switch tok {
-		case "metadata":
-			var raw json.RawMessage
-			if err = dec.Decode(&raw); err == nil {
-				err = kjson.UnmarshalCaseSensitivePreserveInts(raw, &meta)
-			}
-		case "items":
-			sawItems = true
-			items, err = readItems(dec, items[:0])
-		default: // apiVersion, kind, anything new
-			var skip json.RawMessage
-			err = dec.Decode(&skip)
-		}
-		if err != nil {
-			return meta, fmt.Errorf("decoding list %q: %w", tok, err)
-		}
+	body, err := io.ReadAll(r)
+	if err == nil {
+		err = kjson.UnmarshalCaseSensitivePreserveInts(body, &page)
 	}
-	if _, err := dec.Token(); err != nil {
-		return meta, fmt.Errorf("decoding list: %w", err)
+	if err == nil && len(page.Items) > 0 {
+		err = kjson.UnmarshalCaseSensitivePreserveInts(page.Items, &items)
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return meta, fmt.Errorf("decoding list: more after the list's end (%v)", err)
+	if err == nil && len(page.Items) == 0 && page.Metadata.ResourceVersion == "" {
+		err = errors.New("response has neither items nor metadata")
 	}
-	if !sawItems && meta.ResourceVersion == "" {
-		return meta, errors.New("decoding list: response has neither items nor metadata")
+	if err != nil {
+		return page.Metadata, fmt.Errorf("decoding list: %w", err)
 	}
 	for _, raw := range items {
 		obj, err := decode(ListItem, raw)
@@ -249,38 +225,7 @@ func DecodeList[T Object](r io.Reader, decode func(what string, raw []byte) (T, 
 		}
 		add(obj)
 	}
-	return meta, nil
-}
-
-// readItems reads an items array, appending its items to items.
-func readItems(dec *json.Decoder, items []json.RawMessage) ([]json.RawMessage, error) {
-	if tok, err := dec.Token(); err != nil {
-		return items, err
-	} else if tok == nil {
-		return items, nil // "items": null
-	} else if tok != json.Delim('[') {
-		return items, fmt.Errorf("items is %v, not an array", tok)
-	}
-	for dec.More() {
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return items, err
-		}
-		items = append(items, raw)
-	}
-	_, err := dec.Token() // ']'
-	return items, err
-}
-
-func expectDelim(dec *json.Decoder, want json.Delim) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	if tok != want {
-		return fmt.Errorf("expected %q, got %v", want, tok)
-	}
-	return nil
+	return page.Metadata, nil
 }
 
 // DecodeEvents reads a WATCH stream: see Codec.
@@ -428,9 +373,8 @@ func Snippet(b []byte) string {
 	return string(b)
 }
 
-// asSkip is errors.As(err, *SkipError) that allocates nothing for the
-// usual cases, no error or a *SkipError itself (errors.As needs its target
-// on the heap), once per event.
+// asSkip is errors.As(err, *SkipError) without an allocation in the usual
+// cases (no error, or a *SkipError itself), once per event.
 func asSkip(err error) *SkipError {
 	if err == nil {
 		return nil

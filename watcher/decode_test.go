@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/internal/wire"
+	"rawwatch/wire"
 )
 
 var codec = JSONCodec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind}
@@ -30,7 +30,7 @@ func fixture(t *testing.T, name string) *os.File {
 }
 
 // capture is one of kube-apiserver's answers recorded in testdata/wire
-// (package internal/wire says which).
+// (package wire says which).
 func capture(t testing.TB, name string) []byte {
 	t.Helper()
 	data, err := wire.Read(name)

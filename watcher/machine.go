@@ -18,8 +18,7 @@ const (
 	Watching
 	// BackingOff: waiting before the next attempt, after trouble.
 	BackingOff
-	// Relisting: a later list, whose result replaces the store (after a
-	// 410, it may first wait a random part of the last backoff step).
+	// Relisting: a later list, whose result replaces the store.
 	Relisting
 	// Stopped: the loop's context ended.
 	Stopped
@@ -76,11 +75,9 @@ type Action struct {
 	// we had: the server's history went backwards (an etcd restore).
 	TimeTravel bool
 	// Quiet, on a Watch: how long the streams before it from the same
-	// resourceVersion have delivered nothing, back to back, the waits
-	// between them included. The watchdog's limit is on that silence, not
-	// on one stream's: a server behind us that ends each WATCH at its
-	// timeout, or a proxy that cuts idle streams, sends nothing for ever in
-	// streams each shorter than the limit.
+	// resourceVersion, and the waits between them, delivered nothing. The
+	// watchdog counts it too: a proxy that cuts idle streams sends nothing
+	// for ever in streams each shorter than the limit.
 	Quiet time.Duration
 }
 
@@ -117,18 +114,11 @@ type Outcome struct {
 // whole state and does no I/O and reads no clock: the loop performs actions
 // and reports what came of them, with the time.
 //
-// Its state is the picture's State and the data that state carries, as
-// kube-rs's watcher keeps it in its State variants. A list: restarted (it
-// restarted once, at once, after an expired continue token), forStart (it is
-// the relist of a server that said it had just started). The streams from a
-// list: first (the WATCH in flight is the first from it), fresh (the list
-// was for a starting server, and no stream has opened since), errored (a
-// stream ended in an ERROR after it carried us on). A wait: what it waits
-// for. Beside the states the machine keeps relisted (the relist at once
-// after a 410 is spent until a stream runs healthy), how lists are made
-// (WatchList, or LIST: for good, or until a stream runs healthy; "list"
-// below is either), the watchdog's silence, and the backoff ("after
-// trouble": its last step is not reset yet).
+// Its state is the picture's State and the data that state carries (the
+// fields of listing and watching). Beside them it keeps relisted, how
+// lists are made (WatchList, or LIST: for good, or until a stream runs
+// healthy; "list" below is either), the watchdog's silence, and the backoff
+// ("after trouble": its last step is not reset yet).
 //
 // In the table, a stream that "ran its course" ended at (or a little before)
 // its timeout; "open 2m then cut" broke after the backoff's ResetAfter
@@ -207,8 +197,7 @@ type Machine struct {
 	// list, then from every event and bookmark. A re-WATCH starts here.
 	RV string
 	// SilenceLimit, if set, is the watchdog's: a Watch due after that much
-	// silence (Action.Quiet) is a Probe instead, as the watchdog would
-	// have abandoned that WATCH as soon as it opened.
+	// silence (Action.Quiet) is a Probe instead.
 	SilenceLimit time.Duration
 
 	// doing is the action in flight.
@@ -225,9 +214,9 @@ type Machine struct {
 	// relisted: a 410 was relisted at once, and no stream has run healthy
 	// since: the next relist waits out the backoff.
 	relisted bool
-	// quietSince is when the streams from RV that delivered nothing, back to
-	// back, began (zero: the last one delivered, or a list or a probe
-	// heard from the server since). Action.Quiet is the silence since.
+	// quietSince is when the streams from RV that delivered nothing began
+	// (zero: the last one delivered, or a list or a probe heard from the
+	// server since).
 	quietSince time.Time
 	// pace is the backoff's bookkeeping; now, the time of the outcome being
 	// applied, is its clock.
@@ -236,11 +225,10 @@ type Machine struct {
 }
 
 // listing is what a list carries, from its first request until it is in the
-// store (through the waits between its attempts).
+// store.
 type listing struct {
 	// restarted: it restarted at once, from the first page, after an
-	// expired continue token or "too large resource version"; the next
-	// such failure backs off.
+	// expired continue token or "too large resource version".
 	restarted bool
 	// forStart: it is the relist of a server that said it had just started.
 	forStart bool
@@ -264,35 +252,31 @@ const (
 	byLIST listMethod = iota
 	// byWatchList: a WATCH with sendInitialEvents.
 	byWatchList
-	// byLISTUntilHealthy: LIST, since a WatchList failed on the way (a server
-	// that cut or failed one mostly does the same to the next), until a
-	// stream runs healthy.
+	// byLISTUntilHealthy: LIST, since a WatchList failed on the way, until
+	// a stream runs healthy.
 	byLISTUntilHealthy
 )
 
 // NewMachine returns a machine in the Listing state. rand returns numbers in
 // [0, 1) for the jitter.
 func NewMachine(b Backoff, watchList bool, rand func() float64) *Machine {
-	m := &Machine{State: Listing, lists: byLIST, pace: pacer{policy: b, rand: rand}}
+	m := &Machine{State: Listing, lists: byLIST, pace: pacer{policy: b, rand: rand, schedule: b.schedule()}}
 	if watchList {
 		m.lists = byWatchList
 	}
-	m.pace.schedule = b.schedule(clockAt{&m.now})
 	return m
 }
 
 // Start is the first action: the first list.
 func (m *Machine) Start(now time.Time) Action {
 	m.now = now
-	m.pace.start(now)
+	m.pace.calmSince = now
 	return m.do(m.listAction("start: list everything"))
 }
 
-// Healthy reports whether a stream ran well enough to count as trouble-free:
-// it stayed open for the backoff's ResetAfter, or ended on its own at its
-// timeout (the server closes every WATCH after timeoutSeconds). What it
-// delivered before ending does not matter: a stream that breaks after one
-// frame is a flapping stream, not a healthy one.
+// Healthy reports whether a stream counts as trouble-free: it stayed open
+// for the backoff's ResetAfter, or ended on its own at its timeout. What it
+// delivered does not matter: one that breaks after a frame is flapping.
 func (m *Machine) Healthy(o Outcome) bool {
 	if o.Open >= m.pace.policy.ResetAfter {
 		return true
@@ -336,8 +320,7 @@ func (m *Machine) Step(o Outcome) Action {
 
 // listEnded: a LIST, every page of it, succeeded or failed.
 func (m *Machine) listEnded(e end) Action {
-	// An expired continue token (etcd compacted the snapshot the pages are
-	// read from) or a server behind us: that token is no good.
+	// An expired continue token (a compaction) or a server behind us.
 	restart := e.class == Expired || e.class == TooLargeRV
 	reason := fmt.Sprintf("list failed (%s): %v", e.class, e.Err)
 	switch {
@@ -350,10 +333,8 @@ func (m *Machine) listEnded(e end) Action {
 	case restart:
 		return m.trouble(e, e.retryAfter, Action{Kind: List}, reason)
 	}
-	// Anything else (refused, cut, 5xx, 429): after the backoff, from the
-	// page that failed. Its token serves the same snapshot until etcd
-	// compacts it, so a list longer than the gaps between a server's
-	// outages completes all the same.
+	// Anything else: after the backoff, from the page that failed (its
+	// token serves the same snapshot until etcd compacts it).
 	return m.trouble(e, e.retryAfter, Action{Kind: List, Continue: e.Continue}, reason)
 }
 
@@ -376,19 +357,15 @@ func (m *Machine) listed(o Outcome, next ActionKind) Action {
 func (m *Machine) watchListFailed(e end) Action {
 	switch e.class {
 	case Refused:
-		// An apiserver without the WatchList feature rejects the request's
-		// parameters (400 or 422): use the paginated LIST from now on.
+		// A server without the WatchList feature: LIST from now on.
 		m.lists = byLIST
 		return m.do(Action{Kind: List, Class: e.class, Err: e.Err,
 			Reason: fmt.Sprintf("server refused WatchList (%v): falling back to paginated LIST", e.Err)})
 	case Throttled, Denied:
 		return m.trouble(e, e.retryAfter, m.doing, fmt.Sprintf("watch-list failed (%s): %v", e.class, e.Err))
 	}
-	// Anything else (an ERROR event or a cut during the initial events: an
-	// apiserver whose etcd cannot report progress does that every time):
-	// the same list with LIST, at once, and every list after it until a
-	// stream runs healthy. (client-go's reflector asks for a WatchList at
-	// every relist, one request more each time the trouble lasts.)
+	// Anything else (an apiserver whose etcd cannot report progress fails
+	// every one): LIST, at once, until a stream runs healthy.
 	m.lists = byLISTUntilHealthy
 	return m.do(Action{Kind: List, Class: e.class, Err: e.Err,
 		Reason: fmt.Sprintf("watch-list failed before its initial events ended (%v): LIST instead", e.Err)})
@@ -426,13 +403,10 @@ func (m *Machine) streamEnded(e end) Action {
 			m.lists = byWatchList
 		}
 	}
-	// An ERROR event (a 500) before the stream carried us past where it
-	// started is the server's word that it cannot serve this watch from
-	// there ("etcd event received with PrevKv=nil" after a compaction up to
-	// the next change): relist, as for a 410. One after progress is a
-	// broken stream: re-watch from there after the backoff. Once: a second
-	// before a list or a healthy stream relists, or a server that sends an
-	// ERROR after every event would keep the store one wait behind.
+	// An ERROR event before the stream carried us on says the server cannot
+	// serve this watch from there (a compaction): relist, as for a 410. One
+	// after progress is a broken stream: re-watch after the backoff, once;
+	// a second before a healthy stream relists.
 	errored := e.ErrorEvent && e.class == Transient
 	stuck := errored && (m.RV == from || m.watch.errored)
 	if errored && !healthy && !stuck {
@@ -442,10 +416,8 @@ func (m *Machine) streamEnded(e end) Action {
 	case e.class == Expired, e.class == TooLargeRV, stuck:
 		return m.relistAfterGone(e)
 	case e.Silent:
-		// The watchdog abandoned a stream that sent nothing, not even a
-		// bookmark: the connection died, or the server is behind our
-		// resourceVersion (an etcd restore; its watch cache sends nothing
-		// until it gets there). Ask it where it is, at once.
+		// The connection died, or the server is behind our resourceVersion
+		// (an etcd restore): ask it where it is, at once.
 		reason := fmt.Sprintf("watch silent for %s: abandoned; is the server behind resourceVersion %s?", silence.Round(time.Second), m.RV)
 		if e.Frames > 0 { // silent for the limit after its last frame
 			reason = fmt.Sprintf("watch silent since its last frame (of %d): abandoned; is the server behind resourceVersion %s?", e.Frames, m.RV)
@@ -466,10 +438,8 @@ func (m *Machine) streamEnded(e end) Action {
 	return m.trouble(e, e.retryAfter, resume, reason)
 }
 
-// countSilence adds a stream that delivered nothing to the silence of the
-// streams before it from the same resourceVersion, the waits between them
-// included; a frame ends the count. It returns the silence that ended with
-// this stream.
+// countSilence adds a stream that delivered nothing to the silence before
+// it; a frame ends the count. It returns the silence up to this stream's end.
 func (m *Machine) countSilence(o Outcome) time.Duration {
 	began := o.At.Add(-o.Open)
 	if !m.quietSince.IsZero() {
@@ -482,10 +452,9 @@ func (m *Machine) countSilence(o Outcome) time.Duration {
 	return o.At.Sub(began)
 }
 
-// relistAfterGone: the server cannot go on from our resourceVersion (410,
-// "too large", an ERROR before progress). The first relist since a healthy
-// stream does not wait out the backoff, whatever it grew to while the server
-// was away: it is what recovers us. Another before a healthy stream does.
+// relistAfterGone: the server cannot go on from our resourceVersion. The
+// first relist since a healthy stream does not wait out the backoff: it is
+// what recovers us. Another before a healthy stream does.
 func (m *Machine) relistAfterGone(e end) Action {
 	reason := fmt.Sprintf("watch from resourceVersion %s ended (%v): relist", m.RV, e.Err)
 	if m.relisted {
@@ -494,12 +463,9 @@ func (m *Machine) relistAfterGone(e end) Action {
 	m.relisted = true
 	m.pace.disturbed(e.At)
 	a := m.relist()
-	// Right after trouble, though, the server was most likely away for
-	// every client, and every client meets its 410 within the same backoff
-	// step: a fleet that relisted at once would make the restarted
-	// apiserver serve all its lists together. So that relist starts after a
-	// random part of the last step (full jitter); a 410 with no trouble in
-	// the last ResetAfter (a compaction under a healthy stream) at once.
+	// Right after trouble, every client of a restarted server meets its
+	// 410 together: the relist waits a random part of the last step (full
+	// jitter), so that the fleet's lists do not all land at once.
 	if d := m.pace.stagger(); d > 0 {
 		a.Reason = fmt.Sprintf("relist, %s after the 410 (staggered, so that clients back from the same outage do not all relist at once)", d.Round(time.Millisecond))
 		m.after = a
@@ -511,14 +477,11 @@ func (m *Machine) relistAfterGone(e end) Action {
 }
 
 // afterUnopened is what follows the backoff after a WATCH that could not
-// open, or a probe that failed. When we get through again the server may be
-// another one, restored from an older etcd snapshot: a probe asks where it
-// is first. A server that said it has just started (serverStarting) is
-// relisted instead: its watch cache begins after our resourceVersion once
-// anything was written, so a WATCH would meet 410, and the relist tells
-// where it is as well as a probe. That counts as the relist after a 410.
-// If the list in the store is that relist (fresh), the same words mean the
-// cache is still starting, and began before that list: re-watch.
+// open, or a probe that failed: a probe, since the server may have been
+// restored from an older snapshot. A server that says it has just started
+// (serverStarting) is relisted instead, as after a 410 (its watch cache
+// begins after our resourceVersion); unless the list in the store is that
+// relist (fresh): then its cache began before it, and we re-watch.
 func (m *Machine) afterUnopened(err error) Action {
 	switch {
 	case serverStarting(err) && m.watch.fresh:
@@ -531,10 +494,8 @@ func (m *Machine) afterUnopened(err error) Action {
 }
 
 // Resharded: the watcher's shard changed, and the action in flight, if any,
-// was cut short (its outcome does not matter). The store holds what it had
-// of the new shard; the rest must be listed: a list, at once. It is not
-// trouble (the backoff is untouched), and the loop reshards only between
-// actions other than a Wait, so a backoff under way is waited out first.
+// was cut short. A list follows at once; it is not trouble (the backoff is
+// untouched).
 func (m *Machine) Resharded() Action {
 	m.list.restarted = false
 	if m.lists == byLISTUntilHealthy {
@@ -569,10 +530,9 @@ func (m *Machine) trouble(e end, minDelay time.Duration, next Action, reason str
 	return m.do(Action{Kind: Wait, Delay: d, Class: e.class, Err: e.Err, Reason: reason})
 }
 
-// do makes a the action in flight. A Watch carries the silence of the
-// streams before it, and is a Probe instead when that leaves nothing of the
-// watchdog's limit; a list or a probe hears from the server: the silence
-// ends.
+// do makes a the action in flight. A Watch carries the silence before it,
+// and is a Probe instead once that reaches the watchdog's limit; a list or
+// a probe ends the silence.
 func (m *Machine) do(a Action) Action {
 	if a.Kind == Watch && !m.quietSince.IsZero() {
 		a.Quiet = m.now.Sub(m.quietSince)

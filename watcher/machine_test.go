@@ -348,17 +348,6 @@ func TestMachineStopsWhenItsContextEnds(t *testing.T) {
 	s.step(0, Outcome{Err: context.Canceled}, Action{Kind: Stop}, Stopped)
 }
 
-// The machine's schedule reads the machine's time (the outcomes' At), never
-// the wall clock: its elapsed time since the last reset is virtual time.
-func TestMachineBackoffReadsTheOutcomesTimeNotTheClock(t *testing.T) {
-	s, _ := newScript(t, false)
-	s.step(time.Minute, listed10, Action{Kind: Watch}, Watching)
-	s.step(time.Second, Outcome{Opened: true, Err: cut, Open: time.Second, Timeout: fiveMin}, Action{Kind: Wait, Delay: 1600 * time.Millisecond}, BackingOff)
-	if got := s.m.pace.schedule.GetElapsedTime(); got != time.Minute+time.Second {
-		t.Fatalf("the schedule's elapsed time is %v; want the 1m1s of virtual time since Start", got)
-	}
-}
-
 // An ERROR event (a 500) after the stream carried the resourceVersion on is
 // a broken stream: back off and re-watch from where it got to, no relist.
 // One that comes before any progress (the server cannot go on from there:

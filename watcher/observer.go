@@ -40,21 +40,16 @@ type (
 		Timeout       time.Duration
 		InitialEvents bool
 	}
-	// Probed: a LIST of one item asked the server for its resourceVersion
-	// (after a silent stream, or before re-watching after a WATCH that could
-	// not open); RV is its answer, Err why there was none, Ours the
-	// resourceVersion the store was at.
+	// Probed: a LIST of one item asked the server for its resourceVersion:
+	// RV is its answer, Err why there was none, Ours the store's.
 	Probed struct {
 		RV, Ours string
 		Err      error
 	}
 	// Received: an ADDED, MODIFIED or DELETED event was applied to the
-	// store. Arrived is when its frame had been read and decoded (the store
-	// write follows within microseconds: nothing sits between the two).
-	// Written is the server's record of when the object was last written
-	// (WrittenAt, read before the store dropped managedFields; zero when
-	// unknown). Object is the object it carried, shared with the store: read
-	// it, never change it.
+	// store. Arrived is when its frame was read and decoded; Written is
+	// WrittenAt of its object (zero when unknown). Object is shared with the
+	// store: read it, never change it.
 	Received struct {
 		Type, Key, RV    string
 		Arrived, Written time.Time
@@ -67,7 +62,7 @@ type (
 	}
 	// WatchEnded: a stream closed after Frames frames, open for Open; Err is
 	// why (nil: the server ended it; ErrSilent: the watchdog did). Quiet is
-	// the silence before it (Action.Quiet), which the watchdog counted too.
+	// the silence before it (Action.Quiet).
 	WatchEnded struct {
 		Frames int
 		Open   time.Duration
@@ -105,8 +100,7 @@ type StatsSnapshot struct {
 	Watches int64
 	// Events counts ADDED+MODIFIED+DELETED events applied; Bookmarks the bookmarks.
 	Events, Added, Modified, Deleted, Bookmarks int64
-	// GoneDeletes counts Deleted deltas produced by relists (objects that
-	// vanished while the watch was down).
+	// GoneDeletes counts Deleted deltas produced by relists.
 	GoneDeletes int64
 	// Skipped counts events and list items that could not be decoded.
 	Skipped int64
@@ -163,10 +157,8 @@ func (s *Stats) Snapshot() StatsSnapshot {
 }
 
 // WrittenAt is the server's record of when obj was last written: the latest
-// time in its managedFields (the apiserver stamps a manager's entry whenever
-// a write of that manager changes a field), else its creation time. Whole
-// seconds; false when the object carries neither (the store drops
-// managedFields: ask before it takes the object).
+// time in its managedFields, else its creation time, in whole seconds; false
+// when it carries neither (the store drops managedFields: ask before).
 func WrittenAt(obj metav1.Object) (time.Time, bool) {
 	var t time.Time
 	for _, f := range obj.GetManagedFields() {

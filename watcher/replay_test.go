@@ -12,9 +12,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/internal/wire"
 	"rawwatch/store"
 	"rawwatch/watcher"
+	"rawwatch/wire"
 )
 
 // The whole loop against kube-apiserver's own answers, replayed from

@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,9 +26,8 @@ const (
 	// the longest is twice that (client-go's Reflector: 5 to 10 minutes).
 	DefaultWatchTimeoutMin = 5 * time.Minute
 	// DefaultSilenceLimit is how long a WATCH may send nothing, not even a
-	// bookmark, before the watchdog abandons it. kube-apiserver's watch cache
-	// sends a bookmark about every minute; this tolerates one lost bookmark
-	// with half a minute to spare.
+	// bookmark, before the watchdog abandons it: kube-apiserver bookmarks
+	// about every minute; this tolerates one lost bookmark.
 	DefaultSilenceLimit = 150 * time.Second
 )
 
@@ -59,20 +59,16 @@ type Options[T Object] struct {
 	// Codec decodes the server's answers; default JSONCodec (no check of
 	// the objects' apiVersion/kind). Package codec has faster ones, and CBOR.
 	Codec Codec[T]
-	// WatchList makes the watcher get its initial state from a WATCH with
-	// sendInitialEvents=true instead of a paginated LIST (KEP-3157): the
-	// server streams the objects one by one, ends them with a bookmark
-	// annotated k8s.io/initial-events-end, and the same stream goes on with
-	// live events. If the server refuses it, the watcher uses LIST for good;
-	// if one fails on the way, that one list is made with LIST.
+	// WatchList makes the watcher list with a WATCH with
+	// sendInitialEvents=true instead of a paginated LIST (KEP-3157); if the
+	// server refuses it, the watcher uses LIST for good.
 	WatchList bool
 	// ListOptions, when set, adjusts the options of every LIST page and
-	// WATCH the loop makes (not the probe's): a shard selector (package
-	// sharding). It is called on the loop's goroutine.
+	// WATCH (not the probe's): a shard selector (package sharding).
 	ListOptions func(*metav1.ListOptions)
-	// Filter, when set, leaves out of the store every listed or watched
-	// object it refuses (a server may ignore what ListOptions asked for).
-	// It is called on the loop's goroutine.
+	// Filter, when set, leaves out of the store every object it refuses (a
+	// server may ignore what ListOptions asked for). ListOptions and Filter
+	// are called on the loop's goroutine.
 	Filter func(T) bool
 }
 
@@ -86,9 +82,8 @@ type Watcher[T Object] struct {
 	log    klog.Logger // Run's context's, named "watcher"
 	stats  Stats
 
-	// pos is where the store stands: one immutable value, replaced whole
-	// (by the loop's goroutine only), so that a reader never sees one
-	// list's resourceVersion beside another's coverage.
+	// pos is where the store stands, replaced whole by the loop, so that a
+	// reader never sees one list's resourceVersion beside another's.
 	pos        atomic.Pointer[position]
 	synced     chan struct{}
 	syncedOnce sync.Once
@@ -104,9 +99,7 @@ type Watcher[T Object] struct {
 	}
 }
 
-// position is where the store stands: rv, the last resourceVersion it is
-// synced to; since, the last list's; lists, how many lists it took (see
-// Position).
+// position is Position's data: rv is At.
 type position struct {
 	rv, since string
 	lists     uint64
@@ -120,21 +113,13 @@ type partialList[T Object] struct {
 
 // New returns a watcher that fills s from src. Call Run to start it.
 func New[T Object](src Source, s *store.Store[T], opts Options[T]) *Watcher[T] {
-	if opts.PageSize == 0 {
-		opts.PageSize = DefaultPageSize
-	}
-	if opts.WatchTimeoutMin == 0 {
-		opts.WatchTimeoutMin = DefaultWatchTimeoutMin
-	}
+	opts.PageSize = cmp.Or(opts.PageSize, DefaultPageSize)
+	opts.WatchTimeoutMin = cmp.Or(opts.WatchTimeoutMin, DefaultWatchTimeoutMin)
 	if opts.WatchTimeoutMax < opts.WatchTimeoutMin {
 		opts.WatchTimeoutMax = 2 * opts.WatchTimeoutMin
 	}
-	if opts.Backoff == (Backoff{}) {
-		opts.Backoff = DefaultBackoff
-	}
-	if opts.SilenceLimit == 0 {
-		opts.SilenceLimit = DefaultSilenceLimit
-	}
+	opts.Backoff = cmp.Or(opts.Backoff, DefaultBackoff)
+	opts.SilenceLimit = cmp.Or(opts.SilenceLimit, DefaultSilenceLimit)
 	if opts.Rand == nil {
 		opts.Rand = rand.Float64
 	}
@@ -144,9 +129,7 @@ func New[T Object](src Source, s *store.Store[T], opts Options[T]) *Watcher[T] {
 	if opts.ListOptions == nil {
 		opts.ListOptions = func(*metav1.ListOptions) {}
 	}
-	if opts.Codec == nil {
-		opts.Codec = JSONCodec[T]{}
-	}
+	opts.Codec = cmp.Or[Codec[T]](opts.Codec, JSONCodec[T]{})
 	w := &Watcher[T]{source: src, codec: opts.Codec, store: s, opts: opts, synced: make(chan struct{})}
 	w.pos.Store(&position{})
 	return w
@@ -177,12 +160,11 @@ func (w *Watcher[T]) Position() Position {
 }
 
 // Relist cuts the request in flight short (a backoff under way is waited
-// out first) and makes the loop list again, the machine's Resharded.
-// Before the list, on the loop's goroutine, it calls prepare, which may
-// change what ListOptions and Filter say and drop from the store what
-// Filter now refuses; prepare returning false withdraws the request (the
-// action cut short is made again). Of several Relists before the loop
-// takes one, the last prepare is called, once. Safe from any goroutine.
+// out first) and makes the loop list again (Machine.Resharded). Before the
+// list, on the loop's goroutine, it calls prepare, which may change what
+// ListOptions and Filter say; prepare returning false withdraws the request.
+// Of several Relists before the loop takes one, the last prepare is
+// called. Safe from any goroutine.
 func (w *Watcher[T]) Relist(prepare func() bool) {
 	w.relists.Lock()
 	defer w.relists.Unlock()
@@ -300,9 +282,8 @@ func (w *Watcher[T]) wait(ctx context.Context, d time.Duration) Outcome {
 	}
 }
 
-// logStep logs a transition: failures that make the loop wait at the default
-// level (a user must see why nothing happens), a relist and time travel at
-// the default level (they are expensive and rare), everything else at -v=3.
+// logStep logs a transition: failures, relists and time travel at the
+// default level (a user must see why nothing happens), the rest at -v=3.
 func (w *Watcher[T]) logStep(from, to State, a Action) {
 	switch {
 	case a.Class == Denied && a.Kind == Wait:
@@ -321,8 +302,7 @@ func (w *Watcher[T]) logStep(from, to State, a Action) {
 }
 
 // report counts e in the loop's Stats and gives it to Options.Observer, if
-// there is one. Made into an interface for the Observer only: with none, the
-// two events of every frame (Received, Handed) cost no allocation.
+// any. Generic, so that with no Observer an event costs no allocation.
 func report[T Object, E observe.Event](w *Watcher[T], e E) {
 	w.stats.Observe(e)
 	if w.opts.Observer != nil {
@@ -338,13 +318,9 @@ func (w *Watcher[T]) setRV(rv string) {
 }
 
 // list reads every page into a Replacement and swaps it into the store. It
-// always asks for resourceVersion "": the latest data, read consistently
-// from etcd, which the server paginates ("0" would be served from the watch
-// cache in one unpaginated response, and an older resourceVersion is what a
-// relist is trying to get away from). Continue pages carry only the token:
-// the server serves them from the snapshot the first page was read at, and
-// refuses the token (410 Expired) once etcd has compacted that snapshot.
-//
+// asks for resourceVersion "": the latest data, read from etcd and
+// paginated ("0" would be the watch cache's, unpaginated). Continue pages
+// are served from the first page's snapshot until etcd compacts it (410).
 // A list that fails after its first page keeps what it read (w.partial):
 // given the failed page's token (cont), the next list goes on from there.
 func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
@@ -352,13 +328,9 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 		w.partial = &partialList[T]{repl: w.store.NewReplacement()}
 	}
 	repl := w.partial.repl
-	opts := metav1.ListOptions{Limit: w.opts.PageSize, Continue: cont}
-	w.opts.ListOptions(&opts)
-	failed := func(err error) Outcome {
-		return Outcome{At: time.Now(), Err: err, Continue: opts.Continue}
-	}
-	var rv string
 	for {
+		opts := metav1.ListOptions{Limit: w.opts.PageSize, Continue: cont}
+		w.opts.ListOptions(&opts)
 		w.partial.pages++
 		page := w.partial.pages
 		items := 0
@@ -374,21 +346,17 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 				w.skipped(skip)
 			})
 		if err != nil {
-			// A page cut half-way delivered nothing (decodeList hands a
+			// A page that failed delivered nothing (DecodeList hands a
 			// page's items over once it is read whole).
-			return failed(err)
+			return Outcome{At: time.Now(), Err: err, Continue: cont}
 		}
 		report(w, ListPage{Page: page, Items: items, Continue: meta.Continue, RV: meta.ResourceVersion})
-		if meta.Continue == "" {
-			rv = meta.ResourceVersion
-			break
+		if cont = meta.Continue; cont == "" {
+			w.partial = nil
+			w.commit(repl, meta.ResourceVersion)
+			return Outcome{At: time.Now(), RV: meta.ResourceVersion}
 		}
-		opts = metav1.ListOptions{Limit: w.opts.PageSize, Continue: meta.Continue}
-		w.opts.ListOptions(&opts)
 	}
-	w.partial = nil
-	w.commit(repl, rv)
-	return Outcome{At: time.Now(), RV: rv}
 }
 
 // readList reads one LIST page (Codec.DecodeList).
@@ -403,12 +371,9 @@ func (w *Watcher[T]) readList(ctx context.Context, opts metav1.ListOptions, add 
 
 // probe lists one item, for the list's resourceVersion: where the server is.
 func (w *Watcher[T]) probe(ctx context.Context) Outcome {
-	o := Outcome{}
 	meta, err := w.readList(ctx, metav1.ListOptions{Limit: 1}, func(T) {}, func(*SkipError) {})
-	o.RV, o.Err = meta.ResourceVersion, err
-	report(w, Probed{RV: o.RV, Ours: w.ResourceVersion(), Err: o.Err})
-	o.At = time.Now()
-	return o
+	report(w, Probed{RV: meta.ResourceVersion, Ours: w.ResourceVersion(), Err: err})
+	return Outcome{At: time.Now(), RV: meta.ResourceVersion, Err: err}
 }
 
 // commit swaps a finished (re)list into the store and hands out its deltas.
@@ -444,14 +409,9 @@ var errNoInitialEventsEnd = errors.New("watch-list stream ended before the initi
 // act.RV, or a WatchList, whose initial events go into a Replacement that is
 // swapped into the store at the bookmark annotated k8s.io/initial-events-end
 // (then listed is called, and the same stream goes on with live events).
-//
-//	GET ...RESOURCE?watch=true&resourceVersion=RV&allowWatchBookmarks=true&timeoutSeconds=...
-//	    [&sendInitialEvents=true&resourceVersionMatch=NotOlderThan]
-//
 // Every frame feeds the watchdog; a stream silent for Options.SilenceLimit
-// (less act.Quiet, the silence of the streams before it) is cancelled and
-// reported Silent. The stream's own deadline (its timeout
-// plus a minute) is a backstop for a server that never closes it.
+// (less act.Quiet) is cancelled and reported Silent. Its deadline (its
+// timeout plus a minute) is a backstop for a server that never closes it.
 func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv string)) (o Outcome) {
 	opts := metav1.ListOptions{ResourceVersion: act.RV}
 	w.opts.ListOptions(&opts)

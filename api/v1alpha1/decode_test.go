@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"rawwatch/codec/metajson"
-	"rawwatch/internal/wire"
+	"rawwatch/wire"
 )
 
 // The fast decoder (DecodeJSON) against the oracle, Kubernetes' own decoding

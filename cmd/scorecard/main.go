@@ -19,7 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"rawwatch/internal/flaglist"
+	"rawwatch/flaglist"
 	"rawwatch/scorecard"
 )
 

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"rawwatch/internal/controlplane"
-	"rawwatch/internal/wire"
+	"rawwatch/wire"
 )
 
 // The situations the faults of package faultproxy stand for, as

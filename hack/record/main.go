@@ -1,5 +1,5 @@
 // Command record captures what kube-apiserver sends for MyResources, byte for
-// byte, into testdata/wire (package internal/wire describes each capture):
+// byte, into testdata/wire (package wire describes each capture):
 // it starts the local control plane (package controlplane; bin/ needs etcd
 // and kube-apiserver, make tools), applies testdata/samples/myresources.yaml,
 // and makes the requests with a plain HTTP client that asks for no
@@ -38,7 +38,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"rawwatch/internal/controlplane"
-	"rawwatch/internal/wire"
+	"rawwatch/wire"
 )
 
 const resource = "/apis/example.com/v1alpha1/myresources"

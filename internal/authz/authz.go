@@ -63,7 +63,7 @@
 //     ReviewTimeout. What each holds is its header, of bounded weight (no
 //     body, no trailers): at most 128 KiB of heap and three goroutines (the
 //     handler's and its connection's two, over HTTP/2 on a connection of
-//     its own; two over HTTP/1.1), held by internal/app's
+//     its own; two over HTTP/1.1), held by app's
 //     TestAJoinerFloodHoldsALanesWorth and held_test.go.
 //   - A new token cannot be told from a made-up one before it is reviewed:
 //     while a flood holds the first lane it gets 429, never 401.

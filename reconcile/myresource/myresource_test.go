@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -23,13 +22,7 @@ import (
 
 type object = *v1alpha1.MyResource
 
-func myResource(name, message string, generation int64) object {
-	return &v1alpha1.MyResource{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "example.com/v1alpha1", Kind: "MyResource"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), Generation: generation, ResourceVersion: "1"},
-		Spec:       v1alpha1.MyResourceSpec{Message: message},
-	}
-}
+var myResource = testkit.MyResource
 
 var t0 = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 

@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"rawwatch/internal/app"
+	"rawwatch/app"
 	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
 	"rawwatch/leader"

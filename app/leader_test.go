@@ -15,9 +15,9 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
+	"rawwatch/app"
 	"rawwatch/client"
 	"rawwatch/faultproxy"
-	"rawwatch/internal/app"
 	"rawwatch/internal/testkit"
 	"rawwatch/leader"
 	"rawwatch/reconcile"

@@ -11,7 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"rawwatch/internal/app"
+	"rawwatch/app"
 	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
 	"rawwatch/reconcile/myresource"

@@ -9,8 +9,8 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"rawwatch/app"
 	"rawwatch/freshness"
-	"rawwatch/internal/app"
 	"rawwatch/internal/testkit"
 )
 

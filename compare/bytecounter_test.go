@@ -90,10 +90,10 @@ func TestByteCounterSortsBodiesByEncoding(t *testing.T) {
 		}
 		io.Copy(io.Discard, resp.Body)
 	}
-	if got, want := c.Bodies(), (WireBytes{CBOR: 1 + 2, JSON: 3 + 4, Other: 5 + 6}); got != want || got.Read() != "cbor+json" {
+	if got, want := c.Bodies(), (BodyBytes{CBOR: 1 + 2, JSON: 3 + 4, Other: 5 + 6}); got != want || got.Read() != "cbor+json" {
 		t.Fatalf("bodies %+v (%s), want %+v (cbor+json)", got, got.Read(), want)
 	}
-	for b, want := range map[WireBytes]string{{CBOR: 1}: "cbor", {JSON: 1, Other: 9}: "json", {Other: 9}: ""} {
+	for b, want := range map[BodyBytes]string{{CBOR: 1}: "cbor", {JSON: 1, Other: 9}: "json", {Other: 9}: ""} {
 		if b.Read() != want {
 			t.Errorf("%+v read as %q, want %q", b, b.Read(), want)
 		}

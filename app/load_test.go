@@ -65,7 +65,7 @@ func reviewServer(t *testing.T, good string, delay time.Duration) (*rest.Config,
 // gets 200. make test runs a count-bounded version (400 requests);
 // RAWWATCH_LOAD=60s runs it for that long and logs the heap every 5 s:
 //
-//	RAWWATCH_LOAD=60s go test -count=1 -v -run TestUnauthenticatedLoadKeepsTheHeapFlatAndEveryScrapeServed ./internal/app/
+//	RAWWATCH_LOAD=60s go test -count=1 -v -run TestUnauthenticatedLoadKeepsTheHeapFlatAndEveryScrapeServed ./app/
 func TestUnauthenticatedLoadKeepsTheHeapFlatAndEveryScrapeServed(t *testing.T) {
 	duration, _ := time.ParseDuration(os.Getenv("RAWWATCH_LOAD"))
 	requests := int64(400)

@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"rawwatch/app"
 	"rawwatch/faultproxy"
-	"rawwatch/internal/app"
 	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
 	"rawwatch/shard"

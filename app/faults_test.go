@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/app"
 	"rawwatch/faultproxy"
-	"rawwatch/internal/app"
 	"rawwatch/internal/testkit"
 	"rawwatch/observe"
 	"rawwatch/reconcile"

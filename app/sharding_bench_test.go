@@ -12,8 +12,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"rawwatch/app"
 	"rawwatch/compare"
-	"rawwatch/internal/app"
 	"rawwatch/internal/testkit"
 )
 
@@ -26,7 +26,7 @@ import (
 // 30,000 objects by default (RAWWATCH_SHARD_OBJECTS), created and reconciled
 // once first, so that the measured runs have no status to write.
 //
-//	go test -run '^$' -bench ShardedReplicas -benchtime 1x ./internal/app
+//	go test -run '^$' -bench ShardedReplicas -benchtime 1x ./app
 func BenchmarkShardedReplicas(b *testing.B) {
 	objects := 30000
 	if n, err := strconv.Atoi(os.Getenv("RAWWATCH_SHARD_OBJECTS")); err == nil {

@@ -17,8 +17,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/app"
 	"rawwatch/client"
-	"rawwatch/internal/app"
 	"rawwatch/internal/testkit"
 	"rawwatch/observe"
 	"rawwatch/reconcile"

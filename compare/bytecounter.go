@@ -53,12 +53,12 @@ func (c *ByteCounter) Read() int64 { return c.read.Load() }
 
 // Bodies are the response-body bytes read so far by the encoding their
 // Content-Type names: what a consumer that asked for CBOR really read.
-func (c *ByteCounter) Bodies() WireBytes {
-	return WireBytes{CBOR: c.asCBOR.Load(), JSON: c.asJSON.Load(), Other: c.read.Load() - c.asCBOR.Load() - c.asJSON.Load()}
+func (c *ByteCounter) Bodies() BodyBytes {
+	return BodyBytes{CBOR: c.asCBOR.Load(), JSON: c.asJSON.Load(), Other: c.read.Load() - c.asCBOR.Load() - c.asJSON.Load()}
 }
 
-// WireBytes are response-body bytes by encoding (ByteCounter.Bodies).
-type WireBytes struct {
+// BodyBytes are response-body bytes by encoding (ByteCounter.Bodies).
+type BodyBytes struct {
 	CBOR  int64 `json:"cbor"`
 	JSON  int64 `json:"json"`
 	Other int64 `json:"other,omitempty"` // protobuf, text, no Content-Type
@@ -68,7 +68,7 @@ type WireBytes struct {
 // one of the two carried anything, "cbor+json" if both did, "" if
 // neither (other bytes are left out: a controller-runtime cache's
 // discovery, say).
-func (b WireBytes) Read() string {
+func (b BodyBytes) Read() string {
 	switch {
 	case b.CBOR > 0 && b.JSON > 0:
 		return "cbor+json"

@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
-	"rawwatch/internal/app"
+	"rawwatch/app"
 	"rawwatch/internal/testkit"
 	"rawwatch/reconcile"
 	"rawwatch/shard"

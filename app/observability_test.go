@@ -11,8 +11,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/app"
 	"rawwatch/freshness"
-	"rawwatch/internal/app"
 	"rawwatch/internal/testkit"
 	"rawwatch/observe"
 	"rawwatch/reconcile/myresource"

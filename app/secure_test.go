@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"rawwatch/internal/app"
+	"rawwatch/app"
 	"rawwatch/internal/authz"
 	"rawwatch/internal/testkit"
 )
