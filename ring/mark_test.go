@@ -13,7 +13,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 
-	"rawwatch/internal/openfinding"
 	"rawwatch/shard"
 )
 
@@ -24,7 +23,6 @@ import (
 // the server just after the mark (its renewals fail): it fences itself
 // 3.5 s after its last renewal, and a must not Work b's slots before.
 func TestALeavingMarkWrittenOnALiveMemberSplitsNoBrain(t *testing.T) {
-	openfinding.Skip(t)
 	now := epoch
 	client, a, b := pair(t, &now, "a", "b")
 	ctx := klog.NewContext(context.Background(), klog.Background())
@@ -73,7 +71,6 @@ func TestALeavingMarkWrittenOnALiveMemberSplitsNoBrain(t *testing.T) {
 // off just after its last renewal (it never reads the copies) and works
 // on until its fence, 3.5 s after that renewal.
 func TestCopiesOfAPastProcessesLeaveSplitNoBrain(t *testing.T) {
-	openfinding.Skip(t)
 	now := epoch
 	client, a, b := pair(t, &now, "a", "b")
 	ctx := klog.NewContext(context.Background(), klog.Background())
@@ -134,7 +131,6 @@ func TestCopiesOfAPastProcessesLeaveSplitNoBrain(t *testing.T) {
 // identity scaled down and up, joins then. A mark counts at first sight;
 // the gift it names must not make c Work a slot b may still admit.
 func TestAJoinerReadingACopyOfAnOldLeaveSplitsNoBrain(t *testing.T) {
-	openfinding.Skip(t)
 	now := epoch
 	client, a, b := pair(t, &now, "a", "b")
 	ctx := klog.NewContext(context.Background(), klog.Background())

@@ -488,6 +488,9 @@ type observed struct {
 	// never read).
 	renewTime, acquired time.Time
 	ledger              ledger
+	// bound is the acquisition of the renewals counted: a leaving mark
+	// binds to a renewal of it (sight).
+	bound time.Time
 	// lease is the lease duration its holder wrote with the record (the
 	// observer's own when it wrote none); at, when we read its last
 	// renewal (zero: none, a copy); hidden, when we read a move that may
