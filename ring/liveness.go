@@ -24,12 +24,17 @@ import (
 //     A renewal is a fresh record: a renewTime above the highest kept of
 //     its acquisition (the acquireTime a process writes when it creates,
 //     adopts or takes back its Lease), or of an acquisition never read
-//     (ledger). A write by anyone else (a label) is no renewal, nor is a
+//     (ledger), in the acquisition bound or in that of the record read
+//     before it (the first record of a new acquisition renews nothing).
+//     A new acquisition is bound (its claims believed, a mark bound to
+//     it) only once the bound one's owner can no longer work. A write by
+//     anyone else (a label, an acquireTime cleared) is no renewal, nor is a
 //     saved copy re-applied, cycled or re-created after a collection (a
 //     forgotten Lease's ledger is kept). But any move read while the Lease
 //     was current may hide a renewal the copy overwrote (hides): it keeps
 //     the Lease current a lease duration from that list, claiming every
-//     slot, none confirmed, until its next renewal is read. A duration
+//     slot, none confirmed, until its next renewal is read (a claim of a
+//     slot only such a Lease claims stays Pending: handoff.go). A duration
 //     written by hand counts only with a renewal, and never shortens. A
 //     Lease seen for the first time counts as just renewed: no renewTime,
 //     written by another machine's clock, is ever compared with ours (a
@@ -42,7 +47,9 @@ import (
 //     delete in a write this observer never read. A Lease marked leaving by
 //     its holder is not live: its owner admits nothing any more (a mark of
 //     another value than its renewTime counts for nothing, nor does one on
-//     a copy of an old leave set over a live member). Nor is one of another
+//     a live member's record, on copies of an old life and leave set over
+//     a live member, or at first sight: that Lease claims every slot for
+//     its lease duration). Nor is one of another
 //     scheme (AnnotationScheme), which counts as claiming every slot while
 //     it lives.
 //   - unseen: a Lease the observer never read (deleted by hand before its
@@ -95,9 +102,10 @@ var (
 	// byMove: a move that may hide a renewal keeps the Lease current a
 	// lease duration longer, its claims taken as every slot (hides).
 	byMove = true
-	// markFresh: a leaving mark counts only with a fresh renewal of the
-	// acquisition last read, on a record read unmarked, or on a Lease
-	// already out: a copy of an old leave counts for nothing.
+	// markFresh: a leaving mark counts only with a renewal of the bound
+	// acquisition that claims nothing, or on a Lease already out: a copy
+	// of an old leave, or a mark on a live member's record, counts for
+	// nothing, and one read at first sight claims every slot a while.
 	markFresh = true
 )
 
@@ -222,16 +230,21 @@ func sight(seen, listed map[string]observed, past map[string]forgotten, now, pre
 		// above the renewTimes kept of it; a record without acquireTime is
 		// not its owner's (every renewal writes one), never fresh.
 		fresh := !byRecord && ok && o.rv != l.rv || byRecord && !l.acquired.IsZero() && o.ledger.fresh(l.acquired, l.renewTime)
-		// A fresh record is a renewal in the acquisition of the renewals
-		// counted before (bound); in a new one only when the Lease was
-		// gone (re-created) or is out, and then from its second record
-		// (a copy of a past process's Lease is one record of an
-		// acquisition never read: a cycle of them renews nothing). Its
-		// owner starts a new acquisition only after re-creating its
-		// Lease, or after it stood still a lease duration.
-		renewal := fresh && ok && (!byRecord || o.bound.Equal(l.acquired) || o.gone ||
-			!o.current(now) && o.acquired.Equal(l.acquired))
-		l.at, l.renewals, l.hidden, l.bound = now, o.renewals, o.hidden, o.bound
+		// A fresh record is a renewal in the acquisition bound (whose
+		// renewals the Lease's annotations are taken from), or in the
+		// acquisition of the record listed before it: the first record of
+		// a new acquisition is none (a cycle of copies of past processes'
+		// Leases, each of its own acquisition, renews nothing), the next
+		// ones keep the Lease live. Only once the owner of the bound
+		// acquisition can no longer work (boundUntil: its lease ran out
+		// from its last renewal read, or from a move that may hide one)
+		// does the new one become bound: copies of a past process's life
+		// and leave set over a live member neither count it out nor have
+		// their claims believed. Its owner starts a new acquisition only
+		// after its Lease stood still a lease duration, or was deleted.
+		renewal := fresh && ok && (!byRecord || o.bound.Equal(l.acquired) || o.acquired.Equal(l.acquired))
+		rebound := renewal && byRecord && !o.bound.Equal(l.acquired) && !now.Before(o.boundUntil)
+		l.at, l.renewals, l.hidden, l.bound, l.boundUntil = now, o.renewals, o.hidden, o.bound, o.boundUntil
 		// Never less than the observer's own, nor than it judged the
 		// Lease by before: a duration shortened by hand, read with a
 		// renewal whose write was missed, or at first sight, cannot
@@ -266,10 +279,16 @@ func sight(seen, listed map[string]observed, past map[string]forgotten, now, pre
 			l.at, l.lease = o.at, o.lease
 			if hides(&o, &l, prev) {
 				l.hidden = now
+				if prev.Before(o.boundUntil) {
+					l.boundUntil = later(l.boundUntil, now.Add(l.lease))
+				}
 			}
 		}
-		if first || renewal || fresh && !ok {
+		if first || rebound || fresh && !ok {
 			l.bound = l.acquired
+		}
+		if first || fresh && !ok || renewal && l.bound.Equal(l.acquired) {
+			l.boundUntil = later(l.boundUntil, now.Add(l.lease))
 		}
 		// Its annotations are its owner's word only as its renewals wrote
 		// them: after any other move, a renewal it may hide may have
@@ -307,6 +326,7 @@ func sight(seen, listed map[string]observed, past map[string]forgotten, now, pre
 		}
 		if !o.gone || blind {
 			o.at, o.gone = now, true
+			o.boundUntil = later(o.boundUntil, now.Add(o.lease))
 		}
 		// What it claimed since we last read it, we cannot know: it
 		// counts as claiming every slot, none of them confirmed (nobody
