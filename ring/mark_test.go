@@ -63,10 +63,11 @@ func TestALeavingMarkWrittenOnALiveMemberSplitsNoBrain(t *testing.T) {
 	}
 }
 
-// Two saved copies of a past process's Lease (b's identity, an earlier
-// acquisition this observer never read): one from its life, one of its
+// Saved copies of a past process's Lease (b's identity, an earlier
+// acquisition this observer never read): four from its life, one of its
 // clean leave, re-applied in that order over the live b's Lease (a backup
-// restored, a sync stepping through revisions). Both are states the Lease
+// restored, a sync stepping through revisions: the later ones renewals of
+// the acquisition the first one showed). Both are states the Lease
 // really had: neither may count b out while it may still work. b is cut
 // off just after its last renewal (it never reads the copies) and works
 // on until its fence, 3.5 s after that renewal.
@@ -115,8 +116,10 @@ func TestCopiesOfAPastProcessesLeaveSplitNoBrain(t *testing.T) {
 	}
 	cut = true
 	start := now
-	apply(past.Add(time.Minute), false) // a copy from the earlier process's life
-	step(fmt.Sprintf("%s after b cut off, a copy of an earlier process's Lease applied", now.Sub(start)))
+	for k := range 4 {
+		apply(past.Add(time.Duration(k+1)*time.Minute), false) // copies from the earlier process's life
+		step(fmt.Sprintf("%s after b cut off, a copy of an earlier process's Lease applied", now.Sub(start)))
+	}
 	apply(past.Add(time.Hour), true) // then a copy of its clean leave
 	for range 5 {
 		step(fmt.Sprintf("%s after b cut off, copies of an earlier process's life and leave applied in turn", now.Sub(start)))
