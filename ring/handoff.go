@@ -165,6 +165,9 @@ type View struct {
 	// those, the ones another live member claims confirmed (not Pending:
 	// it Works or Releases them).
 	Others, Rival shard.SlotSet
+	// Doubted: of Others, the slots only Leases in doubt claim (moved
+	// since their last renewal read: taken as claiming every slot).
+	Doubted shard.SlotSet
 	// Custody: the slots live members gave this one (AnnotationGiven).
 	// Accepted: of the Given slots, those whose named owner confirmed them
 	// (claims them, not Pending), is no longer live, or is nobody.
@@ -263,7 +266,12 @@ func (c Claims) Step(v View) Claims {
 	confirmed := c.Pending.And(v.Published).Minus(others)
 	next.Working = next.Working.Union(confirmed.And(v.Target))
 	next.Releasing = next.Releasing.Union(confirmed.And(v.Custody.Union(v.Holding)).Minus(v.Target))
-	next.Pending = c.Pending.Minus(v.Published).And(wanted)
+	// Except those only a Lease in doubt claims: they stay Pending (the
+	// next list that reads its renewal says whether it claims them), else
+	// a Lease moved between every other pair of its renewals (a label)
+	// would keep a joiner from ever confirming one.
+	doubted := c.Pending.And(v.Published).And(v.Doubted).Minus(confirmed).Minus(next.Given)
+	next.Pending = c.Pending.Minus(v.Published).Union(doubted).And(wanted)
 	// What we should own, or were given, and nobody claims: claim it (the
 	// next renewal writes it, the list after that confirms it).
 	free := wanted.Minus(next.Claimed()).Minus(others).And(v.Covers)

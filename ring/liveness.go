@@ -24,12 +24,17 @@ import (
 //     A renewal is a fresh record: a renewTime above the highest kept of
 //     its acquisition (the acquireTime a process writes when it creates,
 //     adopts or takes back its Lease), or of an acquisition never read
-//     (ledger). A write by anyone else (a label) is no renewal, nor is a
+//     (ledger), in the acquisition bound or in that of the record read
+//     before it (the first record of a new acquisition renews nothing).
+//     A new acquisition is bound (its claims believed, a mark bound to
+//     it) only once the bound one's owner can no longer work. A write by
+//     anyone else (a label, an acquireTime cleared) is no renewal, nor is a
 //     saved copy re-applied, cycled or re-created after a collection (a
 //     forgotten Lease's ledger is kept). But any move read while the Lease
 //     was current may hide a renewal the copy overwrote (hides): it keeps
 //     the Lease current a lease duration from that list, claiming every
-//     slot, none confirmed, until its next renewal is read. A duration
+//     slot, none confirmed, until its next renewal is read (a claim of a
+//     slot only such a Lease claims stays Pending: handoff.go). A duration
 //     written by hand counts only with a renewal, and never shortens. A
 //     Lease seen for the first time counts as just renewed: no renewTime,
 //     written by another machine's clock, is ever compared with ours (a
@@ -42,7 +47,9 @@ import (
 //     delete in a write this observer never read. A Lease marked leaving by
 //     its holder is not live: its owner admits nothing any more (a mark of
 //     another value than its renewTime counts for nothing, nor does one on
-//     a copy of an old leave set over a live member). Nor is one of another
+//     a live member's record, on copies of an old life and leave set over
+//     a live member, or at first sight: that Lease claims every slot for
+//     its lease duration). Nor is one of another
 //     scheme (AnnotationScheme), which counts as claiming every slot while
 //     it lives.
 //   - unseen: a Lease the observer never read (deleted by hand before its
@@ -95,9 +102,10 @@ var (
 	// byMove: a move that may hide a renewal keeps the Lease current a
 	// lease duration longer, its claims taken as every slot (hides).
 	byMove = true
-	// markFresh: a leaving mark counts only with a fresh renewal of the
-	// acquisition last read, on a record read unmarked, or on a Lease
-	// already out: a copy of an old leave counts for nothing.
+	// markFresh: a leaving mark counts only with a renewal of the bound
+	// acquisition that claims nothing, or on a Lease already out: a copy
+	// of an old leave, or a mark on a live member's record, counts for
+	// nothing, and one read at first sight claims every slot a while.
 	markFresh = true
 )
 
@@ -218,8 +226,25 @@ func sight(seen, listed map[string]observed, past map[string]forgotten, now, pre
 			o.ledger = f.ledger
 			delete(past, name)
 		}
-		fresh := !byRecord && ok && o.rv != l.rv || byRecord && o.ledger.fresh(l.acquired, l.renewTime)
-		l.at, l.renewals, l.hidden = now, o.renewals, o.hidden
+		// A record is fresh when its acquisition was never read, or it is
+		// above the renewTimes kept of it; a record without acquireTime is
+		// not its owner's (every renewal writes one), never fresh.
+		fresh := !byRecord && ok && o.rv != l.rv || byRecord && !l.acquired.IsZero() && o.ledger.fresh(l.acquired, l.renewTime)
+		// A fresh record is a renewal in the acquisition bound (whose
+		// renewals the Lease's annotations are taken from), or in the
+		// acquisition of the record listed before it: the first record of
+		// a new acquisition is none (a cycle of copies of past processes'
+		// Leases, each of its own acquisition, renews nothing), the next
+		// ones keep the Lease live. Only once the owner of the bound
+		// acquisition can no longer work (boundUntil: its lease ran out
+		// from its last renewal read, or from a move that may hide one)
+		// does the new one become bound: copies of a past process's life
+		// and leave set over a live member neither count it out nor have
+		// their claims believed. Its owner starts a new acquisition only
+		// after its Lease stood still a lease duration, or was deleted.
+		renewal := fresh && ok && (!byRecord || o.bound.Equal(l.acquired) || o.acquired.Equal(l.acquired))
+		rebound := renewal && byRecord && !o.bound.Equal(l.acquired) && !now.Before(o.boundUntil)
+		l.at, l.renewals, l.hidden, l.bound, l.boundUntil = now, o.renewals, o.hidden, o.bound, o.boundUntil
 		// Never less than the observer's own, nor than it judged the
 		// Lease by before: a duration shortened by hand, read with a
 		// renewal whose write was missed, or at first sight, cannot
@@ -228,44 +253,57 @@ func sight(seen, listed map[string]observed, past map[string]forgotten, now, pre
 		if !byHolder {
 			l.lease = own
 		}
-		// A leaving mark counts at first sight, with a renewal of the
-		// acquisition last read (the holder's leave), on a record last
-		// read unmarked (a collector's: it waited three lease durations
-		// from it), on a Lease already out, and as long as the record it
-		// counted with stands; not on a copy of an old leave re-applied
-		// over a live member, whose owner works on until it reads it.
+		// A leaving mark counts with a renewal of the acquisition bound
+		// before that claims nothing (the holder's leave: it dropped its
+		// claims first), on a Lease already out (a collector's: it waited
+		// three lease durations), and as long as the record it counted
+		// with stands; not at first sight, nor on a copy of an old leave
+		// re-applied over a live member, nor on a mark written on a live
+		// member's record, read or not: its owner works on until it
+		// reads it.
 		first := !ok && len(o.ledger) == 0
 		l.marked = l.leaving
-		l.leaving = l.leaving && (!markBound || !markFresh || first || ok && !o.current(now) ||
-			ok && o.record == l.record && (o.leaving || !o.marked) || fresh && ok && o.acquired.Equal(l.acquired))
+		l.leaving = l.leaving && (!markBound || !markFresh || ok && !o.current(now) ||
+			ok && o.record == l.record && o.leaving ||
+			renewal && o.bound.Equal(l.acquired) && l.claims.Empty() && l.holds.Empty())
 		switch {
 		case first:
 			// Never seen: counts as just renewed (no renewTime, written by
 			// another machine's clock, is compared with ours).
-		case fresh && ok:
+		case renewal:
 			l.renewals++
-		case fresh: // forgotten, and back in a new acquisition: its holder's
+		case fresh && !ok: // forgotten, and back in a new acquisition: its holder's
 		case !ok: // forgotten, and back as a copy: no renewal at all
 			l.at, l.lease = time.Time{}, o.lease
 		default:
 			l.at, l.lease = o.at, o.lease
 			if hides(&o, &l, prev) {
 				l.hidden = now
+				if prev.Before(o.boundUntil) {
+					l.boundUntil = later(l.boundUntil, now.Add(l.lease))
+				}
 			}
+		}
+		if first || rebound || fresh && !ok {
+			l.bound = l.acquired
+		}
+		if first || fresh && !ok || renewal && l.bound.Equal(l.acquired) {
+			l.boundUntil = later(l.boundUntil, now.Add(l.lease))
 		}
 		// Its annotations are its owner's word only as its renewals wrote
 		// them: after any other move, a renewal it may hide may have
 		// claimed more (and confirmed it), so until its next renewal it
-		// counts as claiming every slot, none confirmed.
+		// counts as claiming every slot, none confirmed. So does a Lease
+		// marked leaving at first sight (a copy of an old leave over a
+		// live member, perhaps) for its lease duration: the slots it
+		// names given are nobody's to take.
 		moved := o.rv != l.rv || o.record != l.record
-		l.doubt = ok && byRecord && byMove && !(fresh && o.acquired.Equal(l.acquired)) && (moved || o.doubt)
+		l.doubt = ok && byRecord && byMove && !(renewal && o.bound.Equal(l.acquired)) && (moved || o.doubt) ||
+			first && l.marked && markBound && markFresh
 		if l.doubt {
 			l.claims, l.pending = shard.All(), shard.All()
 		}
-		l.ledger = o.ledger
-		if fresh || first {
-			l.ledger = o.ledger.noted(l.acquired, l.renewTime)
-		}
+		l.ledger = o.ledger.read(l.acquired, l.renewTime, fresh || first, now, now.Add(-rememberFor*own))
 		seen[name] = l
 	}
 	forget := func(name string, o observed) {
@@ -288,6 +326,7 @@ func sight(seen, listed map[string]observed, past map[string]forgotten, now, pre
 		}
 		if !o.gone || blind {
 			o.at, o.gone = now, true
+			o.boundUntil = later(o.boundUntil, now.Add(o.lease))
 		}
 		// What it claimed since we last read it, we cannot know: it
 		// counts as claiming every slot, none of them confirmed (nobody
@@ -324,43 +363,45 @@ type forgotten struct {
 }
 
 // rememberFor is how many of its own lease durations an observer keeps a
-// forgotten Lease's ledger.
+// forgotten Lease's ledger, and an acquisition it has not read since.
 const rememberFor = 240
 
 // keptRenewTimes is how many renewTimes of one acquisition an observer
-// keeps (the highest it read), and keptAcquisitions how many acquisitions
-// of one Lease.
-const (
-	keptRenewTimes   = 16
-	keptAcquisitions = 16
-)
+// keeps (the highest it read).
+const keptRenewTimes = 16
 
 // An acquisition is one holding of a Lease by one process, named by the
 // acquireTime it wrote when it created, adopted or took back the Lease
-// (stamp: unique), with the highest renewTimes read in it. A process's
-// renewTimes only grow (stamp), whatever its wall clock does; another
-// process writes another acquisition, so no two processes' clocks are
-// compared either.
+// (stamp: unique), with the highest renewTimes read in it, and when it
+// was last read. A process's renewTimes only grow (stamp), whatever its
+// wall clock does; another process writes another acquisition, so no two
+// processes' clocks are compared either.
 type acquisition struct {
 	acquired   time.Time
 	renewTimes []time.Time // ascending
+	read       time.Time   // on the observer's clock
 }
 
 // A ledger is what an observer read of one Lease's records: its
-// acquisitions, in the order first read.
+// acquisitions, in the order first read. It forgets an acquisition by age
+// alone (not read for rememberFor lease durations), never by count: a
+// cycle of saved copies, however many acquisitions it names, finds each
+// one kept. So it holds at most one acquisition per list of that span
+// (240 × lease duration / renew period: 1,800 at the defaults), and a
+// Lease whose acquisitions do not change holds one.
 type ledger []acquisition
 
 func (g ledger) find(acquired time.Time) int {
 	return slices.IndexFunc(g, func(a acquisition) bool { return a.acquired.Equal(acquired) })
 }
 
-// fresh tells whether a record of acquisition acquired renewed at r is a
-// renewal: of an acquisition never read, or of a known one above its
-// kept renewTimes' lowest and none of them. A saved copy re-applied
-// carries a renewTime read before, or one older than those kept (they
-// are the highest read, so no copy evicts one); so do copies cycled, and
-// a Lease re-created from a copy. A forged renewTime above the owner's
-// makes its renewals stale only once keptRenewTimes of them were read.
+// fresh tells whether a record of acquisition acquired renewed at r is
+// new: of an acquisition never read, or of a known one above its kept
+// renewTimes' lowest and none of them. A saved copy re-applied carries a
+// renewTime read before, or one older than those kept (they are the
+// highest read, so no copy evicts one); so do copies cycled, and a Lease
+// re-created from a copy. A forged renewTime above the owner's makes its
+// renewals stale only once keptRenewTimes of them were read.
 func (g ledger) fresh(acquired, r time.Time) bool {
 	if r.IsZero() {
 		return false
@@ -373,19 +414,25 @@ func (g ledger) fresh(acquired, r time.Time) bool {
 	return !slices.ContainsFunc(kept, r.Equal) && (len(kept) == 0 || r.After(kept[0]))
 }
 
-// noted is g with the renewal (acquired, r) noted: a fresh copy, since
-// observed values share it. Only renewals are noted: a stale renewTime
-// noted would lower the lowest kept, and the next copy would pass it.
-func (g ledger) noted(acquired, r time.Time) ledger {
+// read is g after a list at now read a record of acquisition acquired
+// renewed at r, noted if fresh, with the acquisitions not read since
+// keepFrom dropped: a fresh copy, since observed values share it. Only
+// fresh records are noted: a stale renewTime noted would lower the lowest
+// kept, and the next copy would pass it.
+func (g ledger) read(acquired, r time.Time, fresh bool, now, keepFrom time.Time) ledger {
+	g = slices.DeleteFunc(slices.Clone(g), func(a acquisition) bool { return a.read.Before(keepFrom) })
 	i := g.find(acquired)
-	if i < 0 {
-		g = append(slices.Clone(g), acquisition{acquired: acquired})
-		g = g[max(0, len(g)-keptAcquisitions):]
+	switch {
+	case i >= 0:
+	case !fresh || acquired.IsZero():
+		return g
+	default:
+		g = append(g, acquisition{acquired: acquired})
 		i = len(g) - 1
-	} else {
-		g = slices.Clone(g)
 	}
-	if a := &g[i]; !r.IsZero() && !slices.ContainsFunc(a.renewTimes, r.Equal) {
+	a := &g[i]
+	a.read = now
+	if fresh && !r.IsZero() && !slices.ContainsFunc(a.renewTimes, r.Equal) {
 		kept := append(slices.Clone(a.renewTimes), r)
 		slices.SortFunc(kept, time.Time.Compare)
 		a.renewTimes = kept[max(0, len(kept)-keptRenewTimes):]

@@ -13,7 +13,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 
-	"rawwatch/openfinding"
 	"rawwatch/shard"
 )
 
@@ -24,7 +23,6 @@ import (
 // the server just after the mark (its renewals fail): it fences itself
 // 3.5 s after its last renewal, and a must not Work b's slots before.
 func TestALeavingMarkWrittenOnALiveMemberSplitsNoBrain(t *testing.T) {
-	openfinding.Skip(t)
 	now := epoch
 	client, a, b := pair(t, &now, "a", "b")
 	ctx := klog.NewContext(context.Background(), klog.Background())
@@ -65,15 +63,15 @@ func TestALeavingMarkWrittenOnALiveMemberSplitsNoBrain(t *testing.T) {
 	}
 }
 
-// Two saved copies of a past process's Lease (b's identity, an earlier
-// acquisition this observer never read): one from its life, one of its
+// Saved copies of a past process's Lease (b's identity, an earlier
+// acquisition this observer never read): four from its life, one of its
 // clean leave, re-applied in that order over the live b's Lease (a backup
-// restored, a sync stepping through revisions). Both are states the Lease
+// restored, a sync stepping through revisions: the later ones renewals of
+// the acquisition the first one showed). Both are states the Lease
 // really had: neither may count b out while it may still work. b is cut
 // off just after its last renewal (it never reads the copies) and works
 // on until its fence, 3.5 s after that renewal.
 func TestCopiesOfAPastProcessesLeaveSplitNoBrain(t *testing.T) {
-	openfinding.Skip(t)
 	now := epoch
 	client, a, b := pair(t, &now, "a", "b")
 	ctx := klog.NewContext(context.Background(), klog.Background())
@@ -118,8 +116,10 @@ func TestCopiesOfAPastProcessesLeaveSplitNoBrain(t *testing.T) {
 	}
 	cut = true
 	start := now
-	apply(past.Add(time.Minute), false) // a copy from the earlier process's life
-	step(fmt.Sprintf("%s after b cut off, a copy of an earlier process's Lease applied", now.Sub(start)))
+	for k := range 4 {
+		apply(past.Add(time.Duration(k+1)*time.Minute), false) // copies from the earlier process's life
+		step(fmt.Sprintf("%s after b cut off, a copy of an earlier process's Lease applied", now.Sub(start)))
+	}
 	apply(past.Add(time.Hour), true) // then a copy of its clean leave
 	for range 5 {
 		step(fmt.Sprintf("%s after b cut off, copies of an earlier process's life and leave applied in turn", now.Sub(start)))
@@ -134,7 +134,6 @@ func TestCopiesOfAPastProcessesLeaveSplitNoBrain(t *testing.T) {
 // identity scaled down and up, joins then. A mark counts at first sight;
 // the gift it names must not make c Work a slot b may still admit.
 func TestAJoinerReadingACopyOfAnOldLeaveSplitsNoBrain(t *testing.T) {
-	openfinding.Skip(t)
 	now := epoch
 	client, a, b := pair(t, &now, "a", "b")
 	ctx := klog.NewContext(context.Background(), klog.Background())

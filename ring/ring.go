@@ -488,6 +488,10 @@ type observed struct {
 	// never read).
 	renewTime, acquired time.Time
 	ledger              ledger
+	// bound is the acquisition whose renewals its annotations are taken
+	// from, and a leaving mark binds to; boundUntil, until when its owner
+	// may work, by what this observer read (sight).
+	bound, boundUntil time.Time
 	// lease is the lease duration its holder wrote with the record (the
 	// observer's own when it wrote none); at, when we read its last
 	// renewal (zero: none, a copy); hidden, when we read a move that may
@@ -1359,6 +1363,8 @@ type peers struct {
 	// rival, the claims confirmed (not Pending); custody, the slots given
 	// to this member.
 	others, claimed, rival, custody shard.SlotSet
+	// doubted: of others, the slots only Leases in doubt claim.
+	doubted shard.SlotSet
 	// confirmed and covers, by identity: what every live Lease of that
 	// identity claims confirmed and covers (two Leases may name one).
 	confirmed map[string]shard.SlotSet
@@ -1371,6 +1377,7 @@ type peers struct {
 // leaving whose gifts still stand, and those of another scheme.
 func (m *Member) peers(judged time.Time, self bool) peers {
 	p := peers{confirmed: map[string]shard.SlotSet{}, covers: map[string]Cover{}, holds: map[string]shard.SlotSet{}}
+	var doubted, firm shard.SlotSet // claimed by Leases in doubt, and by any other
 	if self {
 		p.live = append(p.live, m.cfg.Identity)
 	}
@@ -1381,13 +1388,14 @@ func (m *Member) peers(judged time.Time, self bool) peers {
 			// It divides the objects otherwise: which of its objects are in
 			// which of our slots, nobody knows. While it lives, nobody
 			// claims a free slot, and nobody withdraws one it works.
-			p.others = shard.All()
+			p.others, firm = shard.All(), shard.All()
 		case o.leaving:
 			// Left cleanly: not a member. The slots it gave stay given
 			// until their new owners confirm them, or its lease runs out.
 			if keepGiven {
 				p.others = p.others.Union(o.givenOthers)
 				p.custody = p.custody.Union(o.givenMe)
+				firm = firm.Union(o.givenOthers)
 			}
 		case o.stray:
 			// Its holder is not its name's member (cleared or changed
@@ -1400,6 +1408,7 @@ func (m *Member) peers(judged time.Time, self bool) peers {
 			// accepted only once it shows it confirmed (or its lease runs
 			// out).
 			p.others = p.others.Union(o.claims).Union(o.givenOthers)
+			firm = firm.Union(o.claims).Union(o.givenOthers)
 			p.claimed = p.claimed.Union(o.claims)
 			p.rival = p.rival.Union(o.claims.Minus(o.pending))
 			p.custody = p.custody.Union(o.givenMe)
@@ -1407,6 +1416,12 @@ func (m *Member) peers(judged time.Time, self bool) peers {
 				p.confirmed[o.id] = o.claims.Minus(o.pending)
 			}
 		default:
+			if o.doubt {
+				doubted = doubted.Union(o.claims)
+				firm = firm.Union(o.givenOthers)
+			} else {
+				firm = firm.Union(o.claims).Union(o.givenOthers)
+			}
 			switch {
 			case o.draining:
 				p.draining = append(p.draining, o.id)
@@ -1428,6 +1443,7 @@ func (m *Member) peers(judged time.Time, self bool) peers {
 		}
 	}
 	slices.Sort(p.live)
+	p.doubted = doubted.Minus(firm) // what no other Lease claims or was given
 	return p
 }
 
@@ -1467,6 +1483,7 @@ func (m *Member) update(log klog.Logger) {
 	}
 	p := m.peers(judged, self && !m.draining)
 	live, others, custody, rival, confirmed, covers := p.live, p.others, p.custody, p.rival, p.confirmed, p.covers
+	doubted := p.doubted
 	// The deletions we hold of a slot another live member works are its
 	// (it heard of them too, or they went with a fence); of any other
 	// slot, ours to handle: we keep watching it, and claim it when free.
@@ -1547,7 +1564,7 @@ func (m *Member) update(log klog.Logger) {
 		}
 		to[i] = id
 		if !holding.Has(i) || mine.Has(i) || id < m.cfg.Identity {
-			others = others.With(i)
+			others, doubted = others.With(i), doubted.Minus(shard.SlotsOf(i))
 		}
 	}
 	if m.cfg.Swept != nil {
@@ -1611,7 +1628,7 @@ func (m *Member) update(log klog.Logger) {
 		custody, holding = shard.SlotSet{}, shard.SlotSet{}
 	}
 	if now.Before(m.unseenUntil) { // an unseen Lease may work any free slot
-		others = others.Union(shard.All().Minus(custody))
+		others, doubted = others.Union(shard.All().Minus(custody)), doubted.And(custody)
 	}
 	var overdue shard.SlotSet
 	for i, since := range m.releasingSince {
@@ -1621,7 +1638,7 @@ func (m *Member) update(log klog.Logger) {
 	}
 	before := m.claims
 	m.claims = before.Step(View{Live: self, Target: target, Confirmed: m.confirmed,
-		Published: m.published, Others: others, Rival: rival, Busy: busy, Failing: failing,
+		Published: m.published, Others: others, Doubted: doubted, Rival: rival, Busy: busy, Failing: failing,
 		Custody: custody, Accepted: accepted, Holding: holding,
 		Covers: ownCover, Covered: covered, Overdue: overdue, Swept: swept.Slots, Handed: handed, Stale: stale})
 	// A slot withdrawn is owed until claimed again: held, as if its
