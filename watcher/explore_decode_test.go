@@ -47,33 +47,28 @@ type decodedAsKubernetes struct {
 
 func (d decodedAsKubernetes) List(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
 	body, err := d.Source.List(ctx, opts)
-	if err != nil {
-		return body, err
-	}
-	as := d.when()
-	return &recorded{ReadCloser: body, what: "LIST page", fail: d.fail, differ: func(b []byte) string {
-		if as {
-			if diff := pageDiffers(d.codec, b); diff != "" {
-				return diff
-			}
-		}
-		return respelledPagesDiffer(d.codec, b)
-	}}, nil
+	return d.recorded(body, err, "LIST page", pageDiffers, respelledPagesDiffer)
 }
 
 func (d decodedAsKubernetes) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
 	body, err := d.Source.Watch(ctx, opts)
+	return d.recorded(body, err, "WATCH stream", streamDiffers, respelledFramesDiffer)
+}
+
+// recorded wraps a body so that, closed, it is checked by differs (if the
+// schedule asks it now) and by respelled.
+func (d decodedAsKubernetes) recorded(body io.ReadCloser, err error, what string, differs, respelled func(Codec[*v1alpha1.MyResource], []byte) string) (io.ReadCloser, error) {
 	if err != nil {
 		return body, err
 	}
 	as := d.when()
-	return &recorded{ReadCloser: body, what: "WATCH stream", fail: d.fail, differ: func(b []byte) string {
+	return &recorded{ReadCloser: body, what: what, fail: d.fail, differ: func(b []byte) string {
 		if as {
-			if diff := streamDiffers(d.codec, b); diff != "" {
+			if diff := differs(d.codec, b); diff != "" {
 				return diff
 			}
 		}
-		return respelledFramesDiffer(d.codec, b)
+		return respelled(d.codec, b)
 	}}, nil
 }
 
