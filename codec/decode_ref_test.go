@@ -236,7 +236,7 @@ func compareLines(t *testing.T, data []byte) {
 
 func TestTheEventDecoderAgreesWithKubernetes(t *testing.T) {
 	for _, name := range []string{wire.WatchList, wire.WatchGone} {
-		data := capture(t, name)
+		data := wire.MustRead(t, name)
 		t.Run(name, func(t *testing.T) { compareStreams(t, data); compareLines(t, data) })
 	}
 	bad, err := os.ReadFile(filepath.Join("testdata", "fixtures", "watch-stream-bad.jsonl"))
@@ -359,7 +359,7 @@ func FuzzFastDecoder(f *testing.F) {
 	for _, c := range envelopeVariants() {
 		f.Add([]byte(c + "\n"))
 	}
-	f.Add(capture(f, wire.WatchList))
+	f.Add(wire.MustRead(f, wire.WatchList))
 	f.Fuzz(func(t *testing.T, data []byte) { compareStreams(t, data); compareLines(t, data) })
 }
 

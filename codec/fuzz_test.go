@@ -32,7 +32,7 @@ import (
 
 func FuzzEventDecoder(f *testing.F) {
 	for _, name := range []string{wire.WatchList, wire.WatchGone} {
-		stream := capture(f, name)
+		stream := wire.MustRead(f, name)
 		f.Add(stream)
 		for _, frame := range wire.Frames(stream) {
 			f.Add(frame)
@@ -68,8 +68,8 @@ func FuzzEventDecoder(f *testing.F) {
 // LabelCache (JSON.SharesLabels), requiring the same items and skips: the
 // cache only shares maps.
 func FuzzDecodeList(f *testing.F) {
-	f.Add(capture(f, wire.ListPage1))
-	f.Add(capture(f, wire.ListPage2))
+	f.Add(wire.MustRead(f, wire.ListPage1))
+	f.Add(wire.MustRead(f, wire.ListPage2))
 	item := func(meta string) string { return `{` + objHead + `,"metadata":{` + meta + `}}` }
 	f.Add([]byte(`{"metadata":{"resourceVersion":"9"},"items":[` + strings.Join([]string{
 		item(`"name":"a","labels":{"app":"x"}`), item(`"name":"b","labels":{"app":"x"},"generation":"1"`),
@@ -219,8 +219,8 @@ func FuzzCBOREventDecoder(f *testing.F) {
 }
 
 func FuzzCBORDecodeList(f *testing.F) {
-	f.Add(asServerCBOR(f, capture(f, wire.ListPage1)))
-	f.Add(asServerCBOR(f, capture(f, wire.ListPage2)))
+	f.Add(asServerCBOR(f, wire.MustRead(f, wire.ListPage1)))
+	f.Add(asServerCBOR(f, wire.MustRead(f, wire.ListPage2)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _ = decodeCBORList(bytes.NewReader(data), codec.GVK,
 			func(obj *v1alpha1.MyResource) { checkObject(t, obj) },
