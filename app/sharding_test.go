@@ -164,11 +164,7 @@ func TestShardedReplicasDivideTheWorkAndHandItOver(t *testing.T) {
 func TestShardedReplicasWithoutServerSideSelectors(t *testing.T) {
 	t.Parallel()
 	cp := testkit.Shared.Get(t)
-	old, err := cp.AddAPIServer(context.Background(), "apiserver-no-shards-app", "--feature-gates=ShardedListAndWatch=false")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Stop()
+	old := testkit.APIServer(t, cp, "apiserver-no-shards-app", "--feature-gates=ShardedListAndWatch=false")
 	shardedRun(t, cp, old, 600)
 }
 

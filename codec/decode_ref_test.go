@@ -15,15 +15,14 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	kjsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
-	"k8s.io/apimachinery/pkg/types"
 	kjson "sigs.k8s.io/json"
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/codec/metajson"
+	"rawwatch/internal/kuberef"
 	"rawwatch/store"
 	"rawwatch/watcher"
 	"rawwatch/wire"
@@ -43,7 +42,7 @@ import (
 //
 //   - client-go ends the stream at a frame it cannot decode; the watcher
 //     skips it and reads on (kubernetesDecoder reports it skipped, with the
-//     identity its metadata gives through the same decoder: see identify);
+//     identity its metadata gives through the same decoder: kuberef.IdentityOf);
 //   - a bookmark: the watcher reads its metadata only (what a Reflector
 //     reads of it), client-go the whole object;
 //   - a bare number, true, false or null where a frame should be (never sent
@@ -78,17 +77,10 @@ func (d *kubernetesDecoder) Next() (watcher.Event[*v1alpha1.MyResource], error) 
 		if object == nil {
 			return ev, &watcher.SkipError{What: what, Err: errors.New("no object")}
 		}
-		var obj *v1alpha1.MyResource
-		err := kjson.UnmarshalCaseSensitivePreserveInts(object, &obj)
-		if err == nil && obj == nil {
-			err = errors.New("object is null")
-		}
-		if err == nil && !namesMyResource(object, obj, false) {
-			err = errors.New("another kind")
-		}
+		obj, err := kuberef.Object(object, false)
 		if err != nil {
-			key, rv, uid := referenceIdentity(object)
-			return ev, &watcher.SkipError{What: what, Key: key, RV: rv, UID: uid, Err: err}
+			id := kuberef.IdentityOf(object)
+			return ev, &watcher.SkipError{What: what, Key: id.Key, RV: id.RV, UID: id.UID, Err: err}
 		}
 		ev.Object, ev.RV = obj, obj.ResourceVersion
 	case watcher.Bookmark:
@@ -100,7 +92,7 @@ func (d *kubernetesDecoder) Next() (watcher.Event[*v1alpha1.MyResource], error) 
 		}
 		ev.RV, ev.InitialEventsEnd = tm.Metadata.ResourceVersion, tm.Metadata.Annotations[metav1.InitialEventsAnnotationKey] == "true"
 	case watcher.Error:
-		obj, err := runtime.Decode(dynamicObjects, object)
+		obj, err := runtime.Decode(kuberef.DynamicObjects, object)
 		if err == nil {
 			err = apierrors.FromObject(obj)
 		}
@@ -146,46 +138,6 @@ func envelopeRefused(frame []byte) error {
 		}
 	}
 	return nil
-}
-
-// dynamicObjects decodes an object as client-go's dynamic client decodes
-// a watch event's (dynamic/scheme.go: the JSON serializer over meta/v1's
-// types in v1, any other kind unstructured).
-var dynamicObjects = func() runtime.Decoder {
-	s := runtime.NewScheme()
-	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
-	return kjsonserializer.NewSerializerWithOptions(kjsonserializer.DefaultMetaFactory, unstructuredCreater{s}, s, kjsonserializer.SerializerOptions{})
-}()
-
-// unstructuredCreater is client-go/dynamic's: a kind its scheme knows as
-// that type, any other unstructured.
-type unstructuredCreater struct{ nested runtime.ObjectCreater }
-
-func (c unstructuredCreater) New(kind schema.GroupVersionKind) (runtime.Object, error) {
-	if out, err := c.nested.New(kind); err == nil {
-		return out, nil
-	}
-	out := &unstructured.Unstructured{}
-	out.GetObjectKind().SetGroupVersionKind(kind)
-	return out, nil
-}
-
-// referenceIdentity is what a skipped object's metadata says of its name,
-// namespace, resourceVersion and UID, read as a map through Kubernetes'
-// decoder: each the last value given for it, if a string (watcher.SkipError).
-func referenceIdentity(object []byte) (key, rv string, uid types.UID) {
-	var id struct {
-		Metadata map[string]any `json:"metadata"`
-	}
-	_ = kjson.UnmarshalCaseSensitivePreserveInts(object, &id)
-	name, _ := id.Metadata["name"].(string)
-	ns, isString := id.Metadata["namespace"].(string)
-	if name != "" && (isString || id.Metadata["namespace"] == nil) {
-		key = store.Key(ns, name)
-	}
-	rv, _ = id.Metadata["resourceVersion"].(string)
-	u, _ := id.Metadata["uid"].(string)
-	return key, rv, types.UID(u)
 }
 
 // outcome is one Next's result, reduced to what must agree.
@@ -284,7 +236,7 @@ func compareLines(t *testing.T, data []byte) {
 
 func TestTheEventDecoderAgreesWithKubernetes(t *testing.T) {
 	for _, name := range []string{wire.WatchList, wire.WatchGone} {
-		data := capture(t, name)
+		data := wire.MustRead(t, name)
 		t.Run(name, func(t *testing.T) { compareStreams(t, data); compareLines(t, data) })
 	}
 	bad, err := os.ReadFile(filepath.Join("testdata", "fixtures", "watch-stream-bad.jsonl"))
@@ -407,7 +359,7 @@ func FuzzFastDecoder(f *testing.F) {
 	for _, c := range envelopeVariants() {
 		f.Add([]byte(c + "\n"))
 	}
-	f.Add(capture(f, wire.WatchList))
+	f.Add(wire.MustRead(f, wire.WatchList))
 	f.Fuzz(func(t *testing.T, data []byte) { compareStreams(t, data); compareLines(t, data) })
 }
 

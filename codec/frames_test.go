@@ -144,7 +144,7 @@ func TestFrameReaderReadsWellFormedStreams(t *testing.T) {
 // before the error or fewer); once the stream showed itself line-framed, at
 // the cut itself.
 func TestFrameReaderBreaksAtEveryCutNoLaterThanAJSONDecoder(t *testing.T) {
-	frames := wire.Frames(capture(t, wire.WatchList))
+	frames := wire.Frames(wire.MustRead(t, wire.WatchList))
 	if len(frames) < 4 {
 		t.Fatalf("%d frames recorded, want at least 4", len(frames))
 	}
@@ -188,7 +188,7 @@ func TestFrameReaderBreaksAtEveryCutNoLaterThanAJSONDecoder(t *testing.T) {
 // The frame reader's speed on a recorded stream, in memory: the ceiling of
 // every consumer (BenchmarkDelivery in compare measures it over HTTP).
 func BenchmarkFrameReader(b *testing.B) {
-	one := capture(b, wire.WatchList)
+	one := wire.MustRead(b, wire.WatchList)
 	var stream []byte
 	for len(stream) < 8<<20 {
 		stream = append(stream, one...)

@@ -2,7 +2,6 @@ package codec
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -10,11 +9,10 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kjsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
-	kjson "sigs.k8s.io/json"
 
 	"rawwatch/api/v1alpha1"
 	"rawwatch/codec/metajson"
+	"rawwatch/internal/kuberef"
 	"rawwatch/watcher"
 	"rawwatch/wire"
 )
@@ -34,7 +32,7 @@ import (
 
 func FuzzEventDecoder(f *testing.F) {
 	for _, name := range []string{wire.WatchList, wire.WatchGone} {
-		stream := capture(f, name)
+		stream := wire.MustRead(f, name)
 		f.Add(stream)
 		for _, frame := range wire.Frames(stream) {
 			f.Add(frame)
@@ -70,8 +68,8 @@ func FuzzEventDecoder(f *testing.F) {
 // LabelCache (JSON.SharesLabels), requiring the same items and skips: the
 // cache only shares maps.
 func FuzzDecodeList(f *testing.F) {
-	f.Add(capture(f, wire.ListPage1))
-	f.Add(capture(f, wire.ListPage2))
+	f.Add(wire.MustRead(f, wire.ListPage1))
+	f.Add(wire.MustRead(f, wire.ListPage2))
 	item := func(meta string) string { return `{` + objHead + `,"metadata":{` + meta + `}}` }
 	f.Add([]byte(`{"metadata":{"resourceVersion":"9"},"items":[` + strings.Join([]string{
 		item(`"name":"a","labels":{"app":"x"}`), item(`"name":"b","labels":{"app":"x"},"generation":"1"`),
@@ -151,55 +149,14 @@ func pageDiffers(data []byte, meta metav1.ListMeta, items []*v1alpha1.MyResource
 	return ""
 }
 
-// kubernetesList reads a LIST page as Kubernetes does, through
-// sigs.k8s.io/json, and then its items one by one: ok is false when
-// Kubernetes refuses the page for anything but an item (not one JSON
-// object, a member of the wrong type), or when it is no list at all
-// (neither items nor a resourceVersion: decodeList's rule). An item
-// Kubernetes cannot decode (it would fail the page) is a skip, with the
-// identity its metadata gives (referenceIdentity).
+// kubernetesList reads a LIST page as Kubernetes does (kuberef.List), its
+// skips as list items.
 func kubernetesList(data []byte) (meta metav1.ListMeta, items []*v1alpha1.MyResource, skips []watcher.SkipError, ok bool) {
-	var l struct {
-		Metadata metav1.ListMeta   `json:"metadata"`
-		Items    []json.RawMessage `json:"items"`
+	meta, items, skipped, ok := kuberef.List(data)
+	for _, id := range skipped {
+		skips = append(skips, watcher.SkipError{What: "list item", Key: id.Key, RV: id.RV, UID: id.UID})
 	}
-	var members map[string]json.RawMessage
-	if kjson.UnmarshalCaseSensitivePreserveInts(data, &l) != nil || kjson.UnmarshalCaseSensitivePreserveInts(data, &members) != nil || members == nil {
-		return meta, nil, nil, false
-	}
-	if _, listed := members["items"]; !listed && l.Metadata.ResourceVersion == "" {
-		return meta, nil, nil, false
-	}
-	for _, raw := range l.Items {
-		var obj *v1alpha1.MyResource
-		err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &obj)
-		if err == nil && (obj == nil || !namesMyResource(raw, obj, true)) {
-			err = errors.New("null, or another kind")
-		}
-		if err != nil {
-			key, rv, uid := referenceIdentity(raw)
-			skips = append(skips, watcher.SkipError{What: "list item", Key: key, RV: rv, UID: uid})
-			continue
-		}
-		items = append(items, obj)
-	}
-	return l.Metadata, items, skips, true
-}
-
-// namesMyResource tells whether an object (raw, decoded into obj) names a
-// MyResource both as client-go's serializer finds its apiVersion and kind
-// (any case) and as it holds them (read case-sensitively); a list item
-// that names neither either way is one (and is made to say so).
-func namesMyResource(raw []byte, obj *v1alpha1.MyResource, listItem bool) bool {
-	found, err := kjsonserializer.DefaultMetaFactory.Interpret(raw)
-	if err != nil {
-		return false
-	}
-	if listItem && found.Empty() && obj.GroupVersionKind().Empty() {
-		obj.SetGroupVersionKind(v1alpha1.GroupVersionKind)
-		return true
-	}
-	return *found == v1alpha1.GroupVersionKind && obj.GroupVersionKind() == v1alpha1.GroupVersionKind
+	return meta, items, skips, ok
 }
 
 func checkObject(t *testing.T, obj *v1alpha1.MyResource) {
@@ -262,8 +219,8 @@ func FuzzCBOREventDecoder(f *testing.F) {
 }
 
 func FuzzCBORDecodeList(f *testing.F) {
-	f.Add(asServerCBOR(f, capture(f, wire.ListPage1)))
-	f.Add(asServerCBOR(f, capture(f, wire.ListPage2)))
+	f.Add(asServerCBOR(f, wire.MustRead(f, wire.ListPage1)))
+	f.Add(asServerCBOR(f, wire.MustRead(f, wire.ListPage2)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _ = decodeCBORList(bytes.NewReader(data), codec.GVK,
 			func(obj *v1alpha1.MyResource) { checkObject(t, obj) },

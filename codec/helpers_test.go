@@ -11,7 +11,6 @@ import (
 	"rawwatch/api/v1alpha1"
 	"rawwatch/store"
 	"rawwatch/watcher"
-	"rawwatch/wire"
 )
 
 // codec is the fast JSON codec of MyResource, as the controller runs it.
@@ -23,17 +22,6 @@ var plainCodec = watcher.JSONCodec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVers
 // decodeList reads a LIST page with c.
 func decodeList[T watcher.Object](r io.Reader, c watcher.Codec[T], add func(T), bad func(*watcher.SkipError)) (metav1.ListMeta, error) {
 	return c.DecodeList(r, add, bad)
-}
-
-// capture is one of kube-apiserver's answers recorded in testdata/wire
-// (package wire says which).
-func capture(t testing.TB, name string) []byte {
-	t.Helper()
-	data, err := wire.Read(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data
 }
 
 // sharing is codec for objects given to st (labels shared as it shares them).

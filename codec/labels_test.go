@@ -90,7 +90,7 @@ func TestListLabelsShareOneMap(t *testing.T) {
 	st := store.New[*v1alpha1.MyResource]()
 	st.Share()
 	w := sharing(st)
-	for name, data := range map[string][]byte{"page": page, wire.ListPage1: capture(t, wire.ListPage1), wire.ListPage2: capture(t, wire.ListPage2)} {
+	for name, data := range map[string][]byte{"page": page, wire.ListPage1: wire.MustRead(t, wire.ListPage1), wire.ListPage2: wire.MustRead(t, wire.ListPage2)} {
 		var alike, apart []*v1alpha1.MyResource
 		labelled := w.withLabels()
 		for c, to := range map[*JSON[*v1alpha1.MyResource]]*[]*v1alpha1.MyResource{&codec: &apart, &labelled: &alike} {

@@ -266,7 +266,7 @@ func asServerCBOR(t testing.TB, doc []byte) []byte {
 func asServerCBOREvents(t testing.TB, name string) [][]byte {
 	t.Helper()
 	var out [][]byte
-	for _, frame := range wire.Frames(capture(t, name)) {
+	for _, frame := range wire.Frames(wire.MustRead(t, name)) {
 		var ev struct {
 			Type   string          `json:"type"`
 			Object json.RawMessage `json:"object"`
@@ -300,7 +300,7 @@ func TestCBORDecodesTheCapturesAsJSONDoes(t *testing.T) {
 		}
 	}
 	for _, page := range []string{wire.ListPage1, wire.ListPage2} {
-		data := capture(t, page)
+		data := wire.MustRead(t, page)
 		var jsonItems, cborItems []*v1alpha1.MyResource
 		jm, err := decodeList(bytes.NewReader(data), codec, func(o *v1alpha1.MyResource) { jsonItems = append(jsonItems, o) }, func(*watcher.SkipError) {})
 		if err != nil {
@@ -320,7 +320,7 @@ func TestCBORDecodesTheCapturesAsJSONDoes(t *testing.T) {
 	}
 	for _, stream := range []string{wire.WatchList, wire.WatchGone} {
 		cborStream := bytes.NewReader(bytes.Join(asServerCBOREvents(t, stream), nil))
-		jsonEvents := decodeAll(t, capture(t, stream))
+		jsonEvents := decodeAll(t, wire.MustRead(t, stream))
 		d := newCBOREventDecoder[*v1alpha1.MyResource](cborStream, codec.GVK, 0)
 		for i, j := range jsonEvents {
 			c, err := d.Next()

@@ -55,9 +55,7 @@ func TestProxyTooLargeRVAnswersRequestsFromAResourceVersion(t *testing.T) {
 	u, p, c := newUpstream(t)
 	p.TooLargeRV(true)
 	for _, q := range []string{"", "?resourceVersion=0"} {
-		if resp, _ := get(t, c, p.URL+listPath+q); resp.StatusCode != http.StatusOK {
-			t.Fatalf("LIST%s: %s", q, resp.Status)
-		}
+		passes(t, c, p.URL+listPath+q, "LIST"+q)
 	}
 	tooLarge := func(what string, code int, body string) {
 		t.Helper()
@@ -105,9 +103,7 @@ func TestProxyTooLargeRVAnswersRequestsFromAResourceVersion(t *testing.T) {
 	if l := <-got; l != added+"\n" {
 		t.Fatalf("after the fault: %q, want %q", l, added)
 	}
-	if resp, _ := get(t, c, p.URL+listPath+"?resourceVersion=42"); resp.StatusCode != http.StatusOK {
-		t.Fatalf("after Heal: %s", resp.Status)
-	}
+	passes(t, c, p.URL+listPath+"?resourceVersion=42", "after Heal")
 	if c := p.Counts(); c.Failed != 2 {
 		t.Fatalf("counts %+v", c)
 	}
@@ -130,9 +126,7 @@ func TestProxyCompactedAtAnswersAResumeFromBeforeItWithA410InTheStream(t *testin
 	}
 	endsCleanly(t, r)
 	for _, q := range []string{"", "?resourceVersion=41"} {
-		if resp, _ := get(t, c, p.URL+listPath+q); resp.StatusCode != http.StatusOK {
-			t.Fatalf("LIST%s: %s", q, resp.Status)
-		}
+		passes(t, c, p.URL+listPath+q, "LIST"+q)
 	}
 	u.frames <- added
 	if l := readLine(t, open); l != added {
@@ -179,9 +173,7 @@ func TestProxyThrottleAnswersEveryRequestWithAPFs429(t *testing.T) {
 	if err := p.Heal(); err != nil {
 		t.Fatal(err)
 	}
-	if resp, _ := get(t, c, p.URL+listPath); resp.StatusCode != http.StatusOK {
-		t.Fatalf("after Heal: %s", resp.Status)
-	}
+	passes(t, c, p.URL+listPath, "after Heal")
 }
 
 // IgnoreSendInitialEvents passes a WatchList on as a plain WATCH from "":

@@ -147,6 +147,14 @@ func get(t *testing.T, c *http.Client, u string) (*http.Response, string) {
 	return resp, string(b)
 }
 
+// passes GETs u and fails the test, naming what, unless it is answered 200.
+func passes(t *testing.T, c *http.Client, u, what string) {
+	t.Helper()
+	if resp, body := get(t, c, u); resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s: %s %.200s", what, resp.Status, body)
+	}
+}
+
 // closed waits until the stream is gone from the proxy and from the server,
 // so that the next frame sent goes to the next stream.
 func (u *upstream) closed(t *testing.T, p *Proxy) {
@@ -475,9 +483,7 @@ func TestProxyDropSwallowsEventsOfTheGivenTypes(t *testing.T) {
 func TestProxyFailAnswersWithAStatus(t *testing.T) {
 	_, p, c := newUpstream(t)
 	p.Fail(Failure{Kinds: List, Code: http.StatusTooManyRequests, RetryAfter: 1500 * time.Millisecond, Count: 2})
-	if resp, _ := get(t, c, p.URL+listPath+"/one-object"); resp.StatusCode != http.StatusOK {
-		t.Fatalf("a GET of one object is not a List: %s", resp.Status)
-	}
+	passes(t, c, p.URL+listPath+"/one-object", "a GET of one object is not a List")
 	for i := range 2 {
 		resp, body := get(t, c, p.URL+listPath)
 		var st metav1.Status
@@ -490,9 +496,7 @@ func TestProxyFailAnswersWithAStatus(t *testing.T) {
 			t.Fatalf("request %d: %s Retry-After %q, %v (delay %d)", i, resp.Status, resp.Header.Get("Retry-After"), err, secs)
 		}
 	}
-	if resp, _ := get(t, c, p.URL+listPath); resp.StatusCode != http.StatusOK {
-		t.Fatalf("after Count failures requests pass again: %s", resp.Status)
-	}
+	passes(t, c, p.URL+listPath, "after Count failures requests pass again")
 	p.Fail(Failure{Code: http.StatusGone})
 	resp, body := get(t, c, p.URL+listPath+"?watch=true")
 	var st metav1.Status
@@ -503,9 +507,7 @@ func TestProxyFailAnswersWithAStatus(t *testing.T) {
 	if err := p.Heal(); err != nil {
 		t.Fatal(err)
 	}
-	if resp, _ := get(t, c, p.URL+listPath); resp.StatusCode != http.StatusOK {
-		t.Fatalf("after Heal: %s", resp.Status)
-	}
+	passes(t, c, p.URL+listPath, "after Heal")
 	if c := p.Counts(); c.Failed != 3 || c.Lists != 4 || c.Watches != 1 || c.Others != 1 || c.Total() != 6 {
 		t.Fatalf("counts %+v", c)
 	}

@@ -1,7 +1,6 @@
 package sharding_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -9,7 +8,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
 	"rawwatch/shard"
 	"rawwatch/sharding"
@@ -30,18 +28,6 @@ type running struct {
 	w     *sharding.Watcher[object]
 	store *store.Store[object]
 	rec   *recorder
-}
-
-// extraAPIServer starts another kube-apiserver on cp's etcd, with args,
-// stopped when the test ends.
-func extraAPIServer(t *testing.T, cp *controlplane.ControlPlane, name string, args ...string) *controlplane.APIServer {
-	t.Helper()
-	a, err := cp.AddAPIServer(context.Background(), name, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Stop)
-	return a
 }
 
 // start runs a watcher of set on one namespace through cfg until the test

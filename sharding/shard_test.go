@@ -113,7 +113,7 @@ func TestShardSelectorsSplitTheObjectsOnTheServer(t *testing.T) {
 // same hash, and the stores split the objects all the same.
 func TestShardsFallBackToClientFilteringWhenTheServerDropsTheSelector(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
-	old := extraAPIServer(t, cp, "apiserver-no-shards", "--feature-gates=ShardedListAndWatch=false")
+	old := testkit.APIServer(t, cp, "apiserver-no-shards", "--feature-gates=ShardedListAndWatch=false")
 	testkit.Objects(t, c, ns, "obj", 120)
 	logs := &testkit.Logs{}
 	members := []string{"rawwatch-a", "rawwatch-b", "rawwatch-c"}
@@ -153,7 +153,7 @@ func TestShardsFallBackToClientFilteringWhenTheServerDropsTheSelector(t *testing
 func TestSetShardMovesWithoutDeletions(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
 	ctx := context.Background()
-	old := extraAPIServer(t, cp, "apiserver-no-shards-2", "--feature-gates=ShardedListAndWatch=false")
+	old := testkit.APIServer(t, cp, "apiserver-no-shards-2", "--feature-gates=ShardedListAndWatch=false")
 	testkit.Objects(t, c, ns, "obj", 200)
 	var slotsA, slotsB []int
 	for i := range shard.Slots {
@@ -231,7 +231,7 @@ func TestSweepFindsTheDeletionsTheWatchHasNotBrought(t *testing.T) {
 	t.Parallel()
 	cp := testkit.Shared.Get(t)
 	ctx := context.Background()
-	old := extraAPIServer(t, cp, "apiserver-no-shards-3", "--feature-gates=ShardedListAndWatch=false")
+	old := testkit.APIServer(t, cp, "apiserver-no-shards-3", "--feature-gates=ShardedListAndWatch=false")
 	var even []int
 	for i := 0; i < shard.Slots; i += 2 {
 		even = append(even, i)

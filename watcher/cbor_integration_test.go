@@ -61,7 +61,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // to the server, through creates, updates and deletes.
 func TestCBORWireAgainstTheAPIServer(t *testing.T) {
 	cp, ns, c := testkit.Start(t)
-	api := extraAPIServer(t, cp, "apiserver-cbor", controlplane.CBORGate)
+	api := testkit.APIServer(t, cp, "apiserver-cbor", controlplane.CBORGate)
 	ctx := context.Background()
 	testkit.Objects(t, c, ns, "obj", 40)
 

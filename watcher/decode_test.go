@@ -29,17 +29,6 @@ func fixture(t *testing.T, name string) *os.File {
 	return f
 }
 
-// capture is one of kube-apiserver's answers recorded in testdata/wire
-// (package wire says which).
-func capture(t testing.TB, name string) []byte {
-	t.Helper()
-	data, err := wire.Read(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data
-}
-
 // The two pages of a LIST ?limit=2 of the three samples, as kube-apiserver
 // sent them: in key order, the first with a continue token and the count
 // of the rest, both at the same resourceVersion (one snapshot).
@@ -47,7 +36,7 @@ func TestDecodeListPages(t *testing.T) {
 	var got []*v1alpha1.MyResource
 	var metas []metav1.ListMeta
 	for _, page := range []string{wire.ListPage1, wire.ListPage2} {
-		meta, err := codec.DecodeList(bytes.NewReader(capture(t, page)),
+		meta, err := codec.DecodeList(bytes.NewReader(wire.MustRead(t, page)),
 			func(o *v1alpha1.MyResource) { got = append(got, o) },
 			func(s *SkipError) { t.Errorf("unexpected skip: %v", s) })
 		if err != nil {
@@ -133,7 +122,7 @@ func TestDecodeWatchListStream(t *testing.T) {
 	var got []string
 	var last int64
 	bookmarks := 0
-	evs := decodeAll(t, capture(t, wire.WatchList))
+	evs := decodeAll(t, wire.MustRead(t, wire.WatchList))
 	for i, ev := range evs {
 		rv := mustRV(t, ev.RV)
 		if i >= 3 && rv < last {
@@ -160,7 +149,7 @@ func TestDecodeWatchListStream(t *testing.T) {
 
 // A WATCH from a resourceVersion long gone: one ERROR event, a 410.
 func TestDecodeGoneStream(t *testing.T) {
-	evs := decodeAll(t, capture(t, wire.WatchGone))
+	evs := decodeAll(t, wire.MustRead(t, wire.WatchGone))
 	if len(evs) != 1 || evs[0].Type != Error || !apierrors.IsResourceExpired(evs[0].Err) {
 		t.Fatalf("events = %+v; want one ERROR, a 410 Expired status", evs)
 	}

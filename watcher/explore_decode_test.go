@@ -13,15 +13,11 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	kjsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
-	"k8s.io/apimachinery/pkg/types"
 	kjson "sigs.k8s.io/json"
 
 	"rawwatch/api/v1alpha1"
-	"rawwatch/store"
+	"rawwatch/internal/kuberef"
 )
 
 // The explorer's decoding rule: the schedule's codec reads every WATCH
@@ -51,33 +47,28 @@ type decodedAsKubernetes struct {
 
 func (d decodedAsKubernetes) List(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
 	body, err := d.Source.List(ctx, opts)
-	if err != nil {
-		return body, err
-	}
-	as := d.when()
-	return &recorded{ReadCloser: body, what: "LIST page", fail: d.fail, differ: func(b []byte) string {
-		if as {
-			if diff := pageDiffers(d.codec, b); diff != "" {
-				return diff
-			}
-		}
-		return respelledPagesDiffer(d.codec, b)
-	}}, nil
+	return d.recorded(body, err, "LIST page", pageDiffers, respelledPagesDiffer)
 }
 
 func (d decodedAsKubernetes) Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error) {
 	body, err := d.Source.Watch(ctx, opts)
+	return d.recorded(body, err, "WATCH stream", streamDiffers, respelledFramesDiffer)
+}
+
+// recorded wraps a body so that, closed, it is checked by differs (if the
+// schedule asks it now) and by respelled.
+func (d decodedAsKubernetes) recorded(body io.ReadCloser, err error, what string, differs, respelled func(Codec[*v1alpha1.MyResource], []byte) string) (io.ReadCloser, error) {
 	if err != nil {
 		return body, err
 	}
 	as := d.when()
-	return &recorded{ReadCloser: body, what: "WATCH stream", fail: d.fail, differ: func(b []byte) string {
+	return &recorded{ReadCloser: body, what: what, fail: d.fail, differ: func(b []byte) string {
 		if as {
-			if diff := streamDiffers(d.codec, b); diff != "" {
+			if diff := differs(d.codec, b); diff != "" {
 				return diff
 			}
 		}
-		return respelledFramesDiffer(d.codec, b)
+		return respelled(d.codec, b)
 	}}, nil
 }
 
@@ -133,18 +124,10 @@ func kubernetesFrame(frames *json.Decoder) refFrame {
 		if object == nil {
 			return f
 		}
-		var obj *v1alpha1.MyResource
-		err := kjson.UnmarshalCaseSensitivePreserveInts(object, &obj)
-		if err == nil && obj == nil {
-			err = errors.New("null")
-		}
-		if err == nil {
-			if gvk, ierr := kjsonserializer.DefaultMetaFactory.Interpret(object); ierr != nil || *gvk != v1alpha1.GroupVersionKind {
-				err = errors.New("another kind")
-			}
-		}
+		obj, err := kuberef.Object(object, false)
 		if err != nil {
-			f.skip.Key, f.skip.RV, f.skip.UID = identityOf(object)
+			id := kuberef.IdentityOf(object)
+			f.skip.Key, f.skip.RV, f.skip.UID = id.Key, id.RV, id.UID
 			return f
 		}
 		f.kind, f.ev.Object, f.ev.RV = "event", obj, obj.ResourceVersion
@@ -158,34 +141,13 @@ func kubernetesFrame(frames *json.Decoder) refFrame {
 		}
 		f.kind, f.ev.RV, f.ev.InitialEventsEnd = "event", tm.Metadata.ResourceVersion, tm.Metadata.Annotations[metav1.InitialEventsAnnotationKey] == "true"
 	case Error:
-		obj, err := runtime.Decode(dynamicStatus, object)
-		if runtime.IsNotRegisteredError(err) {
-			obj, err = runtime.Decode(unstructured.UnstructuredJSONScheme, object)
-		}
+		obj, err := runtime.Decode(kuberef.DynamicObjects, object)
 		if err == nil {
 			err = apierrors.FromObject(obj)
 		}
 		f.kind, f.ev.Err = "event", err
 	}
 	return f
-}
-
-// identityOf is what a refused object's metadata says, read as a map
-// through Kubernetes' decoder: each of name, namespace, resourceVersion and
-// UID the last value given for it, if a string.
-func identityOf(object []byte) (key, rv string, uid types.UID) {
-	var id struct {
-		Metadata map[string]any `json:"metadata"`
-	}
-	_ = kjson.UnmarshalCaseSensitivePreserveInts(object, &id)
-	name, _ := id.Metadata["name"].(string)
-	ns, isString := id.Metadata["namespace"].(string)
-	if name != "" && (isString || id.Metadata["namespace"] == nil) {
-		key = store.Key(ns, name)
-	}
-	rv, _ = id.Metadata["resourceVersion"].(string)
-	u, _ := id.Metadata["uid"].(string)
-	return key, rv, types.UID(u)
 }
 
 // streamDiffers decodes a WATCH stream with c and as Kubernetes does, and
@@ -294,50 +256,14 @@ func pageDiffers(c Codec[*v1alpha1.MyResource], data []byte) string {
 	return ""
 }
 
-// kubernetesPage reads a LIST page as Kubernetes does, through
-// sigs.k8s.io/json, then its items one by one: ok is false when Kubernetes
-// refuses the page for anything but an item, or when it is no list at all
-// (neither items nor a resourceVersion: DecodeList's rule). An item
-// Kubernetes cannot decode (it would fail the page) is a skip, with the
-// identity its metadata gives. An item that names neither apiVersion nor
-// kind is of the list's type, as a typed list's decode takes it.
+// kubernetesPage reads a LIST page as Kubernetes does (kuberef.List),
+// its skips as list items.
 func kubernetesPage(data []byte) (meta metav1.ListMeta, items []*v1alpha1.MyResource, skips []SkipError, ok bool) {
-	var l struct {
-		Metadata metav1.ListMeta   `json:"metadata"`
-		Items    []json.RawMessage `json:"items"`
+	meta, items, skipped, ok := kuberef.List(data)
+	for _, id := range skipped {
+		skips = append(skips, SkipError{What: ListItem, Key: id.Key, RV: id.RV, UID: id.UID})
 	}
-	var members map[string]json.RawMessage
-	if kjson.UnmarshalCaseSensitivePreserveInts(data, &l) != nil || kjson.UnmarshalCaseSensitivePreserveInts(data, &members) != nil || members == nil {
-		return meta, nil, nil, false
-	}
-	if _, listed := members["items"]; !listed && l.Metadata.ResourceVersion == "" {
-		return meta, nil, nil, false
-	}
-	for _, raw := range l.Items {
-		var obj *v1alpha1.MyResource
-		err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &obj)
-		if err == nil && obj == nil {
-			err = errors.New("null")
-		}
-		if err == nil {
-			gvk, ierr := kjsonserializer.DefaultMetaFactory.Interpret(raw)
-			switch {
-			case ierr != nil:
-				err = ierr
-			case gvk.Empty():
-				obj.GetObjectKind().SetGroupVersionKind(v1alpha1.GroupVersionKind)
-			case *gvk != v1alpha1.GroupVersionKind:
-				err = errors.New("another kind")
-			}
-		}
-		if err != nil {
-			key, rv, uid := identityOf(raw)
-			skips = append(skips, SkipError{What: ListItem, Key: key, RV: rv, UID: uid})
-			continue
-		}
-		items = append(items, obj)
-	}
-	return l.Metadata, items, skips, true
+	return meta, items, skips, ok
 }
 
 // The explorer must catch a codec that reads a frame otherwise than
@@ -391,13 +317,3 @@ func (d anyCaseEvents) Next() (Event[*v1alpha1.MyResource], error) {
 	}
 	return EventOf(f.Type, f.Object, d.codec.Decode, kjson.UnmarshalCaseSensitivePreserveInts, Kind, Snippet)
 }
-
-// dynamicStatus decodes an ERROR's object as client-go's dynamic client
-// does (dynamic/scheme.go): meta/v1's types, Status among them unversioned,
-// so a Status of any apiVersion is a *metav1.Status; the reference takes any
-// other kind unstructured.
-var dynamicStatus = func() runtime.Decoder {
-	s := runtime.NewScheme()
-	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
-	return kjsonserializer.NewSerializerWithOptions(kjsonserializer.DefaultMetaFactory, s, s, kjsonserializer.SerializerOptions{})
-}()

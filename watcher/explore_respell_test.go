@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"rawwatch/api/v1alpha1"
+	"rawwatch/internal/fakeapi"
 )
 
 // The explorer's respellings: each frame and LIST page the server wrote as
@@ -38,7 +39,7 @@ var frameSpellings = []frameSpelling{
 		return fmt.Appendf(nil, `{"type":%q,"object":{"kind":"Other"},"object":%s,"type":%q,"object":null}`, decoyType(typ), obj, typ)
 	}},
 	{"every a and e escaped", func(typ string, obj []byte) []byte {
-		return escapeLetters(fmt.Appendf(nil, `{"type":%q,"object":%s}`, typ, obj))
+		return fakeapi.EscapeLetters(fmt.Appendf(nil, `{"type":%q,"object":%s}`, typ, obj))
 	}},
 	{"spaced, the object first", func(typ string, obj []byte) []byte {
 		return fmt.Appendf(nil, " {\t\"object\" :\r %s , \"kind\" : \"WatchEvent\" ,\"type\"\t:\t%q } ", obj, typ)
@@ -138,7 +139,7 @@ var pageSpellings = []frameSpelling{
 		return append([]byte(`{"items":[{"apiVersion":"example.com/v1alpha1","kind":"MyResource","metadata":{"name":"phantom","namespace":"ns","uid":"phantom","resourceVersion":"1"}}],`), page[1:]...)
 	}},
 	{"the metadata's keys in another case, every a and e escaped", func(_ string, page []byte) []byte {
-		return escapeLetters(bytes.Replace(page, []byte(`"metadata":{"resourceVersion"`), []byte(`"metadata":{"ResourceVersion":"0","Continue":"not-a-token","resourceVersion"`), 1))
+		return fakeapi.EscapeLetters(bytes.Replace(page, []byte(`"metadata":{"resourceVersion"`), []byte(`"metadata":{"ResourceVersion":"0","Continue":"not-a-token","resourceVersion"`), 1))
 	}},
 	{"a kind in another case after the first item's kind", func(_ string, page []byte) []byte {
 		return bytes.Replace(page, []byte(`"kind":"MyResource"`), []byte(`"kind":"MyResource","KIND":"Other"`), 1)
@@ -162,28 +163,4 @@ func respelledPagesDiffer(c Codec[*v1alpha1.MyResource], data []byte) string {
 		return fmt.Sprintf("%s (%s)", d, sp.name)
 	}
 	return ""
-}
-
-// escapeLetters writes every "a" and "e" inside the JSON strings of b
-// (keys and values) as a \u escape: the same JSON to a decoder.
-func escapeLetters(b []byte) []byte {
-	out := make([]byte, 0, len(b)+len(b)/4)
-	in, esc := false, false
-	for _, c := range b {
-		switch {
-		case !in:
-			in = c == '"'
-		case esc:
-			esc = false
-		case c == '\\':
-			esc = true
-		case c == '"':
-			in = false
-		case c == 'a' || c == 'e':
-			out = fmt.Appendf(out, `\u%04x`, c)
-			continue
-		}
-		out = append(out, c)
-	}
-	return out
 }

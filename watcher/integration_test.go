@@ -84,19 +84,6 @@ type running struct {
 // fastBackoff keeps the tests quick; the shape (exponential, capped) is the default's.
 var fastBackoff = watcher.Backoff{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, ResetAfter: 2 * time.Minute}
 
-// extraAPIServer starts another kube-apiserver on cp's etcd, with args,
-// stopped when the test ends.
-func extraAPIServer(t *testing.T, cp *controlplane.ControlPlane, name string, args ...string) *controlplane.APIServer {
-	t.Helper()
-	a, err := cp.AddAPIServer(context.Background(), name, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Stop)
-	return a
-}
-
-// start runs a watcher on one namespace through cfg until the test ends.
 // watchingViaProxy starts a watcher of ns through a fault proxy in front of
 // cp's apiserver, and waits until its watch is open.
 func watchingViaProxy(t *testing.T, cp *controlplane.ControlPlane, ns string) (*faultproxy.Proxy, *running) {
@@ -107,6 +94,7 @@ func watchingViaProxy(t *testing.T, cp *controlplane.ControlPlane, ns string) (*
 	return proxy, r
 }
 
+// start runs a watcher on one namespace through cfg until the test ends.
 func start(t *testing.T, cfg *rest.Config, ns string, opts watcher.Options[object]) *running {
 	t.Helper()
 	return startLogging(t, cfg, ns, opts, klog.Background())
@@ -497,7 +485,7 @@ func TestWatchListStreamsTheInitialStateAndKeepsTheStream(t *testing.T) {
 // watcher falls back to a paginated LIST and works as usual.
 func TestWatchListFallsBackToListWhenTheServerRefuses(t *testing.T) {
 	cp, ns, c := testkit.Parallel(t)
-	old := extraAPIServer(t, cp, "apiserver-no-watchlist", "--feature-gates=WatchList=false")
+	old := testkit.APIServer(t, cp, "apiserver-no-watchlist", "--feature-gates=WatchList=false")
 	testkit.Objects(t, c, ns, "obj", 20)
 	proxy, cfg := testkit.Proxy(t, cp, old)
 	r := start(t, cfg, ns, watcher.Options[object]{WatchList: true, PageSize: 10})

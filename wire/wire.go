@@ -39,6 +39,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -83,6 +84,16 @@ func Read(name string) ([]byte, error) {
 		return nil, err
 	}
 	return os.ReadFile(filepath.Join(dir, name))
+}
+
+// MustRead is Read for a test: a capture it cannot read fails tb.
+func MustRead(tb testing.TB, name string) []byte {
+	tb.Helper()
+	data, err := Read(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return data
 }
 
 // Frames splits a WATCH stream into its frames, each with its newline, as

@@ -58,10 +58,7 @@ func checkAgainstOracle(t *testing.T, data []byte) (accepted bool) {
 func objects(t testing.TB) [][]byte {
 	var out [][]byte
 	for _, name := range []string{wire.ListPage1, wire.ListPage2} {
-		data, err := wire.Read(name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		data := wire.MustRead(t, name)
 		var l struct{ Items []json.RawMessage }
 		if err := json.Unmarshal(data, &l); err != nil {
 			t.Fatal(err)
@@ -72,11 +69,7 @@ func objects(t testing.TB) [][]byte {
 	}
 	var streams [][]byte
 	for _, name := range []string{wire.WatchList, wire.WatchGone} {
-		data, err := wire.Read(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		streams = append(streams, data)
+		streams = append(streams, wire.MustRead(t, name))
 	}
 	bad, err := os.ReadFile(filepath.Join("..", "..", "watcher", "testdata", "fixtures", "watch-stream-bad.jsonl"))
 	if err != nil {

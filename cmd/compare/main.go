@@ -75,13 +75,8 @@ func run(ctx context.Context, args []string) int {
 	fs.BoolVar(&o.Apply, "apply", false, "write the objects with server-side apply, so that they carry real managedFields")
 	fs.StringVar(&o.OutDir, "out", "out/compare", "output directory")
 	fs.BoolVar(&o.Profile, "profile", false, "write each consumer's heap profile at every phase end (KIND-PHASE.heap.pprof)")
-	wire := fs.String("wire", "json", "encoding the consumers ask for: json or cbor (the local control plane then serves CBOR; controller-runtime and bare cannot ask and read JSON)")
+	wireFlag(fs, &o.Wire, "encoding the consumers ask for: json or cbor (the local control plane then serves CBOR; controller-runtime and bare cannot ask and read JSON)")
 	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	var err error
-	if o.Wire, err = codec.ParseWire(*wire); err != nil {
-		fmt.Fprintln(os.Stderr, "compare: --wire:", err)
 		return 2
 	}
 	o.Kinds = strings.Split(*kinds, ",")
@@ -96,31 +91,19 @@ func run(ctx context.Context, args []string) int {
 func consume(args []string) int {
 	fs := flag.NewFlagSet("consume", flag.ContinueOnError)
 	var o compare.ConsumerOptions
-	fs.StringVar(&o.Kind, "kind", "", "consumer kind")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig")
-	fs.StringVar(&o.Namespace, "namespace", "", "namespace")
+	consumerFlags(fs, &o.Kind, &o.Kubeconfig, &o.Namespace, &o.ResultPath)
 	fs.StringVar(&o.EventsPath, "events", "", "events file")
-	fs.StringVar(&o.ResultPath, "result", "", "result file")
 	fs.IntVar(&o.DropEvery, "drop-every", 0, "lose every n-th watch frame (to test the verdict)")
 	drop := fs.String("drop-annotations", "", "annotations the consumer's cache does not keep, comma-separated")
 	fs.StringVar(&o.ProfileDir, "profile-dir", "", "write heap profiles here at every mark")
-	wire := fs.String("wire", "json", "encoding to ask for: json or cbor")
+	wireFlag(fs, &o.Wire, "encoding to ask for: json or cbor")
 	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	var err error
-	if o.Wire, err = codec.ParseWire(*wire); err != nil {
-		fmt.Fprintln(os.Stderr, "consume: --wire:", err)
 		return 2
 	}
 	if *drop != "" {
 		o.DropAnnotations = strings.Split(*drop, ",")
 	}
-	if err := compare.RunConsumer(o, os.Stdin, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "consume:", err)
-		return 1
-	}
-	return 0
+	return exitCode("consume", compare.RunConsumer(o, os.Stdin, os.Stdout))
 }
 
 func storm(ctx context.Context, args []string) int {
@@ -183,20 +166,41 @@ func sizes(ctx context.Context, args []string) int {
 func stormConsume(args []string) int {
 	fs := flag.NewFlagSet("storm-consume", flag.ContinueOnError)
 	var o compare.StormConsumerOptions
-	fs.StringVar(&o.Kind, "kind", "", "consumer kind")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig")
-	fs.StringVar(&o.Namespace, "namespace", "", "namespace")
+	consumerFlags(fs, &o.Kind, &o.Kubeconfig, &o.Namespace, &o.ResultPath)
 	fs.IntVar(&o.Clients, "clients", 50, "independent clients")
 	fs.IntVar(&o.Objects, "objects", 0, "objects a synced client holds")
 	qps := fs.Float64("qps", 200, "each client's QPS")
 	fs.IntVar(&o.Burst, "burst", 400, "each client's burst")
-	fs.StringVar(&o.ResultPath, "result", "", "result file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	o.QPS = float32(*qps)
-	if err := compare.RunStormConsumer(o, os.Stdin, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "storm-consume:", err)
+	return exitCode("storm-consume", compare.RunStormConsumer(o, os.Stdin, os.Stdout))
+}
+
+// wireFlag declares --wire (json, the default, or cbor): a value
+// codec.ParseWire refuses fails the parse.
+func wireFlag(fs *flag.FlagSet, w *codec.Wire, usage string) {
+	*w = codec.WireJSON
+	fs.Func("wire", usage+" (default json)", func(s string) (err error) {
+		*w, err = codec.ParseWire(s)
+		return err
+	})
+}
+
+// consumerFlags declares the flags the harness gives every consumer
+// process it starts (consume, storm-consume).
+func consumerFlags(fs *flag.FlagSet, kind, kubeconfig, namespace, result *string) {
+	fs.StringVar(kind, "kind", "", "consumer kind")
+	fs.StringVar(kubeconfig, "kubeconfig", "", "kubeconfig")
+	fs.StringVar(namespace, "namespace", "", "namespace")
+	fs.StringVar(result, "result", "", "result file")
+}
+
+// exitCode is 0, or 1 with err on stderr under cmd's name.
+func exitCode(cmd string, err error) int {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, cmd+":", err)
 		return 1
 	}
 	return 0
@@ -244,11 +248,7 @@ func converge(ctx context.Context, args []string) int {
 			return code
 		}
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "compare converge:", err)
-		return 1
-	}
-	return 0
+	return exitCode("compare converge", err)
 }
 
 // publish writes what a run reported (unless err says it failed) into dir,

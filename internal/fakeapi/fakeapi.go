@@ -1264,7 +1264,7 @@ func respell(f []byte, n int) []byte {
 	var out []byte
 	switch n % 5 {
 	case 0:
-		out = fmt.Appendf(nil, `{"type":%s,"object":%s}`, typ, escapeLetters(obj))
+		out = fmt.Appendf(nil, `{"type":%s,"object":%s}`, typ, EscapeLetters(obj))
 	case 1:
 		out = fmt.Appendf(nil, `{"Type":"DELETED","OBJECT":{},"type":%s,"object":%s,"Object":null,"TYPE":"BOOKMARK"}`, typ, obj)
 	case 2:
@@ -1272,7 +1272,7 @@ func respell(f []byte, n int) []byte {
 	case 3:
 		out = fmt.Appendf(nil, " {\t\"object\" :\r %s , \"kind\" : \"WatchEvent\" ,\"type\"\t:\t%s } ", obj, typ) // (no newline inside: a frame is a line)
 	case 4:
-		out = fmt.Appendf(nil, `{"typ\u0065":%s,"\u006fbject":%s}`, escapeLetters([]byte(typ)), obj)
+		out = fmt.Appendf(nil, `{"typ\u0065":%s,"\u006fbject":%s}`, EscapeLetters([]byte(typ)), obj)
 	}
 	return append(out, '\n')
 }
@@ -1290,14 +1290,14 @@ func respellPage(raw []byte, rv int64) []byte {
 		raw = slices.Concat(raw[:i], []byte(`,"Continue":"not-a-token","ResourceVersion":"1"`), raw[i:])
 	}
 	if rv%2 == 0 {
-		raw = escapeLetters(raw)
+		raw = EscapeLetters(raw)
 	}
 	return raw
 }
 
-// escapeLetters writes every "a" and "e" inside the JSON strings of b
+// EscapeLetters writes every "a" and "e" inside the JSON strings of b
 // (keys and values) as a \u escape: the same JSON to a decoder.
-func escapeLetters(b []byte) []byte {
+func EscapeLetters(b []byte) []byte {
 	out := make([]byte, 0, len(b)+len(b)/4)
 	in, esc := false, false
 	for _, c := range b {

@@ -62,6 +62,18 @@ func Parallel(t *testing.T) (cp *controlplane.ControlPlane, ns string, c *client
 	return Start(t)
 }
 
+// APIServer starts another kube-apiserver on cp's etcd, with args, stopped
+// when the test ends.
+func APIServer(t testing.TB, cp *controlplane.ControlPlane, name string, args ...string) *controlplane.APIServer {
+	t.Helper()
+	a, err := cp.AddAPIServer(context.Background(), name, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	return a
+}
+
 // Namespace creates a namespace named after the test and deletes it when the
 // test ends.
 func Namespace(t testing.TB, cfg *rest.Config) string {
