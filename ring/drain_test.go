@@ -45,26 +45,7 @@ func newDrainRing(t *testing.T, ids ...string) *drainRing {
 		return false, nil, nil
 	})
 	for _, id := range ids {
-		var m *Member
-		c := client
-		m, err := New(Config{Client: c, Namespace: "ns", Ring: "r", Identity: id,
-			LeaseDuration: 10 * time.Second, RenewPeriod: time.Second, Now: func() time.Time { return r.now },
-			OnClaims: func(Claims) {}, Busy: func() (_, _ shard.SlotSet) { return },
-			Covers: func() Cover {
-				cl := m.Claims()
-				return Cover{Slots: cl.Watched().Minus(cl.Lingering), Since: 50, Synced: 200}
-			},
-			Swept: func() Sweeps {
-				w := Sweeps{Slots: m.Claims().Sweep}
-				for _, i := range w.Slots.List() {
-					w.At[i] = 100
-				}
-				return w
-			}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.ms[id] = m
+		r.ms[id] = coveringMember(t, client, id, func() time.Time { return r.now }, nil)
 		r.order = append(r.order, id)
 	}
 	return r

@@ -44,6 +44,33 @@ func handoffMember(t *testing.T, client *fake.Clientset, id string, lease, renew
 	return m
 }
 
+// coveringMember is a member (lease 10 s, renew 1 s, on clock) whose cache
+// covers what it watches at once (what only lingers is not published), whose
+// every sweep asked for is done at once, at 100, the slots empty, and which
+// holds deletions of the slots held gives (nil: none).
+func coveringMember(t *testing.T, client *fake.Clientset, id string, clock func() time.Time, held func() shard.SlotSet) *Member {
+	t.Helper()
+	var m *Member
+	m, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: id,
+		LeaseDuration: 10 * time.Second, RenewPeriod: time.Second, Now: clock,
+		OnClaims: func(Claims) {}, Busy: func() (_, _ shard.SlotSet) { return }, Held: held,
+		Covers: func() Cover {
+			c := m.Claims()
+			return Cover{Slots: c.Watched().Minus(c.Lingering), Since: 50, Synced: 200}
+		},
+		Swept: func() Sweeps {
+			w := Sweeps{Slots: m.Claims().Sweep}
+			for _, i := range w.Slots.List() {
+				w.At[i] = 100
+			}
+			return w
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // pair is two members of a ring on a fresh fake client, of the clocked
 // tests' lease and renew period, both on the clock *now.
 func pair(t *testing.T, now *time.Time, id1, id2 string) (client *fake.Clientset, m1, m2 *Member) {

@@ -45,25 +45,7 @@ func withdrawnSlotHandedOver(t *testing.T, heard bool) {
 	}
 	holding := false // o's gate holds deletions of s
 	join := func(id string, held func() shard.SlotSet) *Member {
-		var m *Member
-		m, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: id,
-			LeaseDuration: 10 * time.Second, RenewPeriod: time.Second, Now: clock,
-			OnClaims: func(Claims) {}, Busy: func() (_, _ shard.SlotSet) { return }, Held: held,
-			Covers: func() Cover {
-				c := m.Claims()
-				return Cover{Slots: c.Watched().Minus(c.Lingering), Since: 50, Synced: 200}
-			},
-			Swept: func() Sweeps {
-				w := Sweeps{Slots: m.Claims().Sweep}
-				for _, i := range w.Slots.List() {
-					w.At[i] = 100
-				}
-				return w
-			}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
+		return coveringMember(t, client, id, clock, held)
 	}
 	ctx := context.Background()
 	tick := func(m *Member) {
