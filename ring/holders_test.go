@@ -1,0 +1,128 @@
+package ring
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"rawwatch/shard"
+)
+
+// Two members hold deletions of one free slot s, neither its owner: o, which
+// withdrew s (a copy of its Lease claimed every slot) and heard a deletion D
+// of it then, and a, which joined later (it listed s after D: it never heard
+// of D) and holds a deletion of its own of s, heard while s was its target,
+// before n joined and took s. When the copy runs out, a (first by identity)
+// claims s in custody, into Releasing. o must keep watching s, and D, until
+// it handles D itself: a's claim is no such thing (its sweep lists s after
+// D; its store never held D's object). o's cover of s lingers while a
+// claims it, and o holds s again once a lets it go.
+func TestAHolderKeepsItsDeletionsWhenAnotherHolderClaimsTheSlot(t *testing.T) {
+	client := versionedClient()
+	now := epoch
+	clock := func() time.Time { return now }
+	s := -1
+	for i := range shard.Slots {
+		if owner(shard.Assign([]string{"a", "o"}), i) == "a" && owner(shard.Assign([]string{"a", "n", "o"}), i) == "n" {
+			s = i
+			break
+		}
+	}
+	if s < 0 {
+		t.Fatal("no slot moves from a to n")
+	}
+	oHolds, aHolds := false, false // D at o, E at a
+	join := func(id string, held *bool) *Member {
+		var m *Member
+		m, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: id,
+			LeaseDuration: 10 * time.Second, RenewPeriod: time.Second, Now: clock,
+			OnClaims: func(Claims) {}, Busy: func() (_, _ shard.SlotSet) { return },
+			Held: func() shard.SlotSet {
+				if *held {
+					return shard.SlotsOf(s)
+				}
+				return shard.SlotSet{}
+			},
+			Covers: func() Cover {
+				c := m.Claims()
+				return Cover{Slots: c.Watched().Minus(c.Lingering), Since: 50, Synced: 200}
+			},
+			Swept: func() Sweeps {
+				w := Sweeps{Slots: m.Claims().Sweep}
+				for _, i := range w.Slots.List() {
+					w.At[i] = 100
+				}
+				return w
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	ctx := context.Background()
+	tick := func(m *Member) {
+		now = now.Add(100 * time.Millisecond)
+		renewErr := renewed(m, ctx)
+		m.lookOK = m.look(ctx) == nil
+		if m.lookOK {
+			m.looks++
+		}
+		m.confirmed = renewErr == nil && m.lookOK && m.ownSeen
+		m.update(klog.Background())
+	}
+	var never bool
+	o := join("o", &oHolds)
+	for range 105 {
+		tick(o)
+	}
+	if o.Claims().Working != shard.All() {
+		t.Fatalf("o alone works %v, want every slot", o.Claims().Working)
+	}
+	l, err := client.CoordinationV1().Leases("ns").Get(ctx, "r.o", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.ObjectMeta = metav1.ObjectMeta{Name: "r.o-copy", Namespace: "ns", Labels: l.Labels, Annotations: l.Annotations}
+	if _, err := client.CoordinationV1().Leases("ns").Create(ctx, l, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tick(o)
+	if o.Claims().Working.Has(s) {
+		t.Fatalf("o still works slot %d beside a copy of its Lease: %+v", s, o.Claims())
+	}
+	oHolds = true // D: heard by o, which no longer claims s; before a listed s
+	a := join("a", &aHolds)
+	for range 4 {
+		tick(a)
+		tick(o)
+	}
+	if !a.Claims().Target.Has(s) {
+		t.Fatalf("a: %+v; want slot %d its target beside o", a.Claims(), s)
+	}
+	aHolds = true // E: heard by a while s is its target, not worked (the copy claims it)
+	n := join("n", &never)
+	for i := 0; ; i++ {
+		tick(n)
+		tick(a)
+		tick(o)
+		oc, ac, nc := o.Claims(), a.Claims(), n.Claims()
+		if ac.Working.Union(ac.Releasing).Has(s) {
+			aHolds = false // a's gate hands E to its workers
+		}
+		if oc.Working.Union(oc.Releasing).Has(s) {
+			oHolds = false // o handles D
+		}
+		if oHolds && !oc.Watched().Has(s) {
+			t.Fatalf("o stopped watching slot %d while it holds a deletion of it that no member claiming it heard of (dropped): o %+v; a %+v; n %+v", s, oc, ac, nc)
+		}
+		if !oHolds && !aHolds && nc.Working.Has(s) {
+			break
+		}
+		if i == 400 {
+			t.Fatalf("slot %d not worked by n 120 s after the copy: o %+v, a %+v, n %+v", s, oc, ac, nc)
+		}
+	}
+}
