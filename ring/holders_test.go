@@ -231,3 +231,33 @@ func TestAHolderWhoseWatchRelistsKeepsItsSlot(t *testing.T) {
 		}
 	}
 }
+
+
+// A holds annotation written by hand on a live member's Lease, naming every
+// slot, while the slots of a dead member are free: the others leave those
+// slots to it, and it hands none on (it holds nothing); its next renewal
+// writes the annotation back, and the slots are worked within a few renew
+// periods. No slot is admitted by two members meanwhile.
+func TestAHoldsAnnotationWrittenByHandStallsNoSlotForLong(t *testing.T) {
+	r := newDrainRing(t, "a", "b", "c")
+	r.settle(30, "a, b and c join", "a", "b", "c")
+	r.dead["c"] = true
+	r.order = []string{"b", "a", "c"} // b lists after the hand wrote, before a renews
+	for range 8 {
+		r.round("c dead")
+	}
+	ctx := context.Background()
+	for range 6 { // written again after each of a's renewals, for a while
+		l, err := r.ms["a"].cfg.Client.CoordinationV1().Leases("ns").Get(ctx, "r.a", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Annotations[AnnotationHolds] = "0-255"
+		if _, err := r.ms["a"].cfg.Client.CoordinationV1().Leases("ns").Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		r.round("a's Lease says it holds every slot")
+	}
+	took := r.settle(10, "the hand's annotation gone", "a", "b")
+	t.Logf("a and b work every slot %d renew periods after the hand stopped", took)
+}
