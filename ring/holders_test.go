@@ -232,7 +232,6 @@ func TestAHolderWhoseWatchRelistsKeepsItsSlot(t *testing.T) {
 	}
 }
 
-
 // A holds annotation written by hand on a live member's Lease, naming every
 // slot, while the slots of a dead member are free: the others leave those
 // slots to it, and it hands none on (it holds nothing); its next renewal
