@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
@@ -232,4 +233,37 @@ func TestADrainerWhoseRenewalsFailFences(t *testing.T) {
 		t.Errorf("a still claims %v 30 s after its renewals began to fail", c.Claimed())
 	}
 	r.settle(4, "after a fenced", "b", "c")
+}
+
+// A draining mark written by hand on a live member's Lease (its value
+// bound to the Lease's renewTime, as the member would write it), again
+// after each of its renewals for a while: the others divide the slots
+// without it, but it still works them, so nobody takes one; its renewals
+// write the mark away, and the ring is as before within a few renew
+// periods. No slot is admitted by two members at any step.
+func TestADrainingMarkWrittenByHandOnALiveLeaseSplitsNoSlot(t *testing.T) {
+	r := newDrainRing(t, "a", "b", "c")
+	r.settle(30, "a, b and c join", "a", "b", "c")
+	r.order = []string{"a", "c", "b"} // a and c list after the hand wrote, before b renews
+	before := r.ms["b"].Claims().Working
+	ctx := context.Background()
+	client := r.ms["b"].cfg.Client
+	for range 8 {
+		l, err := client.CoordinationV1().Leases("ns").Get(ctx, "r.b", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Annotations[AnnotationDraining] = mark(l.Spec.RenewTime.Time)
+		if _, err := client.CoordinationV1().Leases("ns").Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		r.round("b's Lease marked draining by hand")
+	}
+	for range 4 {
+		r.round("the hand stopped")
+	}
+	if w := r.ms["b"].Claims().Working; w != before {
+		t.Errorf("b works %v after the hand stopped, want %v as before", w, before)
+	}
+	r.settle(4, "the hand stopped", "a", "b", "c")
 }
