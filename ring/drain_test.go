@@ -267,3 +267,30 @@ func TestADrainingMarkWrittenByHandOnALiveLeaseSplitsNoSlot(t *testing.T) {
 	}
 	r.settle(4, "the hand stopped", "a", "b", "c")
 }
+
+// A drainer fenced (its renewals fail past its deadline) whose renewals
+// then recover, and which is asked to drain a second time (a second
+// SIGTERM): it claims nothing again (it has no share), the others work
+// every slot, and it counts as drained at once.
+func TestADrainerFencedThenRenewingAgainClaimsNothing(t *testing.T) {
+	r := newDrainRing(t, "a", "b", "c")
+	r.settle(30, "a, b and c join", "a", "b", "c")
+	r.ms["a"].Drain()
+	r.round("a drains")
+	r.failing["a"] = true
+	for range 15 {
+		r.round("a drains, its renewals failing")
+	}
+	r.failing["a"] = false
+	r.ms["a"].Drain()
+	for range 5 {
+		r.round("a drains, renewing again")
+		if c := r.ms["a"].Claims(); !c.Claimed().Empty() {
+			t.Fatalf("a, draining, claims %v once its renewals recover: %s", c.Claimed(), r.claims())
+		}
+	}
+	if !r.ms["a"].Drained() {
+		t.Errorf("a not drained 5 renew periods after its renewals recovered: %s", r.claims())
+	}
+	r.settle(4, "after a fenced", "b", "c")
+}
