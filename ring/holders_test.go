@@ -260,3 +260,103 @@ func TestAHoldsAnnotationWrittenByHandStallsNoSlotForLong(t *testing.T) {
 	took := r.settle(10, "the hand's annotation gone", "a", "b")
 	t.Logf("a and b work every slot %d renew periods after the hand stopped", took)
 }
+
+// o withdrew slot s (a copy of its Lease claimed every slot) and holds a
+// deletion of it that always fails (its reconciler errs). Once the copy
+// runs out o claims s in custody, into Releasing; the deletion fails on:
+// o lets s go once it is overdue (HandoffTimeout), and n, whose share s
+// is, works it; o neither keeps s claimed for ever nor claims it again.
+func TestAHolderWhoseDeletionAlwaysFailsLetsTheSlotGo(t *testing.T) {
+	client := versionedClient()
+	now := epoch
+	clock := func() time.Time { return now }
+	s := -1
+	for i := range shard.Slots {
+		if owner(shard.Assign([]string{"n", "o"}), i) == "n" {
+			s = i
+			break
+		}
+	}
+	holding, failing := false, false
+	join := func(id string, held func() shard.SlotSet, busy func() (_, _ shard.SlotSet)) *Member {
+		var m *Member
+		m, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: id,
+			LeaseDuration: 10 * time.Second, RenewPeriod: time.Second, Now: clock,
+			OnClaims: func(Claims) {}, Busy: busy, Held: held,
+			Covers: func() Cover {
+				c := m.Claims()
+				return Cover{Slots: c.Watched().Minus(c.Lingering), Since: 50, Synced: 200}
+			},
+			Swept: func() Sweeps {
+				w := Sweeps{Slots: m.Claims().Sweep}
+				for _, i := range w.Slots.List() {
+					w.At[i] = 100
+				}
+				return w
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	ctx := context.Background()
+	tick := func(m *Member) {
+		now = now.Add(100 * time.Millisecond)
+		renewErr := renewed(m, ctx)
+		m.lookOK = m.look(ctx) == nil
+		if m.lookOK {
+			m.looks++
+		}
+		m.confirmed = renewErr == nil && m.lookOK && m.ownSeen
+		m.update(klog.Background())
+	}
+	var o *Member
+	o = join("o", func() shard.SlotSet {
+		if holding {
+			return shard.SlotsOf(s)
+		}
+		return shard.SlotSet{}
+	}, func() (busy, fail shard.SlotSet) {
+		if failing && o.Claims().Releasing.Has(s) {
+			fail = shard.SlotsOf(s)
+		}
+		return
+	})
+	for range 105 {
+		tick(o)
+	}
+	l, err := client.CoordinationV1().Leases("ns").Get(ctx, "r.o", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.ObjectMeta = metav1.ObjectMeta{Name: "r.o-copy", Namespace: "ns", Labels: l.Labels, Annotations: l.Annotations}
+	if _, err := client.CoordinationV1().Leases("ns").Create(ctx, l, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tick(o)
+	holding = true
+	n := join("n", func() shard.SlotSet { return shard.SlotSet{} }, func() (_, _ shard.SlotSet) { return })
+	claimed := false
+	for i := 0; ; i++ {
+		tick(n)
+		tick(o)
+		oc, nc := o.Claims(), n.Claims()
+		if oc.Releasing.Has(s) {
+			holding, failing, claimed = false, true, true
+		}
+		if claimed && nc.Working.Has(s) {
+			t.Logf("n works slot %d %.1f s after the copy", s, float64(i)*0.2)
+			break
+		}
+		if i == 1000 { // 200 s: the copy's lease, a HandoffTimeout, and slack
+			t.Fatalf("slot %d not worked by n 200 s after the copy (o claimed it: %v): o %+v; n %+v", s, claimed, oc, nc)
+		}
+	}
+	for range 100 {
+		tick(n)
+		tick(o)
+		if oc := o.Claims(); oc.Claimed().Has(s) {
+			t.Fatalf("o claims slot %d again after letting it go to n: %+v", s, oc)
+		}
+	}
+}
