@@ -13,6 +13,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 
+	"rawwatch/openfinding"
 	"rawwatch/shard"
 )
 
@@ -28,10 +29,13 @@ type drainRing struct {
 	failing map[string]bool // its Lease's writes fail
 	// requests counts each member's requests on Leases.
 	requests map[string]int
+	// held: the slots whose deletions each member's gate holds, until it
+	// claims them (Working or Releasing: the gate hands them on).
+	held map[string]shard.SlotSet
 }
 
 func newDrainRing(t *testing.T, ids ...string) *drainRing {
-	r := &drainRing{t: t, now: epoch, ms: map[string]*Member{}, dead: map[string]bool{}, failing: map[string]bool{}, requests: map[string]int{}}
+	r := &drainRing{t: t, now: epoch, ms: map[string]*Member{}, dead: map[string]bool{}, failing: map[string]bool{}, requests: map[string]int{}, held: map[string]shard.SlotSet{}}
 	client := versionedClient()
 	client.PrependReactor("*", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
 		name := ""
@@ -51,6 +55,11 @@ func newDrainRing(t *testing.T, ids ...string) *drainRing {
 		m, err := New(Config{Client: c, Namespace: "ns", Ring: "r", Identity: id,
 			LeaseDuration: 10 * time.Second, RenewPeriod: time.Second, Now: func() time.Time { return r.now },
 			OnClaims: func(Claims) {}, Busy: func() (_, _ shard.SlotSet) { return },
+			Held: func() shard.SlotSet {
+				c := m.Claims()
+				r.held[id] = r.held[id].Minus(c.Working.Union(c.Releasing))
+				return r.held[id]
+			},
 			Covers: func() Cover {
 				cl := m.Claims()
 				return Cover{Slots: cl.Watched().Minus(cl.Lingering), Since: 50, Synced: 200}
@@ -293,4 +302,34 @@ func TestADrainerFencedThenRenewingAgainClaimsNothing(t *testing.T) {
 		t.Errorf("a not drained 5 renew periods after its renewals recovered: %s", r.claims())
 	}
 	r.settle(4, "after a fenced", "b", "c")
+}
+
+// a drains; slot s goes from a to c. h (not s's owner) holds a deletion of
+// s, heard while it watched s, which counts only once a no longer works s:
+// at a's let-go. From then on h's Lease names s held, so c leaves s to h,
+// though a gave it to c by name; and h cannot claim s, given to c. Neither
+// may the drain wait for a given slot's HandoffTimeout: it must end within
+// drainBound renew periods, and s be worked by c.
+func TestADrainWhoseSlotAnotherMemberHoldsEndsInTime(t *testing.T) {
+	openfinding.Skip(t)
+	r := newDrainRing(t, "a", "c", "h")
+	r.settle(30, "a, c and h join", "a", "c", "h")
+	s := -1
+	for i := range shard.Slots {
+		if r.ms["a"].Claims().Working.Has(i) && owner(shard.Assign([]string{"c", "h"}), i) == "c" {
+			s = i
+			break
+		}
+	}
+	r.order = []string{"a", "h", "c"} // h renews before c lists
+	r.held["h"] = shard.SlotsOf(s)
+	r.ms["a"].Drain()
+	for i := 1; !r.ms["a"].Drained(); i++ {
+		r.round("a drains, h holding a deletion of its slot")
+		if i == drainBound {
+			c, h := r.ms["c"].Claims(), r.ms["h"].Claims()
+			t.Fatalf("a not drained after %d renew periods: slot %d given %v by a, c pending %v custody %v working %v, h holding %v claimed %v: %s",
+				i, s, r.ms["a"].Claims().Given.Has(s), c.Pending.Has(s), c.Custody.Has(s), c.Working.Has(s), h.Holding.Has(s), h.Claimed().Has(s), r.claims())
+		}
+	}
 }
