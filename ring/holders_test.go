@@ -360,3 +360,39 @@ func TestAHolderWhoseDeletionAlwaysFailsLetsTheSlotGo(t *testing.T) {
 		}
 	}
 }
+
+// Two members, a and b, hold deletions of slot s, neither its owner; s's
+// worker c dies, and so does a, the first holder by identity, just after.
+// b must claim s once a's lease runs out (handling what it held) before
+// o, s's owner, works it; and o works it within a few leases.
+func TestTheSecondHolderTakesTheSlotWhenTheFirstDies(t *testing.T) {
+	r := newDrainRing(t, "a", "b", "c", "o")
+	r.settle(30, "a, b, c and o join", "a", "b", "c", "o")
+	s := -1
+	for i := range shard.Slots {
+		if r.ms["c"].Claims().Working.Has(i) && owner(shard.Assign([]string{"b", "o"}), i) == "o" && owner(shard.Assign([]string{"a", "b", "o"}), i) == "o" {
+			s = i
+			break
+		}
+	}
+	if s < 0 {
+		t.Fatal("no slot of c's goes to o")
+	}
+	r.held["a"], r.held["b"] = shard.SlotsOf(s), shard.SlotsOf(s)
+	r.dead["c"] = true
+	r.round("c dead")
+	r.dead["a"] = true
+	for i := 1; ; i++ {
+		r.round("c and a dead")
+		if r.ms["o"].Claims().Working.Has(s) {
+			if !r.held["b"].Empty() {
+				t.Fatalf("o works slot %d after %d renew periods while b still holds deletions of it: %s", s, i, r.claims())
+			}
+			t.Logf("o works slot %d %d renew periods after c died", s, i+1)
+			return
+		}
+		if i == 40 {
+			t.Fatalf("o does not work slot %d 40 renew periods after c and a died: %s", s, r.claims())
+		}
+	}
+}
