@@ -8,10 +8,12 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 
+	"rawwatch/openfinding"
 	"rawwatch/shard"
 )
 
@@ -27,10 +29,13 @@ type drainRing struct {
 	failing map[string]bool // its Lease's writes fail
 	// requests counts each member's requests on Leases.
 	requests map[string]int
+	// held: the slots whose deletions each member's gate holds, until it
+	// claims them (Working or Releasing: the gate hands them on).
+	held map[string]shard.SlotSet
 }
 
 func newDrainRing(t *testing.T, ids ...string) *drainRing {
-	r := &drainRing{t: t, now: epoch, ms: map[string]*Member{}, dead: map[string]bool{}, failing: map[string]bool{}, requests: map[string]int{}}
+	r := &drainRing{t: t, now: epoch, ms: map[string]*Member{}, dead: map[string]bool{}, failing: map[string]bool{}, requests: map[string]int{}, held: map[string]shard.SlotSet{}}
 	client := versionedClient()
 	client.PrependReactor("*", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
 		name := ""
@@ -45,7 +50,11 @@ func newDrainRing(t *testing.T, ids ...string) *drainRing {
 		return false, nil, nil
 	})
 	for _, id := range ids {
-		r.ms[id] = coveringMember(t, client, id, func() time.Time { return r.now }, nil)
+		r.ms[id] = coveringMember(t, client, id, func() time.Time { return r.now }, func() shard.SlotSet {
+			c := r.ms[id].Claims()
+			r.held[id] = r.held[id].Minus(c.Working.Union(c.Releasing))
+			return r.held[id]
+		})
 		r.order = append(r.order, id)
 	}
 	return r
@@ -213,4 +222,94 @@ func TestADrainerWhoseRenewalsFailFences(t *testing.T) {
 		t.Errorf("a still claims %v 30 s after its renewals began to fail", c.Claimed())
 	}
 	r.settle(4, "after a fenced", "b", "c")
+}
+
+// A draining mark written by hand on a live member's Lease (its value
+// bound to the Lease's renewTime, as the member would write it), again
+// after each of its renewals for a while: the others divide the slots
+// without it, but it still works them, so nobody takes one; its renewals
+// write the mark away, and the ring is as before within a few renew
+// periods. No slot is admitted by two members at any step.
+func TestADrainingMarkWrittenByHandOnALiveLeaseSplitsNoSlot(t *testing.T) {
+	r := newDrainRing(t, "a", "b", "c")
+	r.settle(30, "a, b and c join", "a", "b", "c")
+	r.order = []string{"a", "c", "b"} // a and c list after the hand wrote, before b renews
+	before := r.ms["b"].Claims().Working
+	ctx := context.Background()
+	client := r.ms["b"].cfg.Client
+	for range 8 {
+		l, err := client.CoordinationV1().Leases("ns").Get(ctx, "r.b", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Annotations[AnnotationDraining] = mark(l.Spec.RenewTime.Time)
+		if _, err := client.CoordinationV1().Leases("ns").Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		r.round("b's Lease marked draining by hand")
+	}
+	for range 4 {
+		r.round("the hand stopped")
+	}
+	if w := r.ms["b"].Claims().Working; w != before {
+		t.Errorf("b works %v after the hand stopped, want %v as before", w, before)
+	}
+	r.settle(4, "the hand stopped", "a", "b", "c")
+}
+
+// A drainer fenced (its renewals fail past its deadline) whose renewals
+// then recover, and which is asked to drain a second time (a second
+// SIGTERM): it claims nothing again (it has no share), the others work
+// every slot, and it counts as drained at once.
+func TestADrainerFencedThenRenewingAgainClaimsNothing(t *testing.T) {
+	r := newDrainRing(t, "a", "b", "c")
+	r.settle(30, "a, b and c join", "a", "b", "c")
+	r.ms["a"].Drain()
+	r.round("a drains")
+	r.failing["a"] = true
+	for range 15 {
+		r.round("a drains, its renewals failing")
+	}
+	r.failing["a"] = false
+	r.ms["a"].Drain()
+	for range 5 {
+		r.round("a drains, renewing again")
+		if c := r.ms["a"].Claims(); !c.Claimed().Empty() {
+			t.Fatalf("a, draining, claims %v once its renewals recover: %s", c.Claimed(), r.claims())
+		}
+	}
+	if !r.ms["a"].Drained() {
+		t.Errorf("a not drained 5 renew periods after its renewals recovered: %s", r.claims())
+	}
+	r.settle(4, "after a fenced", "b", "c")
+}
+
+// a drains; slot s goes from a to c. h (not s's owner) holds a deletion of
+// s, heard while it watched s, which counts only once a no longer works s:
+// at a's let-go. From then on h's Lease names s held, so c leaves s to h,
+// though a gave it to c by name; and h cannot claim s, given to c. Neither
+// may the drain wait for a given slot's HandoffTimeout: it must end within
+// drainBound renew periods, and s be worked by c.
+func TestADrainWhoseSlotAnotherMemberHoldsEndsInTime(t *testing.T) {
+	openfinding.Skip(t)
+	r := newDrainRing(t, "a", "c", "h")
+	r.settle(30, "a, c and h join", "a", "c", "h")
+	s := -1
+	for i := range shard.Slots {
+		if r.ms["a"].Claims().Working.Has(i) && owner(shard.Assign([]string{"c", "h"}), i) == "c" {
+			s = i
+			break
+		}
+	}
+	r.order = []string{"a", "h", "c"} // h renews before c lists
+	r.held["h"] = shard.SlotsOf(s)
+	r.ms["a"].Drain()
+	for i := 1; !r.ms["a"].Drained(); i++ {
+		r.round("a drains, h holding a deletion of its slot")
+		if i == drainBound {
+			c, h := r.ms["c"].Claims(), r.ms["h"].Claims()
+			t.Fatalf("a not drained after %d renew periods: slot %d given %v by a, c pending %v custody %v working %v, h holding %v claimed %v: %s",
+				i, s, r.ms["a"].Claims().Given.Has(s), c.Pending.Has(s), c.Custody.Has(s), c.Working.Has(s), h.Holding.Has(s), h.Claimed().Has(s), r.claims())
+		}
+	}
 }
