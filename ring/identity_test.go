@@ -105,6 +105,7 @@ func TestALeaseOfAnotherSchemeSharesNoSlot(t *testing.T) {
 	a, b, c := ms[0], ms[1], ms[2]
 	leases := s.admin.CoordinationV1().Leases(s.ns)
 	holder, secs := "z", int32(5)
+	acquired := metav1.NewMicroTime(s.clock()) // every version writes one; without it no record renews
 	other := &metav1.ObjectMeta{Name: "r.z", Labels: map[string]string{Label: "r"},
 		Annotations: map[string]string{AnnotationScheme: "other/512/ring", AnnotationSlots: "0-255"}}
 	renewOther := func() {
@@ -112,7 +113,7 @@ func TestALeaseOfAnotherSchemeSharesNoSlot(t *testing.T) {
 		l, err := leases.Get(s.ctx, other.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			l = &coordinationv1.Lease{ObjectMeta: *other.DeepCopy()}
-			l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &holder, &secs, &now
+			l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.AcquireTime, l.Spec.RenewTime = &holder, &secs, &acquired, &now
 			_, err = leases.Create(s.ctx, l, metav1.CreateOptions{})
 		} else if err == nil {
 			l.Spec.RenewTime = &now
