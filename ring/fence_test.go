@@ -71,6 +71,19 @@ func coveringMember(t *testing.T, client *fake.Clientset, id string, clock func(
 	return m
 }
 
+// stepMember moves *now on 100 ms and runs one round of m by hand: its
+// renewal, its list, and what it makes of them.
+func stepMember(ctx context.Context, m *Member, now *time.Time) {
+	*now = now.Add(100 * time.Millisecond)
+	renewErr := renewed(m, ctx)
+	m.lookOK = m.look(ctx) == nil
+	if m.lookOK {
+		m.looks++
+	}
+	m.confirmed = renewErr == nil && m.lookOK && m.ownSeen
+	m.update(klog.Background())
+}
+
 // pair is two members of a ring on a fresh fake client, of the clocked
 // tests' lease and renew period, both on the clock *now.
 func pair(t *testing.T, now *time.Time, id1, id2 string) (client *fake.Clientset, m1, m2 *Member) {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2"
 
 	"rawwatch/shard"
 )
@@ -48,16 +47,7 @@ func withdrawnSlotHandedOver(t *testing.T, heard bool) {
 		return coveringMember(t, client, id, clock, held)
 	}
 	ctx := context.Background()
-	tick := func(m *Member) {
-		now = now.Add(100 * time.Millisecond)
-		renewErr := renewed(m, ctx)
-		m.lookOK = m.look(ctx) == nil
-		if m.lookOK {
-			m.looks++
-		}
-		m.confirmed = renewErr == nil && m.lookOK && m.ownSeen
-		m.update(klog.Background())
-	}
+	tick := func(m *Member) { stepMember(ctx, m, &now) }
 	o := join("o", func() shard.SlotSet {
 		if holding {
 			return shard.SlotsOf(s)

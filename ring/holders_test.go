@@ -6,7 +6,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2"
 
 	"rawwatch/openfinding"
 	"rawwatch/shard"
@@ -37,43 +36,15 @@ func TestAHolderKeepsItsDeletionsWhenAnotherHolderClaimsTheSlot(t *testing.T) {
 	}
 	oHolds, aHolds := false, false // D at o, E at a
 	join := func(id string, held *bool) *Member {
-		var m *Member
-		m, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: id,
-			LeaseDuration: 10 * time.Second, RenewPeriod: time.Second, Now: clock,
-			OnClaims: func(Claims) {}, Busy: func() (_, _ shard.SlotSet) { return },
-			Held: func() shard.SlotSet {
-				if *held {
-					return shard.SlotsOf(s)
-				}
-				return shard.SlotSet{}
-			},
-			Covers: func() Cover {
-				c := m.Claims()
-				return Cover{Slots: c.Watched().Minus(c.Lingering), Since: 50, Synced: 200}
-			},
-			Swept: func() Sweeps {
-				w := Sweeps{Slots: m.Claims().Sweep}
-				for _, i := range w.Slots.List() {
-					w.At[i] = 100
-				}
-				return w
-			}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
+		return coveringMember(t, client, id, clock, func() shard.SlotSet {
+			if *held {
+				return shard.SlotsOf(s)
+			}
+			return shard.SlotSet{}
+		})
 	}
 	ctx := context.Background()
-	tick := func(m *Member) {
-		now = now.Add(100 * time.Millisecond)
-		renewErr := renewed(m, ctx)
-		m.lookOK = m.look(ctx) == nil
-		if m.lookOK {
-			m.looks++
-		}
-		m.confirmed = renewErr == nil && m.lookOK && m.ownSeen
-		m.update(klog.Background())
-	}
+	tick := func(m *Member) { stepMember(ctx, m, &now) }
 	var never bool
 	o := join("o", &oHolds)
 	for range 105 {
@@ -177,16 +148,7 @@ func TestAHolderWhoseWatchRelistsKeepsItsSlot(t *testing.T) {
 		return m
 	}
 	ctx := context.Background()
-	tick := func(m *Member) {
-		now = now.Add(100 * time.Millisecond)
-		renewErr := renewed(m, ctx)
-		m.lookOK = m.look(ctx) == nil
-		if m.lookOK {
-			m.looks++
-		}
-		m.confirmed = renewErr == nil && m.lookOK && m.ownSeen
-		m.update(klog.Background())
-	}
+	tick := func(m *Member) { stepMember(ctx, m, &now) }
 	o := join("o", func() shard.SlotSet {
 		if holding {
 			return shard.SlotsOf(s)
@@ -279,37 +241,12 @@ func TestAHolderWhoseDeletionAlwaysFailsLetsTheSlotGo(t *testing.T) {
 	}
 	holding, failing := false, false
 	join := func(id string, held func() shard.SlotSet, busy func() (_, _ shard.SlotSet)) *Member {
-		var m *Member
-		m, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: id,
-			LeaseDuration: 10 * time.Second, RenewPeriod: time.Second, Now: clock,
-			OnClaims: func(Claims) {}, Busy: busy, Held: held,
-			Covers: func() Cover {
-				c := m.Claims()
-				return Cover{Slots: c.Watched().Minus(c.Lingering), Since: 50, Synced: 200}
-			},
-			Swept: func() Sweeps {
-				w := Sweeps{Slots: m.Claims().Sweep}
-				for _, i := range w.Slots.List() {
-					w.At[i] = 100
-				}
-				return w
-			}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := coveringMember(t, client, id, clock, held)
+		m.cfg.Busy = busy
 		return m
 	}
 	ctx := context.Background()
-	tick := func(m *Member) {
-		now = now.Add(100 * time.Millisecond)
-		renewErr := renewed(m, ctx)
-		m.lookOK = m.look(ctx) == nil
-		if m.lookOK {
-			m.looks++
-		}
-		m.confirmed = renewErr == nil && m.lookOK && m.ownSeen
-		m.update(klog.Background())
-	}
+	tick := func(m *Member) { stepMember(ctx, m, &now) }
 	var o *Member
 	o = join("o", func() shard.SlotSet {
 		if holding {
