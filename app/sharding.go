@@ -501,26 +501,14 @@ func (a *App) sweep(ctx context.Context, renew, lease time.Duration) {
 }
 
 // drain is the first half of a clean leave, before the ring's Lease is
-// deleted. Run's workers have stopped (the reconciles in flight finished);
-// the watcher still runs, the ring still renews and hands the slots over
-// (ring.Member.Drain: each slot stays claimed, Releasing, until its new
-// owner covers it, it was swept, and the new owner confirmed it), and the
-// gate still lets the deletions of claimed slots in. Until handoff ends
-// (two renew periods before ctx, DrainTimeout after Run's context), or the
-// ring has handed every slot over:
-//
-//  1. every deletion heard of and not handled (queued, or failed and
-//     waiting for a retry) is handed to Deleted, and those the watcher
-//     and the handoff's sweeps bring meanwhile;
-//  2. then the watcher stops, and a sweep of the slots still claimed
-//     (none, unless the handoff ran out of time: sharding.Watcher.Sweep)
-//     finds the deletions its watch had not brought yet: handled the
-//     same way, until ctx ends.
-//
-// What is left when ctx ends is lost (a log line says how much); so are,
-// if the handoff ran out of time, the deletions made after the last sweep
-// and before the slots' next owner lists them (docs/sharding.md, "A clean
-// leave").
+// deleted: the workers have stopped; the watcher, the ring's handoff
+// (ring.Member.Drain) and the gate still run. Until handoff ends (two renew
+// periods before ctx) or the ring has handed every slot over, every
+// deletion heard of and not handled is handed to Deleted; then the watcher
+// stops and a sweep of the slots still claimed (none, unless the handoff
+// ran out of time) finds what its watch had not brought, until ctx ends.
+// What is left then is lost, with a log line (docs/sharding.md, "What
+// cannot be promised").
 func (a *App) drain(ctx, handoff context.Context, stopWatcher func(), watcherDone <-chan struct{}) {
 	log := klog.FromContext(ctx).WithName("sharding")
 	start := time.Now()

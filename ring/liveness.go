@@ -182,31 +182,16 @@ func Admits(c Claims, until, now time.Time, slot int, deletion bool) bool {
 }
 
 // sight records one list of the ring's Leases, made at now on the
-// observer's clock: listed holds the others' Leases as read, by name
-// (Member.read; at, hidden, renewals and the ledger are set here). seen is
+// observer's clock: listed holds the others' Leases as read, by name; seen
 // what the observer knew, past what it keeps of the Leases it forgot;
 // prev, when its last list before this one succeeded (zero: none); own,
-// the observer's lease duration.
-//
-// A Lease renews when its holder writes a fresh record (ledger.fresh): a
-// write by anyone else, a label, is no renewal, nor is a saved copy
-// re-applied. It is judged by the lease duration its holder wrote with the
-// renewal (a duration written alone, by hand or by a copy, counts from the
-// holder's next renewal), never by less than own, nor than it was judged
-// by before. A move of any kind read by a list whose previous list found
-// the Lease current may hide a renewal (a copy re-applied over one this
-// observer never read): the Lease is then current a lease duration from
-// this list too (hidden), but such moves never make it current longer than
-// one lease duration past that window.
-//
-// It says whether the list may have missed a Lease (unseen): the
-// observer's first list, or one after a blind stretch. A Lease created and
-// deleted by hand before it, never read, may have an owner that works on
-// until its fence, less than a lease duration from this list: for that
-// long the observer claims no free slot (Member.unseenUntil).
-//
-// blindFor is how long since the observer's last successful list, on its
-// fence's clock (which counts a suspend, where now and prev do not).
+// the observer's lease duration; blindFor, how long since its last
+// successful list on the fence's clock. A Lease renews only by a fresh
+// record of its holder; a move that may hide one keeps it current a lease
+// duration from this list (docs/sharding.md, "Membership", gives the rules
+// and the tests that hold them). unseen: this list may have missed a Lease
+// (the first, or one after a blind stretch), so the observer claims no
+// free slot for a lease duration (Member.unseenUntil).
 func sight(seen, listed map[string]observed, past map[string]forgotten, now, prev time.Time, blindFor, own time.Duration) (unseen bool) {
 	// Back after a lease duration or more without a list (paused, or its
 	// lists failing): a Lease gone may have come back and gone again
