@@ -8,96 +8,17 @@ import (
 
 // # The handoff
 //
-// Membership says which slots each member should own (its target,
-// shard.Assign of the live members); it does not say when a member may start
-// reconciling them. When the members change, the old owner of a slot may
-// still be reconciling one of its keys, or may not have heard of the change
-// yet. A member therefore reconciles a slot only while it claims it on its
-// Lease (annotation AnnotationSlots), and claims it in two steps:
-//
-//	    target (or given to it), its cache covers it, no live Lease claims it
-//	  (free) ───────────────────────────────────────▶ Pending ── a renewal wrote the claim, and the
-//	    ▲                                                │        list after it shows no other live
-//	    │ no longer target, or another live               │        member claiming the slot
-//	    │ member claims it too (withdraw)                 ▼
-//	    └──────────────────────────────────────────── Working ◀─┐ target again
-//	    ▲                                                │       │
-//	    │ no reconcile or deletion of its keys           │ no longer target:
-//	    │ in flight (sampled after Working lost it),     ▼ new reconciles stop
-//	    │ swept after the new owner covered it, and the
-//	    │ new owner's cache holds what the sweep listed
-//	    └─────────────────────────────────────────── Releasing ─┘
-//
-// (A slot given to it that is no longer its target goes from Pending,
-// confirmed, straight to Releasing: see Custody.)
-//
-// A claim is written, then the others' Leases are read: of two members that
-// claim one slot at the same time, the one that reads second sees the
-// other's claim (etcd orders the writes and reads), so at most one of them
-// confirms it; one that sees a conflict withdraws, and one already Working
-// keeps the slot (the newcomer read after the Working member's claim was
-// written, so it sees the claim and withdraws). A slot leaves the old
-// owner's claims only once nothing of it is in flight, so the new owner's
-// first reconcile of a key starts after the old owner's last one ended.
-//
-// # Deletions across a handoff
-//
-// Updates cannot be lost in a handoff: the new owner reconciles every key of
-// a slot it takes over, from its own fresh list. A deletion can: the new
-// owner never hears of an object deleted before it listed the slot, and the
-// old owner's watch may be behind (by a backoff, under faults) when it lets
-// the slot go. So a slot leaves Releasing only after three more things:
-//
-//  1. the new owner (the member the slot goes to, by this member's view)
-//     covers it: its watcher has listed the slot and watches it
-//     (it publishes the slots it covers on its Lease, AnnotationCovers), so
-//     it hears of every deletion from its list on, and keeps those of a slot
-//     it does not work yet until it does;
-//  2. the old owner has swept it since (Claims.Sweep asks for it, View.Swept
-//     says it is done): a LIST of the slot made after the new owner's list,
-//     against which every stored object missing is handled as a deletion;
-//  3. the new owner's cache holds every object that sweep listed (View.Handed):
-//     its watch, unbroken since a list made at or before the sweep's, has
-//     reached the newest resourceVersion among them (it publishes both
-//     positions, AnnotationCoversSince and AnnotationSyncedTo).
-//
-// Every deletion is then at or before the sweep's list (the old owner
-// handles it), or of an object the new owner holds or hears created (it
-// does). Without the third, a new owner whose watch was down while an
-// object was created, and that relisted after the object was deleted,
-// would never have heard of an object the old owner reconciled: its relist
-// gap. A new owner that relists after the sweep makes the sweep stale
-// (View.Stale): it is asked for again. One that never says it covers
-// the slot (an older version, or one whose watcher cannot list) holds the
-// handoff up for at most Config.HandoffTimeout (View.Overdue): then the slot
-// is swept and let go anyway, and a log line says what may be lost.
-//
-// # Custody
-//
-// Between the old owner's let-go and the new owner's claim, the new owner
-// alone holds the slot's deletions. If its view of the ring changes again
-// in that window and the slot leaves its target, it must not drop them. So
-// the old owner names the new owner (Claims.Given, on its Lease) until the
-// new owner has confirmed the slot, and nobody else claims it meanwhile; the
-// named member claims it whatever its target (Claims.Custody: into Releasing
-// if the slot moved on, then hands it on as usual). And a member keeps
-// watching a slot it stopped covering for itself (Claims.Lingering) until
-// every live member claiming it has renewed twice since its Lease withdrew
-// the cover: none can give it the slot on the word of that cover any more.
-//
-// A member that heard of deletions of a slot it does not claim (it withdrew
-// it, was fenced, or waits for it) holds them, and owes a slot it withdrew
-// whether it heard of any or not (Claims.Holding): it keeps watching the
-// slot until it works it again or another live member works it, and, the
-// slot free, claims it as custody and hands it on. It names such slots on
-// its Lease (AnnotationHolds): a free slot held by others is left to the
-// first of them by identity that is not its owner, and a slot let go goes
-// to that holder before its owner.
-//
-// A member that cannot renew its Lease counts itself out a RenewPeriod
-// before the others can (Config.fenceAfter): it drops every claim and its
-// reconciles in flight are cancelled (Live false), while the others still
-// see its claims and wait. Then the others take its slots.
+// A member reconciles a slot only while it claims it on its Lease, and
+// claims it in two steps: written (Pending), then confirmed by a list that
+// shows no other live member claiming it (Working). A slot it no longer
+// targets goes to Releasing and is let go only once nothing of it is in
+// flight, the new owner covers it, a sweep made after the new owner's list
+// handled what the old owner's watch missed, and the new owner's cache
+// holds what that sweep listed: so no deletion falls between the two. The
+// old owner names the new one (Given) until it confirms; the named member
+// claims it whatever its target (Custody); a member holding deletions of a
+// slot it does not work keeps watching it and claims it first (Holding).
+// docs/sharding.md, "The handoff", draws the states and gives the tests.
 
 // Claims is where a member stands in the handoff: which slots it reconciles,
 // and which it claims on its Lease without reconciling them.

@@ -12,69 +12,14 @@ import (
 //
 // Claims.Step is sound for the views it is given; a split brain comes from a
 // wrong idea of who is live. So the rules that decide it are here, pure, on
-// the observer's own clock (Config.Now, whose readings carry the monotonic
-// clock), and the model (model_test.go) drives them through pauses, Leases
-// deleted by hand, requests that hang, skewed clocks, members of different
-// lease durations, writes by others and clean leaves:
-//
-//   - sight: another member is live while it was seen to renew within the
-//     lease duration its holder wrote with it, on the observer's clock
-//     (client-go's leader election judges a Lease so), or within the
-//     observer's own if longer, never more than leaseBelief times its own.
-//     A renewal is a fresh record: a renewTime above the highest kept of
-//     its acquisition (the acquireTime a process writes when it creates,
-//     adopts or takes back its Lease), or of an acquisition never read
-//     (ledger), in the acquisition bound or in that of the record read
-//     before it (the first record of a new acquisition renews nothing).
-//     A new acquisition is bound (its claims believed, a mark bound to
-//     it) only once the bound one's owner can no longer work. A write by
-//     anyone else (a label, an acquireTime cleared) is no renewal, nor is a
-//     saved copy re-applied, cycled or re-created after a collection (a
-//     forgotten Lease's ledger is kept). But any move read while the Lease
-//     was current may hide a renewal the copy overwrote (hides): it keeps
-//     the Lease current a lease duration from that list, claiming every
-//     slot, none confirmed, until its next renewal is read (a claim of a
-//     slot only such a Lease claims stays Pending: handoff.go). A duration
-//     written by hand counts only with a renewal, and never shortens. A
-//     Lease seen for the first time counts as just renewed: no renewTime,
-//     written by another machine's clock, is ever compared with ours (a
-//     joiner whose clock runs ahead would take a live member's slots). A Lease that vanishes counts as live for its lease
-//     duration from the list that first found it gone (or from the first
-//     list after a blind stretch of the observer's own lease duration),
-//     claiming every slot, unless it was last seen marked leaving
-//     (AnnotationLeaving): deleted by hand, its owner does not know, goes
-//     on working until its own fence, and may have renewed just before the
-//     delete in a write this observer never read. A Lease marked leaving by
-//     its holder is not live: its owner admits nothing any more (a mark of
-//     another value than its renewTime counts for nothing, nor does one on
-//     a live member's record, on copies of an old life and leave set over
-//     a live member, or at first sight: that Lease claims every slot for
-//     its lease duration). Nor is one of another
-//     scheme (AnnotationScheme), which counts as claiming every slot while
-//     it lives.
-//   - unseen: a Lease the observer never read (deleted by hand before its
-//     first list, or while it was blind) may have an owner that works on
-//     until its fence. So for the longest lease duration it has read on the
-//     ring (its own included) after its first list, after a list that ends
-//     a blind stretch, and after its own first write of its Lease (so that a
-//     Lease claims a free slot only once it existed that long: an observer
-//     whose lists are less than its own lease duration apart has read it),
-//     a member claims no free slot, as if an unseen Lease claimed every one.
-//     Slots given to it (custody) it still claims: their old owner
-//     confirmed them on the same rules.
-//   - fenced: a member counts itself out fenceAfter (LeaseDuration −
-//     RenewPeriod) after it sent its last successful renewal, on its own
-//     clock; the others count from when they saw that renewal, by the
-//     duration it wrote (LeaseDuration rounded up). Run fences it on a timer
-//     of its own, whatever the loop is doing, and the loop fences it before
-//     it sends a renewal and before a renewal's success extends its lease
-//     (the rule fenceFirst): a member resumed from a pause must not renew
-//     the claims it lost.
-//   - Admits: the gate lets a reconcile in only in a Working slot, and only
-//     before the fence deadline, on the gate's own clock: a worker resumed
-//     from a pause starts nothing before the fence has run.
-//   - the fence's clock counts a system suspend (fenceClock): the larger of
-//     the monotonic and the wall clock's advance.
+// the observer's own clock, and the model (model_test.go) drives them
+// through pauses, hand edits, copies, hangs, skewed clocks and leaves:
+// sight (another member is live while a fresh record of its holder was read
+// within the lease duration it wrote), unseen (after a list that may have
+// missed a Lease, claim no free slot for a lease duration), fenced (a member
+// counts itself out a renew period before the others may) and Admits (the
+// gate's own clock). docs/sharding.md, "Membership", gives each rule, its
+// bound and the test that holds it.
 
 // The rules, as variables only so that the model's tests can break each on
 // purpose and see the model fail (model_test.go). Never changed elsewhere.
