@@ -123,27 +123,14 @@ func TestAHolderWhoseWatchRelistsKeepsItsSlot(t *testing.T) {
 	}
 	holding, relisting := false, false
 	join := func(id string, held func() shard.SlotSet) *Member {
-		var m *Member
-		m, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: id,
-			LeaseDuration: 10 * time.Second, RenewPeriod: time.Second, Now: clock,
-			OnClaims: func(Claims) {}, Busy: func() (_, _ shard.SlotSet) { return }, Held: held,
-			Covers: func() Cover {
-				c := m.Claims()
-				w := c.Watched().Minus(c.Lingering)
-				if id == "o" && relisting {
-					w = w.Minus(shard.SlotsOf(s))
-				}
-				return Cover{Slots: w, Since: 50, Synced: 200}
-			},
-			Swept: func() Sweeps {
-				w := Sweeps{Slots: m.Claims().Sweep}
-				for _, i := range w.Slots.List() {
-					w.At[i] = 100
-				}
-				return w
-			}})
-		if err != nil {
-			t.Fatal(err)
+		m := coveringMember(t, client, id, clock, held)
+		m.cfg.Covers = func() Cover { // o's cover of s lapses while it relists
+			c := m.Claims()
+			w := c.Watched().Minus(c.Lingering)
+			if id == "o" && relisting {
+				w = w.Minus(shard.SlotsOf(s))
+			}
+			return Cover{Slots: w, Since: 50, Synced: 200}
 		}
 		return m
 	}
