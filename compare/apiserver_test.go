@@ -9,13 +9,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"rawwatch/compare"
+	"rawwatch/internal/testkit"
 )
 
 // The sampler reads a real apiserver's own /metrics with the admin token: its
 // memory and CPU are non-zero, requests made in between are counted, and
 // Run keeps sampling.
 func TestAPIServerSamplerReadsARealAPIServer(t *testing.T) {
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cfg := cp.Config()

@@ -98,12 +98,30 @@ func loadRange(rows []BenchResult) string {
 	return fmt.Sprintf("%.1f to %.1f", slices.Min(all), slices.Max(all))
 }
 
-func runs(rows []BenchResult) int {
+// footer says how many runs the medians are of (the most values of metric
+// a row has) and the load average during them.
+func footer(rows []BenchResult, metric string) string {
 	n := 0
 	for _, r := range rows {
-		n = max(n, len(r.Metrics["events/s"]))
+		n = max(n, len(r.Metrics[metric]))
 	}
-	return n
+	return fmt.Sprintf("\nMedians of %d runs; load average %s during them.\n", n, loadRange(rows))
+}
+
+// table renders Benchmark<name>'s output as a table: header, a line per
+// row (line returns "" to leave one out), then the footer.
+func table(out []byte, name, header, metric string, line func(BenchResult) string) (string, error) {
+	rows, err := ParseBench(bytes.NewReader(out), name)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString(header)
+	for _, r := range rows {
+		b.WriteString(line(r))
+	}
+	b.WriteString(footer(rows, metric))
+	return b.String(), nil
 }
 
 // RenderDelivery renders BenchmarkDelivery's output as docs/benchmarks.md
@@ -162,7 +180,7 @@ func RenderDelivery(out []byte) (string, error) {
 		fmt.Fprintf(&b, "| %s | %.0f | %.2f | %.1f | %.2f | %s |\n", name, r.Median("events/s"), r.Median("cpu-µs/event"),
 			r.Median("allocs/event"), r.Median("events/s")/lines.Median("events/s"), times)
 	}
-	fmt.Fprintf(&b, "\nMedians of %d runs; load average %s during them.\n", runs(rows), loadRange(rows))
+	b.WriteString(footer(rows, "events/s"))
 	return b.String(), nil
 }
 
@@ -171,21 +189,14 @@ func RenderDelivery(out []byte) (string, error) {
 // the consumer read by its cbor-share; a case that asked for CBOR and read
 // anything else is in bold (a fallback to JSON).
 func RenderDeliveryWire(out []byte) (string, error) {
-	rows, err := ParseBench(bytes.NewReader(out), "DeliveryWire")
-	if err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	b.WriteString("| consumer/asked | read | events/s | CPU µs/event | wire B/event | allocs/event |\n|---|---|---:|---:|---:|---:|\n")
-	for _, r := range rows {
-		if len(r.Metrics["events/s"]) == 0 {
-			continue // skipped
-		}
-		fmt.Fprintf(&b, "| %s | %s | %.0f | %.2f | %.0f | %.1f |\n", r.Name, wireRead(r), r.Median("events/s"), r.Median("cpu-µs/event"),
-			r.Median("wire-B/event"), r.Median("allocs/event"))
-	}
-	fmt.Fprintf(&b, "\nMedians of %d runs; load average %s during them.\n", runs(rows), loadRange(rows))
-	return b.String(), nil
+	return table(out, "DeliveryWire", "| consumer/asked | read | events/s | CPU µs/event | wire B/event | allocs/event |\n|---|---|---:|---:|---:|---:|\n",
+		"events/s", func(r BenchResult) string {
+			if len(r.Metrics["events/s"]) == 0 {
+				return "" // skipped
+			}
+			return fmt.Sprintf("| %s | %s | %.0f | %.2f | %.0f | %.1f |\n", r.Name, wireRead(r), r.Median("events/s"), r.Median("cpu-µs/event"),
+				r.Median("wire-B/event"), r.Median("allocs/event"))
+		})
 }
 
 // wireRead is what a wire case read, by its cbor-share: in bold, and said
@@ -208,17 +219,7 @@ func wireRead(r BenchResult) string {
 // RenderDeliveryLatency renders BenchmarkDeliveryLatency's output: p50 and
 // p99 per consumer, medians over the runs.
 func RenderDeliveryLatency(out []byte) (string, error) {
-	rows, err := ParseBench(bytes.NewReader(out), "DeliveryLatency")
-	if err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	b.WriteString("| consumer | p50 µs | p99 µs |\n|---|---:|---:|\n")
-	n := 0
-	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %.0f | %.0f |\n", r.Name, r.Median("p50-µs"), r.Median("p99-µs"))
-		n = max(n, len(r.Metrics["p99-µs"]))
-	}
-	fmt.Fprintf(&b, "\nMedians of %d runs; load average %s during them.\n", n, loadRange(rows))
-	return b.String(), nil
+	return table(out, "DeliveryLatency", "| consumer | p50 µs | p99 µs |\n|---|---:|---:|\n", "p99-µs", func(r BenchResult) string {
+		return fmt.Sprintf("| %s | %.0f | %.0f |\n", r.Name, r.Median("p50-µs"), r.Median("p99-µs"))
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"rawwatch/compare"
+	"rawwatch/internal/testkit"
 	"rawwatch/reconcile/myresource"
 )
 
@@ -17,7 +18,7 @@ import (
 // write and Event write is counted in the controller's transport, Events
 // are off when the setting says so, and the report renders every run.
 func TestConvergeBothKinds(t *testing.T) {
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const objects = 200
@@ -99,7 +100,7 @@ func checkConvergeRuns(t *testing.T, r *compare.ConvergeReport, objects int) {
 // controller with managedFields stripped, and a controller-runtime manager
 // with its own Event recorder.
 func TestConvergeAnchors(t *testing.T) {
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const objects = 100

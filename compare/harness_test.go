@@ -12,20 +12,15 @@ import (
 	"rawwatch/codec"
 	"rawwatch/compare"
 	"rawwatch/internal/controlplane"
+	"rawwatch/internal/testkit"
 )
-
-var shared = &controlplane.Shared{}
 
 // dedicated starts an apiserver of its own on the shared etcd (restarting
 // it, the forced relist, disturbs no other test) with extra flags, writes a
 // kubeconfig for it, and builds cmd/compare, the consumers' binary.
-func dedicated(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane, name string, flags ...string) (a *controlplane.APIServer, kubeconfig, bin string) {
+func dedicated(t *testing.T, cp *controlplane.ControlPlane, name string, flags ...string) (a *controlplane.APIServer, kubeconfig, bin string) {
 	t.Helper()
-	a, err := cp.AddAPIServer(ctx, name, flags...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Stop)
+	a = testkit.APIServer(t, cp, name, flags...)
 	dir := t.TempDir()
 	kubeconfig = filepath.Join(dir, "kubeconfig")
 	if err := cp.WriteKubeconfig(kubeconfig, a); err != nil {
@@ -38,7 +33,7 @@ func dedicated(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane,
 	return a, kubeconfig, bin
 }
 
-func TestMain(m *testing.M) { shared.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // A short run of the whole harness against the local control plane: every
 // consumer converges and passes, the report is written, and a consumer
@@ -46,9 +41,9 @@ func TestMain(m *testing.M) { shared.Main(m) }
 // verdict comes from what the consumers really did. Two consumers are first
 // run alone, and what each cost the apiserver must be in the report.
 func TestHarnessShortRunWithABrokenConsumer(t *testing.T) {
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	ctx := context.Background()
-	a, kubeconfig, bin := dedicated(t, ctx, cp, "apiserver-compare")
+	a, kubeconfig, bin := dedicated(t, cp, "apiserver-compare")
 	dir := t.TempDir()
 	const broken = compare.KindRawWatchList
 	var progress strings.Builder
@@ -149,9 +144,9 @@ func TestHarnessShortRunWithABrokenConsumer(t *testing.T) {
 // CBOR and silently read JSON (its client-go without ClientsAllowCBOR, say,
 // or a watcher fallen back) fails here.
 func TestHarnessConsumersReadTheWireTheyAskFor(t *testing.T) {
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	ctx := context.Background()
-	_, kubeconfig, bin := dedicated(t, ctx, cp, "apiserver-compare-cbor", controlplane.CBORGate)
+	_, kubeconfig, bin := dedicated(t, cp, "apiserver-compare-cbor", controlplane.CBORGate)
 	out := filepath.Join(t.TempDir(), "out")
 	var progress strings.Builder
 	report, err := compare.Run(ctx, compare.Options{

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"rawwatch/compare"
+	"rawwatch/internal/testkit"
 )
 
 // A small relist storm against the real local control plane: 3 clients of
@@ -18,14 +19,14 @@ import (
 // apiserver really restarted (its request counter starts again from zero);
 // the samples cover the storm; the request counts are plausible.
 func TestSmallRelistStorm(t *testing.T) {
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	// A liveness bound, not a speed target: the run takes 1 to 2 minutes
 	// on an idle machine; with two busy loops and other tests beside it
 	// (make test, at load 14 to 17), one apiserver restart took 19.5 s and
 	// the run ran out of a 3-minute bound while its second kind restarted.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	a, kubeconfig, bin := dedicated(t, ctx, cp, "apiserver-storm")
+	a, kubeconfig, bin := dedicated(t, cp, "apiserver-storm")
 	dir := t.TempDir()
 	const clients, objects = 3, 300
 	kinds := []string{compare.KindRaw, compare.KindInformerList}

@@ -381,37 +381,31 @@ func (p *Proxy) OpenWatches() int {
 // Refuse closes the listening socket and every connection: until Accept,
 // clients get "connection refused", as from a dead server.
 func (p *Proxy) Refuse() {
+	if p.deafen(&p.refusing) {
+		p.count.refused.Add(1)
+	}
+}
+
+// deafen sets why (refusing, upstreamDown: a reason not to listen) and
+// stops listening, unless why is set already or the proxy is closed; it
+// tells whether it did. It closes the socket (the server may not have
+// started serving it yet, and a connection queued meanwhile would be
+// reset, not refused) and every connection.
+func (p *Proxy) deafen(why *bool) bool {
 	p.mu.Lock()
-	if p.refusing || p.closed {
+	if *why || p.closed {
 		p.mu.Unlock()
-		return
+		return false
 	}
-	p.refusing = true
-	p.count.refused.Add(1)
-	srv, ln := p.deafenLocked()
-	p.mu.Unlock()
-	stopServing(srv, ln)
-}
-
-// deafenLocked stops listening, if the proxy listens, and returns what
-// stopServing must close.
-func (p *Proxy) deafenLocked() (*http.Server, net.Listener) {
-	if !p.listening {
-		return nil, nil
-	}
+	*why = true
+	listening, srv, ln := p.listening, p.srv, p.ln
 	p.listening = false
-	return p.srv, p.ln
-}
-
-// stopServing closes the socket (the server may not have started serving
-// it yet, and a connection queued meanwhile would be reset, not refused)
-// and every connection.
-func stopServing(srv *http.Server, ln net.Listener) {
-	if srv == nil {
-		return
+	p.mu.Unlock()
+	if listening {
+		_ = ln.Close()
+		_ = srv.Close()
 	}
-	_ = ln.Close()
-	_ = srv.Close()
+	return true
 }
 
 // RefuseFor refuses connections for d, then accepts them again.
@@ -470,15 +464,9 @@ func (p *Proxy) upstreamError(_ http.ResponseWriter, r *http.Request, err error)
 // upstreamGone stops listening until the apiserver accepts a connection
 // again (tried every UpstreamProbe).
 func (p *Proxy) upstreamGone() {
-	p.mu.Lock()
-	if p.upstreamDown || p.closed {
-		p.mu.Unlock()
+	if !p.deafen(&p.upstreamDown) {
 		return
 	}
-	p.upstreamDown = true
-	srv, ln := p.deafenLocked()
-	p.mu.Unlock()
-	stopServing(srv, ln)
 	go func() {
 		for {
 			time.Sleep(UpstreamProbe)

@@ -16,12 +16,11 @@ import (
 
 	"rawwatch/faultproxy"
 	"rawwatch/internal/controlplane"
+	"rawwatch/internal/testkit"
 	"rawwatch/wire"
 )
 
-var shared = &controlplane.Shared{}
-
-func TestMain(m *testing.M) { shared.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // through asks the proxy p what the recording named file asked
 // kube-apiserver (its resourceVersion, if any, replaced by rv) and
@@ -162,7 +161,7 @@ func patchHello(cp *controlplane.ControlPlane, message string) error {
 // the WATCH established and silent, the LIST 504 after 3 s, the WatchList
 // an ERROR event after 3 s.
 func TestTooLargeRVAnswersAsKubeAPIServerDid(t *testing.T) {
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	p := proxyFor(t, cp)
 	p.TooLargeRV(true)
 	future := currentRV(t, cp) + 1000
@@ -175,7 +174,7 @@ func TestTooLargeRVAnswersAsKubeAPIServerDid(t *testing.T) {
 // Throttle answers a LIST and a WATCH as API Priority and Fairness answers
 // those of a priority level it sheds.
 func TestThrottleAnswersAsAPIPriorityAndFairnessDid(t *testing.T) {
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	p := proxyFor(t, cp)
 	p.Throttle(true)
 	rv := currentRV(t, cp)
@@ -228,7 +227,7 @@ func TestEveryReplayIsComparedWithItsRecording(t *testing.T) {
 // MyResources applied, the objects the recordings hold.
 func withSamples(t *testing.T) *controlplane.ControlPlane {
 	t.Helper()
-	cp := shared.Get(t)
+	cp := testkit.Shared.Get(t)
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		t.Fatal(err)

@@ -173,7 +173,7 @@ var cases = []string{
 }
 
 // handDecoded are inputs of the fields the fast decoder reads by hand
-// (ownerReferences, conditions) that it must take, not decline, so that the
+// (ownerReferences, conditions, managedFields) that it must take, not decline, so that the
 // oracle checks its reading of them: null elements and members, escapes,
 // keys in other cases, spaces, -0.
 var handDecoded = []string{
@@ -185,10 +185,11 @@ var handDecoded = []string{
 	`{` + head + `,"metadata":{"ownerReferences":[{"Name":"a","name":"b","UID":"U","Controller":true,"BlockOwnerDeletion":true}]},"status":{"conditions":[{"Type":"A","type":"B","Status":"True","Reason":"r","LastTransitionTime":"x","ObservedGeneration":"y"}]}}`,
 	`{` + head + `,"metadata":{"ownerReferences":[{"blockOwnerDeletion":false ,"controller" : true }]}}`,
 	`{` + head + `,"status":{"conditions":[{"observedGeneration":-0}]}}`,
+	`{` + head + `,"metadata":{"managedFields":[null,{"manager":"m","time":null},null]}}`,
 }
 
 // The oracle sees the fast decoder's own reading of these, not a fallback.
-func TestOwnerReferencesAndConditionsAreReadByHand(t *testing.T) {
+func TestArraysOfObjectsAreReadByHand(t *testing.T) {
 	for _, c := range handDecoded {
 		if !checkAgainstOracle(t, []byte(c)) {
 			t.Errorf("DecodeJSON declined\n%s", c)

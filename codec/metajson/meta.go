@@ -112,39 +112,32 @@ func (d *Decoder) managedFields() ([]metav1.ManagedFieldsEntry, error) {
 	if d.opts.NewestWriteOnly {
 		return d.newestWrite()
 	}
-	mf := []metav1.ManagedFieldsEntry{}
-	err := d.Elements(func() error {
-		var e metav1.ManagedFieldsEntry
-		err := d.Fields(managedFieldsEntryFields, func(n int) (err error) {
-			switch n {
-			case 0:
-				e.Manager, err = d.String()
-			case 1:
-				var op string
-				op, err = d.String()
-				e.Operation = metav1.ManagedFieldsOperationType(op)
-			case 2:
-				e.APIVersion, err = d.String()
-			case 3:
-				e.Time = new(metav1.Time)
-				err = d.Time(e.Time)
-			case 4:
-				e.FieldsType, err = d.String()
-			case 5:
-				var raw []byte
-				if raw, err = d.Skip(); err == nil {
-					e.FieldsV1 = new(metav1.FieldsV1)
-					err = e.FieldsV1.UnmarshalJSON(raw)
-				}
-			case 6:
-				e.Subresource, err = d.String()
+	return objects(d, managedFieldsEntryFields, func(e *metav1.ManagedFieldsEntry, n int) (err error) {
+		switch n {
+		case 0:
+			e.Manager, err = d.String()
+		case 1:
+			var op string
+			op, err = d.String()
+			e.Operation = metav1.ManagedFieldsOperationType(op)
+		case 2:
+			e.APIVersion, err = d.String()
+		case 3:
+			e.Time = new(metav1.Time)
+			err = d.Time(e.Time)
+		case 4:
+			e.FieldsType, err = d.String()
+		case 5:
+			var raw []byte
+			if raw, err = d.Skip(); err == nil {
+				e.FieldsV1 = new(metav1.FieldsV1)
+				err = e.FieldsV1.UnmarshalJSON(raw)
 			}
-			return err
-		})
-		mf = append(mf, e)
+		case 6:
+			e.Subresource, err = d.String()
+		}
 		return err
 	})
-	return mf, err
 }
 
 // newestWrite reads managedFields as Options.NewestWriteOnly says: what
@@ -356,36 +349,25 @@ var ownerReferenceFields = []string{"apiVersion", "kind", "name", "uid", "contro
 // case-sensitively) and is skipped, but "apiVersion" or "kind" in another
 // case declines (Fields, as for TypeMeta).
 func (d *Decoder) OwnerReferences() ([]metav1.OwnerReference, error) {
-	refs := []metav1.OwnerReference{}
-	err := d.Elements(func() error {
-		var r metav1.OwnerReference
-		if d.Null() {
-			refs = append(refs, r)
-			return nil
+	return objects(d, ownerReferenceFields, func(r *metav1.OwnerReference, n int) (err error) {
+		switch n {
+		case 0:
+			r.APIVersion, err = d.SharedString()
+		case 1:
+			r.Kind, err = d.SharedString()
+		case 2:
+			r.Name, err = d.String()
+		case 3:
+			var uid string
+			uid, err = d.String()
+			r.UID = types.UID(uid)
+		case 4:
+			r.Controller, err = d.BoolPtr()
+		case 5:
+			r.BlockOwnerDeletion, err = d.BoolPtr()
 		}
-		err := d.Fields(ownerReferenceFields, func(n int) (err error) {
-			switch n {
-			case 0:
-				r.APIVersion, err = d.SharedString()
-			case 1:
-				r.Kind, err = d.SharedString()
-			case 2:
-				r.Name, err = d.String()
-			case 3:
-				var uid string
-				uid, err = d.String()
-				r.UID = types.UID(uid)
-			case 4:
-				r.Controller, err = d.BoolPtr()
-			case 5:
-				r.BlockOwnerDeletion, err = d.BoolPtr()
-			}
-			return err
-		})
-		refs = append(refs, r)
 		return err
 	})
-	return refs, err
 }
 
 // BoolPtr reads true or false into a new bool (null is the caller's: see
@@ -410,34 +392,42 @@ var conditionFields = []string{"type", "status", "observedGeneration", "lastTran
 // field zero. Type, status and reason are SharedStrings: a few values, the
 // same in every object.
 func (d *Decoder) Conditions() ([]metav1.Condition, error) {
-	cs := []metav1.Condition{}
-	err := d.Elements(func() error {
-		var c metav1.Condition
-		if d.Null() {
-			cs = append(cs, c)
-			return nil
+	return objects(d, conditionFields, func(c *metav1.Condition, n int) (err error) {
+		switch n {
+		case 0:
+			c.Type, err = d.SharedString()
+		case 1:
+			var status string
+			status, err = d.SharedString()
+			c.Status = metav1.ConditionStatus(status)
+		case 2:
+			c.ObservedGeneration, err = d.Int64()
+		case 3:
+			err = d.Time(&c.LastTransitionTime)
+		case 4:
+			c.Reason, err = d.SharedString()
+		case 5:
+			c.Message, err = d.String()
 		}
-		err := d.Fields(conditionFields, func(n int) (err error) {
-			switch n {
-			case 0:
-				c.Type, err = d.SharedString()
-			case 1:
-				var status string
-				status, err = d.SharedString()
-				c.Status = metav1.ConditionStatus(status)
-			case 2:
-				c.ObservedGeneration, err = d.Int64()
-			case 3:
-				err = d.Time(&c.LastTransitionTime)
-			case 4:
-				c.Reason, err = d.SharedString()
-			case 5:
-				c.Message, err = d.String()
-			}
-			return err
-		})
-		cs = append(cs, c)
 		return err
 	})
-	return cs, err
+}
+
+// objects reads an array of objects whose fields are names, as Plain reads
+// it into a fresh field: an empty array is an empty slice, a null element a
+// zero one; field reads field n of an element, a fresh T. The element
+// lives in the slice, which moves as it grows: field must not keep e
+// (StringTo would).
+func objects[T any](d *Decoder, names []string, field func(e *T, n int) error) ([]T, error) {
+	s := []T{}
+	err := d.Elements(func() error {
+		var zero T
+		s = append(s, zero)
+		if d.Null() {
+			return nil
+		}
+		e := &s[len(s)-1]
+		return d.Fields(names, func(n int) error { return field(e, n) })
+	})
+	return s, err
 }

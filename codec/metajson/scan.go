@@ -580,27 +580,18 @@ func skipWS(b []byte, i int) int {
 }
 
 // numberEnd is the index just past the number at b[i].
-func numberEnd(b []byte, i int) (int, error) {
+func numberEnd(b []byte, i int) (_ int, err error) {
 	if b[i] == '-' {
 		i++
 	}
-	switch {
-	case i < len(b) && b[i] == '0':
+	if i < len(b) && b[i] == '0' {
 		i++
-	case i < len(b) && '1' <= b[i] && b[i] <= '9':
-		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
-			i++
-		}
-	default:
-		return 0, ErrDecline
+	} else if i, err = digits(b, i); err != nil {
+		return 0, err
 	}
 	if i < len(b) && b[i] == '.' {
-		i++
-		if i >= len(b) || b[i] < '0' || b[i] > '9' {
-			return 0, ErrDecline
-		}
-		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
-			i++
+		if i, err = digits(b, i+1); err != nil {
+			return 0, err
 		}
 	}
 	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
@@ -608,12 +599,21 @@ func numberEnd(b []byte, i int) (int, error) {
 		if i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
 		}
-		if i >= len(b) || b[i] < '0' || b[i] > '9' {
-			return 0, ErrDecline
+		if i, err = digits(b, i); err != nil {
+			return 0, err
 		}
-		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
-			i++
-		}
+	}
+	return i, nil
+}
+
+// digits is the index just past the digits at b[i], one at least.
+func digits(b []byte, i int) (int, error) {
+	start := i
+	for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+		i++
+	}
+	if i == start {
+		return 0, ErrDecline
 	}
 	return i, nil
 }

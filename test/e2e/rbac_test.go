@@ -26,11 +26,8 @@ import (
 // lacks. The same token is refused everything else: deleting, creating or
 // editing MyResources, reading Secrets.
 func TestLeastPrivilegeServiceAccountIsEnough(t *testing.T) {
-	t.Parallel()
-	cp := testkit.Shared.Get(t)
+	cp, ns, admin := testkit.Parallel(t)
 	kubeconfig, token := asController(t, cp)
-	ns := testkit.Namespace(t, cp.Config())
-	admin := testkit.Client(t, cp.Config())
 	ctx := context.Background()
 	obj := testkit.Create(t, admin, ns, "least", "privilege")
 

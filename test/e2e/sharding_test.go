@@ -28,12 +28,9 @@ import (
 // delete the dead one's Lease (ring.CollectWithin). One then stops on
 // SIGTERM: it exits 0 and deletes its Lease. No request is refused.
 func TestShardedBinariesSurviveAKill(t *testing.T) {
-	t.Parallel()
-	cp := testkit.Shared.Get(t)
+	cp, ns, admin := testkit.Parallel(t)
 	ctx := context.Background()
 	kubeconfig, _ := asController(t, cp, filepath.Join(root, "config", "sharded", "sharding_role.yaml"))
-	ns := testkit.Namespace(t, cp.Config())
-	admin := testkit.Client(t, cp.Config())
 	const objects = 300
 	testkit.Objects(t, admin, ns, "obj", objects)
 	ringName := "e2e-" + rand.String(6) // tests share the namespace of the Leases
