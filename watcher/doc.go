@@ -75,6 +75,6 @@
 //   - Once the faults stop, the next request comes within 30 s (or the
 //     Retry-After, or the silence limit), and one list puts the store in sync.
 //
-// docs/watcher.md tells why the rules are so (time travel, lagging caches,
-// garbled frames, CBOR, shards), each with the test that proves it.
+// docs/watcher.md walks the normal path and says what to read next (the
+// scripted tests of machine_test.go), then why each rare rule is so.
 package watcher

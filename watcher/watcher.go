@@ -183,10 +183,12 @@ func (w *Watcher[T]) Run(ctx context.Context) {
 	m.SilenceLimit = w.opts.SilenceLimit
 	act := m.Start(time.Now())
 	for act.Kind != Stop {
+		// A Relist (sharding's hook: the shard changed) replaces the
+		// action and cuts any but a Wait short. Without one, this and the
+		// cut below do nothing.
 		if act.Kind != Wait && ctx.Err() == nil {
 			act = w.relist(m, act)
 		}
-		// A Relist cuts any action short but a Wait.
 		actx, cancel := context.WithCancel(ctx)
 		if act.Kind != Wait {
 			w.armCut(cancel)
