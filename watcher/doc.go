@@ -27,6 +27,7 @@
 // Wait, Stop) and feeds back the Outcome, with the time: the machine is
 // tested without a server, the loop in virtual time under random faults
 // (explore_test.go). Machine's doc holds the table of every decision.
+// Every change goes into the store, then to Options.Handler.
 //
 // # resourceVersion rules
 //
@@ -48,19 +49,10 @@
 //     one item) asks the server's resourceVersion. A server behind ours (an
 //     etcd restore) means relist: objects only the store holds are Deleted.
 //
-// With Options.WatchList (KEP-3157) the list is a WATCH with
-// sendInitialEvents=true; one that fails falls back to LIST until a stream
-// runs healthy. Every change goes into the store, then to Options.Handler.
-//
-// Options.Codec decodes pages and streams. The default, JSONCodec, reads them
-// as client-go does (metav1.WatchEvent, sigs.k8s.io/json, apierrors.FromObject
-// for an ERROR); an object that does not decode is logged and skipped, and a
-// garbled DELETED still deletes its key. Package codec holds faster ones,
-// and CBOR.
-//
 // # Healthy streams and the bounds
 //
-// A stream is healthy if it ran its course: it ended at its timeout or stayed
+// A stream is healthy if it ran its course: it ended near its timeout (in its
+// last tenth) or stayed
 // open 2 minutes (Backoff.ResetAfter), whatever it delivered. Any
 // other end is trouble: the n-th in a row waits min(30 s, 1.6 s·2ⁿ), shortened
 // by up to half at random, at least a 429's Retry-After; n restarts after two
@@ -74,6 +66,18 @@
 //     reached, four retries a minute.
 //   - Once the faults stop, the next request comes within 30 s (or the
 //     Retry-After, or the silence limit), and one list puts the store in sync.
+//
+// # Beyond the normal path
+//
+// With Options.WatchList (KEP-3157) the list is a WATCH with
+// sendInitialEvents=true; one that fails falls back to LIST until a stream
+// runs healthy.
+//
+// Options.Codec decodes pages and streams. The default, JSONCodec, reads them
+// as client-go does (metav1.WatchEvent, sigs.k8s.io/json, apierrors.FromObject
+// for an ERROR); an object that does not decode is logged and skipped, and a
+// garbled DELETED still deletes its key. Package codec holds faster ones,
+// and CBOR.
 //
 // docs/watcher.md walks the normal path and says what to read next (the
 // scripted tests of machine_test.go), then why each rare rule is so.
