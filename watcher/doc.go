@@ -79,6 +79,5 @@
 // garbled DELETED still deletes its key. Package codec holds faster ones,
 // and CBOR.
 //
-// docs/watcher.md walks the normal path and says what to read next (the
-// scripted tests of machine_test.go), then why each rare rule is so.
+// docs/watcher.md walks the normal path, then says why each rare rule is so.
 package watcher
