@@ -88,7 +88,7 @@ node: node-tools image ## keep a real single-node cluster running (root): kubele
 SCORECARD_DURATION ?= 20s
 SCORECARD_ARGS     ?=
 
-scorecard: tools ## the fault scorecard: every named fault against each client (raw, raw-watchlist, informer, ...), SCORECARD_DURATION (20s) each, freeze 3m; out/scorecard, and docs/scorecard.md from the run (its time is on the page)
+scorecard: tools ## the fault scorecard: every named fault against each client (raw, raw-watchlist, informer, ...), SCORECARD_DURATION (20s) each (freeze past the watchdog), a fault's clients side by side; out/scorecard, and docs/scorecard.md from the run (its time is on the page)
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/scorecard ./cmd/scorecard
 	bin/scorecard --duration $(SCORECARD_DURATION) --out out/scorecard $(SCORECARD_ARGS)
 	$(if $(SCORECARD_ARGS),,bin/scorecard --from out/scorecard/scorecard.json --out docs)

@@ -41,14 +41,13 @@ const (
 	kindHanger        = "broken-hanger"         // the raw watcher, its process stuck (answering nothing, never exiting) from its first failed request
 )
 
-// runCells runs faults against kinds for d (side by side if together) and
-// returns each kind's row.
-func runCells(t *testing.T, faults []string, kinds []string, d time.Duration, together bool) map[string]Row {
+// runCells runs faults against kinds for d and returns each kind's row.
+func runCells(t *testing.T, faults []string, kinds []string, d time.Duration) map[string]Row {
 	t.Helper()
 	cp := shared.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	rep, err := Run(ctx, Options{ControlPlane: cp, Faults: faults, Kinds: kinds, Duration: d, Together: together, OutDir: t.TempDir(), Logf: t.Logf})
+	rep, err := Run(ctx, Options{ControlPlane: cp, Faults: faults, Kinds: kinds, Duration: d, OutDir: t.TempDir(), Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,14 +71,15 @@ func expect(t *testing.T, rows map[string]Row, want map[string]string) {
 	}
 }
 
-// Under the default fault's length of refused connections (each client
-// alone: one storms), a client that retries at a fixed interval (400 ms, or a second as client-go's
+// Under the default fault's length of refused connections, a client that
+// retries at a fixed interval (400 ms, or a second as client-go's
 // RetryWatcher) is stormed, and so is one with no backoff at all, and one
 // that waits calmly through the fault but lists 60 times at once when the
 // server answers again (counted: the requests of the recovery); the raw
-// watcher is held.
+// watcher beside them, side by side, is held: its neighbours' storms add
+// load, never requests of its own.
 func TestAFixedIntervalRetryOrARecoveryStormIsStormed(t *testing.T) {
-	rows := runCells(t, []string{"refuse"}, []string{kindFixed400ms, kindFixed1s, kindRecoveryStorm, KindNoBackoff, compare.KindRaw}, 20*time.Second, false)
+	rows := runCells(t, []string{"refuse"}, []string{kindFixed400ms, kindFixed1s, kindRecoveryStorm, KindNoBackoff, compare.KindRaw}, 20*time.Second)
 	expect(t, rows, map[string]string{kindFixed400ms: Stormed, kindFixed1s: Stormed, kindRecoveryStorm: Stormed, KindNoBackoff: Stormed, compare.KindRaw: Held})
 }
 
@@ -88,9 +88,9 @@ func TestAFixedIntervalRetryOrARecoveryStormIsStormed(t *testing.T) {
 // updates once synced, or hearing a deleted key added again; a client stuck at its first LIST
 // whose handler hears the canary's key again at its old resourceVersion is
 // stalled, not following; a client whose process ends is crashed; client-go's
-// kinds beside them held. (None of them storms: they run side by side.)
+// kinds beside them held.
 func TestWhatTheHandlerMissedIsLostDataAndACrashIsCrashed(t *testing.T) {
-	rows := runCells(t, []string{"refuse"}, []string{kindDeaf, kindForgetful, kindGhost, kindStuck, kindCrasher, compare.KindControllerRuntime, compare.KindInformerStripped}, 6*time.Second, true)
+	rows := runCells(t, []string{"refuse"}, []string{kindDeaf, kindForgetful, kindGhost, kindStuck, kindCrasher, compare.KindControllerRuntime, compare.KindInformerStripped}, 6*time.Second)
 	expect(t, rows, map[string]string{kindDeaf: LostData, kindForgetful: LostData, kindGhost: LostData, kindStuck: Stalled, kindCrasher: Crashed,
 		compare.KindControllerRuntime: Held, compare.KindInformerStripped: Held})
 	if m := rows[kindGhost].Measure; m.Ghosts == 0 {
@@ -108,7 +108,7 @@ func TestWhatTheHandlerMissedIsLostDataAndACrashIsCrashed(t *testing.T) {
 // its process answering nothing and never ending, is stalled (never
 // following), not left unmeasured.
 func TestWhatAClientDoesAfterItsRecoveryCountsAndAStuckOneIsStalled(t *testing.T) {
-	rows := runCells(t, []string{"refuse"}, []string{kindLateCrasher, kindLateStorm, kindHanger}, 6*time.Second, true)
+	rows := runCells(t, []string{"refuse"}, []string{kindLateCrasher, kindLateStorm, kindHanger}, 6*time.Second)
 	expect(t, rows, map[string]string{kindLateCrasher: Crashed, kindLateStorm: Stormed, kindHanger: Stalled})
 	if m := rows[kindLateCrasher].Measure; !m.Converged {
 		t.Errorf("the late crasher crashed before its recovery, not after: %+v", m)
@@ -122,7 +122,7 @@ func TestWhatAClientDoesAfterItsRecoveryCountsAndAStuckOneIsStalled(t *testing.T
 // a handler deaf to deletions never hears them go, and lost data; the raw
 // watcher is held.
 func TestAHandlerThatMissesTheObjectsARestoreRemovesLostData(t *testing.T) {
-	rows := runCells(t, []string{"etcd-restore"}, []string{kindUndeleting, compare.KindRaw}, 6*time.Second, false)
+	rows := runCells(t, []string{"etcd-restore"}, []string{kindUndeleting, compare.KindRaw}, 6*time.Second)
 	expect(t, rows, map[string]string{kindUndeleting: LostData, compare.KindRaw: Held})
 	if m := rows[kindUndeleting].Measure; m.HeardExtra == 0 {
 		t.Errorf("no vanished object counted: %+v", m)

@@ -14,8 +14,10 @@
 // delete a second); the fault ends, the writer updates the canary, and the
 // client has Recover to recover: a store equal to a fresh LIST and its
 // handler at the canary's resourceVersion. An Initial fault begins before
-// the client starts; slow-consumer makes the client's own handler block;
-// the clients of a Together fault meet it side by side.
+// the client starts; slow-consumer makes the client's own handler block.
+// A fault's clients meet it side by side (their requests are counted each
+// on its own transport), but a Shared fault's (a restart, a restore: the
+// server every client reaches) one after the other.
 //
 // The client writes every request it sends as it begins and ends (with its
 // answer) and every call of its handler, as they happen, so that a client

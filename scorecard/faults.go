@@ -61,10 +61,11 @@ type Fault struct {
 	// Duration, if set, is how long the fault lasts whatever the run's
 	// (freeze must outlast a watchdog).
 	Duration time.Duration
-	// Together: the clients meet the fault side by side, each with its own
-	// proxy and namespace, instead of one after the other (a fault under
-	// which no client sends requests, so that none disturbs another).
-	Together bool
+	// Shared: the fault acts on the apiserver or etcd that every client
+	// reaches (a restart, a restore), so its clients meet it one after the
+	// other; every other fault acts on one client's proxy or handler, and
+	// its clients meet it side by side.
+	Shared bool
 }
 
 // SlowHandler is how long each handler call blocks during slow-consumer:
@@ -131,7 +132,7 @@ var Faults = []Fault{
 			"followed progress re-watches from its resourceVersion (a WATCH; client-go relists: a LIST and a WATCH), relisting at the " +
 			"second in a row. Its backoff steps are client-go's; where the fault's end falls among them decides a retry more or less.",
 		start: proxyFault(func(p *faultproxy.Proxy) { p.FlapError(true); p.ExpireWatches() })},
-	{Name: "freeze", Duration: FreezeFor, Together: true,
+	{Name: "freeze", Duration: FreezeFor,
 		What: "the WATCH streams open at the start silent for good (not even their end passes); new ones pass",
 		Story: "A stuck proxy or service-mesh sidecar that lost the streams it carried: the connection stays up (HTTP/2 pings answered), the " +
 			"streams stay open and silent. The client sees no error; only a watchdog of its own, or its own watch timeout (client-go's: 5 to 10 " +
@@ -200,7 +201,7 @@ var Faults = []Fault{
 		Story: "A middlebox that mangles long-lived HTTP streams, a broken compression layer, a truncated write: frames that do not parse. " +
 			"No apiserver sends them. A client that skips them loses those events; one that re-watches from where it was gets them replayed.",
 		start: proxyFault(func(p *faultproxy.Proxy) { p.Garble(true) })},
-	{Name: "apiserver-restart", What: "the apiserver killed and started again (the writes fail while it is down)",
+	{Name: "apiserver-restart", Shared: true, What: "the apiserver killed and started again (the writes fail while it is down)",
 		Story: "A rolling upgrade or a crash of the apiserver, the real one: every connection drops, the starting process refuses connections, " +
 			"then answers 503 while it installs its APIs and 429 while a watch cache fills (recorded), and the new watch cache starts at the " +
 			"current revision, so a client resuming from an older resourceVersion than the cache holds gets 410 and must relist; every client " +
@@ -216,7 +217,7 @@ var Faults = []Fault{
 			"A LIST-based client syncs (a LIST is no watch) and then flaps like any watching one; a WatchList client cannot sync at all, its initial events cut after the first, and asks again.",
 		Upstream: []string{"https://github.com/kubernetes/kubernetes/issues/140890"},
 		start:    proxyFault(func(p *faultproxy.Proxy) { p.FlapCut(true) })},
-	{Name: "slow-consumer", Together: true, What: "every call of the client's event handler blocks for 500 ms (the proxy passes everything)",
+	{Name: "slow-consumer", What: "every call of the client's event handler blocks for 500 ms (the proxy passes everything)",
 		Story: "A handler that does its work inline instead of queueing a key: a synchronous call to a slow webhook, a lock held by a long reconcile, a log write to a blocked pipe. " +
 			"Events arrive faster than it returns. Where the backlog waits is the client's design: client-go's informer keeps its store current and buffers every notification for the handler, without bound " +
 			"(processorListener's pendingNotifications); this project's watcher calls the handler on the loop that reads the stream, " +
@@ -224,7 +225,7 @@ var Faults = []Fault{
 		Upstream: []string{"https://github.com/kubernetes/client-go/issues/1326"},
 		start:    func(_ context.Context, s *stage) error { return s.client.slow(SlowHandler) },
 		stop:     func(_ context.Context, s *stage) error { return s.client.slow(0) }},
-	{Name: "etcd-restore", What: "etcd restored from a snapshot taken before the client started (time travel)",
+	{Name: "etcd-restore", Shared: true, What: "etcd restored from a snapshot taken before the client started (time travel)",
 		Story: "An operator restores etcd from a backup without --bump-revision: the resourceVersion goes back, objects created since the snapshot vanish, deleted ones come back, " +
 			"and a client holding a newer resourceVersion is in the server's future. Until writes pass it, an informer that resumes there waits; once they do, " +
 			"it is told of the writes above its resourceVersion only, and the objects the restore changed below it stay wrong in its cache. " +

@@ -261,18 +261,40 @@ func longFaults(r *Report) string {
 	return "; " + strings.Join(parts, ", ")
 }
 
-// togetherFaults says which faults' clients run side by side.
+// togetherFaults says which faults' clients ran side by side (the report's
+// SideBySide) and which one after the other.
 func togetherFaults(r *Report) string {
-	var names []string
-	for _, name := range r.Faults {
-		if f, ok := faultNamed(name); ok && f.Together {
-			names = append(names, "`"+f.Name+"`")
+	if r.SideBySide == nil { // a report from before SideBySide: freeze's and slow-consumer's ran side by side
+		var names []string
+		for _, name := range r.Faults {
+			if name == "freeze" || name == "slow-consumer" {
+				names = append(names, "`"+name+"`")
+			}
 		}
+		if len(names) == 0 {
+			return "each client runs alone"
+		}
+		return "each client runs alone, but in " + strings.Join(names, ", ") + " (where no client sends requests for the fault) the clients meet the fault side by side, each through its own proxy"
 	}
-	if len(names) == 0 {
+	if len(r.SideBySide) == 0 {
 		return "each client runs alone"
 	}
-	return "each client runs alone, but in " + strings.Join(names, ", ") + " (where no client sends requests for the fault) the clients meet the fault side by side, each through its own proxy"
+	side := map[string]bool{}
+	for _, name := range r.SideBySide {
+		side[name] = true
+	}
+	var alone []string
+	for _, name := range r.Faults {
+		if !side[name] {
+			alone = append(alone, "`"+name+"`")
+		}
+	}
+	s := "the clients of a fault meet it side by side, each through its own proxy (a neighbour adds load, as the machine's " +
+		"other work does, and none of its requests: each client's are counted on its own transport)"
+	if len(alone) > 0 {
+		s += ", but in " + strings.Join(alone, ", ") + " (which act on the apiserver or etcd that every client reaches) each client runs alone"
+	}
+	return s
 }
 
 func commit(r *Report) string {

@@ -37,9 +37,6 @@ type Options struct {
 	// OutDir receives each run's client log, events and requests
 	// (OutDir/FAULT/KIND/).
 	OutDir string
-	// Together runs every fault's clients side by side, as a Together
-	// fault's are (tests of clients that send few requests use it).
-	Together bool
 	// Binary is run as the client process (default: this executable, which
 	// must call MaybeClientMain first thing).
 	Binary string
@@ -87,7 +84,10 @@ type Report struct {
 	Lasted map[string]time.Duration `json:",omitempty"`
 	Kinds  []string
 	Faults []string
-	Rows   []Row
+	// SideBySide: the faults whose clients met them side by side, each
+	// through its own proxy (the others', one after the other).
+	SideBySide []string
+	Rows       []Row
 	// Took is the whole run's time; Command, what ran it; Commit, the
 	// source it was built from.
 	Took    time.Duration
@@ -133,8 +133,10 @@ func (o *Options) defaults() error {
 // one object, updates one and deletes one of those there before the fault.
 const writeTick = time.Second
 
-// Run runs every fault against every client, one client at a time (the
-// clients of a Together fault side by side).
+// Run runs every fault against every client, one fault after the other:
+// the fault's clients side by side, each in a namespace of its own through a
+// proxy of its own (its requests counted on its own transport), but a Shared
+// fault's one after the other.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	start := time.Now()
 	if err := o.defaults(); err != nil {
@@ -153,7 +155,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Date: time.Now().UTC().Format(time.RFC3339), Duration: o.Duration, Recover: o.Recover,
-		Kinds: o.Kinds, Faults: o.Faults}
+		Kinds: o.Kinds, Faults: o.Faults, SideBySide: []string{}}
 	r := &runner{o: o, cp: cp}
 	for _, name := range o.Faults {
 		f, _ := faultNamed(name)
@@ -162,6 +164,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				rep.Lasted = map[string]time.Duration{}
 			}
 			rep.Lasted[name] = d
+		}
+		together := !f.Shared
+		if together {
+			rep.SideBySide = append(rep.SideBySide, name)
 		}
 		rows := make([]Row, len(o.Kinds))
 		var wg sync.WaitGroup
@@ -180,7 +186,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				}
 				rows[i] = row
 			}
-			if f.Together || o.Together {
+			if together {
 				wg.Go(one)
 			} else {
 				one()
@@ -213,6 +219,7 @@ var cells atomic.Int64
 // one runs one client under one fault, on a namespace of its own holding
 // the same objects, with the same writes, as every other run.
 func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
+	t0 := time.Now()
 	row := Row{Fault: f.Name, Kind: kind}
 	dir := filepath.Join(r.o.OutDir, f.Name, kind)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -398,6 +405,11 @@ func (r *runner) one(ctx context.Context, f Fault, kind string) (Row, error) {
 	row.Measure = m
 	row.Verdict, row.Why = Verdict(m)
 	row.Logged, row.LogSample = logSample(p.stderrPath, logFrom)
+	// Where the cell's time went: its preparation (namespace, objects, the
+	// client's start and sync), the fault, the recovery, the grace, the end.
+	r.o.Logf("%s: %s: prepared %v, fault %v, recovery %v, grace %v, stop and count %v", f.Name, kind,
+		begin.Sub(t0).Round(time.Millisecond), end.Sub(begin).Round(time.Millisecond), recovered.Sub(end).Round(time.Millisecond),
+		counted.Sub(recovered).Round(time.Millisecond), time.Since(counted).Round(time.Millisecond))
 	return row, nil
 }
 
