@@ -264,18 +264,6 @@ func longFaults(r *Report) string {
 // togetherFaults says which faults' clients ran side by side (the report's
 // SideBySide) and which one after the other.
 func togetherFaults(r *Report) string {
-	if r.SideBySide == nil { // a report from before SideBySide: freeze's and slow-consumer's ran side by side
-		var names []string
-		for _, name := range r.Faults {
-			if name == "freeze" || name == "slow-consumer" {
-				names = append(names, "`"+name+"`")
-			}
-		}
-		if len(names) == 0 {
-			return "each client runs alone"
-		}
-		return "each client runs alone, but in " + strings.Join(names, ", ") + " (where no client sends requests for the fault) the clients meet the fault side by side, each through its own proxy"
-	}
 	if len(r.SideBySide) == 0 {
 		return "each client runs alone"
 	}

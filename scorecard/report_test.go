@@ -88,8 +88,7 @@ func TestRawAboveNamesTheCellsOverAHeldAnchor(t *testing.T) {
 }
 
 // The page says the schedule the report ran: which faults' clients met them
-// side by side and which ran alone (a report from before SideBySide ran only
-// freeze's and slow-consumer's side by side).
+// side by side and which ran alone.
 func TestThePageSaysWhichFaultsRanSideBySide(t *testing.T) {
 	for _, c := range []struct {
 		sideBySide []string
@@ -98,7 +97,6 @@ func TestThePageSaysWhichFaultsRanSideBySide(t *testing.T) {
 		{[]string{"refuse", "freeze"}, "; the clients of a fault meet it side by side, each through its own proxy"},
 		{[]string{"refuse", "freeze"}, "but in `etcd-restore` (which act on the apiserver or etcd that every client reaches) each client runs alone."},
 		{[]string{}, "; each client runs alone."},
-		{nil, "each client runs alone, but in `freeze` (where no client sends requests for the fault)"},
 	} {
 		rep := &Report{Duration: 20 * time.Second, Recover: time.Minute, Kinds: []string{"raw"},
 			Faults: []string{"refuse", "freeze", "etcd-restore"}, SideBySide: c.sideBySide}
