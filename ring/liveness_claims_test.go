@@ -2,6 +2,7 @@ package ring
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -60,5 +61,33 @@ func TestAJoinerReadingACopyOfAnOldGiftSplitsNoBrain(t *testing.T) {
 	start := now
 	for range 6 {
 		step(fmt.Sprintf("%s after b cut off, a copy of its old gift (%d slots to c) applied, c joined", now.Sub(start), share.Len()))
+	}
+}
+
+// A saved copy of a renewal the observer never read (its list came after
+// the next renewal, or failed that period) re-applied once after its
+// holder died: a state the Lease really had, of the holder's acquisition,
+// between renewTimes the observer read. Copies renew nothing: b must be
+// out within two lease durations of its last renewal read.
+func TestACopyOfARenewalNeverReadRenewsNothing(t *testing.T) {
+	openfinding.Skip(t)
+	now := epoch
+	a := copiesObserver(t, &now)
+	bRenews(a, &now, 5)
+	now = now.Add(renew)
+	missed := now // b renews; a's list that period fails; a sync saves it
+	stamps := bRenews(a, &now, 3)
+	died := now
+	for now.Sub(died) < 3*lease/2 { // b dead: its Lease stands still
+		now = now.Add(renew)
+		live(a, now, leaseOfB(stamps[len(stamps)-1]))
+	}
+	for now.Sub(died) <= 2*written(lease)+renew { // the copy, re-applied once
+		now = now.Add(renew)
+		live(a, now, leaseOfB(missed))
+	}
+	if slices.Contains(a.Members(), "b") {
+		t.Fatalf("b (lease %s) dead for %s; a copy of its renewal of %s, which a never read, re-applied %s after it died: a counts b live (%v), claiming %d slots",
+			written(lease), now.Sub(died), missed.Sub(epoch), 3*lease/2, a.Members(), a.seen["r.b"].claims.Len())
 	}
 }
