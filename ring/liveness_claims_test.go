@@ -2,6 +2,7 @@ package ring
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -110,5 +111,50 @@ func TestALeavingMarkOnARenewalNotYetReadCountsNobodyOut(t *testing.T) {
 	live(a, now, marked)
 	if !slices.Contains(a.Members(), "b") {
 		t.Fatalf("b live, renewed %s ago; an operator's leaving mark on its renewal, read with it: a counts b out (%v)", time.Duration(0), a.Members())
+	}
+}
+
+// A sync (GitOps self-heal, a restore job) puts a saved copy of b's Lease
+// back whenever b's renewals made it drift, checking every 5 s. b, finding
+// its Lease set back, counts itself out until it stood still a lease
+// duration, takes it back, then claims nothing for a lease duration; a
+// counts b live all along (b renews between the syncs). Each set-back may
+// cost b's share a while, but its slots must not stay unworked most of the
+// time for as long as the sync runs: either b works them, or a does.
+func TestALeaseSetBackOnEveryDriftLeavesNoShareUnworked(t *testing.T) {
+	openfinding.Skip(t)
+	now := epoch
+	r := newDividedRing(t, &now)
+	client, a, b, ctx := r.client, r.a, r.b, r.ctx
+	leases := client.CoordinationV1().Leases("ns")
+	saved, err := leases.Get(ctx, b.leaseName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	share := b.Claims().Working
+	const every, periods = 5 * time.Second, 120
+	synced, unworked := now, 0
+	for range periods {
+		if now.Sub(synced) >= every {
+			synced = now
+			l, err := leases.Get(ctx, b.leaseName(), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !l.Spec.RenewTime.Equal(saved.Spec.RenewTime) { // drifted: put the copy back
+				l.Spec, l.Annotations = *saved.Spec.DeepCopy(), maps.Clone(saved.Annotations)
+				if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		r.period("b's Lease set back on every drift", a, b)
+		if a.Claims().Working.Union(b.Claims().Working).And(share) != share {
+			unworked++
+		}
+	}
+	if unworked > periods/4 {
+		t.Fatalf("b's Lease set back to a saved copy whenever it drifted, checked every %s: b's share (%d slots) not all Worked in %d of %d renew periods; at the end a works %d of them, b %d (members in a's view %v)",
+			every, share.Len(), unworked, periods, a.Claims().Working.And(share).Len(), b.Claims().Working.And(share).Len(), a.Members())
 	}
 }
