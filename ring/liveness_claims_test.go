@@ -203,3 +203,31 @@ func TestAMemberThatCannotListTakesNoShareFromTheRing(t *testing.T) {
 			now.Sub(start), unworked.Len(), a.Members(), a.Claims().Working.Len(), a.Claims().Releasing.Len(), a.Claims().Given.Len(), b.Claims().Claimed())
 	}
 }
+
+// A rolling update that changes --sharding-ring: the old replicas' ring
+// and the new ones' share the namespace and the objects, each dividing
+// every slot among its own members. As with a change of scheme (a Lease
+// of another scheme claims every slot while it lives), no object may be
+// reconciled by a member of each.
+func TestARollingUpdateThatRenamesTheRingSplitsNoBrain(t *testing.T) {
+	openfinding.Skip(t)
+	now := epoch
+	client := versionedClient()
+	clock := func() time.Time { return now }
+	old := handoffMember(t, client, "a", lease, renew, clock)
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	workAlone(t, ctx, old, &now, renew)
+	renamed, err := New(Config{Client: client, Namespace: "ns", Ring: "r2", Identity: "b",
+		LeaseDuration: lease, RenewPeriod: renew, Now: clock,
+		OnClaims: func(Claims) {}, Busy: func() (_, _ shard.SlotSet) { return }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 * joinRounds {
+		for _, m := range []*Member{old, renamed} {
+			m.round(ctx, klog.Background())
+			noSplit(t, "b, of ring r2, starts beside a, of ring r", old, renamed)
+		}
+		now = now.Add(renew)
+	}
+}
