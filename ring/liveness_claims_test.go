@@ -231,3 +231,27 @@ func TestARollingUpdateThatRenamesTheRingSplitsNoBrain(t *testing.T) {
 		now = now.Add(renew)
 	}
 }
+
+// docs/sharding.md: a renewTime is fresh when its acquisition was never
+// read, "or when it is above the 16 highest read in it". One between two
+// renewTimes read (a renewal the observer missed, saved, re-applied) is
+// below the highest: no renewal.
+func TestARenewTimeBelowTheHighestReadIsNotFresh(t *testing.T) {
+	openfinding.Skip(t)
+	var g ledger
+	at := epoch
+	for k := range 4 {
+		if k == 2 {
+			continue // the renewal of 3 s, never read
+		}
+		at = at.Add(time.Second)
+		g = g.read(epoch, epoch.Add(time.Duration(k+1)*time.Second), true, at, time.Time{})
+	}
+	if missed := epoch.Add(3 * time.Second); g.fresh(epoch, missed) {
+		var read []time.Duration
+		for _, r := range g[0].renewTimes {
+			read = append(read, r.Sub(epoch))
+		}
+		t.Fatalf("renewTimes read in one acquisition %v; one of %s, below the highest, is fresh", read, missed.Sub(epoch))
+	}
+}
