@@ -255,3 +255,55 @@ func TestARenewTimeBelowTheHighestReadIsNotFresh(t *testing.T) {
 		t.Fatalf("renewTimes read in one acquisition %v; one of %s, below the highest, is fresh", read, missed.Sub(epoch))
 	}
 }
+
+// The fence's clock counts a system suspend by the wall clock running
+// ahead of the monotonic one, and a step back of the wall clock counts
+// nothing: a's wall clock ran a minute ahead when a started, and NTP
+// stepped it back. Then a's node is suspended three lease durations (b
+// takes every slot); a resumes, and its gate must admit none of its old
+// share: the step back must not swallow the suspend.
+func TestASuspendAfterTheWallClockWasSteppedBackKeepsNoGateOpen(t *testing.T) {
+	openfinding.Skip(t)
+	client := versionedClient()
+	world := epoch
+	var lag time.Duration // a's monotonic clock lags the world's by this (suspended)
+	ahead := time.Minute  // a's wall clock runs ahead of the world's by this
+	a, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: "a",
+		LeaseDuration: lease, RenewPeriod: renew,
+		Now:      func() time.Time { return world.Add(-lag) },
+		Wall:     func() time.Time { return world.Add(ahead) },
+		OnClaims: func(Claims) {}, Busy: func() (_, _ shard.SlotSet) { return }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := handoffMember(t, client, "b", lease, renew, func() time.Time { return world })
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	for range joinRounds + 2 {
+		a.round(ctx, klog.Background())
+		b.round(ctx, klog.Background())
+		noSplit(t, "joining", a, b)
+		world = world.Add(renew)
+	}
+	divided(t, b, a)
+	ahead = 0 // NTP steps a's wall clock back
+	for range 3 {
+		a.round(ctx, klog.Background())
+		b.round(ctx, klog.Background())
+		noSplit(t, "a's wall clock stepped back", a, b)
+		world = world.Add(renew)
+	}
+	const suspend = 3 * lease
+	for range int(suspend / renew) {
+		b.round(ctx, klog.Background())
+		world = world.Add(renew)
+		lag += renew
+	}
+	if b.Claims().Working != shard.All() {
+		t.Fatalf("a suspended for %s: b works %d slots, want every one", suspend, b.Claims().Working.Len())
+	}
+	world = world.Add(time.Millisecond) // a resumes; its workers run first
+	if both := admits(a).And(admits(b)); !both.Empty() {
+		t.Fatalf("a, its wall clock stepped back a minute, resumed from a %s system suspend: a and b both admit reconciles in %d slots",
+			lag, both.Len())
+	}
+}
