@@ -64,7 +64,7 @@ func TestAJoinerReadingACopyOfAnOldGiftSplitsNoBrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.cut = "b"
-	ms = append(ms, handoffMember(t, client, "c", lease, renew, func() time.Time { return now }))
+	ms = append(ms, coveringMember(t, client, "c", func() time.Time { return now }, nil))
 	start := now
 	for range 6 {
 		step(fmt.Sprintf("%s after b cut off, a copy of its old gift (%d slots to c) applied, c joined", now.Sub(start), share.Len()))
