@@ -13,7 +13,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 
-	"rawwatch/openfinding"
 	"rawwatch/shard"
 )
 
@@ -291,7 +290,6 @@ func TestADrainerFencedThenRenewingAgainClaimsNothing(t *testing.T) {
 // may the drain wait for a given slot's HandoffTimeout: it must end within
 // drainBound renew periods, and s be worked by c.
 func TestADrainWhoseSlotAnotherMemberHoldsEndsInTime(t *testing.T) {
-	openfinding.Skip(t)
 	r := newDrainRing(t, "a", "c", "h")
 	r.settle(30, "a, c and h join", "a", "c", "h")
 	s := -1
