@@ -1542,7 +1542,11 @@ func (m *Member) update(log klog.Logger) {
 	// identity (not the slot's owner: it gets the slot last, from them).
 	// A free slot is left to that holder too (each hands it on as it got
 	// it, handling what it held first): whoever works the slot after
-	// listed it later, and never heard of those deletions.
+	// listed it later, and never heard of those deletions. Except a slot
+	// given to this member by name: its giver worked it, so what the
+	// holders heard meanwhile was the giver's too, and its handoff (a
+	// sweep after this member covered it) left nothing behind; the holders
+	// leave it to this member, given to it.
 	var to [shard.Slots]string
 	for id, slots := range assign {
 		for _, i := range slots {
@@ -1563,6 +1567,9 @@ func (m *Member) update(log klog.Logger) {
 			continue
 		}
 		to[i] = id
+		if custody.Has(i) {
+			continue
+		}
 		if !holding.Has(i) || mine.Has(i) || id < m.cfg.Identity {
 			others, doubted = others.With(i), doubted.Minus(shard.SlotsOf(i))
 		}
