@@ -7,7 +7,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"rawwatch/openfinding"
 	"rawwatch/shard"
 )
 
@@ -110,7 +109,6 @@ func TestAHolderKeepsItsDeletionsWhenAnotherHolderClaimsTheSlot(t *testing.T) {
 // change or a relist; but the ring's rule rests on that unstated: a holder
 // that does not cover what it holds loses it.)
 func TestAHolderWhoseWatchRelistsKeepsItsSlot(t *testing.T) {
-	openfinding.Skip(t)
 	client := versionedClient()
 	now := epoch
 	clock := func() time.Time { return now }
