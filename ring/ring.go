@@ -107,7 +107,8 @@ const (
 // not confirmed yet (Claims.Pending); AnnotationGiven, the slots it let go,
 // by the member it gave them to, until that member confirmed them
 // (Claims.Given): "<identity>=<slots>;…"; AnnotationHolds, the slots it
-// covers and holds deletions of without claiming them (Claims.Holding).
+// holds deletions of without claiming them (Claims.Holding), covered or
+// not: a watch that relists keeps its holder's claim to go first.
 const (
 	AnnotationPending = "rawwatch.example.com/pending"
 	AnnotationGiven   = "rawwatch.example.com/given"
@@ -1064,7 +1065,7 @@ func (m *Member) renewal(lease *coordinationv1.Lease, err error) (renewal, error
 		annotations[AnnotationCovers] = w.cover.Slots.String()
 		annotations[AnnotationCoversSince] = strconv.FormatUint(w.cover.Since, 10)
 		annotations[AnnotationSyncedTo] = strconv.FormatUint(w.cover.Synced, 10)
-		annotations[AnnotationHolds] = claims.Holding.And(w.cover.Slots).String()
+		annotations[AnnotationHolds] = claims.Holding.String()
 	}
 	m.mu.Lock()
 	if m.draining {
