@@ -44,8 +44,14 @@ type replica struct {
 // startReplica runs one sharded replica against cfg until the test ends.
 func startReplica(t *testing.T, cfg *rest.Config, ns, name string, ref *referee) *replica {
 	t.Helper()
+	return startReplicaOn(t, cfg, ns, name, ref, shardLease, shardRenew)
+}
+
+// startReplicaOn is startReplica with a lease duration and renew period.
+func startReplicaOn(t *testing.T, cfg *rest.Config, ns, name string, ref *referee, lease, renew time.Duration) *replica {
+	t.Helper()
 	a, err := app.New(app.Options{Config: cfg, Namespace: ns, Workers: 4, WrapReconciler: ref.wrap(name),
-		Sharding: &app.Sharding{Namespace: ns, Identity: name, LeaseDuration: shardLease, RenewPeriod: shardRenew},
+		Sharding: &app.Sharding{Namespace: ns, Identity: name, LeaseDuration: lease, RenewPeriod: renew},
 		Observer: observe.Func(ref.watchLosses)})
 	if err != nil {
 		t.Fatal(err)
