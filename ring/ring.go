@@ -1545,9 +1545,11 @@ func (m *Member) update(log klog.Logger) {
 	// it, handling what it held first): whoever works the slot after
 	// listed it later, and never heard of those deletions. Except a slot
 	// given to this member by name: its giver worked it, so what the
-	// holders heard meanwhile was the giver's too, and its handoff (a
-	// sweep after this member covered it) left nothing behind; the holders
-	// leave it to this member, given to it.
+	// holders heard meanwhile the giver heard too, and its handoff (a
+	// sweep after this member covered it) left nothing behind; a holder
+	// cannot claim it (given to us), so deferring would stall it until
+	// the gift expires. (Let go overdue, without that cover, its log line
+	// says what may be lost.)
 	var to [shard.Slots]string
 	for id, slots := range assign {
 		for _, i := range slots {
