@@ -44,9 +44,15 @@ type replica struct {
 // startReplica runs one sharded replica against cfg until the test ends.
 func startReplica(t *testing.T, cfg *rest.Config, ns, name string, ref *referee) *replica {
 	t.Helper()
+	return startReplicaWith(t, cfg, ns, name, ref, app.Sharding{LeaseDuration: shardLease, RenewPeriod: shardRenew})
+}
+
+// startReplicaWith is startReplica with s's durations.
+func startReplicaWith(t *testing.T, cfg *rest.Config, ns, name string, ref *referee, s app.Sharding) *replica {
+	t.Helper()
+	s.Namespace, s.Identity = ns, name
 	a, err := app.New(app.Options{Config: cfg, Namespace: ns, Workers: 4, WrapReconciler: ref.wrap(name),
-		Sharding: &app.Sharding{Namespace: ns, Identity: name, LeaseDuration: shardLease, RenewPeriod: shardRenew},
-		Observer: observe.Func(ref.watchLosses)})
+		Sharding: &s, Observer: observe.Func(ref.watchLosses)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,16 +68,18 @@ func startReplica(t *testing.T, cfg *rest.Config, ns, name string, ref *referee)
 	return r
 }
 
-// watchLosses counts the times a replica's claims lost a slot it worked
-// (fences among them).
+// watchLosses counts the times a replica's claims lost a slot it worked,
+// and the times a replica fenced itself (whatever it claimed).
 func (r *referee) watchLosses(e observe.Event) {
 	c, ok := e.(ring.ClaimsChanged)
-	if !ok || c.Before.Working.Minus(c.Claims.Working).Len() == 0 {
+	if !ok {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.losses++
+	if c.Before.Working.Minus(c.Claims.Working).Len() > 0 {
+		r.losses++
+	}
 	if c.Fenced {
 		r.fences++
 	}

@@ -7,7 +7,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"rawwatch/openfinding"
 	"rawwatch/shard"
 )
 
@@ -101,16 +100,12 @@ func TestAHolderKeepsItsDeletionsWhenAnotherHolderClaimsTheSlot(t *testing.T) {
 
 // o withdrew slot s (a copy of its Lease claimed every slot) and holds a
 // deletion D of it; then its watch of s breaks and relists (its cover of s
-// is gone for a few renew periods; the gate still holds D). Meanwhile n
-// joins (s is n's share) and the copy runs out. o's Lease names s in holds
-// only while o covers it, so n, which listed s after D, may take s free;
-// o then counts s worked by another and stops watching it: D is dropped,
-// and n never heard of it. n must not work s while o holds D. (The app's
-// sharded watcher keeps covering a slot it keeps watching, through a shard
-// change or a relist; but the ring's rule rests on that unstated: a holder
-// that does not cover what it holds loses it.)
+// is gone for fourteen seconds; the gate still holds D). Meanwhile n joins (s
+// is n's share) and the copy runs out. o's Lease names s held all along,
+// covered or not: n, which listed s after D, must leave s to o until o
+// has handled D (o claims s once it covers it again), and o must keep
+// watching s until then.
 func TestAHolderWhoseWatchRelistsKeepsItsSlot(t *testing.T) {
-	openfinding.Skip(t)
 	client := versionedClient()
 	now := epoch
 	clock := func() time.Time { return now }

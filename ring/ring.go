@@ -107,7 +107,8 @@ const (
 // not confirmed yet (Claims.Pending); AnnotationGiven, the slots it let go,
 // by the member it gave them to, until that member confirmed them
 // (Claims.Given): "<identity>=<slots>;…"; AnnotationHolds, the slots it
-// covers and holds deletions of without claiming them (Claims.Holding).
+// holds deletions of without claiming them (Claims.Holding), covered or
+// not: a watch that relists keeps its holder's claim to go first.
 const (
 	AnnotationPending = "rawwatch.example.com/pending"
 	AnnotationGiven   = "rawwatch.example.com/given"
@@ -1064,7 +1065,7 @@ func (m *Member) renewal(lease *coordinationv1.Lease, err error) (renewal, error
 		annotations[AnnotationCovers] = w.cover.Slots.String()
 		annotations[AnnotationCoversSince] = strconv.FormatUint(w.cover.Since, 10)
 		annotations[AnnotationSyncedTo] = strconv.FormatUint(w.cover.Synced, 10)
-		annotations[AnnotationHolds] = claims.Holding.And(w.cover.Slots).String()
+		annotations[AnnotationHolds] = claims.Holding.String()
 	}
 	m.mu.Lock()
 	if m.draining {
@@ -1542,7 +1543,13 @@ func (m *Member) update(log klog.Logger) {
 	// identity (not the slot's owner: it gets the slot last, from them).
 	// A free slot is left to that holder too (each hands it on as it got
 	// it, handling what it held first): whoever works the slot after
-	// listed it later, and never heard of those deletions.
+	// listed it later, and never heard of those deletions. Except a slot
+	// given to this member by name: its giver worked it, so what the
+	// holders heard meanwhile the giver heard too, and its handoff (a
+	// sweep after this member covered it) left nothing behind; a holder
+	// cannot claim it (given to us), so deferring would stall it until
+	// the gift expires. (Let go overdue, without that cover, its log line
+	// says what may be lost.)
 	var to [shard.Slots]string
 	for id, slots := range assign {
 		for _, i := range slots {
@@ -1563,6 +1570,9 @@ func (m *Member) update(log klog.Logger) {
 			continue
 		}
 		to[i] = id
+		if custody.Has(i) {
+			continue
+		}
 		if !holding.Has(i) || mine.Has(i) || id < m.cfg.Identity {
 			others, doubted = others.With(i), doubted.Minus(shard.SlotsOf(i))
 		}
