@@ -112,84 +112,11 @@ type Outcome struct {
 
 // Machine decides, from each Outcome, the next Action. It holds the loop's
 // whole state and does no I/O and reads no clock: the loop performs actions
-// and reports what came of them, with the time.
-//
-// Its state is the picture's State and the data that state carries (the
-// fields of listing and watching). Beside them it keeps relisted, how
-// lists are made (WatchList, or LIST: for good, or until a stream runs
-// healthy; "list" below is either), the watchdog's silence, and the backoff
-// ("after trouble": its last step is not reset yet).
-//
-// In the table, a stream that "ran its course" ended at (or a little before)
-// its timeout; "open 2m then cut" broke after the backoff's ResetAfter
-// (healthy all the same); "closed early" ended cleanly long before its
-// timeout; "starting" and "paths missing" are kube-apiserver's words that it
-// has just started (429 "storage is (re)initializing", 503 "before all known
-// HTTP paths have been installed"). For a WATCH, 410 and the ERRORs are
-// events in its stream; too large RV, refused, 500, starting, paths missing,
-// 429, 403 and 400 answer a WATCH that did not open. "back off" waits out
-// the backoff (trouble: the next wait is longer), "stagger" a random part of
-// the last step (no trouble); +x and -x set and clear the data x.
-//
-// Every decision of Machine.Step (machine_table_test.go holds this table to it):
-//
-//	state: in flight, data
-//	  outcome                                   next action                     state after, data
-//	Listing: list
-//	  ok, behind RV                             watch from RV                   Watching
-//	  410, too large RV                         list                            +restarted
-//	  any other                                 back off, then resume the list  BackingOff
-//	Listing: list, restarted (as Listing: list, but:)
-//	  410, too large RV                         back off, then list             BackingOff
-//	Relisting: list (as Listing: list, but:)
-//	  behind RV                                 watch from RV                   Watching, time travel
-//	Listing: watch-list
-//	  initial events ended                      keep reading                    Watching
-//	  starting, 429, 403                        back off, then list             BackingOff
-//	  400                                       list                            LIST for good
-//	  any other                                 list                            LIST until healthy
-//	Watching: watch
-//	  ran its course                            watch from RV
-//	  open 2m then cut, cut, closed early       back off, then watch from RV    BackingOff
-//	  silent                                    probe
-//	  410, ERROR before progress, too large RV  list                            Relisting, +relisted
-//	  ERROR after progress                      back off, then watch from RV    BackingOff, +errored
-//	  starting, paths missing                   back off, then list             BackingOff, +relisted, +forStart
-//	  any other                                 back off, then probe            BackingOff
-//	Watching: keep reading (as Watching: watch)
-//	Watching: watch, after trouble (as Watching: watch, but:)
-//	  410, ERROR before progress, too large RV  stagger, then list              Relisting, +relisted
-//	Watching: watch, relisted (as Watching: watch, after trouble, but:)
-//	  ran its course                            watch from RV                   -relisted
-//	  open 2m then cut                          back off, then watch from RV    BackingOff, -relisted
-//	  silent                                    probe                           -relisted
-//	  410, ERROR before progress, too large RV  back off, then list             BackingOff
-//	  starting, paths missing                   back off, then list             BackingOff, +forStart
-//	Watching: watch, errored (as Watching: watch, after trouble, but:)
-//	  ran its course                            watch from RV                   -errored
-//	  open 2m then cut                          back off, then watch from RV    BackingOff, -errored
-//	  silent                                    probe                           -errored
-//	  ERROR after progress                      stagger, then list              Relisting, +relisted
-//	Watching: watch, fresh (as Watching: watch, relisted, but:)
-//	  ran its course                            watch from RV                   -relisted, -fresh
-//	  open 2m then cut                          back off, then watch from RV    BackingOff, -relisted, -fresh
-//	  cut, closed early                         back off, then watch from RV    BackingOff, -fresh
-//	  silent                                    probe                           -relisted, -fresh
-//	  410, ERROR before progress                back off, then list             BackingOff, -fresh
-//	  ERROR after progress                      back off, then watch from RV    BackingOff, -fresh, +errored
-//	  starting, paths missing                   back off, then watch from RV    BackingOff
-//	Watching: probe
-//	  ok                                        watch from RV
-//	  behind RV                                 list                            Relisting
-//	  starting, paths missing                   back off, then list             BackingOff, +relisted, +forStart
-//	  any other                                 back off, then probe            BackingOff
-//	Watching: probe, fresh (as Watching: probe, but:)
-//	  starting, paths missing                   back off, then watch from RV    BackingOff
-//	BackingOff: wait
-//	  done                                      what it waited for              its state
-//	Relisting: wait (as BackingOff: wait)
-//	any
-//	  canceled                                  stop                            Stopped
+// and reports what came of them, with the time. Its state is the picture's
+// State and the data that state carries (listing, watching); beside them it
+// keeps how lists are made, the watchdog's silence and the backoff.
+// docs/watcher.md gives the table of every decision of Step, which
+// machine_table_test.go holds to it.
 type Machine struct {
 	// State is where the loop is.
 	State State
