@@ -13,8 +13,7 @@ type State int
 const (
 	// Listing: the first list is under way; the store is empty.
 	Listing State = iota
-	// Watching: a WATCH stream applies events to the store (or a probe asks
-	// the server where it is, before the next WATCH).
+	// Watching: a WATCH applies events to the store (or a probe runs).
 	Watching
 	// BackingOff: waiting before the next attempt, after trouble.
 	BackingOff
@@ -32,19 +31,16 @@ func (s State) String() string {
 type ActionKind int
 
 const (
-	// List: a paginated LIST of everything, at resourceVersion "" (the
-	// latest data, read consistently); its result replaces the store.
+	// List: a paginated LIST of everything, whose result replaces the store.
 	List ActionKind = iota
-	// WatchList: the same, as a WATCH with sendInitialEvents=true. When its
-	// initial events end, the loop reports Outcome.Listed and reads on.
+	// WatchList: the same, as a WATCH with sendInitialEvents=true; at the
+	// initial events' end the loop reports Outcome.Listed and reads on.
 	WatchList
 	// Watch: a WATCH from Action.RV, applying events until the stream ends.
 	Watch
-	// KeepReading: keep reading the stream that is open (a WatchList that just
-	// delivered its initial state goes on with live events).
+	// KeepReading: keep reading the open stream (a WatchList, listed).
 	KeepReading
-	// Probe: a LIST of one item, to read the server's current
-	// resourceVersion (after a silent stream: is the server behind us?).
+	// Probe: a LIST of one item, for the server's resourceVersion.
 	Probe
 	// Wait: sleep Action.Delay, then report an Outcome with no error.
 	Wait
@@ -61,8 +57,7 @@ type Action struct {
 	Kind ActionKind
 	// RV is where a Watch starts.
 	RV string
-	// Continue, on a List, resumes a list that failed on the way from the
-	// page this token asks for (the pages before it are kept by the loop).
+	// Continue, on a List, resumes a failed list from this page's token.
 	Continue string
 	// Delay is how long a Wait lasts.
 	Delay time.Duration
@@ -72,12 +67,11 @@ type Action struct {
 	// Reason explains the decision, for logs and --explain.
 	Reason string
 	// TimeTravel: the list just completed is older than the resourceVersion
-	// we had: the server's history went backwards (an etcd restore).
+	// we had (an etcd restore).
 	TimeTravel bool
 	// Quiet, on a Watch: how long the streams before it from the same
-	// resourceVersion, and the waits between them, delivered nothing. The
-	// watchdog counts it too: a proxy that cuts idle streams sends nothing
-	// for ever in streams each shorter than the limit.
+	// resourceVersion, and the waits between, delivered nothing. The
+	// watchdog counts it: a proxy may cut every idle stream short.
 	Quiet time.Duration
 }
 
@@ -87,22 +81,17 @@ type Outcome struct {
 	At time.Time
 	// Err is why the request or stream ended (nil: it ended normally).
 	Err error
-	// RV: for a LIST, the list's resourceVersion; for a stream, the last
-	// resourceVersion it delivered ("" if none); with Listed, the snapshot's.
+	// RV: a list's resourceVersion, or the last a stream delivered ("" if none).
 	RV string
-	// Continue: a List that failed after its first page, the token of the
-	// page that failed.
+	// Continue: of a List that failed on the way, the failed page's token.
 	Continue string
-	// Listed: a WatchList stream delivered its initial state (the bookmark
-	// annotated k8s.io/initial-events-end) and is still open.
+	// Listed: a WatchList delivered its initial state and is still open.
 	Listed bool
-	// Opened: the WATCH request was answered with a stream (false: it was
-	// refused, failed, or answered with an error status).
+	// Opened: the WATCH was answered with a stream.
 	Opened bool
 	// Frames counts the events and bookmarks a stream delivered.
 	Frames int
-	// Open is how long a stream stayed open, Timeout the timeoutSeconds it
-	// asked the server for.
+	// Open is how long a stream stayed open, Timeout the timeoutSeconds asked.
 	Open, Timeout time.Duration
 	// ErrorEvent: the stream ended with an ERROR event (Err is its status).
 	ErrorEvent bool
@@ -120,11 +109,10 @@ type Outcome struct {
 type Machine struct {
 	// State is where the loop is.
 	State State
-	// RV is the last resourceVersion the store is synced to: from the last
-	// list, then from every event and bookmark. A re-WATCH starts here.
+	// RV is the last resourceVersion the store is synced to; a re-WATCH
+	// starts here.
 	RV string
-	// SilenceLimit, if set, is the watchdog's: a Watch due after that much
-	// silence (Action.Quiet) is a Probe instead.
+	// SilenceLimit, if set: a Watch due after that much silence is a Probe.
 	SilenceLimit time.Duration
 
 	// doing is the action in flight.
@@ -142,8 +130,7 @@ type Machine struct {
 	// since: the next relist waits out the backoff.
 	relisted bool
 	// quietSince is when the streams from RV that delivered nothing began
-	// (zero: the last one delivered, or a list or a probe heard from the
-	// server since).
+	// (zero: none, or a list or a probe heard from the server since).
 	quietSince time.Time
 	// pace is the backoff's bookkeeping; now, the time of the outcome being
 	// applied, is its clock.
@@ -151,8 +138,7 @@ type Machine struct {
 	now  time.Time
 }
 
-// listing is what a list carries, from its first request until it is in the
-// store.
+// listing is what a list carries, until it is in the store.
 type listing struct {
 	// restarted: it restarted at once, from the first page, after an
 	// expired continue token or "too large resource version".
