@@ -68,7 +68,6 @@ type Options[T Object] struct {
 // listing it, then watching it from the list's resourceVersion, forever.
 type Watcher[T Object] struct {
 	source Source
-	codec  Codec[T]
 	store  *store.Store[T]
 	opts   Options[T]
 	log    klog.Logger // Run's context's, named "watcher"
@@ -79,8 +78,10 @@ type Watcher[T Object] struct {
 	pos        atomic.Pointer[Position]
 	synced     chan struct{}
 	syncedOnce sync.Once
-	// partial is a list that failed on the way, for the List that resumes it.
-	partial *partialList[T]
+	// partial is a list that failed on the way, for the List that resumes
+	// it, and pages the pages it read.
+	partial *store.Replacement[T]
+	pages   int
 	// relists: a Relist not in effect yet (its prepare), and the cancel of
 	// the request in flight, which a Relist cuts short.
 	relists struct {
@@ -88,12 +89,6 @@ type Watcher[T Object] struct {
 		prepare func() bool
 		cut     context.CancelFunc
 	}
-}
-
-// partialList is what a paginated list read before it failed.
-type partialList[T Object] struct {
-	repl  *store.Replacement[T]
-	pages int
 }
 
 // New returns a watcher that fills s from src. Call Run to start it.
@@ -115,7 +110,7 @@ func New[T Object](src Source, s *store.Store[T], opts Options[T]) *Watcher[T] {
 		opts.ListOptions = func(*metav1.ListOptions) {}
 	}
 	opts.Codec = cmp.Or[Codec[T]](opts.Codec, JSONCodec[T]{})
-	w := &Watcher[T]{source: src, codec: opts.Codec, store: s, opts: opts, synced: make(chan struct{})}
+	w := &Watcher[T]{source: src, store: s, opts: opts, synced: make(chan struct{})}
 	w.pos.Store(&Position{})
 	return w
 }
@@ -167,7 +162,7 @@ func (w *Watcher[T]) Run(ctx context.Context) {
 		// A Relist cuts any action short but a Wait.
 		actx, cancel := context.WithCancel(ctx)
 		if act.Kind != Wait {
-			w.armCut(cancel)
+			w.setCut(cancel)
 		}
 		var o Outcome
 		switch act.Kind {
@@ -186,7 +181,7 @@ func (w *Watcher[T]) Run(ctx context.Context) {
 		default:
 			panic(fmt.Sprintf("watcher: the machine asked for %s outside a stream", act.Kind))
 		}
-		cut := act.Kind != Wait && w.disarmCut()
+		cut := act.Kind != Wait && w.setCut(nil)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
@@ -200,22 +195,16 @@ func (w *Watcher[T]) Run(ctx context.Context) {
 	}
 }
 
-// armCut lets a Relist cancel the action about to start (at once if one
-// is waiting already).
-func (w *Watcher[T]) armCut(cancel context.CancelFunc) {
+// setCut lets a Relist cancel the action about to start with cut (at once
+// if a Relist is waiting already), or no action (nil); it tells whether a
+// Relist is waiting.
+func (w *Watcher[T]) setCut(cut context.CancelFunc) (waiting bool) {
 	w.relists.Lock()
 	defer w.relists.Unlock()
-	w.relists.cut = cancel
-	if w.relists.prepare != nil {
-		cancel()
+	w.relists.cut = cut
+	if cut != nil && w.relists.prepare != nil {
+		cut()
 	}
-}
-
-// disarmCut ends what armCut began, and tells whether a Relist is waiting.
-func (w *Watcher[T]) disarmCut() bool {
-	w.relists.Lock()
-	defer w.relists.Unlock()
-	w.relists.cut = nil
 	return w.relists.prepare != nil
 }
 
@@ -301,14 +290,13 @@ func (w *Watcher[T]) setRV(rv string) {
 // failed page's token (cont), the next list goes on from there.
 func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 	if cont == "" || w.partial == nil {
-		w.partial = &partialList[T]{repl: w.store.NewReplacement()}
+		w.partial, w.pages = w.store.NewReplacement(), 0
 	}
-	repl := w.partial.repl
+	repl := w.partial
 	for {
 		opts := metav1.ListOptions{Limit: w.opts.PageSize, Continue: cont}
 		w.opts.ListOptions(&opts)
-		w.partial.pages++
-		page := w.partial.pages
+		w.pages++
 		items := 0
 		meta, err := w.readList(ctx, opts,
 			func(obj T) {
@@ -324,7 +312,7 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 		if err != nil { // a page that failed delivered nothing (Codec.DecodeList)
 			return Outcome{At: time.Now(), Err: err, Continue: cont}
 		}
-		report(w, ListPage{Page: page, Items: items, Continue: meta.Continue, RV: meta.ResourceVersion})
+		report(w, ListPage{Page: w.pages, Items: items, Continue: meta.Continue, RV: meta.ResourceVersion})
 		if cont = meta.Continue; cont == "" {
 			w.partial = nil
 			w.commit(repl, meta.ResourceVersion)
@@ -340,7 +328,7 @@ func (w *Watcher[T]) readList(ctx context.Context, opts metav1.ListOptions, add 
 		return metav1.ListMeta{}, err
 	}
 	defer body.Close()
-	return w.codec.DecodeList(body, add, bad)
+	return w.opts.Codec.DecodeList(body, add, bad)
 }
 
 // probe lists one item, for the list's resourceVersion: where the server is.
@@ -354,20 +342,13 @@ func (w *Watcher[T]) probe(ctx context.Context) Outcome {
 func (w *Watcher[T]) commit(repl *store.Replacement[T], rv string) {
 	size := repl.Len()
 	deltas := repl.Commit()
-	var added, updated, deleted int
+	var n [store.Deleted + 1]int // by type
 	for _, d := range deltas {
-		switch d.Type {
-		case store.Added:
-			added++
-		case store.Updated:
-			updated++
-		case store.Deleted:
-			deleted++
-		}
+		n[d.Type]++
 	}
 	// Where the store stands changes before anyone hears of the list.
 	w.pos.Store(&Position{At: rv, Since: rv, Lists: w.pos.Load().Lists + 1})
-	report(w, Replaced{RV: rv, Size: size, Added: added, Updated: updated, Deleted: deleted})
+	report(w, Replaced{RV: rv, Size: size, Added: n[store.Added], Updated: n[store.Updated], Deleted: n[store.Deleted]})
 	for _, d := range deltas {
 		w.hand(d)
 	}
@@ -418,7 +399,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 		report(w, WatchEnded{Frames: o.Frames, Open: time.Since(start), Err: o.Err, Quiet: act.Quiet})
 	}()
 
-	dec := w.codec.DecodeEvents(body)
+	dec := w.opts.Codec.DecodeEvents(body)
 	for {
 		ev, err := dec.Next()
 		arrived := time.Now()
