@@ -2,10 +2,9 @@ package store
 
 import "rawwatch/store/share"
 
-// own prepares an object the store takes ownership of: its managedFields
-// go (server-side-apply bookkeeping, often the largest part of an object,
-// which a controller never reads); with Share, its repeated strings are
-// interned (share.Intern).
+// own prepares an object the store takes: its managedFields go (often the
+// largest part, which a controller never reads); with Share, its strings
+// are interned.
 func own[T Object](obj T, shared bool) {
 	obj.SetManagedFields(nil)
 	if shared {
@@ -13,12 +12,9 @@ func own[T Object](obj T, shared bool) {
 	}
 }
 
-// DropAnnotations returns a transform (SetTransformKeepingLabels: it
-// never changes labels) that deletes the
-// annotations named by keys. The usual one is kubectl's
-// last-applied-configuration: a copy of the whole object as its last client-side
-// apply wrote it, often the largest part of an object a human manages with
-// kubectl apply, and one no controller of the object needs.
+// DropAnnotations returns a transform that deletes the annotations named
+// by keys and never changes labels (SetTransformKeepingLabels), such as
+// kubectl's last-applied-configuration: a copy of the whole object.
 func DropAnnotations[T Object](keys ...string) func(T) {
 	return func(obj T) {
 		a := obj.GetAnnotations()

@@ -347,15 +347,10 @@ func Snippet(b []byte) string {
 // asSkip is errors.As(err, *SkipError), without allocating when err is nil
 // or a *SkipError itself.
 func asSkip(err error) *SkipError {
-	if err == nil {
-		return nil
-	}
-	if skip, ok := err.(*SkipError); ok {
+	if skip, ok := err.(*SkipError); ok || err == nil {
 		return skip
 	}
 	var skip *SkipError
-	if errors.As(err, &skip) {
-		return skip
-	}
-	return nil
+	errors.As(err, &skip)
+	return skip
 }

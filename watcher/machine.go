@@ -187,9 +187,8 @@ func (m *Machine) Start(now time.Time) Action {
 	return m.do(m.listAction("start: list everything"))
 }
 
-// Healthy reports whether a stream counts as trouble-free: it stayed open
-// for the backoff's ResetAfter, or ended on its own at its timeout. What it
-// delivered does not matter: one that breaks after a frame is flapping.
+// Healthy reports whether a stream was trouble-free: it stayed open for
+// ResetAfter, or ended on its own at its timeout, whatever it delivered.
 func (m *Machine) Healthy(o Outcome) bool {
 	if o.Open >= m.pace.policy.ResetAfter {
 		return true
@@ -246,13 +245,11 @@ func (m *Machine) listEnded(e end) Action {
 	case restart:
 		return m.trouble(e, e.retryAfter, Action{Kind: List}, reason)
 	}
-	// Anything else: after the backoff, from the page that failed (its
-	// token serves the same snapshot until etcd compacts it).
+	// Anything else: after the backoff, from the page that failed.
 	return m.trouble(e, e.retryAfter, Action{Kind: List, Continue: e.Continue}, reason)
 }
 
 // listed: a list (or a WatchList's initial state) is in the store at o.RV.
-// The list's data ends; the streams from it start with their own.
 func (m *Machine) listed(o Outcome, next ActionKind) Action {
 	a := Action{Kind: next, RV: o.RV, Reason: "listed at resourceVersion " + o.RV}
 	if behind(o.RV, m.RV) {
@@ -277,15 +274,13 @@ func (m *Machine) watchListFailed(e end) Action {
 	case Throttled, Denied:
 		return m.trouble(e, e.retryAfter, m.doing, fmt.Sprintf("watch-list failed (%s): %v", e.class, e.Err))
 	}
-	// Anything else (an apiserver whose etcd cannot report progress fails
-	// every one): LIST, at once, until a stream runs healthy.
+	// Anything else: LIST, at once, until a stream runs healthy.
 	m.lists = byLISTUntilHealthy
 	return m.do(Action{Kind: List, Class: e.class, Err: e.Err,
 		Reason: fmt.Sprintf("watch-list failed before its initial events ended (%v): LIST instead", e.Err)})
 }
 
-// probed: the server's current resourceVersion, asked after a silent
-// stream or a WATCH that could not open.
+// probed: the server's resourceVersion, asked after trouble.
 func (m *Machine) probed(e end) Action {
 	switch {
 	case e.class != NoError:
@@ -316,10 +311,8 @@ func (m *Machine) streamEnded(e end) Action {
 			m.lists = byWatchList
 		}
 	}
-	// An ERROR event before the stream carried us on says the server cannot
-	// serve this watch from there (a compaction): relist, as for a 410. One
-	// after progress is a broken stream: re-watch after the backoff, once;
-	// a second before a healthy stream relists.
+	// An ERROR before progress is a 410 in other words: relist. One after
+	// progress re-watches after the backoff, once before a healthy stream.
 	errored := e.ErrorEvent && e.class == Transient
 	stuck := errored && (m.RV == from || m.watch.errored)
 	if errored && !healthy && !stuck {
@@ -329,8 +322,7 @@ func (m *Machine) streamEnded(e end) Action {
 	case e.class == Expired, e.class == TooLargeRV, stuck:
 		return m.relistAfterGone(e)
 	case e.Silent:
-		// The connection died, or the server is behind our resourceVersion
-		// (an etcd restore): ask it where it is, at once.
+		// A dead connection, or a server behind us: ask where it is.
 		reason := fmt.Sprintf("watch silent for %s: abandoned; is the server behind resourceVersion %s?", silence.Round(time.Second), m.RV)
 		if e.Frames > 0 { // silent for the limit after its last frame
 			reason = fmt.Sprintf("watch silent since its last frame (of %d): abandoned; is the server behind resourceVersion %s?", e.Frames, m.RV)
@@ -366,8 +358,7 @@ func (m *Machine) countSilence(o Outcome) time.Duration {
 }
 
 // relistAfterGone: the server cannot go on from our resourceVersion. The
-// first relist since a healthy stream does not wait out the backoff: it is
-// what recovers us. Another before a healthy stream does.
+// first relist since a healthy stream is at once; another waits the backoff.
 func (m *Machine) relistAfterGone(e end) Action {
 	reason := fmt.Sprintf("watch from resourceVersion %s ended (%v): relist", m.RV, e.Err)
 	if m.relisted {
@@ -376,9 +367,8 @@ func (m *Machine) relistAfterGone(e end) Action {
 	m.relisted = true
 	m.pace.disturbed(e.At)
 	a := m.relist()
-	// Right after trouble, every client of a restarted server meets its
-	// 410 together: the relist waits a random part of the last step (full
-	// jitter), so that the fleet's lists do not all land at once.
+	// Right after trouble, every client of a restarted server meets its 410
+	// together: a random part of the last step spreads their lists.
 	if d := m.pace.stagger(); d > 0 {
 		a.Reason = fmt.Sprintf("relist, %s after the 410 (staggered, so that clients back from the same outage do not all relist at once)", d.Round(time.Millisecond))
 		m.after = a
@@ -389,12 +379,9 @@ func (m *Machine) relistAfterGone(e end) Action {
 	return m.do(a)
 }
 
-// afterUnopened is what follows the backoff after a WATCH that could not
-// open, or a probe that failed: a probe, since the server may have been
-// restored from an older snapshot. A server that says it has just started
-// (serverStarting) is relisted instead, as after a 410 (its watch cache
-// begins after our resourceVersion); unless the list in the store is that
-// relist (fresh): then its cache began before it, and we re-watch.
+// afterUnopened follows the backoff after a WATCH that could not open, or a
+// failed probe: a probe (was the server restored?). A server just started
+// is relisted, as after a 410, unless the store holds that relist (fresh).
 func (m *Machine) afterUnopened(err error) Action {
 	switch {
 	case serverStarting(err) && m.watch.fresh:
@@ -406,9 +393,8 @@ func (m *Machine) afterUnopened(err error) Action {
 	return Action{Kind: Probe}
 }
 
-// Resharded: the watcher's shard changed, and the action in flight, if any,
-// was cut short. A list follows at once; it is not trouble (the backoff is
-// untouched).
+// Resharded: the watcher's shard changed, and the action in flight was cut
+// short. A list follows at once, and the backoff is untouched.
 func (m *Machine) Resharded() Action {
 	m.list.restarted = false
 	if m.lists == byLISTUntilHealthy {
@@ -443,9 +429,8 @@ func (m *Machine) trouble(e end, minDelay time.Duration, next Action, reason str
 	return m.do(Action{Kind: Wait, Delay: d, Class: e.class, Err: e.Err, Reason: reason})
 }
 
-// do makes a the action in flight. A Watch carries the silence before it,
-// and is a Probe instead once that reaches the watchdog's limit; a list or
-// a probe ends the silence.
+// do makes a the action in flight. A Watch carries the silence before it (a
+// Probe once that reaches the limit); a list or a probe ends the silence.
 func (m *Machine) do(a Action) Action {
 	if a.Kind == Watch && !m.quietSince.IsZero() {
 		a.Quiet = m.now.Sub(m.quietSince)
@@ -474,8 +459,7 @@ func (m *Machine) stateFor(a Action) State {
 	return Relisting
 }
 
-// behind reports whether resourceVersion rv is older than ours (both
-// well-formed, as every kube-apiserver's are; "" is not).
+// behind reports whether resourceVersion rv is older than ours ("" is not).
 func behind(rv, ours string) bool {
 	c, err := resourceversion.CompareResourceVersion(rv, ours)
 	return err == nil && c < 0
