@@ -1,17 +1,15 @@
 package watcher
 
 import (
-	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"rawwatch/observe"
 	"rawwatch/store"
 )
 
 // The events the watcher reports to its Options.Observer (package observe),
-// on the loop's goroutine, in order.
+// on the loop's goroutine, in order; package stats counts them.
 type (
 	// StateChanged: the machine moved (From may equal To: a re-WATCH), and
 	// why; TimeTravel: Action.TimeTravel.
@@ -79,69 +77,6 @@ type (
 		FinalStateUnknown bool
 	}
 )
-
-// Stats counts what the loop did. Every Watcher keeps one (see Watcher.Stats).
-type Stats struct {
-	mu sync.Mutex
-	n  StatsSnapshot
-}
-
-// StatsSnapshot is a copy of the counters at one moment.
-type StatsSnapshot struct {
-	// ListPages, Lists (the first included; Relists the later ones),
-	// Watches, Probes and Backoffs count those steps; Events the object
-	// events applied, by type, Bookmarks the bookmarks (the last at
-	// LastBookmarkRV); GoneDeletes the Deleted deltas of lists; Skipped
-	// what could not be decoded.
-	ListPages, Lists, Relists, Watches, Probes, Backoffs int64
-	Events, Added, Modified, Deleted, Bookmarks          int64
-	GoneDeletes, Skipped                                 int64
-	LastBookmarkRV                                       string
-}
-
-// Observe counts e.
-func (s *Stats) Observe(e observe.Event) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := &s.n
-	switch e := e.(type) {
-	case ListPage:
-		n.ListPages++
-	case Replaced:
-		if n.Lists++; n.Lists > 1 {
-			n.Relists++
-		}
-		n.GoneDeletes += int64(e.Deleted)
-	case WatchStarted:
-		n.Watches++
-	case Received:
-		n.Events++
-		switch e.Type {
-		case Added:
-			n.Added++
-		case Modified:
-			n.Modified++
-		case Deleted:
-			n.Deleted++
-		}
-	case BookmarkReceived:
-		n.Bookmarks++
-		n.LastBookmarkRV = e.RV
-	case BackoffStarted:
-		n.Backoffs++
-	case Probed:
-		n.Probes++
-	case Skipped:
-		n.Skipped++
-	}
-}
-
-// Snapshot copies the counters.
-func (s *Stats) Snapshot() StatsSnapshot {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.n
-}
 
 // WrittenAt is when obj was last written, as it records it: the latest time
 // in its managedFields (the store drops them: ask before), else its

@@ -71,7 +71,6 @@ type Watcher[T Object] struct {
 	store  *store.Store[T]
 	opts   Options[T]
 	log    klog.Logger // Run's context's, named "watcher"
-	stats  Stats
 
 	// pos is where the store stands, replaced whole, so that a reader
 	// never sees one list's resourceVersion beside another's.
@@ -120,9 +119,6 @@ func (w *Watcher[T]) Synced() <-chan struct{} { return w.synced }
 
 // ResourceVersion is the last resourceVersion the store is synced to.
 func (w *Watcher[T]) ResourceVersion() string { return w.pos.Load().At }
-
-// Stats returns the loop's counters.
-func (w *Watcher[T]) Stats() StatsSnapshot { return w.stats.Snapshot() }
 
 // Position is where the store stands: At, the last resourceVersion it is
 // synced to; Since, the last list's (every event since is in, "" before the
@@ -268,10 +264,9 @@ func (w *Watcher[T]) logStep(from, to State, a Action) {
 	}
 }
 
-// report counts e in the loop's Stats and gives it to Options.Observer, if
-// any. Generic, so that with no Observer an event costs no allocation.
+// report gives e to Options.Observer, if any. Generic, so that with no
+// Observer an event costs no allocation.
 func report[T Object, E observe.Event](w *Watcher[T], e E) {
-	w.stats.Observe(e)
 	if w.opts.Observer != nil {
 		w.opts.Observer.Observe(e)
 	}
