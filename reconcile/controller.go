@@ -106,9 +106,7 @@ func (c *Controller[T]) OnDelta(d store.Delta[T]) {
 // Resync queues every key, as a new leader does with a store that filled
 // without it.
 func (c *Controller[T]) Resync(keys []string) {
-	if c.Observer != nil {
-		c.Observer.Observe(Resynced{Keys: len(keys)})
-	}
+	c.observe(Resynced{Keys: len(keys)})
 	for _, key := range keys {
 		c.Queue.Add(key)
 	}
@@ -211,10 +209,11 @@ func (c *Controller[T]) workContext(ctx context.Context) (context.Context, conte
 	return work, func() { stop(); cancel() }
 }
 
-// keyContext is what one reconcile of key runs in: work, ReconcileTimeout,
-// and the worker's logger with the key.
-func keyContext(work context.Context, logger klog.Logger, key string) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(klog.NewContext(work, klog.LoggerWithValues(logger, "key", key)), ReconcileTimeout)
+// observe tells the Observer, if any, of e.
+func (c *Controller[T]) observe(e observe.Event) {
+	if c.Observer != nil {
+		c.Observer.Observe(e)
+	}
 }
 
 // processNext handles one key; it returns false when the queue shut down.
@@ -225,13 +224,11 @@ func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, wo
 	}
 	defer c.Queue.Done(key)
 	start := time.Now()
-	rctx, cancel := keyContext(work, logger, key)
+	rctx, cancel := context.WithTimeout(klog.NewContext(work, klog.LoggerWithValues(logger, "key", key)), ReconcileTimeout)
 	defer cancel()
 	log := klog.FromContext(rctx)
 	log.V(4).Info("Reconciling")
-	if c.Observer != nil {
-		c.Observer.Observe(Started{Worker: worker, Key: key})
-	}
+	c.observe(Started{Worker: worker, Key: key})
 	err := c.HandleDeletions(rctx, key)
 	if err == nil {
 		err = c.Reconciler.Reconcile(rctx, key)
@@ -255,15 +252,11 @@ func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, wo
 		pauseFor := c.pause.failed(time.Now(), start, retryAfter)
 		c.Queue.Add(key)
 		log.V(2).Info("Server away; workers pause", "err", err, "pause", pauseFor)
-		if c.Observer != nil {
-			c.Observer.Observe(Paused{Key: key, For: pauseFor, Err: err})
-		}
+		c.observe(Paused{Key: key, For: pauseFor, Err: err})
 	default:
 		retryIn = c.Queue.AddRateLimited(key)
 		log.Error(err, "Reconcile failed, will retry", "retries", c.Queue.Retries(key), "retryIn", retryIn)
 	}
-	if c.Observer != nil {
-		c.Observer.Observe(Finished{Worker: worker, Key: key, Took: d, Err: err, RetryIn: retryIn})
-	}
+	c.observe(Finished{Worker: worker, Key: key, Took: d, Err: err, RetryIn: retryIn})
 	return true
 }

@@ -108,14 +108,36 @@ func (s *Store[T]) SetTransform(f func(T)) { s.transform, s.keepsLabels = f, fal
 // object's labels (DropAnnotations): the objects may still share label maps.
 func (s *Store[T]) SetTransformKeepingLabels(f func(T)) { s.transform, s.keepsLabels = f, true }
 
+// DropAnnotations returns a transform that deletes the annotations named
+// by keys and never changes labels (SetTransformKeepingLabels), such as
+// kubectl's last-applied-configuration: a copy of the whole object.
+func DropAnnotations[T Object](keys ...string) func(T) {
+	return func(obj T) {
+		a := obj.GetAnnotations()
+		if len(a) == 0 {
+			return
+		}
+		for _, k := range keys {
+			delete(a, k)
+		}
+		if len(a) == 0 {
+			obj.SetAnnotations(nil)
+		}
+	}
+}
+
 // SharesLabels tells whether objects given to the store may share label
 // maps: with Share, unless a transform may change labels.
 func (s *Store[T]) SharesLabels() bool { return s.share && (s.transform == nil || s.keepsLabels) }
 
-// take prepares an object the store is given: own, the transform, and
-// with Share, its labels shared with the stored objects'.
+// take prepares an object the store is given: its managedFields go (often
+// the largest part, which a controller never reads), then the transform;
+// with Share, its strings are interned and its labels shared.
 func (s *Store[T]) take(obj T) {
-	own(obj, s.share)
+	obj.SetManagedFields(nil)
+	if s.share {
+		share.Intern(obj)
+	}
 	if s.transform != nil {
 		s.transform(obj)
 	}
