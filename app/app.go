@@ -67,6 +67,7 @@ import (
 	"rawwatch/ring"
 	"rawwatch/shard"
 	"rawwatch/sharding"
+	"rawwatch/stats"
 	"rawwatch/store"
 	"rawwatch/ui"
 	"rawwatch/watcher"
@@ -175,6 +176,8 @@ type App struct {
 	Controller *reconcile.Controller[Object]
 	Client     *client.Client
 	Metrics    *metrics.Metrics
+	// Stats counts what the watcher did.
+	Stats *stats.Counter
 	// UI is the live page's hub; nil without UIAddr.
 	UI *ui.Hub
 	// Elector is nil without leader election.
@@ -258,9 +261,10 @@ func New(opts Options) (_ *App, err error) {
 	}
 	a.Metrics = metrics.New(metrics.Options{Version: opts.Version,
 		QueueDepth: a.Queue.Len, QueueDelayed: a.Queue.Pending, StoreObjects: a.Store.Len})
-	// One fan-out for every part: the metrics, the narration, the probe,
-	// the caller's.
-	observer := observe.Fanout{a.Metrics}
+	// One fan-out for every part: the metrics, the counts, the narration,
+	// the probe, the caller's.
+	a.Stats = &stats.Counter{}
+	observer := observe.Fanout{a.Metrics, a.Stats}
 	if opts.Explain != nil {
 		observer = append(observer, opts.Explain)
 	}

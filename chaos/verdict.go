@@ -331,7 +331,7 @@ type Report struct {
 	// The churn.
 	Creates, Recreates, Updates, Deletes, WriteConflicts int64
 
-	// The watcher (watcher.Stats): events applied, lists (the first
+	// The watcher (package stats): events applied, lists (the first
 	// included), relists, WATCH requests, backoffs, skipped objects, and
 	// deletions found by relists (FinalStateUnknown).
 	Events, Added, Modified, Deleted, Bookmarks int64
@@ -392,7 +392,7 @@ func (r *Report) slow() bool {
 // sharded run).
 func (r *Report) fill(replicas []*replica, proxy faultproxy.Counts, ch *churner) {
 	for _, rp := range replicas {
-		st := rp.app.Watcher.Stats()
+		st := rp.app.Stats.Counts()
 		r.Events, r.Added, r.Modified, r.Deleted, r.Bookmarks = r.Events+st.Events, r.Added+st.Added, r.Modified+st.Modified, r.Deleted+st.Deleted, r.Bookmarks+st.Bookmarks
 		r.Lists, r.Relists, r.Watches, r.Backoffs = r.Lists+st.Lists, r.Relists+st.Relists, r.Watches+st.Watches, r.Backoffs+st.Backoffs
 		r.Skipped, r.GoneDeletes = r.Skipped+st.Skipped, r.GoneDeletes+st.GoneDeletes

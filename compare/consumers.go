@@ -170,7 +170,7 @@ func (r *rawConsumer[T]) run(ctx context.Context, synced chan<- struct{}) {
 
 func (r *rawConsumer[T]) storeLen() int { return r.store.Len() }
 func (r *rawConsumer[T]) queued() int   { return r.ctrl.Queue.Len() }
-func (r *rawConsumer[T]) lists() int64  { return r.w.Stats().Lists }
+func (r *rawConsumer[T]) lists() int64  { return int64(r.w.Position().Lists) }
 
 func (r *rawConsumer[T]) dump() map[string]string {
 	out := map[string]string{}

@@ -26,22 +26,20 @@ type (
 
 // Queue is a work queue of keys with the guarantees controllers rely on:
 //
-//   - dedup: a key waiting in the queue is there once, however often it is added;
-//   - exclusivity: between Get and Done a key belongs to one worker; adding it
-//     meanwhile marks it dirty, and Done puts it back for exactly one more run;
-//   - fairness: keys come out in the order they first became dirty (or in
-//     the order an Order gives them: NewOrdered);
-//   - retries: AddRateLimited re-adds a key after its RateLimiter delay, and
-//     Forget resets that delay once the key succeeds;
-//   - shutdown: ShutDown makes Get return shutdown=true at once; workers finish
-//     the key they hold, and delayed adds are dropped.
+//   - dedup: a key waiting in the queue is there once, however often added;
+//   - exclusivity: between Get and Done a key belongs to one worker; an add
+//     meanwhile marks it dirty, and Done puts it back for one more run;
+//   - fairness: keys come out in the order they became dirty (or an Order's);
+//   - retries: AddRateLimited re-adds a key after its RateLimiter's delay,
+//     and Forget resets that delay;
+//   - shutdown: ShutDown makes Get return shutdown=true at once; delayed
+//     adds are dropped.
 //
-// The zero value is not usable; call New.
+// Call New.
 type Queue struct {
 	limiter RateLimiter
 	// Observer, when set before use, hears an Added for every add and a Got
-	// for every key Get hands out, with how long it waited since it became
-	// dirty (the queue latency). It is called without the lock held.
+	// for every key handed out, without the lock held.
 	Observer observe.Observer
 
 	mu sync.Mutex
@@ -54,21 +52,20 @@ type Queue struct {
 	dirty map[string]struct{}
 	// processing: keys handed out by Get and not yet Done.
 	processing map[string]struct{}
-	// waiting: keys scheduled by AddAfter, with the timer that will add
-	// them; due holds the same, soonest first (a heap), for Snapshot.
+	// waiting: keys scheduled by AddAfter, with their timers; due holds
+	// the same as a heap, soonest first, for Snapshot.
 	waiting map[string]*delayed
 	due     dueHeap
 	// dirtySince: when each dirty key was added (kept only with an Observer).
 	dirtySince map[string]time.Time
-	// dirtyPeak and processingPeak are the most keys dirty, and processing,
-	// since those maps were last made: whether a burst grew them.
+	// dirtyPeak and processingPeak: the most keys in those maps since they
+	// were made (did a burst grow them?).
 	dirtyPeak, processingPeak int
 	shutdown                  bool
 }
 
-// burstKeys is what a burst is: a queue drained after more keys than this
-// drops its maps and its order's array, which keep their size in Go; smaller
-// ones are kept, so that one key at a time allocates nothing.
+// burstKeys: a queue drained after more keys than this makes its maps and
+// arrays afresh (Go's keep their size); smaller ones are reused.
 const burstKeys = 64
 
 type delayed struct {
@@ -93,8 +90,7 @@ func (h *byDue) Pop() any {
 	return d
 }
 
-// dueHeap is the delayed keys as a heap by due time, each knowing its place,
-// so that one leaves in O(log n) and the soonest are found without reading all.
+// dueHeap is the delayed keys as a heap by due time, each knowing its place.
 type dueHeap struct{ byDue }
 
 func (h dueHeap) Swap(i, j int) {
@@ -107,9 +103,8 @@ func (h *dueHeap) Push(x any) {
 	h.byDue.Push(x)
 }
 
-// soonest returns the max soonest keys, soonest first, reading about
-// 2·max of the heap's entries: the soonest is the root, and each next one
-// a child of one already taken.
+// soonest returns the max soonest keys, soonest first, reading about 2·max
+// entries: each next one is a child of one already taken.
 func (h dueHeap) soonest(max int) []DelayedKey {
 	n := min(max, len(h.byDue))
 	out := make([]DelayedKey, 0, n)
@@ -128,9 +123,8 @@ func (h dueHeap) soonest(max int) []DelayedKey {
 }
 
 // Order is the line the ready keys wait in, under the queue's lock: Push a
-// key that became ready, Touch one added again while it waits, Pop the next
-// (only when Len > 0); Peek is the next max keys Pop would hand out, read in
-// about that many steps. The default is FIFO: oldest first.
+// key that became ready, Touch one added again, Pop the next (when Len > 0);
+// Peek is the next max keys Pop would hand out. The default is FIFO.
 type Order interface {
 	Push(key string)
 	Touch(key string)
@@ -139,8 +133,7 @@ type Order interface {
 	Peek(max int) []string
 }
 
-// FIFO is the default Order: keys in the order they became ready. Its
-// array, once a burst (burstKeys) grew it, is dropped when it drains.
+// FIFO is the default Order: keys in the order they became ready.
 type FIFO struct {
 	keys []string
 	buf  []string // the whole backing array, for reuse once drained
@@ -234,8 +227,7 @@ func (q *Queue) push(key string) {
 	q.ready.Signal()
 }
 
-// AddAfter adds key once d has passed. If key is already scheduled, the
-// earlier of the two times wins.
+// AddAfter adds key once d has passed; of two schedules, the earlier wins.
 func (q *Queue) AddAfter(key string, d time.Duration) {
 	if d <= 0 {
 		q.Add(key)
@@ -269,8 +261,7 @@ func (q *Queue) AddAfter(key string, d time.Duration) {
 	heap.Push(&q.due, w)
 }
 
-// undelay drops w, whose time has come, from the delayed keys; when none
-// is left after a burst (burstKeys), their map and heap are made afresh.
+// undelay drops w, whose time has come, from the delayed keys.
 func (q *Queue) undelay(w *delayed) {
 	delete(q.waiting, w.key)
 	heap.Remove(&q.due, w.index)
@@ -293,9 +284,8 @@ func (q *Queue) Forget(key string) { q.limiter.Forget(key) }
 // Retries is how many rate-limited retries key had since its last Forget.
 func (q *Queue) Retries(key string) int { return q.limiter.Retries(key) }
 
-// Get blocks until a key is ready and hands it to the caller, who must call
-// Done(key) when finished. shutdown is true once ShutDown was called: the
-// caller should stop.
+// Get blocks until a key is ready and hands it out; the caller calls
+// Done(key) when finished, and stops on shutdown.
 func (q *Queue) Get() (key string, shutdown bool) {
 	q.mu.Lock()
 	for q.order.Len() == 0 && !q.shutdown {
@@ -311,8 +301,7 @@ func (q *Queue) Get() (key string, shutdown bool) {
 	delete(q.dirty, key)
 	since, timed := q.dirtySince[key]
 	delete(q.dirtySince, key)
-	// Go maps keep their size after a burst: start afresh when the queue
-	// drains after one (burstKeys).
+	// After a burst, start afresh (burstKeys).
 	if len(q.dirty) == 0 && q.dirtyPeak > burstKeys {
 		q.dirty, q.dirtySince, q.dirtyPeak = map[string]struct{}{}, map[string]time.Time{}, 0
 	}
@@ -323,9 +312,8 @@ func (q *Queue) Get() (key string, shutdown bool) {
 	return key, false
 }
 
-// Done ends the processing of key. If key was added while it was being
-// processed, it goes back to the queue now. Done of a key not being
-// processed (a second Done) does nothing.
+// Done ends the processing of key; if key was added meanwhile, it goes
+// back to the queue. A second Done does nothing.
 func (q *Queue) Done(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -341,9 +329,8 @@ func (q *Queue) Done(key string) {
 	}
 }
 
-// ShutDown stops the queue: adds are ignored, delayed adds are cancelled, and
-// every Get returns shutdown=true. Keys already handed out stay valid until
-// their Done (the owner of the workers waits for them: Controller.Run does).
+// ShutDown stops the queue: adds are ignored, delayed adds cancelled, and
+// every Get returns shutdown=true. Keys handed out stay valid until Done.
 func (q *Queue) ShutDown() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -356,8 +343,7 @@ func (q *Queue) ShutDown() {
 	q.ready.Broadcast()
 }
 
-// Len is the number of keys ready to be handed out (not counting keys being
-// processed or waiting for a delay).
+// Len is the number of keys ready to be handed out.
 func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -371,30 +357,26 @@ func (q *Queue) Pending() int {
 	return len(q.waiting)
 }
 
-// Snapshot is what the queue holds at one moment, for a view of it (the live
-// page): at most max keys of each kind, with the full counts.
+// Snapshot is what the queue holds at one moment (for the live page): at
+// most max keys of each kind, with the full counts: Ready in the order Get
+// hands them out, Delayed soonest first, Processing those workers hold.
 type Snapshot struct {
-	// Ready are keys waiting for a worker, in the order Get hands them out
-	// (Len of them).
-	Ready []string
-	// Delayed are keys waiting out a delay, soonest first (Pending of them).
-	Delayed []DelayedKey
-	// Processing are keys a worker holds.
+	Ready                []string
+	Delayed              []DelayedKey
 	Processing           []string
 	ReadyLen, DelayedLen int
 }
 
-// DelayedKey is a key that will be added at Due; Retries is how many
-// rate-limited retries it had (0 for a plain AddAfter).
+// DelayedKey is a key that will be added at Due, after Retries rate-limited
+// retries.
 type DelayedKey struct {
 	Key     string
 	Due     time.Time
 	Retries int
 }
 
-// Snapshot copies at most max keys of each kind. Under the queue's lock it
-// reads about 2·max entries of each kind, however many keys the queue holds,
-// so that a view that calls it often does not slow the workers.
+// Snapshot copies at most max keys of each kind, reading about 2·max
+// entries under the lock however many keys the queue holds.
 func (q *Queue) Snapshot(max int) Snapshot {
 	if max < 0 {
 		max = 0

@@ -18,21 +18,19 @@ type RateLimiter interface {
 	Retries(key string) int
 }
 
-// The defaults of DefaultRateLimiter, client-go's workqueue's, named once:
-// flags, wiring and docs use these.
+// The defaults of DefaultRateLimiter, client-go's workqueue's.
 const (
 	// DefaultRetryBase and DefaultRetryMax bound a key's exponential delay.
 	DefaultRetryBase = 5 * time.Millisecond
 	DefaultRetryMax  = 1000 * time.Second
 	// DefaultRetryQPS and DefaultRetryBurst size the token bucket all
-	// retries share, so that many failing keys cannot flood the API server.
+	// retries share.
 	DefaultRetryQPS   = 10
 	DefaultRetryBurst = 100
 )
 
-// DefaultRateLimiter is what client-go's workqueue uses: per-key exponential
-// backoff from 5 ms to 1000 s, and an overall token bucket of 10 retries per
-// second (burst 100).
+// DefaultRateLimiter is client-go's workqueue's: per-key exponential
+// backoff, and a token bucket all keys share.
 func DefaultRateLimiter() RateLimiter { return NewRateLimiter(DefaultRetryBase, DefaultRetryMax) }
 
 // NewRateLimiter is DefaultRateLimiter with other per-key bounds.
@@ -41,8 +39,7 @@ func NewRateLimiter(base, max time.Duration) RateLimiter {
 }
 
 // bucketed is an ExponentialLimiter whose delays are at least those of one
-// token bucket all keys share, so that many failing keys cannot flood the
-// API server.
+// token bucket all keys share, so that failing keys cannot flood the server.
 type bucketed struct {
 	*ExponentialLimiter
 	bucket *rate.Limiter

@@ -15,21 +15,16 @@ import (
 	"rawwatch/store"
 )
 
-// Reconciler does the work for keys. Both methods must be safe to call from
-// several goroutines, for different keys; one key is never in two calls at
-// once.
+// Reconciler does the work for keys, from several goroutines; one key is
+// never in two calls at once.
 type Reconciler[T store.Object] interface {
-	// Deleted handles one object that left the cluster: its tombstone, the
-	// object's final state or, with FinalStateUnknown, the last state the
-	// watcher knew (it vanished while the watch was down). Each deletion is
-	// handed over until Deleted returns nil for it, then never again;
-	// several deletions of one key (deleted, re-created, deleted again) are
-	// different objects (UIDs), handed over oldest first, before Reconcile
-	// for the key.
+	// Deleted handles one object that left the cluster (its final state, or
+	// with FinalStateUnknown the last the watcher knew). Each deletion is
+	// handed over until Deleted returns nil for it; those of one key
+	// (deleted, re-created, deleted again) oldest first, before Reconcile.
 	Deleted(ctx context.Context, d store.Delta[T]) error
-	// Reconcile brings the object stored under key, if there is one, to
-	// the state it should have. An error retries the key later, and only
-	// the key: deletions already handled stay handled.
+	// Reconcile brings the object stored under key, if any, to the state it
+	// should have. An error retries the key later (not its deletions).
 	Reconcile(ctx context.Context, key string) error
 }
 
@@ -41,7 +36,7 @@ type (
 		Key    string
 	}
 	// Finished: the reconcile of Key ended after Took with Err; RetryIn > 0
-	// when the key was requeued after an error.
+	// when the key was requeued.
 	Finished struct {
 		Worker  int
 		Key     string
@@ -51,8 +46,8 @@ type (
 	}
 	// Resynced: every one of Keys keys in the store was queued (Resync).
 	Resynced struct{ Keys int }
-	// Paused: the reconcile of Key failed because the server is away (Err,
-	// see ServerAway): the workers take no key for For; Key is queued again.
+	// Paused: the reconcile of Key failed with the server away (Err): the
+	// workers take no key for For.
 	Paused struct {
 		Key string
 		For time.Duration
@@ -64,8 +59,8 @@ type (
 // (sample-controller runs two).
 const DefaultWorkers = 2
 
-// ReconcileTimeout bounds one reconcile. A pod's termination grace period
-// must exceed it plus the Lease release (config/manager's does; a test checks).
+// ReconcileTimeout bounds one reconcile (the pod's termination grace period
+// exceeds it plus the Lease release: a test checks).
 const ReconcileTimeout = 30 * time.Second
 
 // Controller connects watcher deltas to a queue and runs workers over it.
@@ -75,11 +70,10 @@ type Controller[T store.Object] struct {
 	// Observer hears Started, Finished and Paused (optional).
 	Observer observe.Observer
 	// ConflictRetry is when a key whose write met a 409 Conflict is tried
-	// again if no newer version came meanwhile (default
-	// DefaultConflictRetry).
+	// again (default DefaultConflictRetry).
 	ConflictRetry time.Duration
 	// PauseInitial and PauseMax bound the workers' pause while the server is
-	// away (defaults DefaultPauseInitial, DefaultPauseMax; see ServerAway).
+	// away (default DefaultPauseInitial, DefaultPauseMax).
 	PauseInitial, PauseMax time.Duration
 
 	mu         sync.Mutex
@@ -90,45 +84,38 @@ type Controller[T store.Object] struct {
 	pause      pause
 }
 
-// DefaultConflictRetry is the safety net for a key whose write conflicted:
-// the watch normally brings the newer version, which queues the key at once.
+// DefaultConflictRetry is the safety net for a key whose write conflicted
+// (the watch normally brings the newer version, which queues it).
 const DefaultConflictRetry = 10 * time.Second
 
 // OnDelta is the watcher's handler: it enqueues the key of every change and
-// remembers deletions for the reconciler (HasDeletions says which keys have
-// some: a queue.Order may hand those out first, as a sharded controller's
-// does).
+// keeps deletions for the reconciler.
 func (c *Controller[T]) OnDelta(d store.Delta[T]) {
 	if d.Type == store.Deleted {
 		c.mu.Lock()
 		if c.tombstones == nil {
 			c.tombstones = map[string][]store.Delta[T]{}
 		}
-		// Keep every deletion: the key is queued once, but each of them
-		// was another object, and the reconciler must hear of each.
+		// Keep every deletion: each was another object.
 		c.tombstones[d.Key] = append(c.tombstones[d.Key], d)
 		c.mu.Unlock()
 	}
 	c.Queue.Add(d.Key)
 }
 
-// Resync queues every key: the level-triggered resync a controller does when
-// it starts working on a store that filled without it (a new leader).
+// Resync queues every key, as a new leader does with a store that filled
+// without it.
 func (c *Controller[T]) Resync(keys []string) {
-	if c.Observer != nil {
-		c.Observer.Observe(Resynced{Keys: len(keys)})
-	}
+	c.observe(Resynced{Keys: len(keys)})
 	for _, key := range keys {
 		c.Queue.Add(key)
 	}
 }
 
 // HandleDeletions hands key's tombstones to the Reconciler, oldest first.
-// The first that fails goes back, with those after it, before any deletion
-// that arrived meanwhile; the ones handled are gone for good. A worker
-// calls it before it reconciles a key; a caller that has stopped the
-// workers (package sharding's drain) may call it alone, one key never in
-// two calls at once.
+// The first that fails goes back, with those after it, before any that
+// came meanwhile. A worker calls it before Reconcile; a caller that stopped
+// the workers (sharding's drain) may call it alone.
 func (c *Controller[T]) HandleDeletions(ctx context.Context, key string) error {
 	c.mu.Lock()
 	ds := c.tombstones[key]
@@ -165,17 +152,15 @@ func (c *Controller[T]) HandleDeletions(ctx context.Context, key string) error {
 	return nil
 }
 
-// HasDeletions: key has deletions not yet handled, queued for its worker.
+// HasDeletions: key has deletions not yet handled.
 func (c *Controller[T]) HasDeletions(key string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.tombstones[key]) > 0
 }
 
-// Deletions calls f with every deletion not yet handled (queued, or being
-// handled); failed says Deleted already failed for its key. A deletion
-// leaves this set only once Deleted returned nil for it. f runs under the
-// controller's lock: it must not call back.
+// Deletions calls f, under the controller's lock, with every deletion
+// Deleted has not returned nil for; failed: it failed for its key.
 func (c *Controller[T]) Deletions(f func(d store.Delta[T], failed bool)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -188,14 +173,10 @@ func (c *Controller[T]) Deletions(f func(d store.Delta[T], failed bool)) {
 	}
 }
 
-// Run starts workers and blocks until ctx ends and every worker has
-// stopped. A reconcile in flight when ctx ends runs to completion (a status
-// write cut in half helps nobody), bounded by ReconcileTimeout, unless abort
-// ends: then it is cancelled at once (another replica may take the key over:
-// the Lease was lost). abort may be nil.
-//
-// Each reconcile's context carries a logger (klog.FromContext) named
-// "reconciler", with the worker and the key: the logger of ctx, extended.
+// Run starts workers and blocks until ctx ends and every worker stopped. A
+// reconcile in flight when ctx ends runs to completion (ReconcileTimeout),
+// unless abort (may be nil) ends: the Lease was lost. Each reconcile's
+// context carries ctx's logger named "reconciler", with worker and key.
 func (c *Controller[T]) Run(ctx, abort context.Context, workers int) {
 	if abort == nil {
 		abort = context.Background()
@@ -220,22 +201,22 @@ func (c *Controller[T]) Run(ctx, abort context.Context, workers int) {
 	wg.Wait()
 }
 
-// workContext is what a worker's reconciles run in (see Run): ctx's values
-// but not its end, cancelled when c.abort ends. Made once per worker.
+// workContext is what a worker's reconciles run in: ctx's values but not
+// its end, cancelled when c.abort ends.
 func (c *Controller[T]) workContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(c.abort, cancel)
 	return work, func() { stop(); cancel() }
 }
 
-// keyContext is what one reconcile of key runs in: work's values and end,
-// ReconcileTimeout, and the worker's logger with the key (klog.FromContext).
-func keyContext(work context.Context, logger klog.Logger, key string) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(klog.NewContext(work, klog.LoggerWithValues(logger, "key", key)), ReconcileTimeout)
+// observe tells the Observer, if any, of e.
+func (c *Controller[T]) observe(e observe.Event) {
+	if c.Observer != nil {
+		c.Observer.Observe(e)
+	}
 }
 
-// processNext handles one key in a context derived from work (workContext);
-// it returns false when the queue shut down.
+// processNext handles one key; it returns false when the queue shut down.
 func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, worker int) bool {
 	key, shutdown := c.Queue.Get()
 	if shutdown {
@@ -243,13 +224,11 @@ func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, wo
 	}
 	defer c.Queue.Done(key)
 	start := time.Now()
-	rctx, cancel := keyContext(work, logger, key)
+	rctx, cancel := context.WithTimeout(klog.NewContext(work, klog.LoggerWithValues(logger, "key", key)), ReconcileTimeout)
 	defer cancel()
 	log := klog.FromContext(rctx)
 	log.V(4).Info("Reconciling")
-	if c.Observer != nil {
-		c.Observer.Observe(Started{Worker: worker, Key: key})
-	}
+	c.observe(Started{Worker: worker, Key: key})
 	err := c.HandleDeletions(rctx, key)
 	if err == nil {
 		err = c.Reconciler.Reconcile(rctx, key)
@@ -263,27 +242,21 @@ func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, wo
 		c.Queue.Forget(key)
 		c.pause.succeeded()
 	case apierrors.IsConflict(err):
-		// Someone wrote the object after the version we read: the watch
-		// brings the new one and queues the key; the retry is a safety net,
-		// and the key's retry history does not grow.
+		// The watch brings the newer version and queues the key; the retry
+		// is a safety net, and the retry history does not grow.
 		retryIn = c.ConflictRetry
 		c.Queue.AddAfter(key, retryIn)
 		log.V(2).Info("Conflict writing, will retry", "retryIn", retryIn)
 	case away:
-		// The server, not the object: every worker pauses, the key goes back
-		// to the queue as it was (see pause).
+		// The server, not the object: every worker pauses (see pause).
 		pauseFor := c.pause.failed(time.Now(), start, retryAfter)
 		c.Queue.Add(key)
 		log.V(2).Info("Server away; workers pause", "err", err, "pause", pauseFor)
-		if c.Observer != nil {
-			c.Observer.Observe(Paused{Key: key, For: pauseFor, Err: err})
-		}
+		c.observe(Paused{Key: key, For: pauseFor, Err: err})
 	default:
 		retryIn = c.Queue.AddRateLimited(key)
 		log.Error(err, "Reconcile failed, will retry", "retries", c.Queue.Retries(key), "retryIn", retryIn)
 	}
-	if c.Observer != nil {
-		c.Observer.Observe(Finished{Worker: worker, Key: key, Took: d, Err: err, RetryIn: retryIn})
-	}
+	c.observe(Finished{Worker: worker, Key: key, Took: d, Err: err, RetryIn: retryIn})
 	return true
 }

@@ -14,10 +14,8 @@ import (
 )
 
 // ServerAway reports whether err says the API server, not the object, is at
-// fault: it could not be reached (a transport error: refused, reset, cut,
-// TLS), it answered 5xx or 429, or the request timed out. retryAfter is the
-// delay the server asked for, if any. Everything else (a 4xx, the
-// reconciler's own error) is the object's.
+// fault: unreachable, 5xx, 429 or a timeout; retryAfter is the delay it
+// asked for. Anything else (a 4xx, the reconciler's own) is the object's.
 func ServerAway(err error) (away bool, retryAfter time.Duration) {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return false, 0
@@ -43,12 +41,10 @@ const (
 	DefaultPauseMax     = 30 * time.Second
 )
 
-// pause is the workers' shared answer to a server that is away: a per-key
-// backoff would grow every key's delay as if each object were at fault, and
-// keep every worker sending requests that cannot succeed. So all workers
-// pause, doubling from Initial to Max with every wave of failures (those of
-// reconciles begun before the pause belong to its wave); the failed key goes
-// back to the queue with its retry history untouched; a success ends it.
+// pause is the workers' shared answer to a server that is away (a per-key
+// backoff would blame every object): all pause, doubling from Initial to
+// Max with every wave of failures (reconciles begun before a pause belong
+// to its wave); the key goes back as it was; a success ends it.
 type pause struct {
 	Initial, Max time.Duration
 
@@ -58,8 +54,8 @@ type pause struct {
 	waves int       // waves of failures in a row
 }
 
-// failed records a server-away failure of a reconcile that began at began,
-// and returns how long the workers pause from now.
+// failed records a server-away failure of a reconcile begun at began, and
+// returns how long the workers pause from now.
 func (p *pause) failed(now, began time.Time, retryAfter time.Duration) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -85,8 +81,7 @@ func (p *pause) succeeded() {
 	p.mu.Unlock()
 }
 
-// wait blocks until the pause is over or ctx ends; it reports false if ctx
-// ended.
+// wait blocks until the pause is over; false if ctx ended first.
 func (p *pause) wait(ctx context.Context) bool {
 	for {
 		p.mu.Lock()

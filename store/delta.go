@@ -13,15 +13,10 @@ const (
 )
 
 func (t DeltaType) String() string {
-	switch t {
-	case Added:
-		return "Added"
-	case Updated:
-		return "Updated"
-	case Deleted:
-		return "Deleted"
+	if t < Added || t > Deleted {
+		return "Unknown"
 	}
-	return "Unknown"
+	return [...]string{"Added", "Updated", "Deleted"}[t-Added]
 }
 
 // Delta is one change to the store, as handed to the watcher's handler.
@@ -32,9 +27,8 @@ type Delta[T Object] struct {
 	Object T
 	// Old is the state replaced by an Updated delta.
 	Old T
-	// FinalStateUnknown marks a Deleted delta found by a relist rather than
-	// seen as a DELETED event: the object vanished while the watch was down,
-	// and Object is the last state this store knew, not the server's final one.
-	// (client-go wraps such objects in cache.DeletedFinalStateUnknown.)
+	// FinalStateUnknown marks a Deleted not seen as a DELETED event (a relist
+	// found it gone): Object is the last state the store knew (client-go's
+	// cache.DeletedFinalStateUnknown).
 	FinalStateUnknown bool
 }

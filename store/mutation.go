@@ -14,10 +14,8 @@ func (s *Store[T]) DetectMutations() {
 // DetectsMutations tells whether the store runs the mutation detector.
 func (s *Store[T]) DetectsMutations() bool { return s.detector != nil }
 
-// CheckMutations compares every object with the copy the mutation detector
-// made of it as it was stored, and returns the first difference (nil
-// without the detector). A program that runs the detector calls it now and
-// then, as client-go's detector checks every second.
+// CheckMutations returns the first object that differs from the detector's
+// copy of it (nil without the detector). Call it now and then.
 func (s *Store[T]) CheckMutations() error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

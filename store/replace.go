@@ -8,23 +8,19 @@ import (
 )
 
 // Replacement builds the result of a relist beside the live store, page by
-// page, and swaps it in with Commit: readers see the old contents or the new,
-// never a mix. An item that is the stored object as it was is not kept (the
-// stored one is reused), so only changed objects are held twice.
+// page, and swaps it in with Commit: readers see the old contents or the
+// new. An item that is the stored object as it was reuses the stored one.
 type Replacement[T Object] struct {
 	s     *Store[T]
 	items map[string]T
-	// keep lists keys whose listed item could not be decoded, with the
-	// item's UID if it could be read: the store keeps what it has for them
-	// rather than reporting them deleted, if it is the same object.
-	keep map[string]types.UID
-	// keepAll: an item whose key could not be read was listed; it may be
-	// any stored object, so none the list lacks is taken for deleted.
+	// keep: keys listed but undecodable, with their UIDs if read (Keep);
+	// keepAll: one without a readable key was listed.
+	keep    map[string]types.UID
 	keepAll bool
 }
 
-// NewReplacement starts a relist. Only one should be open at a time, and the
-// store should not be written by anyone else until it is committed.
+// NewReplacement starts a relist. Until its Commit, nothing else should
+// write the store.
 func (s *Store[T]) NewReplacement() *Replacement[T] {
 	return &Replacement[T]{s: s, items: map[string]T{}, keep: map[string]types.UID{}}
 }
@@ -35,7 +31,7 @@ func (r *Replacement[T]) Add(obj T) {
 	key := KeyOf(obj)
 	old, ok := r.s.Get(key)
 	if r.s.share && !(ok && share.SameMap(old.GetLabels(), obj.GetLabels())) {
-		r.s.labels.Dropped(1, live[T]{r.s}) // obj's map or old's may be let go (share.Sets)
+		r.s.labels.Dropped(1, live[T]{r.s}) // obj's labels or old's may be let go
 	}
 	if ok && old.GetResourceVersion() == obj.GetResourceVersion() && old.GetUID() == obj.GetUID() && same(old, obj) {
 		obj = old
@@ -43,20 +39,17 @@ func (r *Replacement[T]) Add(obj T) {
 	r.items[key] = obj
 }
 
-// Remove drops what was recorded for key, an object or a Keep (a
-// WatchList's initial events may, in principle, delete what they added; a
-// DELETED that cannot be decoded still names its key).
+// Remove drops what was recorded for key (a WatchList's initial events may
+// delete what they added).
 func (r *Replacement[T]) Remove(key string) {
 	delete(r.items, key)
 	delete(r.keep, key)
 }
 
-// Keep records that key was listed but its item could not be understood;
-// uid is the item's UID, "" if unreadable. The stored object stays (a skipped
-// item is not a deletion) if it may be the same one (MayBe); one of another
-// UID was deleted and the key re-created: Commit reports it Deleted, as for a
-// key the list lacks. A key "" may be any stored object: then no stored
-// object the list lacks is taken for deleted.
+// Keep records that key was listed but could not be decoded (uid: its UID,
+// "" if unreadable). The stored object stays if it may be that one (MayBe),
+// else Commit reports it Deleted. A key "" may be any stored object: then
+// none the list lacks is taken for deleted.
 func (r *Replacement[T]) Keep(key string, uid types.UID) {
 	if key == "" {
 		r.keepAll = true
@@ -68,10 +61,10 @@ func (r *Replacement[T]) Keep(key string, uid types.UID) {
 // Len is the number of objects recorded so far.
 func (r *Replacement[T]) Len() int { return len(r.items) }
 
-// Commit makes the listed objects the store's whole contents, in one step,
-// and returns what changed: Added and Updated for new or changed objects,
-// Deleted (FinalStateUnknown) for stored keys the list lacks (see Keep). A
-// key listed with another UID is two objects: Deleted, then Added.
+// Commit makes the listed objects the store's contents, in one step, and
+// returns what changed: Added, Updated, and Deleted (FinalStateUnknown) for
+// stored keys the list lacks. A key listed under another UID is two
+// objects: Deleted, then Added.
 func (r *Replacement[T]) Commit() []Delta[T] {
 	deltas := r.commit()
 	dropped := 0
@@ -121,7 +114,6 @@ func (r *Replacement[T]) commit() []Delta[T] {
 	return deltas
 }
 
-// MayBe tells whether an item that could not be decoded, whose UID read uid
-// ("" if that could not be read either), may be the stored object: then a
-// relist or a sweep keeps the stored object (see Keep).
+// MayBe tells whether an undecodable item whose UID read uid ("" if
+// unreadable) may be the stored object.
 func MayBe(uid types.UID, stored metav1.Object) bool { return uid == "" || uid == stored.GetUID() }

@@ -32,27 +32,21 @@ func Key(namespace, name string) string {
 	return namespace + "/" + name
 }
 
-// Store is a thread-safe cache of objects of one type, keyed by KeyOf. The
-// zero value is not usable; call New.
-//
-// The store takes ownership of the objects given to it, their labels maps
-// included (the giver changes neither after): it drops their managedFields
-// and shares them with readers, who must not change them (DeepCopy first;
-// the mutation detector, package detect, catches a reader that does). With
-// Share it also keeps one copy of what its objects repeat.
+// Store is a thread-safe cache of objects of one type, keyed by KeyOf; call
+// New. It owns the objects given to it (the giver changes them no more),
+// drops their managedFields and shares them with readers, who must not
+// change them (DeepCopy first; package detect catches one that does).
 type Store[T Object] struct {
 	mu    sync.RWMutex
 	items map[string]T
-	// transform, when set, trims every object the store takes (SetTransform);
-	// keepsLabels says it never changes labels (SetTransformKeepingLabels).
+	// transform trims every object taken (SetTransform); keepsLabels: it
+	// never changes labels (SetTransformKeepingLabels).
 	transform   func(T)
 	keepsLabels bool
-	// share: equal label maps and repeated strings are shared (Share);
-	// labels is the table of shared label maps.
+	// share: what objects repeat is shared (Share), label maps in labels.
 	share  bool
 	labels share.Sets
-	// detector, when on, holds a copy of every stored object (package
-	// detect).
+	// detector, when on, holds a copy of every stored object.
 	detector *detect.Detector[T]
 }
 
@@ -61,11 +55,9 @@ func New[T Object]() *Store[T] {
 	return &Store[T]{items: map[string]T{}, detector: detect.New[T](detect.Default())}
 }
 
-// Share makes the store keep one copy of what its objects repeat (package
-// share): equal label maps, the namespace and type strings. It saves memory
-// on a large cache and asks more of every reader: one that changes an
-// object's labels in place changes every object with those labels. Call it
-// before the store is first written.
+// Share makes the store keep one copy of what its objects repeat (equal
+// label maps, namespace strings: package share): a reader that changes an
+// object's labels in place changes them all. Call it before the first write.
 func (s *Store[T]) Share() { s.share = true }
 
 // Get returns the object stored under key.
@@ -106,24 +98,46 @@ func (s *Store[T]) List() []T {
 	return out
 }
 
-// SetTransform makes the store call f on every object it takes, before
-// anyone else sees it, to drop what the reconcilers never read (client-go's
-// SharedInformer.SetTransform). f changes the object in place and must keep
-// its key, UID and resourceVersion. Call it before the store is first written.
+// SetTransform makes the store call f on every object it takes, to drop
+// what the reconcilers never read (client-go's SetTransform). f changes the
+// object in place, keeping its key, UID and resourceVersion. Call it before
+// the first write.
 func (s *Store[T]) SetTransform(f func(T)) { s.transform, s.keepsLabels = f, false }
 
 // SetTransformKeepingLabels is SetTransform for an f that never changes an
 // object's labels (DropAnnotations): the objects may still share label maps.
 func (s *Store[T]) SetTransformKeepingLabels(f func(T)) { s.transform, s.keepsLabels = f, true }
 
-// SharesLabels tells whether objects given to the store may share label maps
-// (metajson.LabelCache): with Share, unless a transform may change labels.
+// DropAnnotations returns a transform that deletes the annotations named
+// by keys and never changes labels (SetTransformKeepingLabels), such as
+// kubectl's last-applied-configuration: a copy of the whole object.
+func DropAnnotations[T Object](keys ...string) func(T) {
+	return func(obj T) {
+		a := obj.GetAnnotations()
+		if len(a) == 0 {
+			return
+		}
+		for _, k := range keys {
+			delete(a, k)
+		}
+		if len(a) == 0 {
+			obj.SetAnnotations(nil)
+		}
+	}
+}
+
+// SharesLabels tells whether objects given to the store may share label
+// maps: with Share, unless a transform may change labels.
 func (s *Store[T]) SharesLabels() bool { return s.share && (s.transform == nil || s.keepsLabels) }
 
-// take prepares an object the store is given: own, then the transform,
-// then, with Share, its labels shared with the stored objects' (share.Sets).
+// take prepares an object the store is given: its managedFields go (often
+// the largest part, which a controller never reads), then the transform;
+// with Share, its strings are interned and its labels shared.
 func (s *Store[T]) take(obj T) {
-	own(obj, s.share)
+	obj.SetManagedFields(nil)
+	if s.share {
+		share.Intern(obj)
+	}
 	if s.transform != nil {
 		s.transform(obj)
 	}
@@ -146,19 +160,17 @@ func (s live[T]) EachLabels(yield func(map[string]string)) {
 	}
 }
 
-// Upsert stores obj (a watch ADDED or MODIFIED event) and says what changed:
-// d, Added or Updated; changed is false for a duplicate delivery (same
-// resourceVersion and content). A key stored with another UID was deleted
-// and made again meanwhile: gone (its Type set only then) is the old one's
-// Deleted delta, final state unknown, to hand out before d.
+// Upsert stores obj (an ADDED or MODIFIED event) and says what changed: d,
+// Added or Updated; changed is false for a duplicate (same resourceVersion
+// and content). A key stored under another UID was deleted and made again:
+// gone (its Type set only then) is the old one's Deleted, to hand out first.
 func (s *Store[T]) Upsert(obj T) (d Delta[T], changed bool, gone Delta[T]) {
 	s.take(obj)
 	key := KeyOf(obj)
 	var old T
 	existed := false
 	defer func() {
-		// Stored or not, obj replaces old: old's map is let go unless obj
-		// holds it too (share.Sets).
+		// Stored or not, obj replaces old: old's labels may be let go.
 		if s.share && existed && !share.SameMap(old.GetLabels(), obj.GetLabels()) {
 			s.labels.Dropped(1, live[T]{s}) // once the lock is released
 		}
@@ -180,10 +192,9 @@ func (s *Store[T]) Upsert(obj T) (d Delta[T], changed bool, gone Delta[T]) {
 	return Delta[T]{Type: Added, Key: key, Object: obj}, true, gone
 }
 
-// Delete removes obj's key (a watch DELETED event; obj is the server's final
-// state). known is false when the key was not stored: nothing to react to.
-// A stored object of another UID was deleted before obj was made: it comes
-// out Deleted with its final state unknown (obj, never seen, is not news).
+// Delete removes obj's key (a DELETED event: obj is the final state); known
+// is false when the key was not stored. A stored object of another UID comes
+// out Deleted, its final state unknown (obj, never seen, is not news).
 func (s *Store[T]) Delete(obj T) (d Delta[T], known bool) {
 	s.take(obj)
 	if s.share {
@@ -192,18 +203,16 @@ func (s *Store[T]) Delete(obj T) (d Delta[T], known bool) {
 	return s.DeleteKey(KeyOf(obj), obj)
 }
 
-// DeleteKey removes key. final, when non-zero, is the server's final state of
-// the object; otherwise (or when final has another UID than the stored
-// object) the delta carries the last stored object and is marked
+// DeleteKey removes key. final, if set and of the stored object's UID, is
+// its final state; otherwise the delta carries the stored object,
 // FinalStateUnknown.
 func (s *Store[T]) DeleteKey(key string, final T) (d Delta[T], known bool) {
 	return s.deleteIf(key, final, func(T) bool { return true })
 }
 
-// DeleteOther removes key's stored object if it is another object than
-// the one of UID uid (see MayBe): an event that cannot be decoded but names
-// uid says the key holds a new object, the stored one is gone. The delta
-// carries the stored object, FinalStateUnknown.
+// DeleteOther removes key's stored object unless it may be the one of UID
+// uid (MayBe): an undecodable event naming another UID says it is gone. The
+// delta carries the stored object, FinalStateUnknown.
 func (s *Store[T]) DeleteOther(key string, uid types.UID) (d Delta[T], known bool) {
 	return s.deleteIf(key, *new(T), func(old T) bool { return !MayBe(uid, old) })
 }
@@ -232,12 +241,10 @@ func (s *Store[T]) deleteIf(key string, final T, gone func(old T) bool) (d Delta
 }
 
 // same tells whether two objects at one key and resourceVersion hold the
-// same content: after an etcd restore the server may give an old
-// resourceVersion out again, to other content.
+// same content (an etcd restore may reuse a resourceVersion).
 func same[T Object](a, b T) bool { return a == b || reflect.DeepEqual(a, b) }
 
-// put and remove write items (and tell the mutation detector, if on).
-// Callers hold mu.
+// put and remove write items, and tell the detector. Callers hold mu.
 func (s *Store[T]) put(key string, obj T) {
 	s.detector.Stored(key, obj, s.items)
 	s.items[key] = obj
@@ -250,9 +257,8 @@ func (s *Store[T]) remove(key string, old T) {
 	s.detector.Wrote(s.items)
 }
 
-// Retain keeps only the objects keep accepts and drops the rest without a
-// delta: they did not leave the cluster, they left this store's part of it
-// (a shard that moved to another replica). It returns how many it dropped.
+// Retain drops, without a delta, the objects keep refuses (they left this
+// store's part of the cluster: a shard moved away), and counts them.
 func (s *Store[T]) Retain(keep func(T) bool) (n int) {
 	defer func() { s.labels.Dropped(n, live[T]{s}) }() // once the lock is released
 	s.mu.Lock()

@@ -7,10 +7,8 @@ import (
 )
 
 // Backoff is the retry policy: after the n-th trouble in a row the loop waits
-// d = min(Max, Initial·Factorⁿ), shortened at random by up to Jitter·d so that
-// many clients do not retry in step. Max is a true cap: jitter never
-// lengthens a delay. The count starts again after a trouble-free stretch of
-// ResetAfter.
+// d = min(Max, Initial·Factorⁿ), shortened at random by up to Jitter·d (never
+// lengthened: Max is a cap). The count restarts after ResetAfter of calm.
 type Backoff struct {
 	Initial, Max time.Duration
 	Factor       float64
@@ -18,21 +16,16 @@ type Backoff struct {
 	ResetAfter   time.Duration
 }
 
-// DefaultBackoff waits as client-go's Reflector does, with jitter that only
-// shortens: steps of 1.6 s doubling to a 30 s cap, each shortened by up to
-// half, so the n-th wait in a row lies in [0.8 s·2ⁿ, 1.6 s·2ⁿ], which is
-// client-go's (800 ms doubling, jitter 1.0: [d, 2d]) until the cap, where
-// client-go's reach [30 s, 60 s) and these stay in [15 s, 30 s]. Reset after
-// 2 minutes without trouble.
+// DefaultBackoff waits as client-go's Reflector does until the cap, with
+// jitter that only shortens: its waits of [d, 2d] from 800 ms are these of
+// [d/2, d] from 1.6 s; at the cap, these stay under 30 s.
 var DefaultBackoff = Backoff{
 	Initial: 1600 * time.Millisecond, Max: 30 * time.Second, Factor: 2, Jitter: 0.5,
 	ResetAfter: 2 * time.Minute,
 }
 
-// schedule is b's steps, Initial·Factorⁿ: an ExponentialBackOff
-// (github.com/cenkalti/backoff/v4) with its randomization off, since its own
-// jitter spreads a step both ways, past the cap; the machine shortens each
-// step itself, with the rand it was given. MaxElapsedTime 0: it never ends.
+// schedule is b's steps, Initial·Factorⁿ: an ExponentialBackOff without its
+// own jitter, which spreads a step both ways, past the cap, and without end.
 func (b Backoff) schedule() *backoff.ExponentialBackOff {
 	s := &backoff.ExponentialBackOff{
 		InitialInterval: b.Initial, Multiplier: b.Factor, MaxInterval: b.Max,
@@ -58,21 +51,18 @@ func (b Backoff) Delay(n int, r float64) time.Duration {
 	return b.jittered(min(d, b.Max), r)
 }
 
-// pacer is the machine's bookkeeping of the backoff: the schedule of steps,
-// the last step it gave, and when the current trouble-free stretch began.
+// pacer is the machine's bookkeeping of the backoff.
 type pacer struct {
 	policy Backoff
 	rand   func() float64
-	// schedule gives the steps: the next on trouble, from the first again
-	// after a trouble-free ResetAfter; step is the last it gave (capped at
-	// Max), 0 since the last reset.
+	// schedule gives the steps; step is the last it gave, 0 since a reset;
+	// calmSince is when the trouble-free stretch began.
 	schedule  *backoff.ExponentialBackOff
 	step      time.Duration
 	calmSince time.Time
 }
 
-// disturbed ends the trouble-free stretch at now; a stretch of ResetAfter or
-// more resets the backoff.
+// disturbed ends the trouble-free stretch; one of ResetAfter resets the backoff.
 func (p *pacer) disturbed(now time.Time) {
 	if now.Sub(p.calmSince) >= p.policy.ResetAfter {
 		p.schedule.Reset()

@@ -43,12 +43,11 @@ type Event[T Object] struct {
 	Err error
 }
 
-// SkipError reports a frame or list item that could not be understood. It is
-// not fatal: the decoder can go on with the next one.
+// SkipError reports a frame or list item that could not be understood; the
+// decoder goes on with the next one.
 type SkipError struct {
 	What string // "ADDED event", "list item", ...
-	// Key, RV and UID are recovered from the metadata when possible (the UID
-	// tells a relist whether the item is the stored object: Replacement.Keep).
+	// Key, RV and UID are what the metadata still says (Identify).
 	Key, RV string
 	UID     types.UID
 	Err     error
@@ -75,33 +74,29 @@ type Object interface {
 // faster ones, and CBOR.
 type Codec[T Object] interface {
 	// DecodeList reads one LIST page, handing each item to add and each
-	// item it cannot decode to bad, and returns the page's metadata. A
-	// page that is no list at all is an error, and then nothing of it was
-	// handed over.
+	// item it cannot decode to bad. A page that is no list is an error,
+	// and then nothing of it was handed over.
 	DecodeList(r io.Reader, add func(T), bad func(*SkipError)) (metav1.ListMeta, error)
 	// DecodeEvents reads a WATCH stream.
 	DecodeEvents(r io.Reader) Events[T]
 }
 
-// Events is a WATCH stream, decoded. Next returns the next event; io.EOF
-// means the server closed the stream cleanly; a *SkipError means this frame
-// was skipped and Next may be called again; any other error means the
-// stream is broken.
+// Events is a WATCH stream, decoded. Next returns the next event, io.EOF at
+// a clean end, a *SkipError for a frame skipped (call Next again), or
+// another error for a broken stream.
 type Events[T Object] interface {
 	Next() (Event[T], error)
 }
 
-// JSONCodec decodes JSON as client-go does: a stream's frames one JSON value
-// after another, each a metav1.WatchEvent whose object, as every LIST item,
-// is read through sigs.k8s.io/json (keys matched case-sensitively, of a key
-// given twice the last), its apiVersion and kind as Kind finds them.
+// JSONCodec decodes JSON as client-go does: frames one JSON value after
+// another, each a metav1.WatchEvent; objects read by sigs.k8s.io/json (keys
+// case-sensitive, of a key given twice the last), their kind as Kind finds it.
 type JSONCodec[T Object] struct {
 	// GVK, when set, is the apiVersion/kind every object must carry.
 	GVK schema.GroupVersionKind
 }
 
-// Decode decodes one object. On failure it returns a *SkipError carrying
-// whatever of the object's identity could still be read.
+// Decode decodes one object; on failure, a *SkipError.
 func (c JSONCodec[T]) Decode(what string, raw []byte) (T, error) {
 	var obj T
 	err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &obj)
@@ -112,10 +107,8 @@ func (c JSONCodec[T]) Decode(what string, raw []byte) (T, error) {
 	return c.Checked(what, raw, obj, gvk, err, kjson.UnmarshalCaseSensitivePreserveInts)
 }
 
-// Kind is the apiVersion and kind of an object's JSON as client-go's JSON
-// serializer finds them (its MetaFactory: encoding/json's rules, keys in
-// any case, of a key given twice the last): "kind" then "KIND" is the
-// second. The object's own TypeMeta, read case-sensitively, may differ.
+// Kind is the apiVersion and kind of an object's JSON as client-go's
+// serializer finds them: keys in any case, of a key given twice the last.
 func Kind(raw []byte) (schema.GroupVersionKind, error) {
 	gvk, err := kjsonserializer.DefaultMetaFactory.Interpret(raw)
 	if err != nil {
@@ -128,16 +121,11 @@ func Kind(raw []byte) (schema.GroupVersionKind, error) {
 // tells Checked that an object is one.
 const ListItem = "list item"
 
-// Checked finishes a decode, for JSONCodec and the codecs of package
-// codec: a null object is an error too, and so is one whose apiVersion and
-// kind are not c.GVK's, as the serializer finds them (gvk) or as the
-// object holds them (its TypeMeta, read case-sensitively): an object handed
-// out says what it is. An error comes back as a *SkipError carrying
-// whatever of the object's identity unmarshal can still read (Identify).
-// A list item (what is ListItem) that names neither apiVersion nor kind,
-// either way, is of the list's type, as client-go's typed list decode
-// takes it: it gets c.GVK, so that it equals the same object from a watch
-// event.
+// Checked finishes a decode, for every codec: a null object is an error, and
+// so is one whose kind is not c.GVK, as the serializer finds it (gvk) or as
+// the object holds it; an error comes back as a *SkipError (Identify). A
+// list item that names no kind either way is of the list's type, as
+// client-go's typed list takes it.
 func (c JSONCodec[T]) Checked(what string, raw []byte, obj T, gvk schema.GroupVersionKind, err error, unmarshal func([]byte, any) error) (T, error) {
 	var zero T
 	if err == nil && obj == zero {
@@ -161,10 +149,9 @@ func (c JSONCodec[T]) Checked(what string, raw []byte, obj T, gvk schema.GroupVe
 	return zero, skip
 }
 
-// Identify reads what a skipped object's metadata still says: its key
-// (name and namespace), resourceVersion and UID, each on its own, so that a
-// wrong type elsewhere, or in one of them, loses only that one. Each is the
-// last value given for it, if that is a string.
+// Identify reads what a skipped object's metadata still says: its key,
+// resourceVersion and UID, each on its own, so that a wrong type loses
+// only that one.
 func Identify(raw []byte, unmarshal func([]byte, any) error) (key, rv string, uid types.UID) {
 	var id struct {
 		Metadata struct {
@@ -191,13 +178,10 @@ func (c JSONCodec[T]) DecodeList(r io.Reader, add func(T), bad func(*SkipError))
 	return DecodeList(r, c.Decode, add, bad)
 }
 
-// DecodeList reads a JSON LIST page, decoding each item with decode (a
-// *SkipError: the item is skipped), as Kubernetes reads a page: one JSON
-// object (anything after it but white space is an error), keys matched
-// case-sensitively, of a key given twice the last. A malformed response
-// (not a list at all: neither items nor a resourceVersion) is an error, and
-// then no item was handed over; an item that does not decode is skipped
-// (Kubernetes would fail the whole page).
+// DecodeList reads a JSON LIST page as Kubernetes reads one (one object,
+// nothing after it), decoding each item with decode: one that fails is
+// skipped (Kubernetes would fail the page); a page with neither items nor
+// a resourceVersion is an error.
 func DecodeList[T Object](r io.Reader, decode func(what string, raw []byte) (T, error), add func(T), bad func(*SkipError)) (metav1.ListMeta, error) {
 	var page struct {
 		Metadata metav1.ListMeta `json:"metadata"`
@@ -233,8 +217,7 @@ func (c JSONCodec[T]) DecodeEvents(r io.Reader) Events[T] {
 	return &jsonEvents[T]{frames: json.NewDecoder(r), codec: c}
 }
 
-// jsonEvents reads the frames of a stream as client-go's JSON framer does,
-// one JSON value after another.
+// jsonEvents reads a stream's frames, one JSON value after another.
 type jsonEvents[T Object] struct {
 	frames *json.Decoder
 	codec  JSONCodec[T]
@@ -259,12 +242,9 @@ func (d *jsonEvents[T]) Next() (Event[T], error) {
 	return EventOf(f.Type, f.Object.Raw, d.codec.Decode, kjson.UnmarshalCaseSensitivePreserveInts, Kind, Snippet)
 }
 
-// CheckEnvelope checks the apiVersion and kind a watch frame's envelope
-// names (for any codec: c's own fields play no part), as client-go's stream serializer finds them (Kind: any case): a
-// typed client fails a frame unless, defaulted, they name a WatchEvent of
-// its scheme (the objects' group and version), the dynamic client unless
-// they name v1's. A frame passes when both clients take it: no apiVersion,
-// and no kind or WatchEvent (what every server sends: neither).
+// CheckEnvelope checks the apiVersion and kind a frame's envelope names
+// (Kind), for any codec: it passes when both the typed and the dynamic
+// client take it (no apiVersion; no kind, or WatchEvent).
 func (JSONCodec[T]) CheckEnvelope(frame []byte) error {
 	gvk, err := Kind(frame)
 	if err == nil && (!gvk.GroupVersion().Empty() || gvk.Kind != "" && gvk.Kind != "WatchEvent") {
@@ -273,13 +253,10 @@ func (JSONCodec[T]) CheckEnvelope(frame []byte) error {
 	return err
 }
 
-// EventOf makes an Event of a frame's type and object, the part of the
-// protocol every codec shares: object decodes the object of an ADDED,
-// MODIFIED or DELETED; unmarshal decodes a BOOKMARK's metadata and an
-// ERROR's object, kind finds the apiVersion and kind of that object as
-// client-go's serializer does (Kind for JSON); show quotes bytes in an
-// error. An error from object that
-// is not a *SkipError breaks the stream.
+// EventOf makes an Event of a frame's type and object, for every codec:
+// object decodes an ADDED, MODIFIED or DELETED's object (an error that is
+// no *SkipError breaks the stream); unmarshal, kind (Kind for JSON) and
+// show (to quote bytes) serve a BOOKMARK and an ERROR.
 func EventOf[T Object](typ string, raw []byte, object func(what string, raw []byte) (T, error),
 	unmarshal func([]byte, any) error, kind func([]byte) (schema.GroupVersionKind, error), show func([]byte) string) (Event[T], error) {
 	switch typ {
@@ -302,13 +279,8 @@ func EventOf[T Object](typ string, raw []byte, object func(what string, raw []by
 		return Event[T]{Type: Bookmark, RV: tm.Metadata.ResourceVersion,
 			InitialEventsEnd: tm.Metadata.Annotations[metav1.InitialEventsAnnotationKey] == "true"}, nil
 	case Error:
-		// A Status is the server's word, whatever of it is set; anything
-		// else is an error of its own. Which is which is
-		// apierrors.FromObject's to say, of the object as client-go's
-		// dynamic client decodes it: of the apiVersion and kind the
-		// serializer finds (any case, both needed), a kind its scheme knows
-		// (Status in any version) as that type, any other unstructured
-		// (kind "Status", apiVersion v1 or meta.k8s.io/v1, read as written).
+		// A Status is the server's word; anything else is an error of its
+		// own, as client-go's dynamic client decodes it (errorObject).
 		err := errorObject(raw, unmarshal, kind)
 		if _, ok := err.(*apierrors.StatusError); !ok {
 			err = &UnexpectedErrorObject{Object: show(raw), Err: err}
@@ -327,8 +299,8 @@ var errorScheme = func() *runtime.Scheme {
 }()
 
 // errorObject is the error apierrors.FromObject makes of an ERROR's object
-// (raw), decoded as client-go's dynamic client decodes it; or why it could
-// not be decoded.
+// decoded as the dynamic client does: a kind its scheme knows as that type
+// (Status in any version), any other unstructured; or why it cannot.
 func errorObject(raw []byte, unmarshal func([]byte, any) error, kind func([]byte) (schema.GroupVersionKind, error)) error {
 	gvk, err := kind(raw)
 	switch {
@@ -352,8 +324,7 @@ func errorObject(raw []byte, unmarshal func([]byte, any) error, kind func([]byte
 	return apierrors.FromObject(&unstructured.Unstructured{Object: content})
 }
 
-// EventWhat names an object event in a SkipError, without a string made
-// per event.
+// EventWhat names an object event in a SkipError (a constant string).
 func EventWhat(typ string) string {
 	switch typ {
 	case Added:
@@ -373,18 +344,13 @@ func Snippet(b []byte) string {
 	return string(b)
 }
 
-// asSkip is errors.As(err, *SkipError) without an allocation in the usual
-// cases (no error, or a *SkipError itself), once per event.
+// asSkip is errors.As(err, *SkipError), without allocating when err is nil
+// or a *SkipError itself.
 func asSkip(err error) *SkipError {
-	if err == nil {
-		return nil
-	}
-	if skip, ok := err.(*SkipError); ok {
+	if skip, ok := err.(*SkipError); ok || err == nil {
 		return skip
 	}
 	var skip *SkipError
-	if errors.As(err, &skip) {
-		return skip
-	}
-	return nil
+	errors.As(err, &skip)
+	return skip
 }

@@ -26,7 +26,7 @@
 // performs the Action it returns (List, WatchList, Watch, KeepReading, Probe,
 // Wait, Stop) and feeds back the Outcome, with the time: the machine is
 // tested without a server, the loop in virtual time under random faults
-// (explore_test.go). Machine's doc holds the table of every decision.
+// (explore_test.go). docs/watcher.md holds the table of every decision.
 // Every change goes into the store, then to Options.Handler.
 //
 // # resourceVersion rules

@@ -11,8 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// ErrorClass is what the loop needs to know about an error: not its text, only
-// which way to go next.
+// ErrorClass is what the loop needs to know about an error: which way to go next.
 type ErrorClass int
 
 const (
@@ -20,24 +19,21 @@ const (
 	NoError ErrorClass = iota
 	// Canceled: our own context ended; the loop stops.
 	Canceled
-	// Expired: the resourceVersion we asked for is gone from the server's
-	// history (reason Expired or Gone, or HTTP 410 with a reason client-go
-	// does not know; an expired continue token too). Only a fresh LIST can
-	// resynchronise us.
+	// Expired: the resourceVersion (or continue token) we asked for is gone
+	// from the server's history (410). Only a fresh LIST can help.
 	Expired
 	// TooLargeRV: the server has not caught up with the resourceVersion we
-	// asked for (a lagging watch cache). Asking for "latest" works.
+	// asked for (a lagging watch cache).
 	TooLargeRV
 	// Throttled: HTTP 429; the server may say how long to wait (Retry-After).
 	Throttled
-	// Denied: HTTP 401 or 403. Credentials or RBAC are wrong; retrying will not
-	// help until someone fixes them, so the loop logs it loudly and backs off.
+	// Denied: HTTP 401 or 403: credentials or RBAC are wrong; the loop logs
+	// it loudly and backs off.
 	Denied
-	// Refused: HTTP 400, 405 or 422, the server does not accept the request as
-	// made: for a WatchList, a server without that feature.
+	// Refused: HTTP 400, 405 or 422 (for a WatchList: a server without it).
 	Refused
-	// Transient: anything else — connection refused or reset, a cut stream,
-	// 5xx, a timeout, a stream we could not parse. Retry the same step.
+	// Transient: anything else (a refused or cut connection, 5xx, a timeout,
+	// a broken stream): retry the same step.
 	Transient
 )
 
@@ -76,23 +72,16 @@ func Classify(err error) (class ErrorClass, retryAfter time.Duration) {
 }
 
 // isTooLargeRV is client-go's Reflector's isTooLargeResourceVersionError:
-// the Status's cause, or (servers before the cause) a timeout whose
-// message says so. As for Expired, words alone decide nothing: a 500 or a
-// proxy's error quoting them is an error like any other.
+// the Status's cause, or (older servers) a timeout whose message says so.
 func isTooLargeRV(err error) bool {
 	return apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge) ||
 		apierrors.IsTimeout(err) && strings.Contains(err.Error(), "Too large resource version")
 }
 
 // serverStarting reports whether err is kube-apiserver's word that it, or
-// its watch cache, has just started, so that the cache's history begins
-// at the resourceVersion it started at: a WATCH from an older one meets 410
-// as soon as anything was written meanwhile. It says so in two ways
-// (k8s.io/apiserver): 503 "the request has been made before all known HTTP
-// paths have been installed" (notfoundhandler: the process is still
-// installing its API groups, a CRD's among them) and 429 "storage is
-// (re)initializing" (cacher/ready.go: the watch cache is listing from
-// etcd). Neither has a cause or reason of its own: the text is all there is.
+// its watch cache, has just started (a 503 or a 429 with no cause of its
+// own: the text is all there is): its history begins now, and a WATCH from
+// an older resourceVersion meets 410 once anything was written.
 func serverStarting(err error) bool {
 	if err == nil || errors.As(err, new(*UnexpectedErrorObject)) {
 		return false
@@ -102,9 +91,8 @@ func serverStarting(err error) bool {
 		strings.Contains(msg, "before all known HTTP paths have been installed")
 }
 
-// UnexpectedErrorObject is an ERROR event whose object is not a Status
-// (apierrors.FromObject's rule): an error of its own, which client-go's
-// Reflector retries, whatever words the object holds.
+// UnexpectedErrorObject is an ERROR event whose object is not a Status: an
+// error of its own, which client-go retries whatever words it holds.
 type UnexpectedErrorObject struct {
 	Object string // as the stream carried it, cut short
 	Err    error  // FromObject's

@@ -29,7 +29,7 @@ func TestExpiredEventInTheStreamRelists(t *testing.T) {
 	if n := proxy.ExpireWatches(); n != 1 {
 		t.Fatalf("expired %d streams, want 1", n)
 	}
-	testkit.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Relists == 1 }, "no relist after a 410 ERROR event")
+	testkit.Eventually(t, 30*time.Second, func() bool { return r.stats.Counts().Relists == 1 }, "no relist after a 410 ERROR event")
 	testkit.Create(t, c, ns, "after", "hi")
 	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.store.Get(ns + "/after"); return ok }, "no event after the relist")
 	if n := proxy.Counts().Lists; n != 2 {
@@ -49,7 +49,7 @@ func TestGoneResponseToAWatchRelists(t *testing.T) {
 
 	proxy.Fail(faultproxy.Failure{Kinds: faultproxy.Watch, Code: http.StatusGone, Count: 1})
 	proxy.CutWatches()
-	testkit.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Relists == 1 }, "no relist after a 410 response")
+	testkit.Eventually(t, 30*time.Second, func() bool { return r.stats.Counts().Relists == 1 }, "no relist after a 410 response")
 	proxy.Heal()
 	if waits := r.rec.backoffs(watcher.Expired); len(waits) > 1 || len(waits) == 1 && waits[0] >= watcher.DefaultBackoff.Initial {
 		t.Errorf("waits after the 410: %v; want at most one, shorter than the last backoff step (%v)", waits, watcher.DefaultBackoff.Initial)
@@ -84,7 +84,7 @@ func TestThrottledWatchWaitsForRetryAfter(t *testing.T) {
 	if w := r.rec.backoffs(watcher.Throttled); len(w) != 1 || w[0] < 2*time.Second {
 		t.Errorf("throttled backoffs %v, want one of at least 2s", w)
 	}
-	if st := r.w.Stats(); st.Relists != 0 {
+	if st := r.stats.Counts(); st.Relists != 0 {
 		t.Errorf("%d relists: a 429 is no reason to relist", st.Relists)
 	}
 }
@@ -125,7 +125,7 @@ func TestUndecodableEventsAreSkippedAndNothingIsLost(t *testing.T) {
 	if d, ok := r.rec.Find(ns+"/doomed", store.Deleted); !ok || !d.FinalStateUnknown {
 		t.Errorf("garbled delete: delta %+v %v, want a Deleted delta marked FinalStateUnknown", d, ok)
 	}
-	st := r.w.Stats()
+	st := r.stats.Counts()
 	if st.Skipped != 2 || st.Watches != 1 || st.Relists != 0 {
 		t.Errorf("skipped %d watches %d relists %d; want 2 skipped on the same stream, no relist", st.Skipped, st.Watches, st.Relists)
 	}
@@ -138,15 +138,15 @@ func TestUndecodableEventsAreSkippedAndNothingIsLost(t *testing.T) {
 
 	rv := r.w.ResourceVersion()
 	proxy.InjectFrame([]byte("this is not JSON"))
-	testkit.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Watches == 2 }, "no re-watch after a broken stream")
+	testkit.Eventually(t, 30*time.Second, func() bool { return r.stats.Counts().Watches == 2 }, "no re-watch after a broken stream")
 	testkit.Create(t, c, ns, "after-break", "hi")
 	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.store.Get(ns + "/after-break"); return ok },
 		"the event after the broken stream never arrived")
 	r.rec.mu.Lock()
 	rewatchRV := r.rec.watchRVs[1]
 	r.rec.mu.Unlock()
-	if rewatchRV != rv || r.w.Stats().Relists != 0 {
-		t.Errorf("re-watch from %s (want %s), %d relists (want 0)", rewatchRV, rv, r.w.Stats().Relists)
+	if rewatchRV != rv || r.stats.Counts().Relists != 0 {
+		t.Errorf("re-watch from %s (want %s), %d relists (want 0)", rewatchRV, rv, r.stats.Counts().Relists)
 	}
 	assertStoreMatchesServer(t, c, ns, r.store)
 }

@@ -19,6 +19,7 @@ import (
 	"rawwatch/internal/controlplane"
 	"rawwatch/internal/testkit"
 	"rawwatch/observe"
+	"rawwatch/stats"
 	"rawwatch/store"
 	"rawwatch/watcher"
 )
@@ -79,6 +80,7 @@ type running struct {
 	w     *watcher.Watcher[object]
 	store *store.Store[object]
 	rec   *recorder
+	stats *stats.Counter
 }
 
 // fastBackoff keeps the tests quick; the shape (exponential, capped) is the default's.
@@ -111,11 +113,12 @@ func startLogging(t *testing.T, cfg *rest.Config, ns string, opts watcher.Option
 func startWire(t *testing.T, cfg *rest.Config, ns string, opts watcher.Options[object], logger klog.Logger, wire codec.Wire) *running {
 	t.Helper()
 	c := testkit.Client(t, cfg)
-	r := &running{store: store.New[object](), rec: &recorder{}}
+	r := &running{store: store.New[object](), rec: &recorder{}, stats: &stats.Counter{}}
 	opts.Handler = r.rec.Handle
 	if opts.Observer == nil {
 		opts.Observer = r.rec
 	}
+	opts.Observer = observe.Fanout{r.stats, opts.Observer}
 	opts.Codec = watcher.JSONCodec[object]{GVK: v1alpha1.GroupVersionKind}
 	if opts.Backoff == (watcher.Backoff{}) {
 		opts.Backoff = fastBackoff
@@ -137,7 +140,7 @@ func TestInitialListIsPaginated(t *testing.T) {
 	proxy, cfg := testkit.Proxy(t, cp, cp.APIServer)
 	r := start(t, cfg, ns, watcher.Options[object]{PageSize: 100})
 
-	st := r.w.Stats()
+	st := r.stats.Counts()
 	if st.ListPages < 12 || proxy.Counts().Lists < 12 {
 		t.Errorf("list took %d pages (%d LIST requests seen by the proxy), want at least 12", st.ListPages, proxy.Counts().Lists)
 	}
@@ -199,9 +202,9 @@ func TestBookmarksAdvanceTheResourceVersion(t *testing.T) {
 	listRV := r.w.ResourceVersion()
 
 	written := testkit.Create(t, testkit.Client(t, cp.Config()), other, "elsewhere", "hi")
-	testkit.Eventually(t, 45*time.Second, func() bool { return r.w.Stats().Bookmarks > 0 }, "no bookmark received")
+	testkit.Eventually(t, 45*time.Second, func() bool { return r.stats.Counts().Bookmarks > 0 }, "no bookmark received")
 
-	st := r.w.Stats()
+	st := r.stats.Counts()
 	if st.Events != 0 {
 		t.Fatalf("the watched namespace had %d events; the test needs none", st.Events)
 	}
@@ -237,16 +240,16 @@ func TestBrokenWatchResumesWithoutRelist(t *testing.T) {
 
 	// 2. Refuse connections for a while: the watcher backs off and retries.
 	proxy.Refuse()
-	backoffsBefore := r.w.Stats().Backoffs
+	backoffsBefore := r.stats.Counts().Backoffs
 	testkit.Create(t, c, ns, "while-down", "hi")
-	testkit.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().Backoffs >= backoffsBefore+2 }, "no backoff while refused")
+	testkit.Eventually(t, 10*time.Second, func() bool { return r.stats.Counts().Backoffs >= backoffsBefore+2 }, "no backoff while refused")
 	if err := proxy.Accept(); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.Find(ns+"/while-down", store.Added); return ok },
 		"object created while the server was unreachable never arrived")
 
-	st := r.w.Stats()
+	st := r.stats.Counts()
 	// (Each time the WATCH could not open, the next request was a one-item
 	// LIST probing the server's resourceVersion; the proxy sees those that
 	// were not refused.)
@@ -312,7 +315,7 @@ func TestCompactedResourceVersionRelistsAndReportsDeletions(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	testkit.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Relists == 1 }, "no relist after the 410")
+	testkit.Eventually(t, 30*time.Second, func() bool { return r.stats.Counts().Relists == 1 }, "no relist after the 410")
 	d, ok := r.rec.Find(ns+"/gone", store.Deleted)
 	if !ok {
 		t.Fatal("the object deleted during the gap produced no Deleted delta")
@@ -374,7 +377,7 @@ func TestErrorEventAfterCompactionAtTheNextChangeRelists(t *testing.T) {
 		got, ok := r.store.Get(ns + "/hello")
 		return ok && got.Spec.Message == changed.Spec.Message
 	}, "the change made while the watcher was away never reached the store")
-	if n := r.w.Stats().Relists; n != 1 {
+	if n := r.stats.Counts().Relists; n != 1 {
 		t.Errorf("%d relists, want 1", n)
 	}
 }
@@ -399,9 +402,9 @@ func TestExpiredContinueTokenRestartsTheList(t *testing.T) {
 			return err
 		},
 	}
-	s := store.New[object]()
+	s, counter := store.New[object](), &stats.Counter{}
 	w := watcher.New(src, s, watcher.Options[object]{PageSize: 100, Backoff: fastBackoff,
-		Codec: watcher.JSONCodec[object]{GVK: v1alpha1.GroupVersionKind}})
+		Codec: watcher.JSONCodec[object]{GVK: v1alpha1.GroupVersionKind}, Observer: counter})
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go w.Run(runCtx)
@@ -410,7 +413,7 @@ func TestExpiredContinueTokenRestartsTheList(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("no sync")
 	}
-	st := w.Stats()
+	st := counter.Counts()
 	if src.expired == 0 {
 		t.Fatal("the continue token never expired: the test did not test anything")
 	}
@@ -475,7 +478,7 @@ func TestWatchListStreamsTheInitialStateAndKeepsTheStream(t *testing.T) {
 	}
 	testkit.Create(t, c, ns, "live", "hi")
 	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.Find(ns+"/live", store.Added); return ok }, "live event not delivered")
-	st, counts := r.w.Stats(), proxy.Counts()
+	st, counts := r.stats.Counts(), proxy.Counts()
 	if counts.Lists != 0 || counts.Watches != 1 || st.Watches != 1 || st.Lists != 1 || st.ListPages != 0 {
 		t.Errorf("proxy saw %d LISTs and %d WATCHes; watcher stats %+v: want no LIST and one WATCH for sync and live events", counts.Lists, counts.Watches, st)
 	}
@@ -507,7 +510,7 @@ func TestWatchListFallsBackToListWhenTheServerRefuses(t *testing.T) {
 	// server that has just started, which the watcher answers with one
 	// relist (it cannot tell a cache still filling from a restart after
 	// its list, which may have gone back in time).
-	if counts, st := proxy.Counts(), r.w.Stats(); counts.Lists != st.ListPages+st.Probes || st.ListPages != 2*st.Lists || st.Lists != 1+st.Relists || st.Relists > 1 {
+	if counts, st := proxy.Counts(), r.stats.Counts(); counts.Lists != st.ListPages+st.Probes || st.ListPages != 2*st.Lists || st.Lists != 1+st.Relists || st.Relists > 1 {
 		t.Errorf("proxy saw %d LISTs (stats %+v): want two LIST pages making each list, and one list (two if the watch cache said it was initializing)", counts.Lists, st)
 	}
 }
@@ -532,11 +535,11 @@ func TestAPIServerRestartRelistsOnceAndResumes(t *testing.T) {
 	if err := a.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Relists >= 1 }, "no relist after the restart")
+	testkit.Eventually(t, 30*time.Second, func() bool { return r.stats.Counts().Relists >= 1 }, "no relist after the restart")
 	testkit.Create(t, c, ns, "after-restart", "hi")
 	testkit.Eventually(t, 30*time.Second, func() bool { _, ok := r.rec.Find(ns+"/after-restart", store.Added); return ok },
 		"the watch did not resume after the relist")
-	if n := r.w.Stats().Relists; n != 1 {
+	if n := r.stats.Counts().Relists; n != 1 {
 		t.Errorf("%d relists after one restart, want 1", n)
 	}
 	assertStoreMatchesServer(t, c, ns, r.store)

@@ -13,8 +13,7 @@ type State int
 const (
 	// Listing: the first list is under way; the store is empty.
 	Listing State = iota
-	// Watching: a WATCH stream applies events to the store (or a probe asks
-	// the server where it is, before the next WATCH).
+	// Watching: a WATCH applies events to the store (or a probe runs).
 	Watching
 	// BackingOff: waiting before the next attempt, after trouble.
 	BackingOff
@@ -32,19 +31,16 @@ func (s State) String() string {
 type ActionKind int
 
 const (
-	// List: a paginated LIST of everything, at resourceVersion "" (the
-	// latest data, read consistently); its result replaces the store.
+	// List: a paginated LIST of everything, whose result replaces the store.
 	List ActionKind = iota
-	// WatchList: the same, as a WATCH with sendInitialEvents=true. When its
-	// initial events end, the loop reports Outcome.Listed and reads on.
+	// WatchList: the same, as a WATCH with sendInitialEvents=true; at the
+	// initial events' end the loop reports Outcome.Listed and reads on.
 	WatchList
 	// Watch: a WATCH from Action.RV, applying events until the stream ends.
 	Watch
-	// KeepReading: keep reading the stream that is open (a WatchList that just
-	// delivered its initial state goes on with live events).
+	// KeepReading: keep reading the open stream (a WatchList, listed).
 	KeepReading
-	// Probe: a LIST of one item, to read the server's current
-	// resourceVersion (after a silent stream: is the server behind us?).
+	// Probe: a LIST of one item, for the server's resourceVersion.
 	Probe
 	// Wait: sleep Action.Delay, then report an Outcome with no error.
 	Wait
@@ -61,8 +57,7 @@ type Action struct {
 	Kind ActionKind
 	// RV is where a Watch starts.
 	RV string
-	// Continue, on a List, resumes a list that failed on the way from the
-	// page this token asks for (the pages before it are kept by the loop).
+	// Continue, on a List, resumes a failed list from this page's token.
 	Continue string
 	// Delay is how long a Wait lasts.
 	Delay time.Duration
@@ -72,12 +67,11 @@ type Action struct {
 	// Reason explains the decision, for logs and --explain.
 	Reason string
 	// TimeTravel: the list just completed is older than the resourceVersion
-	// we had: the server's history went backwards (an etcd restore).
+	// we had (an etcd restore).
 	TimeTravel bool
 	// Quiet, on a Watch: how long the streams before it from the same
-	// resourceVersion, and the waits between them, delivered nothing. The
-	// watchdog counts it too: a proxy that cuts idle streams sends nothing
-	// for ever in streams each shorter than the limit.
+	// resourceVersion, and the waits between, delivered nothing. The
+	// watchdog counts it: a proxy may cut every idle stream short.
 	Quiet time.Duration
 }
 
@@ -87,22 +81,17 @@ type Outcome struct {
 	At time.Time
 	// Err is why the request or stream ended (nil: it ended normally).
 	Err error
-	// RV: for a LIST, the list's resourceVersion; for a stream, the last
-	// resourceVersion it delivered ("" if none); with Listed, the snapshot's.
+	// RV: a list's resourceVersion, or the last a stream delivered ("" if none).
 	RV string
-	// Continue: a List that failed after its first page, the token of the
-	// page that failed.
+	// Continue: of a List that failed on the way, the failed page's token.
 	Continue string
-	// Listed: a WatchList stream delivered its initial state (the bookmark
-	// annotated k8s.io/initial-events-end) and is still open.
+	// Listed: a WatchList delivered its initial state and is still open.
 	Listed bool
-	// Opened: the WATCH request was answered with a stream (false: it was
-	// refused, failed, or answered with an error status).
+	// Opened: the WATCH was answered with a stream.
 	Opened bool
 	// Frames counts the events and bookmarks a stream delivered.
 	Frames int
-	// Open is how long a stream stayed open, Timeout the timeoutSeconds it
-	// asked the server for.
+	// Open is how long a stream stayed open, Timeout the timeoutSeconds asked.
 	Open, Timeout time.Duration
 	// ErrorEvent: the stream ended with an ERROR event (Err is its status).
 	ErrorEvent bool
@@ -112,92 +101,18 @@ type Outcome struct {
 
 // Machine decides, from each Outcome, the next Action. It holds the loop's
 // whole state and does no I/O and reads no clock: the loop performs actions
-// and reports what came of them, with the time.
-//
-// Its state is the picture's State and the data that state carries (the
-// fields of listing and watching). Beside them it keeps relisted, how
-// lists are made (WatchList, or LIST: for good, or until a stream runs
-// healthy; "list" below is either), the watchdog's silence, and the backoff
-// ("after trouble": its last step is not reset yet).
-//
-// In the table, a stream that "ran its course" ended at (or a little before)
-// its timeout; "open 2m then cut" broke after the backoff's ResetAfter
-// (healthy all the same); "closed early" ended cleanly long before its
-// timeout; "starting" and "paths missing" are kube-apiserver's words that it
-// has just started (429 "storage is (re)initializing", 503 "before all known
-// HTTP paths have been installed"). For a WATCH, 410 and the ERRORs are
-// events in its stream; too large RV, refused, 500, starting, paths missing,
-// 429, 403 and 400 answer a WATCH that did not open. "back off" waits out
-// the backoff (trouble: the next wait is longer), "stagger" a random part of
-// the last step (no trouble); +x and -x set and clear the data x.
-//
-// Every decision of Machine.Step (machine_table_test.go holds this table to it):
-//
-//	state: in flight, data
-//	  outcome                                   next action                     state after, data
-//	Listing: list
-//	  ok, behind RV                             watch from RV                   Watching
-//	  410, too large RV                         list                            +restarted
-//	  any other                                 back off, then resume the list  BackingOff
-//	Listing: list, restarted (as Listing: list, but:)
-//	  410, too large RV                         back off, then list             BackingOff
-//	Relisting: list (as Listing: list, but:)
-//	  behind RV                                 watch from RV                   Watching, time travel
-//	Listing: watch-list
-//	  initial events ended                      keep reading                    Watching
-//	  starting, 429, 403                        back off, then list             BackingOff
-//	  400                                       list                            LIST for good
-//	  any other                                 list                            LIST until healthy
-//	Watching: watch
-//	  ran its course                            watch from RV
-//	  open 2m then cut, cut, closed early       back off, then watch from RV    BackingOff
-//	  silent                                    probe
-//	  410, ERROR before progress, too large RV  list                            Relisting, +relisted
-//	  ERROR after progress                      back off, then watch from RV    BackingOff, +errored
-//	  starting, paths missing                   back off, then list             BackingOff, +relisted, +forStart
-//	  any other                                 back off, then probe            BackingOff
-//	Watching: keep reading (as Watching: watch)
-//	Watching: watch, after trouble (as Watching: watch, but:)
-//	  410, ERROR before progress, too large RV  stagger, then list              Relisting, +relisted
-//	Watching: watch, relisted (as Watching: watch, after trouble, but:)
-//	  ran its course                            watch from RV                   -relisted
-//	  open 2m then cut                          back off, then watch from RV    BackingOff, -relisted
-//	  silent                                    probe                           -relisted
-//	  410, ERROR before progress, too large RV  back off, then list             BackingOff
-//	  starting, paths missing                   back off, then list             BackingOff, +forStart
-//	Watching: watch, errored (as Watching: watch, after trouble, but:)
-//	  ran its course                            watch from RV                   -errored
-//	  open 2m then cut                          back off, then watch from RV    BackingOff, -errored
-//	  silent                                    probe                           -errored
-//	  ERROR after progress                      stagger, then list              Relisting, +relisted
-//	Watching: watch, fresh (as Watching: watch, relisted, but:)
-//	  ran its course                            watch from RV                   -relisted, -fresh
-//	  open 2m then cut                          back off, then watch from RV    BackingOff, -relisted, -fresh
-//	  cut, closed early                         back off, then watch from RV    BackingOff, -fresh
-//	  silent                                    probe                           -relisted, -fresh
-//	  410, ERROR before progress                back off, then list             BackingOff, -fresh
-//	  ERROR after progress                      back off, then watch from RV    BackingOff, -fresh, +errored
-//	  starting, paths missing                   back off, then watch from RV    BackingOff
-//	Watching: probe
-//	  ok                                        watch from RV
-//	  behind RV                                 list                            Relisting
-//	  starting, paths missing                   back off, then list             BackingOff, +relisted, +forStart
-//	  any other                                 back off, then probe            BackingOff
-//	Watching: probe, fresh (as Watching: probe, but:)
-//	  starting, paths missing                   back off, then watch from RV    BackingOff
-//	BackingOff: wait
-//	  done                                      what it waited for              its state
-//	Relisting: wait (as BackingOff: wait)
-//	any
-//	  canceled                                  stop                            Stopped
+// and reports what came of them, with the time. Its state is the picture's
+// State and the data that state carries (listing, watching); beside them it
+// keeps how lists are made, the watchdog's silence and the backoff.
+// docs/watcher.md gives the table of every decision of Step, which
+// machine_table_test.go holds to it.
 type Machine struct {
 	// State is where the loop is.
 	State State
-	// RV is the last resourceVersion the store is synced to: from the last
-	// list, then from every event and bookmark. A re-WATCH starts here.
+	// RV is the last resourceVersion the store is synced to; a re-WATCH
+	// starts here.
 	RV string
-	// SilenceLimit, if set, is the watchdog's: a Watch due after that much
-	// silence (Action.Quiet) is a Probe instead.
+	// SilenceLimit, if set: a Watch due after that much silence is a Probe.
 	SilenceLimit time.Duration
 
 	// doing is the action in flight.
@@ -215,8 +130,7 @@ type Machine struct {
 	// since: the next relist waits out the backoff.
 	relisted bool
 	// quietSince is when the streams from RV that delivered nothing began
-	// (zero: the last one delivered, or a list or a probe heard from the
-	// server since).
+	// (zero: none, or a list or a probe heard from the server since).
 	quietSince time.Time
 	// pace is the backoff's bookkeeping; now, the time of the outcome being
 	// applied, is its clock.
@@ -224,8 +138,7 @@ type Machine struct {
 	now  time.Time
 }
 
-// listing is what a list carries, from its first request until it is in the
-// store.
+// listing is what a list carries, until it is in the store.
 type listing struct {
 	// restarted: it restarted at once, from the first page, after an
 	// expired continue token or "too large resource version".
@@ -274,9 +187,8 @@ func (m *Machine) Start(now time.Time) Action {
 	return m.do(m.listAction("start: list everything"))
 }
 
-// Healthy reports whether a stream counts as trouble-free: it stayed open
-// for the backoff's ResetAfter, or ended on its own at its timeout. What it
-// delivered does not matter: one that breaks after a frame is flapping.
+// Healthy reports whether a stream was trouble-free: it stayed open for
+// ResetAfter, or ended on its own at its timeout, whatever it delivered.
 func (m *Machine) Healthy(o Outcome) bool {
 	if o.Open >= m.pace.policy.ResetAfter {
 		return true
@@ -333,13 +245,11 @@ func (m *Machine) listEnded(e end) Action {
 	case restart:
 		return m.trouble(e, e.retryAfter, Action{Kind: List}, reason)
 	}
-	// Anything else: after the backoff, from the page that failed (its
-	// token serves the same snapshot until etcd compacts it).
+	// Anything else: after the backoff, from the page that failed.
 	return m.trouble(e, e.retryAfter, Action{Kind: List, Continue: e.Continue}, reason)
 }
 
 // listed: a list (or a WatchList's initial state) is in the store at o.RV.
-// The list's data ends; the streams from it start with their own.
 func (m *Machine) listed(o Outcome, next ActionKind) Action {
 	a := Action{Kind: next, RV: o.RV, Reason: "listed at resourceVersion " + o.RV}
 	if behind(o.RV, m.RV) {
@@ -364,15 +274,13 @@ func (m *Machine) watchListFailed(e end) Action {
 	case Throttled, Denied:
 		return m.trouble(e, e.retryAfter, m.doing, fmt.Sprintf("watch-list failed (%s): %v", e.class, e.Err))
 	}
-	// Anything else (an apiserver whose etcd cannot report progress fails
-	// every one): LIST, at once, until a stream runs healthy.
+	// Anything else: LIST, at once, until a stream runs healthy.
 	m.lists = byLISTUntilHealthy
 	return m.do(Action{Kind: List, Class: e.class, Err: e.Err,
 		Reason: fmt.Sprintf("watch-list failed before its initial events ended (%v): LIST instead", e.Err)})
 }
 
-// probed: the server's current resourceVersion, asked after a silent
-// stream or a WATCH that could not open.
+// probed: the server's resourceVersion, asked after trouble.
 func (m *Machine) probed(e end) Action {
 	switch {
 	case e.class != NoError:
@@ -403,10 +311,8 @@ func (m *Machine) streamEnded(e end) Action {
 			m.lists = byWatchList
 		}
 	}
-	// An ERROR event before the stream carried us on says the server cannot
-	// serve this watch from there (a compaction): relist, as for a 410. One
-	// after progress is a broken stream: re-watch after the backoff, once;
-	// a second before a healthy stream relists.
+	// An ERROR before progress is a 410 in other words: relist. One after
+	// progress re-watches after the backoff, once before a healthy stream.
 	errored := e.ErrorEvent && e.class == Transient
 	stuck := errored && (m.RV == from || m.watch.errored)
 	if errored && !healthy && !stuck {
@@ -416,8 +322,7 @@ func (m *Machine) streamEnded(e end) Action {
 	case e.class == Expired, e.class == TooLargeRV, stuck:
 		return m.relistAfterGone(e)
 	case e.Silent:
-		// The connection died, or the server is behind our resourceVersion
-		// (an etcd restore): ask it where it is, at once.
+		// A dead connection, or a server behind us: ask where it is.
 		reason := fmt.Sprintf("watch silent for %s: abandoned; is the server behind resourceVersion %s?", silence.Round(time.Second), m.RV)
 		if e.Frames > 0 { // silent for the limit after its last frame
 			reason = fmt.Sprintf("watch silent since its last frame (of %d): abandoned; is the server behind resourceVersion %s?", e.Frames, m.RV)
@@ -453,8 +358,7 @@ func (m *Machine) countSilence(o Outcome) time.Duration {
 }
 
 // relistAfterGone: the server cannot go on from our resourceVersion. The
-// first relist since a healthy stream does not wait out the backoff: it is
-// what recovers us. Another before a healthy stream does.
+// first relist since a healthy stream is at once; another waits the backoff.
 func (m *Machine) relistAfterGone(e end) Action {
 	reason := fmt.Sprintf("watch from resourceVersion %s ended (%v): relist", m.RV, e.Err)
 	if m.relisted {
@@ -463,9 +367,8 @@ func (m *Machine) relistAfterGone(e end) Action {
 	m.relisted = true
 	m.pace.disturbed(e.At)
 	a := m.relist()
-	// Right after trouble, every client of a restarted server meets its
-	// 410 together: the relist waits a random part of the last step (full
-	// jitter), so that the fleet's lists do not all land at once.
+	// Right after trouble, every client of a restarted server meets its 410
+	// together: a random part of the last step spreads their lists.
 	if d := m.pace.stagger(); d > 0 {
 		a.Reason = fmt.Sprintf("relist, %s after the 410 (staggered, so that clients back from the same outage do not all relist at once)", d.Round(time.Millisecond))
 		m.after = a
@@ -476,12 +379,9 @@ func (m *Machine) relistAfterGone(e end) Action {
 	return m.do(a)
 }
 
-// afterUnopened is what follows the backoff after a WATCH that could not
-// open, or a probe that failed: a probe, since the server may have been
-// restored from an older snapshot. A server that says it has just started
-// (serverStarting) is relisted instead, as after a 410 (its watch cache
-// begins after our resourceVersion); unless the list in the store is that
-// relist (fresh): then its cache began before it, and we re-watch.
+// afterUnopened follows the backoff after a WATCH that could not open, or a
+// failed probe: a probe (was the server restored?). A server just started
+// is relisted, as after a 410, unless the store holds that relist (fresh).
 func (m *Machine) afterUnopened(err error) Action {
 	switch {
 	case serverStarting(err) && m.watch.fresh:
@@ -493,9 +393,8 @@ func (m *Machine) afterUnopened(err error) Action {
 	return Action{Kind: Probe}
 }
 
-// Resharded: the watcher's shard changed, and the action in flight, if any,
-// was cut short. A list follows at once; it is not trouble (the backoff is
-// untouched).
+// Resharded: the watcher's shard changed, and the action in flight was cut
+// short. A list follows at once, and the backoff is untouched.
 func (m *Machine) Resharded() Action {
 	m.list.restarted = false
 	if m.lists == byLISTUntilHealthy {
@@ -530,9 +429,8 @@ func (m *Machine) trouble(e end, minDelay time.Duration, next Action, reason str
 	return m.do(Action{Kind: Wait, Delay: d, Class: e.class, Err: e.Err, Reason: reason})
 }
 
-// do makes a the action in flight. A Watch carries the silence before it,
-// and is a Probe instead once that reaches the watchdog's limit; a list or
-// a probe ends the silence.
+// do makes a the action in flight. A Watch carries the silence before it (a
+// Probe once that reaches the limit); a list or a probe ends the silence.
 func (m *Machine) do(a Action) Action {
 	if a.Kind == Watch && !m.quietSince.IsZero() {
 		a.Quiet = m.now.Sub(m.quietSince)
@@ -561,8 +459,7 @@ func (m *Machine) stateFor(a Action) State {
 	return Relisting
 }
 
-// behind reports whether resourceVersion rv is older than ours (both
-// well-formed, as every kube-apiserver's are; "" is not).
+// behind reports whether resourceVersion rv is older than ours ("" is not).
 func behind(rv, ours string) bool {
 	c, err := resourceversion.CompareResourceVersion(rv, ours)
 	return err == nil && c < 0

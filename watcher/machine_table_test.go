@@ -15,10 +15,10 @@ import (
 
 var updateDoc = flag.Bool("update-doc", false, "rewrite Machine's table of decisions from Machine.Step")
 
-// tableFile holds Machine's doc comment, which ends with the table.
-const tableFile = "machine.go"
+// tableFile holds the table, in a block after tableHeading.
+const tableFile = "../docs/watcher.md"
 
-// Machine's table of decisions (go doc -all) is Machine.Step's: every situation
+// The table of decisions (docs/watcher.md) is Machine.Step's: every situation
 // the table names (a state, what is in flight, the data it carries), with
 // every outcome it can meet, steps a machine to the action, the state and
 // the data the table gives. A change to Step changes the table, and this
@@ -39,8 +39,7 @@ func TestTheDocTableIsTheMachine(t *testing.T) {
 	end := start
 	for end < len(doc) {
 		nl := strings.IndexByte(doc[end:], '\n')
-		line := doc[end : end+nl]
-		if !strings.HasPrefix(line, "//\t") {
+		if nl < 0 || doc[end:end+nl] == "```" {
 			break
 		}
 		end += nl + 1
@@ -70,10 +69,10 @@ func TestTheDocTableIsTheMachine(t *testing.T) {
 		}
 		if strings.Join(strings.Fields(g), " ") != strings.Join(strings.Fields(w), " ") {
 			t.Errorf("%s's table of decisions is not Machine.Step's; first difference, under %q:\n doc:  %s\n Step: %s",
-				tableFile, strings.TrimPrefix(under, "//\t"), g, w)
+				tableFile, under, g, w)
 			break
 		}
-		if !strings.HasPrefix(w, "//\t ") {
+		if !strings.HasPrefix(w, " ") {
 			under = w
 		}
 	}
@@ -102,8 +101,8 @@ func TestTheDocPictureDrawsEveryState(t *testing.T) {
 	}
 }
 
-// tableHeading is the line of Machine's doc that the table follows.
-const tableHeading = "// Every decision of Machine.Step (machine_table_test.go holds this table to it):\n//\n"
+// tableHeading is what the table follows in tableFile.
+const tableHeading = "Every decision of Machine.Step (`watcher/machine_table_test.go` holds this table to it):\n\n```\n"
 
 // A situation is a machine reached through Step, named as the table names
 // it: its state, what is in flight, and the data that matters.
@@ -329,7 +328,7 @@ func phrase(m *Machine, a Action) string {
 	return a.Kind.String()
 }
 
-// decisionTable is the table of every situation and outcome, as Machine's doc
+// decisionTable is the table of every situation and outcome, as docs/watcher.md
 // shows it: under each situation a row per decision, with the outcomes that
 // lead to it (the most of them as "any other"); a situation like another
 // shows only where they differ.
@@ -419,7 +418,7 @@ func decisionTable(t *testing.T) string {
 	}
 	var out strings.Builder
 	line := func(format string, args ...any) {
-		out.WriteString(strings.TrimRight(fmt.Sprintf("//\t"+format, args...), " ") + "\n")
+		out.WriteString(strings.TrimRight(fmt.Sprintf(format, args...), " ") + "\n")
 	}
 	line("state: in flight, data")
 	line("  %-*s  %-*s  %s", w[0], "outcome", w[1], "next action", "state after, data")

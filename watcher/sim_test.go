@@ -17,6 +17,7 @@ import (
 	"rawwatch/api/v1alpha1"
 	"rawwatch/internal/fakeapi"
 	"rawwatch/observe"
+	"rawwatch/stats"
 	"rawwatch/store"
 	"rawwatch/watcher"
 )
@@ -32,6 +33,7 @@ type sim struct {
 	w     *watcher.Watcher[object]
 	store *store.Store[object]
 	obs   *simObserver
+	stats *stats.Counter
 	start time.Time
 	// stormed is closed when the request cap was hit (the loop was cancelled).
 	stormed chan struct{}
@@ -118,13 +120,9 @@ func runSimVia(t *testing.T, n int, opts watcher.Options[object], via func(watch
 		}
 		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), funcr.New(func(string, string) {}, funcr.Options{})))
 		src := &capped{Server: srv, max: 1000, cancel: cancel, hit: make(chan struct{})}
-		s := &sim{t: t, srv: srv, store: store.New[object](), obs: &simObserver{}, start: time.Now(), stormed: src.hit}
+		s := &sim{t: t, srv: srv, store: store.New[object](), obs: &simObserver{}, stats: &stats.Counter{}, start: time.Now(), stormed: src.hit}
 		opts.Handler = s.obs.handle
-		if opts.Observer != nil { // the test's own, besides the sim's
-			opts.Observer = observe.Fanout{s.obs, opts.Observer}
-		} else {
-			opts.Observer = s.obs
-		}
+		opts.Observer = observe.Fanout{s.obs, s.stats, opts.Observer} // the test's own, besides the sim's
 		opts.Codec = watcher.JSONCodec[object]{GVK: v1alpha1.GroupVersionKind}
 		var through watcher.Source = src
 		if via != nil {
@@ -268,7 +266,7 @@ func TestRelistedUndecodableItemOfAnotherUIDDeletesTheOldObject(t *testing.T) {
 		s.sleep(time.Second)
 		s.srv.SetFault(fakeapi.Garble) // the relist's obj-0 item does not decode
 		s.sleep(watcher.DefaultBackoff.Max + 10*time.Second)
-		if st := s.w.Stats(); st.Relists != 1 || st.Skipped == 0 {
+		if st := s.stats.Counts(); st.Relists != 1 || st.Skipped == 0 {
 			s.t.Fatalf("%d relists, %d skipped; want the relist after the 410, with its obj-0 item skipped", st.Relists, st.Skipped)
 		}
 		if got, ok := s.store.Get("ns/obj-0"); ok && got.UID == old.UID {
@@ -521,10 +519,10 @@ func TestAListResumesFromThePageThatFailed(t *testing.T) {
 		// A relist of 5 pages, with every other LIST answered 500.
 		from := s.forceRelistUnder(fakeapi.EveryOtherListFails)
 		deadline := from.Add(3 * time.Minute)
-		for s.w.Stats().Relists == 0 && time.Now().Before(deadline) {
+		for s.stats.Counts().Relists == 0 && time.Now().Before(deadline) {
 			s.sleep(time.Second)
 		}
-		if s.w.Stats().Relists == 0 {
+		if s.stats.Counts().Relists == 0 {
 			s.t.Fatalf("no relist completed in 3 minutes of every other LIST failing (%d first pages, %d LISTs)",
 				s.firstPages(from), s.count("LIST", from, time.Now()))
 		}

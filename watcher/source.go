@@ -8,30 +8,27 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// Source is the watcher's only window on the API server: two kinds of GET on
-// one resource, each answering with a body for the decoders.
+// Source is the watcher's only window on the API server: two GETs, each
+// answering with a body for the Codec.
 //
 //	LIST   GET /apis/GROUP/VERSION/[namespaces/NS/]RESOURCE?limit=500&resourceVersion=...
 //	WATCH  GET ...RESOURCE?watch=true&resourceVersion=RV&allowWatchBookmarks=true&timeoutSeconds=...
 //
-// A failed request returns an error that the apimachinery error helpers
-// understand (*errors.StatusError for any HTTP status the server answered).
+// A failed request returns an error apierrors understands (a StatusError
+// for any HTTP status).
 type Source interface {
 	List(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error)
 	Watch(ctx context.Context, opts metav1.ListOptions) (io.ReadCloser, error)
 }
 
 // RESTSource is a Source backed by a client-go REST client for the resource's
-// group and version (credentials, TLS and client-side rate limits come from its
-// rest.Config). It never retries on its own: retrying is the loop's job, so that
-// every attempt is visible to it.
+// group and version. It never retries: retrying is the loop's job.
 type RESTSource struct {
 	Client   rest.Interface
 	Resource string
 	// Namespace limits the source to one namespace; "" means all namespaces.
 	Namespace string
-	// Accept, if set, is every request's Accept header (WithAccept);
-	// otherwise the client's (JSON).
+	// Accept, if set, is every request's Accept header; default the client's.
 	Accept string
 }
 

@@ -97,7 +97,7 @@ func TestTimeTravelAfterAnEtcdRestore(t *testing.T) {
 	if d, ok := r.rec.Find(ns+"/c", store.Deleted); !ok || d.Object.UID != born.UID {
 		t.Errorf("no Deleted delta for c with its UID %s (got %+v, %v)", born.UID, d, ok)
 	}
-	if st := r.w.Stats(); st.Probes == 0 || st.Relists == 0 {
+	if st := r.stats.Counts(); st.Probes == 0 || st.Relists == 0 {
 		t.Errorf("%d probes, %d relists: the restore was not detected by a probe", st.Probes, st.Relists)
 	}
 	if _, ok := r.store.Get(ns + "/b"); !ok {

@@ -26,8 +26,7 @@ const (
 	// the longest is twice that (client-go's Reflector: 5 to 10 minutes).
 	DefaultWatchTimeoutMin = 5 * time.Minute
 	// DefaultSilenceLimit is how long a WATCH may send nothing, not even a
-	// bookmark, before the watchdog abandons it: kube-apiserver bookmarks
-	// about every minute; this tolerates one lost bookmark.
+	// bookmark, before the watchdog abandons it: one lost bookmark.
 	DefaultSilenceLimit = 150 * time.Second
 )
 
@@ -38,77 +37,57 @@ var ErrSilent = errors.New("watch sent nothing, not even a bookmark, for longer 
 type Options[T Object] struct {
 	// PageSize is the LIST page size (limit); default DefaultPageSize.
 	PageSize int64
-	// WatchTimeoutMin/Max bound the timeoutSeconds of each WATCH, chosen at
-	// random between them so that many clients do not reconnect in step.
-	// Default DefaultWatchTimeoutMin and twice that.
+	// WatchTimeoutMin/Max bound the timeoutSeconds of each WATCH, drawn at
+	// random so that clients do not reconnect in step (default
+	// DefaultWatchTimeoutMin and twice that).
 	WatchTimeoutMin, WatchTimeoutMax time.Duration
 	// Backoff is the retry policy; default DefaultBackoff.
 	Backoff Backoff
-	// SilenceLimit: a WATCH that delivers no frame for this long is
-	// abandoned and resumed; default DefaultSilenceLimit.
+	// SilenceLimit: a WATCH silent this long is abandoned; default DefaultSilenceLimit.
 	SilenceLimit time.Duration
-	// Rand returns numbers in [0, 1) for the jitter of the backoff and of
-	// the watch timeout; default math/rand/v2's. Set it for reproducible runs.
+	// Rand returns numbers in [0, 1) for the jitters; default math/rand/v2's.
 	Rand func() float64
 	// Handler is called, on the loop's goroutine, for every change applied to
 	// the store, after the store was updated. It must not block (enqueue a key).
 	Handler func(store.Delta[T])
-	// Observer hears about every step of the loop: the events of this
-	// package (StateChanged, ListPage, ...). Optional.
+	// Observer hears the events of this package (StateChanged, ...). Optional.
 	Observer observe.Observer
-	// Codec decodes the server's answers; default JSONCodec (no check of
-	// the objects' apiVersion/kind). Package codec has faster ones, and CBOR.
+	// Codec decodes the server's answers; default JSONCodec{}.
 	Codec Codec[T]
-	// WatchList makes the watcher list with a WATCH with
-	// sendInitialEvents=true instead of a paginated LIST (KEP-3157); if the
-	// server refuses it, the watcher uses LIST for good.
+	// WatchList lists with a WATCH with sendInitialEvents=true (KEP-3157)
+	// instead of a paginated LIST, unless the server refuses it.
 	WatchList bool
-	// ListOptions, when set, adjusts the options of every LIST page and
-	// WATCH (not the probe's): a shard selector (package sharding).
+	// ListOptions, when set, adjusts every LIST page and WATCH but the
+	// probe's (a shard's selector); Filter leaves out of the store what it
+	// refuses. Both are called on the loop's goroutine.
 	ListOptions func(*metav1.ListOptions)
-	// Filter, when set, leaves out of the store every object it refuses (a
-	// server may ignore what ListOptions asked for). ListOptions and Filter
-	// are called on the loop's goroutine.
-	Filter func(T) bool
+	Filter      func(T) bool
 }
 
 // Watcher keeps a Store in step with one resource on the API server by
 // listing it, then watching it from the list's resourceVersion, forever.
 type Watcher[T Object] struct {
 	source Source
-	codec  Codec[T]
 	store  *store.Store[T]
 	opts   Options[T]
 	log    klog.Logger // Run's context's, named "watcher"
-	stats  Stats
 
-	// pos is where the store stands, replaced whole by the loop, so that a
-	// reader never sees one list's resourceVersion beside another's.
-	pos        atomic.Pointer[position]
+	// pos is where the store stands, replaced whole, so that a reader
+	// never sees one list's resourceVersion beside another's.
+	pos        atomic.Pointer[Position]
 	synced     chan struct{}
 	syncedOnce sync.Once
-	// partial is a paginated list that failed on the way, kept for the
-	// List that resumes it (the loop's goroutine only).
-	partial *partialList[T]
-	// relists: a Relist asked for and not in effect yet (its prepare), and
-	// the cancel of the request in flight, which a Relist cuts short.
+	// partial is a list that failed on the way, for the List that resumes
+	// it, and pages the pages it read.
+	partial *store.Replacement[T]
+	pages   int
+	// relists: a Relist not in effect yet (its prepare), and the cancel of
+	// the request in flight, which a Relist cuts short.
 	relists struct {
 		sync.Mutex
 		prepare func() bool
 		cut     context.CancelFunc
 	}
-}
-
-// position is Position's data: rv is At.
-type position struct {
-	rv, since string
-	lists     uint64
-}
-
-// partialList is what a paginated list read before it failed.
-type partialList[T Object] struct {
-	repl  *store.Replacement[T]
-	pages int
 }
 
 // New returns a watcher that fills s from src. Call Run to start it.
@@ -130,8 +109,8 @@ func New[T Object](src Source, s *store.Store[T], opts Options[T]) *Watcher[T] {
 		opts.ListOptions = func(*metav1.ListOptions) {}
 	}
 	opts.Codec = cmp.Or[Codec[T]](opts.Codec, JSONCodec[T]{})
-	w := &Watcher[T]{source: src, codec: opts.Codec, store: s, opts: opts, synced: make(chan struct{})}
-	w.pos.Store(&position{})
+	w := &Watcher[T]{source: src, store: s, opts: opts, synced: make(chan struct{})}
+	w.pos.Store(&Position{})
 	return w
 }
 
@@ -139,32 +118,23 @@ func New[T Object](src Source, s *store.Store[T], opts Options[T]) *Watcher[T] {
 func (w *Watcher[T]) Synced() <-chan struct{} { return w.synced }
 
 // ResourceVersion is the last resourceVersion the store is synced to.
-func (w *Watcher[T]) ResourceVersion() string { return w.pos.Load().rv }
+func (w *Watcher[T]) ResourceVersion() string { return w.pos.Load().At }
 
-// Stats returns the loop's counters.
-func (w *Watcher[T]) Stats() StatsSnapshot { return w.stats.Snapshot() }
-
-// Position is where the store stands, read in one step (a list replaces
-// all three together): At, the last resourceVersion it is synced to;
-// Since, the last list's (the store has followed every event since,
-// without a gap; "" before the first list); Lists, how many lists it took.
+// Position is where the store stands: At, the last resourceVersion it is
+// synced to; Since, the last list's (every event since is in, "" before the
+// first list); Lists, how many lists it took.
 type Position struct {
 	Since, At string
 	Lists     uint64
 }
 
-// Position is where the store stands now.
-func (w *Watcher[T]) Position() Position {
-	p := w.pos.Load()
-	return Position{Since: p.since, At: p.rv, Lists: p.lists}
-}
+// Position is where the store stands now, read in one step.
+func (w *Watcher[T]) Position() Position { return *w.pos.Load() }
 
-// Relist cuts the request in flight short (a backoff under way is waited
-// out first) and makes the loop list again (Machine.Resharded). Before the
-// list, on the loop's goroutine, it calls prepare, which may change what
-// ListOptions and Filter say; prepare returning false withdraws the request.
-// Of several Relists before the loop takes one, the last prepare is
-// called. Safe from any goroutine.
+// Relist cuts the request in flight short (a backoff is waited out) and makes the
+// loop list again (Machine.Resharded), after calling prepare on the loop's
+// goroutine: it may change ListOptions and Filter, and withdraws the
+// request by returning false. Of several Relists, the last prepare counts.
 func (w *Watcher[T]) Relist(prepare func() bool) {
 	w.relists.Lock()
 	defer w.relists.Unlock()
@@ -174,9 +144,8 @@ func (w *Watcher[T]) Relist(prepare func() bool) {
 	}
 }
 
-// Run performs the actions the Machine decides, until ctx ends. It only
-// returns then: every failure is retried. It logs through
-// klog.FromContext(ctx).
+// Run performs the actions the Machine decides until ctx ends, retrying
+// every failure. It logs through klog.FromContext(ctx).
 func (w *Watcher[T]) Run(ctx context.Context) {
 	w.log = klog.LoggerWithName(klog.FromContext(ctx), "watcher")
 	m := NewMachine(w.opts.Backoff, w.opts.WatchList, w.opts.Rand)
@@ -191,7 +160,7 @@ func (w *Watcher[T]) Run(ctx context.Context) {
 		}
 		actx, cancel := context.WithCancel(ctx)
 		if act.Kind != Wait {
-			w.armCut(cancel)
+			w.setCut(cancel)
 		}
 		var o Outcome
 		switch act.Kind {
@@ -210,7 +179,7 @@ func (w *Watcher[T]) Run(ctx context.Context) {
 		default:
 			panic(fmt.Sprintf("watcher: the machine asked for %s outside a stream", act.Kind))
 		}
-		cut := act.Kind != Wait && w.disarmCut()
+		cut := act.Kind != Wait && w.setCut(nil)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
@@ -224,22 +193,16 @@ func (w *Watcher[T]) Run(ctx context.Context) {
 	}
 }
 
-// armCut lets a Relist cancel the action about to start (at once if one
-// is waiting already).
-func (w *Watcher[T]) armCut(cancel context.CancelFunc) {
+// setCut lets a Relist cancel the action about to start with cut (at once
+// if a Relist is waiting already), or no action (nil); it tells whether a
+// Relist is waiting.
+func (w *Watcher[T]) setCut(cut context.CancelFunc) (waiting bool) {
 	w.relists.Lock()
 	defer w.relists.Unlock()
-	w.relists.cut = cancel
-	if w.relists.prepare != nil {
-		cancel()
+	w.relists.cut = cut
+	if cut != nil && w.relists.prepare != nil {
+		cut()
 	}
-}
-
-// disarmCut ends what armCut began, and tells whether a Relist is waiting.
-func (w *Watcher[T]) disarmCut() bool {
-	w.relists.Lock()
-	defer w.relists.Unlock()
-	w.relists.cut = nil
 	return w.relists.prepare != nil
 }
 
@@ -303,10 +266,9 @@ func (w *Watcher[T]) logStep(from, to State, a Action) {
 	}
 }
 
-// report counts e in the loop's Stats and gives it to Options.Observer, if
-// any. Generic, so that with no Observer an event costs no allocation.
+// report gives e to Options.Observer, if any. Generic, so that with no
+// Observer an event costs no allocation.
 func report[T Object, E observe.Event](w *Watcher[T], e E) {
-	w.stats.Observe(e)
 	if w.opts.Observer != nil {
 		w.opts.Observer.Observe(e)
 	}
@@ -315,26 +277,23 @@ func report[T Object, E observe.Event](w *Watcher[T], e E) {
 // setRV moves where the store stands, its coverage unchanged.
 func (w *Watcher[T]) setRV(rv string) {
 	p := *w.pos.Load()
-	p.rv = rv
+	p.At = rv
 	w.pos.Store(&p)
 }
 
 // list reads every page into a Replacement and swaps it into the store. It
-// asks for resourceVersion "": the latest data, read from etcd and
-// paginated ("0" would be the watch cache's, unpaginated). Continue pages
-// are served from the first page's snapshot until etcd compacts it (410).
-// A list that fails after its first page keeps what it read (w.partial):
-// given the failed page's token (cont), the next list goes on from there.
+// asks for resourceVersion "": the latest data, read from etcd, paginated.
+// A list that fails on the way keeps what it read (w.partial): given the
+// failed page's token (cont), the next list goes on from there.
 func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 	if cont == "" || w.partial == nil {
-		w.partial = &partialList[T]{repl: w.store.NewReplacement()}
+		w.partial, w.pages = w.store.NewReplacement(), 0
 	}
-	repl := w.partial.repl
+	repl := w.partial
 	for {
 		opts := metav1.ListOptions{Limit: w.opts.PageSize, Continue: cont}
 		w.opts.ListOptions(&opts)
-		w.partial.pages++
-		page := w.partial.pages
+		w.pages++
 		items := 0
 		meta, err := w.readList(ctx, opts,
 			func(obj T) {
@@ -347,12 +306,10 @@ func (w *Watcher[T]) list(ctx context.Context, cont string) Outcome {
 				repl.Keep(skip.Key, skip.UID) // listed, but unreadable: not a deletion
 				w.skipped(skip)
 			})
-		if err != nil {
-			// A page that failed delivered nothing (DecodeList hands a
-			// page's items over once it is read whole).
+		if err != nil { // a page that failed delivered nothing (Codec.DecodeList)
 			return Outcome{At: time.Now(), Err: err, Continue: cont}
 		}
-		report(w, ListPage{Page: page, Items: items, Continue: meta.Continue, RV: meta.ResourceVersion})
+		report(w, ListPage{Page: w.pages, Items: items, Continue: meta.Continue, RV: meta.ResourceVersion})
 		if cont = meta.Continue; cont == "" {
 			w.partial = nil
 			w.commit(repl, meta.ResourceVersion)
@@ -368,7 +325,7 @@ func (w *Watcher[T]) readList(ctx context.Context, opts metav1.ListOptions, add 
 		return metav1.ListMeta{}, err
 	}
 	defer body.Close()
-	return w.codec.DecodeList(body, add, bad)
+	return w.opts.Codec.DecodeList(body, add, bad)
 }
 
 // probe lists one item, for the list's resourceVersion: where the server is.
@@ -382,22 +339,13 @@ func (w *Watcher[T]) probe(ctx context.Context) Outcome {
 func (w *Watcher[T]) commit(repl *store.Replacement[T], rv string) {
 	size := repl.Len()
 	deltas := repl.Commit()
-	var added, updated, deleted int
+	var n [store.Deleted + 1]int // by type
 	for _, d := range deltas {
-		switch d.Type {
-		case store.Added:
-			added++
-		case store.Updated:
-			updated++
-		case store.Deleted:
-			deleted++
-		}
+		n[d.Type]++
 	}
-	// The store now holds the list: where it stands and what it covers
-	// change together, before anyone hears of the list (its deltas, and
-	// deletions after them, reach the handler from here on).
-	w.pos.Store(&position{rv: rv, since: rv, lists: w.pos.Load().lists + 1})
-	report(w, Replaced{RV: rv, Size: size, Added: added, Updated: updated, Deleted: deleted})
+	// Where the store stands changes before anyone hears of the list.
+	w.pos.Store(&Position{At: rv, Since: rv, Lists: w.pos.Load().Lists + 1})
+	report(w, Replaced{RV: rv, Size: size, Added: n[store.Added], Updated: n[store.Updated], Deleted: n[store.Deleted]})
 	for _, d := range deltas {
 		w.hand(d)
 	}
@@ -408,12 +356,10 @@ func (w *Watcher[T]) commit(repl *store.Replacement[T], rv string) {
 var errNoInitialEventsEnd = errors.New("watch-list stream ended before the initial-events-end bookmark")
 
 // stream makes one WATCH request and reads it until it ends: a Watch from
-// act.RV, or a WatchList, whose initial events go into a Replacement that is
-// swapped into the store at the bookmark annotated k8s.io/initial-events-end
-// (then listed is called, and the same stream goes on with live events).
-// Every frame feeds the watchdog; a stream silent for Options.SilenceLimit
-// (less act.Quiet) is cancelled and reported Silent. Its deadline (its
-// timeout plus a minute) is a backstop for a server that never closes it.
+// act.RV, or a WatchList, whose initial events fill a Replacement swapped in
+// at the initial-events-end bookmark (then listed is called, and the stream
+// goes on). A stream silent for Options.SilenceLimit (less act.Quiet) is
+// cancelled by the watchdog; its timeout plus a minute is a backstop.
 func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv string)) (o Outcome) {
 	opts := metav1.ListOptions{ResourceVersion: act.RV}
 	w.opts.ListOptions(&opts)
@@ -450,7 +396,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 		report(w, WatchEnded{Frames: o.Frames, Open: time.Since(start), Err: o.Err, Quiet: act.Quiet})
 	}()
 
-	dec := w.codec.DecodeEvents(body)
+	dec := w.opts.Codec.DecodeEvents(body)
 	for {
 		ev, err := dec.Next()
 		arrived := time.Now()
@@ -463,8 +409,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 			case repl != nil && ev.Type == Deleted && skip.Key != "":
 				repl.Remove(skip.Key) // as below: the key is gone
 			case repl != nil && ev.Type != "" && ev.Type != Added && ev.Type != Modified && ev.Type != Deleted:
-				// A bookmark or an unknown event type is no listed item. (A
-				// frame of no readable type may be one: it is kept.)
+				// a bookmark or an unknown type is no listed item
 			case repl != nil:
 				repl.Keep(skip.Key, skip.UID) // listed, but unreadable: keep what we have, if it is the same object
 			case skip.Key == "":
@@ -474,8 +419,7 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 					w.hand(d)
 				}
 			case ev.Type == Added || ev.Type == Modified:
-				// Under another UID, the key holds a new object: the stored
-				// one is gone, as a relist finds (Replacement.Keep).
+				// Under another UID, the stored object is gone (Replacement.Keep).
 				if d, known := w.store.DeleteOther(skip.Key, skip.UID); known {
 					w.hand(d)
 				}
@@ -490,18 +434,15 @@ func (w *Watcher[T]) stream(ctx context.Context, act Action, listed func(rv stri
 			o.Err = err
 			return o
 		}
-		if ev.Type != Error && ev.Type != Bookmark && !w.keep(ev.Object) {
-			if repl == nil { // a live event: its resourceVersion counts
-				o.Frames++
-				o.RV = ev.RV
-				w.setRV(ev.RV)
-			}
-			continue
-		}
 		switch {
 		case ev.Type == Error:
 			o.Err, o.ErrorEvent = ev.Err, true
 			return o
+		case ev.Type != Bookmark && !w.keep(ev.Object):
+			if repl != nil {
+				continue
+			}
+			// filtered out, but a live event: its resourceVersion counts
 		case repl != nil && ev.Type == Bookmark && ev.InitialEventsEnd:
 			w.commit(repl, ev.RV)
 			repl = nil
@@ -544,12 +485,12 @@ func (w *Watcher[T]) apply(ev Event[T], arrived time.Time) {
 	} else {
 		d, changed, gone = w.store.Upsert(ev.Object)
 	}
-	key := d.Key // the store made it: not again (a string) per event
+	key := d.Key
 	if !changed && w.opts.Observer != nil {
 		key = store.KeyOf(ev.Object)
 	}
 	report(w, Received{Type: ev.Type, Key: key, RV: ev.RV, Arrived: arrived, Written: written, Object: ev.Object})
-	if gone.Type != 0 { // the key held another object (another UID)
+	if gone.Type != 0 { // the key held another object
 		w.hand(gone)
 	}
 	if changed {
