@@ -147,7 +147,7 @@ func (r *Report) Markdown(svg string) string {
 		}
 	}
 
-	b.WriteString("\n## The faults\n")
+	b.WriteString("\n## The faults\n\nWhat each client logged in each cell, its commonest lines with their counts (digits as #), is its row's `LogSample` in [scorecard.json](scorecard.json).\n")
 	for _, name := range r.Faults {
 		f, ok := faultNamed(name)
 		if !ok {
@@ -176,18 +176,6 @@ func (r *Report) Markdown(svg string) string {
 		}
 		if f.RawRequests != "" {
 			fmt.Fprintf(&b, "\nRaw's requests: %s\n", f.RawRequests)
-		}
-		b.WriteString("\nWhat each client logged (commonest lines, digits as #):\n\n")
-		for _, k := range r.Kinds {
-			row := r.row(name, k)
-			if row == nil || row.Err != "" {
-				continue
-			}
-			if len(row.LogSample) == 0 {
-				fmt.Fprintf(&b, "- %s: nothing\n", k)
-				continue
-			}
-			fmt.Fprintf(&b, "- %s (%d lines): `%s`\n", k, row.Logged, strings.Join(row.LogSample, "` · `"))
 		}
 	}
 	return b.String()
