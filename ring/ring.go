@@ -1413,14 +1413,18 @@ func (m *Member) peers(judged time.Time, self bool) peers {
 			// stay given (custody holds), and a slot given to it is
 			// accepted only once it shows it confirmed (or its lease runs
 			// out).
+			// In doubt, what it claims is unknown, as for a member.
 			p.others = p.others.Union(o.claims).Union(o.givenOthers)
-			firm = firm.Union(o.claims).Union(o.givenOthers)
+			if o.doubt {
+				doubted = doubted.Union(o.claims)
+				firm = firm.Union(o.givenOthers)
+			} else {
+				firm = firm.Union(o.claims).Union(o.givenOthers)
+				p.sure = p.sure.Union(o.givenMe)
+			}
 			p.claimed = p.claimed.Union(o.claims)
 			p.rival = p.rival.Union(o.claims.Minus(o.pending))
 			p.custody = p.custody.Union(o.givenMe)
-			if !o.doubt {
-				p.sure = p.sure.Union(o.givenMe)
-			}
 			if _, ok := p.confirmed[o.id]; !ok {
 				p.confirmed[o.id] = o.claims.Minus(o.pending)
 			}
