@@ -461,9 +461,11 @@ type Member struct {
 	// ownerOf, whom the last step's membership gave each slot to.
 	releasingSince [shard.Slots]time.Time
 	ownerOf        [shard.Slots]string
-	// givenTo names the member each Given slot went to, givenAt when.
+	// givenTo names the member each Given slot went to, givenAt when;
+	// handed, the Given slots let go handed over (View.Handed).
 	givenTo [shard.Slots]string
 	givenAt [shard.Slots]time.Time
+	handed  shard.SlotSet
 	// Lingering (Claims.Lingering): published is the cover the last
 	// renewal wrote; withdrawn, the slots it stopped covering since the
 	// last list; withdrawals, each withdrawal with the others' renewal
@@ -1364,8 +1366,9 @@ type peers struct {
 	// rival, the claims confirmed (not Pending); custody, the slots given
 	// to this member.
 	others, claimed, rival, custody shard.SlotSet
-	// doubted: of others, the slots only Leases in doubt claim.
-	doubted shard.SlotSet
+	// doubted: of others, the slots only Leases in doubt claim; sure, of
+	// custody, the slots given by Leases not in doubt themselves.
+	doubted, sure shard.SlotSet
 	// confirmed and covers, by identity: what every live Lease of that
 	// identity claims confirmed and covers (two Leases may name one).
 	confirmed map[string]shard.SlotSet
@@ -1397,6 +1400,9 @@ func (m *Member) peers(judged time.Time, self bool) peers {
 				p.others = p.others.Union(o.givenOthers)
 				p.custody = p.custody.Union(o.givenMe)
 				firm = firm.Union(o.givenOthers)
+				if !o.doubt {
+					p.sure = p.sure.Union(o.givenMe)
+				}
 			}
 		case o.stray:
 			// Its holder is not its name's member (cleared or changed
@@ -1408,8 +1414,15 @@ func (m *Member) peers(judged time.Time, self bool) peers {
 			// stay given (custody holds), and a slot given to it is
 			// accepted only once it shows it confirmed (or its lease runs
 			// out).
+			// In doubt, what it claims is unknown, as for a member.
 			p.others = p.others.Union(o.claims).Union(o.givenOthers)
-			firm = firm.Union(o.claims).Union(o.givenOthers)
+			if o.doubt {
+				doubted = doubted.Union(o.claims)
+				firm = firm.Union(o.givenOthers)
+			} else {
+				firm = firm.Union(o.claims).Union(o.givenOthers)
+				p.sure = p.sure.Union(o.givenMe)
+			}
 			p.claimed = p.claimed.Union(o.claims)
 			p.rival = p.rival.Union(o.claims.Minus(o.pending))
 			p.custody = p.custody.Union(o.givenMe)
@@ -1422,6 +1435,7 @@ func (m *Member) peers(judged time.Time, self bool) peers {
 				firm = firm.Union(o.givenOthers)
 			} else {
 				firm = firm.Union(o.claims).Union(o.givenOthers)
+				p.sure = p.sure.Union(o.givenMe)
 			}
 			switch {
 			case o.draining:
@@ -1485,6 +1499,15 @@ func (m *Member) update(log klog.Logger) {
 	p := m.peers(judged, self && !m.draining)
 	live, others, custody, rival, confirmed, covers := p.live, p.others, p.custody, p.rival, p.confirmed, p.covers
 	doubted := p.doubted
+	// A slot given to us by a Lease not in doubt was its giver's, claimed
+	// and confirmed, and claimed or given on its Lease ever since: no
+	// renewal a move hides (a Lease in doubt) can have confirmed it then,
+	// nor before (the giver confirmed it only with no Lease in doubt
+	// claiming it). Claimed only by Leases in doubt, it is claimed and
+	// confirmed as if they did not claim it: a dead member's Lease that a
+	// hand keeps moving keeps no joiner from its gifts.
+	sure := doubted.And(p.sure)
+	others, doubted = others.Minus(sure), doubted.Minus(sure)
 	// The deletions we hold of a slot another live member works are its
 	// (it heard of them too, or they went with a fence); of any other
 	// slot, ours to handle: we keep watching it, and claim it when free.
@@ -1498,7 +1521,11 @@ func (m *Member) update(log klog.Logger) {
 		m.owed = shard.SlotSet{}
 	}
 	m.owed = m.owed.Minus(worked)
-	holding := held.Union(m.owed).Minus(worked)
+	// So are those of a slot we let go handed over, until its new owner
+	// confirms it: its cache held all our sweep listed, and its watch
+	// hears what came after. Held here, they would name the slot in our
+	// holds, and the new owner would leave it to us, which gave it away.
+	holding := held.Union(m.owed).Minus(worked).Minus(m.handed.And(m.claims.Given))
 	// Of the slots we gave, those their new owner confirmed (or that
 	// went to a member no longer live, or to nobody); and, so that a new
 	// owner that never takes a slot cannot keep it from everyone, those
@@ -1664,6 +1691,8 @@ func (m *Member) update(log klog.Logger) {
 		m.givenTo[i] = m.ownerOf[i] // the member it goes to, by our view ("" without sweeps: nobody named)
 		m.givenAt[i] = now
 	}
+	gave := m.claims.Given.Minus(before.Given)
+	m.handed = m.handed.Minus(gave).Union(gave.And(handed)).And(m.claims.Given)
 	for i := range m.releasingSince {
 		switch {
 		case !m.claims.Releasing.Has(i):
