@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -195,8 +196,10 @@ type schedule struct {
 	// wrap, if set, stands between the loop and the server (a test of the
 	// explorer breaks the client with it).
 	wrap func(Source) Source
-	// codec decodes the server's answers (exploreAll's).
-	codec Codec[*v1alpha1.MyResource]
+	// codec decodes the server's answers (exploreAll's); lineFramed: it
+	// breaks a line-framed stream at a newline inside a frame.
+	codec      Codec[*v1alpha1.MyResource]
+	lineFramed bool
 }
 
 func newSchedule(seed uint64) schedule {
@@ -530,6 +533,7 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		checkRequests(reqs, rollbacks, start, fail)
 		checkErrorsAfterProgress(reqs, s.pageSize, b.ResetAfter, start, fail)
 		checkCorruptedFrames(reqs, s.pageSize, start, fail)
+		checkCutFrames(reqs, s.lineFramed, start, fail)
 		checkStartingServer(reqs, s.pageSize, start, fail)
 		// Safety: the life of every UID, from the deltas.
 		checkLives(deltas, srv, fail)
@@ -647,6 +651,27 @@ func checkCorruptedFrames(reqs []fakeapi.Request, pageSize int64, start time.Tim
 			}
 			break
 		}
+	}
+}
+
+// checkCutFrames: a cut frame breaks the stream at the cut. A WATCH that
+// sent an event cut short (CutFrames) where the reader can tell at once —
+// inside a string, whose raw newline JSON forbids, or, with a line-framing
+// codec, after a whole frame and its newline — is not read past it: a
+// reader that reads on swallows the next frame into the cut one, and hears
+// of the cut only when a frame after it comes, if one does.
+func checkCutFrames(reqs []fakeapi.Request, lineFramed bool, start time.Time, fail func(string, ...any)) {
+	for _, q := range reqs {
+		if q.Cut == "" || !q.ReadAfterCut || !q.CutInString && !(q.CutLined && lineFramed) {
+			continue
+		}
+		where := "inside a string"
+		if !q.CutInString {
+			where = "after a whole frame and its newline"
+		}
+		fail("a cut frame breaks the stream at the cut: the %s made at %v sent the event at resourceVersion %s cut short %s, and the client read the frame after it",
+			q.Kind, q.At.Sub(start).Round(time.Millisecond), q.Cut, where)
+		return
 	}
 }
 
@@ -1094,12 +1119,14 @@ func checkLives(deltas []store.Delta[*v1alpha1.MyResource], srv *fakeapi.Server,
 }
 
 func TestExplorer(t *testing.T) {
-	exploreAll(t, JSONCodec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind})
+	exploreAll(t, JSONCodec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind}, false)
 }
 
 // exploreAll runs the explorer's schedules, its watchers decoding with c
-// (explore_codec_test.go runs them with package codec's too).
-func exploreAll(t *testing.T, c Codec[*v1alpha1.MyResource]) {
+// (explore_codec_test.go runs them with package codec's too); lineFramed:
+// c breaks a line-framed stream at a newline inside a frame (JSONCodec,
+// client-go's framer, reads across it).
+func exploreAll(t *testing.T, c Codec[*v1alpha1.MyResource], lineFramed bool) {
 	n := *exploreN
 	if n == 0 {
 		n = 10000
@@ -1126,7 +1153,7 @@ func exploreAll(t *testing.T, c Codec[*v1alpha1.MyResource]) {
 			t.Run(fmt.Sprint(seed), func(t *testing.T) {
 				t.Parallel()
 				s := newSchedule(seed)
-				s.codec = c
+				s.codec, s.lineFramed = c, lineFramed
 				failure, converged := explore(t, s, DefaultBackoff)
 				mu.Lock()
 				defer mu.Unlock()
@@ -1182,6 +1209,41 @@ func TestExplorerCatchesListsFromTheWatchCache(t *testing.T) {
 			t.Errorf("300 schedules with every list at resourceVersion \"0\", and the explorer never said %q", rule)
 		}
 	}
+}
+
+// The explorer must catch a reader that hears of a cut a frame late: one
+// that, when a frame breaks the stream, reads once more before it says so.
+func TestExplorerCatchesAReaderThatReadsPastACut(t *testing.T) {
+	for seed := uint64(1); seed <= 100; seed++ {
+		s := newSchedule(seed)
+		s.codec = readsPastABreak{s.codec}
+		if failure, _ := explore(t, s, DefaultBackoff); strings.Contains(failure, "a cut frame breaks the stream at the cut") {
+			t.Logf("caught at schedule %s: %s", s, failure)
+			return
+		}
+	}
+	t.Fatal("100 schedules with a reader that reads past a broken frame, and the explorer saw no frame read past a cut")
+}
+
+// readsPastABreak is a codec whose streams, at a broken frame, read once
+// more from the body before they return the error.
+type readsPastABreak struct{ Codec[*v1alpha1.MyResource] }
+
+func (c readsPastABreak) DecodeEvents(r io.Reader) Events[*v1alpha1.MyResource] {
+	return readPast{c.Codec.DecodeEvents(r), r}
+}
+
+type readPast struct {
+	Events[*v1alpha1.MyResource]
+	r io.Reader
+}
+
+func (p readPast) Next() (Event[*v1alpha1.MyResource], error) {
+	ev, err := p.Events.Next()
+	if err != nil && !errors.Is(err, io.EOF) && asSkip(err) == nil {
+		p.r.Read(make([]byte, 64<<10))
+	}
+	return ev, err
 }
 
 // listsAtZero asks for resourceVersion "0" on every first page of a list
