@@ -17,6 +17,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
@@ -31,6 +32,7 @@ import (
 	"rawwatch/internal/testkit"
 	"rawwatch/observe"
 	"rawwatch/store"
+	"rawwatch/store/detect"
 )
 
 // The fault-schedule explorer. Each schedule, drawn from a seed, runs the
@@ -120,6 +122,12 @@ import (
 //     written and another apiserver's cache restarts, the loop makes no
 //     LIST (probe or relist), never abandons a stream, and re-watches at
 //     once after each stream that ran its course;
+//   - a cut frame breaks the stream at the cut: a WATCH that sent an event
+//     cut short inside a string (or, with a line-framing codec, after a
+//     whole frame) is not read past it (checkCutFrames);
+//   - the store (without Share) gives no two objects one labels map; its
+//     mutation detector finds a reader's edit in place of a stored object
+//     and of one that just left the store (checkDetector);
 //   - no goroutine outlives the loop (synctest fails the test otherwise).
 //
 // A failing schedule prints its seed and schedule; -explore.seed=N replays
@@ -292,6 +300,7 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 			names[i] = fmt.Sprintf("obj-%d", i)
 		}
 		st := store.New[*v1alpha1.MyResource]()
+		st.DetectMutations()
 		start := time.Now()
 		reported := map[string]bool{}
 		lives := &lifeChecker{store: st, start: start, backoff: b, retryAfter: time.Duration(srv.RetryAfter) * time.Second, fail: func(format string, args ...any) {
@@ -339,6 +348,10 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 			return ok && (got.UID != o.UID || got.ResourceVersion == o.ResourceVersion)
 		}
 		var deltas []store.Delta[*v1alpha1.MyResource]
+		// left: the last object handed out as it left the store (a
+		// Deleted delta's, an Updated delta's Old), and when.
+		var left *v1alpha1.MyResource
+		var leftAt time.Time
 		work := newConsumer(st, start, lives.fail)
 		opts := Options[*v1alpha1.MyResource]{
 			PageSize: s.pageSize, WatchList: s.watchList, Backoff: b, SilenceLimit: DefaultSilenceLimit,
@@ -347,6 +360,12 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 			Codec: s.codec,
 			Handler: func(d store.Delta[*v1alpha1.MyResource]) {
 				deltas = append(deltas, d)
+				switch {
+				case d.Type == store.Deleted:
+					left, leftAt = d.Object, time.Now()
+				case d.Old != nil:
+					left, leftAt = d.Old, time.Now()
+				}
 				lives.handle(d)
 				work.add(d.Key)
 			},
@@ -505,6 +524,10 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		cancel()
 		<-done
 		work.finish()
+		if shared := sharedLabels(st); shared != "" {
+			fail("the store shares no labels map unasked: %s (a reader that edits one's labels in place edits the other's)", shared)
+		}
+		checkDetector(st, left, time.Since(leftAt), fail)
 
 		// Budget: every 60 s window of the run; and no "0".
 		reqs := srv.Requests()
@@ -1067,6 +1090,48 @@ func exploreLogger() logr.Logger {
 func rvNumber(rv string) int64 {
 	n, _ := strconv.ParseInt(rv, 10, 64)
 	return n
+}
+
+// checkDetector: the mutation detector finds a reader's edit in place of
+// a stored object, and of left, the last object handed out as it left the
+// store, if that was at most detect.Retain ago. Once the loop has stopped:
+// a difference the detector finds on a write panics.
+func checkDetector(st *store.Store[*v1alpha1.MyResource], left *v1alpha1.MyResource, since time.Duration, fail func(string, ...any)) {
+	edited := func(o *v1alpha1.MyResource, what string) {
+		key := o.Namespace + "/" + o.Name
+		if err := st.CheckMutations(); err == nil || !strings.Contains(err.Error(), key) {
+			fail("the mutation detector finds a reader's edit in place: %s %s was edited, and the detector says %v", what, key, err)
+		}
+	}
+	if keys := st.Keys(); len(keys) > 0 {
+		o, _ := st.Get(keys[0])
+		msg := o.Spec.Message
+		o.Spec.Message += " (edited in place)"
+		edited(o, "the stored object")
+		o.Spec.Message = msg
+	}
+	if left != nil && since <= detect.Retain {
+		left.Spec.Message += " (edited in place)"
+		edited(left, "the object that left the store")
+	}
+}
+
+// sharedLabels names two stored objects that hold one labels map ("" if
+// none do).
+func sharedLabels(st *store.Store[*v1alpha1.MyResource]) string {
+	held := map[unsafe.Pointer]string{}
+	for _, key := range st.Keys() {
+		o, _ := st.Get(key)
+		if o.Labels == nil {
+			continue
+		}
+		p := reflect.ValueOf(o.Labels).UnsafePointer()
+		if other, ok := held[p]; ok {
+			return fmt.Sprintf("%s and %s hold one", other, key)
+		}
+		held[p] = key
+	}
+	return ""
 }
 
 func storeEqualsServer(st *store.Store[*v1alpha1.MyResource], srv *fakeapi.Server) bool {
