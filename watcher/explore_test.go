@@ -40,7 +40,7 @@ import (
 // while the server's objects churn, other resources are written (Lease
 // renewals: the global resourceVersion moves without an event of ours), and
 // faults come and go: every persistent fault of fakeapi.Modes (garbled
-// frames and list items among them, frames cut in half, frames with one bit
+// frames and list items among them, frames cut short, frames with one bit
 // flipped, frames and pages spelled as no apiserver writes them but as
 // Kubernetes' decoding reads alike), and one-off cuts, compactions (410s), restarts of the watch
 // cache, restarts of the apiserver (503s, then 429s to WATCHes while its
