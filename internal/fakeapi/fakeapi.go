@@ -56,9 +56,10 @@
 // RestartCache, Restart (the apiserver's, answering as a starting one for
 // a while) and Restore act once. Every request is logged (Requests),
 // with the status (and Retry-After) it was refused with, when and how a
-// stream ended, the event an ERROR followed and the first event sent
-// corrupted, so a test can hold the client to a request budget, a
-// Retry-After, and what must follow a failure.
+// stream ended, the event an ERROR followed, the first event sent
+// corrupted or cut (and whether the client read past the cut), so a test
+// can hold the client to a request budget, a Retry-After, and what must
+// follow a failure.
 package fakeapi
 
 import (
