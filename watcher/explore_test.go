@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
@@ -30,6 +32,7 @@ import (
 	"rawwatch/internal/testkit"
 	"rawwatch/observe"
 	"rawwatch/store"
+	"rawwatch/store/detect"
 )
 
 // The fault-schedule explorer. Each schedule, drawn from a seed, runs the
@@ -37,7 +40,7 @@ import (
 // while the server's objects churn, other resources are written (Lease
 // renewals: the global resourceVersion moves without an event of ours), and
 // faults come and go: every persistent fault of fakeapi.Modes (garbled
-// frames and list items among them, frames cut in half, frames with one bit
+// frames and list items among them, frames cut short, frames with one bit
 // flipped, frames and pages spelled as no apiserver writes them but as
 // Kubernetes' decoding reads alike), and one-off cuts, compactions (410s), restarts of the watch
 // cache, restarts of the apiserver (503s, then 429s to WATCHes while its
@@ -119,6 +122,12 @@ import (
 //     written and another apiserver's cache restarts, the loop makes no
 //     LIST (probe or relist), never abandons a stream, and re-watches at
 //     once after each stream that ran its course;
+//   - a cut frame breaks the stream at the cut: a WATCH that sent an event
+//     cut short inside a string (or, with a line-framing codec, after a
+//     whole frame) is not read past it (checkCutFrames);
+//   - the store (without Share) gives no two objects one labels map; its
+//     mutation detector finds a reader's edit in place of a stored object
+//     and of one that just left the store (checkDetector);
 //   - no goroutine outlives the loop (synctest fails the test otherwise).
 //
 // A failing schedule prints its seed and schedule; -explore.seed=N replays
@@ -195,8 +204,10 @@ type schedule struct {
 	// wrap, if set, stands between the loop and the server (a test of the
 	// explorer breaks the client with it).
 	wrap func(Source) Source
-	// codec decodes the server's answers (exploreAll's).
-	codec Codec[*v1alpha1.MyResource]
+	// codec decodes the server's answers (exploreAll's); lineFramed: it
+	// breaks a line-framed stream at a newline inside a frame.
+	codec      Codec[*v1alpha1.MyResource]
+	lineFramed bool
 }
 
 func newSchedule(seed uint64) schedule {
@@ -289,6 +300,7 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 			names[i] = fmt.Sprintf("obj-%d", i)
 		}
 		st := store.New[*v1alpha1.MyResource]()
+		st.DetectMutations()
 		start := time.Now()
 		reported := map[string]bool{}
 		lives := &lifeChecker{store: st, start: start, backoff: b, retryAfter: time.Duration(srv.RetryAfter) * time.Second, fail: func(format string, args ...any) {
@@ -336,6 +348,10 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 			return ok && (got.UID != o.UID || got.ResourceVersion == o.ResourceVersion)
 		}
 		var deltas []store.Delta[*v1alpha1.MyResource]
+		// left: the last object handed out as it left the store (a
+		// Deleted delta's, an Updated delta's Old), and when.
+		var left *v1alpha1.MyResource
+		var leftAt time.Time
 		work := newConsumer(st, start, lives.fail)
 		opts := Options[*v1alpha1.MyResource]{
 			PageSize: s.pageSize, WatchList: s.watchList, Backoff: b, SilenceLimit: DefaultSilenceLimit,
@@ -344,6 +360,12 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 			Codec: s.codec,
 			Handler: func(d store.Delta[*v1alpha1.MyResource]) {
 				deltas = append(deltas, d)
+				switch {
+				case d.Type == store.Deleted:
+					left, leftAt = d.Object, time.Now()
+				case d.Old != nil:
+					left, leftAt = d.Old, time.Now()
+				}
 				lives.handle(d)
 				work.add(d.Key)
 			},
@@ -502,6 +524,10 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		cancel()
 		<-done
 		work.finish()
+		if shared := sharedLabels(st); shared != "" {
+			fail("the store shares no labels map unasked: %s (a reader that edits one's labels in place edits the other's)", shared)
+		}
+		checkDetector(st, left, time.Since(leftAt), fail)
 
 		// Budget: every 60 s window of the run; and no "0".
 		reqs := srv.Requests()
@@ -530,6 +556,7 @@ func explore(t *testing.T, s schedule, b Backoff) (failure string, converged tim
 		checkRequests(reqs, rollbacks, start, fail)
 		checkErrorsAfterProgress(reqs, s.pageSize, b.ResetAfter, start, fail)
 		checkCorruptedFrames(reqs, s.pageSize, start, fail)
+		checkCutFrames(reqs, s.lineFramed, start, fail)
 		checkStartingServer(reqs, s.pageSize, start, fail)
 		// Safety: the life of every UID, from the deltas.
 		checkLives(deltas, srv, fail)
@@ -647,6 +674,27 @@ func checkCorruptedFrames(reqs []fakeapi.Request, pageSize int64, start time.Tim
 			}
 			break
 		}
+	}
+}
+
+// checkCutFrames: a cut frame breaks the stream at the cut. A WATCH that
+// sent an event cut short (CutFrames) where the reader can tell at once —
+// inside a string, whose raw newline JSON forbids, or, with a line-framing
+// codec, after a whole frame and its newline — is not read past it: a
+// reader that reads on swallows the next frame into the cut one, and hears
+// of the cut only when a frame after it comes, if one does.
+func checkCutFrames(reqs []fakeapi.Request, lineFramed bool, start time.Time, fail func(string, ...any)) {
+	for _, q := range reqs {
+		if q.Cut == "" || !q.ReadAfterCut || !q.CutInString && !(q.CutLined && lineFramed) {
+			continue
+		}
+		where := "inside a string"
+		if !q.CutInString {
+			where = "after a whole frame and its newline"
+		}
+		fail("a cut frame breaks the stream at the cut: the %s made at %v sent the event at resourceVersion %s cut short %s, and the client read the frame after it",
+			q.Kind, q.At.Sub(start).Round(time.Millisecond), q.Cut, where)
+		return
 	}
 }
 
@@ -1044,6 +1092,48 @@ func rvNumber(rv string) int64 {
 	return n
 }
 
+// checkDetector: the mutation detector finds a reader's edit in place of
+// a stored object, and of left, the last object handed out as it left the
+// store, if that was at most detect.Retain ago. Once the loop has stopped:
+// a difference the detector finds on a write panics.
+func checkDetector(st *store.Store[*v1alpha1.MyResource], left *v1alpha1.MyResource, since time.Duration, fail func(string, ...any)) {
+	edited := func(o *v1alpha1.MyResource, what string) {
+		key := o.Namespace + "/" + o.Name
+		if err := st.CheckMutations(); err == nil || !strings.Contains(err.Error(), key) {
+			fail("the mutation detector finds a reader's edit in place: %s %s was edited, and the detector says %v", what, key, err)
+		}
+	}
+	if keys := st.Keys(); len(keys) > 0 {
+		o, _ := st.Get(keys[0])
+		msg := o.Spec.Message
+		o.Spec.Message += " (edited in place)"
+		edited(o, "the stored object")
+		o.Spec.Message = msg
+	}
+	if left != nil && since <= detect.Retain {
+		left.Spec.Message += " (edited in place)"
+		edited(left, "the object that left the store")
+	}
+}
+
+// sharedLabels names two stored objects that hold one labels map ("" if
+// none do).
+func sharedLabels(st *store.Store[*v1alpha1.MyResource]) string {
+	held := map[unsafe.Pointer]string{}
+	for _, key := range st.Keys() {
+		o, _ := st.Get(key)
+		if o.Labels == nil {
+			continue
+		}
+		p := reflect.ValueOf(o.Labels).UnsafePointer()
+		if other, ok := held[p]; ok {
+			return fmt.Sprintf("%s and %s hold one", other, key)
+		}
+		held[p] = key
+	}
+	return ""
+}
+
 func storeEqualsServer(st *store.Store[*v1alpha1.MyResource], srv *fakeapi.Server) bool {
 	objs := srv.Objects()
 	if st.Len() != len(objs) {
@@ -1094,12 +1184,14 @@ func checkLives(deltas []store.Delta[*v1alpha1.MyResource], srv *fakeapi.Server,
 }
 
 func TestExplorer(t *testing.T) {
-	exploreAll(t, JSONCodec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind})
+	exploreAll(t, JSONCodec[*v1alpha1.MyResource]{GVK: v1alpha1.GroupVersionKind}, false)
 }
 
 // exploreAll runs the explorer's schedules, its watchers decoding with c
-// (explore_codec_test.go runs them with package codec's too).
-func exploreAll(t *testing.T, c Codec[*v1alpha1.MyResource]) {
+// (explore_codec_test.go runs them with package codec's too); lineFramed:
+// c breaks a line-framed stream at a newline inside a frame (JSONCodec,
+// client-go's framer, reads across it).
+func exploreAll(t *testing.T, c Codec[*v1alpha1.MyResource], lineFramed bool) {
 	n := *exploreN
 	if n == 0 {
 		n = 10000
@@ -1126,7 +1218,7 @@ func exploreAll(t *testing.T, c Codec[*v1alpha1.MyResource]) {
 			t.Run(fmt.Sprint(seed), func(t *testing.T) {
 				t.Parallel()
 				s := newSchedule(seed)
-				s.codec = c
+				s.codec, s.lineFramed = c, lineFramed
 				failure, converged := explore(t, s, DefaultBackoff)
 				mu.Lock()
 				defer mu.Unlock()
@@ -1182,6 +1274,41 @@ func TestExplorerCatchesListsFromTheWatchCache(t *testing.T) {
 			t.Errorf("300 schedules with every list at resourceVersion \"0\", and the explorer never said %q", rule)
 		}
 	}
+}
+
+// The explorer must catch a reader that hears of a cut a frame late: one
+// that, when a frame breaks the stream, reads once more before it says so.
+func TestExplorerCatchesAReaderThatReadsPastACut(t *testing.T) {
+	for seed := uint64(1); seed <= 100; seed++ {
+		s := newSchedule(seed)
+		s.codec = readsPastABreak{s.codec}
+		if failure, _ := explore(t, s, DefaultBackoff); strings.Contains(failure, "a cut frame breaks the stream at the cut") {
+			t.Logf("caught at schedule %s: %s", s, failure)
+			return
+		}
+	}
+	t.Fatal("100 schedules with a reader that reads past a broken frame, and the explorer saw no frame read past a cut")
+}
+
+// readsPastABreak is a codec whose streams, at a broken frame, read once
+// more from the body before they return the error.
+type readsPastABreak struct{ Codec[*v1alpha1.MyResource] }
+
+func (c readsPastABreak) DecodeEvents(r io.Reader) Events[*v1alpha1.MyResource] {
+	return readPast{c.Codec.DecodeEvents(r), r}
+}
+
+type readPast struct {
+	Events[*v1alpha1.MyResource]
+	r io.Reader
+}
+
+func (p readPast) Next() (Event[*v1alpha1.MyResource], error) {
+	ev, err := p.Events.Next()
+	if err != nil && !errors.Is(err, io.EOF) && asSkip(err) == nil {
+		p.r.Read(make([]byte, 64<<10))
+	}
+	return ev, err
 }
 
 // listsAtZero asks for resourceVersion "0" on every first page of a list

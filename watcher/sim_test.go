@@ -213,9 +213,9 @@ func TestFlappingStreamsAreNotHealthy(t *testing.T) {
 	})
 }
 
-// The scorecard's garble in virtual time: every event frame cut in half
+// The scorecard's garble in virtual time: event frames cut short
 // (fakeapi.CutFrames) while objects change and one is deleted. Each stream
-// breaks at its first event, at once (the frame reader notices the cut),
+// breaks at its first cut event, at once (the frame reader notices the cut),
 // and the loop re-watches from its last resourceVersion after the backoff,
 // as after any broken stream: at least one WATCH for every few writes, at
 // most a dozen in the first minute (the backoff's bound), and no relist.
@@ -239,7 +239,7 @@ func TestCutFramesRewatchWithinTheBackoff(t *testing.T) {
 			s.t.Errorf("%v after the fault ended, the store (%d objects) differs from the server's (%d)", watcher.DefaultBackoff.Max+5*time.Second, s.store.Len(), len(s.srv.Objects()))
 		}
 		if _, ok := s.store.Get("ns/obj-2"); ok {
-			s.t.Error("the deletion cut in half never reached the store")
+			s.t.Error("the deletion cut short never reached the store")
 		}
 	})
 }

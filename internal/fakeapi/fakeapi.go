@@ -56,9 +56,10 @@
 // RestartCache, Restart (the apiserver's, answering as a starting one for
 // a while) and Restore act once. Every request is logged (Requests),
 // with the status (and Retry-After) it was refused with, when and how a
-// stream ended, the event an ERROR followed and the first event sent
-// corrupted, so a test can hold the client to a request budget, a
-// Retry-After, and what must follow a failure.
+// stream ended, the event an ERROR followed, the first event sent
+// corrupted or cut (and whether the client read past the cut), so a test
+// can hold the client to a request budget, a Retry-After, and what must
+// follow a failure.
 package fakeapi
 
 import (
@@ -123,8 +124,12 @@ const (
 	// Server.GarbleItem picks.
 	Garble
 	// CutFrames: every event frame (ADDED, MODIFIED, DELETED, a WatchList's
-	// initial events too) is cut in half and ends in a newline, not JSON:
-	// a middlebox mangling the stream (the fault proxy's garble).
+	// initial events too) is cut short and ends in a newline, not JSON:
+	// a middlebox mangling the stream (the fault proxy's garble). By its
+	// resourceVersion, in turn: in half, inside a string (after a key's
+	// colon and the value's opening quote), or after a key's colon (the
+	// next frame would parse as the value). A stream whose request is odd
+	// sends its first event whole: the stream is line-framed before a cut.
 	CutFrames
 	// CorruptFrames: every event frame has one bit flipped: the T of its
 	// object's creationTimestamp becomes a backslash, an escape JSON does
@@ -189,6 +194,13 @@ type Request struct {
 	// Corrupted: the resourceVersion of the first event the stream sent
 	// corrupted (CorruptFrames) and the client read; "" if none.
 	Corrupted string
+	// Cut: the resourceVersion of the first event the stream sent cut
+	// (CutFrames) and the client read; CutInString: the cut is inside a
+	// string (the newline after it is a raw control byte JSON forbids);
+	// CutLined: a whole frame and its newline came before it on the
+	// stream; ReadAfterCut: the client read a frame written after it.
+	Cut                                 string
+	CutInString, CutLined, ReadAfterCut bool
 	// ErrorAfter: the resourceVersion of the event the stream's ERROR
 	// frame followed (ErrorAfterFirstEvent), once the client read both;
 	// "" if none did.
@@ -810,6 +822,7 @@ type stream struct {
 	prevKvLost        string
 	pw                *io.PipeWriter
 	frames            int
+	whole             bool          // a whole frame was sent (CutFrames)
 	eventRV           int64         // the event ErrorAfterFirstEvent sends (0: a bookmark)
 	done              chan struct{} // the client closed the body
 	killed            chan struct{} // Cut or Restore: the connection breaks
@@ -1130,8 +1143,9 @@ func (st *stream) send(ctx context.Context, f []byte) error {
 	if st.mode == Respell {
 		f = respell(f, st.frames)
 	}
-	if st.mode == CutFrames && isEvent(f) {
-		f = append(bytes.Clone(f[:len(f)/2]), '\n')
+	cut, inString := "", false
+	if st.mode == CutFrames && isEvent(f) && (st.whole || st.req%2 == 0) {
+		f, cut, inString = cutShort(f)
 	}
 	corrupted := ""
 	if st.mode == CorruptFrames && isEvent(f) {
@@ -1140,13 +1154,17 @@ func (st *stream) send(ctx context.Context, f []byte) error {
 	if _, err := st.pw.Write(f); err != nil {
 		return err
 	}
-	if corrupted != "" {
-		st.s.mu.Lock()
-		if r := &st.s.requests[st.req]; r.Corrupted == "" {
-			r.Corrupted = corrupted
-		}
-		st.s.mu.Unlock()
+	st.s.mu.Lock()
+	switch r := &st.s.requests[st.req]; {
+	case corrupted != "" && r.Corrupted == "":
+		r.Corrupted = corrupted
+	case r.Cut != "":
+		r.ReadAfterCut = true
+	case cut != "":
+		r.Cut, r.CutInString, r.CutLined = cut, inString, st.whole
 	}
+	st.s.mu.Unlock()
+	st.whole = st.whole || cut == ""
 	st.frames++
 	switch {
 	case st.mode == CutAfterFirstFrame:
@@ -1186,10 +1204,45 @@ func isEvent(f []byte) bool {
 	return false
 }
 
-// corrupt flips a bit of event frame f: the T of its object's
-// creationTimestamp (0x54) becomes a backslash (0x5c), an escape JSON does
-// not have ("\0"). It returns the frame and the object's resourceVersion.
-func corrupt(f []byte) ([]byte, string) {
+// cutShort cuts event frame f short, and ends it with a newline: in half,
+// inside a string or after a key's colon, by its object's resourceVersion
+// (see CutFrames). It returns the frame, the resourceVersion, and whether
+// the cut is inside a string.
+func cutShort(f []byte) ([]byte, string, bool) {
+	rv := objectRV(f)
+	n, _ := strconv.Atoi(rv)
+	at := len(f) / 2
+	switch n % 3 {
+	case 1: // inside a string: after a key's colon and the value's quote
+		if i := bytes.Index(f[at:], []byte(`":"`)); i >= 0 {
+			at += i + 3
+		}
+	case 2: // after a key's colon
+		if i := bytes.Index(f[at:], []byte(`":`)); i >= 0 {
+			at += i + 2
+		}
+	}
+	return append(bytes.Clone(f[:at]), '\n'), rv, insideString(f[:at])
+}
+
+// insideString: JSON text b ends inside a string.
+func insideString(b []byte) bool {
+	in, esc := false, false
+	for _, c := range b {
+		switch {
+		case esc:
+			esc = false
+		case in && c == '\\':
+			esc = true
+		case c == '"':
+			in = !in
+		}
+	}
+	return in
+}
+
+// objectRV is the resourceVersion of event frame f's object.
+func objectRV(f []byte) string {
 	var ev struct {
 		Object struct {
 			Metadata struct {
@@ -1198,6 +1251,14 @@ func corrupt(f []byte) ([]byte, string) {
 		} `json:"object"`
 	}
 	json.Unmarshal(f, &ev)
+	return ev.Object.Metadata.ResourceVersion
+}
+
+// corrupt flips a bit of event frame f: the T of its object's
+// creationTimestamp (0x54) becomes a backslash (0x5c), an escape JSON does
+// not have ("\0"). It returns the frame and the object's resourceVersion.
+func corrupt(f []byte) ([]byte, string) {
+	rv := objectRV(f)
 	key := []byte(`"creationTimestamp":"`)
 	i := bytes.Index(f, key)
 	if i < 0 {
@@ -1210,7 +1271,7 @@ func corrupt(f []byte) ([]byte, string) {
 	}
 	f = bytes.Clone(f)
 	f[i+j] ^= 0x08
-	return f, ev.Object.Metadata.ResourceVersion
+	return f, rv
 }
 
 // garbled is an event whose object a client cannot decode, but can tell
