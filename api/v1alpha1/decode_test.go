@@ -186,6 +186,10 @@ var handDecoded = []string{
 	`{` + head + `,"metadata":{"ownerReferences":[{"blockOwnerDeletion":false ,"controller" : true }]}}`,
 	`{` + head + `,"status":{"conditions":[{"observedGeneration":-0}]}}`,
 	`{` + head + `,"metadata":{"managedFields":[null,{"manager":"m","time":null},null]}}`,
+	// The newest write among times in the server's form and in others.
+	`{` + head + `,"metadata":{"managedFields":[{"time":"2026-12-01T10:00:00Z"},{"time":"2026-12-01T12:00:00+01:00"},{"time":"2026-12-01T10:00:01Z"}]}}`,
+	`{` + head + `,"metadata":{"managedFields":[{"time":"2026-12-01T10:30:00+01:00"},{"time":"2026-12-01T09:00:00Z"},{"time":"2026-12-01T09:40:00Z"}]}}`,
+	`{` + head + `,"metadata":{"managedFields":[{"time":"2026-12-01T10:00:00Z"},{"time":"2026-12-01T10:00:00.5Z"},{"time":"2026-12-01T10:00:00Z"},{"time":"2025-12-31T23:59:59Z"}]}}`,
 }
 
 // The oracle sees the fast decoder's own reading of these, not a fallback.

@@ -143,16 +143,32 @@ func (d *Decoder) managedFields() ([]metav1.ManagedFieldsEntry, error) {
 // newestWrite reads managedFields as Options.NewestWriteOnly says: what
 // Plain would make of them, reduced to the newest time. Only the times are
 // made (on the stack), the rest checked as Plain would take it; the entry
-// and its time come in one allocation.
+// and its time come in one allocation. Times in the form Kubernetes writes
+// (utcSeconds') are compared as text, which orders them as time does, and
+// only the newest is made.
 func (d *Decoder) newestWrite() ([]metav1.ManagedFieldsEntry, error) {
 	var newest, t metav1.Time
+	var newestText []byte // the newest, when it is in utcSeconds' form: not made yet
 	has := false
 	err := d.Elements(func() error {
 		return d.Fields(managedFieldsEntryFields, func(n int) error {
 			switch n {
 			case 3:
+				start := d.i
+				if s, e, plain, err := d.stringSpan(); err == nil && plain && utcForm(d.b[s:e]) {
+					if text := d.b[s:e]; !has || newestText != nil {
+						if !has || bytes.Compare(text, newestText) > 0 {
+							newestText, has = text, true
+						}
+						return nil
+					}
+				}
+				d.i = start
 				if err := d.Time(&t); err != nil {
 					return err
+				}
+				if newestText != nil {
+					newest.Time, newestText = utcTime(newestText).Local(), nil
 				}
 				if !has || t.After(newest.Time) {
 					newest, has = t, true
@@ -170,6 +186,9 @@ func (d *Decoder) newestWrite() ([]metav1.ManagedFieldsEntry, error) {
 	}
 	if !has {
 		return []metav1.ManagedFieldsEntry{}, nil
+	}
+	if newestText != nil {
+		newest.Time = utcTime(newestText).Local()
 	}
 	w := &struct {
 		entry [1]metav1.ManagedFieldsEntry
@@ -231,21 +250,34 @@ func (d *Decoder) Time(t *metav1.Time) error {
 // ok is false for any other form or a field out of range (time.Parse
 // decides those). FuzzTime holds it to time.Parse.
 func utcSeconds(b []byte) (t time.Time, ok bool) {
+	if !utcForm(b) {
+		return t, false
+	}
+	return utcTime(b), true
+}
+
+// utcForm tells whether b is a time in utcSeconds' form, every field in
+// range. Two such texts compare as their times do.
+func utcForm(b []byte) bool {
 	if len(b) != len("2006-01-02T15:04:05Z") || b[4] != '-' || b[7] != '-' || b[10] != 'T' ||
 		b[13] != ':' || b[16] != ':' || b[19] != 'Z' {
-		return t, false
+		return false
 	}
 	y1, y2, mo, day := twoDigits(b, 0), twoDigits(b, 2), twoDigits(b, 5), twoDigits(b, 8)
 	h, mi, sec := twoDigits(b, 11), twoDigits(b, 14), twoDigits(b, 17)
 	if y1 < 0 || y2 < 0 || mo < 1 || mo > 12 || day < 1 || h < 0 || h > 23 || mi < 0 || mi > 59 || sec < 0 || sec > 59 {
-		return t, false
+		return false
 	}
 	year := y1*100 + y2
-	if day > 31 || day > 30 && (mo == 4 || mo == 6 || mo == 9 || mo == 11) ||
-		mo == 2 && day > 28 && (day > 29 || year%4 != 0 || year%100 == 0 && year%400 != 0) {
-		return t, false
-	}
-	return time.Date(year, time.Month(mo), day, h, mi, sec, 0, time.UTC), true
+	return !(day > 31 || day > 30 && (mo == 4 || mo == 6 || mo == 9 || mo == 11) ||
+		mo == 2 && day > 28 && (day > 29 || year%4 != 0 || year%100 == 0 && year%400 != 0))
+}
+
+// utcTime is the time b writes, in utcSeconds' form (utcForm).
+func utcTime(b []byte) time.Time {
+	year := twoDigits(b, 0)*100 + twoDigits(b, 2)
+	return time.Date(year, time.Month(twoDigits(b, 5)), twoDigits(b, 8),
+		twoDigits(b, 11), twoDigits(b, 14), twoDigits(b, 17), 0, time.UTC)
 }
 
 // twoDigits is the number b[i:i+2] writes in decimal, -1 if it is not two

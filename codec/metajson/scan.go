@@ -26,6 +26,7 @@ package metajson
 import (
 	"encoding/binary"
 	"errors"
+	"math/bits"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -131,19 +132,22 @@ func (d *Decoder) PlainString() ([]byte, error) {
 // keys only) and must read the value (with a reader, Null, Skip or
 // Delegate). Keys are not checked for repeats: see Seen.
 func (d *Decoder) Members(member func(key []byte) error) error {
-	return d.items('{', '}', func() error {
-		key, err := d.key()
-		if err != nil {
-			return err
-		}
-		d.ws()
-		if d.i >= len(d.b) || d.b[d.i] != ':' {
-			return ErrDecline
-		}
-		d.i++
-		d.ws()
-		return member(key)
-	})
+	return d.items('{', '}', nil, member)
+}
+
+// member reads a member's key and colon, then calls member.
+func (d *Decoder) member(member func(key []byte) error) error {
+	key, err := d.key()
+	if err != nil {
+		return err
+	}
+	d.ws()
+	if d.i >= len(d.b) || d.b[d.i] != ':' {
+		return ErrDecline
+	}
+	d.i++
+	d.ws()
+	return member(key)
 }
 
 // Seen records field n (below 64) of one object as read and declines when it
@@ -164,12 +168,13 @@ func (d *Decoder) Null() bool { return d.literal("null") }
 // Elements reads an array, calling element with the decoder at each element
 // (null included).
 func (d *Decoder) Elements(element func() error) error {
-	return d.items('[', ']', element)
+	return d.items('[', ']', element, nil)
 }
 
 // items reads the comma-separated items of the object or array opening with
-// open at the decoder, calling item at each.
-func (d *Decoder) items(open, close byte, item func() error) error {
+// open at the decoder, calling at each element (an array's) or, with the
+// key read, member (an object's).
+func (d *Decoder) items(open, close byte, element func() error, member func(key []byte) error) error {
 	if d.i >= len(d.b) || d.b[d.i] != open || d.depth >= maxDepth {
 		return ErrDecline
 	}
@@ -182,7 +187,13 @@ func (d *Decoder) items(open, close byte, item func() error) error {
 		return nil
 	}
 	for {
-		if err := item(); err != nil {
+		var err error
+		if member != nil {
+			err = d.member(member)
+		} else {
+			err = element()
+		}
+		if err != nil {
 			return err
 		}
 		d.ws()
@@ -202,8 +213,15 @@ func (d *Decoder) items(open, close byte, item func() error) error {
 	}
 }
 
-// key reads an object key that needs no unescaping.
+// key reads an object key that needs no unescaping; the usual one, plain
+// ASCII, without stringSpan's call.
 func (d *Decoder) key() ([]byte, error) {
+	if s := d.i + 1; s <= len(d.b) && d.b[d.i] == '"' {
+		if e := plainRun(d.b, s); e < len(d.b) && d.b[e] == '"' {
+			d.i = e + 1
+			return d.b[s:e], nil
+		}
+	}
 	s, e, plain, err := d.stringSpan()
 	if err != nil || !plain {
 		return nil, ErrDecline
@@ -314,10 +332,7 @@ func (d *Decoder) SharedString() (string, error) {
 // intern is string(b), the copy in the shared table when it holds one
 // (b is at most sharedMax bytes).
 func intern(b []byte) string {
-	h := uint32(2166136261) // FNV-1a
-	for _, c := range b {
-		h = (h ^ uint32(c)) * 16777619
-	}
+	h := internHash(b)
 	// Two slots to choose from, so that two strings met in turn seldom
 	// keep taking each other's place; a new one takes an empty slot, else
 	// the one the hash's high bit picks.
@@ -338,6 +353,24 @@ func intern(b []byte) string {
 }
 
 const sharedSlots, sharedMax = 256, 64
+
+// internHash hashes b eight bytes at a time (FNV-1a's step on words, each
+// product's high half folded into its low one, which the next step and the
+// slots use): a few multiplies for a key, not one a byte.
+func internHash(b []byte) uint32 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037) ^ uint64(len(b))
+	for ; len(b) >= 8; b = b[8:] {
+		h = (h ^ binary.LittleEndian.Uint64(b)) * prime
+		h ^= h >> 32
+	}
+	var tail uint64
+	for i, c := range b {
+		tail |= uint64(c) << (8 * i)
+	}
+	h = (h ^ tail) * prime
+	return uint32(h ^ h>>32)
+}
 
 var shared [sharedSlots]atomic.Pointer[string]
 
@@ -368,23 +401,7 @@ func (d *Decoder) stringSpan() (s, e int, plain bool, err error) {
 			return s, i, plain, nil
 		case c == '\\':
 			plain = false
-			i++
-			if i >= len(d.b) {
-				return 0, 0, false, ErrDecline
-			}
-			switch d.b[i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if i+4 >= len(d.b) {
-					return 0, 0, false, ErrDecline
-				}
-				for _, h := range d.b[i+1 : i+5] {
-					if !isHex(h) {
-						return 0, 0, false, ErrDecline
-					}
-				}
-				i += 4
-			default:
+			if i = escapeEnd(d.b, i); i < 0 {
 				return 0, 0, false, ErrDecline
 			}
 		case c < 0x20:
@@ -396,18 +413,43 @@ func (d *Decoder) stringSpan() (s, e int, plain bool, err error) {
 	return 0, 0, false, ErrDecline
 }
 
+// escapeEnd is the index of the last byte of the valid escape at b[i] (a
+// backslash), -1 if there is none.
+func escapeEnd(b []byte, i int) int {
+	i++
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		return i
+	case 'u':
+		if i+4 >= len(b) {
+			return -1
+		}
+		for _, h := range b[i+1 : i+5] {
+			if !isHex(h) {
+				return -1
+			}
+		}
+		return i + 4
+	}
+	return -1
+}
+
 // plainRun is the index of the first byte from b[i] on that plainByte
-// does not take, or one at most 7 bytes before it: it tests eight bytes at
-// a time (the "has a zero byte" test, (y-0x01…01)&^y&0x80…80, exact as to
-// whether there is one: for a quote, a backslash, a byte below 0x20; and
-// the high bit for a byte of 0x80 or more).
+// does not take, or, in the last 7 bytes of b, one before it: it tests
+// eight bytes at a time (the "has a zero byte" test, (y-0x01…01)&^y&0x80…80,
+// for a quote, a backslash, a byte below 0x20; and the high bit for a byte
+// of 0x80 or more). A false match shows only above a true one (a borrow
+// goes up), so the lowest match is the byte.
 func plainRun(b []byte, i int) int {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	for ; i+8 <= len(b); i += 8 {
 		x := binary.LittleEndian.Uint64(b[i:])
 		q, bs := x^'"'*ones, x^'\\'*ones
-		if ((q-ones)&^q|(bs-ones)&^bs|(x-0x20*ones)&^x|x)&highs != 0 {
-			break
+		if m := ((q-ones)&^q | (bs-ones)&^bs | (x-0x20*ones)&^x | x) & highs; m != 0 {
+			return i + bits.TrailingZeros64(m)/8
 		}
 	}
 	return i
@@ -502,7 +544,7 @@ value: // a value starts at i
 		}
 		goto value
 	case c == '"':
-		if i, err = d.stringEnd(i); err != nil {
+		if i, err = stringEnd(b, i); err != nil {
 			return err
 		}
 	case c == 't':
@@ -545,7 +587,7 @@ key: // a member starts at i
 	if i >= len(b) || b[i] != '"' {
 		return ErrDecline
 	}
-	if i, err = d.stringEnd(i); err != nil {
+	if i, err = stringEnd(b, i); err != nil {
 		return err
 	}
 	i = skipWS(b, i)
@@ -556,13 +598,28 @@ key: // a member starts at i
 	goto value
 }
 
-// stringEnd is the index just past the valid string at d.b[i].
-func (d *Decoder) stringEnd(i int) (int, error) {
-	d.i = i
-	if _, _, _, err := d.stringSpan(); err != nil {
-		return 0, err
+// stringEnd is the index just past the string at b[i] (a quote), valid as
+// stringSpan checks it: what it accepts, not what it makes of it.
+func stringEnd(b []byte, i int) (int, error) {
+	for i++; ; i++ {
+		i = plainRun(b, i)
+		for i < len(b) && plainByte[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			return 0, ErrDecline
+		}
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1, nil
+		case c == '\\':
+			if i = escapeEnd(b, i); i < 0 {
+				return 0, ErrDecline
+			}
+		case c < 0x20:
+			return 0, ErrDecline
+		}
 	}
-	return d.i, nil
 }
 
 func literalEnd(b []byte, i int, lit string) (int, error) {
@@ -647,13 +704,10 @@ func (d *Decoder) plain(start int, v any) error {
 	return nil
 }
 
+// ws skips whitespace; the usual case, none (compact JSON), inline.
 func (d *Decoder) ws() {
-	for d.i < len(d.b) {
-		switch d.b[d.i] {
-		case ' ', '\t', '\n', '\r':
-			d.i++
-		default:
-			return
-		}
+	if d.i < len(d.b) && d.b[d.i] > ' ' {
+		return
 	}
+	d.i = skipWS(d.b, d.i)
 }
