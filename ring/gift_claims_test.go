@@ -24,7 +24,7 @@ import (
 func TestAGiftOnACopyUnderAnotherNameSplitsNoBrain(t *testing.T) {
 	openfinding.Skip(t)
 	r := newDrainRing(t, "n", "a", "c") // n steps first: c lists after n's last renewal
-	r.dead["n"] = true                   // not started yet
+	r.dead["n"] = true                  // not started yet
 	r.settle(30, "a and c join", "a", "c")
 	a, n := r.ms["a"], r.ms["n"]
 	s := -1
