@@ -1,0 +1,84 @@
+package ring
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"rawwatch/openfinding"
+	"rawwatch/shard"
+)
+
+// o withdrew slot s (a copy of its Lease claimed every slot) and holds a
+// deletion D of it; then its watch of s relists and never covers s again
+// (each list is cut short: a 410 loop, a list that always times out). n,
+// whose share s is, leaves s to o while o's Lease names it held, covered
+// or not; o cannot claim s uncovered. Some member must still work s within
+// a bounded time (a holder, like a gift, cannot keep a slot from everyone
+// for good): here, three HandoffTimeouts after the copy ran out.
+func TestAHolderWhoseWatchNeverCoversAgainKeepsNoSlotForever(t *testing.T) {
+	openfinding.Skip(t)
+	client := versionedClient()
+	now := epoch
+	clock := func() time.Time { return now }
+	s := -1
+	for i := range shard.Slots {
+		if owner(shard.Assign([]string{"n", "o"}), i) == "n" {
+			s = i
+			break
+		}
+	}
+	relisting := false
+	join := func(id string, held func() shard.SlotSet) *Member {
+		m := coveringMember(t, client, id, clock, held)
+		m.cfg.Covers = func() Cover { // o's cover of s lapses for good
+			c := m.Claims()
+			w := c.Watched().Minus(c.Lingering)
+			if id == "o" && relisting {
+				w = w.Minus(shard.SlotsOf(s))
+			}
+			return Cover{Slots: w, Since: 50, Synced: 200}
+		}
+		return m
+	}
+	ctx := context.Background()
+	tick := func(m *Member) { stepMember(ctx, m, &now) }
+	holding := false
+	o := join("o", func() shard.SlotSet {
+		if holding {
+			return shard.SlotsOf(s)
+		}
+		return shard.SlotSet{}
+	})
+	for range 105 {
+		tick(o)
+	}
+	l, err := client.CoordinationV1().Leases("ns").Get(ctx, "r.o", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.ObjectMeta = metav1.ObjectMeta{Name: "r.o-copy", Namespace: "ns", Labels: l.Labels, Annotations: l.Annotations}
+	if _, err := client.CoordinationV1().Leases("ns").Create(ctx, l, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tick(o)
+	holding = true // D
+	n := join("n", func() shard.SlotSet { return shard.SlotSet{} })
+	handoff := n.cfg.HandoffTimeout
+	for i := 0; ; i++ {
+		relisting = i >= 10 // 2 s after the copy, for good
+		tick(n)
+		tick(o)
+		oc, nc := o.Claims(), n.Claims()
+		if oc.Working.Union(oc.Releasing).Union(nc.Working).Has(s) {
+			t.Logf("slot %d worked %v after the copy", s, time.Duration(i)*200*time.Millisecond)
+			return
+		}
+		if time.Duration(i)*200*time.Millisecond > 3*handoff+20*time.Second {
+			t.Fatalf("slot %d worked by nobody %v after the copy (its lease 10 s, HandoffTimeout %v): o holding %v covers %v; n target %v pending %v; o %+v",
+				s, time.Duration(i)*200*time.Millisecond, handoff, oc.Holding.Has(s), o.cfg.Covers().Slots.Has(s), nc.Target.Has(s), nc.Pending.Has(s), oc)
+		}
+	}
+}
