@@ -82,3 +82,88 @@ func TestAHolderWhoseWatchNeverCoversAgainKeepsNoSlotForever(t *testing.T) {
 		}
 	}
 }
+
+// o withdrew slot s (a copy of its Lease claimed every slot) and holds a
+// deletion D of it; a joined after D (it listed s later: it never heard of
+// D) and holds a deletion of its own of s, heard while s was its target
+// and the copy claimed it; n joined, s its share. When the copy runs out,
+// a, first holder by identity, claims s into Releasing. Then o drains (a
+// rolling update). Its drain must not end while it still holds D, which
+// nobody claiming s heard of: a leave reports what it holds abandoned (its
+// owner "heard of them too"), and D would reach no replica.
+func TestAHolderThatDrainsWhileAnotherHolderClaimsTheSlotKeepsItsDeletion(t *testing.T) {
+	client := versionedClient()
+	now := epoch
+	clock := func() time.Time { return now }
+	s := -1
+	for i := range shard.Slots {
+		if owner(shard.Assign([]string{"a", "o"}), i) == "a" && owner(shard.Assign([]string{"a", "n", "o"}), i) == "n" && owner(shard.Assign([]string{"a", "n"}), i) == "n" {
+			s = i
+			break
+		}
+	}
+	if s < 0 {
+		t.Fatal("no slot moves from a to n")
+	}
+	oHolds, aHolds := false, false // D at o, E at a
+	join := func(id string, held *bool) *Member {
+		return coveringMember(t, client, id, clock, func() shard.SlotSet {
+			if *held {
+				return shard.SlotsOf(s)
+			}
+			return shard.SlotSet{}
+		})
+	}
+	ctx := context.Background()
+	tick := func(m *Member) { stepMember(ctx, m, &now) }
+	var never bool
+	o := join("o", &oHolds)
+	for range 105 {
+		tick(o)
+	}
+	l, err := client.CoordinationV1().Leases("ns").Get(ctx, "r.o", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.ObjectMeta = metav1.ObjectMeta{Name: "r.o-copy", Namespace: "ns", Labels: l.Labels, Annotations: l.Annotations}
+	if _, err := client.CoordinationV1().Leases("ns").Create(ctx, l, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tick(o)
+	oHolds = true // D: heard by o, which no longer claims s; before a listed s
+	a := join("a", &aHolds)
+	for range 4 {
+		tick(a)
+		tick(o)
+	}
+	aHolds = true // E
+	n := join("n", &never)
+	draining, began := false, 0
+	for i := 0; ; i++ {
+		tick(n)
+		tick(a)
+		tick(o)
+		oc, ac := o.Claims(), a.Claims()
+		if ac.Working.Union(ac.Releasing).Has(s) {
+			aHolds = false
+			if !draining && oHolds {
+				draining, began = true, i
+				o.Drain()
+				t.Logf("a claims slot %d (%+v); o, holding D, drains", s, ac.Claimed().Has(s))
+			}
+		}
+		if oc.Working.Union(oc.Releasing).Has(s) {
+			oHolds = false // o handles D
+		}
+		if draining && o.Drained() {
+			if oHolds {
+				t.Fatalf("o drained (its leave reports D abandoned) while it holds D of slot %d, which a, claiming it, never heard of: o %+v; a claims %v", s, oc, ac.Claimed().Has(s))
+			}
+			t.Logf("o drained %v after its drain began, D handled", time.Duration(i-began)*300*time.Millisecond)
+			return
+		}
+		if i == 400 {
+			t.Fatalf("o not drained 80 s after the copy (draining %v), holding D %v: o %+v; a %+v", draining, oHolds, oc, ac)
+		}
+	}
+}
