@@ -167,3 +167,90 @@ func TestAHolderThatDrainsWhileAnotherHolderClaimsTheSlotKeepsItsDeletion(t *tes
 		}
 	}
 }
+
+// As above (o holds D of slot s, which a listed after; a claims s first,
+// into Releasing, holding E), but a's workers take a few renew periods
+// over E (a backlog, a deletion retried twice): s stays busy at a a while.
+// Meanwhile o's Lease stops naming s held (a works it), so a, letting s
+// go, names n, s's owner, its new owner by name; and a slot given by name
+// is left to its receiver whatever others hold of it. But a never heard of
+// D: n must not work s while o still holds D, or D reaches no replica.
+func TestAHolderKeepsItsDeletionWhenAnotherHolderHandsTheSlotOnSlowly(t *testing.T) {
+	openfinding.Skip(t)
+	client := versionedClient()
+	now := epoch
+	clock := func() time.Time { return now }
+	s := -1
+	for i := range shard.Slots {
+		if owner(shard.Assign([]string{"a", "o"}), i) == "a" && owner(shard.Assign([]string{"a", "n", "o"}), i) == "n" {
+			s = i
+			break
+		}
+	}
+	if s < 0 {
+		t.Fatal("no slot moves from a to n")
+	}
+	oHolds, aHolds := false, false // D at o, E at a
+	busyUntil := time.Time{}       // a's workers on E
+	join := func(id string, held *bool) *Member {
+		return coveringMember(t, client, id, clock, func() shard.SlotSet {
+			if *held {
+				return shard.SlotsOf(s)
+			}
+			return shard.SlotSet{}
+		})
+	}
+	ctx := context.Background()
+	tick := func(m *Member) { stepMember(ctx, m, &now) }
+	var never bool
+	o := join("o", &oHolds)
+	for range 105 {
+		tick(o)
+	}
+	l, err := client.CoordinationV1().Leases("ns").Get(ctx, "r.o", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.ObjectMeta = metav1.ObjectMeta{Name: "r.o-copy", Namespace: "ns", Labels: l.Labels, Annotations: l.Annotations}
+	if _, err := client.CoordinationV1().Leases("ns").Create(ctx, l, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tick(o)
+	oHolds = true // D: heard by o, which no longer claims s; before a listed s
+	a := join("a", &aHolds)
+	a.cfg.Busy = func() (busy, _ shard.SlotSet) {
+		if now.Before(busyUntil) {
+			busy = shard.SlotsOf(s)
+		}
+		return
+	}
+	for range 4 {
+		tick(a)
+		tick(o)
+	}
+	aHolds = true // E
+	n := join("n", &never)
+	for i := 0; ; i++ {
+		tick(n)
+		tick(a)
+		tick(o)
+		oc, ac, nc := o.Claims(), a.Claims(), n.Claims()
+		if aHolds && ac.Working.Union(ac.Releasing).Has(s) {
+			aHolds = false // a's gate hands E to its workers: busy 3 s
+			busyUntil = now.Add(3 * time.Second)
+		}
+		if oc.Working.Union(oc.Releasing).Has(s) {
+			oHolds = false // o handles D
+		}
+		if oHolds && nc.Working.Has(s) {
+			t.Fatalf("n works slot %d while o holds D of it, which neither n nor a (which gave n the slot) heard of: o holding %v; a gave it to %q; n %+v",
+				s, oc.Holding.Has(s), a.givenTo[s], nc.Working.Has(s))
+		}
+		if !oHolds && nc.Working.Has(s) {
+			return
+		}
+		if i == 400 {
+			t.Fatalf("slot %d not worked by n 120 s after the copy: o %+v, a %+v, n %+v", s, oc, ac, nc)
+		}
+	}
+}
