@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"rawwatch/openfinding"
@@ -40,8 +41,7 @@ func TestAGiftOnACopyUnderAnotherNameSplitsNoBrain(t *testing.T) {
 	ctx := context.Background()
 	leases := a.cfg.Client.CoordinationV1().Leases("ns")
 	a.Drain()
-	var saved *metav1.ObjectMeta
-	var savedLease = func() {}
+	var saved *coordinationv1.Lease // a's Lease while it names s given to c
 	for i := 1; saved == nil; i++ {
 		r.round("a drains")
 		if a.Claims().Given.Has(s) {
@@ -52,14 +52,7 @@ func TestAGiftOnACopyUnderAnotherNameSplitsNoBrain(t *testing.T) {
 			if l.Annotations[AnnotationGiven] == "" {
 				continue // named from its next renewal
 			}
-			cp := l.DeepCopy()
-			saved = &cp.ObjectMeta
-			savedLease = func() {
-				cp.ObjectMeta = metav1.ObjectMeta{Name: "r.a-copy", Namespace: "ns", Labels: saved.Labels, Annotations: saved.Annotations}
-				if _, err := leases.Create(ctx, cp, metav1.CreateOptions{}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			saved = l
 			t.Logf("a's Lease saved naming %s", l.Annotations[AnnotationGiven])
 		}
 		if i == drainBound {
@@ -80,7 +73,10 @@ func TestAGiftOnACopyUnderAnotherNameSplitsNoBrain(t *testing.T) {
 	}
 	// The copy applied; a label on n's Lease after n's last renewal that
 	// goes through; n's renewals fail from then on (n fences 9 s later).
-	savedLease()
+	saved.ObjectMeta = metav1.ObjectMeta{Name: "r.a-copy", Namespace: "ns", Labels: saved.Labels, Annotations: saved.Annotations}
+	if _, err := leases.Create(ctx, saved, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	l, err := leases.Get(ctx, "r.n", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
