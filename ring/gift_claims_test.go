@@ -98,15 +98,14 @@ func TestAGiftOnACopyUnderAnotherNameSplitsNoBrain(t *testing.T) {
 }
 
 // a drains and gives slot s to c by name; n joins just then, and s is
-// n's share: c claims s in custody, into Releasing, and hands it on to n
-// at once (n covers it). c's Lease shows s confirmed for one renewal only,
-// and a's list of that renew period fails (a 500). a then reads c no
-// longer claiming s: c has not confirmed it by a's view, so a names s
-// given to c on and on, and nobody else may claim a slot given by name:
-// n cannot take s (given on to it by c) until a's gift runs out
-// (HandoffTimeout, 40 renew periods), nor can a's drain end. A gift
-// confirmed and handed on must be worked within a few renew periods of
-// being read, and a's drain end within drainBound.
+// n's share: c confirms s and hands it on to n a few renew periods later.
+// a's lists fail while c's Lease shows s confirmed (a LIST outage of a few
+// seconds; its renewals go through). a then reads c no longer claiming s:
+// c has not confirmed it by a's view, so a names s given to c on and on,
+// and nobody else may claim a slot given by name: n cannot take s (given
+// on to it by c) until a's gift runs out (HandoffTimeout, 40 renew
+// periods), nor can a's drain end. A gift confirmed and handed on must be
+// worked within a few renew periods, and a's drain end within drainBound.
 func TestAGiftHandedOnBeforeItsGiverSawItConfirmedStallsNoSlot(t *testing.T) {
 	openfinding.Skip(t)
 	r := newDrainRing(t, "a", "c", "n")
@@ -174,7 +173,7 @@ func TestAGiftHandedOnBeforeItsGiverSawItConfirmedStallsNoSlot(t *testing.T) {
 			return
 		}
 		if gift > 0 && i-gift > drainBound {
-			t.Fatalf("%d renew periods after a gave slot %d to c (a missed the one list that showed c confirm it: %d): a still names it given to %q %v, drained %v; c %+v; n working %v custody %v pending %v",
+			t.Fatalf("%d renew periods after a gave slot %d to c (a missed the %d lists that showed c confirm it): a still names it given to %q %v, drained %v; c %+v; n working %v custody %v pending %v",
 				i-gift, s, missed, a.givenTo[s], a.Claims().Given.Has(s), a.Drained(), c.Claims().Given.Has(s), n.Claims().Working.Has(s), n.Claims().Custody.Has(s), n.Claims().Pending.Has(s))
 		}
 		if i == 60 {
