@@ -157,7 +157,7 @@ func sight(seen, listed map[string]observed, past map[string]forgotten, now, pre
 			delete(past, name)
 		}
 		// A record is fresh when its acquisition was never read, or it is
-		// above the renewTimes kept of it; a record without acquireTime is
+		// above the highest renewTime read in it; a record without acquireTime is
 		// not its owner's (every renewal writes one), never fresh.
 		fresh := !byRecord && ok && o.rv != l.rv || byRecord && !l.acquired.IsZero() && o.ledger.fresh(l.acquired, l.renewTime)
 		// A fresh record is a renewal in the acquisition bound (whose
@@ -296,20 +296,16 @@ type forgotten struct {
 // forgotten Lease's ledger, and an acquisition it has not read since.
 const rememberFor = 240
 
-// keptRenewTimes is how many renewTimes of one acquisition an observer
-// keeps (the highest it read).
-const keptRenewTimes = 16
-
 // An acquisition is one holding of a Lease by one process, named by the
 // acquireTime it wrote when it created, adopted or took back the Lease
-// (stamp: unique), with the highest renewTimes read in it, and when it
-// was last read. A process's renewTimes only grow (stamp), whatever its
-// wall clock does; another process writes another acquisition, so no two
+// (stamp: unique), with the highest renewTime read in it, and when it was
+// last read. A process's renewTimes only grow (stamp), whatever its wall
+// clock does; another process writes another acquisition, so no two
 // processes' clocks are compared either.
 type acquisition struct {
-	acquired   time.Time
-	renewTimes []time.Time // ascending
-	read       time.Time   // on the observer's clock
+	acquired time.Time
+	renewed  time.Time // the highest renewTime read
+	read     time.Time // on the observer's clock
 }
 
 // A ledger is what an observer read of one Lease's records: its
@@ -326,29 +322,23 @@ func (g ledger) find(acquired time.Time) int {
 }
 
 // fresh tells whether a record of acquisition acquired renewed at r is
-// new: of an acquisition never read, or of a known one above its kept
-// renewTimes' lowest and none of them. A saved copy re-applied carries a
-// renewTime read before, or one older than those kept (they are the
-// highest read, so no copy evicts one); so do copies cycled, and a Lease
-// re-created from a copy. A forged renewTime above the owner's makes its
-// renewals stale only once keptRenewTimes of them were read.
+// new: of an acquisition never read, or of a known one above the highest
+// renewTime read in it. Its owner's renewals only grow, so each is above
+// every one before; a saved copy re-applied carries one at or below the
+// highest read, even a copy of a renewal the observer never read; so do
+// copies cycled, and a Lease re-created from a copy. A forged renewTime
+// above the owner's, once read, makes its renewals stale.
 func (g ledger) fresh(acquired, r time.Time) bool {
 	if r.IsZero() {
 		return false
 	}
 	i := g.find(acquired)
-	if i < 0 {
-		return true
-	}
-	kept := g[i].renewTimes
-	return !slices.ContainsFunc(kept, r.Equal) && (len(kept) == 0 || r.After(kept[0]))
+	return i < 0 || r.After(g[i].renewed)
 }
 
 // read is g after a list at now read a record of acquisition acquired
 // renewed at r, noted if fresh, with the acquisitions not read since
-// keepFrom dropped: a fresh copy, since observed values share it. Only
-// fresh records are noted: a stale renewTime noted would lower the lowest
-// kept, and the next copy would pass it.
+// keepFrom dropped: a fresh copy, since observed values share it.
 func (g ledger) read(acquired, r time.Time, fresh bool, now, keepFrom time.Time) ledger {
 	g = slices.DeleteFunc(slices.Clone(g), func(a acquisition) bool { return a.read.Before(keepFrom) })
 	i := g.find(acquired)
@@ -362,10 +352,8 @@ func (g ledger) read(acquired, r time.Time, fresh bool, now, keepFrom time.Time)
 	}
 	a := &g[i]
 	a.read = now
-	if fresh && !r.IsZero() && !slices.ContainsFunc(a.renewTimes, r.Equal) {
-		kept := append(slices.Clone(a.renewTimes), r)
-		slices.SortFunc(kept, time.Time.Compare)
-		a.renewTimes = kept[max(0, len(kept)-keptRenewTimes):]
+	if fresh {
+		a.renewed = later(a.renewed, r)
 	}
 	return g
 }
