@@ -50,7 +50,8 @@ var (
 	// markFresh: a leaving mark counts only with a renewal of the bound
 	// acquisition that claims nothing, or on a Lease already out: a copy
 	// of an old leave, or a mark on a live member's record, counts for
-	// nothing, and one read at first sight claims every slot a while.
+	// nothing, and a Lease read at first sight claims every slot until
+	// its next renewal is read.
 	markFresh = true
 )
 
@@ -224,12 +225,13 @@ func sight(seen, listed map[string]observed, past map[string]forgotten, now, pre
 		// them: after any other move, a renewal it may hide may have
 		// claimed more (and confirmed it), so until its next renewal it
 		// counts as claiming every slot, none confirmed. So does a Lease
-		// marked leaving at first sight (a copy of an old leave over a
-		// live member, perhaps) for its lease duration: the slots it
-		// names given are nobody's to take.
+		// at first sight, until a renewal of it is read (or its lease
+		// runs out): it may be a copy of an old state over a live member
+		// (an old leave, an old gift), and the slots it names given are
+		// nobody's to take on its word.
 		moved := o.rv != l.rv || o.record != l.record
 		l.doubt = ok && byRecord && byMove && !(renewal && o.bound.Equal(l.acquired)) && (moved || o.doubt) ||
-			first && l.marked && markBound && markFresh
+			first && markBound && markFresh
 		if l.doubt {
 			l.claims, l.pending = shard.All(), shard.All()
 		}

@@ -33,7 +33,6 @@ import (
 // unmarked: read at first sight it counts as b's word, and its gift must
 // not make c Work a slot b may still admit.
 func TestAJoinerReadingACopyOfAnOldGiftSplitsNoBrain(t *testing.T) {
-	openfinding.Skip(t)
 	now := epoch
 	r := newDividedRing(t, &now)
 	client, a, b, ctx := r.client, r.a, r.b, r.ctx
