@@ -186,15 +186,17 @@ func sight(seen, listed map[string]observed, past map[string]forgotten, now, pre
 		}
 		// A leaving mark counts with a renewal of the acquisition bound
 		// before that claims nothing (the holder's leave: it dropped its
-		// claims first), on a Lease already out (a collector's: it waited
-		// three lease durations), and as long as the record it counted
+		// claims first), on a Lease already out at the observer's list
+		// before (a collector's: it waited three lease durations; out
+		// only by now is no proof, the observer's lists may have failed
+		// while its owner renewed), and as long as the record it counted
 		// with stands; not at first sight, nor on a copy of an old leave
 		// re-applied over a live member, nor on a mark written on a live
 		// member's record, read or not: its owner works on until it
 		// reads it.
 		first := !ok && len(o.ledger) == 0
 		l.marked = l.leaving
-		l.leaving = l.leaving && (!markBound || !markFresh || ok && !o.current(now) ||
+		l.leaving = l.leaving && (!markBound || !markFresh || ok && !o.current(prev) ||
 			ok && o.record == l.record && o.leaving ||
 			renewal && o.bound.Equal(l.acquired) && l.claims.Empty() && l.holds.Empty())
 		switch {

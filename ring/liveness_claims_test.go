@@ -367,7 +367,6 @@ func TestARenewalLandingAfterItsMemberFencedTakesNoSlotFromTheRing(t *testing.T)
 // record, the last renewal of b it read a lease duration old. a must not
 // Work b's share while b may still admit it.
 func TestALeavingMarkReadAfterAStaleViewSplitsNoBrain(t *testing.T) {
-	openfinding.Skip(t)
 	now := epoch
 	r := newDividedRing(t, &now)
 	client, a, b, ctx := r.client, r.a, r.b, r.ctx
