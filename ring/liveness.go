@@ -61,44 +61,43 @@ var (
 // it on purpose, golang/go#24595): a node suspended past its fence would
 // resume believing no time passed, its gate open on the slots the others
 // took meanwhile. The wall clock counts the suspend, but is stepped (NTP,
-// an operator). So the fence's clock is the monotonic clock plus the most
-// the wall clock ever ran ahead of it: a suspend counts; a wall clock
-// stepped back counts nothing, nor does the step that later puts it right,
-// and one flapping back and forth counts its largest step once; one
-// stepped forward past its furthest counts, and may fence the member
-// early (safe: it fences and comes back). Only the member's own fence uses it (renewed, the deadline,
-// the gate): judging the others, a clock that may run fast would count a
-// live member out, so that stays on the monotonic clock, which never
+// an operator), and a step back then a suspend reads as a step put right.
+// So the fence's clock is the monotonic clock plus what the boot clock
+// (CLOCK_BOOTTIME: the monotonic clock and the suspends, never stepped)
+// ran ahead of it: a suspend counts, a step of the wall clock counts
+// nothing. Only the member's own fence uses it (renewed, the deadline,
+// the gate): judging the others stays on the monotonic clock, which never
 // counts more than passed.
 type fenceClock struct {
 	now, wall func() time.Time // wall nil: now's readings' own
+	boot      func() time.Time // nil, or a zero reading: no suspend counted
 
 	mu     sync.Mutex
-	n0, w0 time.Time     // now's and wall's first readings
-	ahead  time.Duration // the most the wall clock ran ahead of now since
+	n0, b0 time.Time     // now's and boot's first readings
+	ahead  time.Duration // the most boot ran ahead of now since
 }
 
 func (c *fenceClock) read() time.Time {
-	n := c.now()
-	w := n.Round(0) // the wall reading of the same instant
-	if c.wall != nil {
-		w = c.wall()
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.n0.IsZero() {
-		c.n0, c.w0 = n, w
+	n := c.now()
+	if c.boot == nil {
+		return n
 	}
-	// How far the wall clock has run ahead of the monotonic one since the
-	// first reading; the clock counts the most it ever ran ahead, so a
-	// step back counts nothing, nor does the step that puts it right, and
-	// a clock flapping back and forth counts its largest step once.
-	c.ahead = max(c.ahead, w.Sub(c.w0)-n.Sub(c.n0))
+	b := c.boot()
+	if b.IsZero() {
+		return n.Add(c.ahead)
+	}
+	if c.n0.IsZero() {
+		c.n0, c.b0 = n, b
+	}
+	// The most, so that two readings' jitter never sets the clock back.
+	c.ahead = max(c.ahead, b.Sub(c.b0)-n.Sub(c.n0))
 	return n.Add(c.ahead)
 }
 
-// wallNow reads the wall clock alone: what the fence's clock counts beside
-// the monotonic one, and what a Lease's readers take its renewTime for.
+// wallNow reads the wall clock alone: what a Lease's readers take its
+// renewTime for.
 func (c *fenceClock) wallNow() time.Time {
 	if c.wall != nil {
 		return c.wall()

@@ -305,11 +305,15 @@ type Config struct {
 	// monotonic clock (time.Now's do): every duration the ring measures is
 	// between two of its own readings, never against another machine's.
 	Now func() time.Time
-	// Wall is the wall clock, read beside Now for the member's own fence
-	// (fenceClock); unset, the wall reading of Now's own readings (time.Now
-	// carries both, read at one instant). Tests set it to show a suspend:
-	// Now stands still while Wall runs on.
+	// Wall is the wall clock, that the member's renewTimes are read from;
+	// unset, the wall reading of Now's own readings.
 	Wall func() time.Time
+	// Boot is a clock that counts a system suspend and is never stepped,
+	// read beside Now for the member's own fence (fenceClock); unset, the
+	// system's CLOCK_BOOTTIME with the real clock, none with a Now or a
+	// Clock of a test's. Tests set it to show a suspend: Now stands still
+	// while Boot runs on.
+	Boot func() time.Time
 	// Clock makes Run's ticker and fence timer; default the real clock
 	// (tests move a fake one).
 	Clock clock.WithTicker
@@ -550,6 +554,9 @@ func New(cfg Config) (*Member, error) {
 	if (cfg.Covers == nil) != (cfg.Swept == nil) || cfg.Covers != nil && cfg.OnClaims == nil {
 		return nil, fmt.Errorf("ring: Covers and Swept go together, with OnClaims")
 	}
+	if cfg.Boot == nil && cfg.Clock == nil && cfg.Now == nil {
+		cfg.Boot = bootNow
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
@@ -559,7 +566,7 @@ func New(cfg Config) (*Member, error) {
 	if cfg.HandoffTimeout <= 0 {
 		cfg.HandoffTimeout = 4 * cfg.LeaseDuration
 	}
-	return &Member{cfg: cfg, fence: fenceClock{now: cfg.Now, wall: cfg.Wall}, longest: cfg.LeaseDuration,
+	return &Member{cfg: cfg, fence: fenceClock{now: cfg.Now, wall: cfg.Wall, boot: cfg.Boot}, longest: cfg.LeaseDuration,
 		seen: map[string]observed{}, past: map[string]forgotten{}, changed: make(chan struct{}), rearm: make(chan struct{}, 1)}, nil
 }
 
