@@ -98,7 +98,7 @@ func TestACollectedLeaseRecreatedFromACopyRenewsNothing(t *testing.T) {
 		t.Fatalf("b dead for %s: a still counts it live (%v)", now.Sub(died), a.Members())
 	}
 	marked := leaseOfB(died)
-	marked.Annotations[AnnotationLeaving] = mark(died)
+	marked.Annotations[AnnotationLeaving] = markCollected(died)
 	now = now.Add(renew)
 	live(a, now, marked) // the collector's mark
 	now = now.Add(renew)

@@ -185,7 +185,9 @@ func sight(seen, listed map[string]observed, past map[string]forgotten, now, pre
 		}
 		// A leaving mark counts with a renewal of the acquisition bound
 		// before that claims nothing (the holder's leave: it dropped its
-		// claims first), on a Lease already out at the observer's list
+		// claims first; not a mark valued as the collector's, which a
+		// renewal claiming nothing, just after a fence or in its first
+		// lease duration, may carry by an operator's hand), on a Lease already out at the observer's list
 		// before (a collector's: it waited three lease durations; out
 		// only by now is no proof, the observer's lists may have failed
 		// while its owner renewed), and as long as the record it counted
@@ -197,7 +199,7 @@ func sight(seen, listed map[string]observed, past map[string]forgotten, now, pre
 		l.marked = l.leaving
 		l.leaving = l.leaving && (!markBound || !markFresh || ok && !o.current(prev) ||
 			ok && o.record == l.record && o.leaving ||
-			renewal && o.bound.Equal(l.acquired) && l.claims.Empty() && l.holds.Empty())
+			renewal && !l.collected && o.bound.Equal(l.acquired) && l.claims.Empty() && l.holds.Empty())
 		switch {
 		case first:
 			// Never seen: counts as just renewed (no renewTime, written by

@@ -105,13 +105,12 @@ func TestACopyOfARenewalNeverReadRenewsNothing(t *testing.T) {
 // is nobody's leave: it counts for nothing on a live member's record, read
 // before or not, and b must stay a member.
 func TestALeavingMarkOnARenewalNotYetReadCountsNobodyOut(t *testing.T) {
-	openfinding.Skip(t)
 	now := epoch
 	a := copiesObserver(t, &now)
 	bRenews(a, &now, 2)
 	now = now.Add(renew)
 	marked := leaseOfB(now) // b's renewal, claiming nothing, then the operator's mark
-	marked.Annotations[AnnotationLeaving] = mark(now)
+	marked.Annotations[AnnotationLeaving] = markCollected(now)
 	marked.ResourceVersion = "2"
 	live(a, now, marked)
 	if !slices.Contains(a.Members(), "b") {
@@ -393,7 +392,7 @@ func TestALeavingMarkReadAfterAStaleViewSplitsNoBrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Annotations[AnnotationLeaving] = mark(l.Spec.RenewTime.Time) // as the collector writes it
+	l.Annotations[AnnotationLeaving] = markCollected(l.Spec.RenewTime.Time) // as the collector writes it
 	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -118,8 +118,9 @@ const (
 // it admits nothing any more and claims nothing; the slots it gave
 // (AnnotationGiven) stay given until their new owners confirm them. Its
 // value is the Lease's renewTime (RFC 3339, microseconds) as the holder
-// wrote both in one write: a mark of any other value (written by hand, or
-// left over from before a renewal) counts for nothing. The others count a
+// wrote both in one write, or the collector's (markCollected): a mark of
+// any other value (written by hand, or left over from before a renewal)
+// counts for nothing. The others count a
 // marked Lease out at once, and forget it when it is gone; a Lease that
 // vanishes unmarked was deleted by hand, and counts as live until its
 // lease runs out (liveness.go).
@@ -147,13 +148,24 @@ const legacyScheme = "fnv1a64/256/rendezvous-bounded"
 // mark is the value of AnnotationLeaving that marks a Lease renewed at t.
 func mark(t time.Time) string { return t.UTC().Format(metav1.RFC3339Micro) }
 
-// leavingMarked tells whether l carries its holder's leaving mark.
-func leavingMarked(l *coordinationv1.Lease) bool {
+// markCollected is the value of AnnotationLeaving with which the collector
+// marks a dead member's Lease renewed at t: apart from its holder's own
+// (mark), so that a mark valued as the collector writes it, read with a
+// renewal, is never taken for the holder's leave.
+func markCollected(t time.Time) string { return "collected " + mark(t) }
+
+// leavingMarked tells whether l carries a leaving mark bound to its
+// renewTime, and whether it is the collector's (markCollected).
+func leavingMarked(l *coordinationv1.Lease) (marked, collected bool) {
 	v, ok := l.Annotations[AnnotationLeaving]
 	if !markBound {
-		return ok
+		return ok, false
 	}
-	return ok && l.Spec.RenewTime != nil && v == mark(l.Spec.RenewTime.Time)
+	if !ok || l.Spec.RenewTime == nil {
+		return false, false
+	}
+	r := l.Spec.RenewTime.Time
+	return v == mark(r) || v == markCollected(r), v == markCollected(r)
 }
 
 // drainingMarked tells whether l carries its holder's draining mark.
@@ -515,7 +527,8 @@ type observed struct {
 	// runs out; foreign: of another scheme (AnnotationScheme); stray: its
 	// holder is not the member its name says (cleared or changed by hand,
 	// or a copy under another name).
-	leaving, gone, foreign, stray bool
+	// collected: the leaving mark is the collector's (markCollected).
+	leaving, gone, foreign, stray, collected bool
 	// marked: it carries its holder's leaving mark, counted or not
 	// (leaving: counted; sight); doubt: it moved since its last renewal
 	// read, by a write that may hide one, so its claims are taken as
@@ -801,7 +814,7 @@ func collection(o observed, got *coordinationv1.Lease) (rv string, marked *coord
 	if got.Annotations == nil {
 		got.Annotations = map[string]string{}
 	}
-	got.Annotations[AnnotationLeaving] = mark(got.Spec.RenewTime.Time)
+	got.Annotations[AnnotationLeaving] = markCollected(got.Spec.RenewTime.Time)
 	return "", got
 }
 
@@ -1290,7 +1303,8 @@ func (m *Member) readAll(log klog.Logger, items []coordinationv1.Lease) (listed 
 // read is what one of the others' Leases says (sight judges it).
 func (m *Member) read(log klog.Logger, l *coordinationv1.Lease) observed {
 	o := observed{id: identityOf(m.cfg.Ring, l.Name), rv: l.ResourceVersion, record: recordOf(l),
-		lease: min(leaseDurationOf(l), believed(m.cfg.LeaseDuration)), leaving: leavingMarked(l), draining: drainingMarked(l)}
+		lease: min(leaseDurationOf(l), believed(m.cfg.LeaseDuration)), draining: drainingMarked(l)}
+	o.leaving, o.collected = leavingMarked(l)
 	if r := l.Spec.RenewTime; r != nil {
 		o.renewTime = r.Time
 	}
