@@ -50,8 +50,8 @@ var (
 	// markFresh: a leaving mark counts only with a renewal of the bound
 	// acquisition that claims nothing, or on a Lease already out: a copy
 	// of an old leave, or a mark on a live member's record, counts for
-	// nothing, and a Lease read at first sight claims every slot until
-	// its next renewal is read.
+	// nothing, one read at first sight claims every slot a while, and a
+	// gift read at first sight is taken once a renewal is read.
 	markFresh = true
 )
 
@@ -228,13 +228,17 @@ func sight(seen, listed map[string]observed, past map[string]forgotten, now, pre
 		// them: after any other move, a renewal it may hide may have
 		// claimed more (and confirmed it), so until its next renewal it
 		// counts as claiming every slot, none confirmed. So does a Lease
-		// at first sight, until a renewal of it is read (or its lease
-		// runs out): it may be a copy of an old state over a live member
-		// (an old leave, an old gift), and the slots it names given are
-		// nobody's to take on its word.
+		// marked leaving at first sight (a copy of an old leave over a
+		// live member, perhaps) for its lease duration: the slots it
+		// names given are nobody's to take.
 		moved := o.rv != l.rv || o.record != l.record
 		l.doubt = ok && byRecord && byMove && !(renewal && o.bound.Equal(l.acquired)) && (moved || o.doubt) ||
-			first && markBound && markFresh
+			first && l.marked && markBound && markFresh
+		// Unmarked at first sight, it may be a copy of an old gift over a
+		// live member too: until a renewal of it is read, the slots it
+		// names given to this member are watched but nobody's to claim
+		// (peers).
+		l.unproven = markFresh && (first || ok && o.unproven && !(renewal && o.bound.Equal(l.acquired)))
 		if l.doubt {
 			l.claims, l.pending = shard.All(), shard.All()
 		}

@@ -534,6 +534,10 @@ type observed struct {
 	// read, by a write that may hide one, so its claims are taken as
 	// every slot, none confirmed (sight).
 	marked, doubt bool
+	// unproven: read at first sight, and no renewal of it since: the
+	// slots it gave this member are its custody, watched, but nobody's to
+	// claim (sight, peers).
+	unproven bool
 	// draining: marked AnnotationDraining by its holder: a member that
 	// hands its slots over before it leaves (no share of its own).
 	draining bool
@@ -1403,6 +1407,9 @@ func (m *Member) peers(judged time.Time, self bool) peers {
 		p.live = append(p.live, m.cfg.Identity)
 	}
 	for _, o := range m.seen {
+		if o.unproven && o.current(judged) { // watched in custody, claimed by nobody
+			p.others, firm = p.others.Union(o.givenMe), firm.Union(o.givenMe)
+		}
 		switch {
 		case !o.current(judged):
 		case o.foreign:
