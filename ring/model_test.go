@@ -817,8 +817,8 @@ const modelTail = 6
 const modelGetToPut = 5 * time.Millisecond
 
 // round is Member.round with the I/O as events: beforeRenew, the renewal
-// (a GET at the flight's start, its write landing later; none while
-// blind), extend, the list, update, the collection of a dead Lease.
+// (a GET at the flight's start, its write landing later), extend, the
+// list, update, the collection of a dead Lease.
 func (w *model) round(mm *modelMember) {
 	m := mm.m
 	if mm.left {
@@ -835,12 +835,6 @@ func (w *model) round(mm *modelMember) {
 	mm.roundStart = w.now
 	m.beforeRenew(logr.Discard())
 	sent := m.Now()
-	if m.blind() { // its lists failed a lease duration: no renewal
-		mm.renewOK = false
-		m.renewDone(logr.Discard(), sent, errBlind, false)
-		w.list(mm)
-		return
-	}
 	answer, ok, lands := w.request(mm)
 	got, getErr := w.get(m.leaseName())
 	// The GET was answered if the write could land, or the answer came.

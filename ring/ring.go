@@ -84,12 +84,13 @@ var errForeignWriter = errors.New("another process renews this member's Lease")
 // errLeaseDeleted: our Lease, which claimed slots, was deleted (by hand).
 var errLeaseDeleted = errors.New("this member's Lease was deleted under it")
 
-// errBlind: a lease duration's worth of lists of the ring's Leases in a
-// row failed: the member renews no more until one succeeds. Renewing, it
+// errBlind: no list of the ring's Leases succeeded within a lease duration
+// (since the first renewal, if none yet): the member renews no more until
+// one does. Renewing, it
 // would count as live to the others, who hand it its share, which it
 // cannot claim (it claims nothing new while blind): they count it out
 // instead, and work its share.
-var errBlind = errors.New("the ring's Leases could not be listed for a lease duration: not renewing until a list succeeds")
+var errBlind = errors.New("no list of the ring's Leases succeeded for a lease duration: not renewing until one does")
 
 // Label marks a Lease as a member of the ring named by its value.
 const Label = "rawwatch.example.com/ring"
@@ -434,8 +435,9 @@ type Member struct {
 	// lookedAtFence is the same instant on the fence's clock, which counts
 	// a system suspend (a blind stretch the monotonic clock cannot see).
 	lookedAtFence time.Time
-	// listFails counts the lists of the ring's Leases failed in a row.
-	listFails int
+	// firstRenew: when this member first tried to renew (fence clock):
+	// without a list since, it renews for a lease duration (errBlind).
+	firstRenew time.Time
 	// looks counts the successful lists of the ring's Leases.
 	looks int
 	// quietUntil: our Lease was deleted under us; the one re-created
@@ -696,7 +698,7 @@ func (m *Member) Run(ctx context.Context) {
 func (m *Member) round(ctx context.Context, log klog.Logger) {
 	m.beforeRenew(log)
 	sent, renewErr := m.Now(), error(errBlind)
-	if !m.blind() {
+	if !m.blind(sent) {
 		sent, renewErr = m.renew(ctx)
 	}
 	m.renewDone(log, sent, renewErr, ctx.Err() == nil)
@@ -710,11 +712,16 @@ func (m *Member) round(ctx context.Context, log klog.Logger) {
 	}
 }
 
-// blind tells whether the member's last lists of the ring's Leases, a
-// lease duration's worth of them in a row, all failed (errBlind). Lists
-// not made (a pause) count nothing: a member resumed renews, fenced first.
-func (m *Member) blind() bool {
-	return time.Duration(m.listFails)*m.cfg.RenewPeriod >= m.cfg.LeaseDuration
+// blind tells whether no list of the ring's Leases succeeded within a
+// lease duration before now, on the fence's clock (if none yet, since the
+// first renewal: errBlind).
+func (m *Member) blind(now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.firstRenew.IsZero() {
+		m.firstRenew = now
+	}
+	return now.Sub(later(m.lookedAtFence, m.firstRenew)) >= m.cfg.LeaseDuration
 }
 
 // renewDone takes in a renewal's outcome: sent then, it failed with err
@@ -740,10 +747,8 @@ func (m *Member) renewDone(log klog.Logger, sent time.Time, err error, report bo
 // it), after a renewal that succeeded or not, and steps.
 func (m *Member) lookDone(log klog.Logger, ok, renewed bool) {
 	m.lookOK = ok
-	m.listFails++
 	if ok {
 		m.looks++
-		m.listFails = 0
 	}
 	m.afterLook(log, renewed)
 	m.update(log)
