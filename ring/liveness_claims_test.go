@@ -171,6 +171,7 @@ func TestALeaseSetBackOnEveryDriftLeavesNoShareUnworked(t *testing.T) {
 // from the ring for good: every slot must be Worked by someone within a
 // few lease durations.
 func TestAMemberThatCannotListTakesNoShareFromTheRing(t *testing.T) {
+	openfinding.Skip(t)
 	now := epoch
 	client := versionedClient()
 	clock := func() time.Time { return now }

@@ -84,14 +84,6 @@ var errForeignWriter = errors.New("another process renews this member's Lease")
 // errLeaseDeleted: our Lease, which claimed slots, was deleted (by hand).
 var errLeaseDeleted = errors.New("this member's Lease was deleted under it")
 
-// errBlind: no list of the ring's Leases succeeded within a lease duration
-// (since the first renewal, if none yet): the member renews no more until
-// one does. Renewing, it
-// would count as live to the others, who hand it its share, which it
-// cannot claim (it claims nothing new while blind): they count it out
-// instead, and work its share.
-var errBlind = errors.New("no list of the ring's Leases succeeded for a lease duration: not renewing until one does")
-
 // Label marks a Lease as a member of the ring named by its value.
 const Label = "rawwatch.example.com/ring"
 
@@ -435,9 +427,6 @@ type Member struct {
 	// lookedAtFence is the same instant on the fence's clock, which counts
 	// a system suspend (a blind stretch the monotonic clock cannot see).
 	lookedAtFence time.Time
-	// firstRenew: when this member first tried to renew (fence clock):
-	// without a list since, it renews for a lease duration (errBlind).
-	firstRenew time.Time
 	// looks counts the successful lists of the ring's Leases.
 	looks int
 	// quietUntil: our Lease was deleted under us; the one re-created
@@ -697,10 +686,7 @@ func (m *Member) Run(ctx context.Context) {
 // round is one turn of the loop: renew, list, step.
 func (m *Member) round(ctx context.Context, log klog.Logger) {
 	m.beforeRenew(log)
-	sent, renewErr := m.Now(), error(errBlind)
-	if !m.blind(sent) {
-		sent, renewErr = m.renew(ctx)
-	}
+	sent, renewErr := m.renew(ctx)
 	m.renewDone(log, sent, renewErr, ctx.Err() == nil)
 	lookErr := m.look(ctx)
 	if lookErr != nil && ctx.Err() == nil {
@@ -710,18 +696,6 @@ func (m *Member) round(ctx context.Context, log klog.Logger) {
 	if m.lookOK {
 		m.collect(ctx, log)
 	}
-}
-
-// blind tells whether no list of the ring's Leases succeeded within a
-// lease duration before now, on the fence's clock (if none yet, since the
-// first renewal: errBlind).
-func (m *Member) blind(now time.Time) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.firstRenew.IsZero() {
-		m.firstRenew = now
-	}
-	return now.Sub(later(m.lookedAtFence, m.firstRenew)) >= m.cfg.LeaseDuration
 }
 
 // renewDone takes in a renewal's outcome: sent then, it failed with err
