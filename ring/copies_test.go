@@ -12,22 +12,22 @@ import (
 // Saved copies of a dead member's Lease re-applied for ever (a sync
 // flapping between revisions) keep it live at most a lease duration
 // longer, however many distinct copies there are: an observer keeps the
-// highest keptRenewTimes renewTimes it read in each acquisition of the
-// Lease, and a copy at or below them is no renewal (ledger.fresh).
+// highest renewTime it read in each acquisition of the Lease, and a copy
+// at or below it is no renewal (ledger.fresh).
 
 // b renewed 17 times, each read by a; then b dies, and its two oldest
 // copies are re-applied in turn every renew period. a must count b out.
 func TestTwoOldCopiesReappliedInTurnRenewNothing(t *testing.T) {
 	now := epoch
 	a := copiesObserver(t, &now)
-	stamps := bRenews(a, &now, keptRenewTimes+1)
+	stamps := bRenews(a, &now, 17)
 	died := now
 	for i := 0; now.Sub(died) < 4*lease; i++ { // the two oldest copies, in turn
 		now = now.Add(renew)
 		live(a, now, leaseOfB(stamps[i%2]))
 	}
 	if slices.Contains(a.Members(), "b") {
-		t.Fatalf("b dead for %s, its two oldest saved copies (of %d renewals read) re-applied in turn every %s: a still counts b live (%v); kept renewTimes %v",
+		t.Fatalf("b dead for %s, its two oldest saved copies (of %d renewals read) re-applied in turn every %s: a still counts b live (%v); ledger %v",
 			now.Sub(died), len(stamps), renew, a.Members(), a.seen["r.b"].ledger)
 	}
 }
@@ -38,7 +38,7 @@ func TestTwoOldCopiesReappliedInTurnRenewNothing(t *testing.T) {
 func TestSeventeenCopiesCycledRenewNothing(t *testing.T) {
 	now := epoch
 	a := copiesObserver(t, &now)
-	stamps := bRenews(a, &now, keptRenewTimes+1)
+	stamps := bRenews(a, &now, 17)
 	died := now
 	for i := 0; now.Sub(died) < 20*lease; i++ {
 		now = now.Add(renew)
@@ -60,7 +60,7 @@ func TestSeventeenCopiesCycledRenewNothing(t *testing.T) {
 func TestCopiesOlderThanTheFirstSightRenewNothing(t *testing.T) {
 	now := epoch
 	var stamps []time.Time
-	for range keptRenewTimes { // b's renewals, saved by the sync
+	for range 16 { // b's renewals, saved by the sync
 		now = now.Add(renew)
 		stamps = append(stamps, now)
 	}
@@ -98,7 +98,7 @@ func TestACollectedLeaseRecreatedFromACopyRenewsNothing(t *testing.T) {
 		t.Fatalf("b dead for %s: a still counts it live (%v)", now.Sub(died), a.Members())
 	}
 	marked := leaseOfB(died)
-	marked.Annotations[AnnotationLeaving] = mark(died)
+	marked.Annotations[AnnotationLeaving] = markCollected(died)
 	now = now.Add(renew)
 	live(a, now, marked) // the collector's mark
 	now = now.Add(renew)

@@ -3,6 +3,7 @@ package ring
 import (
 	"context"
 	"errors"
+	goruntime "runtime"
 	"sync"
 	"testing"
 	"time"
@@ -416,33 +417,31 @@ func TestASkewedJoinerTakesNoLiveMembersSlots(t *testing.T) {
 	divided(t, a, j)
 }
 
-// The fence's clock is the monotonic clock plus the most the wall clock
-// ever ran ahead of it: a suspend (the monotonic clock stands still)
-// counts; a wall clock stepped back counts nothing, nor does the step that
-// puts it right; one flapping back and forth counts its largest step once;
-// one stepped forward past its furthest counts.
-func TestTheFenceClockCountsTheMostTheWallRanAhead(t *testing.T) {
+// The fence's clock is the monotonic clock plus what the boot clock ran
+// ahead of it: a suspend (the monotonic clock stands still, the boot clock
+// runs) counts; a step of the wall clock, back, put right, or forward,
+// counts nothing, nor does a step back followed by a suspend.
+func TestTheFenceClockCountsASuspendAndNoStepOfTheWallClock(t *testing.T) {
 	mono := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	wall := mono
-	c := fenceClock{now: func() time.Time { return mono }, wall: func() time.Time { return wall }}
+	wall, boot := mono, mono
+	c := fenceClock{now: func() time.Time { return mono }, wall: func() time.Time { return wall },
+		boot: func() time.Time { return boot }}
 	start := c.read()
 	var total time.Duration
 	for _, step := range []struct {
-		name       string
-		mono, wall time.Duration
-		want       time.Duration // the reading's advance
+		name             string
+		mono, wall, boot time.Duration
+		want             time.Duration // the reading's advance
 	}{
-		{"both run", time.Second, time.Second, time.Second},
-		{"suspended: the monotonic clock stood still", time.Millisecond, 13 * time.Second, 13 * time.Second},
-		{"the wall clock stepped back an hour", time.Second, time.Second - time.Hour, time.Second},
-		{"the wall clock put right", time.Second, time.Second + time.Hour, time.Second},
-		{"the wall clock 20ms ahead", time.Second, time.Second + 20*time.Millisecond, time.Second + 20*time.Millisecond},
-		{"the wall clock 20ms back", time.Second, time.Second - 20*time.Millisecond, time.Second},
-		{"the wall clock 20ms ahead again", time.Second, time.Second + 20*time.Millisecond, time.Second},
-		{"the wall clock stepped forward a minute", time.Second, time.Minute, time.Minute},
+		{"all run", time.Second, time.Second, time.Second, time.Second},
+		{"suspended: the monotonic clock stood still", time.Millisecond, 13 * time.Second, 13 * time.Second, 13 * time.Second},
+		{"the wall clock stepped back an hour", time.Second, time.Second - time.Hour, time.Second, time.Second},
+		{"suspended after the step back", time.Millisecond, 13 * time.Second, 13 * time.Second, 13 * time.Second},
+		{"the wall clock put right", time.Second, time.Second + time.Hour, time.Second, time.Second},
+		{"the wall clock stepped forward a minute", time.Second, time.Minute, time.Second, time.Second},
 	} {
 		before := c.read()
-		mono, wall = mono.Add(step.mono), wall.Add(step.wall)
+		mono, wall, boot = mono.Add(step.mono), wall.Add(step.wall), boot.Add(step.boot)
 		if got := c.read().Sub(before); got != step.want {
 			t.Errorf("%s: the fence's clock advanced %v, want %v", step.name, got, step.want)
 		}
@@ -450,6 +449,29 @@ func TestTheFenceClockCountsTheMostTheWallRanAhead(t *testing.T) {
 	}
 	if got := c.read().Sub(start); got != total {
 		t.Errorf("in all the fence's clock advanced %v, want %v", got, total)
+	}
+}
+
+// The real boot clock runs with the monotonic one while the system is
+// not suspended (a reading disturbed by load is taken again).
+func TestTheBootClockRunsWithTheMonotonicClock(t *testing.T) {
+	if goruntime.GOOS != "linux" {
+		t.Skip("CLOCK_BOOTTIME is Linux's")
+	}
+	for try := 1; ; try++ {
+		b0, n0 := bootNow(), time.Now()
+		time.Sleep(50 * time.Millisecond)
+		b1, n1 := bootNow(), time.Now()
+		if b0.IsZero() || b1.IsZero() {
+			t.Fatal("CLOCK_BOOTTIME unreadable")
+		}
+		drift := b1.Sub(b0) - n1.Sub(n0)
+		if drift.Abs() < 20*time.Millisecond {
+			return
+		}
+		if try == 5 {
+			t.Fatalf("over %s of the monotonic clock, the boot clock ran %s (tried %d times)", n1.Sub(n0), b1.Sub(b0), try)
+		}
 	}
 }
 

@@ -639,7 +639,7 @@ func wallMember(t *testing.T, ctx context.Context, mono *time.Time, wall func() 
 	const lease, renew = 4500 * time.Millisecond, time.Second
 	m, err := New(Config{Client: versionedClient(), Namespace: "ns", Ring: "r", Identity: "a",
 		LeaseDuration: lease, RenewPeriod: renew,
-		Now: func() time.Time { return *mono }, Wall: wall,
+		Now: func() time.Time { return *mono }, Wall: wall, Boot: func() time.Time { return *mono },
 		OnClaims: func(Claims) {}, Busy: func() (_, _ shard.SlotSet) { return },
 		Observer: observe.Func(func(e observe.Event) {
 			if c, ok := e.(ClaimsChanged); ok && c.Fenced {
@@ -745,14 +745,16 @@ func TestALeaseUnlabelledByHandDoesNotFenceItsOwnerForGood(t *testing.T) {
 }
 
 // suspendable is member a of client's ring, whose monotonic clock lags
-// *world by *lag (a system suspend stops it) while its wall clock keeps the
-// world's (it counts the suspend), and member other, on the world's clock.
+// *world by *lag (a system suspend stops it) while its wall and boot clocks
+// keep the world's (they count the suspend), and member other, on the
+// world's clock.
 func suspendable(t *testing.T, client *fake.Clientset, world *time.Time, lag *time.Duration, other string) (a, o *Member) {
 	t.Helper()
 	a, err := New(Config{Client: client, Namespace: "ns", Ring: "r", Identity: "a",
 		LeaseDuration: lease, RenewPeriod: renew,
 		Now:      func() time.Time { return world.Add(-*lag) },
 		Wall:     func() time.Time { return *world },
+		Boot:     func() time.Time { return *world },
 		OnClaims: func(Claims) {}, Busy: func() (_, _ shard.SlotSet) { return }})
 	if err != nil {
 		t.Fatal(err)

@@ -50,7 +50,8 @@ var (
 	// markFresh: a leaving mark counts only with a renewal of the bound
 	// acquisition that claims nothing, or on a Lease already out: a copy
 	// of an old leave, or a mark on a live member's record, counts for
-	// nothing, and one read at first sight claims every slot a while.
+	// nothing, one read at first sight claims every slot a while, and a
+	// gift read at first sight is taken once a renewal is read.
 	markFresh = true
 )
 
@@ -60,44 +61,43 @@ var (
 // it on purpose, golang/go#24595): a node suspended past its fence would
 // resume believing no time passed, its gate open on the slots the others
 // took meanwhile. The wall clock counts the suspend, but is stepped (NTP,
-// an operator). So the fence's clock is the monotonic clock plus the most
-// the wall clock ever ran ahead of it: a suspend counts; a wall clock
-// stepped back counts nothing, nor does the step that later puts it right,
-// and one flapping back and forth counts its largest step once; one
-// stepped forward past its furthest counts, and may fence the member
-// early (safe: it fences and comes back). Only the member's own fence uses it (renewed, the deadline,
-// the gate): judging the others, a clock that may run fast would count a
-// live member out, so that stays on the monotonic clock, which never
+// an operator), and a step back then a suspend reads as a step put right.
+// So the fence's clock is the monotonic clock plus what the boot clock
+// (CLOCK_BOOTTIME: the monotonic clock and the suspends, never stepped)
+// ran ahead of it: a suspend counts, a step of the wall clock counts
+// nothing. Only the member's own fence uses it (renewed, the deadline,
+// the gate): judging the others stays on the monotonic clock, which never
 // counts more than passed.
 type fenceClock struct {
 	now, wall func() time.Time // wall nil: now's readings' own
+	boot      func() time.Time // nil, or a zero reading: no suspend counted
 
 	mu     sync.Mutex
-	n0, w0 time.Time     // now's and wall's first readings
-	ahead  time.Duration // the most the wall clock ran ahead of now since
+	n0, b0 time.Time     // now's and boot's first readings
+	ahead  time.Duration // the most boot ran ahead of now since
 }
 
 func (c *fenceClock) read() time.Time {
-	n := c.now()
-	w := n.Round(0) // the wall reading of the same instant
-	if c.wall != nil {
-		w = c.wall()
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.n0.IsZero() {
-		c.n0, c.w0 = n, w
+	n := c.now()
+	if c.boot == nil {
+		return n
 	}
-	// How far the wall clock has run ahead of the monotonic one since the
-	// first reading; the clock counts the most it ever ran ahead, so a
-	// step back counts nothing, nor does the step that puts it right, and
-	// a clock flapping back and forth counts its largest step once.
-	c.ahead = max(c.ahead, w.Sub(c.w0)-n.Sub(c.n0))
+	b := c.boot()
+	if b.IsZero() {
+		return n.Add(c.ahead)
+	}
+	if c.n0.IsZero() {
+		c.n0, c.b0 = n, b
+	}
+	// The most, so that two readings' jitter never sets the clock back.
+	c.ahead = max(c.ahead, b.Sub(c.b0)-n.Sub(c.n0))
 	return n.Add(c.ahead)
 }
 
-// wallNow reads the wall clock alone: what the fence's clock counts beside
-// the monotonic one, and what a Lease's readers take its renewTime for.
+// wallNow reads the wall clock alone: what a Lease's readers take its
+// renewTime for.
 func (c *fenceClock) wallNow() time.Time {
 	if c.wall != nil {
 		return c.wall()
@@ -157,7 +157,7 @@ func sight(seen, listed map[string]observed, past map[string]forgotten, now, pre
 			delete(past, name)
 		}
 		// A record is fresh when its acquisition was never read, or it is
-		// above the renewTimes kept of it; a record without acquireTime is
+		// above the highest renewTime read in it; a record without acquireTime is
 		// not its owner's (every renewal writes one), never fresh.
 		fresh := !byRecord && ok && o.rv != l.rv || byRecord && !l.acquired.IsZero() && o.ledger.fresh(l.acquired, l.renewTime)
 		// A fresh record is a renewal in the acquisition bound (whose
@@ -185,17 +185,21 @@ func sight(seen, listed map[string]observed, past map[string]forgotten, now, pre
 		}
 		// A leaving mark counts with a renewal of the acquisition bound
 		// before that claims nothing (the holder's leave: it dropped its
-		// claims first), on a Lease already out (a collector's: it waited
-		// three lease durations), and as long as the record it counted
+		// claims first; not a mark valued as the collector's, which a
+		// renewal claiming nothing, just after a fence or in its first
+		// lease duration, may carry by an operator's hand), on a Lease already out at the observer's list
+		// before (a collector's: it waited three lease durations; out
+		// only by now is no proof, the observer's lists may have failed
+		// while its owner renewed), and as long as the record it counted
 		// with stands; not at first sight, nor on a copy of an old leave
 		// re-applied over a live member, nor on a mark written on a live
 		// member's record, read or not: its owner works on until it
 		// reads it.
 		first := !ok && len(o.ledger) == 0
 		l.marked = l.leaving
-		l.leaving = l.leaving && (!markBound || !markFresh || ok && !o.current(now) ||
+		l.leaving = l.leaving && (!markBound || !markFresh || ok && !o.current(prev) ||
 			ok && o.record == l.record && o.leaving ||
-			renewal && o.bound.Equal(l.acquired) && l.claims.Empty() && l.holds.Empty())
+			renewal && !l.collected && o.bound.Equal(l.acquired) && l.claims.Empty() && l.holds.Empty())
 		switch {
 		case first:
 			// Never seen: counts as just renewed (no renewTime, written by
@@ -230,6 +234,11 @@ func sight(seen, listed map[string]observed, past map[string]forgotten, now, pre
 		moved := o.rv != l.rv || o.record != l.record
 		l.doubt = ok && byRecord && byMove && !(renewal && o.bound.Equal(l.acquired)) && (moved || o.doubt) ||
 			first && l.marked && markBound && markFresh
+		// Unmarked at first sight, it may be a copy of an old gift over a
+		// live member too: until a renewal of it is read, the slots it
+		// names given to this member are watched but nobody's to claim
+		// (peers).
+		l.unproven = markFresh && (first || ok && o.unproven && !(renewal && o.bound.Equal(l.acquired)))
 		if l.doubt {
 			l.claims, l.pending = shard.All(), shard.All()
 		}
@@ -296,20 +305,16 @@ type forgotten struct {
 // forgotten Lease's ledger, and an acquisition it has not read since.
 const rememberFor = 240
 
-// keptRenewTimes is how many renewTimes of one acquisition an observer
-// keeps (the highest it read).
-const keptRenewTimes = 16
-
 // An acquisition is one holding of a Lease by one process, named by the
 // acquireTime it wrote when it created, adopted or took back the Lease
-// (stamp: unique), with the highest renewTimes read in it, and when it
-// was last read. A process's renewTimes only grow (stamp), whatever its
-// wall clock does; another process writes another acquisition, so no two
+// (stamp: unique), with the highest renewTime read in it, and when it was
+// last read. A process's renewTimes only grow (stamp), whatever its wall
+// clock does; another process writes another acquisition, so no two
 // processes' clocks are compared either.
 type acquisition struct {
-	acquired   time.Time
-	renewTimes []time.Time // ascending
-	read       time.Time   // on the observer's clock
+	acquired time.Time
+	renewed  time.Time // the highest renewTime read
+	read     time.Time // on the observer's clock
 }
 
 // A ledger is what an observer read of one Lease's records: its
@@ -326,29 +331,23 @@ func (g ledger) find(acquired time.Time) int {
 }
 
 // fresh tells whether a record of acquisition acquired renewed at r is
-// new: of an acquisition never read, or of a known one above its kept
-// renewTimes' lowest and none of them. A saved copy re-applied carries a
-// renewTime read before, or one older than those kept (they are the
-// highest read, so no copy evicts one); so do copies cycled, and a Lease
-// re-created from a copy. A forged renewTime above the owner's makes its
-// renewals stale only once keptRenewTimes of them were read.
+// new: of an acquisition never read, or of a known one above the highest
+// renewTime read in it. Its owner's renewals only grow, so each is above
+// every one before; a saved copy re-applied carries one at or below the
+// highest read, even a copy of a renewal the observer never read; so do
+// copies cycled, and a Lease re-created from a copy. A forged renewTime
+// above the owner's, once read, makes its renewals stale.
 func (g ledger) fresh(acquired, r time.Time) bool {
 	if r.IsZero() {
 		return false
 	}
 	i := g.find(acquired)
-	if i < 0 {
-		return true
-	}
-	kept := g[i].renewTimes
-	return !slices.ContainsFunc(kept, r.Equal) && (len(kept) == 0 || r.After(kept[0]))
+	return i < 0 || r.After(g[i].renewed)
 }
 
 // read is g after a list at now read a record of acquisition acquired
 // renewed at r, noted if fresh, with the acquisitions not read since
-// keepFrom dropped: a fresh copy, since observed values share it. Only
-// fresh records are noted: a stale renewTime noted would lower the lowest
-// kept, and the next copy would pass it.
+// keepFrom dropped: a fresh copy, since observed values share it.
 func (g ledger) read(acquired, r time.Time, fresh bool, now, keepFrom time.Time) ledger {
 	g = slices.DeleteFunc(slices.Clone(g), func(a acquisition) bool { return a.read.Before(keepFrom) })
 	i := g.find(acquired)
@@ -362,10 +361,8 @@ func (g ledger) read(acquired, r time.Time, fresh bool, now, keepFrom time.Time)
 	}
 	a := &g[i]
 	a.read = now
-	if fresh && !r.IsZero() && !slices.ContainsFunc(a.renewTimes, r.Equal) {
-		kept := append(slices.Clone(a.renewTimes), r)
-		slices.SortFunc(kept, time.Time.Compare)
-		a.renewTimes = kept[max(0, len(kept)-keptRenewTimes):]
+	if fresh {
+		a.renewed = later(a.renewed, r)
 	}
 	return g
 }

@@ -26,7 +26,7 @@ func TestALeavingMarkWrittenOnALiveMemberSplitsNoBrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Annotations[AnnotationLeaving] = mark(l.Spec.RenewTime.Time) // as the collector writes it
+	l.Annotations[AnnotationLeaving] = markCollected(l.Spec.RenewTime.Time) // as the collector writes it
 	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

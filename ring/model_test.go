@@ -548,7 +548,7 @@ func (w *model) foreignWrite(mm *modelMember, kind int) {
 		saved := []*coordinationv1.Lease{l.DeepCopy()}
 		save, more := w.xms(time.Second, 4*time.Second), 1
 		if w.x.IntN(2) == 0 {
-			save, more = time.Second, 1+w.x.IntN(keptRenewTimes)
+			save, more = time.Second, 1+w.x.IntN(16)
 		}
 		for i := range more {
 			w.at(w.now+time.Duration(i+1)*save, nil, func() {

@@ -119,8 +119,9 @@ const (
 // it admits nothing any more and claims nothing; the slots it gave
 // (AnnotationGiven) stay given until their new owners confirm them. Its
 // value is the Lease's renewTime (RFC 3339, microseconds) as the holder
-// wrote both in one write: a mark of any other value (written by hand, or
-// left over from before a renewal) counts for nothing. The others count a
+// wrote both in one write, or the collector's (markCollected): a mark of
+// any other value (written by hand, or left over from before a renewal)
+// counts for nothing. The others count a
 // marked Lease out at once, and forget it when it is gone; a Lease that
 // vanishes unmarked was deleted by hand, and counts as live until its
 // lease runs out (liveness.go).
@@ -148,13 +149,24 @@ const legacyScheme = "fnv1a64/256/rendezvous-bounded"
 // mark is the value of AnnotationLeaving that marks a Lease renewed at t.
 func mark(t time.Time) string { return t.UTC().Format(metav1.RFC3339Micro) }
 
-// leavingMarked tells whether l carries its holder's leaving mark.
-func leavingMarked(l *coordinationv1.Lease) bool {
+// markCollected is the value of AnnotationLeaving with which the collector
+// marks a dead member's Lease renewed at t: apart from its holder's own
+// (mark), so that a mark valued as the collector writes it, read with a
+// renewal, is never taken for the holder's leave.
+func markCollected(t time.Time) string { return "collected " + mark(t) }
+
+// leavingMarked tells whether l carries a leaving mark bound to its
+// renewTime, and whether it is the collector's (markCollected).
+func leavingMarked(l *coordinationv1.Lease) (marked, collected bool) {
 	v, ok := l.Annotations[AnnotationLeaving]
 	if !markBound {
-		return ok
+		return ok, false
 	}
-	return ok && l.Spec.RenewTime != nil && v == mark(l.Spec.RenewTime.Time)
+	if !ok || l.Spec.RenewTime == nil {
+		return false, false
+	}
+	r := l.Spec.RenewTime.Time
+	return v == mark(r) || v == markCollected(r), v == markCollected(r)
 }
 
 // drainingMarked tells whether l carries its holder's draining mark.
@@ -306,11 +318,15 @@ type Config struct {
 	// monotonic clock (time.Now's do): every duration the ring measures is
 	// between two of its own readings, never against another machine's.
 	Now func() time.Time
-	// Wall is the wall clock, read beside Now for the member's own fence
-	// (fenceClock); unset, the wall reading of Now's own readings (time.Now
-	// carries both, read at one instant). Tests set it to show a suspend:
-	// Now stands still while Wall runs on.
+	// Wall is the wall clock, that the member's renewTimes are read from;
+	// unset, the wall reading of Now's own readings.
 	Wall func() time.Time
+	// Boot is a clock that counts a system suspend and is never stepped,
+	// read beside Now for the member's own fence (fenceClock); unset, the
+	// system's CLOCK_BOOTTIME with the real clock, none with a Now or a
+	// Clock of a test's. Tests set it to show a suspend: Now stands still
+	// while Boot runs on.
+	Boot func() time.Time
 	// Clock makes Run's ticker and fence timer; default the real clock
 	// (tests move a fake one).
 	Clock clock.WithTicker
@@ -514,12 +530,17 @@ type observed struct {
 	// runs out; foreign: of another scheme (AnnotationScheme); stray: its
 	// holder is not the member its name says (cleared or changed by hand,
 	// or a copy under another name).
-	leaving, gone, foreign, stray bool
+	// collected: the leaving mark is the collector's (markCollected).
+	leaving, gone, foreign, stray, collected bool
 	// marked: it carries its holder's leaving mark, counted or not
 	// (leaving: counted; sight); doubt: it moved since its last renewal
 	// read, by a write that may hide one, so its claims are taken as
 	// every slot, none confirmed (sight).
 	marked, doubt bool
+	// unproven: read at first sight, and no renewal of it since: the
+	// slots it gave this member are its custody, watched, but nobody's to
+	// claim (sight, peers).
+	unproven bool
 	// draining: marked AnnotationDraining by its holder: a member that
 	// hands its slots over before it leaves (no share of its own).
 	draining bool
@@ -553,6 +574,9 @@ func New(cfg Config) (*Member, error) {
 	if (cfg.Covers == nil) != (cfg.Swept == nil) || cfg.Covers != nil && cfg.OnClaims == nil {
 		return nil, fmt.Errorf("ring: Covers and Swept go together, with OnClaims")
 	}
+	if cfg.Boot == nil && cfg.Clock == nil && cfg.Now == nil {
+		cfg.Boot = bootNow
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
@@ -562,7 +586,7 @@ func New(cfg Config) (*Member, error) {
 	if cfg.HandoffTimeout <= 0 {
 		cfg.HandoffTimeout = 4 * cfg.LeaseDuration
 	}
-	return &Member{cfg: cfg, fence: fenceClock{now: cfg.Now, wall: cfg.Wall}, longest: cfg.LeaseDuration,
+	return &Member{cfg: cfg, fence: fenceClock{now: cfg.Now, wall: cfg.Wall, boot: cfg.Boot}, longest: cfg.LeaseDuration,
 		seen: map[string]observed{}, past: map[string]forgotten{}, changed: make(chan struct{}), rearm: make(chan struct{}, 1)}, nil
 }
 
@@ -797,7 +821,7 @@ func collection(o observed, got *coordinationv1.Lease) (rv string, marked *coord
 	if got.Annotations == nil {
 		got.Annotations = map[string]string{}
 	}
-	got.Annotations[AnnotationLeaving] = mark(got.Spec.RenewTime.Time)
+	got.Annotations[AnnotationLeaving] = markCollected(got.Spec.RenewTime.Time)
 	return "", got
 }
 
@@ -1286,7 +1310,8 @@ func (m *Member) readAll(log klog.Logger, items []coordinationv1.Lease) (listed 
 // read is what one of the others' Leases says (sight judges it).
 func (m *Member) read(log klog.Logger, l *coordinationv1.Lease) observed {
 	o := observed{id: identityOf(m.cfg.Ring, l.Name), rv: l.ResourceVersion, record: recordOf(l),
-		lease: min(leaseDurationOf(l), believed(m.cfg.LeaseDuration)), leaving: leavingMarked(l), draining: drainingMarked(l)}
+		lease: min(leaseDurationOf(l), believed(m.cfg.LeaseDuration)), draining: drainingMarked(l)}
+	o.leaving, o.collected = leavingMarked(l)
 	if r := l.Spec.RenewTime; r != nil {
 		o.renewTime = r.Time
 	}
@@ -1386,6 +1411,9 @@ func (m *Member) peers(judged time.Time, self bool) peers {
 		p.live = append(p.live, m.cfg.Identity)
 	}
 	for _, o := range m.seen {
+		if o.unproven && o.current(judged) { // watched in custody, claimed by nobody
+			p.others, firm = p.others.Union(o.givenMe), firm.Union(o.givenMe)
+		}
 		switch {
 		case !o.current(judged):
 		case o.foreign:
