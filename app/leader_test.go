@@ -42,6 +42,34 @@ type referee struct {
 	deleted map[types.UID]bool
 }
 
+// unhandled waits up to a minute for every deletion of deleted (read
+// under mu, if not nil) to reach a reconciler, and returns how many did not
+// and up to five of them.
+func (r *referee) unhandled(mu *sync.Mutex, deleted *[]types.UID) (n int, some []types.UID) {
+	count := func() (n int, some []types.UID) {
+		if mu != nil {
+			mu.Lock()
+			defer mu.Unlock()
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, uid := range *deleted {
+			if !r.deleted[uid] {
+				n++
+				if len(some) < 5 {
+					some = append(some, uid)
+				}
+			}
+		}
+		return n, some
+	}
+	deadline := time.Now().Add(time.Minute)
+	for n, _ := count(); n > 0 && time.Now().Before(deadline); n, _ = count() {
+		time.Sleep(100 * time.Millisecond)
+	}
+	return count()
+}
+
 type refereed struct {
 	r       *referee
 	replica string

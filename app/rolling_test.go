@@ -88,30 +88,11 @@ func TestAShardedRollingUpdateHandsEveryDeletionOver(t *testing.T) {
 	}
 	close(done)
 	<-churned
-	lost := func() (n int, some []types.UID) {
-		mu.Lock()
-		defer mu.Unlock()
-		ref.mu.Lock()
-		defer ref.mu.Unlock()
-		for _, uid := range deleted {
-			if !ref.deleted[uid] {
-				n++
-				if len(some) < 5 {
-					some = append(some, uid)
-				}
-			}
-		}
-		return n, some
-	}
-	deadline := time.Now().Add(time.Minute)
-	for n, _ := lost(); n > 0 && time.Now().Before(deadline); n, _ = lost() {
-		time.Sleep(100 * time.Millisecond)
-	}
 	mu.Lock()
 	total := len(deleted)
 	mu.Unlock()
 	t.Logf("%d objects deleted during the update", total)
-	if n, some := lost(); n > 0 {
+	if n, some := ref.unhandled(&mu, &deleted); n > 0 {
 		t.Errorf("%d of %d deletions made during the rolling update reached no reconciler (%v …)", n, total, some)
 	}
 	waitSettled(t, settleLimit, objects-total, joined...)
