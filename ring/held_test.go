@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"rawwatch/shard"
 )
@@ -54,24 +55,7 @@ func withdrawnSlotHandedOver(t *testing.T, heard bool) {
 		}
 		return shard.SlotSet{}
 	})
-	for range 105 {
-		tick(o)
-	}
-	if o.Claims().Working != shard.All() {
-		t.Fatalf("o alone works %v, want every slot", o.Claims().Working)
-	}
-	l, err := client.CoordinationV1().Leases("ns").Get(ctx, "r.o", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.ObjectMeta = metav1.ObjectMeta{Name: "r.o-copy", Namespace: "ns", Labels: l.Labels, Annotations: l.Annotations}
-	if _, err := client.CoordinationV1().Leases("ns").Create(ctx, l, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	tick(o)
-	if o.Claims().Working.Has(s) {
-		t.Fatalf("o still works slot %d beside a copy of its Lease claiming it: %+v", s, o.Claims())
-	}
+	withdrawnByACopy(t, client, o, tick, s)
 	holding = heard // a deletion in s reaches o, which no longer claims s
 	owes := true    // o withdrew s: its deletions are o's until it claims s again
 	n := join("n", func() shard.SlotSet { return shard.SlotSet{} })
@@ -100,5 +84,31 @@ func withdrawnSlotHandedOver(t *testing.T, heard bool) {
 		if i == 600 {
 			t.Fatalf("slot %d not worked by n 60 s after the copy: o %+v, n %+v", s, oc, nc)
 		}
+	}
+}
+
+// withdrawnByACopy steps o alone until it Works every slot, then copies its
+// Lease under another name (a rival claiming every slot) and steps o once:
+// o withdraws its slots, s among them, and may hold deletions of s.
+func withdrawnByACopy(t *testing.T, client *fake.Clientset, o *Member, tick func(*Member), s int) {
+	t.Helper()
+	for range 105 {
+		tick(o)
+	}
+	if o.Claims().Working != shard.All() {
+		t.Fatalf("o alone works %v, want every slot", o.Claims().Working)
+	}
+	ctx := context.Background()
+	l, err := client.CoordinationV1().Leases("ns").Get(ctx, "r.o", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.ObjectMeta = metav1.ObjectMeta{Name: "r.o-copy", Namespace: "ns", Labels: l.Labels, Annotations: l.Annotations}
+	if _, err := client.CoordinationV1().Leases("ns").Create(ctx, l, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tick(o)
+	if o.Claims().Working.Has(s) {
+		t.Fatalf("o still works slot %d beside a copy of its Lease: %+v", s, o.Claims())
 	}
 }

@@ -46,24 +46,7 @@ func TestAHolderKeepsItsDeletionsWhenAnotherHolderClaimsTheSlot(t *testing.T) {
 	tick := func(m *Member) { stepMember(ctx, m, &now) }
 	var never bool
 	o := join("o", &oHolds)
-	for range 105 {
-		tick(o)
-	}
-	if o.Claims().Working != shard.All() {
-		t.Fatalf("o alone works %v, want every slot", o.Claims().Working)
-	}
-	l, err := client.CoordinationV1().Leases("ns").Get(ctx, "r.o", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.ObjectMeta = metav1.ObjectMeta{Name: "r.o-copy", Namespace: "ns", Labels: l.Labels, Annotations: l.Annotations}
-	if _, err := client.CoordinationV1().Leases("ns").Create(ctx, l, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	tick(o)
-	if o.Claims().Working.Has(s) {
-		t.Fatalf("o still works slot %d beside a copy of its Lease: %+v", s, o.Claims())
-	}
+	withdrawnByACopy(t, client, o, tick, s)
 	oHolds = true // D: heard by o, which no longer claims s; before a listed s
 	a := join("a", &aHolds)
 	for range 4 {
@@ -137,18 +120,7 @@ func TestAHolderWhoseWatchRelistsKeepsItsSlot(t *testing.T) {
 		}
 		return shard.SlotSet{}
 	})
-	for range 105 {
-		tick(o)
-	}
-	l, err := client.CoordinationV1().Leases("ns").Get(ctx, "r.o", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.ObjectMeta = metav1.ObjectMeta{Name: "r.o-copy", Namespace: "ns", Labels: l.Labels, Annotations: l.Annotations}
-	if _, err := client.CoordinationV1().Leases("ns").Create(ctx, l, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	tick(o)
+	withdrawnByACopy(t, client, o, tick, s)
 	holding = true // D
 	n := join("n", func() shard.SlotSet { return shard.SlotSet{} })
 	for i := 0; ; i++ {
@@ -241,18 +213,7 @@ func TestAHolderWhoseDeletionAlwaysFailsLetsTheSlotGo(t *testing.T) {
 		}
 		return
 	})
-	for range 105 {
-		tick(o)
-	}
-	l, err := client.CoordinationV1().Leases("ns").Get(ctx, "r.o", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.ObjectMeta = metav1.ObjectMeta{Name: "r.o-copy", Namespace: "ns", Labels: l.Labels, Annotations: l.Annotations}
-	if _, err := client.CoordinationV1().Leases("ns").Create(ctx, l, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	tick(o)
+	withdrawnByACopy(t, client, o, tick, s)
 	holding = true
 	n := join("n", func() shard.SlotSet { return shard.SlotSet{} }, func() (_, _ shard.SlotSet) { return })
 	claimed := false
