@@ -21,16 +21,7 @@ func TestASlotGivenOnAWithdrawnCoverIsNotLost(t *testing.T) {
 	client := versionedClient()
 	now := epoch
 	clock := func() time.Time { return now }
-	s := -1 // n's slot with n and o, m's once m joins
-	for i := range shard.Slots {
-		if owner(shard.Assign([]string{"n", "o"}), i) == "n" && owner(shard.Assign([]string{"m", "n", "o"}), i) == "m" {
-			s = i
-			break
-		}
-	}
-	if s < 0 {
-		t.Fatal("no slot moves from n to m")
-	}
+	s := firstSlot(t, "no slot moves from n to m", func(i int) bool { return owns("n", i, "n", "o") && owns("m", i, "m", "n", "o") }) // n's slot with n and o, m's once m joins
 	ms := map[string]*Member{}
 	join := func(id string) *Member {
 		var m *Member
@@ -129,6 +120,23 @@ func TestASlotGivenOnAWithdrawnCoverIsNotLost(t *testing.T) {
 		tick(n, true) // its renewal shows the claim confirmed
 		tick(o, true)
 	}
+}
+
+// owns says whether a ring of the members ids gives slot i to id.
+func owns(id string, i int, ids ...string) bool {
+	return owner(shard.Assign(ids), i) == id
+}
+
+// firstSlot is the first slot for which is holds; the test fails with why if none does.
+func firstSlot(t *testing.T, why string, is func(i int) bool) int {
+	t.Helper()
+	for i := range shard.Slots {
+		if is(i) {
+			return i
+		}
+	}
+	t.Fatal(why)
+	return -1
 }
 
 func owner(assign map[string][]int, slot int) string {

@@ -318,13 +318,7 @@ func TestADrainerFencedThenRenewingAgainClaimsNothing(t *testing.T) {
 func TestADrainWhoseSlotAnotherMemberHoldsEndsInTime(t *testing.T) {
 	r := newDrainRing(t, "a", "c", "h")
 	r.settle(30, "a, c and h join", "a", "c", "h")
-	s := -1
-	for i := range shard.Slots {
-		if r.ms["a"].Claims().Working.Has(i) && owner(shard.Assign([]string{"c", "h"}), i) == "c" {
-			s = i
-			break
-		}
-	}
+	s := firstSlot(t, "no slot of a's goes to c", func(i int) bool { return r.ms["a"].Claims().Working.Has(i) && owns("c", i, "c", "h") })
 	r.order = []string{"a", "h", "c"} // h renews before c lists
 	r.held["h"] = shard.SlotsOf(s)
 	r.ms["a"].Drain()

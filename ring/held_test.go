@@ -36,14 +36,8 @@ func withdrawnSlotHandedOver(t *testing.T, heard bool) {
 	client := versionedClient()
 	now := epoch
 	clock := func() time.Time { return now }
-	s := -1 // o's alone, n's once n joins
-	for i := range shard.Slots {
-		if owner(shard.Assign([]string{"n", "o"}), i) == "n" {
-			s = i
-			break
-		}
-	}
-	holding := false // o's gate holds deletions of s
+	s := firstSlot(t, "no slot of n's beside o", func(i int) bool { return owns("n", i, "n", "o") }) // o's alone, n's once n joins
+	holding := false                                                                      // o's gate holds deletions of s
 	join := func(id string, held func() shard.SlotSet) *Member {
 		return coveringMember(t, client, id, clock, held)
 	}

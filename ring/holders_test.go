@@ -23,16 +23,7 @@ func TestAHolderKeepsItsDeletionsWhenAnotherHolderClaimsTheSlot(t *testing.T) {
 	client := versionedClient()
 	now := epoch
 	clock := func() time.Time { return now }
-	s := -1
-	for i := range shard.Slots {
-		if owner(shard.Assign([]string{"a", "o"}), i) == "a" && owner(shard.Assign([]string{"a", "n", "o"}), i) == "n" {
-			s = i
-			break
-		}
-	}
-	if s < 0 {
-		t.Fatal("no slot moves from a to n")
-	}
+	s := firstSlot(t, "no slot moves from a to n", func(i int) bool { return owns("a", i, "a", "o") && owns("n", i, "a", "n", "o") })
 	oHolds, aHolds := false, false // D at o, E at a
 	join := func(id string, held *bool) *Member {
 		return coveringMember(t, client, id, clock, func() shard.SlotSet {
@@ -92,13 +83,7 @@ func TestAHolderWhoseWatchRelistsKeepsItsSlot(t *testing.T) {
 	client := versionedClient()
 	now := epoch
 	clock := func() time.Time { return now }
-	s := -1
-	for i := range shard.Slots {
-		if owner(shard.Assign([]string{"n", "o"}), i) == "n" {
-			s = i
-			break
-		}
-	}
+	s := firstSlot(t, "no slot of n's beside o", func(i int) bool { return owns("n", i, "n", "o") })
 	holding, relisting := false, false
 	join := func(id string, held func() shard.SlotSet) *Member {
 		m := coveringMember(t, client, id, clock, held)
@@ -186,13 +171,7 @@ func TestAHolderWhoseDeletionAlwaysFailsLetsTheSlotGo(t *testing.T) {
 	client := versionedClient()
 	now := epoch
 	clock := func() time.Time { return now }
-	s := -1
-	for i := range shard.Slots {
-		if owner(shard.Assign([]string{"n", "o"}), i) == "n" {
-			s = i
-			break
-		}
-	}
+	s := firstSlot(t, "no slot of n's beside o", func(i int) bool { return owns("n", i, "n", "o") })
 	holding, failing := false, false
 	join := func(id string, held func() shard.SlotSet, busy func() (_, _ shard.SlotSet)) *Member {
 		m := coveringMember(t, client, id, clock, held)
@@ -248,16 +227,9 @@ func TestAHolderWhoseDeletionAlwaysFailsLetsTheSlotGo(t *testing.T) {
 func TestTheSecondHolderTakesTheSlotWhenTheFirstDies(t *testing.T) {
 	r := newDrainRing(t, "a", "b", "c", "o")
 	r.settle(30, "a, b, c and o join", "a", "b", "c", "o")
-	s := -1
-	for i := range shard.Slots {
-		if r.ms["c"].Claims().Working.Has(i) && owner(shard.Assign([]string{"b", "o"}), i) == "o" && owner(shard.Assign([]string{"a", "b", "o"}), i) == "o" {
-			s = i
-			break
-		}
-	}
-	if s < 0 {
-		t.Fatal("no slot of c's goes to o")
-	}
+	s := firstSlot(t, "no slot of c's goes to o", func(i int) bool {
+		return r.ms["c"].Claims().Working.Has(i) && owns("o", i, "b", "o") && owns("o", i, "a", "b", "o")
+	})
 	r.held["a"], r.held["b"] = shard.SlotsOf(s), shard.SlotsOf(s)
 	r.dead["c"] = true
 	r.round("c dead")

@@ -45,16 +45,9 @@ func giftWhileDMoves(t *testing.T, heardByA, copy bool) int {
 	r.dead["b"] = true // not started yet
 	r.settle(30, "a and d", "a", "d")
 	a, b := r.ms["a"], r.ms["b"]
-	s := -1
-	for i := range shard.Slots {
-		if a.Claims().Working.Has(i) && owner(shard.Assign([]string{"a", "b", "d"}), i) == "b" && owner(shard.Assign([]string{"a", "b"}), i) == "b" {
-			s = i
-			break
-		}
-	}
-	if s < 0 {
-		t.Fatal("no slot of a's goes to b")
-	}
+	s := firstSlot(t, "no slot of a's goes to b", func(i int) bool {
+		return a.Claims().Working.Has(i) && owns("b", i, "a", "b", "d") && owns("b", i, "a", "b")
+	})
 	heard := false // a deletion of s waits in a's gate
 	a.cfg.Held = func() shard.SlotSet {
 		c := a.Claims()
