@@ -106,7 +106,9 @@ func (c *Controller[T]) OnDelta(d store.Delta[T]) {
 // Resync queues every key, as a new leader does with a store that filled
 // without it.
 func (c *Controller[T]) Resync(keys []string) {
-	c.observe(Resynced{Keys: len(keys)})
+	if c.Observer != nil {
+		c.Observer.Observe(Resynced{Keys: len(keys)})
+	}
 	for _, key := range keys {
 		c.Queue.Add(key)
 	}
@@ -209,13 +211,6 @@ func (c *Controller[T]) workContext(ctx context.Context) (context.Context, conte
 	return work, func() { stop(); cancel() }
 }
 
-// observe tells the Observer, if any, of e.
-func (c *Controller[T]) observe(e observe.Event) {
-	if c.Observer != nil {
-		c.Observer.Observe(e)
-	}
-}
-
 // processNext handles one key; it returns false when the queue shut down.
 func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, worker int) bool {
 	key, shutdown := c.Queue.Get()
@@ -228,7 +223,9 @@ func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, wo
 	defer cancel()
 	log := klog.FromContext(rctx)
 	log.V(4).Info("Reconciling")
-	c.observe(Started{Worker: worker, Key: key})
+	if c.Observer != nil { // checked before the event is made: boxing it allocates
+		c.Observer.Observe(Started{Worker: worker, Key: key})
+	}
 	err := c.HandleDeletions(rctx, key)
 	if err == nil {
 		err = c.Reconciler.Reconcile(rctx, key)
@@ -252,11 +249,15 @@ func (c *Controller[T]) processNext(work context.Context, logger klog.Logger, wo
 		pauseFor := c.pause.failed(time.Now(), start, retryAfter)
 		c.Queue.Add(key)
 		log.V(2).Info("Server away; workers pause", "err", err, "pause", pauseFor)
-		c.observe(Paused{Key: key, For: pauseFor, Err: err})
+		if c.Observer != nil {
+			c.Observer.Observe(Paused{Key: key, For: pauseFor, Err: err})
+		}
 	default:
 		retryIn = c.Queue.AddRateLimited(key)
 		log.Error(err, "Reconcile failed, will retry", "retries", c.Queue.Retries(key), "retryIn", retryIn)
 	}
-	c.observe(Finished{Worker: worker, Key: key, Took: d, Err: err, RetryIn: retryIn})
+	if c.Observer != nil {
+		c.Observer.Observe(Finished{Worker: worker, Key: key, Took: d, Err: err, RetryIn: retryIn})
+	}
 	return true
 }
