@@ -25,7 +25,6 @@ import (
 // until its fence. The copy's gift is no giver's current word: c must not
 // claim s on it while n may still admit reconciles of s.
 func TestAGiftOnACopyUnderAnotherNameSplitsNoBrain(t *testing.T) {
-	openfinding.Skip(t)
 	r := newDrainRing(t, "n", "a", "c") // n steps first: c lists after n's last renewal
 	r.dead["n"] = true                  // not started yet
 	r.settle(30, "a and c join", "a", "c")

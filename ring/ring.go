@@ -1367,7 +1367,8 @@ type peers struct {
 	// to this member.
 	others, claimed, rival, custody shard.SlotSet
 	// doubted: of others, the slots only Leases in doubt claim; sure, of
-	// custody, the slots given by Leases not in doubt themselves.
+	// custody, the slots given by members' Leases not in doubt themselves
+	// (not by a stray's).
 	doubted, sure shard.SlotSet
 	// confirmed and covers, by identity: what every live Lease of that
 	// identity claims confirmed and covers (two Leases may name one).
@@ -1413,7 +1414,9 @@ func (m *Member) peers(judged time.Time, self bool) peers {
 			// its owner's last word: its claims stand, the slots it gave
 			// stay given (custody holds), and a slot given to it is
 			// accepted only once it shows it confirmed (or its lease runs
-			// out).
+			// out). Its gifts are no giver's current word (a copy may be
+			// applied long after the slot moved on): they give nothing
+			// through a Lease in doubt (not sure).
 			// In doubt, what it claims is unknown, as for a member.
 			p.others = p.others.Union(o.claims).Union(o.givenOthers)
 			if o.doubt {
@@ -1421,7 +1424,6 @@ func (m *Member) peers(judged time.Time, self bool) peers {
 				firm = firm.Union(o.givenOthers)
 			} else {
 				firm = firm.Union(o.claims).Union(o.givenOthers)
-				p.sure = p.sure.Union(o.givenMe)
 			}
 			p.claimed = p.claimed.Union(o.claims)
 			p.rival = p.rival.Union(o.claims.Minus(o.pending))
