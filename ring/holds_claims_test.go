@@ -176,7 +176,6 @@ func TestAHolderThatDrainsWhileAnotherHolderClaimsTheSlotKeepsItsDeletion(t *tes
 // is left to its receiver whatever others hold of it. But a never heard of
 // D: n must not work s while o still holds D, or D reaches no replica.
 func TestAHolderKeepsItsDeletionWhenAnotherHolderHandsTheSlotOnSlowly(t *testing.T) {
-	openfinding.Skip(t)
 	client := versionedClient()
 	now := epoch
 	clock := func() time.Time { return now }

@@ -1513,10 +1513,15 @@ func (m *Member) update(log klog.Logger) {
 	// The deletions we hold of a slot another live member works are its
 	// (it heard of them too, or they went with a fence); of any other
 	// slot, ours to handle: we keep watching it, and claim it when free.
+	// A slot another member claims confirmed but whose share it is not
+	// (custody, a drain, held deletions: Releasing) is not worked: it
+	// hands the slot on, and names us its next owner only if we keep
+	// naming it held (that member may have listed it after our deletions).
+	assign := assignSlots(live)
 	var worked shard.SlotSet
-	for _, id := range slices.Concat(live, p.draining) {
+	for _, id := range live {
 		if id != m.cfg.Identity {
-			worked = worked.Union(confirmed[id])
+			worked = worked.Union(confirmed[id].And(shard.SlotsOf(assign[id]...)))
 		}
 	}
 	if !self {
@@ -1566,7 +1571,6 @@ func (m *Member) update(log klog.Logger) {
 		}
 	}
 	m.withdrawals = kept
-	assign := assignSlots(live)
 	// A slot goes to the member whose share it is, unless other live
 	// members hold deletions of it: then to the first of those by
 	// identity (not the slot's owner: it gets the slot last, from them).
