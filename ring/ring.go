@@ -460,6 +460,9 @@ type Member struct {
 	// releasingSince is when each slot became Releasing (zero: it is not);
 	// ownerOf, whom the last step's membership gave each slot to.
 	releasingSince [shard.Slots]time.Time
+	// uncoveredSince is since when each slot held (Claims.Holding) has
+	// not been covered by our cache (zero: covered, or not held).
+	uncoveredSince [shard.Slots]time.Time
 	ownerOf        [shard.Slots]string
 	// givenTo names the member each Given slot went to, givenAt when;
 	// handed, the Given slots let go handed over (View.Handed).
@@ -1533,6 +1536,25 @@ func (m *Member) update(log klog.Logger) {
 	// hears what came after. Held here, they would name the slot in our
 	// holds, and the new owner would leave it to us, which gave it away.
 	holding := held.Union(m.owed).Minus(worked).Minus(m.handed.And(m.claims.Given))
+	// A hold on a slot our cache has not covered for HandoffTimeout (a
+	// watch that never lists it again) lapses: we could not claim it, and
+	// the slot's owner, leaving it to us, would wait for good.
+	var lapsed shard.SlotSet
+	for i := range m.uncoveredSince {
+		switch {
+		case !held.Union(m.owed).Has(i) || ownCover.Has(i):
+			m.uncoveredSince[i] = time.Time{}
+		case m.uncoveredSince[i].IsZero():
+			m.uncoveredSince[i] = now
+		case now.Sub(m.uncoveredSince[i]) >= m.cfg.HandoffTimeout:
+			lapsed = lapsed.With(i)
+		}
+	}
+	if late := lapsed.And(m.claims.Holding); !late.Empty() {
+		log.Info("Slots whose deletions we hold were not covered by our cache in time: no longer holding them; their owner may take them, and those deletions may be lost",
+			"slots", late, "waited", m.cfg.HandoffTimeout)
+	}
+	holding, m.owed = holding.Minus(lapsed), m.owed.Minus(lapsed)
 	// Of the slots we gave, those their new owner confirmed (or that
 	// went to a member no longer live, or to nobody); and, so that a new
 	// owner that never takes a slot cannot keep it from everyone, those
