@@ -468,7 +468,10 @@ type Member struct {
 	// handed, the Given slots let go handed over (View.Handed).
 	givenTo [shard.Slots]string
 	givenAt [shard.Slots]time.Time
-	handed  shard.SlotSet
+	// giftSeen: the Given slots whose new owner's Lease a list read since
+	// the gift not giving them on (AnnotationGiven).
+	giftSeen shard.SlotSet
+	handed   shard.SlotSet
 	// Lingering (Claims.Lingering): published is the cover the last
 	// renewal wrote; withdrawn, the slots it stopped covering since the
 	// last list; withdrawals, each withdrawal with the others' renewal
@@ -1377,14 +1380,15 @@ type peers struct {
 	// identity claims confirmed and covers (two Leases may name one).
 	confirmed map[string]shard.SlotSet
 	covers    map[string]Cover
-	// holds, by identity: the slots each live member holds deletions of.
-	holds map[string]shard.SlotSet
+	// holds, by identity: the slots each live member holds deletions of;
+	// gave, the slots it names given to a member other than this one.
+	holds, gave map[string]shard.SlotSet
 }
 
 // peers judges the others' Leases at judged (m.mu held): members, the
 // leaving whose gifts still stand, and those of another scheme.
 func (m *Member) peers(judged time.Time, self bool) peers {
-	p := peers{confirmed: map[string]shard.SlotSet{}, covers: map[string]Cover{}, holds: map[string]shard.SlotSet{}}
+	p := peers{confirmed: map[string]shard.SlotSet{}, covers: map[string]Cover{}, holds: map[string]shard.SlotSet{}, gave: map[string]shard.SlotSet{}}
 	var doubted, firm shard.SlotSet // claimed by Leases in doubt, and by any other
 	if self {
 		p.live = append(p.live, m.cfg.Identity)
@@ -1452,6 +1456,7 @@ func (m *Member) peers(judged time.Time, self bool) peers {
 			p.claimed = p.claimed.Union(o.claims)
 			p.custody = p.custody.Union(o.givenMe)
 			p.holds[o.id] = p.holds[o.id].Union(o.holds)
+			p.gave[o.id] = p.gave[o.id].Union(o.givenOthers)
 			confirmed := o.claims.Minus(o.pending)
 			p.rival = p.rival.Union(confirmed)
 			if c, ok := p.confirmed[o.id]; ok { // a second Lease of one identity: what both say
@@ -1559,11 +1564,21 @@ func (m *Member) update(log klog.Logger) {
 	// went to a member no longer live, or to nobody); and, so that a new
 	// owner that never takes a slot cannot keep it from everyone, those
 	// given longer than HandoffTimeout ago.
+	// A new owner whose Lease, read once not giving the slot on, then
+	// gives it on (to another than us) confirmed it meanwhile: a member
+	// gives only what it claimed confirmed (our lists may have missed it).
 	var accepted, expired shard.SlotSet
 	for _, i := range m.claims.Given.List() {
-		if to, ok := confirmed[m.givenTo[i]]; !ok || to.Has(i) {
+		to, ok := confirmed[m.givenTo[i]]
+		gaveOn := p.gave[m.givenTo[i]].Has(i)
+		if !ok || to.Has(i) || gaveOn && m.giftSeen.Has(i) {
 			accepted = accepted.With(i)
-		} else if now.Sub(m.givenAt[i]) >= m.cfg.HandoffTimeout {
+			continue
+		}
+		if !gaveOn && m.lookOK { // read by a list made after the gift
+			m.giftSeen = m.giftSeen.With(i)
+		}
+		if now.Sub(m.givenAt[i]) >= m.cfg.HandoffTimeout {
 			expired = expired.With(i)
 		}
 	}
@@ -1720,6 +1735,7 @@ func (m *Member) update(log klog.Logger) {
 		m.givenAt[i] = now
 	}
 	gave := m.claims.Given.Minus(before.Given)
+	m.giftSeen = m.giftSeen.Minus(gave).And(m.claims.Given)
 	m.handed = m.handed.Minus(gave).Union(gave.And(handed)).And(m.claims.Given)
 	for i := range m.releasingSince {
 		switch {
