@@ -1614,9 +1614,10 @@ func (m *Member) update(log klog.Logger) {
 	// A free slot is left to that holder too (each hands it on as it got
 	// it, handling what it held first): whoever works the slot after
 	// listed it later, and never heard of those deletions. Except a slot
-	// given to this member by name: its giver worked it, so what the
-	// holders heard meanwhile the giver heard too, and its handoff (a
-	// sweep after this member covered it) left nothing behind; a holder
+	// given to this member by name: its giver gave it to a holder naming
+	// it before its owner (holders name a slot another only Releases),
+	// so what other holders heard meanwhile the giver heard too, and its
+	// handoff (a sweep after this member covered it) left nothing; a holder
 	// cannot claim it (given to us), so deferring would stall it until
 	// the gift expires. (Let go overdue, without that cover, its log line
 	// says what may be lost.)
