@@ -452,6 +452,9 @@ type Member struct {
 	// claimed again, that no other live member works: their deletions are
 	// its, whether its watch brought them yet or not (Claims.Holding).
 	owed shard.SlotSet
+	// sawWorked, by identity: the slots another member claims confirmed
+	// that were its share at some list since it claimed them (update).
+	sawWorked map[string]shard.SlotSet
 
 	// The handoff (the member's goroutine only, but claims is read by Claims).
 	claims    Claims
@@ -1521,17 +1524,21 @@ func (m *Member) update(log klog.Logger) {
 	// The deletions we hold of a slot another live member works are its
 	// (it heard of them too, or they went with a fence); of any other
 	// slot, ours to handle: we keep watching it, and claim it when free.
-	// A slot another member claims confirmed but whose share it is not
-	// (custody, a drain, held deletions: Releasing) is not worked: it
-	// hands the slot on, and names us its next owner only if we keep
-	// naming it held (that member may have listed it after our deletions).
+	// A slot another member claims confirmed is worked if it is its share,
+	// or was while it claimed it since (it Releases what it worked); one it
+	// claims only to hand on (custody, held deletions) is not: it may have
+	// listed the slot after our deletions, and gives it to us before its
+	// owner only if we keep naming it held.
 	assign := assignSlots(live)
 	var worked shard.SlotSet
-	for _, id := range live {
+	sawWorked := map[string]shard.SlotSet{}
+	for _, id := range slices.Concat(live, p.draining) {
 		if id != m.cfg.Identity {
-			worked = worked.Union(confirmed[id].And(shard.SlotsOf(assign[id]...)))
+			w := confirmed[id].And(shard.SlotsOf(assign[id]...).Union(m.sawWorked[id]))
+			sawWorked[id], worked = w, worked.Union(w)
 		}
 	}
+	m.sawWorked = sawWorked
 	if !self {
 		m.owed = shard.SlotSet{}
 	}
