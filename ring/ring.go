@@ -1548,13 +1548,15 @@ func (m *Member) update(log klog.Logger) {
 	// hears what came after. Held here, they would name the slot in our
 	// holds, and the new owner would leave it to us, which gave it away.
 	holding := held.Union(m.owed).Minus(worked).Minus(m.handed.And(m.claims.Given))
-	// A hold on a slot our cache has not covered for HandoffTimeout (a
-	// watch that never lists it again) lapses: we could not claim it, and
-	// the slot's owner, leaving it to us, would wait for good.
+	// A hold on a slot our cache has not covered for HandoffTimeout while
+	// we were live (a watch that never lists it again) lapses: we could
+	// not claim it, and the slot's owner, leaving it to us, would wait for
+	// good. (Fenced, we are nobody's holder: an outage of the API server
+	// longer than the fence keeps what we hold.)
 	var lapsed shard.SlotSet
 	for i := range m.uncoveredSince {
 		switch {
-		case !held.Union(m.owed).Has(i) || ownCover.Has(i):
+		case !self || !held.Union(m.owed).Has(i) || ownCover.Has(i):
 			m.uncoveredSince[i] = time.Time{}
 		case m.uncoveredSince[i].IsZero():
 			m.uncoveredSince[i] = now
