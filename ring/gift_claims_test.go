@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
-	"rawwatch/openfinding"
 	"rawwatch/shard"
 )
 
@@ -25,7 +24,6 @@ import (
 // until its fence. The copy's gift is no giver's current word: c must not
 // claim s on it while n may still admit reconciles of s.
 func TestAGiftOnACopyUnderAnotherNameSplitsNoBrain(t *testing.T) {
-	openfinding.Skip(t)
 	r := newDrainRing(t, "n", "a", "c") // n steps first: c lists after n's last renewal
 	r.dead["n"] = true                  // not started yet
 	r.settle(30, "a and c join", "a", "c")
@@ -107,7 +105,6 @@ func TestAGiftOnACopyUnderAnotherNameSplitsNoBrain(t *testing.T) {
 // periods), nor can a's drain end. A gift confirmed and handed on must be
 // worked within a few renew periods, and a's drain end within drainBound.
 func TestAGiftHandedOnBeforeItsGiverSawItConfirmedStallsNoSlot(t *testing.T) {
-	openfinding.Skip(t)
 	r := newDrainRing(t, "a", "c", "n")
 	r.dead["n"] = true // not started yet
 	r.settle(30, "a and c join", "a", "c")

@@ -52,10 +52,12 @@ type Claims struct {
 	Lingering shard.SlotSet
 	// Holding: slots it does not claim whose deletions it holds (heard of
 	// while it did not claim them: withdrawn, fenced, or not its yet),
-	// that no other live member works. It watches them, names them on its
-	// Lease (AnnotationHolds: the others leave them to it when they are
-	// free) and claims them as it claims custody, into Releasing if they
-	// are not its target: it handles what it held, then hands them on.
+	// that no other live member works as its share or Releases since (one
+	// that claims them only to hand them on may have listed them after),
+	// for HandoffTimeout at most uncovered. It watches them, names them on
+	// its Lease (AnnotationHolds: the others leave them to it when they
+	// are free) and claims them as it claims custody, into Releasing if
+	// they are not its target: it handles what it held, then hands them on.
 	Holding shard.SlotSet
 }
 

@@ -7,7 +7,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"rawwatch/openfinding"
 	"rawwatch/shard"
 )
 
@@ -19,7 +18,6 @@ import (
 // a bounded time (a holder, like a gift, cannot keep a slot from everyone
 // for good): here, three HandoffTimeouts after the copy ran out.
 func TestAHolderWhoseWatchNeverCoversAgainKeepsNoSlotForever(t *testing.T) {
-	openfinding.Skip(t)
 	client := versionedClient()
 	now := epoch
 	clock := func() time.Time { return now }
@@ -176,7 +174,6 @@ func TestAHolderThatDrainsWhileAnotherHolderClaimsTheSlotKeepsItsDeletion(t *tes
 // is left to its receiver whatever others hold of it. But a never heard of
 // D: n must not work s while o still holds D, or D reaches no replica.
 func TestAHolderKeepsItsDeletionWhenAnotherHolderHandsTheSlotOnSlowly(t *testing.T) {
-	openfinding.Skip(t)
 	client := versionedClient()
 	now := epoch
 	clock := func() time.Time { return now }

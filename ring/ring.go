@@ -468,6 +468,9 @@ type Member struct {
 	// claimed again, that no other live member works: their deletions are
 	// its, whether its watch brought them yet or not (Claims.Holding).
 	owed shard.SlotSet
+	// sawWorked, by identity: the slots another member claims confirmed
+	// that were its share at some list since it claimed them (update).
+	sawWorked map[string]shard.SlotSet
 
 	// The handoff (the member's goroutine only, but claims is read by Claims).
 	claims    Claims
@@ -476,12 +479,18 @@ type Member struct {
 	// releasingSince is when each slot became Releasing (zero: it is not);
 	// ownerOf, whom the last step's membership gave each slot to.
 	releasingSince [shard.Slots]time.Time
+	// uncoveredSince is since when each slot held (Claims.Holding) has
+	// not been covered by our cache (zero: covered, or not held).
+	uncoveredSince [shard.Slots]time.Time
 	ownerOf        [shard.Slots]string
 	// givenTo names the member each Given slot went to, givenAt when;
 	// handed, the Given slots let go handed over (View.Handed).
 	givenTo [shard.Slots]string
 	givenAt [shard.Slots]time.Time
-	handed  shard.SlotSet
+	// giftSeen: the Given slots whose new owner's Lease a list read since
+	// the gift not giving them on (AnnotationGiven).
+	giftSeen shard.SlotSet
+	handed   shard.SlotSet
 	// Lingering (Claims.Lingering): published is the cover the last
 	// renewal wrote; withdrawn, the slots it stopped covering since the
 	// last list; withdrawals, each withdrawal with the others' renewal
@@ -1392,20 +1401,22 @@ type peers struct {
 	// to this member.
 	others, claimed, rival, custody shard.SlotSet
 	// doubted: of others, the slots only Leases in doubt claim; sure, of
-	// custody, the slots given by Leases not in doubt themselves.
+	// custody, the slots given by members' Leases not in doubt themselves
+	// (not by a stray's).
 	doubted, sure shard.SlotSet
 	// confirmed and covers, by identity: what every live Lease of that
 	// identity claims confirmed and covers (two Leases may name one).
 	confirmed map[string]shard.SlotSet
 	covers    map[string]Cover
-	// holds, by identity: the slots each live member holds deletions of.
-	holds map[string]shard.SlotSet
+	// holds, by identity: the slots each live member holds deletions of;
+	// gave, the slots it names given to a member other than this one.
+	holds, gave map[string]shard.SlotSet
 }
 
 // peers judges the others' Leases at judged (m.mu held): members, the
 // leaving whose gifts still stand, and those of another scheme.
 func (m *Member) peers(judged time.Time, self bool) peers {
-	p := peers{confirmed: map[string]shard.SlotSet{}, covers: map[string]Cover{}, holds: map[string]shard.SlotSet{}}
+	p := peers{confirmed: map[string]shard.SlotSet{}, covers: map[string]Cover{}, holds: map[string]shard.SlotSet{}, gave: map[string]shard.SlotSet{}}
 	var doubted, firm shard.SlotSet // claimed by Leases in doubt, and by any other
 	if self {
 		p.live = append(p.live, m.cfg.Identity)
@@ -1441,7 +1452,9 @@ func (m *Member) peers(judged time.Time, self bool) peers {
 			// its owner's last word: its claims stand, the slots it gave
 			// stay given (custody holds), and a slot given to it is
 			// accepted only once it shows it confirmed (or its lease runs
-			// out).
+			// out). Its gifts are no giver's current word (a copy may be
+			// applied long after the slot moved on): they give nothing
+			// through a Lease in doubt (not sure).
 			// In doubt, what it claims is unknown, as for a member.
 			p.others = p.others.Union(o.claims).Union(o.givenOthers)
 			if o.doubt {
@@ -1449,7 +1462,6 @@ func (m *Member) peers(judged time.Time, self bool) peers {
 				firm = firm.Union(o.givenOthers)
 			} else {
 				firm = firm.Union(o.claims).Union(o.givenOthers)
-				p.sure = p.sure.Union(o.givenMe)
 			}
 			p.claimed = p.claimed.Union(o.claims)
 			p.rival = p.rival.Union(o.claims.Minus(o.pending))
@@ -1475,6 +1487,7 @@ func (m *Member) peers(judged time.Time, self bool) peers {
 			p.claimed = p.claimed.Union(o.claims)
 			p.custody = p.custody.Union(o.givenMe)
 			p.holds[o.id] = p.holds[o.id].Union(o.holds)
+			p.gave[o.id] = p.gave[o.id].Union(o.givenOthers)
 			confirmed := o.claims.Minus(o.pending)
 			p.rival = p.rival.Union(confirmed)
 			if c, ok := p.confirmed[o.id]; ok { // a second Lease of one identity: what both say
@@ -1539,12 +1552,21 @@ func (m *Member) update(log klog.Logger) {
 	// The deletions we hold of a slot another live member works are its
 	// (it heard of them too, or they went with a fence); of any other
 	// slot, ours to handle: we keep watching it, and claim it when free.
+	// A slot another member claims confirmed is worked if it is its share,
+	// or was while it claimed it since (it Releases what it worked); one it
+	// claims only to hand on (custody, held deletions) is not: it may have
+	// listed the slot after our deletions, and gives it to us before its
+	// owner only if we keep naming it held.
+	assign := assignSlots(live)
 	var worked shard.SlotSet
+	sawWorked := map[string]shard.SlotSet{}
 	for _, id := range slices.Concat(live, p.draining) {
 		if id != m.cfg.Identity {
-			worked = worked.Union(confirmed[id])
+			w := confirmed[id].And(shard.SlotsOf(assign[id]...).Union(m.sawWorked[id]))
+			sawWorked[id], worked = w, worked.Union(w)
 		}
 	}
+	m.sawWorked = sawWorked
 	if !self {
 		m.owed = shard.SlotSet{}
 	}
@@ -1554,15 +1576,46 @@ func (m *Member) update(log klog.Logger) {
 	// hears what came after. Held here, they would name the slot in our
 	// holds, and the new owner would leave it to us, which gave it away.
 	holding := held.Union(m.owed).Minus(worked).Minus(m.handed.And(m.claims.Given))
+	// A hold on a slot our cache has not covered for HandoffTimeout while
+	// we were live (a watch that never lists it again) lapses: we could
+	// not claim it, and the slot's owner, leaving it to us, would wait for
+	// good. (Fenced, we are nobody's holder: an outage of the API server
+	// longer than the fence keeps what we hold.)
+	var lapsed shard.SlotSet
+	for i := range m.uncoveredSince {
+		switch {
+		case !self || !held.Union(m.owed).Has(i) || ownCover.Has(i):
+			m.uncoveredSince[i] = time.Time{}
+		case m.uncoveredSince[i].IsZero():
+			m.uncoveredSince[i] = now
+		case now.Sub(m.uncoveredSince[i]) >= m.cfg.HandoffTimeout:
+			lapsed = lapsed.With(i)
+		}
+	}
+	if late := lapsed.And(m.claims.Holding); !late.Empty() {
+		log.Info("Slots whose deletions we hold were not covered by our cache in time: no longer holding them; their owner may take them, and those deletions may be lost",
+			"slots", late, "waited", m.cfg.HandoffTimeout)
+	}
+	holding, m.owed = holding.Minus(lapsed), m.owed.Minus(lapsed)
 	// Of the slots we gave, those their new owner confirmed (or that
 	// went to a member no longer live, or to nobody); and, so that a new
 	// owner that never takes a slot cannot keep it from everyone, those
 	// given longer than HandoffTimeout ago.
+	// A new owner whose Lease, read once not giving the slot on, then
+	// gives it on (to another than us) confirmed it meanwhile: a member
+	// gives only what it claimed confirmed (our lists may have missed it).
 	var accepted, expired shard.SlotSet
 	for _, i := range m.claims.Given.List() {
-		if to, ok := confirmed[m.givenTo[i]]; !ok || to.Has(i) {
+		to, ok := confirmed[m.givenTo[i]]
+		gaveOn := p.gave[m.givenTo[i]].Has(i)
+		if !ok || to.Has(i) || gaveOn && m.giftSeen.Has(i) {
 			accepted = accepted.With(i)
-		} else if now.Sub(m.givenAt[i]) >= m.cfg.HandoffTimeout {
+			continue
+		}
+		if !gaveOn && m.lookOK { // read by a list made after the gift
+			m.giftSeen = m.giftSeen.With(i)
+		}
+		if now.Sub(m.givenAt[i]) >= m.cfg.HandoffTimeout {
 			expired = expired.With(i)
 		}
 	}
@@ -1592,16 +1645,16 @@ func (m *Member) update(log klog.Logger) {
 		}
 	}
 	m.withdrawals = kept
-	assign := assignSlots(live)
 	// A slot goes to the member whose share it is, unless other live
 	// members hold deletions of it: then to the first of those by
 	// identity (not the slot's owner: it gets the slot last, from them).
 	// A free slot is left to that holder too (each hands it on as it got
 	// it, handling what it held first): whoever works the slot after
 	// listed it later, and never heard of those deletions. Except a slot
-	// given to this member by name: its giver worked it, so what the
-	// holders heard meanwhile the giver heard too, and its handoff (a
-	// sweep after this member covered it) left nothing behind; a holder
+	// given to this member by name: its giver gave it to a holder naming
+	// it before its owner (holders name a slot another only Releases),
+	// so what other holders heard meanwhile the giver heard too, and its
+	// handoff (a sweep after this member covered it) left nothing; a holder
 	// cannot claim it (given to us), so deferring would stall it until
 	// the gift expires. (Let go overdue, without that cover, its log line
 	// says what may be lost.)
@@ -1720,6 +1773,7 @@ func (m *Member) update(log klog.Logger) {
 		m.givenAt[i] = now
 	}
 	gave := m.claims.Given.Minus(before.Given)
+	m.giftSeen = m.giftSeen.Minus(gave).And(m.claims.Given)
 	m.handed = m.handed.Minus(gave).Union(gave.And(handed)).And(m.claims.Given)
 	for i := range m.releasingSince {
 		switch {
