@@ -28,16 +28,7 @@ func TestAGiftOnACopyUnderAnotherNameSplitsNoBrain(t *testing.T) {
 	r.dead["n"] = true                  // not started yet
 	r.settle(30, "a and c join", "a", "c")
 	a, n := r.ms["a"], r.ms["n"]
-	s := -1
-	for i := range shard.Slots {
-		if a.Claims().Working.Has(i) && owner(shard.Assign([]string{"c", "n"}), i) == "n" {
-			s = i
-			break
-		}
-	}
-	if s < 0 {
-		t.Fatal("no slot of a's goes to n once a left")
-	}
+	s := firstSlot(t, "no slot of a's goes to n once a left", func(i int) bool { return a.Claims().Working.Has(i) && owns("n", i, "c", "n") })
 	ctx := context.Background()
 	leases := a.cfg.Client.CoordinationV1().Leases("ns")
 	a.Drain()
@@ -109,16 +100,7 @@ func TestAGiftHandedOnBeforeItsGiverSawItConfirmedStallsNoSlot(t *testing.T) {
 	r.dead["n"] = true // not started yet
 	r.settle(30, "a and c join", "a", "c")
 	a, c, n := r.ms["a"], r.ms["c"], r.ms["n"]
-	s := -1
-	for i := range shard.Slots {
-		if a.Claims().Working.Has(i) && owner(shard.Assign([]string{"c", "n"}), i) == "n" {
-			s = i
-			break
-		}
-	}
-	if s < 0 {
-		t.Fatal("no slot of a's goes to n")
-	}
+	s := firstSlot(t, "no slot of a's goes to n", func(i int) bool { return a.Claims().Working.Has(i) && owns("n", i, "c", "n") })
 	ctx := context.Background()
 	leases := a.cfg.Client.CoordinationV1().Leases("ns")
 	confirmedAtC := func() bool { // c's Lease claims s, not Pending

@@ -37,7 +37,7 @@ func withdrawnSlotHandedOver(t *testing.T, heard bool) {
 	now := epoch
 	clock := func() time.Time { return now }
 	s := firstSlot(t, "no slot of n's beside o", func(i int) bool { return owns("n", i, "n", "o") }) // o's alone, n's once n joins
-	holding := false                                                                      // o's gate holds deletions of s
+	holding := false                                                                                 // o's gate holds deletions of s
 	join := func(id string, held func() shard.SlotSet) *Member {
 		return coveringMember(t, client, id, clock, held)
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -33,13 +32,7 @@ func TestAHoldOutlastsAnOutageLongerThanHandoffTimeout(t *testing.T) {
 	})
 	now := epoch
 	clock := func() time.Time { return now }
-	s := -1
-	for i := range shard.Slots {
-		if owner(shard.Assign([]string{"n", "o"}), i) == "n" {
-			s = i
-			break
-		}
-	}
+	s := firstSlot(t, "no slot of n's beside o", func(i int) bool { return owns("n", i, "n", "o") })
 	holding := false
 	ctx := context.Background()
 	tick := func(m *Member) { stepMember(ctx, m, &now) }
@@ -49,18 +42,7 @@ func TestAHoldOutlastsAnOutageLongerThanHandoffTimeout(t *testing.T) {
 		}
 		return shard.SlotSet{}
 	})
-	for range 105 {
-		tick(o)
-	}
-	l, err := client.CoordinationV1().Leases("ns").Get(ctx, "r.o", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.ObjectMeta = metav1.ObjectMeta{Name: "r.o-copy", Namespace: "ns", Labels: l.Labels, Annotations: l.Annotations}
-	if _, err := client.CoordinationV1().Leases("ns").Create(ctx, l, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	tick(o)
+	withdrawnByACopy(t, client, o, tick, s)
 	holding = true // D
 	n := coveringMember(t, client, "n", clock, func() shard.SlotSet { return shard.SlotSet{} })
 	outage := o.cfg.HandoffTimeout + 10*time.Second

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"rawwatch/shard"
 )
 
@@ -21,13 +19,7 @@ func TestAHolderWhoseWatchNeverCoversAgainKeepsNoSlotForever(t *testing.T) {
 	client := versionedClient()
 	now := epoch
 	clock := func() time.Time { return now }
-	s := -1
-	for i := range shard.Slots {
-		if owner(shard.Assign([]string{"n", "o"}), i) == "n" {
-			s = i
-			break
-		}
-	}
+	s := firstSlot(t, "no slot of n's beside o", func(i int) bool { return owns("n", i, "n", "o") })
 	relisting := false
 	join := func(id string, held func() shard.SlotSet) *Member {
 		m := coveringMember(t, client, id, clock, held)
@@ -50,18 +42,7 @@ func TestAHolderWhoseWatchNeverCoversAgainKeepsNoSlotForever(t *testing.T) {
 		}
 		return shard.SlotSet{}
 	})
-	for range 105 {
-		tick(o)
-	}
-	l, err := client.CoordinationV1().Leases("ns").Get(ctx, "r.o", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.ObjectMeta = metav1.ObjectMeta{Name: "r.o-copy", Namespace: "ns", Labels: l.Labels, Annotations: l.Annotations}
-	if _, err := client.CoordinationV1().Leases("ns").Create(ctx, l, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	tick(o)
+	withdrawnByACopy(t, client, o, tick, s)
 	holding = true // D
 	n := join("n", func() shard.SlotSet { return shard.SlotSet{} })
 	handoff := n.cfg.HandoffTimeout
@@ -93,16 +74,9 @@ func TestAHolderThatDrainsWhileAnotherHolderClaimsTheSlotKeepsItsDeletion(t *tes
 	client := versionedClient()
 	now := epoch
 	clock := func() time.Time { return now }
-	s := -1
-	for i := range shard.Slots {
-		if owner(shard.Assign([]string{"a", "o"}), i) == "a" && owner(shard.Assign([]string{"a", "n", "o"}), i) == "n" && owner(shard.Assign([]string{"a", "n"}), i) == "n" {
-			s = i
-			break
-		}
-	}
-	if s < 0 {
-		t.Fatal("no slot moves from a to n")
-	}
+	s := firstSlot(t, "no slot moves from a to n", func(i int) bool {
+		return owns("a", i, "a", "o") && owns("n", i, "a", "n", "o") && owns("n", i, "a", "n")
+	})
 	oHolds, aHolds := false, false // D at o, E at a
 	join := func(id string, held *bool) *Member {
 		return coveringMember(t, client, id, clock, func() shard.SlotSet {
@@ -116,18 +90,7 @@ func TestAHolderThatDrainsWhileAnotherHolderClaimsTheSlotKeepsItsDeletion(t *tes
 	tick := func(m *Member) { stepMember(ctx, m, &now) }
 	var never bool
 	o := join("o", &oHolds)
-	for range 105 {
-		tick(o)
-	}
-	l, err := client.CoordinationV1().Leases("ns").Get(ctx, "r.o", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.ObjectMeta = metav1.ObjectMeta{Name: "r.o-copy", Namespace: "ns", Labels: l.Labels, Annotations: l.Annotations}
-	if _, err := client.CoordinationV1().Leases("ns").Create(ctx, l, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	tick(o)
+	withdrawnByACopy(t, client, o, tick, s)
 	oHolds = true // D: heard by o, which no longer claims s; before a listed s
 	a := join("a", &aHolds)
 	for range 4 {
@@ -177,16 +140,7 @@ func TestAHolderKeepsItsDeletionWhenAnotherHolderHandsTheSlotOnSlowly(t *testing
 	client := versionedClient()
 	now := epoch
 	clock := func() time.Time { return now }
-	s := -1
-	for i := range shard.Slots {
-		if owner(shard.Assign([]string{"a", "o"}), i) == "a" && owner(shard.Assign([]string{"a", "n", "o"}), i) == "n" {
-			s = i
-			break
-		}
-	}
-	if s < 0 {
-		t.Fatal("no slot moves from a to n")
-	}
+	s := firstSlot(t, "no slot moves from a to n", func(i int) bool { return owns("a", i, "a", "o") && owns("n", i, "a", "n", "o") })
 	oHolds, aHolds := false, false // D at o, E at a
 	busyUntil := time.Time{}       // a's workers on E
 	join := func(id string, held *bool) *Member {
@@ -201,18 +155,7 @@ func TestAHolderKeepsItsDeletionWhenAnotherHolderHandsTheSlotOnSlowly(t *testing
 	tick := func(m *Member) { stepMember(ctx, m, &now) }
 	var never bool
 	o := join("o", &oHolds)
-	for range 105 {
-		tick(o)
-	}
-	l, err := client.CoordinationV1().Leases("ns").Get(ctx, "r.o", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.ObjectMeta = metav1.ObjectMeta{Name: "r.o-copy", Namespace: "ns", Labels: l.Labels, Annotations: l.Annotations}
-	if _, err := client.CoordinationV1().Leases("ns").Create(ctx, l, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	tick(o)
+	withdrawnByACopy(t, client, o, tick, s)
 	oHolds = true // D: heard by o, which no longer claims s; before a listed s
 	a := join("a", &aHolds)
 	a.cfg.Busy = func() (busy, _ shard.SlotSet) {
