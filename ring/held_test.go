@@ -43,12 +43,7 @@ func withdrawnSlotHandedOver(t *testing.T, heard bool) {
 	}
 	ctx := context.Background()
 	tick := func(m *Member) { stepMember(ctx, m, &now) }
-	o := join("o", func() shard.SlotSet {
-		if holding {
-			return shard.SlotsOf(s)
-		}
-		return shard.SlotSet{}
-	})
+	o := join("o", holdsIf(&holding, s))
 	withdrawnByACopy(t, client, o, tick, s)
 	holding = heard // a deletion in s reaches o, which no longer claims s
 	owes := true    // o withdrew s: its deletions are o's until it claims s again
@@ -104,5 +99,15 @@ func withdrawnByACopy(t *testing.T, client *fake.Clientset, o *Member, tick func
 	tick(o)
 	if o.Claims().Working.Has(s) {
 		t.Fatalf("o still works slot %d beside a copy of its Lease: %+v", s, o.Claims())
+	}
+}
+
+// holdsIf is a Held that holds deletions of slot s while *b.
+func holdsIf(b *bool, s int) func() shard.SlotSet {
+	return func() shard.SlotSet {
+		if *b {
+			return shard.SlotsOf(s)
+		}
+		return shard.SlotSet{}
 	}
 }

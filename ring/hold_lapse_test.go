@@ -36,12 +36,7 @@ func TestAHoldOutlastsAnOutageLongerThanHandoffTimeout(t *testing.T) {
 	holding := false
 	ctx := context.Background()
 	tick := func(m *Member) { stepMember(ctx, m, &now) }
-	o := coveringMember(t, client, "o", clock, func() shard.SlotSet {
-		if holding {
-			return shard.SlotsOf(s)
-		}
-		return shard.SlotSet{}
-	})
+	o := coveringMember(t, client, "o", clock, holdsIf(&holding, s))
 	withdrawnByACopy(t, client, o, tick, s)
 	holding = true // D
 	n := coveringMember(t, client, "n", clock, func() shard.SlotSet { return shard.SlotSet{} })

@@ -26,12 +26,7 @@ func TestAHolderKeepsItsDeletionsWhenAnotherHolderClaimsTheSlot(t *testing.T) {
 	s := firstSlot(t, "no slot moves from a to n", func(i int) bool { return owns("a", i, "a", "o") && owns("n", i, "a", "n", "o") })
 	oHolds, aHolds := false, false // D at o, E at a
 	join := func(id string, held *bool) *Member {
-		return coveringMember(t, client, id, clock, func() shard.SlotSet {
-			if *held {
-				return shard.SlotsOf(s)
-			}
-			return shard.SlotSet{}
-		})
+		return coveringMember(t, client, id, clock, holdsIf(held, s))
 	}
 	ctx := context.Background()
 	tick := func(m *Member) { stepMember(ctx, m, &now) }
@@ -99,12 +94,7 @@ func TestAHolderWhoseWatchRelistsKeepsItsSlot(t *testing.T) {
 	}
 	ctx := context.Background()
 	tick := func(m *Member) { stepMember(ctx, m, &now) }
-	o := join("o", func() shard.SlotSet {
-		if holding {
-			return shard.SlotsOf(s)
-		}
-		return shard.SlotSet{}
-	})
+	o := join("o", holdsIf(&holding, s))
 	withdrawnByACopy(t, client, o, tick, s)
 	holding = true // D
 	n := join("n", func() shard.SlotSet { return shard.SlotSet{} })
@@ -181,12 +171,7 @@ func TestAHolderWhoseDeletionAlwaysFailsLetsTheSlotGo(t *testing.T) {
 	ctx := context.Background()
 	tick := func(m *Member) { stepMember(ctx, m, &now) }
 	var o *Member
-	o = join("o", func() shard.SlotSet {
-		if holding {
-			return shard.SlotsOf(s)
-		}
-		return shard.SlotSet{}
-	}, func() (busy, fail shard.SlotSet) {
+	o = join("o", holdsIf(&holding, s), func() (busy, fail shard.SlotSet) {
 		if failing && o.Claims().Releasing.Has(s) {
 			fail = shard.SlotsOf(s)
 		}

@@ -36,12 +36,7 @@ func TestAHolderWhoseWatchNeverCoversAgainKeepsNoSlotForever(t *testing.T) {
 	ctx := context.Background()
 	tick := func(m *Member) { stepMember(ctx, m, &now) }
 	holding := false
-	o := join("o", func() shard.SlotSet {
-		if holding {
-			return shard.SlotsOf(s)
-		}
-		return shard.SlotSet{}
-	})
+	o := join("o", holdsIf(&holding, s))
 	withdrawnByACopy(t, client, o, tick, s)
 	holding = true // D
 	n := join("n", func() shard.SlotSet { return shard.SlotSet{} })
@@ -79,12 +74,7 @@ func TestAHolderThatDrainsWhileAnotherHolderClaimsTheSlotKeepsItsDeletion(t *tes
 	})
 	oHolds, aHolds := false, false // D at o, E at a
 	join := func(id string, held *bool) *Member {
-		return coveringMember(t, client, id, clock, func() shard.SlotSet {
-			if *held {
-				return shard.SlotsOf(s)
-			}
-			return shard.SlotSet{}
-		})
+		return coveringMember(t, client, id, clock, holdsIf(held, s))
 	}
 	ctx := context.Background()
 	tick := func(m *Member) { stepMember(ctx, m, &now) }
@@ -144,12 +134,7 @@ func TestAHolderKeepsItsDeletionWhenAnotherHolderHandsTheSlotOnSlowly(t *testing
 	oHolds, aHolds := false, false // D at o, E at a
 	busyUntil := time.Time{}       // a's workers on E
 	join := func(id string, held *bool) *Member {
-		return coveringMember(t, client, id, clock, func() shard.SlotSet {
-			if *held {
-				return shard.SlotsOf(s)
-			}
-			return shard.SlotSet{}
-		})
+		return coveringMember(t, client, id, clock, holdsIf(held, s))
 	}
 	ctx := context.Background()
 	tick := func(m *Member) { stepMember(ctx, m, &now) }
