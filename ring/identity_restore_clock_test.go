@@ -272,16 +272,7 @@ func TestASuspendedNodesMonotonicClockDoesNotKeepItsGateOpen(t *testing.T) {
 	}
 	divided(t, b, a)
 	// The node of a is suspended: the world runs on, a's clock does not.
-	const suspend = 3 * lease
-	for range int(suspend / renew) {
-		b.round(ctx, klog.Background())
-		world = world.Add(renew)
-		suspendedFor += renew
-	}
-	if b.Claims().Working != shard.All() {
-		t.Fatalf("a suspended for %s: b works %d slots, want every one", suspend, b.Claims().Working.Len())
-	}
-	world = world.Add(time.Millisecond) // a resumes; its workers run first
+	suspend(t, ctx, a, b, &world, &suspendedFor)
 	// a still holds its Working slots (no round, no fence timer has run
 	// yet): its gate's clock must admit none of them.
 	if both := admits(a).And(admits(b)); !both.Empty() {
@@ -760,4 +751,22 @@ func suspendable(t *testing.T, client *fake.Clientset, world *time.Time, lag *ti
 		t.Fatal(err)
 	}
 	return a, handoffMember(t, client, other, lease, renew, func() time.Time { return *world })
+}
+
+// suspend runs b alone for three lease durations while a's node is
+// suspended (a's monotonic clock, *lag behind the world, stands still),
+// checks that b took every slot, and resumes a a millisecond later, before
+// any round of it.
+func suspend(t *testing.T, ctx context.Context, a, b *Member, world *time.Time, lag *time.Duration) {
+	t.Helper()
+	const d = 3 * lease
+	for range int(d / renew) {
+		b.round(ctx, klog.Background())
+		*world = world.Add(renew)
+		*lag += renew
+	}
+	if b.Claims().Working != shard.All() {
+		t.Fatalf("a suspended for %s: b works %d slots, want every one", d, b.Claims().Working.Len())
+	}
+	*world = world.Add(time.Millisecond) // a resumes; its workers run first
 }

@@ -285,16 +285,7 @@ func TestASuspendAfterTheWallClockWasSteppedBackKeepsNoGateOpen(t *testing.T) {
 		noSplit(t, "a's wall clock stepped back", a, b)
 		world = world.Add(renew)
 	}
-	const suspend = 3 * lease
-	for range int(suspend / renew) {
-		b.round(ctx, klog.Background())
-		world = world.Add(renew)
-		lag += renew
-	}
-	if b.Claims().Working != shard.All() {
-		t.Fatalf("a suspended for %s: b works %d slots, want every one", suspend, b.Claims().Working.Len())
-	}
-	world = world.Add(time.Millisecond) // a resumes; its workers run first
+	suspend(t, ctx, a, b, &world, &lag)
 	if both := admits(a).And(admits(b)); !both.Empty() {
 		t.Fatalf("a, its wall clock stepped back a minute, resumed from a %s system suspend: a and b both admit reconciles in %d slots",
 			lag, both.Len())
