@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -78,5 +79,154 @@ func TestAGiftFromALeaseWhoseHolderWasClearedIsKept(t *testing.T) {
 	live(b, now, ringLease("a", nil, now.Add(-renew/2), gift), ringLease("c", &c, now, claimsNothing))
 	if cl := b.Claims(); !cl.Watched().Has(slot) {
 		t.Fatalf("a's holder cleared by hand, its Lease still giving b slot %d (c's by the membership): b no longer watches it (%+v); the deletions it kept for it are dropped", slot, cl)
+	}
+}
+
+// Claims of docs/sharding.md's custody rules (a slot given by name) played
+// against saved copies, failing renewals and hands that write labels.
+
+// a drains and gives slot s to c; a copy of a's Lease is saved while it
+// names that gift (a backup, a GitOps export), and a leaves. Later n joins,
+// s is n's share, and c hands s to n, which works it. Then the copy is
+// applied under another name (r.a-copy, as the chaos run's r0-copy), and
+// n's renewals fail for a few renew periods (an API server hiccup) while a
+// label is written on n's Lease: n's Lease is in doubt, and n works s
+// until its fence. The copy's gift is no giver's current word: c must not
+// claim s on it while n may still admit reconciles of s.
+func TestAGiftOnACopyUnderAnotherNameSplitsNoBrain(t *testing.T) {
+	r := newDrainRing(t, "n", "a", "c") // n steps first: c lists after n's last renewal
+	r.dead["n"] = true                  // not started yet
+	r.settle(30, "a and c join", "a", "c")
+	a, n := r.ms["a"], r.ms["n"]
+	s := firstSlot(t, "no slot of a's goes to n once a left", func(i int) bool { return a.Claims().Working.Has(i) && owns("n", i, "c", "n") })
+	ctx := context.Background()
+	leases := a.cfg.Client.CoordinationV1().Leases("ns")
+	a.Drain()
+	var saved *coordinationv1.Lease // a's Lease while it names s given to c
+	for i := 1; saved == nil; i++ {
+		r.round("a drains")
+		if a.Claims().Given.Has(s) {
+			l, err := leases.Get(ctx, "r.a", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Annotations[AnnotationGiven] == "" {
+				continue // named from its next renewal
+			}
+			saved = l
+			t.Logf("a's Lease saved naming %s", l.Annotations[AnnotationGiven])
+		}
+		if i == drainBound {
+			t.Fatalf("a never named slot %d given: %s", s, r.claims())
+		}
+	}
+	r.drained(drainBound, "a drains", "a")
+	r.leave("a")
+	delete(r.dead, "n")
+	for i := 1; !n.Claims().Working.Has(s); i++ {
+		r.round("n joins")
+		if i == 30 {
+			t.Fatalf("n does not work slot %d 30 renew periods after it joined: %s", s, r.claims())
+		}
+	}
+	for range 3 {
+		r.round("n works slot s")
+	}
+	// The copy applied; a label on n's Lease after n's last renewal that
+	// goes through; n's renewals fail from then on (n fences 9 s later).
+	saved.ObjectMeta = metav1.ObjectMeta{Name: "r.a-copy", Namespace: "ns", Labels: saved.Labels, Annotations: saved.Annotations}
+	if _, err := leases.Create(ctx, saved, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := leases.Get(ctx, "r.n", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Labels["touched"] = "1"
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.failing["n"] = true
+	for i := range 6 { // within n's fence: n still works s
+		r.round("a copy of a's Lease names s given to c; n's Lease in doubt, n renewing in vain")
+		if !n.Claims().Working.Has(s) {
+			t.Logf("n no longer works slot %d after %d renew periods: %+v", s, i+1, n.Claims())
+			break
+		}
+	}
+}
+
+// a drains and gives slot s to c by name; n joins just then, and s is
+// n's share: c confirms s and hands it on to n a few renew periods later.
+// a's lists fail while c's Lease shows s confirmed (a LIST outage of a few
+// seconds; its renewals go through). a then reads c no longer claiming s:
+// c has not confirmed it by a's view, so a names s given to c on and on,
+// and nobody else may claim a slot given by name: n cannot take s (given
+// on to it by c) until a's gift runs out (HandoffTimeout, 40 renew
+// periods), nor can a's drain end. A gift confirmed and handed on must be
+// worked within a few renew periods, and a's drain end within drainBound.
+func TestAGiftHandedOnBeforeItsGiverSawItConfirmedStallsNoSlot(t *testing.T) {
+	r := newDrainRing(t, "a", "c", "n")
+	r.dead["n"] = true // not started yet
+	r.settle(30, "a and c join", "a", "c")
+	a, c, n := r.ms["a"], r.ms["c"], r.ms["n"]
+	s := firstSlot(t, "no slot of a's goes to n", func(i int) bool { return a.Claims().Working.Has(i) && owns("n", i, "c", "n") })
+	ctx := context.Background()
+	leases := a.cfg.Client.CoordinationV1().Leases("ns")
+	confirmedAtC := func() bool { // c's Lease claims s, not Pending
+		l, err := leases.Get(ctx, "r.c", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claims, _ := shard.ParseSlotSet(l.Annotations[AnnotationSlots])
+		pending, _ := shard.ParseSlotSet(l.Annotations[AnnotationPending])
+		return claims.Minus(pending).Has(s)
+	}
+	// round is r.round, but a's lists fail while c's Lease shows s
+	// confirmed (five at most: a LIST outage of a few seconds, its
+	// renewals going through).
+	missed := 0
+	round := func() {
+		for _, id := range r.order {
+			r.now = r.now.Add(100 * time.Millisecond)
+			if r.dead[id] {
+				continue
+			}
+			m := r.ms[id]
+			renewErr := renewed(m, ctx)
+			if id == "a" && missed < 5 && confirmedAtC() {
+				missed++
+				m.lookOK = false
+			} else {
+				m.lookOK = m.look(ctx) == nil
+			}
+			if m.lookOK {
+				m.looks++
+			}
+			m.confirmed = renewErr == nil && m.lookOK && m.ownSeen
+			m.update(klog.Background())
+			r.noTwoAdmit("a drains, gives s to c, n joins")
+		}
+		r.now = r.now.Add(time.Second - time.Duration(len(r.order))*100*time.Millisecond)
+	}
+	a.Drain()
+	gift := 0
+	for i := 1; ; i++ {
+		round()
+		if gift == 0 && a.Claims().Given.Has(s) {
+			gift = i
+			delete(r.dead, "n") // n joins as a lets s go
+		}
+		if n.Claims().Working.Has(s) && a.Drained() {
+			t.Logf("n works slot %d and a drained %d renew periods after a gave it (a missed %d list)", s, i-gift, missed)
+			return
+		}
+		if gift > 0 && i-gift > drainBound {
+			t.Fatalf("%d renew periods after a gave slot %d to c (a missed the %d lists that showed c confirm it): a still names it given to %q %v, drained %v; c %+v; n working %v custody %v pending %v",
+				i-gift, s, missed, a.givenTo[s], a.Claims().Given.Has(s), a.Drained(), c.Claims().Given.Has(s), n.Claims().Working.Has(s), n.Claims().Custody.Has(s), n.Claims().Pending.Has(s))
+		}
+		if i == 60 {
+			t.Fatalf("a never gave slot %d: %s", s, r.claims())
+		}
 	}
 }
