@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"rawwatch/shard"
@@ -23,21 +24,8 @@ import (
 // D; its store never held D's object). o's cover of s lingers while a
 // claims it, and o holds s again once a lets it go.
 func TestAHolderKeepsItsDeletionsWhenAnotherHolderClaimsTheSlot(t *testing.T) {
-	client := versionedClient()
-	now := epoch
-	clock := func() time.Time { return now }
-	s := firstSlot(t, "no slot moves from a to n", func(i int) bool { return owns("a", i, "a", "o") && owns("n", i, "a", "n", "o") })
-	oHolds, aHolds := false, false // D at o, E at a
-	join := func(id string, held *bool) *Member {
-		return coveringMember(t, client, id, clock, holdsIf(held, s))
-	}
-	ctx := context.Background()
-	tick := func(m *Member) { stepMember(ctx, m, &now) }
-	var never bool
-	o := join("o", &oHolds)
-	withdrawnByACopy(t, client, o, tick, s)
-	oHolds = true // D: heard by o, which no longer claims s; before a listed s
-	a := join("a", &aHolds)
+	h := newTwoHolders(t, "no slot moves from a to n", func(i int) bool { return owns("a", i, "a", "o") && owns("n", i, "a", "n", "o") })
+	s, o, a, tick, join := h.s, h.o, h.a, h.tick, h.join
 	for range 4 {
 		tick(a)
 		tick(o)
@@ -45,23 +33,23 @@ func TestAHolderKeepsItsDeletionsWhenAnotherHolderClaimsTheSlot(t *testing.T) {
 	if !a.Claims().Target.Has(s) {
 		t.Fatalf("a: %+v; want slot %d its target beside o", a.Claims(), s)
 	}
-	aHolds = true // E: heard by a while s is its target, not worked (the copy claims it)
-	n := join("n", &never)
+	h.aHolds = true // E: heard by a while s is its target, not worked (the copy claims it)
+	n := join("n", &h.never)
 	for i := 0; ; i++ {
 		tick(n)
 		tick(a)
 		tick(o)
 		oc, ac, nc := o.Claims(), a.Claims(), n.Claims()
 		if ac.Working.Union(ac.Releasing).Has(s) {
-			aHolds = false // a's gate hands E to its workers
+			h.aHolds = false // a's gate hands E to its workers
 		}
 		if oc.Working.Union(oc.Releasing).Has(s) {
-			oHolds = false // o handles D
+			h.oHolds = false // o handles D
 		}
-		if oHolds && !oc.Watched().Has(s) {
+		if h.oHolds && !oc.Watched().Has(s) {
 			t.Fatalf("o stopped watching slot %d while it holds a deletion of it that no member claiming it heard of (dropped): o %+v; a %+v; n %+v", s, oc, ac, nc)
 		}
-		if !oHolds && !aHolds && nc.Working.Has(s) {
+		if !h.oHolds && !h.aHolds && nc.Working.Has(s) {
 			break
 		}
 		if i == 400 {
@@ -295,29 +283,16 @@ func TestAHolderWhoseWatchNeverCoversAgainKeepsNoSlotForever(t *testing.T) {
 // nobody claiming s heard of: a leave reports what it holds abandoned (its
 // owner "heard of them too"), and D would reach no replica.
 func TestAHolderThatDrainsWhileAnotherHolderClaimsTheSlotKeepsItsDeletion(t *testing.T) {
-	client := versionedClient()
-	now := epoch
-	clock := func() time.Time { return now }
-	s := firstSlot(t, "no slot moves from a to n", func(i int) bool {
+	h := newTwoHolders(t, "no slot moves from a to n", func(i int) bool {
 		return owns("a", i, "a", "o") && owns("n", i, "a", "n", "o") && owns("n", i, "a", "n")
 	})
-	oHolds, aHolds := false, false // D at o, E at a
-	join := func(id string, held *bool) *Member {
-		return coveringMember(t, client, id, clock, holdsIf(held, s))
-	}
-	ctx := context.Background()
-	tick := func(m *Member) { stepMember(ctx, m, &now) }
-	var never bool
-	o := join("o", &oHolds)
-	withdrawnByACopy(t, client, o, tick, s)
-	oHolds = true // D: heard by o, which no longer claims s; before a listed s
-	a := join("a", &aHolds)
+	s, o, a, tick, join := h.s, h.o, h.a, h.tick, h.join
 	for range 4 {
 		tick(a)
 		tick(o)
 	}
-	aHolds = true // E
-	n := join("n", &never)
+	h.aHolds = true // E
+	n := join("n", &h.never)
 	draining, began := false, 0
 	for i := 0; ; i++ {
 		tick(n)
@@ -325,25 +300,25 @@ func TestAHolderThatDrainsWhileAnotherHolderClaimsTheSlotKeepsItsDeletion(t *tes
 		tick(o)
 		oc, ac := o.Claims(), a.Claims()
 		if ac.Working.Union(ac.Releasing).Has(s) {
-			aHolds = false
-			if !draining && oHolds {
+			h.aHolds = false
+			if !draining && h.oHolds {
 				draining, began = true, i
 				o.Drain()
 				t.Logf("a claims slot %d (%+v); o, holding D, drains", s, ac.Claimed().Has(s))
 			}
 		}
 		if oc.Working.Union(oc.Releasing).Has(s) {
-			oHolds = false // o handles D
+			h.oHolds = false // o handles D
 		}
 		if draining && o.Drained() {
-			if oHolds {
+			if h.oHolds {
 				t.Fatalf("o drained (its leave reports D abandoned) while it holds D of slot %d, which a, claiming it, never heard of: o %+v; a claims %v", s, oc, ac.Claimed().Has(s))
 			}
 			t.Logf("o drained %v after its drain began, D handled", time.Duration(i-began)*300*time.Millisecond)
 			return
 		}
 		if i == 400 {
-			t.Fatalf("o not drained 80 s after the copy (draining %v), holding D %v: o %+v; a %+v", draining, oHolds, oc, ac)
+			t.Fatalf("o not drained 80 s after the copy (draining %v), holding D %v: o %+v; a %+v", draining, h.oHolds, oc, ac)
 		}
 	}
 }
@@ -356,24 +331,11 @@ func TestAHolderThatDrainsWhileAnotherHolderClaimsTheSlotKeepsItsDeletion(t *tes
 // is left to its receiver whatever others hold of it. But a never heard of
 // D: n must not work s while o still holds D, or D reaches no replica.
 func TestAHolderKeepsItsDeletionWhenAnotherHolderHandsTheSlotOnSlowly(t *testing.T) {
-	client := versionedClient()
-	now := epoch
-	clock := func() time.Time { return now }
-	s := firstSlot(t, "no slot moves from a to n", func(i int) bool { return owns("a", i, "a", "o") && owns("n", i, "a", "n", "o") })
-	oHolds, aHolds := false, false // D at o, E at a
-	busyUntil := time.Time{}       // a's workers on E
-	join := func(id string, held *bool) *Member {
-		return coveringMember(t, client, id, clock, holdsIf(held, s))
-	}
-	ctx := context.Background()
-	tick := func(m *Member) { stepMember(ctx, m, &now) }
-	var never bool
-	o := join("o", &oHolds)
-	withdrawnByACopy(t, client, o, tick, s)
-	oHolds = true // D: heard by o, which no longer claims s; before a listed s
-	a := join("a", &aHolds)
+	h := newTwoHolders(t, "no slot moves from a to n", func(i int) bool { return owns("a", i, "a", "o") && owns("n", i, "a", "n", "o") })
+	busyUntil := time.Time{} // a's workers on E
+	s, o, a, tick, join := h.s, h.o, h.a, h.tick, h.join
 	a.cfg.Busy = func() (busy, _ shard.SlotSet) {
-		if now.Before(busyUntil) {
+		if h.now.Before(busyUntil) {
 			busy = shard.SlotsOf(s)
 		}
 		return
@@ -382,25 +344,25 @@ func TestAHolderKeepsItsDeletionWhenAnotherHolderHandsTheSlotOnSlowly(t *testing
 		tick(a)
 		tick(o)
 	}
-	aHolds = true // E
-	n := join("n", &never)
+	h.aHolds = true // E
+	n := join("n", &h.never)
 	for i := 0; ; i++ {
 		tick(n)
 		tick(a)
 		tick(o)
 		oc, ac, nc := o.Claims(), a.Claims(), n.Claims()
-		if aHolds && ac.Working.Union(ac.Releasing).Has(s) {
-			aHolds = false // a's gate hands E to its workers: busy 3 s
-			busyUntil = now.Add(3 * time.Second)
+		if h.aHolds && ac.Working.Union(ac.Releasing).Has(s) {
+			h.aHolds = false // a's gate hands E to its workers: busy 3 s
+			busyUntil = h.now.Add(3 * time.Second)
 		}
 		if oc.Working.Union(oc.Releasing).Has(s) {
-			oHolds = false // o handles D
+			h.oHolds = false // o handles D
 		}
-		if oHolds && nc.Working.Has(s) {
+		if h.oHolds && nc.Working.Has(s) {
 			t.Fatalf("n works slot %d while o holds D of it, which neither n nor a (which gave n the slot) heard of: o holding %v; a gave it to %q; n %+v",
 				s, oc.Holding.Has(s), a.givenTo[s], nc.Working.Has(s))
 		}
-		if !oHolds && nc.Working.Has(s) {
+		if !h.oHolds && nc.Working.Has(s) {
 			return
 		}
 		if i == 400 {
@@ -457,3 +419,31 @@ func TestAHoldOutlastsAnOutageLongerThanHandoffTimeout(t *testing.T) {
 		}
 	}
 }
+
+// twoHolders: o works every slot alone, withdraws them beside a copy of
+// its Lease and holds a deletion D of slot s; a joins (not yet stepped).
+type twoHolders struct {
+	t                     *testing.T
+	client                *fake.Clientset
+	now                   time.Time
+	s                     int
+	oHolds, aHolds, never bool // never: n holds nothing
+	o, a                  *Member
+}
+
+// newTwoHolders sets the scene on s, the first slot for which is holds.
+func newTwoHolders(t *testing.T, why string, is func(i int) bool) *twoHolders {
+	h := &twoHolders{t: t, client: versionedClient(), now: epoch}
+	h.s = firstSlot(t, why, is)
+	h.o = h.join("o", &h.oHolds)
+	withdrawnByACopy(t, h.client, h.o, h.tick, h.s)
+	h.oHolds = true // D: heard by o, which no longer claims s; before a listed s
+	h.a = h.join("a", &h.aHolds)
+	return h
+}
+
+func (h *twoHolders) join(id string, held *bool) *Member {
+	return coveringMember(h.t, h.client, id, func() time.Time { return h.now }, holdsIf(held, h.s))
+}
+
+func (h *twoHolders) tick(m *Member) { stepMember(context.Background(), m, &h.now) }
